@@ -1,0 +1,55 @@
+# Nodeflow: every set-up step lives here so that `make run` and `make test` work on a
+# fresh machine that has only Python 3.11 and make.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+PY := $(VENV)/bin/python
+NODES ?= 16
+TOPOLOGY ?= spines=2,blocks_per_spine=2,nodes_per_block=4
+
+.PHONY: venv run stop test lint typecheck proto proto-check bench clean
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet "uv==$(UV_VERSION)"
+
+# The lock file pins every package; --frozen refuses to install anything it does not name.
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock
+	UV_PYTHON=$(PYTHON) $(UV) sync --frozen --quiet
+	touch $@
+
+venv: $(VENV)/.synced
+
+run: venv
+	$(PY) -m nodeflow_runtime.launcher --nodes $(NODES) --topology "$(TOPOLOGY)"
+
+stop:
+	$(PY) -m nodeflow_runtime.launcher --stop
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+proto: venv
+	$(PY) -m nodeflow_contracts.proto_gen proto
+
+proto-check: venv
+	$(PY) -m nodeflow_contracts.proto_gen --check proto
+
+test: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(PY) -m nodeflow_contracts.proto_gen --check proto
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+bench: venv
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .run .mypy_cache .ruff_cache .pytest_cache
