@@ -1,0 +1,129 @@
+"""Which message travels on which subject, who publishes it and who consumes it.
+
+proto/ (the subject catalogue, JSON Schemas and the AsyncAPI document) is generated from this.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from nodeflow_contracts import subjects
+from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, K8sObjectEvent
+from nodeflow_contracts.nodeset import NodeSetDecision
+from nodeflow_contracts.slurm import SlurmNodeChanged, SlurmNodeCommand, SlurmPollResult
+from nodeflow_contracts.topology import stream_for_subject
+
+
+class MessageSpec(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    # Subject with {placeholders} for the variable tokens, for readers.
+    subject_template: str
+    # The same subject as a NATS wildcard, for subscribers.
+    subscribe: str
+    payload: Any
+    publishers: tuple[str, ...]
+    consumers: tuple[str, ...]
+    description: str
+
+    @property
+    def stream(self) -> str:
+        example = self.subscribe.replace(">", "x").replace("*", "x")
+        return stream_for_subject(example).name
+
+
+MESSAGES: tuple[MessageSpec, ...] = (
+    MessageSpec(
+        name="K8sObjectEvent",
+        subject_template="k8s.v1.{kind}.{namespace}.{name}",
+        subscribe=subjects.K8S_EVENTS,
+        payload=K8sObjectEvent,
+        publishers=("k8s-watcher",),
+        consumers=("metrics-exporter", "integrations"),
+        description=(
+            "Every ADDED/MODIFIED/DELETED change of a watched Kubernetes object; `namespace` is "
+            "`_` for cluster-scoped kinds. The latest object of each kind is also in KV bucket "
+            "`k8s_<plural>` under `<namespace>.<name>`."
+        ),
+    ),
+    MessageSpec(
+        name="K8sCommand",
+        subject_template="cmd.k8s.v1.{op}",
+        subscribe=subjects.K8S_COMMANDS,
+        payload=K8sCommand,
+        publishers=(
+            "slurm-syncer",
+            "nodeset-controller",
+            "maintenance-scheduler",
+            "topology-placer",
+        ),
+        consumers=("k8s-watcher",),
+        description=(
+            "A change to apply to the Kubernetes API. `op` is one of create, delete, patch, "
+            "cordon, uncordon, evict, bind, nominate, update-status, record-event. The "
+            "idempotency key is the Nats-Msg-Id; uid/resourceVersion in the target are "
+            "preconditions."
+        ),
+    ),
+    MessageSpec(
+        name="CommandOutcome",
+        subject_template="outcome.k8s.v1.{op}",
+        subscribe=subjects.K8S_OUTCOMES,
+        payload=CommandOutcome,
+        publishers=("k8s-watcher",),
+        consumers=(
+            "metrics-exporter",
+            "nodeset-controller",
+            "maintenance-scheduler",
+            "topology-placer",
+        ),
+        description=(
+            "The outcome of a command: applied, already-applied, conflict, not-found, invalid, "
+            "forbidden, retrying or failed, with the API server's message."
+        ),
+    ),
+    MessageSpec(
+        name="SlurmNodeChanged",
+        subject_template="slurm.v1.{cluster}.node.{name}",
+        subscribe="slurm.v1.*.node.*",
+        payload=SlurmNodeChanged,
+        publishers=("slurm-syncer",),
+        consumers=("metrics-exporter", "nodeset-controller"),
+        description=(
+            "A Slurm node's state changed (base state, flags, reason, CPUs, derived Busy/Drain/"
+            "Drained/Draining). The latest state is in KV bucket `slurm_nodes` under "
+            "`<cluster>.<node>`."
+        ),
+    ),
+    MessageSpec(
+        name="SlurmPollResult",
+        subject_template="slurm.v1.{cluster}.poll",
+        subscribe="slurm.v1.*.poll",
+        payload=SlurmPollResult,
+        publishers=("slurm-syncer",),
+        consumers=("metrics-exporter",),
+        description="The result of one poll of one Slurm cluster, successful or not.",
+    ),
+    MessageSpec(
+        name="SlurmNodeCommand",
+        subject_template="cmd.slurm.v1.{cluster}.{op}",
+        subscribe=subjects.SLURM_COMMANDS,
+        payload=SlurmNodeCommand,
+        publishers=("maintenance-scheduler",),
+        consumers=("slurm-syncer",),
+        description="Drain or undrain a Slurm node with a `nodeflow:` reason.",
+    ),
+    MessageSpec(
+        name="NodeSetDecision",
+        subject_template="nodeset.v1.{namespace}.{name}.decision",
+        subscribe=subjects.NODESET_DECISIONS,
+        payload=NodeSetDecision,
+        publishers=("nodeset-controller",),
+        consumers=("metrics-exporter", "integrations"),
+        description=(
+            "Every create, delete-scheduled, cancel, delete, forced delete and rolling "
+            "replacement of the NodeSet controller, with its reason."
+        ),
+    ),
+)

@@ -1,0 +1,205 @@
+"""Kubernetes object events (k8s-watcher -> everyone) and commands (anyone -> k8s-watcher)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from nodeflow_contracts import subjects
+
+WatchEventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+    """Names one Kubernetes object; uid and resource_version are preconditions when set."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+
+    @property
+    def ordering_key(self) -> str:
+        """Commands with the same key are applied one after another, in the order sent."""
+        return f"{self.kind}/{self.namespace or subjects.CLUSTER_SCOPED}/{self.name}"
+
+
+class K8sObjectEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One change of a watched object, on `k8s.v1.<kind>.<namespace|_>.<name>`."""
+
+    type: WatchEventType
+    kind: str
+    api_version: str
+    name: str
+    namespace: str | None
+    uid: str
+    resource_version: str
+    # The object as the API server returned it, without metadata.managedFields.
+    object: dict[str, Any]
+
+    @property
+    def subject(self) -> str:
+        return subjects.k8s_object_event(self.kind, self.namespace, self.name)
+
+    @property
+    def msg_id(self) -> str:
+        # uid + resourceVersion identifies one state of one object: a replay is a duplicate.
+        return f"{self.uid}:{self.resource_version}:{self.type}"
+
+
+# --- Commands ----------------------------------------------------------------------------------
+# Each operation is its own struct; the `op` tag selects it and names the command subject.
+
+
+class CreateObject(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", tag="create"):
+    """Create the object given in full (Pod, Job, Event, NodeSlice)."""
+
+    object: dict[str, Any]
+
+
+class DeleteObject(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", tag="delete"):
+    propagation_policy: Literal["Background", "Foreground", "Orphan"] | None = None
+    grace_period_seconds: int | None = None
+
+
+PatchType = Literal["merge", "strategic", "json"]
+
+
+class PatchObject(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", tag="patch"):
+    patch_type: PatchType
+    patch: Any
+    subresource: Literal["", "status"] = ""
+
+
+class CordonNode(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", tag="cordon"):
+    pass
+
+
+class UncordonNode(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", tag="uncordon"):
+    pass
+
+
+class EvictPod(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", tag="evict"):
+    grace_period_seconds: int | None = None
+
+
+class BindPod(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", tag="bind"):
+    node_name: str
+
+
+class NominatePod(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", tag="nominate"):
+    """Set status.nominatedNodeName ("" clears it)."""
+
+    node_name: str
+
+
+class UpdateStatus(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", tag="update-status"):
+    """Replace a custom resource's status through the status subresource."""
+
+    status: dict[str, Any]
+
+
+class RecordEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", tag="record-event"):
+    """A Kubernetes Event about the target, so `kubectl describe` shows why we acted."""
+
+    reason: str
+    message: str
+    type: Literal["Normal", "Warning"] = "Normal"
+    action: str = ""
+    reporting_component: str = ""
+
+
+CommandOperation = (
+    CreateObject
+    | DeleteObject
+    | PatchObject
+    | CordonNode
+    | UncordonNode
+    | EvictPod
+    | BindPod
+    | NominatePod
+    | UpdateStatus
+    | RecordEvent
+)
+
+COMMAND_OPERATIONS: tuple[str, ...] = (
+    "create",
+    "delete",
+    "patch",
+    "cordon",
+    "uncordon",
+    "evict",
+    "bind",
+    "nominate",
+    "update-status",
+    "record-event",
+)
+
+
+class K8sCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """A request to change the cluster, on `cmd.k8s.v1.<op>`.
+
+    `idempotency_key` is also the JetStream Nats-Msg-Id: a repeated send is dropped by the
+    stream, and an already-applied key is reported as already-applied, never applied twice.
+    """
+
+    idempotency_key: str
+    sender: str
+    sent_at: float
+    target: ObjectRef
+    operation: CommandOperation
+    # Free text for the audit trail: why the sender decided this.
+    reason: str = ""
+
+    @property
+    def op(self) -> str:
+        return str(self.operation.__struct_config__.tag)
+
+    @property
+    def subject(self) -> str:
+        return subjects.k8s_command(self.op)
+
+
+Outcome = Literal[
+    "applied",
+    "already-applied",
+    "conflict",
+    "not-found",
+    "invalid",
+    "forbidden",
+    "retrying",
+    "failed",
+]
+
+FINAL_OUTCOMES: frozenset[str] = frozenset(
+    {"applied", "already-applied", "conflict", "not-found", "invalid", "forbidden", "failed"}
+)
+
+
+class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of a command, on `outcome.k8s.v1.<op>`."""
+
+    idempotency_key: str
+    op: str
+    sender: str
+    target: ObjectRef
+    outcome: Outcome
+    # The API server's message (or the error) verbatim.
+    message: str = ""
+    http_status: int | None = None
+    attempt: int = 1
+    sent_at: float
+    finished_at: float
+    # resourceVersion of the object after the command, when the API returned one.
+    resource_version: str | None = None
+
+    @property
+    def subject(self) -> str:
+        return subjects.k8s_command_outcome(self.op)
+
+    @property
+    def msg_id(self) -> str:
+        return f"{self.idempotency_key}:{self.outcome}:{self.attempt}"

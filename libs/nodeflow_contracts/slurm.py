@@ -1,0 +1,111 @@
+"""Slurm node state (slurm-syncer -> everyone) and Slurm commands (-> slurm-syncer)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from nodeflow_contracts import subjects
+
+# Base states and flags as slinky-nodeset-controller.txt names them (pod condition suffixes).
+BASE_STATES: tuple[str, ...] = (
+    "Allocated",
+    "Down",
+    "Error",
+    "Future",
+    "Idle",
+    "Mixed",
+    "Unknown",
+)
+FLAGS: tuple[str, ...] = (
+    "Completing",
+    "Drain",
+    "Fail",
+    "Invalid",
+    "InvalidReg",
+    "Maintenance",
+    "NotResponding",
+    "Undrain",
+)
+
+BaseState = Literal["Allocated", "Down", "Error", "Future", "Idle", "Mixed", "Unknown"]
+
+# Every drain reason Nodeflow writes starts with this; any other non-empty reason is external.
+REASON_PREFIX = "nodeflow:"
+
+
+class SlurmNodeState(msgspec.Struct, frozen=True, kw_only=True):
+    """One Slurm node as last read. `known` is False when it could not be read: fail closed."""
+
+    cluster: str
+    name: str
+    known: bool
+    base_state: BaseState
+    flags: tuple[str, ...] = ()
+    reason: str = ""
+    reason_is_ours: bool = False
+    reason_set_by: str = ""
+    reason_changed_at: float | None = None
+    cpus: int = 0
+    alloc_cpus: int = 0
+    # Derived states, exactly as the reference defines them.
+    busy: bool = False
+    drain: bool = False
+    drained: bool = False
+    draining: bool = False
+    observed_at: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return subjects.slurm_node_key(self.cluster, self.name)
+
+
+class SlurmNodeChanged(msgspec.Struct, frozen=True, kw_only=True):
+    """Published on `slurm.v1.<cluster>.node.<name>` only when the node's state changed."""
+
+    cluster: str
+    name: str
+    change: Literal["upsert", "removed"]
+    state: SlurmNodeState | None = None
+
+    @property
+    def subject(self) -> str:
+        return subjects.slurm_node_event(self.cluster, self.name)
+
+
+class SlurmPollResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One poll of one cluster, on `slurm.v1.<cluster>.poll`, successful or not."""
+
+    cluster: str
+    ok: bool
+    started_at: float
+    duration_seconds: float
+    node_count: int = 0
+    error: str = ""
+
+    @property
+    def subject(self) -> str:
+        return subjects.slurm_poll_event(self.cluster)
+
+
+SlurmOp = Literal["drain", "undrain"]
+
+
+class SlurmNodeCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """Drain or undrain a Slurm node, on `cmd.slurm.v1.<cluster>.<op>`.
+
+    The reason must start with REASON_PREFIX; slurm-syncer never overwrites an external reason.
+    """
+
+    idempotency_key: str
+    sender: str
+    sent_at: float
+    cluster: str
+    node: str
+    op: SlurmOp
+    reason: str = ""
+
+    @property
+    def subject(self) -> str:
+        return subjects.slurm_command(self.cluster, self.op)

@@ -1,0 +1,253 @@
+"""The one declarative table of JetStream streams, KV buckets and durable consumers.
+
+Every service applies this table on start (libs/bus `ensure_topology`), so a changed setting is
+updated in place and nothing is declared twice. Subjects come from `subjects`; nothing here
+formats a subject by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from nodeflow_contracts import subjects
+
+DAY = 24 * 3600.0
+
+
+class StreamSpec(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    subjects: tuple[str, ...]
+    description: str
+    retention: Literal["limits", "workqueue", "interest"] = "limits"
+    max_age_seconds: float = DAY
+    max_bytes: int = -1
+    max_msgs_per_subject: int = -1
+    duplicate_window_seconds: float = 120.0
+    replicas: int = 1
+
+
+class KVSpec(msgspec.Struct, frozen=True, kw_only=True):
+    bucket: str
+    description: str
+    history: int = 1
+    # Per-key age limit; 0 keeps keys until deleted.
+    ttl_seconds: float = 0.0
+    replicas: int = 1
+
+
+class ConsumerSpec(msgspec.Struct, frozen=True, kw_only=True):
+    stream: str
+    durable: str
+    filter_subjects: tuple[str, ...]
+    description: str
+    ack_wait_seconds: float = 30.0
+    max_deliver: int = 5
+    max_ack_pending: int = 1000
+    deliver_policy: Literal["all", "new"] = "all"
+
+
+class WatchedKind(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def bucket(self) -> str:
+        return subjects.k8s_bucket(self.kind)
+
+
+WATCHED_KINDS: tuple[WatchedKind, ...] = (
+    WatchedKind(kind="Node", group="", version="v1", plural="nodes", namespaced=False),
+    WatchedKind(kind="Pod", group="", version="v1", plural="pods", namespaced=True),
+    WatchedKind(kind="Job", group="batch", version="v1", plural="jobs", namespaced=True),
+    WatchedKind(
+        kind="PodDisruptionBudget",
+        group="policy",
+        version="v1",
+        plural="poddisruptionbudgets",
+        namespaced=True,
+    ),
+    WatchedKind(
+        kind="NodeSet", group="nodeflow.dev", version="v1alpha1", plural="nodesets", namespaced=True
+    ),
+    WatchedKind(
+        kind="NodeSlice",
+        group="nodeflow.dev",
+        version="v1alpha1",
+        plural="nodeslices",
+        namespaced=True,
+    ),
+    WatchedKind(
+        kind="NodeMaintenance",
+        group="maintenance.nvidia.com",
+        version="v1alpha1",
+        plural="nodemaintenances",
+        namespaced=True,
+    ),
+    WatchedKind(
+        kind="MaintenanceOperatorConfig",
+        group="maintenance.nvidia.com",
+        version="v1alpha1",
+        plural="maintenanceoperatorconfigs",
+        namespaced=True,
+    ),
+    WatchedKind(
+        kind="PodGroup",
+        group="scheduling.sigs.k8s.io",
+        version="v1alpha1",
+        plural="podgroups",
+        namespaced=True,
+    ),
+    WatchedKind(
+        kind="ClusterNetworkTopology",
+        group="scheduling.koordinator.sh",
+        version="v1alpha1",
+        plural="clusternetworktopologies",
+        namespaced=False,
+    ),
+)
+
+STREAMS: tuple[StreamSpec, ...] = (
+    StreamSpec(
+        name="K8S_EVENTS",
+        subjects=(subjects.K8S_EVENTS,),
+        description="Every change of a watched Kubernetes object (k8s-watcher).",
+        max_age_seconds=DAY,
+        max_bytes=8 * 1024**3,
+    ),
+    StreamSpec(
+        name="K8S_COMMANDS",
+        subjects=(subjects.K8S_COMMANDS,),
+        description="Commands for the Kubernetes API, applied by k8s-watcher (work queue).",
+        retention="workqueue",
+        max_age_seconds=DAY,
+    ),
+    StreamSpec(
+        name="COMMAND_OUTCOMES",
+        subjects=(subjects.K8S_OUTCOMES,),
+        description="The outcome of every Kubernetes command.",
+        max_age_seconds=DAY,
+    ),
+    StreamSpec(
+        name="SLURM_EVENTS",
+        subjects=(subjects.SLURM_EVENTS,),
+        description="Slurm node changes and poll results (slurm-syncer).",
+        max_age_seconds=DAY,
+    ),
+    StreamSpec(
+        name="SLURM_COMMANDS",
+        subjects=(subjects.SLURM_COMMANDS,),
+        description="Commands for Slurm, applied by slurm-syncer (work queue).",
+        retention="workqueue",
+        max_age_seconds=DAY,
+    ),
+    StreamSpec(
+        name="DECISIONS",
+        subjects=subjects.DECISIONS,
+        description="Explained decisions of the controllers, for audit.",
+        max_age_seconds=7 * DAY,
+    ),
+    StreamSpec(
+        name="DEAD_LETTERS",
+        subjects=(subjects.DEAD_LETTERS,),
+        description="Messages that could not be handled, with the error, for inspection.",
+        max_age_seconds=14 * DAY,
+    ),
+)
+
+LEASES_BUCKET = "leases"
+
+KV_BUCKETS: tuple[KVSpec, ...] = (
+    *(
+        KVSpec(bucket=kind.bucket, description=f"Latest {kind.kind} objects, by namespace.name")
+        for kind in WATCHED_KINDS
+    ),
+    KVSpec(bucket="slurm_nodes", description="Latest Slurm node state, by cluster.node"),
+    KVSpec(
+        bucket=LEASES_BUCKET,
+        description="Leader leases: one active replica per controller",
+        history=1,
+    ),
+)
+
+# Durable consumers, by the service that owns them.
+CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
+    "k8s-watcher": (
+        ConsumerSpec(
+            stream="K8S_COMMANDS",
+            durable="k8s-watcher-commands",
+            filter_subjects=(subjects.K8S_COMMANDS,),
+            description="Applies Kubernetes commands.",
+            ack_wait_seconds=60.0,
+            max_deliver=8,
+        ),
+    ),
+    "slurm-syncer": (
+        ConsumerSpec(
+            stream="SLURM_COMMANDS",
+            durable="slurm-syncer-commands",
+            filter_subjects=(subjects.SLURM_COMMANDS,),
+            description="Applies Slurm node commands.",
+            ack_wait_seconds=60.0,
+            max_deliver=8,
+        ),
+    ),
+    "nodeset-controller": (),
+    "maintenance-scheduler": (),
+    "topology-placer": (),
+    "metrics-exporter": (
+        ConsumerSpec(
+            stream="COMMAND_OUTCOMES",
+            durable="metrics-exporter-outcomes",
+            filter_subjects=(subjects.K8S_OUTCOMES,),
+            description="Counts command outcomes and latency.",
+            deliver_policy="new",
+        ),
+        ConsumerSpec(
+            stream="DECISIONS",
+            durable="metrics-exporter-decisions",
+            filter_subjects=subjects.DECISIONS,
+            description="Counts controller decisions.",
+            deliver_policy="new",
+        ),
+        ConsumerSpec(
+            stream="DEAD_LETTERS",
+            durable="metrics-exporter-dead-letters",
+            filter_subjects=(subjects.DEAD_LETTERS,),
+            description="Counts dead-lettered messages.",
+            deliver_policy="new",
+        ),
+    ),
+}
+
+SERVICES: tuple[str, ...] = tuple(CONSUMERS)
+
+
+def stream_for_subject(subject: str) -> StreamSpec:
+    """The stream that stores `subject` (every published subject has exactly one)."""
+    for stream in STREAMS:
+        if any(subject_matches(pattern, subject) for pattern in stream.subjects):
+            return stream
+    raise LookupError(f"no stream stores subject {subject!r}")
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS wildcard matching: '*' is one token, a trailing '>' one or more."""
+    pattern_tokens = pattern.split(".")
+    subject_tokens = subject.split(".")
+    for index, part in enumerate(pattern_tokens):
+        if part == ">":
+            return len(subject_tokens) > index
+        if index >= len(subject_tokens):
+            return False
+        if part != "*" and part != subject_tokens[index]:
+            return False
+    return len(pattern_tokens) == len(subject_tokens)
