@@ -1,0 +1,107 @@
+"""Typed service configuration from environment variables.
+
+Each service declares a msgspec Struct (extending `ServiceConfig`); every field is read from
+the environment variable of the same name in upper case (`http_port` <- `HTTP_PORT`). A bad
+value fails at start with an error naming the variable, never later.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import msgspec
+
+C = TypeVar("C", bound="ServiceConfig")
+
+_SECRET_FIELD = re.compile(r"(password|token|secret|seed)(?!_file)", re.IGNORECASE)
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class ConfigError(ValueError):
+    """Configuration that cannot be used; the message names every bad variable."""
+
+
+class ServiceConfig(msgspec.Struct, kw_only=True):
+    """Settings every service shares."""
+
+    # Comma-separated server URLs. Credentials are read by nodeflow_bus.Credentials.from_env
+    # (NATS_USER/NATS_PASSWORD[_FILE], NATS_TOKEN[_FILE], NATS_NKEY_SEED_FILE, NATS_CREDS_FILE)
+    # so that secrets never sit in a config struct.
+    nats_url: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    http_host: str = "0.0.0.0"
+    http_port: int = 8080
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # How long SIGTERM waits for in-flight messages before exiting.
+    shutdown_deadline_seconds: float = 20.0
+    # Identity of this replica (leader leases, logs); the pod or host name by default.
+    instance_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.instance_id:
+            self.instance_id = os.environ.get("HOSTNAME") or socket.gethostname()
+
+
+def env_name(field: str) -> str:
+    return field.upper()
+
+
+def _parse(raw: str, annotation: Any) -> Any:
+    """Turn one environment string into the shape msgspec.convert expects for `annotation`."""
+    origin = get_origin(annotation)
+    if annotation is bool:
+        lowered = raw.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise ValueError(f"expected a boolean (true/false), got {raw!r}")
+    if origin in (tuple, list):
+        return [part.strip() for part in raw.split(",") if part.strip()]
+    if origin is dict:
+        return dict(
+            item.split("=", 1) for item in (p.strip() for p in raw.split(",")) if "=" in item
+        )
+    if origin is not None and type(None) in get_args(annotation) and raw == "":
+        return None
+    return raw
+
+
+def load_config(config_type: type[C], environ: Mapping[str, str] | None = None) -> C:
+    """Build `config_type` from the environment; raise ConfigError naming each bad variable."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    errors: list[str] = []
+    for field in msgspec.structs.fields(config_type):
+        name = env_name(field.name)
+        if name not in env:
+            continue
+        try:
+            parsed = _parse(env[name], field.type)
+            values[field.name] = msgspec.convert(parsed, field.type, strict=False)
+        except (ValueError, msgspec.ValidationError) as exc:
+            shown = "<hidden>" if is_secret(field.name) else repr(env[name])
+            errors.append(f"{name}={shown}: {exc}")
+    if errors:
+        raise ConfigError("invalid configuration: " + "; ".join(errors))
+    try:
+        return msgspec.convert(values, config_type)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from exc
+
+
+def is_secret(field: str) -> bool:
+    return bool(_SECRET_FIELD.search(field))
+
+
+def redacted(config: msgspec.Struct) -> dict[str, Any]:
+    """The configuration as a dict safe to log: secret values replaced by '<hidden>'."""
+    shown: dict[str, Any] = {}
+    for field in msgspec.structs.fields(type(config)):
+        value = getattr(config, field.name)
+        shown[field.name] = "<hidden>" if is_secret(field.name) and value else value
+    return shown

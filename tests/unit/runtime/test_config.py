@@ -1,0 +1,62 @@
+"""Typed configuration from the environment, with clear errors naming the bad variable."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+
+from nodeflow_runtime.config import ConfigError, ServiceConfig, load_config, redacted
+
+
+class ExampleConfig(ServiceConfig, kw_only=True):
+    poll_interval_seconds: float = 5.0
+    clusters: tuple[str, ...] = ()
+    dry_run: bool = False
+    mode: Literal["fast", "safe"] = "safe"
+    slurm_token: str = ""
+
+
+def test_defaults_apply_when_nothing_is_set() -> None:
+    config = load_config(ExampleConfig, {})
+    assert config.http_port == 8080
+    assert config.nats_url == ("nats://127.0.0.1:4222",)
+    assert config.instance_id
+
+
+def test_values_are_converted_from_strings() -> None:
+    config = load_config(
+        ExampleConfig,
+        {
+            "HTTP_PORT": "9000",
+            "POLL_INTERVAL_SECONDS": "0.5",
+            "CLUSTERS": "a, b",
+            "DRY_RUN": "yes",
+            "MODE": "fast",
+            "NATS_URL": "nats://a:4222,nats://b:4222",
+        },
+    )
+    assert config.http_port == 9000
+    assert config.poll_interval_seconds == 0.5
+    assert config.clusters == ("a", "b")
+    assert config.dry_run is True
+    assert config.mode == "fast"
+    assert config.nats_url == ("nats://a:4222", "nats://b:4222")
+
+
+def test_bad_configuration_names_every_bad_variable() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(ExampleConfig, {"HTTP_PORT": "eighty", "DRY_RUN": "maybe", "MODE": "x"})
+    message = str(caught.value)
+    assert "HTTP_PORT='eighty'" in message
+    assert "DRY_RUN='maybe'" in message
+    assert "MODE='x'" in message
+
+
+def test_secret_values_never_appear_in_errors_or_logs() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(ExampleConfig, {"SLURM_TOKEN": "s3cret", "HTTP_PORT": "x"})
+    assert "s3cret" not in str(caught.value)
+    shown = redacted(load_config(ExampleConfig, {"SLURM_TOKEN": "s3cret"}))
+    assert shown["slurm_token"] == "<hidden>"
+    assert "s3cret" not in repr(shown)
