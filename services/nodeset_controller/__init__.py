@@ -1,0 +1,3 @@
+"""The nodeset-controller service (see ../shared/DESIGN.md for what it owns)."""
+
+SERVICE = "nodeset-controller"

@@ -1,0 +1,3 @@
+"""The slurm-syncer service (see ../shared/DESIGN.md for what it owns)."""
+
+SERVICE = "slurm-syncer"

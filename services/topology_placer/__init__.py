@@ -1,0 +1,3 @@
+"""The topology-placer service (see ../shared/DESIGN.md for what it owns)."""
+
+SERVICE = "topology-placer"
