@@ -86,7 +86,7 @@ MESSAGES: tuple[MessageSpec, ...] = (
     MessageSpec(
         name="SlurmNodeChanged",
         subject_template="slurm.v1.{cluster}.node.{name}",
-        subscribe="slurm.v1.*.node.*",
+        subscribe=subjects.SLURM_NODE_EVENTS,
         payload=SlurmNodeChanged,
         publishers=("slurm-syncer",),
         consumers=("metrics-exporter", "nodeset-controller"),
@@ -99,7 +99,7 @@ MESSAGES: tuple[MessageSpec, ...] = (
     MessageSpec(
         name="SlurmPollResult",
         subject_template="slurm.v1.{cluster}.poll",
-        subscribe="slurm.v1.*.poll",
+        subscribe=subjects.SLURM_POLLS,
         payload=SlurmPollResult,
         publishers=("slurm-syncer",),
         consumers=("metrics-exporter",),

@@ -101,6 +101,8 @@ def k8s_command_outcome(op: str) -> str:
 
 SLURM_EVENTS = f"slurm.{VERSION}.>"
 SLURM_COMMANDS = f"cmd.slurm.{VERSION}.>"
+SLURM_NODE_EVENTS = f"slurm.{VERSION}.*.node.*"
+SLURM_POLLS = f"slurm.{VERSION}.*.poll"
 
 
 def slurm_node_event(cluster: str, node: str) -> str:

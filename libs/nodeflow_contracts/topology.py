@@ -219,6 +219,13 @@ CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
             deliver_policy="new",
         ),
         ConsumerSpec(
+            stream="SLURM_EVENTS",
+            durable="metrics-exporter-slurm-polls",
+            filter_subjects=(subjects.SLURM_POLLS,),
+            description="Tracks the age of the last successful poll per Slurm cluster.",
+            deliver_policy="new",
+        ),
+        ConsumerSpec(
             stream="DEAD_LETTERS",
             durable="metrics-exporter-dead-letters",
             filter_subjects=(subjects.DEAD_LETTERS,),
