@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 NODES ?= 16
 TOPOLOGY ?= spines=2,blocks_per_spine=2,nodes_per_block=4
 
-.PHONY: venv run stop test lint typecheck proto proto-check bench clean
+.PHONY: venv tools run stop test lint typecheck proto proto-check bench clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -42,14 +42,19 @@ proto: venv
 proto-check: venv
 	$(PY) -m nodeflow_contracts.proto_gen --check proto
 
-test: venv
+# kubectl drives the emulator in the conformance tests; Debian's kubernetes-client provides it
+# where the machine has none (CI runs as root).
+tools:
+	@command -v kubectl >/dev/null || { apt-get update -qq && apt-get install -y -qq kubernetes-client; }
+
+test: venv tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m nodeflow_contracts.proto_gen --check proto
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: venv
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .run .mypy_cache .ruff_cache .pytest_cache
