@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+# One image for the six Nodeflow services (and the dev-only cluster simulator); the command
+# picks the service: `python -m <package>`. Dependencies come only from uv.lock.
+
+FROM python:3.11-slim AS build
+# Same uv as the Makefile; never let uv download a Python of its own.
+ENV UV_VERSION=0.13.9 \
+    UV_PYTHON_DOWNLOADS=never \
+    UV_COMPILE_BYTECODE=1 \
+    UV_LINK_MODE=copy \
+    UV_PROJECT_ENVIRONMENT=/opt/nodeflow
+RUN pip install --no-cache-dir "uv==${UV_VERSION}"
+WORKDIR /src
+# Dependencies first, in their own layer, so a code change does not reinstall them.
+COPY pyproject.toml uv.lock README.md ./
+RUN uv sync --frozen --no-dev --no-install-project
+COPY libs ./libs
+COPY services ./services
+COPY clustersim ./clustersim
+# --no-editable installs the project into the environment, so /src is not needed at run time.
+RUN uv sync --frozen --no-dev --no-editable
+
+FROM python:3.11-slim
+RUN groupadd --system --gid 10001 nodeflow \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin nodeflow \
+ && install -d -o 10001 -g 10001 -m 0750 /run/nodeflow
+COPY --from=build /opt/nodeflow /opt/nodeflow
+# The CRDs, for the dev-only simulator's API emulator (`python -m clustersim --crd-dir ...`).
+COPY k8s/crds /usr/share/nodeflow/crds
+ENV PATH=/opt/nodeflow/bin:${PATH} \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HTTP_PORT=8080
+USER 10001:10001
+EXPOSE 8080
+# No default service: run e.g. `python -m nodeset_controller`.
+CMD ["python", "-c", "print('run: python -m <k8s_watcher|slurm_syncer|nodeset_controller|maintenance_scheduler|topology_placer|metrics_exporter>')"]
