@@ -1,0 +1,216 @@
+"""Request bodies of slurmrestd v0.0.41 (data_parser/v0.0.41), parsed as strictly as Slurm:
+a field of the wrong type is a parse error (HTTP 400); an unknown field is a warning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from clustersim.slurm import errors as e
+from clustersim.slurm.errors import SlurmError
+from clustersim.slurm.model import KNOWN_NODE_STATES, JobRequest, cpus_per_node
+
+UPDATE_NODE_FIELDS = frozenset(
+    {
+        "comment", "cpu_bind", "extra", "features", "features_act", "gres", "address",
+        "hostname", "name", "state", "reason", "reason_uid", "resume_after", "weight",
+    }
+)  # fmt: skip
+JOB_DESC_FIELDS = frozenset(
+    {
+        "account", "account_gather_frequency", "admin_comment", "allocation_node_list",
+        "allocation_node_port", "argv", "array", "batch_features", "begin_time", "flags",
+        "burst_buffer", "clusters", "cluster_constraint", "comment", "contiguous", "container",
+        "container_id", "core_specification", "thread_specification", "cpu_binding",
+        "cpu_binding_flags", "cpu_frequency", "cpus_per_tres", "crontab", "deadline",
+        "delay_boot", "dependency", "end_time", "environment", "rlimits", "excluded_nodes",
+        "extra", "constraints", "group_id", "hetjob_group", "immediate", "job_id",
+        "kill_on_node_fail", "licenses", "mail_type", "mail_user", "mcs_label",
+        "memory_binding", "memory_binding_type", "memory_per_tres", "name", "network", "nice",
+        "tasks", "open_mode", "reserve_ports", "overcommit", "partition",
+        "distribution_plane_size", "power_flags", "prefer", "hold", "priority", "profile", "qos",
+        "reboot", "required_nodes", "requeue", "reservation", "resv_mpi_ports", "script",
+        "shared", "exclusive", "oversubscribe", "site_factor", "spank_environment",
+        "distribution", "time_limit", "time_minimum", "tres_bind", "tres_freq", "tres_per_job",
+        "tres_per_node", "tres_per_socket", "tres_per_task", "user_id", "wait_all_nodes",
+        "kill_warning_flags", "kill_warning_signal", "kill_warning_delay",
+        "current_working_directory", "cpus_per_task", "minimum_cpus", "maximum_cpus", "nodes",
+        "minimum_nodes", "maximum_nodes", "minimum_boards_per_node",
+        "minimum_sockets_per_board", "sockets_per_node", "threads_per_core", "tasks_per_node",
+        "tasks_per_socket", "tasks_per_core", "tasks_per_board", "ntasks_per_tres",
+        "minimum_cpus_per_node", "memory_per_cpu", "memory_per_node", "temporary_disk_per_node",
+        "selinux_context", "required_switches", "segment_size", "standard_error",
+        "standard_input", "standard_output", "wait_for_switch", "wckey", "x11",
+        "x11_magic_cookie", "x11_target_host", "x11_target_port",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeUpdate:
+    states: tuple[str, ...]
+    reason: str | None
+    comment: str | None
+    reason_user: str | None
+    warnings: tuple[str, ...]
+
+
+def parse_node_update(body: object) -> NodeUpdate:
+    data = _require_dict(body, "update_node_msg")
+    warnings = [
+        f'Ignoring unknown field "{key}" of type {type(value).__name__} in update_node_msg'
+        for key, value in data.items()
+        if key not in UPDATE_NODE_FIELDS
+    ]
+    raw_states = data.get("state", [])
+    if isinstance(raw_states, str):
+        raw_states = [raw_states]
+    if not isinstance(raw_states, list) or not all(isinstance(s, str) for s in raw_states):
+        raise _parse_error("state", "expected a list of node state flag strings")
+    states = tuple(s.upper() for s in raw_states)
+    for state in states:
+        if state not in KNOWN_NODE_STATES:
+            raise _parse_error("state", f"Unknown node state flag: {state}")
+    return NodeUpdate(
+        states=states,
+        reason=_optional_str(data, "reason"),
+        comment=_optional_str(data, "comment"),
+        reason_user=_optional_str(data, "reason_uid"),
+        warnings=tuple(warnings),
+    )
+
+
+@dataclass(frozen=True)
+class ParsedSubmit:
+    request: JobRequest
+    warnings: tuple[str, ...]
+
+
+def parse_job_submit(body: object) -> ParsedSubmit:
+    data = _require_dict(body, "job_submit_req")
+    warnings: list[str] = []
+    if "jobs" in data:
+        raise SlurmError(
+            e.ESLURM_REST_INVALID_QUERY,
+            "The emulator accepts only single jobs in `job`, not HetJobs in `jobs`",
+            "job_submit_req",
+        )
+    job = _require_dict(data.get("job"), "job")
+    for key, value in job.items():
+        if key not in JOB_DESC_FIELDS:
+            warnings.append(
+                f'Ignoring unknown field "{key}" of type {type(value).__name__} in job_desc_msg'
+            )
+    script = _optional_str(job, "script")
+    top_script = _optional_str(data, "script")
+    if top_script is not None:
+        warnings.append("script field is deprecated; populate script in job")
+        script = script or top_script
+    limit, infinite = _no_val(job, "time_limit")
+    nodes_range = _optional_str(job, "nodes")
+    minimum_nodes = _optional_int(job, "minimum_nodes") or _range_minimum(nodes_range) or 1
+    required = _csv(job, "required_nodes")
+    node_count = max(minimum_nodes, len(required))
+    exclusive_flags = _str_list(job, "exclusive")
+    shared = _str_list(job, "shared")
+    request = JobRequest(
+        name=_optional_str(job, "name") or "",
+        script=script or "",
+        partition=_optional_str(job, "partition"),
+        current_working_directory=_optional_str(job, "current_working_directory") or "",
+        environment=tuple(_str_list(job, "environment")),
+        time_limit_minutes=limit,
+        time_limit_infinite=infinite,
+        required_nodes=tuple(required),
+        minimum_nodes=minimum_nodes,
+        cpus_per_node=cpus_per_node(
+            nodes=node_count,
+            tasks=_optional_int(job, "tasks"),
+            cpus_per_task=_optional_int(job, "cpus_per_task"),
+            minimum_cpus=_optional_int(job, "minimum_cpus"),
+            minimum_cpus_per_node=_optional_int(job, "minimum_cpus_per_node"),
+            tasks_per_node=_optional_int(job, "tasks_per_node"),
+        ),
+        exclusive="true" in exclusive_flags or "none" in shared,
+        comment=_optional_str(job, "comment") or "",
+        account=_optional_str(job, "account") or "",
+        standard_output=_optional_str(job, "standard_output") or "",
+        standard_error=_optional_str(job, "standard_error") or "",
+    )
+    return ParsedSubmit(request=request, warnings=tuple(warnings))
+
+
+def _parse_error(field: str, why: str) -> SlurmError:
+    return SlurmError(e.ESLURM_REST_FAIL_PARSING, f"{why} (field {field})", field)
+
+
+def _require_dict(value: object, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _parse_error(field, "expected a JSON object")
+    return value
+
+
+def _optional_str(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise _parse_error(key, "expected a string")
+
+
+def _optional_int(data: dict[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _parse_error(key, "expected an integer")
+    if value < 0:
+        raise _parse_error(key, "expected a non-negative integer")
+    return value
+
+
+def _str_list(data: dict[str, Any], key: str) -> list[str]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return list(value)
+    raise _parse_error(key, "expected a list of strings")
+
+
+def _csv(data: dict[str, Any], key: str) -> list[str]:
+    from clustersim.slurm.hostlist import expand
+
+    items: list[str] = []
+    for item in _str_list(data, key):
+        items.extend(expand(item))
+    return items
+
+
+def _no_val(data: dict[str, Any], key: str) -> tuple[int | None, bool]:
+    """A `*_no_val_struct` field: a plain integer or {set, infinite, number}."""
+    value = data.get(key)
+    if value is None:
+        return None, False
+    if isinstance(value, bool):
+        raise _parse_error(key, "expected an integer or a no_val struct")
+    if isinstance(value, int):
+        return value, False
+    if isinstance(value, dict):
+        if value.get("infinite") is True:
+            return None, True
+        number = value.get("number", 0)
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise _parse_error(key, "number must be an integer")
+        return (number, False) if value.get("set", True) else (None, False)
+    raise _parse_error(key, "expected an integer or a no_val struct")
+
+
+def _range_minimum(value: str | None) -> int | None:
+    if not value:
+        return None
+    head = value.split("-", 1)[0].split(":", 1)[0]
+    if not head.isdigit():
+        raise _parse_error("nodes", "expected a node count range like 2 or 1-4")
+    return int(head)

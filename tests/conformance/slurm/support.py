@@ -1,0 +1,183 @@
+"""A thin slurmrestd v0.0.41 client and polling helpers for the conformance suite.
+
+Nothing here knows whether the server is the emulator or a real Slurm 24.11.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+
+API = "/slurm/v0.0.41"
+BASE_STATES = {"IDLE", "ALLOCATED", "MIXED", "DOWN", "UNKNOWN", "ERROR", "FUTURE", "INVALID"}
+BUSY_BASES = {"ALLOCATED", "MIXED"}
+UNUSABLE_FLAGS = {"DRAIN", "NOT_RESPONDING", "COMPLETING", "FAIL", "MAINTENANCE", "RESERVED"}
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: Json | None
+    text: str
+
+    @property
+    def errors(self) -> list[Json]:
+        return list((self.body or {}).get("errors") or [])
+
+    def ok(self) -> Json:
+        """The body of a successful reply: 2xx and an empty `errors` list."""
+        assert 200 <= self.status < 300, f"HTTP {self.status}: {self.text[:500]}"
+        assert self.body is not None, f"no JSON body: {self.text[:200]}"
+        assert self.errors == [], f"errors in HTTP {self.status}: {self.errors}"
+        return self.body
+
+    def refused(self) -> bool:
+        """slurmrestd says no either with an error status or with errors in a 200 body."""
+        return self.status >= 400 or bool(self.errors)
+
+
+@dataclass
+class SlurmTarget:
+    """Where the suite runs: a URL, an admin user and token, and the nodes it may use."""
+
+    url: str
+    user: str
+    token: str
+    nodes: list[str]
+    non_admin: tuple[str, str] | None = None
+    jwt_key: bytes | None = None
+    is_emulator: bool = False
+    session: aiohttp.ClientSession = field(init=False, repr=False)
+
+    def headers(self, user: str | None = None, token: str | None = None) -> dict[str, str]:
+        return {
+            "X-SLURM-USER-NAME": user or self.user,
+            "X-SLURM-USER-TOKEN": token or self.token,
+        }
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Json | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
+        async with self.session.request(
+            method,
+            self.url + API + path,
+            json=body,
+            headers=self.headers() if headers is None else headers,
+        ) as response:
+            text = await response.text()
+            parsed: Json | None = None
+            if "json" in (response.content_type or "") and text:
+                parsed = json.loads(text)
+            return Reply(response.status, parsed, text)
+
+    async def node(self, name: str) -> Json:
+        body = (await self.request("GET", f"/node/{name}")).ok()
+        nodes = body["nodes"]
+        assert len(nodes) == 1 and nodes[0]["name"] == name, nodes
+        return dict(nodes[0])
+
+    async def update_node(self, name: str, **fields: Any) -> Reply:
+        return await self.request("POST", f"/node/{name}", fields)
+
+    async def submit(self, name: str, script: str, **job: Any) -> int:
+        desc = {
+            "name": name,
+            "script": script,
+            "time_limit": {"set": True, "infinite": False, "number": 1},
+            "current_working_directory": "/tmp",
+            "environment": ["PATH=/usr/bin:/bin"],
+            **job,
+        }
+        body = (await self.request("POST", "/job/submit", {"job": desc})).ok()
+        return int(body["job_id"])
+
+    async def job(self, job_id: int) -> Json | None:
+        """The job as /jobs lists it (None once Slurm forgot it)."""
+        body = (await self.request("GET", "/jobs")).ok()
+        for job in body["jobs"]:
+            if job["job_id"] == job_id:
+                return dict(job)
+        return None
+
+    async def cancel(self, job_id: int) -> Reply:
+        return await self.request("DELETE", f"/job/{job_id}")
+
+
+async def wait_for(
+    probe: Callable[[], Awaitable[Any]],
+    what: str,
+    timeout: float = 45.0,
+    interval: float = 0.25,
+) -> Any:
+    """Poll `probe` until it returns something truthy, or fail saying what never happened."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+
+
+def base(state: list[str]) -> str:
+    return state[0]
+
+
+def flags(state: list[str]) -> set[str]:
+    return set(state[1:])
+
+
+def is_free(node: Json) -> bool:
+    state = node["state"]
+    return base(state) == "IDLE" and not (flags(state) & UNUSABLE_FLAGS)
+
+
+async def free_node(target: SlurmTarget) -> str:
+    """A node that is IDLE with no drain or trouble flag, waiting for one to free up."""
+
+    async def probe() -> str | None:
+        for name in target.nodes:
+            if is_free(await target.node(name)):
+                return name
+        return None
+
+    name: str = await wait_for(probe, "an idle, undrained node")
+    return name
+
+
+def our_reason(label: str) -> str:
+    return f"nodeflow: conformance {label} {uuid.uuid4().hex[:8]}"
+
+
+async def restore(target: SlurmTarget, name: str) -> None:
+    """Best effort: leave the node undrained whatever the test did to it."""
+    node = await target.node(name)
+    if "DRAIN" in flags(node["state"]):
+        await target.update_node(name, state=["UNDRAIN"])
+
+
+SLEEP_SCRIPT = "#!/bin/bash\nsleep {seconds}\n"
+
+
+def require(condition: object, why: str) -> None:
+    """Skip a test the target cannot support, except in CI where that is a failure."""
+    if condition:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"cannot run in CI: {why}")
+    pytest.skip(why)

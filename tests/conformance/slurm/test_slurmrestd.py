@@ -1,0 +1,261 @@
+"""slurmrestd v0.0.41 behaviours Nodeflow relies on, checked against any server.
+
+Runs against the emulator by default and against a real Slurm 24.11 when
+NODEFLOW_SLURM_URL is set (see conftest.py). Nothing here touches emulator internals.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jwt
+
+from tests.conformance.slurm.support import (
+    BASE_STATES,
+    BUSY_BASES,
+    SLEEP_SCRIPT,
+    Json,
+    SlurmTarget,
+    base,
+    flags,
+    free_node,
+    our_reason,
+    require,
+    restore,
+    wait_for,
+)
+
+NO_VAL_KEYS = {"set", "infinite", "number"}
+
+
+def assert_no_val(value: Any) -> None:
+    assert isinstance(value, dict) and set(value) == NO_VAL_KEYS, value
+    assert isinstance(value["set"], bool) and isinstance(value["infinite"], bool)
+    assert isinstance(value["number"], int)
+
+
+def assert_meta(body: Json) -> None:
+    meta = body["meta"]
+    version = meta["slurm"]["version"]
+    assert (version["major"], version["minor"]) == ("24", "11"), version
+    assert isinstance(version["micro"], str)
+    assert meta["slurm"]["release"].startswith("24.11")
+    assert meta["plugin"]["data_parser"] == "data_parser/v0.0.41"
+    assert isinstance(body["errors"], list) and isinstance(body["warnings"], list)
+
+
+async def test_ping(slurm: SlurmTarget) -> None:
+    body = (await slurm.request("GET", "/ping")).ok()
+    assert_meta(body)
+    assert body["pings"], body
+    assert {ping["pinged"] for ping in body["pings"]} == {"UP"}
+    assert all(isinstance(ping["hostname"], str) for ping in body["pings"])
+
+
+async def test_nodes_list_shape(slurm: SlurmTarget) -> None:
+    body = (await slurm.request("GET", "/nodes")).ok()
+    assert_meta(body)
+    assert_no_val(body["last_update"])
+    listed = {node["name"]: node for node in body["nodes"]}
+    assert set(slurm.nodes) <= set(listed), (slurm.nodes, sorted(listed))
+    for name in slurm.nodes:
+        node = listed[name]
+        for key in ("hostname", "address", "reason", "reason_set_by_user", "gres", "comment"):
+            assert isinstance(node[key], str), (key, node[key])
+        for key in ("cpus", "alloc_cpus", "alloc_idle_cpus", "real_memory"):
+            assert isinstance(node[key], int), (key, node[key])
+        assert_no_val(node["reason_changed_at"])
+        assert isinstance(node["partitions"], list)
+        state = node["state"]
+        assert isinstance(state, list) and state and all(isinstance(s, str) for s in state)
+        assert base(state) in BASE_STATES, state
+        assert not (flags(state) & BASE_STATES), state
+
+
+async def test_single_node_matches_list(slurm: SlurmTarget) -> None:
+    name = slurm.nodes[0]
+    node = await slurm.node(name)
+    assert node["name"] == name and node["cpus"] >= 1
+
+
+async def test_drain_idle_node_then_undrain(slurm: SlurmTarget) -> None:
+    name = await free_node(slurm)
+    reason = our_reason("idle drain")
+    before = time.time()
+    try:
+        (await slurm.update_node(name, state=["DRAIN"], reason=reason)).ok()
+        node = await slurm.node(name)
+        assert base(node["state"]) == "IDLE" and "DRAIN" in flags(node["state"]), node["state"]
+        assert node["reason"] == reason
+        assert node["reason_set_by_user"] == slurm.user
+        changed = node["reason_changed_at"]
+        assert changed["set"] and changed["number"] >= int(before) - 5, changed
+
+        (await slurm.update_node(name, state=["UNDRAIN"])).ok()
+        node = await slurm.node(name)
+        assert "DRAIN" not in flags(node["state"]), node["state"]
+        assert base(node["state"]) == "IDLE"
+        # Slurm 24.11.5 leaves the reason in place after UNDRAIN: only the flag counts.
+        assert node["reason"] in ("", reason)
+    finally:
+        await restore(slurm, name)
+
+
+async def test_resume_clears_drain(slurm: SlurmTarget) -> None:
+    name = await free_node(slurm)
+    try:
+        (await slurm.update_node(name, state=["DRAIN"], reason=our_reason("resume"))).ok()
+        (await slurm.update_node(name, state=["RESUME"])).ok()
+        node = await slurm.node(name)
+        assert base(node["state"]) == "IDLE" and "DRAIN" not in flags(node["state"])
+    finally:
+        await restore(slurm, name)
+
+
+async def test_drain_busy_node_drains_then_is_drained(slurm: SlurmTarget) -> None:
+    name = await free_node(slurm)
+    reason = our_reason("busy drain")
+    job_id = await slurm.submit(
+        "nodeflow-conformance-busy", SLEEP_SCRIPT.format(seconds=6), required_nodes=[name]
+    )
+    try:
+
+        async def running() -> Json | None:
+            job = await slurm.job(job_id)
+            return job if job and job["job_state"] == ["RUNNING"] else None
+
+        job = await wait_for(running, f"job {job_id} to run on {name}")
+        assert job["nodes"] == name, job["nodes"]
+        (await slurm.update_node(name, state=["DRAIN"], reason=reason)).ok()
+        node = await slurm.node(name)
+        assert base(node["state"]) in BUSY_BASES and "DRAIN" in flags(node["state"]), node
+        assert node["reason"] == reason
+
+        async def drained() -> Json | None:
+            node = await slurm.node(name)
+            state = node["state"]
+            done = base(state) == "IDLE" and flags(state) & {"DRAIN", "COMPLETING"} == {"DRAIN"}
+            return node if done else None
+
+        node = await wait_for(drained, f"{name} to be IDLE+DRAIN after job {job_id}")
+        assert node["alloc_cpus"] == 0 and node["reason"] == reason
+        job = await slurm.job(job_id)
+        assert job is None or "COMPLETED" in job["job_state"], job
+    finally:
+        await slurm.cancel(job_id)
+        await restore(slurm, name)
+
+
+async def test_submit_list_get_cancel_job(slurm: SlurmTarget) -> None:
+    job_id = await slurm.submit("nodeflow-conformance-cancel", SLEEP_SCRIPT.format(seconds=50))
+    listed = await slurm.job(job_id)
+    assert listed is not None, f"job {job_id} not in /jobs"
+    assert listed["name"] == "nodeflow-conformance-cancel"
+    assert listed["user_name"] == slurm.user
+    assert_no_val(listed["time_limit"])
+    assert listed["time_limit"]["number"] == 1
+    assert listed["job_state"][0] in {"PENDING", "RUNNING"}, listed["job_state"]
+    single = (await slurm.request("GET", f"/job/{job_id}")).ok()
+    assert [job["job_id"] for job in single["jobs"]] == [job_id]
+
+    (await slurm.cancel(job_id)).ok()
+
+    async def cancelled() -> bool:
+        job = await slurm.job(job_id)
+        return job is None or job["job_state"][0] == "CANCELLED"
+
+    await wait_for(cancelled, f"job {job_id} to be cancelled")
+
+
+async def test_short_job_completes(slurm: SlurmTarget) -> None:
+    job_id = await slurm.submit("nodeflow-conformance-short", SLEEP_SCRIPT.format(seconds=1))
+
+    async def completed() -> Json | None:
+        job = await slurm.job(job_id)
+        return job if job and job["job_state"] == ["COMPLETED"] else None
+
+    job = await wait_for(completed, f"job {job_id} to complete")
+    assert job["exit_code"]["return_code"]["number"] == 0
+
+
+async def test_missing_token_is_401(slurm: SlurmTarget) -> None:
+    reply = await slurm.request("GET", "/nodes", headers={})
+    assert reply.status == 401, (reply.status, reply.text[:200])
+
+
+async def test_bad_token_is_refused(slurm: SlurmTarget) -> None:
+    forged = jwt.encode(
+        {"sun": slurm.user, "iat": int(time.time()), "exp": int(time.time()) + 600},
+        b"not-the-cluster-key-not-the-cluster-key",
+        algorithm="HS256",
+    )
+    for token in (forged, "garbage"):
+        reply = await slurm.request("GET", "/nodes", headers=slurm.headers(token=token))
+        assert reply.status >= 400 and reply.status != 404, (reply.status, reply.text[:300])
+        assert not (reply.body or {}).get("nodes"), "a refused request leaked node data"
+
+
+async def test_expired_token_is_refused(slurm: SlurmTarget) -> None:
+    require(slurm.jwt_key, "NODEFLOW_SLURM_JWT_KEY is needed to mint an expired token")
+    assert slurm.jwt_key is not None
+    now = int(time.time())
+    expired = jwt.encode(
+        {"sun": slurm.user, "iat": now - 7200, "exp": now - 3600}, slurm.jwt_key, "HS256"
+    )
+    reply = await slurm.request("GET", "/nodes", headers=slurm.headers(token=expired))
+    assert reply.status >= 400 and reply.status != 404, (reply.status, reply.text[:300])
+    assert not (reply.body or {}).get("nodes")
+
+
+async def test_non_admin_cannot_update_node(slurm: SlurmTarget) -> None:
+    require(slurm.non_admin, "NODEFLOW_SLURM_NONADMIN_USER/_TOKEN are not set")
+    assert slurm.non_admin is not None
+    user, token = slurm.non_admin
+    name = await free_node(slurm)
+    try:
+        reply = await slurm.request(
+            "POST",
+            f"/node/{name}",
+            {"state": ["DRAIN"], "reason": our_reason("non-admin")},
+            headers=slurm.headers(user, token),
+        )
+        assert reply.refused() and reply.errors, (reply.status, reply.text[:300])
+        assert all(isinstance(error.get("description"), str) for error in reply.errors)
+        node = await slurm.node(name)
+        assert "DRAIN" not in flags(node["state"]), node["state"]
+    finally:
+        await restore(slurm, name)
+
+
+async def test_drain_without_reason_is_accepted(slurm: SlurmTarget) -> None:
+    # Only scontrol insists on a reason; slurmrestd 24.11.5 drains without one.
+    name = await free_node(slurm)
+    try:
+        (await slurm.update_node(name, state=["DRAIN"])).ok()
+        node = await slurm.node(name)
+        assert "DRAIN" in flags(node["state"]), node["state"]
+        assert node["reason_set_by_user"] == slurm.user
+    finally:
+        await restore(slurm, name)
+
+
+async def test_resume_on_an_undrained_node_is_an_error(slurm: SlurmTarget) -> None:
+    name = await free_node(slurm)
+    reply = await slurm.update_node(name, state=["RESUME"])
+    assert reply.refused(), (reply.status, reply.text[:300])
+    assert [error["error_number"] for error in reply.errors] == [2028], reply.errors
+
+
+async def test_unknown_node_is_an_error(slurm: SlurmTarget) -> None:
+    missing = "nodeflow-no-such-node"
+    reply = await slurm.request("GET", f"/node/{missing}")
+    assert reply.refused() and reply.errors, (reply.status, reply.text[:300])
+    assert not (reply.body or {}).get("nodes")
+    update = await slurm.update_node(missing, state=["DRAIN"], reason=our_reason("missing"))
+    assert update.refused() and update.errors, (update.status, update.text[:300])
+
+
+async def test_unknown_job_is_an_error(slurm: SlurmTarget) -> None:
+    reply = await slurm.request("GET", "/job/999999999")
+    assert reply.refused() and reply.errors, (reply.status, reply.text[:300])
