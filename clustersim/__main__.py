@@ -1,0 +1,118 @@
+"""`python -m clustersim`: run the cluster simulator until SIGINT/SIGTERM.
+
+Example::
+
+    python -m clustersim --nodes 16 --topology spines=2,blocks_per_spine=2,nodes_per_block=4 \\
+        --run-dir .run --kubelet-delay 0.2 --job-runtime 5
+
+Writes `<run-dir>/kubeconfig` and updates `<run-dir>/env` (KUBECONFIG, KUBE_API_URL,
+SLURM_CLUSTERS, SLURM_URL, SLURM_TOKEN_FILE, SLURM_JWT_KEY_FILE, SLURM_USER, SIM_ADMIN_URL, and
+per cluster SLURM_<CLUSTER>_URL, _TOKEN_FILE, _JWT_KEY_FILE and _USER);
+`GET /_sim/readyz` on the Kubernetes port answers once everything is up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from clustersim.cluster.spec import ClusterSpec, SpecError, load_spec_file, merge_cli_overrides
+from clustersim.runner import DEFAULT_CRD_DIR, SimulatorConfig, run_simulator
+
+log = structlog.get_logger("clustersim")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m clustersim", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--nodes", type=int, help="node count (default: the topology's product)")
+    parser.add_argument(
+        "--topology", help="shape, e.g. spines=2,blocks_per_spine=4,nodes_per_block=8"
+    )
+    parser.add_argument("--spec", type=Path, help="cluster spec YAML (flags override it)")
+    parser.add_argument("--run-dir", type=Path, default=Path(".run"))
+    parser.add_argument("--kubelet-delay", type=float, default=0.2, help="bound -> Running, s")
+    parser.add_argument("--job-runtime", type=float, default=5.0, help="finite pods run, s")
+    parser.add_argument("--failure-runtime", type=float, help=":fail/:oom pods run, s")
+    parser.add_argument("--job-backoff", type=float, default=10.0, help="Job retry base delay, s")
+    parser.add_argument("--taint", action="append", default=[], help="key[=value]:Effect")
+    parser.add_argument("--name-prefix", help="node name prefix")
+    parser.add_argument(
+        "--slurm-cluster",
+        action="append",
+        default=[],
+        help="emulated Slurm cluster name (repeatable; the first is the default; 'sim')",
+    )
+    parser.add_argument("--slurm-user", default="slurm")
+    parser.add_argument("--kube-port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--admin-port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--crd-dir", type=Path, default=DEFAULT_CRD_DIR)
+    parser.add_argument("--log-level", default="info")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
+    spec = load_spec_file(str(args.spec)) if args.spec else ClusterSpec()
+    spec = merge_cli_overrides(
+        spec,
+        nodes=args.nodes,
+        topology=args.topology,
+        taints=args.taint,
+        name_prefix=args.name_prefix,
+    )
+    return SimulatorConfig(
+        cluster=spec,
+        kubelet_delay=args.kubelet_delay,
+        job_runtime=args.job_runtime,
+        failure_runtime=args.failure_runtime,
+        job_backoff_seconds=args.job_backoff,
+        run_dir=args.run_dir,
+        crd_dir=args.crd_dir if args.crd_dir and args.crd_dir.is_dir() else None,
+        slurm_clusters=tuple(args.slurm_cluster) or ("sim",),
+        slurm_user=args.slurm_user,
+        slurm_driver_interval=0.5,
+        kube_port=args.kube_port,
+        admin_port=args.admin_port,
+    )
+
+
+async def run(config: SimulatorConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with run_simulator(config) as sim:
+        log.info(
+            "clustersim running",
+            kube=sim.kube_url,
+            slurm=sim.slurm_url,
+            admin=sim.admin_url,
+            env=str(sim.env_path),
+        )
+        await stop.wait()
+        log.info("clustersim stopping")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.getLevelNamesMapping().get(args.log_level.upper(), logging.INFO)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
+    try:
+        config = config_from_args(args)
+    except (SpecError, OSError) as exc:
+        print(f"clustersim: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(run(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

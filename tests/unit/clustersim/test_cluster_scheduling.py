@@ -1,0 +1,246 @@
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clustersim.cluster.quantity import parse_resources
+from clustersim.cluster.scheduling import (
+    AFFINITY_MISMATCH,
+    UNSCHEDULABLE_NODE,
+    choose_node,
+    infeasibility_reasons,
+    match_expression,
+    needs_scheduling,
+    pod_requests,
+    requested_by_node,
+    toleration_tolerates,
+)
+
+
+def node(
+    name: str,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+    cpu: str = "8",
+    gpu: str = "8",
+    pods: str = "110",
+    unschedulable: bool = False,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"taints": taints or []}
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": "64Gi", "nvidia.com/gpu": gpu, "pods": pods}
+        },
+    }
+
+
+def pod(
+    cpu: str | None = None,
+    gpu: str | None = None,
+    node_selector: dict[str, str] | None = None,
+    affinity_terms: list[dict[str, Any]] | None = None,
+    tolerations: list[dict[str, str]] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    requests = {}
+    if cpu:
+        requests["cpu"] = cpu
+    if gpu:
+        requests["nvidia.com/gpu"] = gpu
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}],
+        **extra,
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if affinity_terms is not None:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": affinity_terms
+                }
+            }
+        }
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {"metadata": {"name": "p", "namespace": "default"}, "spec": spec, "status": {}}
+
+
+def test_match_expression_operators() -> None:
+    assert match_expression({"operator": "In", "values": ["a", "b"]}, "a")
+    assert not match_expression({"operator": "In", "values": ["a"]}, None)
+    assert match_expression({"operator": "NotIn", "values": ["a"]}, None)
+    assert not match_expression({"operator": "NotIn", "values": ["a"]}, "a")
+    assert match_expression({"operator": "Exists"}, "")
+    assert match_expression({"operator": "DoesNotExist"}, None)
+    assert match_expression({"operator": "Gt", "values": ["3"]}, "4")
+    assert not match_expression({"operator": "Gt", "values": ["3"]}, "3")
+    assert match_expression({"operator": "Lt", "values": ["3"]}, "2")
+    assert not match_expression({"operator": "Lt", "values": ["x"]}, "2")
+
+
+def test_affinity_terms_are_ored_and_match_fields_by_name() -> None:
+    n = node("n1", {"zone": "a"})
+    by_name = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+    assert infeasibility_reasons(pod(affinity_terms=by_name), n, {}) == []
+    other = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]
+    assert infeasibility_reasons(pod(affinity_terms=other), n, {}) == [AFFINITY_MISMATCH]
+    either = [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+    ]
+    assert infeasibility_reasons(pod(affinity_terms=either), n, {}) == []
+    assert infeasibility_reasons(pod(affinity_terms=[{}]), n, {}) == [AFFINITY_MISMATCH]
+
+
+def test_node_selector() -> None:
+    n = node("n1", {"pool": "gpu"})
+    assert infeasibility_reasons(pod(node_selector={"pool": "gpu"}), n, {}) == []
+    assert infeasibility_reasons(pod(node_selector={"pool": "cpu"}), n, {}) == [AFFINITY_MISMATCH]
+
+
+def test_taints_and_tolerations() -> None:
+    taint = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    n = node("n1", taints=[taint])
+    reasons = infeasibility_reasons(pod(), n, {})
+    assert reasons == ["node(s) had untolerated taint {dedicated: gpu}"]
+    tolerate = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+    assert infeasibility_reasons(pod(tolerations=[tolerate]), n, {}) == []
+    assert toleration_tolerates({"operator": "Exists"}, taint)
+    assert not toleration_tolerates({"key": "dedicated", "value": "cpu"}, taint)
+    soft = node("n2", taints=[{"key": "x", "effect": "PreferNoSchedule"}])
+    assert infeasibility_reasons(pod(), soft, {}) == []
+
+
+def test_unschedulable_node_needs_toleration() -> None:
+    n = node("n1", unschedulable=True)
+    assert infeasibility_reasons(pod(), n, {}) == [UNSCHEDULABLE_NODE]
+    toleration = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}
+    assert infeasibility_reasons(pod(tolerations=[toleration]), n, {}) == []
+
+
+def test_resource_fit_counts_other_pods() -> None:
+    n = node("n1", cpu="4", gpu="8")
+    other = pod(cpu="3", gpu="4", nodeName="n1")
+    finished = pod(cpu="4", nodeName="n1")
+    finished["status"]["phase"] = "Succeeded"
+    used = requested_by_node([other, finished])
+    assert infeasibility_reasons(pod(cpu="1", gpu="4"), n, used["n1"]) == []
+    assert infeasibility_reasons(pod(cpu="1500m", gpu="5"), n, used["n1"]) == [
+        "Insufficient cpu",
+        "Insufficient nvidia.com/gpu",
+    ]
+
+
+def test_pod_requests_uses_limits_init_containers_and_counts_a_pod() -> None:
+    p = pod()
+    p["spec"]["containers"] = [
+        {"name": "a", "resources": {"limits": {"cpu": "2"}}},
+        {"name": "b", "resources": {"requests": {"cpu": "500m"}}},
+    ]
+    p["spec"]["initContainers"] = [{"name": "i", "resources": {"requests": {"cpu": "4"}}}]
+    assert pod_requests(p) == {"cpu": Fraction(4), "pods": Fraction(1)}
+
+
+def test_choose_node_message_and_spread() -> None:
+    nodes = [node("a", cpu="1"), node("b", {"pool": "x"}, cpu="1")]
+    chosen, message = choose_node(pod(cpu="2"), nodes, {})
+    assert chosen is None
+    assert message == "0/2 nodes are available: 2 Insufficient cpu."
+    chosen, message = choose_node(pod(cpu="2", node_selector={"pool": "y"}), nodes, {})
+    assert message == (
+        "0/2 nodes are available: 2 Insufficient cpu, "
+        "2 node(s) didn't match Pod's node affinity/selector."
+    )
+    busy = {"a": parse_resources({"cpu": "500m", "pods": "1"})}
+    assert choose_node(pod(), nodes, busy) == ("b", "")
+
+
+def test_needs_scheduling_only_default_scheduler_and_unbound() -> None:
+    assert needs_scheduling(pod())
+    assert needs_scheduling(pod(schedulerName="default-scheduler"))
+    assert not needs_scheduling(pod(schedulerName="topology-placer"))
+    assert not needs_scheduling(pod(nodeName="n1"))
+
+
+label_values = st.sampled_from(["a", "b", "c"])
+taint_strategy = st.fixed_dictionaries(
+    {
+        "key": st.sampled_from(["k1", "k2"]),
+        "value": label_values,
+        "effect": st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"]),
+    }
+)
+node_strategy = st.builds(
+    lambda i, labels, taints, cpu, gpu, unsched: node(
+        f"n{i}", labels, taints, str(cpu), str(gpu), unschedulable=unsched
+    ),
+    st.integers(0, 1000),
+    st.dictionaries(st.sampled_from(["pool", "zone"]), label_values, max_size=2),
+    st.lists(taint_strategy, max_size=2),
+    st.integers(0, 8),
+    st.integers(0, 8),
+    st.booleans(),
+)
+pod_strategy = st.builds(
+    lambda cpu, gpu, selector, op, values, tolerations: pod(
+        cpu=str(cpu),
+        gpu=str(gpu),
+        node_selector=selector,
+        affinity_terms=[{"matchExpressions": [{"key": "zone", "operator": op, "values": values}]}],
+        tolerations=tolerations,
+    ),
+    st.integers(0, 8),
+    st.integers(0, 8),
+    st.dictionaries(st.just("pool"), label_values, max_size=1),
+    st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]),
+    st.lists(label_values, min_size=1, max_size=2),
+    st.lists(
+        st.fixed_dictionaries(
+            {"key": st.sampled_from(["k1", "k2"]), "operator": st.just("Exists")}
+        ),
+        max_size=2,
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    nodes=st.lists(
+        node_strategy, min_size=1, max_size=6, unique_by=lambda n: n["metadata"]["name"]
+    ),
+    pods=st.lists(pod_strategy, min_size=1, max_size=6),
+)
+def test_never_binds_to_an_infeasible_node(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> None:
+    """Placing pods one by one never overcommits a node or ignores a predicate."""
+    placed: list[dict[str, Any]] = []
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    for candidate in pods:
+        used = requested_by_node(placed)
+        chosen, message = choose_node(candidate, nodes, used)
+        feasible = [
+            n["metadata"]["name"]
+            for n in nodes
+            if not infeasibility_reasons(candidate, n, used.get(n["metadata"]["name"], {}))
+        ]
+        if chosen is None:
+            assert feasible == []
+            assert message.startswith(f"0/{len(nodes)} nodes are available")
+            continue
+        assert chosen in feasible
+        assert infeasibility_reasons(candidate, by_name[chosen], used.get(chosen, {})) == []
+        bound = dict(candidate, spec=dict(candidate["spec"], nodeName=chosen))
+        placed.append(bound)
+    for name, in_use in requested_by_node(placed).items():
+        allocatable = parse_resources(by_name[name]["status"]["allocatable"])
+        for resource, amount in in_use.items():
+            assert amount <= allocatable.get(resource, Fraction(0))
