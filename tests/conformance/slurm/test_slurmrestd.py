@@ -235,7 +235,8 @@ async def test_drain_without_reason_is_accepted(slurm: SlurmTarget) -> None:
         (await slurm.update_node(name, state=["DRAIN"])).ok()
         node = await slurm.node(name)
         assert "DRAIN" in flags(node["state"]), node["state"]
-        assert node["reason_set_by_user"] == slurm.user
+        # Who is recorded for a reason-less drain depends on the node's history in real
+        # Slurm (the previous reason may be kept), so only acceptance is asserted.
     finally:
         await restore(slurm, name)
 

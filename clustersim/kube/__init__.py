@@ -1,0 +1,1 @@
+"""Kubernetes API emulator: an in-memory store (``store``) and its HTTP server (``server``)."""

@@ -1,0 +1,1560 @@
+"""In-memory Kubernetes object store: the heart of the API emulator.
+
+In-process actors (simulated kubelet, scheduler, job controller) call this API directly; the
+HTTP layer (``clustersim.kube.server``) is a thin adapter over the very same calls, so both see
+one consistent cluster.  All CRUD methods are synchronous and never block (call them from the
+event-loop thread; the store is not thread-safe); ``watch`` returns an async iterator.
+
+Resources are named like kubectl does: ``"pods"``, ``"nodes"``, ``"jobs.batch"``,
+``"poddisruptionbudgets.policy"``, ``"leases.coordination.k8s.io"``,
+``"nodesets.nodeflow.dev"``; singular names, kinds and short names (``"pod"``, ``"Pod"``,
+``"po"``) resolve too.  Objects are plain JSON dicts (``{"apiVersion", "kind", "metadata",
+...}``).
+
+API summary (``store = Store()``)::
+
+    store.create(resource, obj, namespace=None, dry_run=False) -> dict
+    store.get(resource, name, namespace=None) -> dict
+    store.list(resource, namespace=None, label_selector="", field_selector="",
+               limit=None, continue_token=None) -> ListResult(items, resource_version, continue_)
+    store.update(resource, obj, namespace=None, subresource=None, dry_run=False) -> dict
+    store.patch(resource, name, patch, patch_type=MERGE_PATCH, namespace=None,
+                subresource=None, dry_run=False) -> dict
+    store.delete(resource, name, namespace=None, grace_period_seconds=None,
+                 propagation_policy=None, preconditions=None, dry_run=False) -> DeleteResult
+    store.bind(name, namespace, node_name) -> dict            # pods/binding
+    store.evict(name, namespace, delete_options=None) -> DeleteResult  # pods/eviction (PDBs)
+    store.get_scale(resource, name, ns) / store.update_scale(resource, name, ns, replicas)
+    store.watch(resource, namespace=None, label_selector="", field_selector="",
+                resource_version=None, allow_bookmarks=False) -> Watch
+    store.resource_version -> int                               # current global RV
+    store.resolve(resource) -> ResourceInfo
+
+* ``update`` enforces optimistic concurrency: a ``metadata.resourceVersion`` that is not the
+  stored one raises ``Conflict`` (409).  Omitting it is an unconditional update.
+* ``subresource="status"`` changes only ``.status``; the main resource ignores ``.status`` for
+  kinds with a status subresource.  ``metadata.generation`` is bumped on spec changes only.
+* ``patch_type`` is one of ``patch.MERGE_PATCH``, ``STRATEGIC_MERGE_PATCH``, ``JSON_PATCH``,
+  ``APPLY_PATCH`` (the Content-Type values).
+* ``delete``: objects with finalizers get ``deletionTimestamp`` and stay until the finalizers are
+  removed.  A pod bound to a node (``spec.nodeName`` set, not terminal) is deleted gracefully:
+  it gets ``deletionTimestamp`` + ``deletionGracePeriodSeconds`` and stays until someone (the
+  kubelet) deletes it again with ``grace_period_seconds=0``.  ``DeleteResult.deleted`` tells
+  whether the object is gone.  Garbage collection follows ``ownerReferences``
+  (``propagation_policy`` ``Background`` (default), ``Foreground`` or ``Orphan``).
+* ``watch`` registers synchronously (no event between a list and the watch call is lost), then
+  ``async for event in w`` yields ``WatchEvent(type, object)`` with type ADDED / MODIFIED /
+  DELETED / BOOKMARK.  ``resource_version=None`` or ``"0"`` starts with synthetic ADDED events for
+  the current objects; ``"N"`` replays from the retained history after N, raising ``Gone`` (410)
+  when N is older than the history window.  ``w.close()`` (or ``async with``) ends it.
+* Objects returned by get/create/update/patch are private copies.  Objects in ``list`` items and
+  watch events are shared with the store: treat them as read-only (``deep_copy`` them first).
+* Errors are ``clustersim.kube.errors.ApiError`` subclasses (``NotFound``, ``AlreadyExists``,
+  ``Conflict``, ``Invalid``, ``Gone``, ``TooManyRequests``, ...); ``err.status()`` is the
+  Kubernetes ``Status`` body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import json
+import math
+import random
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
+
+import msgspec
+
+from clustersim.kube import errors
+from clustersim.kube.errors import (
+    AlreadyExists,
+    ApiError,
+    BadRequest,
+    Cause,
+    Conflict,
+    Forbidden,
+    Gone,
+    Invalid,
+    NotFound,
+    TooManyRequests,
+)
+from clustersim.kube.patch import MERGE_PATCH, apply_patch
+from clustersim.kube.resources import BUILTINS, ResourceInfo, crd_resource_infos
+from clustersim.kube.schema import prepare_custom_object
+from clustersim.kube.selectors import FieldSelector, LabelSelector
+
+Obj = dict[str, Any]
+_T = TypeVar("_T")
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+_DNS_SUBDOMAIN_MAX = 253
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+def deep_copy(obj: _T) -> _T:
+    """Fast deep copy of a JSON value."""
+    return cast(_T, _decoder.decode(_encoder.encode(obj)))
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _is_dns_subdomain(name: str) -> bool:
+    if not name or len(name) > _DNS_SUBDOMAIN_MAX:
+        return False
+    if name[0] in "-." or name[-1] in "-.":
+        return False
+    return all(c.islower() or c.isdigit() or c in "-." for c in name)
+
+
+def _spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything that counts as "spec" for generation bumps: all but metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _owner_uids(obj: Mapping[str, Any]) -> list[str]:
+    return [r["uid"] for r in obj["metadata"].get("ownerReferences") or () if "uid" in r]
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED | MODIFIED | DELETED | BOOKMARK | ERROR
+    object: Obj
+
+
+@dataclass
+class ListResult:
+    items: list[Obj]
+    resource_version: str
+    continue_: str | None = None
+    remaining_item_count: int | None = None
+
+
+@dataclass
+class DeleteResult:
+    object: Obj
+    deleted: bool  # False: still present with deletionTimestamp (finalizers / graceful)
+
+
+@dataclass(frozen=True)
+class _LogEntry:
+    rv: int
+    key: str
+    type: str
+    obj: Obj
+    old: Obj | None
+
+
+_CLOSED = object()
+
+
+class Watch:
+    """An async iterator of WatchEvents; create with ``Store.watch``."""
+
+    def __init__(
+        self,
+        store: Store,
+        info: ResourceInfo,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        allow_bookmarks: bool,
+        bookmark_interval: float,
+    ) -> None:
+        self.store = store
+        self.info = info
+        self.namespace = namespace
+        self.labels = labels
+        self.fields = fields
+        self.allow_bookmarks = allow_bookmarks
+        self.bookmark_interval = bookmark_interval
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._closed = False
+        self._next_bookmark = time.monotonic() + bookmark_interval
+        self.error: ApiError | None = None  # set when the store ends the watch with an error
+
+    def matches(self, obj: Mapping[str, Any]) -> bool:
+        meta = obj["metadata"]
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
+            return False
+        if not self.labels.empty and not self.labels.matches(meta.get("labels")):
+            return False
+        return self.fields.empty or self.fields.matches(obj)
+
+    def _offer(self, entry: _LogEntry) -> None:
+        new_match = self.matches(entry.obj)
+        if entry.type == "ADDED":
+            if new_match:
+                self._queue.put_nowait(WatchEvent("ADDED", entry.obj))
+            return
+        if entry.type == "DELETED":
+            if new_match:
+                self._queue.put_nowait(WatchEvent("DELETED", entry.obj))
+            return
+        old_match = entry.old is not None and self.matches(entry.old)
+        if new_match and old_match:
+            self._queue.put_nowait(WatchEvent("MODIFIED", entry.obj))
+        elif new_match:
+            self._queue.put_nowait(WatchEvent("ADDED", entry.obj))
+        elif old_match:
+            self._queue.put_nowait(WatchEvent("DELETED", entry.obj))
+
+    def _push(self, event: WatchEvent) -> None:
+        self._queue.put_nowait(event)
+
+    def close(self, error: ApiError | None = None) -> None:
+        """End the watch; iteration stops after already-queued events."""
+        if self._closed:
+            return
+        self._closed = True
+        self.error = error
+        self.store._unregister(self)
+        self._queue.put_nowait(_CLOSED)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __aiter__(self) -> AsyncIterator[WatchEvent]:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        while True:
+            if not self._queue.empty():
+                item = self._queue.get_nowait()
+            elif self.allow_bookmarks:
+                timeout = max(0.0, self._next_bookmark - time.monotonic())
+                try:
+                    item = await asyncio.wait_for(self._queue.get(), timeout)
+                except TimeoutError:
+                    self._next_bookmark = time.monotonic() + self.bookmark_interval
+                    return self.store.bookmark_event(self.info)
+            else:
+                item = await self._queue.get()
+            if item is _CLOSED:
+                self._queue.put_nowait(_CLOSED)
+                raise StopAsyncIteration
+            assert isinstance(item, WatchEvent)
+            return item
+
+    async def __aenter__(self) -> Watch:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Store:
+    """The cluster state.  See the module docstring for the API."""
+
+    def __init__(
+        self,
+        *,
+        history_size: int = 20_000,
+        bookmark_interval: float = 30.0,
+        namespaces: Iterable[str] = DEFAULT_NAMESPACES,
+    ) -> None:
+        self._rv = 0
+        self._compacted_rv = 0
+        self._history: deque[_LogEntry] = deque(maxlen=history_size)
+        self.bookmark_interval = bookmark_interval
+        self._infos: dict[str, ResourceInfo] = {}
+        self._aliases: dict[str, str] = {}
+        # key -> namespace ("" for cluster scope) -> name -> object
+        self._objects: dict[str, dict[str, dict[str, Obj]]] = {}
+        self._watchers: dict[str, set[Watch]] = {}
+        self._by_uid: dict[str, tuple[str, str, str]] = {}
+        self._dependents: dict[str, set[str]] = {}
+        # spec.nodeName -> {(namespace, name)}: kubelets list their pods by node constantly
+        self._pods_by_node: dict[str, set[tuple[str, str]]] = {}
+        self._listeners: list[Callable[[str, str, Obj, Obj | None], None]] = []
+        for info in BUILTINS:
+            self.register(info)
+        for ns in namespaces:
+            self.create("namespaces", {"metadata": {"name": ns}})
+
+    # ----------------------------------------------------------------- registry
+
+    def register(self, info: ResourceInfo) -> None:
+        """Serve a resource (built-in or from a CRD)."""
+        self._infos[info.key] = info
+        self._objects.setdefault(info.key, {})
+        for alias in (info.key, info.plural, info.singular, info.kind, *info.short_names):
+            if alias:
+                self._aliases.setdefault(alias, info.key)
+                self._aliases.setdefault(alias.lower(), info.key)
+                if info.group:
+                    self._aliases[f"{alias.lower()}.{info.group}"] = info.key
+        for version in info.versions:
+            if info.group:
+                self._aliases[f"{info.plural}.{version}.{info.group}"] = info.key
+
+    def unregister(self, key: str) -> None:
+        info = self._infos.pop(key, None)
+        if info is None:
+            return
+        for watch in list(self._watchers.get(key, ())):
+            watch.close()
+        for ns_objects in self._objects.pop(key, {}).values():
+            for obj in ns_objects.values():
+                self._by_uid.pop(obj["metadata"]["uid"], None)
+        self._aliases = {a: k for a, k in self._aliases.items() if k != key}
+
+    def resolve(self, resource: str | ResourceInfo) -> ResourceInfo:
+        if isinstance(resource, ResourceInfo):
+            return resource
+        key = self._aliases.get(resource) or self._aliases.get(resource.lower())
+        if key is None or key not in self._infos:
+            raise NotFound(f"the server could not find the requested resource ({resource})")
+        return self._infos[key]
+
+    def resources(self) -> list[ResourceInfo]:
+        return list(self._infos.values())
+
+    def find(self, group: str, version: str, plural: str) -> ResourceInfo | None:
+        key = f"{plural}.{group}" if group else plural
+        info = self._infos.get(key)
+        if info is None or version not in info.versions:
+            return None
+        return info
+
+    def add_listener(self, listener: Callable[[str, str, Obj, Obj | None], None]) -> None:
+        """Synchronous callback ``(resource_key, event_type, obj, old)`` after every commit."""
+        self._listeners.append(listener)
+
+    # ----------------------------------------------------------------- helpers
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def _bucket(self, info: ResourceInfo, namespace: str) -> dict[str, Obj]:
+        by_ns = self._objects[info.key]
+        bucket = by_ns.get(namespace)
+        if bucket is None:
+            bucket = by_ns[namespace] = {}
+        return bucket
+
+    def _namespace_of(self, info: ResourceInfo, namespace: str | None, obj: Obj | None) -> str:
+        if not info.namespaced:
+            return ""
+        meta_ns = (obj or {}).get("metadata", {}).get("namespace") if obj else None
+        if namespace and meta_ns and namespace != meta_ns:
+            raise BadRequest(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
+        return namespace or meta_ns or "default"
+
+    def _lookup(self, info: ResourceInfo, name: str, namespace: str) -> Obj:
+        obj = self._objects[info.key].get(namespace, {}).get(name)
+        if obj is None:
+            raise errors.not_found(info.plural, name, info.group)
+        return obj
+
+    def _stamp(self, obj: Obj) -> int:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        return self._rv
+
+    def _commit(self, info: ResourceInfo, event_type: str, obj: Obj, old: Obj | None) -> None:
+        entry = _LogEntry(self._rv, info.key, event_type, obj, old)
+        if len(self._history) == self._history.maxlen:
+            # The oldest entry falls out of the window: watches from before it get 410.
+            self._compacted_rv = self._history[0].rv
+        self._history.append(entry)
+        for watch in list(self._watchers.get(info.key, ())):
+            watch._offer(entry)
+        for listener in self._listeners:
+            listener(info.key, event_type, obj, old)
+
+    def _index(self, info: ResourceInfo, obj: Obj, old: Obj | None, removed: bool) -> None:
+        meta = obj["metadata"]
+        ref = f"{info.key}\x00{meta.get('namespace', '')}\x00{meta['name']}"
+        old_owners = set(_owner_uids(old)) if old is not None else set()
+        new_owners = set() if removed else set(_owner_uids(obj))
+        for uid in old_owners - new_owners:
+            deps = self._dependents.get(uid)
+            if deps is not None:
+                deps.discard(ref)
+                if not deps:
+                    del self._dependents[uid]
+        for uid in new_owners - old_owners:
+            self._dependents.setdefault(uid, set()).add(ref)
+        if removed:
+            self._by_uid.pop(meta["uid"], None)
+        else:
+            self._by_uid[meta["uid"]] = (info.key, meta.get("namespace", ""), meta["name"])
+        if info.key == "pods":
+            self._index_node(obj, old, removed)
+
+    def _index_node(self, obj: Obj, old: Obj | None, removed: bool) -> None:
+        key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        old_node = (old.get("spec") or {}).get("nodeName") if old is not None else None
+        new_node = None if removed else (obj.get("spec") or {}).get("nodeName")
+        if old_node == new_node:
+            return
+        if old_node:
+            members = self._pods_by_node.get(old_node)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self._pods_by_node[old_node]
+        if new_node:
+            self._pods_by_node.setdefault(new_node, set()).add(key)
+
+    def bookmark_event(self, info: ResourceInfo) -> WatchEvent:
+        return WatchEvent(
+            "BOOKMARK",
+            {
+                "kind": info.kind,
+                "apiVersion": info.api_version(),
+                "metadata": {"resourceVersion": str(self._rv)},
+            },
+        )
+
+    # ----------------------------------------------------------------- create
+
+    def create(
+        self,
+        resource: str | ResourceInfo,
+        obj: Obj,
+        namespace: str | None = None,
+        *,
+        dry_run: bool = False,
+        version: str | None = None,
+    ) -> Obj:
+        info = self.resolve(resource)
+        new = deep_copy(obj)
+        meta = new.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise BadRequest("metadata must be an object")
+        ns = self._namespace_of(info, namespace, new)
+        new["apiVersion"] = new.get("apiVersion") or info.api_version(version)
+        new["kind"] = new.get("kind") or info.kind
+        if new["kind"] != info.kind:
+            raise BadRequest(f"the kind {new['kind']!r} does not match the resource {info.key!r}")
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise errors.invalid(
+                    info.kind,
+                    "",
+                    [
+                        Cause(
+                            "FieldValueRequired",
+                            "name or generateName is required",
+                            "metadata.name",
+                        )
+                    ],
+                    info.group,
+                )
+            meta["name"] = prefix + "".join(random.choices(_NAME_CHARS, k=5))
+        name = meta["name"]
+        if not _is_dns_subdomain(name) and info.kind != "Event":
+            raise errors.invalid(
+                info.kind,
+                name,
+                [
+                    Cause(
+                        "FieldValueInvalid",
+                        f'Invalid value: "{name}": a lowercase RFC 1123 '
+                        "subdomain must consist of lower case alphanumeric characters, '-' or "
+                        "'.', and must start and end with an alphanumeric character",
+                        "metadata.name",
+                    )
+                ],
+                info.group,
+            )
+        if info.namespaced:
+            meta["namespace"] = ns
+            self._check_namespace_open(ns)
+        else:
+            meta.pop("namespace", None)
+        bucket = self._bucket(info, ns)
+        if name in bucket:
+            raise errors.already_exists(info.plural, name, info.group)
+        for transient in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
+            meta.pop(transient, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        meta["generation"] = 1
+        if info.reset_status_on_create:
+            new.pop("status", None)
+        new = self._prepare_create(info, new)
+        new = self._validate(info, new, None)
+        if dry_run:
+            return new
+        self._stamp(new)
+        bucket[name] = new
+        self._index(info, new, None, removed=False)
+        self._commit(info, "ADDED", new, None)
+        self._after_write(info, new, None)
+        return deep_copy(new)
+
+    def _check_namespace_open(self, ns: str) -> None:
+        namespace = self._objects["namespaces"].get("", {}).get(ns)
+        if namespace is None:
+            raise errors.not_found("namespaces", ns)
+        if namespace["metadata"].get("deletionTimestamp"):
+            raise Forbidden(
+                f"unable to create new content in namespace {ns} because it is being terminated",
+                name=ns,
+                kind="namespaces",
+            )
+
+    def _prepare_create(self, info: ResourceInfo, obj: Obj) -> Obj:
+        key = info.key
+        if key == "pods":
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            spec.setdefault("schedulerName", "default-scheduler")
+            spec.setdefault("dnsPolicy", "ClusterFirst")
+            for container in spec.get("containers") or []:
+                if isinstance(container, dict):
+                    container.setdefault("imagePullPolicy", "IfNotPresent")
+                    container.setdefault("terminationMessagePolicy", "File")
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        elif key == "namespaces":
+            obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]
+            obj["status"] = {"phase": "Active"}
+            obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj[
+                "metadata"
+            ]["name"]
+        elif key == "jobs.batch":
+            self._prepare_job(obj)
+        elif key == "poddisruptionbudgets.policy":
+            obj["status"] = {
+                "disruptionsAllowed": 0,
+                "currentHealthy": 0,
+                "desiredHealthy": 0,
+                "expectedPods": 0,
+            }
+        elif key == "customresourcedefinitions.apiextensions.k8s.io":
+            obj = self._prepare_crd(obj)
+        return obj
+
+    @staticmethod
+    def _prepare_job(obj: Obj) -> None:
+        spec = obj.setdefault("spec", {})
+        uid = obj["metadata"]["uid"]
+        name = obj["metadata"]["name"]
+        spec.setdefault("parallelism", 1)
+        if "completions" not in spec:
+            spec["completions"] = 1
+        spec.setdefault("backoffLimit", 6)
+        spec.setdefault("completionMode", "NonIndexed")
+        spec.setdefault("suspend", False)
+        if not spec.get("manualSelector"):
+            spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+            template_meta = spec.setdefault("template", {}).setdefault("metadata", {})
+            labels = template_meta.setdefault("labels", {})
+            labels.update(
+                {
+                    "batch.kubernetes.io/controller-uid": uid,
+                    "batch.kubernetes.io/job-name": name,
+                    "controller-uid": uid,
+                    "job-name": name,
+                }
+            )
+        obj["status"] = {}
+
+    def _prepare_crd(self, obj: Obj) -> Obj:
+        info = crd_resource_infos(obj)
+        spec = obj.get("spec") or {}
+        expected = f"{info.plural}.{info.group}"
+        causes: list[Cause] = []
+        if obj["metadata"]["name"] != expected:
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    f'Invalid value: "{obj["metadata"]["name"]}": must '
+                    f'be spec.names.plural+"."+spec.group',
+                    "metadata.name",
+                )
+            )
+        if not info.versions:
+            causes.append(Cause("FieldValueRequired", "Required value", "spec.versions"))
+        storage = [v for v in spec.get("versions") or [] if v.get("storage")]
+        if len(storage) != 1:
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    "must have exactly one version marked as storage version",
+                    "spec.versions",
+                )
+            )
+        if not info.kind:
+            causes.append(Cause("FieldValueRequired", "Required value", "spec.names.kind"))
+        if causes:
+            raise errors.invalid(
+                "CustomResourceDefinition", obj["metadata"]["name"], causes, "apiextensions.k8s.io"
+            )
+        names = dict(spec.get("names") or {})
+        names.setdefault("singular", info.singular)
+        names.setdefault("listKind", info.list_kind)
+        obj["spec"]["names"] = names
+        obj["status"] = {
+            "acceptedNames": names,
+            "storedVersions": [info.storage_version],
+            "conditions": [
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": now_rfc3339(),
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": now_rfc3339(),
+                },
+            ],
+        }
+        return obj
+
+    def _validate(self, info: ResourceInfo, obj: Obj, old: Obj | None) -> Obj:
+        name = obj["metadata"]["name"]
+        if info.is_crd:
+            version = obj.get("apiVersion", "").rpartition("/")[2]
+            schema = info.schemas.get(version) or info.schemas.get(info.storage_version) or {}
+            if version not in info.versions:
+                raise BadRequest(f"unsupported apiVersion {obj.get('apiVersion')!r} for {info.key}")
+            obj, causes = prepare_custom_object(obj, schema)
+            if causes:
+                raise errors.invalid(info.kind, name, causes, info.group)
+            return obj
+        causes = []
+        if info.key == "pods":
+            causes = _pod_causes(obj, old)
+        elif info.key == "jobs.batch":
+            causes = _job_causes(obj, old)
+        elif info.key == "poddisruptionbudgets.policy":
+            causes = _pdb_causes(obj)
+        if causes:
+            raise errors.invalid(info.kind, name, causes, info.group)
+        return obj
+
+    # ----------------------------------------------------------------- read
+
+    def get(self, resource: str | ResourceInfo, name: str, namespace: str | None = None) -> Obj:
+        info = self.resolve(resource)
+        ns = (namespace or "default") if info.namespaced else ""
+        return deep_copy(self._lookup(info, name, ns))
+
+    def peek(self, resource: str | ResourceInfo, name: str, namespace: str | None = None) -> Obj:
+        """Like ``get`` but returns the shared (read-only!) stored object without copying."""
+        info = self.resolve(resource)
+        ns = (namespace or "default") if info.namespaced else ""
+        return self._lookup(info, name, ns)
+
+    def list(
+        self,
+        resource: str | ResourceInfo,
+        namespace: str | None = None,
+        label_selector: str | LabelSelector = "",
+        field_selector: str | FieldSelector = "",
+        *,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> ListResult:
+        """Items sorted by namespace/name; ``items`` are shared read-only objects."""
+        info = self.resolve(resource)
+        labels = (
+            label_selector
+            if isinstance(label_selector, LabelSelector)
+            else LabelSelector.parse(label_selector)
+        )
+        fields = (
+            field_selector
+            if isinstance(field_selector, FieldSelector)
+            else FieldSelector.parse(field_selector)
+        )
+        list_rv = self._rv
+        start_after: tuple[str, str] | None = None
+        if continue_token:
+            list_rv, start_after = self._decode_continue(continue_token)
+        by_ns = self._objects[info.key]
+        namespaces = [namespace] if info.namespaced and namespace else sorted(by_ns)
+        name_filter = fields.equality_value("metadata.name")
+        node_filter = fields.equality_value("spec.nodeName") if info.key == "pods" else None
+        if node_filter and not limit and not continue_token:
+            return self._list_pods_on_node(node_filter, namespace, labels, fields, list_rv)
+        items: list[Obj] = []
+        for ns in namespaces:
+            if start_after is not None and ns < start_after[0]:
+                continue
+            bucket = by_ns.get(ns)
+            if not bucket:
+                continue
+            if name_filter is not None:
+                candidate = bucket.get(name_filter)
+                names = [name_filter] if candidate is not None else []
+            else:
+                names = sorted(bucket)
+            for name in names:
+                if start_after is not None and (ns, name) <= start_after:
+                    continue
+                obj = bucket[name]
+                if not labels.empty and not labels.matches(obj["metadata"].get("labels")):
+                    continue
+                if not fields.empty and not fields.matches(obj):
+                    continue
+                items.append(obj)
+        if limit and limit > 0 and len(items) > limit:
+            last = items[limit - 1]["metadata"]
+            token = self._encode_continue(list_rv, last.get("namespace", ""), last["name"])
+            return ListResult(items[:limit], str(list_rv), token, len(items) - limit)
+        return ListResult(items, str(list_rv))
+
+    def _list_pods_on_node(
+        self,
+        node: str,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        list_rv: int,
+    ) -> ListResult:
+        pods = self._objects["pods"]
+        items = []
+        for ns, name in sorted(self._pods_by_node.get(node, ())):
+            if namespace and ns != namespace:
+                continue
+            obj = pods[ns][name]
+            if labels.matches(obj["metadata"].get("labels")) and fields.matches(obj):
+                items.append(obj)
+        return ListResult(items, str(list_rv))
+
+    def _encode_continue(self, rv: int, ns: str, name: str) -> str:
+        raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": f"{ns}/{name}"})
+        return base64.urlsafe_b64encode(raw.encode()).decode()
+
+    def _decode_continue(self, token: str) -> tuple[int, tuple[str, str]]:
+        try:
+            data = json.loads(base64.urlsafe_b64decode(token.encode()))
+            rv = int(data["rv"])
+            ns, _, name = str(data["start"]).partition("/")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BadRequest(f"continue key is not valid: {exc}") from exc
+        if self._too_old(rv):
+            raise Gone(
+                "The provided continue parameter is too old to display a consistent list "
+                "result. You can start a new list without the continue parameter, or use the "
+                "continue token in this response to retrieve the remainder of the results."
+            )
+        return rv, (ns, name)
+
+    def _too_old(self, rv: int) -> bool:
+        return rv < self._compacted_rv
+
+    # ----------------------------------------------------------------- update / patch
+
+    def update(
+        self,
+        resource: str | ResourceInfo,
+        obj: Obj,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        info = self.resolve(resource)
+        incoming = deep_copy(obj)
+        meta = incoming.get("metadata")
+        if not isinstance(meta, dict) or not meta.get("name"):
+            raise errors.invalid(
+                info.kind,
+                "",
+                [Cause("FieldValueRequired", "name is required", "metadata.name")],
+                info.group,
+            )
+        ns = self._namespace_of(info, namespace, incoming)
+        return deep_copy(self._update(info, incoming, ns, subresource, dry_run))
+
+    def _update(
+        self, info: ResourceInfo, incoming: Obj, ns: str, subresource: str | None, dry_run: bool
+    ) -> Obj:
+        meta = incoming["metadata"]
+        name = meta["name"]
+        existing = self._lookup(info, name, ns)
+        old_meta = existing["metadata"]
+        rv = meta.get("resourceVersion")
+        if rv and rv != old_meta["resourceVersion"]:
+            raise errors.conflict(info.plural, name, info.group)
+        if meta.get("uid") and meta["uid"] != old_meta["uid"]:
+            raise errors.conflict(
+                info.plural,
+                name,
+                info.group,
+                f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: "
+                f"{old_meta['uid']}",
+            )
+        if info.is_crd or "kind" not in incoming:
+            incoming.setdefault("kind", info.kind)
+        incoming.setdefault("apiVersion", existing["apiVersion"])
+        if subresource == "status":
+            new = {k: v for k, v in existing.items() if k != "status"}
+            new["metadata"] = dict(old_meta)
+            if "status" in incoming:
+                new["status"] = incoming["status"]
+            new = deep_copy(new)
+        else:
+            new = incoming
+            new_meta = new["metadata"]
+            for fixed in (
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
+                if fixed in old_meta:
+                    new_meta[fixed] = old_meta[fixed]
+                else:
+                    new_meta.pop(fixed, None)
+            if info.namespaced:
+                new_meta["namespace"] = ns
+            if info.has_status:
+                if "status" in existing:
+                    new["status"] = deep_copy(existing["status"])
+                else:
+                    new.pop("status", None)
+            if _spec_part(new) != _spec_part(existing):
+                new_meta["generation"] = int(old_meta.get("generation", 1)) + 1
+            if info.key == "customresourcedefinitions.apiextensions.k8s.io":
+                new = self._prepare_crd(new)
+        new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+        new = self._validate(info, new, existing)
+        if new == existing:
+            return existing
+        if dry_run:
+            return new
+        new_meta = new["metadata"]
+        if (
+            new_meta.get("deletionTimestamp")
+            and not new_meta.get("finalizers")
+            and not new_meta.get("deletionGracePeriodSeconds")
+        ):
+            self._remove(info, new, existing)
+            return new
+        self._stamp(new)
+        self._bucket(info, ns)[name] = new
+        self._index(info, new, existing, removed=False)
+        self._commit(info, "MODIFIED", new, existing)
+        self._after_write(info, new, existing)
+        return new
+
+    def patch(
+        self,
+        resource: str | ResourceInfo,
+        name: str,
+        patch: Any,
+        patch_type: str = MERGE_PATCH,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        info = self.resolve(resource)
+        ns = (namespace or "default") if info.namespaced else ""
+        existing = self._lookup(info, name, ns)
+        patched = apply_patch(existing, patch, patch_type, strategic=info.strategic_merge)
+        if not isinstance(patched, dict):
+            raise BadRequest("patch did not produce an object")
+        patched = deep_copy(patched)
+        meta = patched.setdefault("metadata", {})
+        if meta.get("name") != name:
+            raise BadRequest("the name of the object does not match the name on the URL")
+        return deep_copy(self._update(info, patched, ns, subresource, dry_run))
+
+    # ----------------------------------------------------------------- delete
+
+    def delete(
+        self,
+        resource: str | ResourceInfo,
+        name: str,
+        namespace: str | None = None,
+        *,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+        preconditions: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> DeleteResult:
+        info = self.resolve(resource)
+        ns = (namespace or "default") if info.namespaced else ""
+        existing = self._lookup(info, name, ns)
+        meta = existing["metadata"]
+        if preconditions:
+            want_uid = preconditions.get("uid")
+            if want_uid and want_uid != meta["uid"]:
+                raise errors.conflict(
+                    info.plural,
+                    name,
+                    info.group,
+                    f"Precondition failed: UID in precondition: {want_uid}, UID in object "
+                    f"meta: {meta['uid']}",
+                )
+            want_rv = preconditions.get("resourceVersion")
+            if want_rv and want_rv != meta["resourceVersion"]:
+                raise errors.conflict(
+                    info.plural,
+                    name,
+                    info.group,
+                    f"Precondition failed: ResourceVersion in precondition: {want_rv}, "
+                    f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                )
+        policy = propagation_policy or info.default_propagation
+        if policy not in ("Background", "Foreground", "Orphan"):
+            raise BadRequest(f"invalid propagationPolicy {policy!r}")
+        if dry_run:
+            return DeleteResult(deep_copy(existing), True)
+        grace = self._grace_period(info, existing, grace_period_seconds)
+        new = deep_copy(existing)
+        new_meta = new["metadata"]
+        finalizers: list[str] = list(new_meta.get("finalizers") or [])
+        wait_for_dependents = policy == "Foreground" and self._dependents.get(meta["uid"])
+        if wait_for_dependents and "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")
+        if policy == "Orphan":
+            self._orphan_dependents(meta["uid"])
+        new_meta["finalizers"] = finalizers
+        if not finalizers:
+            new_meta.pop("finalizers")
+        if info.key == "namespaces":
+            return self._delete_namespace(info, new, existing)
+        if grace > 0 or finalizers:
+            if not new_meta.get("deletionTimestamp"):
+                new_meta["deletionTimestamp"] = now_rfc3339()
+            if grace > 0 or "deletionGracePeriodSeconds" in new_meta:
+                new_meta["deletionGracePeriodSeconds"] = grace
+            if grace == 0 and not finalizers:
+                self._remove(info, new, existing)
+                return DeleteResult(deep_copy(new), True)
+            if new != existing:
+                self._stamp(new)
+                self._bucket(info, ns)[name] = new
+                self._index(info, new, existing, removed=False)
+                self._commit(info, "MODIFIED", new, existing)
+                self._after_write(info, new, existing)
+            if "foregroundDeletion" in finalizers:
+                self._delete_dependents(meta["uid"], "Foreground")
+                self._maybe_finish_foreground(new_meta["uid"])
+            current = self._objects[info.key].get(ns, {}).get(name)
+            return DeleteResult(deep_copy(current or new), current is None)
+        self._remove(info, new, existing)
+        return DeleteResult(deep_copy(new), True)
+
+    def _grace_period(self, info: ResourceInfo, obj: Obj, requested: int | None) -> int:
+        if info.key != "pods":
+            return 0
+        spec = obj.get("spec") or {}
+        phase = (obj.get("status") or {}).get("phase")
+        if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            return 0
+        grace = requested
+        if grace is None:
+            grace = int(spec.get("terminationGracePeriodSeconds", 30))
+        current = obj["metadata"].get("deletionGracePeriodSeconds")
+        if current is not None and grace > current:
+            grace = int(current)
+        return max(0, int(grace))
+
+    def _remove(self, info: ResourceInfo, final: Obj, existing: Obj) -> None:
+        meta = final["metadata"]
+        ns = meta.get("namespace", "")
+        bucket = self._bucket(info, ns)
+        if bucket.get(meta["name"]) is not existing:
+            return
+        del bucket[meta["name"]]
+        self._stamp(final)
+        self._index(info, final, existing, removed=True)
+        self._commit(info, "DELETED", final, existing)
+        self._after_write(info, None, final)
+        self._delete_dependents(meta["uid"], "Background")
+        for owner_uid in _owner_uids(final):
+            self._maybe_finish_foreground(owner_uid)
+        if ns and info.key != "namespaces":
+            self._maybe_finish_namespace(ns)
+
+    def _dependent_refs(self, uid: str) -> builtins.list[tuple[ResourceInfo, Obj]]:
+        out = []
+        for ref in list(self._dependents.get(uid, ())):
+            key, ns, name = ref.split("\x00")
+            info = self._infos.get(key)
+            obj = self._objects.get(key, {}).get(ns, {}).get(name) if info else None
+            if info is not None and obj is not None:
+                out.append((info, obj))
+        return out
+
+    def _delete_dependents(self, uid: str, policy: str) -> None:
+        for info, obj in self._dependent_refs(uid):
+            meta = obj["metadata"]
+            if meta.get("deletionTimestamp") and policy == "Background":
+                continue
+            try:
+                self.delete(info, meta["name"], meta.get("namespace"), propagation_policy=policy)
+            except NotFound:
+                continue
+
+    def _orphan_dependents(self, uid: str) -> None:
+        for info, obj in self._dependent_refs(uid):
+            refs = [r for r in obj["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+            patch = {"metadata": {"ownerReferences": refs or None}}
+            self.patch(
+                info, obj["metadata"]["name"], patch, MERGE_PATCH, obj["metadata"].get("namespace")
+            )
+
+    def _maybe_finish_foreground(self, owner_uid: str) -> None:
+        location = self._by_uid.get(owner_uid)
+        if location is None:
+            return
+        key, ns, name = location
+        owner = self._objects[key].get(ns, {}).get(name)
+        if owner is None:
+            return
+        finalizers = owner["metadata"].get("finalizers") or []
+        if "foregroundDeletion" not in finalizers or self._dependent_refs(owner_uid):
+            return
+        remaining = [f for f in finalizers if f != "foregroundDeletion"]
+        self.patch(
+            key, name, {"metadata": {"finalizers": remaining or None}}, MERGE_PATCH, ns or None
+        )
+
+    def _delete_namespace(self, info: ResourceInfo, new: Obj, existing: Obj) -> DeleteResult:
+        meta = new["metadata"]
+        name = meta["name"]
+        if not meta.get("deletionTimestamp"):
+            meta["deletionTimestamp"] = now_rfc3339()
+            new["status"] = {"phase": "Terminating"}
+            self._stamp(new)
+            self._bucket(info, "")[name] = new
+            self._commit(info, "MODIFIED", new, existing)
+        for other in list(self._infos.values()):
+            if not other.namespaced:
+                continue
+            for obj in list(self._objects[other.key].get(name, {}).values()):
+                if obj["metadata"].get("deletionTimestamp"):
+                    continue
+                try:
+                    self.delete(other, obj["metadata"]["name"], name)
+                except NotFound:
+                    continue
+        self._maybe_finish_namespace(name)
+        current = self._objects["namespaces"][""].get(name)
+        return DeleteResult(deep_copy(current or new), current is None)
+
+    def _maybe_finish_namespace(self, ns: str) -> None:
+        namespace = self._objects["namespaces"].get("", {}).get(ns)
+        if namespace is None or not namespace["metadata"].get("deletionTimestamp"):
+            return
+        for other in self._infos.values():
+            if other.namespaced and self._objects[other.key].get(ns):
+                return
+        if namespace["metadata"].get("finalizers"):
+            return
+        final = deep_copy(namespace)
+        final.get("spec", {}).pop("finalizers", None)
+        self._remove(self._infos["namespaces"], final, namespace)
+
+    # ----------------------------------------------------------------- pods/binding, eviction
+
+    def bind(self, name: str, namespace: str, node_name: str) -> Obj:
+        """pods/binding: set spec.nodeName once (Conflict if already bound)."""
+        info = self._infos["pods"]
+        pod = self._lookup(info, name, namespace)
+        current = pod["spec"].get("nodeName")
+        if current:
+            raise errors.conflict(
+                "pods/binding", name, "", f'pod {name} is already assigned to node "{current}"'
+            )
+        if pod["metadata"].get("deletionTimestamp"):
+            raise errors.conflict("pods/binding", name, "", f"pod {name} is being deleted")
+        new = deep_copy(pod)
+        new["spec"]["nodeName"] = node_name
+        status = new.setdefault("status", {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": now_rfc3339(),
+            }
+        )
+        status["conditions"] = conditions
+        self._stamp(new)
+        self._bucket(info, namespace)[name] = new
+        self._index(info, new, pod, removed=False)
+        self._commit(info, "MODIFIED", new, pod)
+        self._after_write(info, new, pod)
+        return deep_copy(new)
+
+    def evict(
+        self, name: str, namespace: str, delete_options: Mapping[str, Any] | None = None
+    ) -> DeleteResult:
+        """pods/eviction: delete the pod unless a PodDisruptionBudget forbids it (429)."""
+        info = self._infos["pods"]
+        pod = self._lookup(info, name, namespace)
+        options = dict(delete_options or {})
+        terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if not terminal and not pod["metadata"].get("deletionTimestamp"):
+            budgets = self._matching_pdbs(pod)
+            if len(budgets) > 1:
+                raise errors.InternalError(
+                    "This pod has more than one PodDisruptionBudget, which the eviction "
+                    "subresource does not support."
+                )
+            if budgets:
+                self._charge_budget(budgets[0], pod)
+        return self.delete(
+            info,
+            name,
+            namespace,
+            grace_period_seconds=options.get("gracePeriodSeconds"),
+            propagation_policy=options.get("propagationPolicy"),
+            preconditions=options.get("preconditions"),
+            dry_run=bool(options.get("dryRun")),
+        )
+
+    def _matching_pdbs(self, pod: Obj) -> builtins.list[Obj]:
+        ns = pod["metadata"]["namespace"]
+        labels = pod["metadata"].get("labels") or {}
+        out = []
+        for pdb in self._objects["poddisruptionbudgets.policy"].get(ns, {}).values():
+            selector = (pdb.get("spec") or {}).get("selector")
+            if selector is None:
+                continue
+            if LabelSelector.from_match(selector).matches(labels):
+                out.append(pdb)
+        return out
+
+    def _charge_budget(self, pdb: Obj, pod: Obj) -> None:
+        status = pdb.get("status") or {}
+        healthy = _pod_is_healthy(pod)
+        allowed = int(status.get("disruptionsAllowed", 0))
+        if (healthy and allowed <= 0) or (
+            not healthy and (status.get("currentHealthy", 0) < status.get("desiredHealthy", 0))
+        ):
+            raise TooManyRequests(
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+                causes=[
+                    Cause(
+                        "DisruptionBudget",
+                        f"The disruption budget {pdb['metadata']['name']} needs "
+                        f"{status.get('desiredHealthy', 0)} healthy pods and has "
+                        f"{status.get('currentHealthy', 0)} currently",
+                    )
+                ],
+            )
+        if not healthy:
+            return
+        new = deep_copy(pdb)
+        new_status = new.setdefault("status", {})
+        new_status["disruptionsAllowed"] = allowed - 1
+        new_status.setdefault("disruptedPods", {})[pod["metadata"]["name"]] = now_rfc3339()
+        self._write_status(self._infos["poddisruptionbudgets.policy"], new, pdb)
+
+    def _write_status(self, info: ResourceInfo, new: Obj, old: Obj) -> None:
+        if new == old:
+            return
+        self._stamp(new)
+        self._bucket(info, new["metadata"].get("namespace", ""))[new["metadata"]["name"]] = new
+        self._commit(info, "MODIFIED", new, old)
+
+    def _refresh_pdbs(self, namespace: str) -> None:
+        info = self._infos["poddisruptionbudgets.policy"]
+        budgets = self._objects[info.key].get(namespace)
+        if not budgets:
+            return
+        pods = list(self._objects["pods"].get(namespace, {}).values())
+        for pdb in list(budgets.values()):
+            new_status = compute_pdb_status(pdb, pods)
+            if new_status != pdb.get("status"):
+                new = deep_copy(pdb)
+                new["status"] = new_status
+                self._write_status(info, new, pdb)
+
+    # ----------------------------------------------------------------- scale
+
+    def get_scale(self, resource: str | ResourceInfo, name: str, namespace: str | None) -> Obj:
+        info = self.resolve(resource)
+        if info.scale is None:
+            raise NotFound(f"the server could not find the requested resource ({info.key}/scale)")
+        ns = (namespace or "default") if info.namespaced else ""
+        obj = self._lookup(info, name, ns)
+        return _scale_of(info, obj)
+
+    def update_scale(
+        self,
+        resource: str | ResourceInfo,
+        name: str,
+        namespace: str | None,
+        replicas: int,
+        resource_version: str | None = None,
+    ) -> Obj:
+        info = self.resolve(resource)
+        if info.scale is None:
+            raise NotFound(f"the server could not find the requested resource ({info.key}/scale)")
+        ns = (namespace or "default") if info.namespaced else ""
+        obj = deep_copy(self._lookup(info, name, ns))
+        if resource_version and resource_version != obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(info.plural, name, info.group)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid(
+                "Scale",
+                name,
+                [
+                    Cause(
+                        "FieldValueInvalid",
+                        f"Invalid value: {replicas}: must be greater than or equal to 0",
+                        "spec.replicas",
+                    )
+                ],
+                "autoscaling",
+            )
+        _set_path(obj, info.scale.spec_replicas_path, replicas)
+        updated = self._update(info, obj, ns, None, False)
+        return _scale_of(info, updated)
+
+    # ----------------------------------------------------------------- watch
+
+    def watch(
+        self,
+        resource: str | ResourceInfo,
+        namespace: str | None = None,
+        label_selector: str | LabelSelector = "",
+        field_selector: str | FieldSelector = "",
+        *,
+        resource_version: str | None = None,
+        allow_bookmarks: bool = False,
+        bookmark_interval: float | None = None,
+    ) -> Watch:
+        info = self.resolve(resource)
+        labels = (
+            label_selector
+            if isinstance(label_selector, LabelSelector)
+            else LabelSelector.parse(label_selector)
+        )
+        fields = (
+            field_selector
+            if isinstance(field_selector, FieldSelector)
+            else FieldSelector.parse(field_selector)
+        )
+        watch = Watch(
+            self,
+            info,
+            namespace if info.namespaced and namespace else None,
+            labels,
+            fields,
+            allow_bookmarks,
+            bookmark_interval if bookmark_interval is not None else self.bookmark_interval,
+        )
+        if resource_version in (None, "", "0"):
+            for obj in self.list(info, watch.namespace, labels, fields).items:
+                watch._push(WatchEvent("ADDED", obj))
+        else:
+            try:
+                since = int(resource_version)
+            except ValueError as exc:
+                raise BadRequest(f"invalid resourceVersion {resource_version!r}") from exc
+            if self._too_old(since):
+                raise Gone(f"too old resource version: {since} ({self._compacted_rv})")
+            for entry in self._history:
+                if entry.rv > since and entry.key == info.key:
+                    watch._offer(entry)
+        self._watchers.setdefault(info.key, set()).add(watch)
+        return watch
+
+    def _unregister(self, watch: Watch) -> None:
+        watchers = self._watchers.get(watch.info.key)
+        if watchers is not None:
+            watchers.discard(watch)
+
+    def close_all_watches(self, error: ApiError | None = None) -> int:
+        """End every open watch (fault injection); returns how many were closed."""
+        all_watches = [w for ws in self._watchers.values() for w in ws]
+        for watch in all_watches:
+            watch.close(error)
+        return len(all_watches)
+
+    def compact(self) -> None:
+        """Forget the whole watch history (later watches from older versions get 410)."""
+        self._history.clear()
+        self._compacted_rv = self._rv
+
+    # ----------------------------------------------------------------- hooks
+
+    def _after_write(self, info: ResourceInfo, new: Obj | None, old: Obj | None) -> None:
+        key = info.key
+        if key == "pods":
+            ns = (new or old or {}).get("metadata", {}).get("namespace", "")
+            self._refresh_pdbs(ns)
+        elif key == "poddisruptionbudgets.policy" and new is not None:
+            self._refresh_pdbs(new["metadata"]["namespace"])
+        elif key == "customresourcedefinitions.apiextensions.k8s.io":
+            if new is not None and not new["metadata"].get("deletionTimestamp"):
+                crd_info = crd_resource_infos(new)
+                existing_objects = self._objects.get(crd_info.key)
+                self.register(crd_info)
+                if existing_objects is not None:
+                    self._objects[crd_info.key] = existing_objects
+            elif new is None and old is not None:
+                self.unregister(crd_resource_infos(old).key)
+
+
+# --------------------------------------------------------------------- pure helpers
+
+
+def _pod_is_healthy(pod: Mapping[str, Any]) -> bool:
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def _resolve_int_or_percent(value: Any, total: int, round_up: bool) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        pct = int(value[:-1])
+        raw = pct * total / 100
+        return math.ceil(raw) if round_up else math.floor(raw)
+    return int(value)
+
+
+def compute_pdb_status(pdb: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Obj:
+    """The status the disruption controller maintains for a PodDisruptionBudget."""
+    spec = pdb.get("spec") or {}
+    selector = LabelSelector.from_match(spec.get("selector")) if spec.get("selector") else None
+    matching = [
+        p for p in pods if selector is not None and selector.matches(p["metadata"].get("labels"))
+    ]
+    expected = len(matching)
+    healthy = sum(1 for p in matching if _pod_is_healthy(p))
+    if "minAvailable" in spec:
+        desired = _resolve_int_or_percent(spec["minAvailable"], expected, round_up=True)
+    elif "maxUnavailable" in spec:
+        desired = max(0, expected - _resolve_int_or_percent(spec["maxUnavailable"], expected, True))
+    else:
+        desired = expected
+    status: Obj = {
+        "observedGeneration": pdb["metadata"].get("generation", 1),
+        "disruptionsAllowed": max(0, healthy - desired),
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "expectedPods": expected,
+    }
+    old_status = pdb.get("status") or {}
+    live = {p["metadata"]["name"] for p in matching if not p["metadata"].get("deletionTimestamp")}
+    disrupted = {k: v for k, v in (old_status.get("disruptedPods") or {}).items() if k in live}
+    if disrupted:
+        status["disruptedPods"] = disrupted
+        status["disruptionsAllowed"] = max(0, status["disruptionsAllowed"] - len(disrupted))
+    sufficient = status["disruptionsAllowed"] > 0
+    status["conditions"] = [
+        {
+            "type": "DisruptionAllowed",
+            "status": "True" if sufficient else "False",
+            "reason": "SufficientPods" if sufficient else "InsufficientPods",
+            "message": "",
+            "observedGeneration": status["observedGeneration"],
+            "lastTransitionTime": _keep_transition(old_status, sufficient),
+        }
+    ]
+    return status
+
+
+def _keep_transition(old_status: Mapping[str, Any], sufficient: bool) -> str:
+    for cond in old_status.get("conditions") or []:
+        if cond.get("type") == "DisruptionAllowed" and (cond.get("status") == "True") == sufficient:
+            return str(cond.get("lastTransitionTime"))
+    return now_rfc3339()
+
+
+def _get_path(obj: Any, path: str) -> Any:
+    current = obj
+    for part in path.lstrip(".").split("."):
+        if not isinstance(current, Mapping):
+            return None
+        current = current.get(part)
+    return current
+
+
+def _set_path(obj: Obj, path: str, value: Any) -> None:
+    parts = path.lstrip(".").split(".")
+    current = obj
+    for part in parts[:-1]:
+        nxt = current.get(part)
+        if not isinstance(nxt, dict):
+            nxt = current[part] = {}
+        current = nxt
+    current[parts[-1]] = value
+
+
+def _scale_of(info: ResourceInfo, obj: Obj) -> Obj:
+    assert info.scale is not None
+    meta = obj["metadata"]
+    status: Obj = {"replicas": int(_get_path(obj, info.scale.status_replicas_path) or 0)}
+    if info.scale.label_selector_path:
+        selector = _get_path(obj, info.scale.label_selector_path)
+        if selector is not None:
+            status["selector"] = selector
+    scale_meta = {
+        k: meta[k]
+        for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+        if k in meta
+    }
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": scale_meta,
+        "spec": {"replicas": int(_get_path(obj, info.scale.spec_replicas_path) or 0)},
+        "status": status,
+    }
+
+
+_POD_MUTABLE_SPEC = ("activeDeadlineSeconds", "terminationGracePeriodSeconds")
+
+
+def _pod_causes(obj: Obj, old: Obj | None) -> list[Cause]:
+    spec = obj.get("spec") or {}
+    causes: list[Cause] = []
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        causes.append(Cause("FieldValueRequired", "Required value", "spec.containers"))
+    else:
+        for i, c in enumerate(containers):
+            if not isinstance(c, dict) or not c.get("name"):
+                causes.append(
+                    Cause("FieldValueRequired", "Required value", f"spec.containers[{i}].name")
+                )
+            elif not c.get("image"):
+                causes.append(
+                    Cause("FieldValueRequired", "Required value", f"spec.containers[{i}].image")
+                )
+    if old is not None and not causes:
+        old_spec = dict(old.get("spec") or {})
+        new_spec = dict(spec)
+        for key in _POD_MUTABLE_SPEC:
+            old_spec.pop(key, None)
+            new_spec.pop(key, None)
+        old_tolerations = old_spec.pop("tolerations", None) or []
+        new_tolerations = new_spec.pop("tolerations", None) or []
+        for spec_ in (old_spec, new_spec):
+            spec_["containers"] = [
+                {k: v for k, v in c.items() if k != "image"} for c in spec_.get("containers") or []
+            ]
+        if old_spec != new_spec or any(t not in new_tolerations for t in old_tolerations):
+            causes.append(
+                Cause(
+                    "FieldValueForbidden",
+                    "Forbidden: pod updates may not change fields other "
+                    "than `spec.containers[*].image`, `spec.initContainers[*].image`, "
+                    "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to "
+                    "existing tolerations), `spec.terminationGracePeriodSeconds`",
+                    "spec",
+                )
+            )
+    return causes
+
+
+def _job_causes(obj: Obj, old: Obj | None) -> list[Cause]:
+    spec = obj.get("spec") or {}
+    causes: list[Cause] = []
+    template = spec.get("template") or {}
+    policy = (template.get("spec") or {}).get("restartPolicy")
+    if policy not in ("Never", "OnFailure"):
+        causes.append(
+            Cause(
+                "FieldValueNotSupported",
+                f'Unsupported value: "{policy or ""}": supported values: "OnFailure", "Never"',
+                "spec.template.spec.restartPolicy",
+            )
+        )
+    if not (template.get("spec") or {}).get("containers"):
+        causes.append(
+            Cause("FieldValueRequired", "Required value", "spec.template.spec.containers")
+        )
+    for key in ("parallelism", "completions", "backoffLimit"):
+        value = spec.get(key)
+        if value is not None and (not isinstance(value, int) or value < 0):
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    f"Invalid value: {value}: must be greater than or equal to 0",
+                    f"spec.{key}",
+                )
+            )
+    if old is not None:
+        old_spec = old.get("spec") or {}
+        for key in ("template", "selector", "completionMode"):
+            if old_spec.get(key) != spec.get(key):
+                causes.append(Cause("FieldValueInvalid", "field is immutable", f"spec.{key}"))
+    return causes
+
+
+def _pdb_causes(obj: Obj) -> list[Cause]:
+    spec = obj.get("spec") or {}
+    causes: list[Cause] = []
+    if "minAvailable" in spec and "maxUnavailable" in spec:
+        causes.append(
+            Cause("FieldValueInvalid", "minAvailable and maxUnavailable cannot be both set", "spec")
+        )
+    for key in ("minAvailable", "maxUnavailable"):
+        value = spec.get(key)
+        if isinstance(value, str) and not (value.endswith("%") and value[:-1].isdigit()):
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    f'Invalid value: "{value}": a valid percent '
+                    "string must be a numeric string followed by an ending '%'",
+                    f"spec.{key}",
+                )
+            )
+        elif isinstance(value, int) and value < 0:
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    f"Invalid value: {value}: must be greater than or equal to 0",
+                    f"spec.{key}",
+                )
+            )
+    return causes
+
+
+__all__ = [
+    "DEFAULT_NAMESPACES",
+    "AlreadyExists",
+    "ApiError",
+    "Conflict",
+    "DeleteResult",
+    "Gone",
+    "Invalid",
+    "ListResult",
+    "NotFound",
+    "Store",
+    "TooManyRequests",
+    "Watch",
+    "WatchEvent",
+    "compute_pdb_status",
+    "deep_copy",
+    "now_rfc3339",
+]

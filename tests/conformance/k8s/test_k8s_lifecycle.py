@@ -1,0 +1,316 @@
+"""Deletion semantics (graceful pods, finalizers, garbage collection), binding, eviction and
+PodDisruptionBudgets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiException
+
+from tests.conformance.k8s.conftest import Kube
+
+
+def pod(name: str, labels: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}, **meta},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+    }
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
+    """Controllers (GC, disruption) are asynchronous on a real apiserver: poll."""
+    async with asyncio.timeout(timeout):
+        for _ in range(int(timeout / 0.05) + 1):
+            if await check():
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+async def exists(call: Callable[[], Awaitable[Any]]) -> bool:
+    try:
+        await call()
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+async def bind(kube: Kube, name: str, node: str) -> tuple[int, Any]:
+    return await kube.request(
+        "POST",
+        f"/api/v1/namespaces/{kube.namespace}/pods/{name}/binding",
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        },
+    )
+
+
+async def make_running_ready(kube: Kube, name: str) -> None:
+    await kube.core.patch_namespaced_pod_status(
+        name,
+        kube.namespace,
+        {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+    )
+
+
+async def test_binding_sets_node_name_once_then_conflicts(kube: Kube) -> None:
+    await kube.core.create_namespaced_pod(kube.namespace, pod("b"))
+    status, body = await bind(kube, "b", "node-a")
+    assert status == 201, body
+    read = await kube.core.read_namespaced_pod("b", kube.namespace)
+    assert read.spec.node_name == "node-a"
+    status, body = await bind(kube, "b", "node-b")
+    assert status == 409
+    assert body["reason"] == "Conflict"
+
+
+async def test_unbound_pod_is_deleted_immediately(kube: Kube) -> None:
+    await kube.core.create_namespaced_pod(kube.namespace, pod("u"))
+    await kube.core.delete_namespaced_pod("u", kube.namespace)
+    assert not await exists(lambda: kube.core.read_namespaced_pod("u", kube.namespace))
+
+
+async def test_bound_pod_deletion_is_graceful_until_deleted_with_grace_zero(kube: Kube) -> None:
+    await kube.core.create_namespaced_pod(kube.namespace, pod("g"))
+    await bind(kube, "g", "node-a")
+    await kube.core.delete_namespaced_pod("g", kube.namespace, grace_period_seconds=30)
+    read = await kube.core.read_namespaced_pod("g", kube.namespace)
+    assert read.metadata.deletion_timestamp is not None
+    assert read.metadata.deletion_grace_period_seconds == 30
+    await kube.core.delete_namespaced_pod("g", kube.namespace, grace_period_seconds=0)
+    assert not await exists(lambda: kube.core.read_namespaced_pod("g", kube.namespace))
+
+
+async def test_finalizers_hold_object_until_removed(kube: Kube) -> None:
+    await kube.core.create_namespaced_config_map(
+        kube.namespace, {"metadata": {"name": "f", "finalizers": ["example.com/hold"]}}
+    )
+    await kube.core.delete_namespaced_config_map("f", kube.namespace)
+    held = await kube.core.read_namespaced_config_map("f", kube.namespace)
+    assert held.metadata.deletion_timestamp is not None
+    await kube.core.patch_namespaced_config_map(
+        "f", kube.namespace, {"metadata": {"finalizers": None}}
+    )
+    assert not await exists(lambda: kube.core.read_namespaced_config_map("f", kube.namespace))
+
+
+def owned_by(owner: Any, kind: str = "ConfigMap") -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": kind,
+            "name": owner.metadata.name,
+            "uid": owner.metadata.uid,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+async def test_background_deletion_collects_dependents(kube: Kube) -> None:
+    owner = await kube.core.create_namespaced_config_map(
+        kube.namespace, {"metadata": {"name": "owner"}}
+    )
+    await kube.core.create_namespaced_config_map(
+        kube.namespace, {"metadata": {"name": "child", "ownerReferences": owned_by(owner)}}
+    )
+    await kube.core.delete_namespaced_config_map(
+        "owner", kube.namespace, propagation_policy="Background"
+    )
+
+    async def child_gone() -> bool:
+        return not await exists(
+            lambda: kube.core.read_namespaced_config_map("child", kube.namespace)
+        )
+
+    await eventually(child_gone)
+
+
+async def test_orphan_deletion_keeps_dependents_without_owner_reference(kube: Kube) -> None:
+    owner = await kube.core.create_namespaced_config_map(
+        kube.namespace, {"metadata": {"name": "owner"}}
+    )
+    await kube.core.create_namespaced_config_map(
+        kube.namespace, {"metadata": {"name": "orphan", "ownerReferences": owned_by(owner)}}
+    )
+    await kube.core.delete_namespaced_config_map(
+        "owner", kube.namespace, propagation_policy="Orphan"
+    )
+
+    async def orphaned() -> bool:
+        child = await kube.core.read_namespaced_config_map("orphan", kube.namespace)
+        return not child.metadata.owner_references
+
+    await eventually(orphaned)
+    assert not await exists(lambda: kube.core.read_namespaced_config_map("owner", kube.namespace))
+
+
+async def test_foreground_deletion_removes_dependents_before_owner(kube: Kube) -> None:
+    owner = await kube.core.create_namespaced_config_map(
+        kube.namespace, {"metadata": {"name": "fg"}}
+    )
+    await kube.core.create_namespaced_config_map(
+        kube.namespace,
+        {
+            "metadata": {
+                "name": "fg-child",
+                "ownerReferences": owned_by(owner),
+                "finalizers": ["example.com/hold"],
+            }
+        },
+    )
+    await kube.core.delete_namespaced_config_map(
+        "fg", kube.namespace, propagation_policy="Foreground"
+    )
+
+    async def owner_waiting() -> bool:
+        held = await kube.core.read_namespaced_config_map("fg", kube.namespace)
+        return "foregroundDeletion" in (held.metadata.finalizers or [])
+
+    await eventually(owner_waiting)
+    await kube.core.patch_namespaced_config_map(
+        "fg-child", kube.namespace, {"metadata": {"finalizers": None}}
+    )
+
+    async def both_gone() -> bool:
+        owner_left = await exists(
+            lambda: kube.core.read_namespaced_config_map("fg", kube.namespace)
+        )
+        child_left = await exists(
+            lambda: kube.core.read_namespaced_config_map("fg-child", kube.namespace)
+        )
+        return not owner_left and not child_left
+
+    await eventually(both_gone)
+
+
+async def create_pdb(kube: Kube, name: str, spec: dict[str, Any]) -> None:
+    await kube.policy.create_namespaced_pod_disruption_budget(
+        kube.namespace, {"metadata": {"name": name}, "spec": spec}
+    )
+
+
+async def evict(kube: Kube, name: str) -> tuple[int, Any]:
+    return await kube.request(
+        "POST",
+        f"/api/v1/namespaces/{kube.namespace}/pods/{name}/eviction",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": kube.namespace},
+        },
+    )
+
+
+async def ready_pods(kube: Kube, count: int, labels: dict[str, str]) -> list[str]:
+    names = []
+    for i in range(count):
+        name = f"{labels['app']}-{i}"
+        await kube.core.create_namespaced_pod(kube.namespace, pod(name, labels))
+        await bind(kube, name, "node-a")
+        await make_running_ready(kube, name)
+        names.append(name)
+    return names
+
+
+async def test_pdb_status_tracks_healthy_pods(kube: Kube) -> None:
+    await ready_pods(kube, 3, {"app": "st"})
+    await create_pdb(kube, "st", {"minAvailable": 2, "selector": {"matchLabels": {"app": "st"}}})
+
+    async def settled() -> bool:
+        pdb = await kube.policy.read_namespaced_pod_disruption_budget("st", kube.namespace)
+        s = pdb.status
+        return bool(
+            s
+            and s.current_healthy == 3
+            and s.desired_healthy == 2
+            and s.expected_pods == 3
+            and s.disruptions_allowed == 1
+        )
+
+    await eventually(settled)
+
+
+async def test_eviction_honours_pod_disruption_budget(kube: Kube) -> None:
+    names = await ready_pods(kube, 2, {"app": "ev"})
+    await create_pdb(kube, "ev", {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "ev"}}})
+
+    async def allows_one() -> bool:
+        pdb = await kube.policy.read_namespaced_pod_disruption_budget("ev", kube.namespace)
+        return bool(pdb.status and pdb.status.disruptions_allowed == 1)
+
+    await eventually(allows_one)
+    status, body = await evict(kube, names[0])
+    assert status == 201, body
+    evicted = await kube.core.read_namespaced_pod(names[0], kube.namespace)
+    assert evicted.metadata.deletion_timestamp is not None
+    status, body = await evict(kube, names[1])
+    assert status == 429
+    assert body["reason"] == "TooManyRequests"
+    assert any(c["reason"] == "DisruptionBudget" for c in body["details"]["causes"])
+
+
+async def test_eviction_with_percent_min_available(kube: Kube) -> None:
+    names = await ready_pods(kube, 4, {"app": "pct"})
+    await create_pdb(
+        kube, "pct", {"minAvailable": "50%", "selector": {"matchLabels": {"app": "pct"}}}
+    )
+
+    async def allows_two() -> bool:
+        pdb = await kube.policy.read_namespaced_pod_disruption_budget("pct", kube.namespace)
+        return bool(pdb.status and pdb.status.disruptions_allowed == 2)
+
+    await eventually(allows_two)
+    assert (await evict(kube, names[0]))[0] == 201
+    await eventually(lambda: _allowed(kube, "pct", 1))
+    assert (await evict(kube, names[1]))[0] == 201
+    await eventually(lambda: _allowed(kube, "pct", 0))
+    assert (await evict(kube, names[2]))[0] == 429
+
+
+async def _allowed(kube: Kube, name: str, expected: int) -> bool:
+    pdb = await kube.policy.read_namespaced_pod_disruption_budget(name, kube.namespace)
+    return bool(pdb.status and pdb.status.disruptions_allowed == expected)
+
+
+async def test_eviction_without_budget_deletes_unbound_pod(kube: Kube) -> None:
+    await kube.core.create_namespaced_pod(kube.namespace, pod("free"))
+    status, _ = await evict(kube, "free")
+    assert status == 201
+    assert not await exists(lambda: kube.core.read_namespaced_pod("free", kube.namespace))
+
+
+@pytest.mark.parametrize("policy", ["Always", "OnFailure"])
+async def test_job_template_restart_policy_must_be_never_or_on_failure(
+    kube: Kube, policy: str
+) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j"},
+        "spec": {
+            "template": {
+                "spec": {"restartPolicy": policy, "containers": [{"name": "c", "image": "x"}]}
+            }
+        },
+    }
+    status, body = await kube.request(
+        "POST", f"/apis/batch/v1/namespaces/{kube.namespace}/jobs", job
+    )
+    if policy == "Always":
+        assert status == 422
+        assert any(
+            c["field"] == "spec.template.spec.restartPolicy" for c in body["details"]["causes"]
+        )
+    else:
+        assert status == 201
+        assert body["spec"]["selector"]["matchLabels"]

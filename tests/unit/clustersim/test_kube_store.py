@@ -1,0 +1,264 @@
+"""The in-process store API used by the simulated kubelet/scheduler (no HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clustersim.kube.errors import AlreadyExists, Conflict, Gone, Invalid, NotFound
+from clustersim.kube.patch import STRATEGIC_MERGE_PATCH
+from clustersim.kube.store import Store, compute_pdb_status
+
+
+def pod(name: str, node: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+def test_create_get_update_delete_round_trip() -> None:
+    store = Store()
+    created = store.create("pods", pod("a"))
+    assert created["kind"] == "Pod" and created["apiVersion"] == "v1"
+    assert store.get("pod", "a", "default")["metadata"]["uid"] == created["metadata"]["uid"]
+    created["metadata"]["labels"] = {"x": "1"}
+    updated = store.update("po", created)
+    assert updated["metadata"]["labels"] == {"x": "1"}
+    with pytest.raises(Conflict):
+        store.update("pods", created)
+    with pytest.raises(AlreadyExists):
+        store.create("pods", pod("a"))
+    assert store.delete("pods", "a").deleted
+    with pytest.raises(NotFound):
+        store.get("pods", "a")
+
+
+def test_returned_objects_are_private_copies() -> None:
+    store = Store()
+    created = store.create("configmaps", {"metadata": {"name": "c"}, "data": {"k": "v"}})
+    created["data"]["k"] = "mutated"
+    assert store.get("configmaps", "c")["data"] == {"k": "v"}
+
+
+def test_bound_pod_deletion_waits_for_grace_zero_delete() -> None:
+    store = Store()
+    store.create("pods", pod("p", node="n1"))
+    first = store.delete("pods", "p", "default")
+    assert not first.deleted
+    assert first.object["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert store.delete("pods", "p", "default", grace_period_seconds=0).deleted
+
+
+def test_bind_sets_node_once() -> None:
+    store = Store()
+    store.create("pods", pod("p"))
+    bound = store.bind("p", "default", "n1")
+    assert bound["spec"]["nodeName"] == "n1"
+    with pytest.raises(Conflict):
+        store.bind("p", "default", "n2")
+
+
+def test_pod_spec_is_immutable_except_allowed_fields() -> None:
+    store = Store()
+    store.create("pods", pod("p"))
+    with pytest.raises(Invalid):
+        store.patch("pods", "p", {"spec": {"nodeName": "n1"}})
+    patched = store.patch(
+        "pods", "p", {"spec": {"containers": [{"name": "c", "image": "y"}]}}, STRATEGIC_MERGE_PATCH
+    )
+    assert patched["spec"]["containers"][0]["image"] == "y"
+
+
+async def test_watch_registers_synchronously_and_streams_events() -> None:
+    store = Store()
+    watch = store.watch("pods", "default", resource_version=str(store.resource_version))
+    store.create("pods", pod("w"))
+    store.patch("pods", "w", {"status": {"phase": "Running"}}, subresource="status")
+    store.delete("pods", "w")
+    events = [await asyncio.wait_for(anext(watch), 1) for _ in range(3)]
+    assert [e.type for e in events] == ["ADDED", "MODIFIED", "DELETED"]
+    watch.close()
+    with pytest.raises(StopAsyncIteration):
+        await anext(watch)
+
+
+async def test_watch_with_field_selector_by_node() -> None:
+    store = Store()
+    store.create("pods", pod("p1"))
+    store.create("pods", pod("p2"))
+    async with store.watch("pods", field_selector="spec.nodeName=n1") as watch:
+        store.bind("p2", "default", "n1")
+        event = await asyncio.wait_for(anext(watch), 1)
+        assert (event.type, event.object["metadata"]["name"]) == ("ADDED", "p2")
+
+
+async def test_bookmarks_are_sent_when_idle() -> None:
+    store = Store()
+    async with store.watch(
+        "pods",
+        resource_version=str(store.resource_version),
+        allow_bookmarks=True,
+        bookmark_interval=0.05,
+    ) as watch:
+        event = await asyncio.wait_for(anext(watch), 1)
+    assert event.type == "BOOKMARK"
+    assert event.object["metadata"]["resourceVersion"] == str(store.resource_version)
+
+
+def test_watch_from_outside_history_window_is_gone() -> None:
+    store = Store(history_size=5)
+    start = store.resource_version
+    for i in range(10):
+        store.create("configmaps", {"metadata": {"name": f"c{i}"}})
+    with pytest.raises(Gone):
+        store.watch("configmaps", resource_version=str(start))
+    store.watch("configmaps", resource_version=str(store.resource_version - 2)).close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(["create", "patch", "delete"]), min_size=1, max_size=30))
+def test_resource_version_strictly_increases_with_every_write(ops: list[str]) -> None:
+    store = Store()
+    seen = [store.resource_version]
+    existing: set[str] = set()
+    for i, op in enumerate(ops):
+        if op == "create" or not existing:
+            name = f"c{i}"
+            obj = store.create("configmaps", {"metadata": {"name": name}})
+            existing.add(name)
+        elif op == "patch":
+            name = sorted(existing)[0]
+            obj = store.patch("configmaps", name, {"data": {"i": str(i)}})
+        else:
+            name = existing.pop()
+            obj = store.delete("configmaps", name).object
+        rv = int(obj["metadata"]["resourceVersion"])
+        assert rv > seen[-1]
+        seen.append(rv)
+    assert store.resource_version == seen[-1]
+
+
+def test_no_op_update_keeps_resource_version() -> None:
+    store = Store()
+    created = store.create("configmaps", {"metadata": {"name": "c"}, "data": {"a": "1"}})
+    same = store.patch("configmaps", "c", {"data": {"a": "1"}})
+    assert same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
+def test_job_gets_selector_and_template_labels() -> None:
+    store = Store()
+    job = store.create(
+        "jobs.batch",
+        {
+            "metadata": {"name": "j"},
+            "spec": {
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}
+                }
+            },
+        },
+    )
+    uid = job["metadata"]["uid"]
+    assert job["spec"]["selector"]["matchLabels"] == {"batch.kubernetes.io/controller-uid": uid}
+    assert job["spec"]["template"]["metadata"]["labels"]["job-name"] == "j"
+    assert job["spec"]["completions"] == 1 and job["spec"]["parallelism"] == 1
+
+
+def _ready(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"app": "a"}},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "allowed", "desired"),
+    [
+        ({"minAvailable": 2}, 1, 2),
+        ({"minAvailable": "50%"}, 1, 2),
+        ({"maxUnavailable": 1}, 1, 2),
+        ({"maxUnavailable": "34%"}, 2, 1),
+        ({"minAvailable": 3}, 0, 3),
+    ],
+)
+def test_pdb_status_computation(spec: dict[str, Any], allowed: int, desired: int) -> None:
+    pdb = {
+        "metadata": {"name": "b", "generation": 1},
+        "spec": {**spec, "selector": {"matchLabels": {"app": "a"}}},
+    }
+    status = compute_pdb_status(pdb, [_ready("p1"), _ready("p2"), _ready("p3")])
+    assert status["expectedPods"] == 3 and status["currentHealthy"] == 3
+    assert status["desiredHealthy"] == desired
+    assert status["disruptionsAllowed"] == allowed
+
+
+def test_crd_creation_registers_resource_and_validates() -> None:
+    store = Store()
+    store.create(
+        "customresourcedefinitions",
+        {
+            "metadata": {"name": "things.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Cluster",
+                "names": {"plural": "things", "kind": "Thing"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "properties": {
+                                    "spec": {
+                                        "type": "object",
+                                        "properties": {"n": {"type": "integer", "default": 3}},
+                                    }
+                                },
+                            }
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    thing = store.create(
+        "things.example.com",
+        {"apiVersion": "example.com/v1", "metadata": {"name": "t"}, "spec": {}},
+    )
+    assert thing["spec"] == {"n": 3}
+    with pytest.raises(Invalid):
+        store.create(
+            "Thing", {"apiVersion": "example.com/v1", "metadata": {"name": "u"}, "spec": {"n": "x"}}
+        )
+    store.delete("crd", "things.example.com")
+    with pytest.raises(NotFound):
+        store.resolve("things.example.com")
+
+
+def test_listing_pods_by_node_follows_binding_and_deletion() -> None:
+    store = Store()
+    store.create("pods", pod("a", node="n1"))
+    store.create("pods", pod("b"))
+    store.create("pods", pod("c", node="n2"))
+    store.bind("b", "default", "n1")
+
+    def on(node: str, selector: str = "") -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in store.list("pods", field_selector=f"spec.nodeName={node}{selector}").items
+        ]
+
+    assert on("n1") == ["a", "b"]
+    assert on("n1", ",metadata.name=b") == ["b"]
+    store.delete("pods", "a")
+    assert on("n1") == ["a", "b"]  # graceful: still there with deletionTimestamp
+    store.delete("pods", "a", grace_period_seconds=0)
+    assert on("n1") == ["b"]
+    assert on("n2") == ["c"] and on("n3") == []
