@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 NODES ?= 16
 TOPOLOGY ?= spines=2,blocks_per_spine=2,nodes_per_block=4
 
-.PHONY: venv tools run stop test lint typecheck proto proto-check bench clean
+.PHONY: venv tools run stop test test-real-slurm lint typecheck proto proto-check bench clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -52,6 +52,16 @@ test: venv tools
 	$(VENV)/bin/mypy
 	$(PY) -m nodeflow_contracts.proto_gen --check proto
 	$(VENV)/bin/pytest -q -p no:cacheprovider
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-real-slurm; fi
+
+# The Slurm conformance suite against a real Slurm 24.11 (slurmctld, four slurmd, slurmrestd
+# with JWT) in a debootstrapped Debian trixie root on loopback. Needs root; CI runs it.
+test-real-slurm: venv
+	@mkdir -p .run
+	tools/slurm/real_slurm.sh start > .run/real-slurm.env
+	set -a && . ./.run/real-slurm.env && set +a && \
+	  status=0; $(VENV)/bin/pytest -q -p no:cacheprovider tests/conformance/slurm || status=$$?; \
+	  tools/slurm/real_slurm.sh stop; exit $$status
 
 bench: venv
 	$(PY) -m bench $(BENCH)

@@ -85,7 +85,12 @@ def test_missing_required_field_is_named() -> None:
 )
 def test_slurm_node_state_roundtrips(base: str, flags: tuple[str, ...], reason: str) -> None:
     state = c.SlurmNodeState(
-        cluster="sim", name="n-001", known=True, base_state=base, flags=flags, reason=reason  # type: ignore[arg-type]
+        cluster="sim",
+        name="n-001",
+        known=True,
+        base_state=base,  # type: ignore[arg-type]
+        flags=flags,
+        reason=reason,
     )
     event = c.SlurmNodeChanged(cluster="sim", name="n-001", change="upsert", state=state)
     assert c.decode(c.SlurmNodeChanged, c.encode(event), subject=event.subject) == event
