@@ -1,12 +1,12 @@
 """`python -m metrics_exporter`: run the metrics-exporter service."""
 
 from metrics_exporter import SERVICE
-from nodeflow_runtime.config import ServiceConfig
-from nodeflow_runtime.service import run_main, runtime_only
+from metrics_exporter.service import ExporterConfig, setup
+from nodeflow_runtime.service import run_main
 
 
 def main() -> None:
-    run_main(SERVICE, ServiceConfig, runtime_only)
+    run_main(SERVICE, ExporterConfig, setup)
 
 
 if __name__ == "__main__":
