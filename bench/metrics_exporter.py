@@ -18,11 +18,11 @@ import aiohttp
 from prometheus_client import REGISTRY, generate_latest
 
 from metrics_exporter import SERVICE
-from metrics_exporter.exporter import NODESETS_BUCKET, SLURM_NODES_BUCKET, Exporter
+from metrics_exporter.exporter import NODESETS_BUCKET, Exporter
 from nodeflow_bus import Bus, BusOptions, OutgoingMessage, ensure_topology
 from nodeflow_contracts import subjects
 from nodeflow_contracts.slurm import BASE_STATES, SlurmNodeState
-from nodeflow_contracts.topology import CONSUMERS
+from nodeflow_contracts.topology import CONSUMERS, SLURM_NODES_BUCKET
 from nodeflow_runtime.http import Health, build_app, start_http
 from nodeflow_runtime.logs import configure_logging
 from nodeflow_runtime.natsd import NatsServerProcess, free_port
@@ -112,7 +112,9 @@ async def load(bus: Bus) -> None:
     await bus.publish_batch(
         [
             OutgoingMessage(
-                subject=f"$KV.{SLURM_NODES_BUCKET}.{state.key}", message=state, msg_id=state.key
+                subject=subjects.kv_entry(SLURM_NODES_BUCKET, state.key),
+                message=state,
+                msg_id=state.key,
             )
             for state in map(slurm_node, range(SLURM_NODES))
         ]

@@ -8,11 +8,11 @@ Kubernetes and Slurm names may contain characters that have a meaning in a NATS 
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
 VERSION = "v1"
 
 _UNSAFE_IN_TOKEN = re.compile(r"[%.*>\s]")
-_ESCAPED = re.compile(r"%([0-9A-F]{2})")
 _KV_KEY_SAFE = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
 
 CLUSTER_SCOPED = "_"
@@ -22,11 +22,14 @@ def token(value: str) -> str:
     """Encode one value as a single subject token (reversible with `untoken`)."""
     if not value:
         raise ValueError("a subject token cannot be empty")
-    return _UNSAFE_IN_TOKEN.sub(lambda m: f"%{ord(m.group(0)):02X}", value)
+    return _UNSAFE_IN_TOKEN.sub(
+        lambda m: "".join(f"%{byte:02X}" for byte in m.group(0).encode()), value
+    )
 
 
 def untoken(encoded: str) -> str:
-    return _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), encoded)
+    # '%' itself is always escaped, so every '%XX' is an escape of one UTF-8 byte.
+    return unquote(encoded, errors="strict")
 
 
 def namespace_token(namespace: str | None) -> str:
@@ -57,6 +60,11 @@ def slurm_node_key(cluster: str, node: str) -> str:
     if not _KV_KEY_SAFE.match(key):
         raise ValueError(f"slurm node {cluster}/{node} cannot be a KV key")
     return key
+
+
+def kv_entry(bucket: str, key: str) -> str:
+    """The subject a KV put is a publish to; batch writers publish here directly."""
+    return f"$KV.{bucket}.{key}"
 
 
 def k8s_bucket(kind: str) -> str:

@@ -164,13 +164,14 @@ STREAMS: tuple[StreamSpec, ...] = (
 )
 
 LEASES_BUCKET = "leases"
+SLURM_NODES_BUCKET = "slurm_nodes"
 
 KV_BUCKETS: tuple[KVSpec, ...] = (
     *(
         KVSpec(bucket=kind.bucket, description=f"Latest {kind.kind} objects, by namespace.name")
         for kind in WATCHED_KINDS
     ),
-    KVSpec(bucket="slurm_nodes", description="Latest Slurm node state, by cluster.node"),
+    KVSpec(bucket=SLURM_NODES_BUCKET, description="Latest Slurm node state, by cluster.node"),
     KVSpec(
         bucket=LEASES_BUCKET,
         description="Leader leases: one active replica per controller",

@@ -29,12 +29,11 @@ from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.k8s import CommandOutcome
 from nodeflow_contracts.nodeset import NodeSetDecision
 from nodeflow_contracts.slurm import SlurmNodeState, SlurmPollResult
-from nodeflow_contracts.topology import CONSUMERS, ConsumerSpec, subject_matches
+from nodeflow_contracts.topology import CONSUMERS, SLURM_NODES_BUCKET, ConsumerSpec, subject_matches
 
 log = structlog.get_logger("metrics_exporter")
 
 NODESETS_BUCKET = subjects.k8s_bucket("NodeSet")
-SLURM_NODES_BUCKET = "slurm_nodes"
 
 
 def consumer_spec(stream: str, specs: Sequence[ConsumerSpec] | None = None) -> ConsumerSpec:

@@ -1,0 +1,293 @@
+"""An aiohttp client for slurmrestd v0.0.41 (Slurm 24.11): the only code that talks to Slurm.
+
+Every answer is checked: the HTTP status, that the body is a JSON object, and its `errors`
+list, since slurmrestd can answer 200 with an error inside. Connection failures, timeouts and
+5xx answers are retried with backoff; a refused token is replaced once (a fresh mint, or the
+token file read again) before the refusal is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import structlog
+
+from nodeflow_bus import Backoff
+from slurm_syncer import metrics
+from slurm_syncer.auth import TokenSource
+
+log = structlog.get_logger("slurm_syncer.client")
+
+API_PREFIX = "/slurm/v0.0.41"
+# slurmrestd refuses a missing token with 401; a token slurmctld rejects (expired, bad
+# signature) comes back as 511 with error 1007 in `errors` (Slurm 24.11.5).
+AUTH_FAILURE_STATUSES = frozenset({401, 403, 511})
+SLURM_PROTOCOL_AUTHENTICATION_ERROR = 1007
+Json = dict[str, Any]
+
+
+class SlurmError(Exception):
+    """A Slurm call that did not succeed."""
+
+    kind = "error"
+
+    def __init__(self, cluster: str, message: str) -> None:
+        self.cluster = cluster
+        super().__init__(f"slurm cluster {cluster}: {message}")
+
+
+class SlurmUnreachable(SlurmError):
+    """No usable answer: connection refused, timeout, or slurmrestd/slurmctld unavailable."""
+
+    kind = "unreachable"
+
+
+class SlurmApiError(SlurmError):
+    """slurmrestd answered with an error (in `errors`, or an HTTP error status)."""
+
+    kind = "api"
+
+    def __init__(self, cluster: str, status: int, errors: list[Any], what: str) -> None:
+        self.status = status
+        self.errors = errors
+        super().__init__(cluster, f"{what}: HTTP {status}: {describe_errors(errors)}")
+
+
+class SlurmAuthError(SlurmApiError):
+    kind = "auth"
+
+
+class SlurmMalformedResponse(SlurmError):
+    """An answer that is not the JSON object slurmrestd v0.0.41 sends."""
+
+    kind = "malformed"
+
+
+def describe_errors(errors: list[Any]) -> str:
+    parts = []
+    for entry in errors:
+        if isinstance(entry, dict):
+            text = str(entry.get("description") or entry.get("error") or entry)
+            number = entry.get("error_number")
+            parts.append(f"{text} ({number})" if number else text)
+        else:
+            parts.append(str(entry))
+    return "; ".join(parts) or "no error detail"
+
+
+def is_retryable_status(status: int) -> bool:
+    return status >= 500 or status in (408, 429)
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    timeout_seconds: float = 10.0
+    attempts: int = 3
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.2, maximum=2.0))
+    max_connections: int = 32
+
+
+class _Retry(Exception):
+    def __init__(self, error: SlurmError) -> None:
+        self.error = error
+
+
+class SlurmClient:
+    """Usage: `client = SlurmClient("a", url, tokens); nodes = await client.list_nodes()`;
+    `await client.close()` at the end."""
+
+    def __init__(
+        self,
+        cluster: str,
+        base_url: str,
+        tokens: TokenSource,
+        options: ClientOptions | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.base_url = base_url.rstrip("/")
+        self.tokens = tokens
+        self.options = options or ClientOptions()
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.options.timeout_seconds),
+                connector=aiohttp.TCPConnector(limit=self.options.max_connections),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # --- the calls the syncer makes ----------------------------------------------------------
+
+    async def ping(self) -> list[Json]:
+        body = await self.request("GET", "/ping", what="ping", retry_errors_in_body=True)
+        return _list_of_objects(self.cluster, body, "pings")
+
+    async def list_nodes(self) -> list[Json]:
+        body = await self.request("GET", "/nodes", what="list nodes", retry_errors_in_body=True)
+        return _list_of_objects(self.cluster, body, "nodes")
+
+    async def get_node(self, name: str) -> Json | None:
+        """The node, or None when Slurm has no node of that name."""
+        try:
+            body = await self.request("GET", f"/node/{name}", what=f"get node {name}")
+        except SlurmApiError as exc:
+            if _says_no_such_node(exc):
+                return None
+            raise
+        nodes = _list_of_objects(self.cluster, body, "nodes")
+        for node in nodes:
+            if node.get("name") == name:
+                return node
+        return None
+
+    async def update_node(self, name: str, states: list[str], reason: str | None = None) -> None:
+        payload: Json = {"state": states}
+        if reason is not None:
+            payload["reason"] = reason
+        await self.request("POST", f"/node/{name}", payload, what=f"update node {name}")
+
+    async def list_jobs(self) -> list[Json]:
+        body = await self.request("GET", "/jobs", what="list jobs", retry_errors_in_body=True)
+        return _list_of_objects(self.cluster, body, "jobs")
+
+    # --- one request, checked and retried ----------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        payload: Json | None = None,
+        *,
+        what: str,
+        retry_errors_in_body: bool = False,
+    ) -> Json:
+        attempts = self.options.attempts
+        refreshed_token = False
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                body = await self._once(method, path, payload, what, retry_errors_in_body)
+                metrics.SLURM_REQUESTS.labels(self.cluster, what.split(" ")[0], "ok").inc()
+                return body
+            except SlurmAuthError as exc:
+                metrics.SLURM_REQUESTS.labels(self.cluster, what.split(" ")[0], exc.kind).inc()
+                if refreshed_token:
+                    raise
+                # The token may have expired or been rotated: one more try with a fresh one.
+                refreshed_token = True
+                self.tokens.invalidate()
+                log.info("slurm.token_refused", cluster=self.cluster, error=str(exc))
+                attempt -= 1
+            except _Retry as retry:
+                error = retry.error
+                metrics.SLURM_REQUESTS.labels(self.cluster, what.split(" ")[0], error.kind).inc()
+                if attempt >= attempts:
+                    raise error from None
+                delay = self.options.backoff.delay(attempt)
+                log.warning(
+                    "slurm.request_retry",
+                    cluster=self.cluster,
+                    what=what,
+                    attempt=attempt,
+                    retry_in=delay,
+                    error=str(error),
+                )
+                await asyncio.sleep(delay)
+            except SlurmError as exc:
+                metrics.SLURM_REQUESTS.labels(self.cluster, what.split(" ")[0], exc.kind).inc()
+                raise
+
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        payload: Json | None,
+        what: str,
+        retry_errors_in_body: bool,
+    ) -> Json:
+        try:
+            token = self.tokens.token()
+        except OSError as exc:
+            raise SlurmAuthError(
+                self.cluster, 0, [f"cannot read credentials: {exc}"], what
+            ) from exc
+        headers = {
+            "X-SLURM-USER-NAME": self.tokens.user,
+            "X-SLURM-USER-TOKEN": token,
+            "Accept": "application/json",
+        }
+        url = f"{self.base_url}{API_PREFIX}{path}"
+        try:
+            async with self._get_session().request(
+                method, url, json=payload, headers=headers
+            ) as response:
+                status = response.status
+                text = await response.text()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _Retry(
+                SlurmUnreachable(self.cluster, f"{what}: {type(exc).__name__}: {exc}")
+            ) from exc
+        return self._check(status, text, what, retry_errors_in_body)
+
+    def _check(self, status: int, text: str, what: str, retry_errors_in_body: bool) -> Json:
+        body: Any = None
+        try:
+            body = json.loads(text) if text.strip() else None
+        except json.JSONDecodeError:
+            body = None
+        errors: list[Any] = []
+        if isinstance(body, dict):
+            raw_errors = body.get("errors", [])
+            if not isinstance(raw_errors, list):
+                raise SlurmMalformedResponse(self.cluster, f"{what}: `errors` is not a list")
+            errors = raw_errors
+        if status in AUTH_FAILURE_STATUSES or any(
+            isinstance(e, dict) and e.get("error_number") == SLURM_PROTOCOL_AUTHENTICATION_ERROR
+            for e in errors
+        ):
+            raise SlurmAuthError(self.cluster, status, errors or [text[:200]], what)
+        if status >= 400:
+            detail = errors or [text[:200] or "no body"]
+            error: SlurmError = SlurmApiError(self.cluster, status, detail, what)
+            if status in (502, 503, 504):
+                # slurmrestd is up but slurmctld is not (or a proxy answers): unreachable.
+                error = SlurmUnreachable(self.cluster, f"{what}: HTTP {status}: {detail}")
+            if is_retryable_status(status):
+                raise _Retry(error)
+            raise error
+        if not isinstance(body, dict):
+            raise SlurmMalformedResponse(
+                self.cluster, f"{what}: HTTP {status} with a body that is not a JSON object"
+            )
+        if errors:
+            error = SlurmApiError(self.cluster, status, errors, what)
+            if retry_errors_in_body:
+                raise _Retry(error)
+            raise error
+        warnings = body.get("warnings")
+        if isinstance(warnings, list) and warnings:
+            log.debug("slurm.warnings", cluster=self.cluster, what=what, warnings=warnings)
+        return body
+
+
+def _list_of_objects(cluster: str, body: Json, field: str) -> list[Json]:
+    value = body.get(field)
+    if not isinstance(value, list):
+        raise SlurmMalformedResponse(cluster, f"answer has no `{field}` list")
+    return [item if isinstance(item, dict) else {"_malformed": item} for item in value]
+
+
+def _says_no_such_node(error: SlurmApiError) -> bool:
+    text = describe_errors(error.errors).lower()
+    return "failure to query node" in text or "invalid node name" in text

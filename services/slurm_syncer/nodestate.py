@@ -1,0 +1,202 @@
+"""Slurm node JSON (v0.0.41) -> SlurmNodeState, with the derived states of the reference.
+
+slinky-nodeset-controller.txt: Busy = Allocated, Mixed or Completing; Drain = Drain and not
+Undrain; Drained = Drain and not Busy; Draining = Drain and Busy. A node that cannot be read
+is Unknown with every derived state False (fail closed: never reported drained).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import msgspec
+
+from nodeflow_contracts.slurm import BASE_STATES, FLAGS, REASON_PREFIX, BaseState, SlurmNodeState
+
+# Slurm's upper-case names -> the reference's names.
+_BASE_BY_SLURM: dict[str, str] = {state.upper(): state for state in BASE_STATES}
+_FLAG_BY_SLURM: dict[str, str] = {
+    "COMPLETING": "Completing",
+    "DRAIN": "Drain",
+    "FAIL": "Fail",
+    "INVALID": "Invalid",
+    "INVALID_REG": "InvalidReg",
+    "MAINTENANCE": "Maintenance",
+    "NOT_RESPONDING": "NotResponding",
+    "UNDRAIN": "Undrain",
+}
+_FLAG_ORDER = {flag: index for index, flag in enumerate(FLAGS)}
+
+
+class MalformedNode(ValueError):
+    """A node entry without the fields every v0.0.41 node has."""
+
+
+def reason_is_ours(reason: str) -> bool:
+    return reason.startswith(REASON_PREFIX)
+
+
+def reason_is_external(reason: str) -> bool:
+    """A non-empty reason that Nodeflow did not write: never changed or cleared."""
+    return bool(reason) and not reason_is_ours(reason)
+
+
+def split_state(raw: Iterable[str]) -> tuple[BaseState, tuple[str, ...]]:
+    """`["IDLE", "DRAIN", "DYNAMIC_NORM"]` -> ("Idle", ("Drain",)).
+
+    The first recognised base state wins (slurmrestd lists it first); without one the node
+    is Unknown. Flags outside the reference's list (DYNAMIC_NORM, CLOUD, ...) are not kept.
+    """
+    base = "Unknown"
+    flags: set[str] = set()
+    found_base = False
+    for word in raw:
+        upper = word.upper()
+        if not found_base and upper in _BASE_BY_SLURM:
+            base = _BASE_BY_SLURM[upper]
+            found_base = True
+        elif upper in _FLAG_BY_SLURM:
+            flags.add(_FLAG_BY_SLURM[upper])
+    return cast(BaseState, base), tuple(sorted(flags, key=_FLAG_ORDER.__getitem__))
+
+
+@dataclass(frozen=True)
+class Derived:
+    busy: bool
+    drain: bool
+    drained: bool
+    draining: bool
+
+
+def derive(base: str, flags: Iterable[str]) -> Derived:
+    flag_set = set(flags)
+    busy = base in ("Allocated", "Mixed") or "Completing" in flag_set
+    drain = "Drain" in flag_set and "Undrain" not in flag_set
+    return Derived(busy=busy, drain=drain, drained=drain and not busy, draining=drain and busy)
+
+
+def reason_applies(base: str, flags: Iterable[str]) -> bool:
+    """Slurm keeps a node's reason after UNDRAIN/RESUME (24.11.5): only a drained, down or
+    failed node's reason says anything. A leftover reason is read as no reason at all, so a
+    stale external reason never blocks the cordon model and a stale one of ours is not shown."""
+    flag_set = set(flags)
+    return base in ("Down", "Error") or "Drain" in flag_set or "Fail" in flag_set
+
+
+def _number(value: Any) -> float | None:
+    """A plain number or a v0.0.41 `*_no_val_struct` ({set, infinite, number})."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, Mapping) and value.get("set") and not value.get("infinite"):
+        number = value.get("number")
+        if isinstance(number, int | float) and not isinstance(number, bool):
+            return float(number)
+    return None
+
+
+def _int(value: Any) -> int:
+    number = _number(value)
+    return int(number) if number is not None else 0
+
+
+def parse_node(cluster: str, raw: Mapping[str, Any], observed_at: float) -> SlurmNodeState:
+    """One entry of `nodes[]`; MalformedNode when name or state are missing or mistyped."""
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise MalformedNode("node entry without a name")
+    state = raw.get("state")
+    if isinstance(state, str):
+        state = [state]
+    if not isinstance(state, list) or not all(isinstance(word, str) for word in state):
+        raise MalformedNode(f"node {name}: `state` is not a list of strings")
+    reason = raw.get("reason") or ""
+    if not isinstance(reason, str):
+        raise MalformedNode(f"node {name}: `reason` is not a string")
+    base, flags = split_state(state)
+    derived = derive(base, flags)
+    if not reason_applies(base, flags):
+        reason = ""
+    set_by = raw.get("reason_set_by_user")
+    return SlurmNodeState(
+        cluster=cluster,
+        name=name,
+        known=True,
+        base_state=base,
+        flags=flags,
+        reason=reason,
+        reason_is_ours=reason_is_ours(reason),
+        reason_set_by=set_by if isinstance(set_by, str) and reason else "",
+        reason_changed_at=_number(raw.get("reason_changed_at")) if reason else None,
+        cpus=_int(raw.get("cpus")),
+        alloc_cpus=_int(raw.get("alloc_cpus")),
+        busy=derived.busy,
+        drain=derived.drain,
+        drained=derived.drained,
+        draining=derived.draining,
+        observed_at=observed_at,
+    )
+
+
+def unknown_state(cluster: str, name: str, observed_at: float) -> SlurmNodeState:
+    """The state of a node that cannot be read: Unknown, nothing drained, nothing busy."""
+    return SlurmNodeState(
+        cluster=cluster, name=name, known=False, base_state="Unknown", observed_at=observed_at
+    )
+
+
+def same_state(a: SlurmNodeState | None, b: SlurmNodeState | None) -> bool:
+    """Equal apart from when they were observed."""
+    if a is None or b is None:
+        return a is b
+    return msgspec.structs.replace(a, observed_at=0.0) == msgspec.structs.replace(
+        b, observed_at=0.0
+    )
+
+
+@dataclass
+class PollOutcome:
+    """What one poll of one cluster changes, computed without I/O."""
+
+    states: dict[str, SlurmNodeState]
+    changed: list[SlurmNodeState] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)
+
+
+def apply_poll(
+    cluster: str,
+    previous: Mapping[str, SlurmNodeState],
+    raw_nodes: list[dict[str, Any]] | None,
+    observed_at: float,
+) -> PollOutcome:
+    """The new states of a cluster after a poll (`raw_nodes` None: the poll failed).
+
+    A failed poll turns every known node Unknown (fail closed) and forgets none of them. A
+    malformed entry makes that node Unknown when its name is readable. Nodes missing from a
+    successful poll are removed.
+    """
+    states: dict[str, SlurmNodeState] = {}
+    outcome = PollOutcome(states=states)
+    if raw_nodes is None:
+        for name, old in previous.items():
+            states[name] = old if not old.known else unknown_state(cluster, name, observed_at)
+    else:
+        for raw in raw_nodes:
+            try:
+                state = parse_node(cluster, raw, observed_at)
+            except MalformedNode as exc:
+                outcome.malformed.append(str(exc))
+                raw_name = raw.get("name")
+                if isinstance(raw_name, str) and raw_name:
+                    states[raw_name] = unknown_state(cluster, raw_name, observed_at)
+                continue
+            states[state.name] = state
+        outcome.removed = sorted(name for name in previous if name not in states)
+    for name, state in states.items():
+        if not same_state(previous.get(name), state):
+            outcome.changed.append(state)
+    return outcome

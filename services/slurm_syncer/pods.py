@@ -1,0 +1,115 @@
+"""What the syncer needs to know about a NodeSet pod, read from the raw Kubernetes objects
+that k8s-watcher keeps in the `k8s_pods`, `k8s_nodes` and `k8s_nodesets` KV buckets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nodeflow_contracts import subjects
+
+NODESET_LABEL = "nodeflow.dev/nodeset"
+# Pods without a NodeSet in the view may still name their Slurm cluster directly.
+SLURM_CLUSTER_LABEL = "nodeflow.dev/slurm-cluster"
+POD_CORDON_ANNOTATION = "nodeflow.dev/pod-cordon"
+NODE_CORDON_REASON_ANNOTATION = "nodeflow.dev/node-cordon-reason"
+SLURM_DELETE_CONDITION = "SlurmDelete"
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """One NodeSet pod as the drain and condition decisions see it."""
+
+    key: str  # k8s_pods KV key, <namespace>.<name>
+    namespace: str
+    name: str  # also the Slurm node name
+    uid: str
+    resource_version: str
+    cluster: str
+    node_name: str | None
+    node_unschedulable: bool
+    node_cordon_reason: str | None
+    pod_cordoned: bool
+    # Reason of the SlurmDelete=True condition, None when the condition is absent or not True.
+    delete_reason: str | None
+    terminating: bool
+    conditions: tuple[Any, ...]
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def nodeset_of(pod: Obj) -> str | None:
+    label = _mapping(_mapping(pod.get("metadata")).get("labels")).get(NODESET_LABEL)
+    return label if isinstance(label, str) and label else None
+
+
+def cluster_of(pod: Obj, nodesets: Mapping[str, Obj]) -> str | None:
+    """The Slurm cluster of a NodeSet pod: its NodeSet's spec.slurmCluster, else its label."""
+    metadata = _mapping(pod.get("metadata"))
+    nodeset = nodeset_of(pod)
+    namespace = metadata.get("namespace")
+    if nodeset and isinstance(namespace, str):
+        owner = nodesets.get(f"{namespace}.{nodeset}")
+        if owner is not None:
+            cluster = _mapping(owner.get("spec")).get("slurmCluster")
+            if isinstance(cluster, str) and cluster:
+                return cluster
+    label = _mapping(metadata.get("labels")).get(SLURM_CLUSTER_LABEL)
+    return label if isinstance(label, str) and label else None
+
+
+def slurm_delete_reason(conditions: tuple[Any, ...]) -> str | None:
+    for entry in conditions:
+        if isinstance(entry, Mapping) and entry.get("type") == SLURM_DELETE_CONDITION:
+            if entry.get("status") == "True":
+                reason = entry.get("reason")
+                return reason if isinstance(reason, str) and reason else "DeleteScheduled"
+            return None
+    return None
+
+
+def node_key(node_name: str) -> str:
+    return subjects.object_key(None, node_name)
+
+
+def pod_facts(pod: Obj, nodes: Mapping[str, Obj], nodesets: Mapping[str, Obj]) -> PodFacts | None:
+    """Facts of a NodeSet pod; None for any other pod or one whose cluster is not known."""
+    if nodeset_of(pod) is None:
+        return None
+    metadata = _mapping(pod.get("metadata"))
+    namespace, name = metadata.get("namespace"), metadata.get("name")
+    if not isinstance(namespace, str) or not isinstance(name, str) or not name:
+        return None
+    cluster = cluster_of(pod, nodesets)
+    if cluster is None:
+        return None
+    node_name = _mapping(pod.get("spec")).get("nodeName")
+    node_name = node_name if isinstance(node_name, str) and node_name else None
+    node = nodes.get(node_key(node_name)) if node_name else None
+    node_annotations = _mapping(_mapping(_mapping(node).get("metadata")).get("annotations"))
+    cordon_reason = node_annotations.get(NODE_CORDON_REASON_ANNOTATION)
+    annotations = _mapping(metadata.get("annotations"))
+    raw_conditions = _mapping(pod.get("status")).get("conditions")
+    conditions = tuple(raw_conditions) if isinstance(raw_conditions, list) else ()
+    return PodFacts(
+        key=subjects.object_key(namespace, name),
+        namespace=namespace,
+        name=name,
+        uid=str(metadata.get("uid") or ""),
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        cluster=cluster,
+        node_name=node_name,
+        node_unschedulable=bool(_mapping(_mapping(node).get("spec")).get("unschedulable")),
+        node_cordon_reason=cordon_reason.strip()
+        if isinstance(cordon_reason, str) and cordon_reason.strip()
+        else None,
+        pod_cordoned=str(annotations.get(POD_CORDON_ANNOTATION, "")).lower() == "true",
+        delete_reason=slurm_delete_reason(conditions),
+        terminating=bool(metadata.get("deletionTimestamp")),
+        conditions=conditions,
+    )

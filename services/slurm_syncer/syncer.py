@@ -1,0 +1,586 @@
+"""The syncer's I/O: polls Slurm, keeps KV `slurm_nodes`, publishes node changes and poll
+results, projects node state onto NodeSet pods through k8s-watcher, and drains/undrains.
+
+Decisions are made by the pure functions of `nodestate`, `conditions` and `drain`; this module
+only gathers their inputs (KV views of pods, nodes and NodeSets; slurmrestd) and carries out
+their outputs (publishes and Slurm calls). One decision pass at a time, under a lock; Slurm
+updates run in the background, bounded, at most one per node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from nodeflow_bus import (
+    BatchPublishError,
+    Bus,
+    Delivery,
+    KVView,
+    OutgoingMessage,
+    PermanentError,
+    PublishError,
+    RetryableError,
+)
+from nodeflow_contracts import subjects
+from nodeflow_contracts.k8s import K8sCommand, ObjectRef, PatchObject
+from nodeflow_contracts.slurm import (
+    SlurmNodeChanged,
+    SlurmNodeCommand,
+    SlurmNodeState,
+    SlurmPollResult,
+)
+from nodeflow_contracts.topology import SLURM_NODES_BUCKET, WATCHED_KINDS
+from slurm_syncer import metrics
+from slurm_syncer.client import SlurmClient, SlurmError
+from slurm_syncer.conditions import conditions_patch, desired_conditions, patch_digest
+from slurm_syncer.drain import DrainPlan, decide_command, decide_drain
+from slurm_syncer.nodestate import MalformedNode, apply_poll, parse_node, same_state
+from slurm_syncer.pods import POD_CORDON_ANNOTATION, PodFacts, nodeset_of, pod_facts
+
+log = structlog.get_logger("slurm_syncer")
+
+PODS_BUCKET = subjects.k8s_bucket("Pod")
+NODES_BUCKET = subjects.k8s_bucket("Node")
+NODESETS_BUCKET = subjects.k8s_bucket("NodeSet")
+NODESET_API_VERSION = next(k.api_version for k in WATCHED_KINDS if k.kind == "NodeSet")
+KV_OPERATION_HEADER = "KV-Operation"
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SyncerOptions:
+    sender: str = "slurm-syncer"
+    poll_interval: float = 5.0
+    max_concurrent_updates: int = 16
+    # A pod command not yet reflected in the pod after this long is sent again.
+    resend_after: float = 30.0
+
+
+@dataclass
+class ClusterView:
+    """What the syncer knows of one Slurm cluster."""
+
+    name: str
+    client: SlurmClient
+    states: dict[str, SlurmNodeState] = field(default_factory=dict)
+    polled: bool = False
+    reachable: bool = False
+    last_error: str = ""
+
+
+@dataclass
+class _Sent:
+    """A pod command already sent for this pod version, to send nothing twice."""
+
+    resource_version: str
+    digest: str
+    sent_at: float
+    attempt: int
+
+
+@dataclass
+class ReconcileReport:
+    pods: int = 0
+    condition_patches: int = 0
+    cordon_marks: int = 0
+    slurm_updates: int = 0
+
+
+def unreadable_because(view: ClusterView, node: str, state: SlurmNodeState | None) -> str:
+    if not view.reachable:
+        return f"Slurm cluster {view.name} cannot be reached: {view.last_error}".strip()
+    if state is None:
+        return f"Slurm cluster {view.name} has no node {node}"
+    return f"Slurm node {node} could not be read"
+
+
+def _interesting_node_fields(node: Obj | None) -> tuple[object, object]:
+    if node is None:
+        return (None, None)
+    spec = node.get("spec") or {}
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return (bool(spec.get("unschedulable")), annotations.get("nodeflow.dev/node-cordon-reason"))
+
+
+def _slurm_cluster_of_nodeset(nodeset: Obj | None) -> object:
+    return ((nodeset or {}).get("spec") or {}).get("slurmCluster")
+
+
+class Syncer:
+    """Usage: `syncer = Syncer(bus, {"a": client}); await syncer.start(); ...; await
+    syncer.stop()`. Start it only on the replica that holds the leader lease."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        clients: Mapping[str, SlurmClient],
+        options: SyncerOptions | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._bus = bus
+        self.options = options or SyncerOptions()
+        self._clock = clock
+        self.clusters = {name: ClusterView(name, client) for name, client in clients.items()}
+        self._pods_by_node: dict[str, set[str]] = {}
+        self._node_of_pod: dict[str, str] = {}
+        self._dirty: set[str] = set()
+        self._dirty_event = asyncio.Event()
+        self._reconcile_lock = asyncio.Lock()
+        self._slurm_slots = asyncio.Semaphore(self.options.max_concurrent_updates)
+        self._in_flight: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._sent_conditions: dict[str, _Sent] = {}
+        self._sent_marks: dict[str, _Sent] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wakeups: dict[str, asyncio.Event] = {}
+        self._poll_locks = {name: asyncio.Lock() for name in clients}
+        self.ready = asyncio.Event()
+        self._views_used = False
+        self._make_views()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def _make_views(self) -> None:
+        """Fresh views (a KVView starts once): a replica may lose and regain the lease."""
+        self._pods: KVView[Obj] = KVView(self._bus, PODS_BUCKET, dict)
+        self._nodes: KVView[Obj] = KVView(self._bus, NODES_BUCKET, dict)
+        self._nodesets: KVView[Obj] = KVView(self._bus, NODESETS_BUCKET, dict)
+        self._known: KVView[SlurmNodeState] = KVView(self._bus, SLURM_NODES_BUCKET, SlurmNodeState)
+        self._pods_by_node.clear()
+        self._node_of_pod.clear()
+        self._sent_conditions.clear()
+        self._sent_marks.clear()
+        for cluster in self.clusters.values():
+            cluster.polled = False
+
+    async def start(self) -> None:
+        if self._views_used:
+            self._make_views()
+        self._views_used = True
+        self._pods.add_listener(self._on_pod)
+        self._nodes.add_listener(self._on_node)
+        self._nodesets.add_listener(self._on_nodeset)
+        for view in (self._pods, self._nodes, self._nodesets):
+            await view.start()
+        for view in (self._pods, self._nodes, self._nodesets):
+            await view.ready.wait()
+        await self._load_known_states()
+        self._tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
+        for name in self.clusters:
+            self._wakeups[name] = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._poll_loop(name), name=f"poll-{name}"))
+        self.ready.set()
+        log.info("syncer.started", clusters=sorted(self.clusters), pods=len(self._pods))
+
+    async def stop(self) -> None:
+        self.ready.clear()
+        tasks = [*self._tasks, *self._in_flight.values()]
+        for task in tasks:
+            task.cancel()
+        # gather, not a suppressed await per task: a cancellation of stop() itself goes through.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._in_flight.clear()
+        for view in (self._pods, self._nodes, self._nodesets, self._known):
+            await view.stop()
+        log.info("syncer.stopped")
+
+    def poll_now(self, cluster: str) -> None:
+        """Poll `cluster` at once instead of waiting for the interval."""
+        self._wakeups[cluster].set()
+
+    async def _load_known_states(self) -> None:
+        """Start from what KV holds, so a restart republishes only what really changed.
+
+        The view stays open until stop(): nodeflow_bus's KVView.stop() can hang when called
+        right after its first snapshot is loaded (reported to the lead)."""
+        await self._known.start()
+        await self._known.ready.wait()
+        for _, state in self._known.items():
+            cluster = self.clusters.get(state.cluster)
+            if cluster is not None:
+                cluster.states[state.name] = state
+
+    # --- KV listeners: what changed in Kubernetes ---------------------------------------------
+
+    def _mark_dirty(self, keys: Iterable[str]) -> None:
+        self._dirty.update(keys)
+        if self._dirty:
+            self._dirty_event.set()
+
+    def _on_pod(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        previous_node = self._node_of_pod.pop(key, None)
+        if previous_node is not None:
+            self._pods_by_node.get(previous_node, set()).discard(key)
+        if new is None:
+            self._sent_conditions.pop(key, None)
+            self._sent_marks.pop(key, None)
+            return
+        node_name = (new.get("spec") or {}).get("nodeName")
+        if isinstance(node_name, str) and node_name:
+            self._node_of_pod[key] = node_name
+            self._pods_by_node.setdefault(node_name, set()).add(key)
+        if nodeset_of(new) is not None:
+            self._mark_dirty([key])
+
+    def _on_node(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        if _interesting_node_fields(old) == _interesting_node_fields(new):
+            return
+        _, name = subjects.split_object_key(key)
+        self._mark_dirty(self._pods_by_node.get(name, ()))
+
+    def _on_nodeset(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        if _slurm_cluster_of_nodeset(old) == _slurm_cluster_of_nodeset(new):
+            return
+        namespace, name = subjects.split_object_key(key)
+        self._mark_dirty(
+            pod_key
+            for pod_key, pod in self._pods.items()
+            if nodeset_of(pod) == name and pod_key.startswith(f"{namespace}.")
+        )
+
+    # --- polling -------------------------------------------------------------------------------
+
+    async def _poll_loop(self, cluster: str) -> None:
+        wakeup = self._wakeups[cluster]
+        while True:
+            started = time.monotonic()
+            try:
+                await self.poll_once(cluster)
+            except Exception:
+                # A bug or a bus failure must not end polling: log it and poll again.
+                log.exception("syncer.poll_failed", cluster=cluster)
+            wait = max(0.0, self.options.poll_interval - (time.monotonic() - started))
+            wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wakeup.wait(), wait)
+
+    async def poll_once(self, cluster: str) -> SlurmPollResult:
+        """Read every node of `cluster`, publish what changed, then reconcile its pods."""
+        async with self._poll_locks[cluster]:
+            return await self._poll(cluster)
+
+    async def _poll(self, cluster: str) -> SlurmPollResult:
+        view = self.clusters[cluster]
+        started_at = self._clock()
+        started = time.perf_counter()
+        raw_nodes: list[dict[str, Any]] | None
+        error = ""
+        try:
+            raw_nodes = await view.client.list_nodes()
+        except SlurmError as exc:
+            raw_nodes, error = None, str(exc)
+            log.warning("syncer.poll_unreachable", cluster=cluster, error=error)
+        outcome = apply_poll(cluster, view.states, raw_nodes, started_at)
+        view.states = outcome.states
+        view.polled = True
+        view.reachable = raw_nodes is not None
+        view.last_error = error
+        if outcome.malformed:
+            metrics.MALFORMED_NODES.labels(cluster).inc(len(outcome.malformed))
+            log.error("syncer.malformed_nodes", cluster=cluster, problems=outcome.malformed[:5])
+            error = f"{len(outcome.malformed)} malformed node entries: {outcome.malformed[0]}"
+        result = SlurmPollResult(
+            cluster=cluster,
+            ok=raw_nodes is not None,
+            started_at=started_at,
+            duration_seconds=time.perf_counter() - started,
+            node_count=len(outcome.states),
+            error=error,
+        )
+        messages = self._state_messages(cluster, outcome.changed, outcome.removed)
+        messages.append(OutgoingMessage(subject=result.subject, message=result))
+        await self._publish(messages, "slurm state")
+        metrics.POLLS.labels(cluster, "ok" if result.ok else "failed").inc()
+        metrics.NODES.labels(cluster).set(len(outcome.states))
+        metrics.CLUSTER_REACHABLE.labels(cluster).set(1 if result.ok else 0)
+        await self.reconcile(None, cluster=cluster)
+        metrics.POLL_SECONDS.labels(cluster).observe(time.perf_counter() - started)
+        return result
+
+    def _state_messages(
+        self, cluster: str, changed: list[SlurmNodeState], removed: list[str]
+    ) -> list[OutgoingMessage]:
+        messages: list[OutgoingMessage] = []
+        for state in changed:
+            kv_subject = subjects.kv_entry(SLURM_NODES_BUCKET, state.key)
+            messages.append(OutgoingMessage(subject=kv_subject, message=state))
+            event = SlurmNodeChanged(cluster=cluster, name=state.name, change="upsert", state=state)
+            messages.append(OutgoingMessage(subject=event.subject, message=event))
+        for name in removed:
+            key = subjects.slurm_node_key(cluster, name)
+            messages.append(
+                OutgoingMessage(
+                    subject=subjects.kv_entry(SLURM_NODES_BUCKET, key),
+                    message=b"",
+                    headers={KV_OPERATION_HEADER: "DEL"},
+                )
+            )
+            event = SlurmNodeChanged(cluster=cluster, name=name, change="removed")
+            messages.append(OutgoingMessage(subject=event.subject, message=event))
+        if changed or removed:
+            metrics.NODE_CHANGES.labels(cluster).inc(len(changed) + len(removed))
+        return messages
+
+    async def _publish(self, messages: list[OutgoingMessage], what: str) -> bool:
+        if not messages:
+            return True
+        try:
+            await self._bus.publish_batch(messages)
+        except (BatchPublishError, PublishError) as exc:
+            log.error("syncer.publish_failed", what=what, error=str(exc))
+            return False
+        return True
+
+    # --- reconciling pods --------------------------------------------------------------------
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await self._dirty_event.wait()
+            self._dirty_event.clear()
+            keys, self._dirty = self._dirty, set()
+            try:
+                await self.reconcile(keys)
+            except Exception:
+                log.exception("syncer.reconcile_failed", pods=len(keys))
+                self._mark_dirty(keys)
+                await asyncio.sleep(1.0)
+
+    async def reconcile(
+        self, keys: Iterable[str] | None, *, cluster: str | None = None
+    ) -> ReconcileReport:
+        """Project Slurm state onto the given pods (None: every pod) and act on drains."""
+        async with self._reconcile_lock:
+            return await self._reconcile(keys, cluster)
+
+    async def _reconcile(self, keys: Iterable[str] | None, cluster: str | None) -> ReconcileReport:
+        now = self._clock()
+        report = ReconcileReport()
+        pods = self._pods.as_dict() if keys is None else None
+        nodes, nodesets = self._nodes.as_dict(), self._nodesets.as_dict()
+        commands: list[K8sCommand] = []
+        plans: list[tuple[PodFacts, DrainPlan]] = []
+        for key in keys if keys is not None else list(pods or ()):
+            pod = pods.get(key) if pods is not None else self._pods.get(key)
+            if pod is None:
+                continue
+            facts = pod_facts(pod, nodes, nodesets)
+            if facts is None or (cluster is not None and facts.cluster != cluster):
+                continue
+            view = self.clusters.get(facts.cluster)
+            if view is None or not view.polled:
+                continue
+            report.pods += 1
+            state = view.states.get(facts.name) if view.reachable else None
+            desired = desired_conditions(state, unreadable_because(view, facts.name, state))
+            patch = conditions_patch(facts.conditions, desired, now)
+            if patch is not None:
+                command = self._conditions_command(facts, patch, now)
+                if command is not None:
+                    commands.append(command)
+                    report.condition_patches += 1
+            plan = decide_drain(facts, state)
+            if plan.mark_pod_cordoned:
+                command = self._cordon_mark_command(facts, now)
+                if command is not None:
+                    commands.append(command)
+                    report.cordon_marks += 1
+            if plan.action != "none" and (facts.cluster, facts.name) not in self._in_flight:
+                plans.append((facts, plan))
+        if commands:
+            sent = await self._publish(
+                [
+                    OutgoingMessage(subject=c.subject, message=c, msg_id=c.idempotency_key)
+                    for c in commands
+                ],
+                "pod commands",
+            )
+            if not sent:
+                for command in commands:
+                    pod_key = subjects.object_key(command.target.namespace, command.target.name)
+                    self._sent_conditions.pop(pod_key, None)
+                    self._sent_marks.pop(pod_key, None)
+        for facts, plan in plans:
+            report.slurm_updates += 1
+            self._start_update(facts, plan)
+        return report
+
+    def _pod_ref(self, facts: PodFacts) -> ObjectRef:
+        return ObjectRef(
+            api_version="v1", kind="Pod", name=facts.name, namespace=facts.namespace, uid=facts.uid
+        )
+
+    def _should_send(
+        self, sent: dict[str, _Sent], facts: PodFacts, digest: str, now: float
+    ) -> int | None:
+        """The attempt number to send with, or None when this exact command is pending."""
+        previous = sent.get(facts.key)
+        attempt = 1
+        if (
+            previous is not None
+            and previous.resource_version == facts.resource_version
+            and previous.digest == digest
+        ):
+            if now - previous.sent_at < self.options.resend_after:
+                return None
+            attempt = previous.attempt + 1
+        sent[facts.key] = _Sent(facts.resource_version, digest, now, attempt)
+        return attempt
+
+    def _conditions_command(
+        self, facts: PodFacts, patch: dict[str, Any], now: float
+    ) -> K8sCommand | None:
+        digest = patch_digest(patch)
+        attempt = self._should_send(self._sent_conditions, facts, digest, now)
+        if attempt is None:
+            return None
+        metrics.POD_PATCHES.labels("conditions").inc()
+        return K8sCommand(
+            idempotency_key=(
+                f"{self.options.sender}:conditions:{facts.uid}:{facts.resource_version}:"
+                f"{digest}:{attempt}"
+            ),
+            sender=self.options.sender,
+            sent_at=now,
+            target=self._pod_ref(facts),
+            operation=PatchObject(patch_type="strategic", patch=patch, subresource="status"),
+            reason=f"Slurm node {facts.cluster}/{facts.name} state changed",
+        )
+
+    def _cordon_mark_command(self, facts: PodFacts, now: float) -> K8sCommand | None:
+        attempt = self._should_send(self._sent_marks, facts, "pod-cordon", now)
+        if attempt is None:
+            return None
+        metrics.POD_PATCHES.labels("cordon-mark").inc()
+        return K8sCommand(
+            idempotency_key=(
+                f"{self.options.sender}:pod-cordon:{facts.uid}:{facts.resource_version}:{attempt}"
+            ),
+            sender=self.options.sender,
+            sent_at=now,
+            target=self._pod_ref(facts),
+            operation=PatchObject(
+                patch_type="merge",
+                patch={"metadata": {"annotations": {POD_CORDON_ANNOTATION: "true"}}},
+            ),
+            reason=f"Kubernetes node {facts.node_name} is cordoned: the pod follows it",
+        )
+
+    # --- Slurm updates ---------------------------------------------------------------------
+
+    def _start_update(self, facts: PodFacts, plan: DrainPlan) -> None:
+        node = (facts.cluster, facts.name)
+        task = asyncio.create_task(self._run_update(facts, plan), name=f"update-{facts.name}")
+        self._in_flight[node] = task
+        task.add_done_callback(lambda _: self._in_flight.pop(node, None))
+
+    async def _run_update(self, facts: PodFacts, plan: DrainPlan) -> None:
+        origin = plan.origin or "cordon"
+        try:
+            await self._update_node(facts.cluster, facts.name, plan.action, plan.reason)
+        except SlurmError as exc:
+            metrics.NODE_UPDATES.labels(facts.cluster, plan.action, origin, "failed").inc()
+            log.warning(
+                "syncer.update_failed",
+                cluster=facts.cluster,
+                node=facts.name,
+                action=plan.action,
+                error=str(exc),
+            )
+            return
+        metrics.NODE_UPDATES.labels(facts.cluster, plan.action, origin, "ok").inc()
+        log.info(
+            "syncer.node_updated",
+            cluster=facts.cluster,
+            node=facts.name,
+            action=plan.action,
+            reason=plan.reason,
+            why=plan.why,
+        )
+        # The pod's conditions follow the node's new state at once.
+        self._mark_dirty([facts.key])
+
+    async def _update_node(self, cluster: str, node: str, action: str, reason: str) -> None:
+        """Send the drain/undrain, then read the node back and publish its new state."""
+        view = self.clusters[cluster]
+        async with self._slurm_slots:
+            if action == "drain":
+                await view.client.update_node(node, ["DRAIN"], reason)
+            else:
+                await view.client.update_node(node, ["UNDRAIN"])
+            raw = await view.client.get_node(node)
+        await self._record_node(cluster, node, raw)
+
+    async def _record_node(self, cluster: str, node: str, raw: dict[str, Any] | None) -> None:
+        view = self.clusters[cluster]
+        previous = view.states.get(node)
+        if raw is None:
+            if previous is None:
+                return
+            view.states.pop(node, None)
+            await self._publish(self._state_messages(cluster, [], [node]), "slurm state")
+            return
+        try:
+            state = parse_node(cluster, raw, self._clock())
+        except MalformedNode as exc:
+            log.error("syncer.malformed_node", cluster=cluster, node=node, error=str(exc))
+            return
+        view.states[node] = state
+        if not same_state(previous, state):
+            await self._publish(self._state_messages(cluster, [state], []), "slurm state")
+
+    # --- drain commands ----------------------------------------------------------------------
+
+    async def handle_command(self, command: SlurmNodeCommand, delivery: Delivery) -> None:
+        """Apply a SlurmNodeCommand (the durable consumer's handler)."""
+        view = self.clusters.get(command.cluster)
+        if view is None:
+            raise PermanentError(f"this syncer does not manage Slurm cluster {command.cluster!r}")
+        try:
+            async with self._slurm_slots:
+                raw = await view.client.get_node(command.node)
+        except SlurmError as exc:
+            # Unreachable, refused or garbled: the command waits for Slurm to answer properly.
+            raise RetryableError(str(exc)) from exc
+        if raw is None:
+            raise PermanentError(f"Slurm cluster {command.cluster} has no node {command.node}")
+        try:
+            state = parse_node(command.cluster, raw, self._clock())
+        except MalformedNode as exc:
+            raise RetryableError(f"node {command.node} could not be read: {exc}") from exc
+        decision = decide_command(command, state)
+        log.info(
+            "syncer.command",
+            cluster=command.cluster,
+            node=command.node,
+            op=command.op,
+            sender=command.sender,
+            verdict=decision.verdict,
+            why=decision.why,
+        )
+        if decision.verdict == "refuse":
+            metrics.NODE_UPDATES.labels(command.cluster, command.op, "command", "refused").inc()
+            raise PermanentError(f"{command.op} {command.cluster}/{command.node}: {decision.why}")
+        if decision.verdict == "noop":
+            await self._record_node(command.cluster, command.node, raw)
+            return
+        try:
+            await self._update_node(command.cluster, command.node, command.op, command.reason)
+        except SlurmError as exc:
+            metrics.NODE_UPDATES.labels(command.cluster, command.op, "command", "failed").inc()
+            raise RetryableError(str(exc)) from exc
+        metrics.NODE_UPDATES.labels(command.cluster, command.op, "command", "ok").inc()
+        key_pods = [
+            key
+            for key, pod in self._pods.items()
+            if key.endswith(f".{command.node}") and nodeset_of(pod) is not None
+        ]
+        self._mark_dirty(key_pods)

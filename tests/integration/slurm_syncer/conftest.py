@@ -1,0 +1,256 @@
+"""slurm-syncer against the Slurm emulator over HTTP and a real NATS.
+
+Kubernetes input goes straight into the k8s_* KV buckets (the contract with k8s-watcher);
+`FakeWatcher` takes the K8sCommands the syncer publishes off the K8S_COMMANDS work queue with a
+JetStream consumer, records them, and (when asked) applies them to the pods in KV the way the
+API server would, so a test sees the whole loop converge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from clustersim.kube.patch import merge_patch, strategic_merge_patch
+from clustersim.slurm import ManualClock, RunningSlurm, run_slurm_emulator
+from nodeflow_bus import Backoff, Bus, ensure_topology
+from nodeflow_contracts import codec, subjects
+from nodeflow_contracts.k8s import K8sCommand, PatchObject
+from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
+from slurm_syncer.auth import SigningKeyTokens
+from slurm_syncer.client import ClientOptions, SlurmClient
+from slurm_syncer.syncer import Syncer, SyncerOptions
+
+NAMESPACE = "slurm"
+NODESET = "gpu"
+CLUSTER = "a"
+FAST_CLIENT = ClientOptions(
+    timeout_seconds=2.0, attempts=2, backoff=Backoff(initial=0.02, maximum=0.05)
+)
+
+
+async def eventually(
+    condition: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+def make_pod(
+    name: str,
+    node: str | None,
+    *,
+    annotations: dict[str, str] | None = None,
+    conditions: list[dict[str, Any]] | None = None,
+    nodeset: str = NODESET,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "labels": {"nodeflow.dev/nodeset": nodeset},
+            "annotations": annotations or {},
+        },
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": "Running", "conditions": conditions or []},
+    }
+
+
+def make_node(
+    name: str, *, unschedulable: bool = False, cordon_reason: str | None = None
+) -> dict[str, Any]:
+    annotations = {"nodeflow.dev/node-cordon-reason": cordon_reason} if cordon_reason else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": annotations, "resourceVersion": "1"},
+        "spec": {"unschedulable": True} if unschedulable else {},
+    }
+
+
+def make_nodeset(name: str = NODESET, cluster: str = CLUSTER) -> dict[str, Any]:
+    return {
+        "apiVersion": "nodeflow.dev/v1alpha1",
+        "kind": "NodeSet",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"slurmCluster": cluster, "template": {}},
+    }
+
+
+class KubeKV:
+    """Writes objects into the k8s_* buckets as k8s-watcher does."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+
+    async def put(self, bucket: str, key: str, obj: dict[str, Any]) -> None:
+        self.objects[(bucket, key)] = obj
+        kv = await self.bus.js.key_value(bucket)
+        await kv.put(key, json.dumps(obj).encode())
+
+    async def delete(self, bucket: str, key: str) -> None:
+        self.objects.pop((bucket, key), None)
+        kv = await self.bus.js.key_value(bucket)
+        await kv.delete(key)
+
+    async def put_pod(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        await self.put("k8s_pods", subjects.object_key(meta["namespace"], meta["name"]), pod)
+
+    async def put_node(self, node: dict[str, Any]) -> None:
+        await self.put("k8s_nodes", subjects.object_key(None, node["metadata"]["name"]), node)
+
+    async def put_nodeset(self, nodeset: dict[str, Any]) -> None:
+        meta = nodeset["metadata"]
+        await self.put(
+            "k8s_nodesets", subjects.object_key(meta["namespace"], meta["name"]), nodeset
+        )
+
+    def pod(self, name: str) -> dict[str, Any]:
+        return self.objects[("k8s_pods", subjects.object_key(NAMESPACE, name))]
+
+    async def update_pod(self, name: str, change: Callable[[dict[str, Any]], None]) -> None:
+        pod = json.loads(json.dumps(self.pod(name)))
+        change(pod)
+        meta = pod["metadata"]
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        await self.put_pod(pod)
+
+
+def slurm_conditions(pod: dict[str, Any]) -> dict[str, str]:
+    """SlurmNodeState* condition type -> message of a pod."""
+    return {
+        c["type"]: c.get("message", "")
+        for c in pod.get("status", {}).get("conditions", [])
+        if c["type"].startswith("SlurmNodeState") and c.get("status") == "True"
+    }
+
+
+class FakeWatcher:
+    """Consumes cmd.k8s.v1.> with a JetStream pull consumer; optionally applies patches."""
+
+    def __init__(self, bus: Bus, kube: KubeKV, *, apply: bool = True) -> None:
+        self.bus = bus
+        self.kube = kube
+        self.apply = apply
+        self.commands: list[K8sCommand] = []
+        self._task: asyncio.Task[None] | None = None
+        self._subscription: Any = None
+
+    async def start(self) -> None:
+        self._subscription = await self.bus.js.pull_subscribe(
+            subjects.K8S_COMMANDS, durable="test-watcher", stream="K8S_COMMANDS"
+        )
+        self._task = asyncio.create_task(self._run(self._subscription))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+
+    async def _run(self, subscription: Any) -> None:
+        while True:
+            try:
+                msgs = await subscription.fetch(batch=256, timeout=0.2)
+            except Exception:
+                continue
+            for msg in msgs:
+                command = codec.decode(K8sCommand, msg.data, subject=msg.subject)
+                self.commands.append(command)
+                if self.apply:
+                    await self._apply(command)
+                await msg.ack()
+
+    async def _apply(self, command: K8sCommand) -> None:
+        operation = command.operation
+        assert isinstance(operation, PatchObject)
+        target = command.target
+        key = ("k8s_pods", subjects.object_key(target.namespace, target.name))
+        if key not in self.kube.objects:
+            return
+        pod = self.kube.objects[key]
+        patched = (
+            strategic_merge_patch(pod, operation.patch)
+            if operation.patch_type == "strategic"
+            else merge_patch(pod, operation.patch)
+        )
+        meta = patched["metadata"]
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        await self.kube.put_pod(patched)
+
+    def of_kind(self, kind: str) -> list[K8sCommand]:
+        """`conditions` (status patches) or `cordon-mark` (annotation patches)."""
+        return [c for c in self.commands if f":{kind}:" in c.idempotency_key]
+
+
+@pytest.fixture
+async def topology(bus: Bus) -> Bus:
+    await ensure_topology(
+        bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS, consumers=CONSUMERS["slurm-syncer"]
+    )
+    return bus
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def slurm(clock: ManualClock) -> AsyncIterator[RunningSlurm]:
+    """Time in the emulator moves only when a test advances `clock`."""
+    async with run_slurm_emulator(CLUSTER, clock=clock) as running:
+        yield running
+
+
+@pytest.fixture
+def kube(topology: Bus) -> KubeKV:
+    return KubeKV(topology)
+
+
+@pytest.fixture
+async def watcher(topology: Bus, kube: KubeKV) -> AsyncIterator[FakeWatcher]:
+    fake = FakeWatcher(topology, kube)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.stop()
+
+
+def slurm_client(slurm: RunningSlurm, user: str = "slurm") -> SlurmClient:
+    clock = slurm.emulator.clock
+    tokens = SigningKeyTokens(user, slurm.key_path, lifespan=600, margin=60, clock=clock.now)
+    return SlurmClient(CLUSTER, slurm.url, tokens, FAST_CLIENT)
+
+
+@pytest.fixture
+async def syncer(topology: Bus, slurm: RunningSlurm) -> AsyncIterator[Syncer]:
+    client = slurm_client(slurm)
+    running = Syncer(topology, {CLUSTER: client}, SyncerOptions(poll_interval=3600.0))
+    try:
+        yield running
+    finally:
+        await running.stop()
+        await client.close()

@@ -1,0 +1,354 @@
+"""The syncer end to end: emulated slurmrestd over HTTP, real NATS, pods and nodes in KV."""
+
+from __future__ import annotations
+
+import asyncio
+
+from clustersim.slurm import JobRequest, ManualClock, RunningSlurm
+from nodeflow_bus import Bus
+from nodeflow_contracts import codec
+from nodeflow_contracts.slurm import SlurmNodeChanged, SlurmNodeState, SlurmPollResult
+from slurm_syncer.syncer import Syncer
+from tests.integration.slurm_syncer.conftest import (
+    CLUSTER,
+    FakeWatcher,
+    KubeKV,
+    eventually,
+    make_node,
+    make_nodeset,
+    make_pod,
+    slurm_conditions,
+)
+
+PODS = ["gpu-001", "gpu-002"]
+
+
+async def setup_cluster(slurm: RunningSlurm, kube: KubeKV, names: list[str] = PODS) -> None:
+    await kube.put_nodeset(make_nodeset())
+    for index, name in enumerate(names):
+        slurm.emulator.register_node(name, cpus=4, real_memory=8192)
+        await kube.put_node(make_node(f"node-{index}"))
+        await kube.put_pod(make_pod(name, f"node-{index}"))
+
+
+def sleep_job(node: str, seconds: str = "infinity") -> JobRequest:
+    return JobRequest(
+        name="work",
+        script=f"#!/bin/bash\nsleep {seconds}\n",
+        partition=None,
+        current_working_directory="/tmp",
+        environment=("PATH=/bin",),
+        time_limit_minutes=None,
+        time_limit_infinite=True,
+        required_nodes=(node,),
+        minimum_nodes=1,
+        cpus_per_node=4,
+        exclusive=False,
+    )
+
+
+async def events(bus: Bus, subject: str) -> list[bytes]:
+    """Every message stored on `subject` in SLURM_EVENTS so far."""
+    found: list[bytes] = []
+    subscription = await bus.js.subscribe(subject, stream="SLURM_EVENTS", ordered_consumer=True)
+    try:
+        while True:
+            try:
+                msg = await subscription.next_msg(timeout=0.3)
+            except Exception:
+                return found
+            found.append(msg.data)
+    finally:
+        await subscription.unsubscribe()
+
+
+async def test_projects_conditions_publishes_changes_and_patches_nothing_at_steady_state(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-002")) == {"SlurmNodeStateIdle": ""})
+
+    kv = await topology.js.key_value("slurm_nodes")
+    entry = await kv.get(f"{CLUSTER}.gpu-001")
+    stored = codec.decode(SlurmNodeState, entry.value or b"", subject="kv")
+    assert stored.known and stored.base_state == "Idle" and stored.cpus == 4
+
+    # Steady state: more polls, no change, no pod command, no node event.
+    patches_before = len(watcher.commands)
+    node_events_before = len(await events(topology, "slurm.v1.a.node.>"))
+    for _ in range(3):
+        result = await syncer.poll_once(CLUSTER)
+        assert result.ok and result.node_count == 2
+    await asyncio.sleep(0.3)
+    assert len(watcher.commands) == patches_before
+    assert len(await events(topology, "slurm.v1.a.node.>")) == node_events_before
+    polls = [
+        codec.decode(SlurmPollResult, d, subject="p")
+        for d in await events(topology, "slurm.v1.a.poll")
+    ]
+    assert len(polls) >= 4 and all(p.ok for p in polls)
+
+    # A job makes the node Allocated: one event, one patch replacing Idle by Allocated.
+    slurm.cluster.submit_job(sleep_job("gpu-001"), "alice")
+    await syncer.poll_once(CLUSTER)
+    await eventually(
+        lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateAllocated": ""}
+    )
+    changes = [
+        codec.decode(SlurmNodeChanged, d, subject="e")
+        for d in await events(topology, "slurm.v1.a.node.gpu-001")
+    ]
+    assert changes[-1].state is not None and changes[-1].state.busy
+    assert changes[-1].state.alloc_cpus == 4
+
+
+async def test_drain_while_busy_shows_draining_then_drained_with_reason(
+    topology: Bus,
+    slurm: RunningSlurm,
+    clock: ManualClock,
+    kube: KubeKV,
+    watcher: FakeWatcher,
+    syncer: Syncer,
+) -> None:
+    await setup_cluster(slurm, kube)
+    job = slurm.cluster.submit_job(sleep_job("gpu-001", "60"), "alice")
+    await syncer.start()
+    await eventually(
+        lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateAllocated": ""}
+    )
+    await kube.put_node(make_node("node-0", unschedulable=True, cordon_reason="disk failing"))
+    reason = "nodeflow: cordon: disk failing"
+    await eventually(
+        lambda: (
+            slurm_conditions(kube.pod("gpu-001"))
+            == {"SlurmNodeStateAllocated": reason, "SlurmNodeStateDrain": reason}
+        )
+    )
+    assert kube.pod("gpu-001")["metadata"]["annotations"]["nodeflow.dev/pod-cordon"] == "true"
+    assert slurm.emulator.node_state("gpu-001") == ["ALLOCATED", "DRAIN"]
+    draining = await stored_state(topology, "gpu-001")
+    assert draining.draining and not draining.drained and draining.busy
+    # The job ends: IDLE+DRAIN, Drained.
+    clock.advance(61)
+    slurm.cluster.tick()
+    clock.advance(2)
+    slurm.cluster.tick()
+    assert slurm.cluster.jobs[job].state == "COMPLETED"
+    await syncer.poll_once(CLUSTER)
+    await eventually(
+        lambda: (
+            slurm_conditions(kube.pod("gpu-001"))
+            == {"SlurmNodeStateIdle": reason, "SlurmNodeStateDrain": reason}
+        )
+    )
+    drained = await stored_state(topology, "gpu-001")
+    assert drained.drained and not drained.draining and drained.reason_is_ours
+    assert not any(c.op == "cordon" for c in watcher.commands)
+    assert slurm.emulator.node_state("gpu-002") == ["IDLE"]
+
+
+async def stored_state(bus: Bus, node: str) -> SlurmNodeState:
+    kv = await bus.js.key_value("slurm_nodes")
+    entry = await kv.get(f"{CLUSTER}.{node}")
+    return codec.decode(SlurmNodeState, entry.value or b"", subject="kv")
+
+
+async def test_external_drain_is_left_untouched_through_cordon_and_uncordon(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    await setup_cluster(slurm, kube)
+    slurm.cluster.update_node("gpu-001", "root", ["DRAIN"], "bad DIMM (admin)", None)
+    await syncer.start()
+    external = {"SlurmNodeStateIdle": "bad DIMM (admin)", "SlurmNodeStateDrain": "bad DIMM (admin)"}
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == external)
+    requests = slurm.emulator.requests_served
+
+    await kube.put_node(make_node("node-0", unschedulable=True))
+    await asyncio.sleep(0.3)
+    await syncer.poll_once(CLUSTER)
+    # Skipped entirely: no update sent, reason unchanged, pod not even marked.
+    assert slurm.cluster.nodes["gpu-001"].reason == "bad DIMM (admin)"
+    assert "nodeflow.dev/pod-cordon" not in kube.pod("gpu-001")["metadata"]["annotations"]
+    assert slurm.emulator.requests_served == requests + 1  # the poll only
+
+    await kube.put_node(make_node("node-0"))
+    await kube.update_pod(
+        "gpu-001", lambda p: p["metadata"]["annotations"].pop("nodeflow.dev/pod-cordon", None)
+    )
+    await asyncio.sleep(0.3)
+    await syncer.poll_once(CLUSTER)
+    assert slurm.emulator.node_state("gpu-001") == ["IDLE", "DRAIN"]
+    assert slurm.cluster.nodes["gpu-001"].reason == "bad DIMM (admin)"
+    assert slurm_conditions(kube.pod("gpu-001")) == external
+
+
+async def test_cordon_marks_the_pod_and_the_mark_keeps_the_drain_until_removed(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
+    await kube.put_node(make_node("node-0", unschedulable=True))
+    default = "nodeflow: cordon: Kubernetes node node-0 is cordoned"
+    await eventually(lambda: slurm.cluster.nodes["gpu-001"].reason == default)
+    await eventually(
+        lambda: kube.pod("gpu-001")["metadata"]["annotations"].get("nodeflow.dev/pod-cordon")
+    )
+    # Uncordoning the node leaves the pod marked: the node stays drained (reference model).
+    await kube.put_node(make_node("node-0"))
+    await asyncio.sleep(0.3)
+    await syncer.poll_once(CLUSTER)
+    assert slurm.emulator.node_state("gpu-001") == ["IDLE", "DRAIN"]
+    assert len(watcher.of_kind("pod-cordon")) == 1
+    # Removing the pod's mark undrains what we drained.
+    await kube.update_pod(
+        "gpu-001", lambda p: p["metadata"]["annotations"].pop("nodeflow.dev/pod-cordon")
+    )
+    await eventually(lambda: slurm.emulator.node_state("gpu-001") == ["IDLE"])
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
+    # Marking a pod by hand drains it as well.
+    await kube.update_pod(
+        "gpu-002",
+        lambda p: p["metadata"]["annotations"].update({"nodeflow.dev/pod-cordon": "true"}),
+    )
+    await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["IDLE", "DRAIN"])
+    assert slurm.cluster.nodes["gpu-002"].reason == (
+        "nodeflow: cordon: pod slurm/gpu-002 is marked cordoned"
+    )
+
+
+async def test_slurm_delete_drains_and_removing_it_undrains(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-002")) == {"SlurmNodeStateIdle": ""})
+    delete = {"type": "SlurmDelete", "status": "True", "reason": "ScalingDeleteScheduled"}
+    await kube.update_pod("gpu-002", lambda p: p["status"]["conditions"].append(delete))
+    await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["IDLE", "DRAIN"])
+    reason = slurm.cluster.nodes["gpu-002"].reason
+    assert reason.startswith("nodeflow: delete: ScalingDeleteScheduled")
+    await eventually(lambda: "SlurmNodeStateDrain" in slurm_conditions(kube.pod("gpu-002")))
+    assert (await stored_state(topology, "gpu-002")).drained
+    # The NodeSet scaled back up: the condition is removed, the node is undrained.
+    await kube.update_pod(
+        "gpu-002",
+        lambda p: p["status"].update(
+            conditions=[c for c in p["status"]["conditions"] if c["type"] != "SlurmDelete"]
+        ),
+    )
+    await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["IDLE"])
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-002")) == {"SlurmNodeStateIdle": ""})
+    assert not (await stored_state(topology, "gpu-002")).drain
+
+
+async def test_slurm_down_is_unknown_never_drained_and_recovers(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    await setup_cluster(slurm, kube)
+    slurm.cluster.update_node("gpu-001", "root", ["DRAIN"], "nodeflow: maintenance x", None)
+    await syncer.start()
+    await eventually(lambda: "SlurmNodeStateDrain" in slurm_conditions(kube.pod("gpu-001")))
+    assert (await stored_state(topology, "gpu-001")).drained
+
+    for mode in ("refuse", "503", "controller"):
+        await slurm.go_down(mode)
+        # A stopped listener leaves open keep-alive connections serving; a real slurmrestd
+        # going away closes them, so drop the client's pooled connections as it would.
+        await syncer.clusters[CLUSTER].client.close()
+        result = await syncer.poll_once(CLUSTER)
+        assert not result.ok and result.error
+        unknown = await stored_state(topology, "gpu-001")
+        assert not unknown.known and not unknown.drained and not unknown.drain
+        assert unknown.base_state == "Unknown"
+        await eventually(
+            lambda: list(slurm_conditions(kube.pod("gpu-001"))) == ["SlurmNodeStateUnknown"]
+        )
+        assert "cannot be reached" in slurm_conditions(kube.pod("gpu-001"))["SlurmNodeStateUnknown"]
+        # With Slurm unreachable nothing is drained or undrained either.
+        await kube.update_pod(
+            "gpu-002",
+            lambda p: p["metadata"]["annotations"].update({"nodeflow.dev/pod-cordon": "true"}),
+        )
+        await asyncio.sleep(0.2)
+        await slurm.come_back()
+        assert slurm.emulator.node_state("gpu-002") == ["IDLE"]
+        await kube.update_pod(
+            "gpu-002", lambda p: p["metadata"]["annotations"].pop("nodeflow.dev/pod-cordon")
+        )
+        result = await syncer.poll_once(CLUSTER)
+        assert result.ok
+        await eventually(
+            lambda: (
+                slurm_conditions(kube.pod("gpu-001"))
+                == {
+                    "SlurmNodeStateIdle": "nodeflow: maintenance x",
+                    "SlurmNodeStateDrain": "nodeflow: maintenance x",
+                }
+            )
+        )
+        assert (await stored_state(topology, "gpu-001")).drained
+
+
+async def test_pod_without_slurm_node_is_unknown_and_removed_nodes_are_reported(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    await setup_cluster(slurm, kube)
+    await kube.put_pod(make_pod("gpu-009", "node-9"))
+    await syncer.start()
+    await eventually(
+        lambda: list(slurm_conditions(kube.pod("gpu-009"))) == ["SlurmNodeStateUnknown"]
+    )
+    slurm.cluster.remove_node("gpu-002")
+    await syncer.poll_once(CLUSTER)
+    await eventually(
+        lambda: list(slurm_conditions(kube.pod("gpu-002"))) == ["SlurmNodeStateUnknown"]
+    )
+    kv = await topology.js.key_value("slurm_nodes")
+    assert f"{CLUSTER}.gpu-002" not in await kv.keys()
+    removed = [
+        codec.decode(SlurmNodeChanged, d, subject="e")
+        for d in await events(topology, "slurm.v1.a.node.gpu-002")
+    ]
+    assert removed[-1].change == "removed"
+
+
+async def test_error_carrying_answers_are_reported_and_polling_goes_on(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
+    slurm.emulator.set_faults(errors_in_200_rate=1.0)
+    result = await syncer.poll_once(CLUSTER)
+    assert not result.ok and "Simulated failure answered with HTTP 200" in result.error
+    slurm.emulator.set_faults(errors_in_200_rate=0.0, error_rate=1.0)
+    result = await syncer.poll_once(CLUSTER)
+    assert not result.ok and "HTTP 500" in result.error
+    slurm.emulator.clear_faults()
+    result = await syncer.poll_once(CLUSTER)
+    assert result.ok
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
+
+
+async def test_a_restarted_syncer_resumes_from_kv_without_republishing(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-002")) == {"SlurmNodeStateIdle": ""})
+    await syncer.stop()
+    events_before = len(await events(topology, "slurm.v1.a.node.>"))
+    commands_before = len(watcher.commands)
+    # Lost and regained the lease: the same object starts again, from KV.
+    await syncer.start()
+    await eventually(lambda: syncer.clusters[CLUSTER].polled)
+    await syncer.poll_once(CLUSTER)
+    await asyncio.sleep(0.3)
+    assert len(await events(topology, "slurm.v1.a.node.>")) == events_before
+    assert len(watcher.commands) == commands_before
+    slurm.cluster.update_node("gpu-002", "root", ["DRAIN"], "admin: fan", None)
+    await syncer.poll_once(CLUSTER)
+    await eventually(lambda: "SlurmNodeStateDrain" in slurm_conditions(kube.pod("gpu-002")))
