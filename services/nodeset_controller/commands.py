@@ -1,0 +1,444 @@
+"""Actions -> the commands, decisions and Events that carry them out (pure).
+
+Every idempotency key is derived from what the decision was based on (the target's uid and
+resourceVersion, the revision, the node's resourceVersion), so the same state always yields
+the same key: a restarted controller re-sending a command it had already sent is dropped by
+JetStream or reported `already-applied` by k8s-watcher, never applied twice. A decision made
+from a newer state gets a new key. Every command carries preconditions (uid, and
+resourceVersion where staleness matters), so a stale command is refused with a conflict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from nodeflow_contracts.k8s import (
+    CreateObject,
+    DeleteObject,
+    K8sCommand,
+    ObjectRef,
+    PatchObject,
+    RecordEvent,
+    UpdateStatus,
+)
+from nodeflow_contracts.nodeset import DecisionKind, NodeSetDecision
+from nodeset_controller.objects import (
+    CLAIM_ANNOTATION,
+    NODESET_API_VERSION,
+    NODESET_KIND,
+    NODESET_LABEL,
+    NODESLICE_KIND,
+    SLURM_DELETE,
+    rfc3339,
+)
+from nodeset_controller.planner import (
+    Action,
+    CancelDelete,
+    Claim,
+    CreatePod,
+    DeletePod,
+    Notice,
+    Release,
+    ScheduleDelete,
+    WriteSlice,
+)
+from nodeset_controller.podspec import canonical_json
+from nodeset_controller.spec import NodeSetSpec
+
+SENDER = "nodeset-controller"
+REPORTING_COMPONENT = "nodeflow-nodeset-controller"
+
+Bucket = Literal["k8s_pods", "k8s_nodes", "k8s_nodeslices", "k8s_nodesets", ""]
+
+
+def stable_key(*parts: object) -> str:
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:32]
+    return f"nodeset:{parts[0]}:{digest}"
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One command and what it explains.
+
+    `slot` names the object the command changes; while a command for a slot is in flight,
+    no other is sent for it. The slot is free again once the object in `watch` (bucket,
+    key) no longer has the resourceVersion `basis` ("" = absent), on a final outcome other
+    than applied, or after the in-flight time limit, so nothing can wedge on it.
+    """
+
+    slot: str
+    watch: tuple[Bucket, str]
+    basis: str
+    command: K8sCommand
+    decision: NodeSetDecision | None = None
+    event: K8sCommand | None = None
+    # Slots that must be free for this command (a release waits for a create to land).
+    also_blocked_by: tuple[str, ...] = ()
+    is_create: bool = False
+
+
+def pod_ref(namespace: str, name: str, uid: str | None = None) -> ObjectRef:
+    return ObjectRef(api_version="v1", kind="Pod", name=name, namespace=namespace, uid=uid)
+
+
+def node_ref(name: str, uid: str, rv: str) -> ObjectRef:
+    return ObjectRef(
+        api_version="v1", kind="Node", name=name, uid=uid or None, resource_version=rv or None
+    )
+
+
+def nodeset_ref(spec: NodeSetSpec, *, with_rv: bool) -> ObjectRef:
+    return ObjectRef(
+        api_version=NODESET_API_VERSION,
+        kind=NODESET_KIND,
+        name=spec.name,
+        namespace=spec.namespace,
+        uid=spec.uid or None,
+        resource_version=(spec.resource_version or None) if with_rv else None,
+    )
+
+
+def pod_slot(namespace: str, name: str) -> str:
+    return f"Pod/{namespace}/{name}"
+
+
+def node_slot(name: str) -> str:
+    return f"Node/{name}"
+
+
+def _command(key: str, target: ObjectRef, operation: Any, reason: str, now: float) -> K8sCommand:
+    return K8sCommand(
+        idempotency_key=key,
+        sender=SENDER,
+        sent_at=now,
+        target=target,
+        operation=operation,
+        reason=reason,
+    )
+
+
+EVENT_REASONS: dict[str, tuple[str, Literal["Normal", "Warning"]]] = {
+    "create": ("PodCreated", "Normal"),
+    "delete-scheduled": ("ScalingDeleteScheduled", "Normal"),
+    "rolling-replace": ("RollingDeleteScheduled", "Normal"),
+    "cancel": ("DeleteCancelled", "Normal"),
+    "delete": ("PodDeleted", "Normal"),
+    "forced-delete": ("PodForceDeleted", "Warning"),
+    "name-collision": ("PodNameCollision", "Warning"),
+    "invalid-spec": ("InvalidSpec", "Warning"),
+}
+
+
+def decision_and_event(
+    spec_ns: str,
+    spec_name: str,
+    target: ObjectRef,
+    decision_id: str,
+    kind: DecisionKind,
+    reason: str,
+    message: str,
+    now: float,
+    pod: str = "",
+    node: str = "",
+) -> tuple[NodeSetDecision, K8sCommand]:
+    decision = NodeSetDecision(
+        decision_id=decision_id,
+        namespace=spec_ns,
+        nodeset=spec_name,
+        kind=kind,
+        reason=reason,
+        message=message,
+        decided_at=now,
+        pod=pod,
+        node=node,
+    )
+    event_reason, event_type = EVENT_REASONS[kind]
+    subject = f"pod {pod}: " if pod else (f"node {node}: " if node else "")
+    event = _command(
+        f"event:{decision_id}",
+        target,
+        RecordEvent(
+            reason=event_reason,
+            message=f"{subject}{message}"[:1024],
+            type=event_type,
+            action=kind,
+            reporting_component=REPORTING_COMPONENT,
+        ),
+        f"{kind}: {message}",
+        now,
+    )
+    return decision, event
+
+
+def to_outgoing(spec: NodeSetSpec, action: Action, now: float) -> Outgoing:
+    ns = spec.namespace
+    patch: dict[str, Any]
+    owner = nodeset_ref(spec, with_rv=False)
+
+    def explained(
+        slot: str,
+        watch: tuple[Bucket, str],
+        basis: str,
+        command: K8sCommand,
+        kind: DecisionKind,
+        reason: str,
+        message: str,
+        pod: str = "",
+        node: str = "",
+        **extra: Any,
+    ) -> Outgoing:
+        decision, event = decision_and_event(
+            ns, spec.name, owner, command.idempotency_key, kind, reason, message, now, pod, node
+        )
+        return Outgoing(slot, watch, basis, command, decision, event, **extra)
+
+    if isinstance(action, Claim):
+        key = stable_key("claim", action.node, action.node_uid, action.node_rv, spec.key)
+        patch = {"metadata": {"annotations": {CLAIM_ANNOTATION: spec.key}}}
+        command = _command(
+            key,
+            node_ref(action.node, action.node_uid, action.node_rv),
+            PatchObject(patch_type="merge", patch=patch),
+            f"claim node for NodeSet {spec.key}: {action.why}",
+            now,
+        )
+        return Outgoing(
+            node_slot(action.node), ("k8s_nodes", f"_.{action.node}"), action.node_rv, command
+        )
+    if isinstance(action, Release):
+        key = stable_key("release", action.node, action.node_uid, action.node_rv, spec.key)
+        patch = {"metadata": {"annotations": {CLAIM_ANNOTATION: None}}}
+        command = _command(
+            key,
+            node_ref(action.node, action.node_uid, action.node_rv),
+            PatchObject(patch_type="merge", patch=patch),
+            f"release node from NodeSet {spec.key}: {action.why}",
+            now,
+        )
+        blocked = (pod_slot(ns, action.pod_name),) if action.pod_name else ()
+        return Outgoing(
+            node_slot(action.node),
+            ("k8s_nodes", f"_.{action.node}"),
+            action.node_rv,
+            command,
+            also_blocked_by=blocked,
+        )
+    if isinstance(action, CreatePod):
+        key = stable_key(
+            "create", ns, action.name, action.revision, action.node_uid, action.node_rv
+        )
+        command = _command(
+            key, pod_ref(ns, action.name), CreateObject(object=action.pod), action.why, now
+        )
+        return explained(
+            pod_slot(ns, action.name),
+            ("k8s_pods", f"{ns}.{action.name}"),
+            "",
+            command,
+            "create",
+            "PodCreated",
+            f"{action.why}; revision {action.revision}",
+            pod=action.name,
+            node=action.node,
+            is_create=True,
+        )
+    if isinstance(action, ScheduleDelete):
+        pod = action.pod
+        key = stable_key("set-delete", pod.uid, pod.resource_version, action.reason)
+        patch = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": SLURM_DELETE,
+                        "status": "True",
+                        "reason": action.reason,
+                        "message": action.why[:1024],
+                        "lastTransitionTime": rfc3339(now),
+                    }
+                ]
+            }
+        }
+        command = _command(
+            key,
+            pod_ref(ns, pod.name, pod.uid),
+            PatchObject(patch_type="strategic", patch=patch, subresource="status"),
+            action.why,
+            now,
+        )
+        return explained(
+            pod_slot(ns, pod.name),
+            ("k8s_pods", f"{ns}.{pod.name}"),
+            pod.resource_version,
+            command,
+            action.decision,
+            action.reason,
+            action.why,
+            pod=pod.name,
+            node=pod.node or "",
+        )
+    if isinstance(action, CancelDelete):
+        pod = action.pod
+        key = stable_key("cancel", pod.uid, pod.resource_version)
+        patch = {"status": {"conditions": [{"type": SLURM_DELETE, "$patch": "delete"}]}}
+        command = _command(
+            key,
+            pod_ref(ns, pod.name, pod.uid),
+            PatchObject(patch_type="strategic", patch=patch, subresource="status"),
+            action.why,
+            now,
+        )
+        return explained(
+            pod_slot(ns, pod.name),
+            ("k8s_pods", f"{ns}.{pod.name}"),
+            pod.resource_version,
+            command,
+            "cancel",
+            "DeleteCancelled",
+            action.why,
+            pod=pod.name,
+            node=pod.node or "",
+        )
+    if isinstance(action, DeletePod):
+        pod = action.pod
+        key = stable_key("delete", pod.uid)
+        command = _command(key, pod_ref(ns, pod.name, pod.uid), DeleteObject(), action.why, now)
+        return explained(
+            pod_slot(ns, pod.name),
+            ("k8s_pods", f"{ns}.{pod.name}"),
+            pod.resource_version,
+            command,
+            "forced-delete" if action.forced else "delete",
+            action.reason,
+            action.why,
+            pod=pod.name,
+            node=pod.node or "",
+        )
+    if isinstance(action, WriteSlice):
+        change = action.change
+        slot = f"NodeSlice/{ns}/{change.name}"
+        watch: tuple[Bucket, str] = ("k8s_nodeslices", f"{ns}.{change.name}")
+        nodes = list(change.nodes)
+        if change.create:
+            key = stable_key(
+                "slice-create", ns, change.name, spec.uid, canonical_json(nodes).decode()
+            )
+            obj = {
+                "apiVersion": NODESET_API_VERSION,
+                "kind": NODESLICE_KIND,
+                "metadata": {
+                    "name": change.name,
+                    "namespace": ns,
+                    "labels": {NODESET_LABEL: spec.name},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": NODESET_API_VERSION,
+                            "kind": NODESET_KIND,
+                            "name": spec.name,
+                            "uid": spec.uid,
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": {"nodeSetName": spec.name, "nodes": nodes},
+            }
+            ref = ObjectRef(
+                api_version=NODESET_API_VERSION, kind=NODESLICE_KIND, name=change.name, namespace=ns
+            )
+            command = _command(key, ref, CreateObject(object=obj), "NodeSlice for new nodes", now)
+            return Outgoing(slot, watch, "", command, is_create=True)
+        rv = action.resource_version or ""
+        key = stable_key("slice-update", ns, change.name, action.uid, rv)
+        ref = ObjectRef(
+            api_version=NODESET_API_VERSION,
+            kind=NODESLICE_KIND,
+            name=change.name,
+            namespace=ns,
+            uid=action.uid,
+            resource_version=action.resource_version,
+        )
+        command = _command(
+            key,
+            ref,
+            PatchObject(patch_type="merge", patch={"spec": {"nodes": nodes}}),
+            "nodes joined or left",
+            now,
+        )
+        return Outgoing(slot, watch, rv, command)
+    assert isinstance(action, Notice)
+    key = stable_key("notice", ns, spec.name, action.decision, action.node, action.pod, action.why)
+    decision, event = decision_and_event(
+        ns,
+        spec.name,
+        owner,
+        key,
+        action.decision,
+        action.reason,
+        action.why,
+        now,
+        action.pod,
+        action.node,
+    )
+    return Outgoing(f"Notice/{key}", ("", ""), "", event, decision, None)
+
+
+def status_outgoing(spec: NodeSetSpec, status: dict[str, Any], now: float) -> Outgoing:
+    digest = hashlib.sha256(canonical_json(status)).hexdigest()[:16]
+    key = stable_key("status", spec.namespace, spec.name, spec.uid, spec.resource_version, digest)
+    command = _command(
+        key, nodeset_ref(spec, with_rv=True), UpdateStatus(status=status), "status recomputed", now
+    )
+    return Outgoing(
+        f"NodeSet/{spec.namespace}/{spec.name}",
+        ("k8s_nodesets", f"{spec.namespace}.{spec.name}"),
+        spec.resource_version,
+        command,
+    )
+
+
+def invalid_status_outgoing(
+    namespace: str, name: str, uid: str, rv: str, status: dict[str, Any], now: float
+) -> Outgoing:
+    """The status of a NodeSet whose spec is invalid (no parsed spec exists)."""
+    digest = hashlib.sha256(canonical_json(status)).hexdigest()[:16]
+    key = stable_key("status", namespace, name, uid, rv, digest)
+    ref = ObjectRef(
+        api_version=NODESET_API_VERSION,
+        kind=NODESET_KIND,
+        name=name,
+        namespace=namespace,
+        uid=uid or None,
+        resource_version=rv or None,
+    )
+    command = _command(key, ref, UpdateStatus(status=status), "status recomputed", now)
+    return Outgoing(
+        f"NodeSet/{namespace}/{name}", ("k8s_nodesets", f"{namespace}.{name}"), rv, command
+    )
+
+
+def notice_outgoing(namespace: str, name: str, uid: str, notice: Notice, now: float) -> Outgoing:
+    key = stable_key(
+        "notice", namespace, name, notice.decision, notice.node, notice.pod, notice.why
+    )
+    owner = ObjectRef(
+        api_version=NODESET_API_VERSION,
+        kind=NODESET_KIND,
+        name=name,
+        namespace=namespace,
+        uid=uid or None,
+    )
+    decision, event = decision_and_event(
+        namespace,
+        name,
+        owner,
+        key,
+        notice.decision,
+        notice.reason,
+        notice.why,
+        now,
+        notice.pod,
+        notice.node,
+    )
+    return Outgoing(f"Notice/{key}", ("", ""), "", event, decision, None)

@@ -1,0 +1,47 @@
+"""nodeset-controller settings (environment variables of the same name, upper case)."""
+
+from __future__ import annotations
+
+from nodeflow_runtime.config import ServiceConfig
+from nodeset_controller.spec import Defaults
+
+
+class NodeSetControllerConfig(ServiceConfig, kw_only=True):
+    # Service-wide NodeSet options of the reference; each NodeSet may override them.
+    scale_down_priority_ordering: bool = True
+    force_scaling_delete_known_condition_timeout: float = 0.0
+    force_scaling_delete_unknown_condition_timeout: float = 0.0
+    # One active replica: the others wait on this lease.
+    lease_ttl_seconds: float = 15.0
+    # Every NodeSet is re-planned at least this often even when nothing changed.
+    resync_seconds: float = 30.0
+    # Changes arriving within this window are planned together.
+    debounce_seconds: float = 0.05
+    # A command with no visible effect for this long may be sent again.
+    in_flight_timeout_seconds: float = 20.0
+    # Most commands published in one batch (JetStream acks outstanding).
+    publish_window: int = 512
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "force_scaling_delete_known_condition_timeout",
+            "force_scaling_delete_unknown_condition_timeout",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        for name in ("lease_ttl_seconds", "resync_seconds", "in_flight_timeout_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.debounce_seconds < 0:
+            raise ValueError("debounce_seconds must not be negative")
+        if self.publish_window < 1:
+            raise ValueError("publish_window must be at least 1")
+
+    @property
+    def defaults(self) -> Defaults:
+        return Defaults(
+            scale_down_priority_ordering=self.scale_down_priority_ordering,
+            force_delete_known_timeout=self.force_scaling_delete_known_condition_timeout,
+            force_delete_unknown_timeout=self.force_scaling_delete_unknown_condition_timeout,
+        )

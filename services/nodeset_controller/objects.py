@@ -1,0 +1,187 @@
+"""Reading raw Kubernetes objects (the dicts k8s-watcher keeps in KV) without surprises:
+every accessor tolerates missing or malformed fields and returns a typed default."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any, Final
+
+from nodeset_controller.quantity import ResourceList, add, parse_resources
+
+Obj = Mapping[str, Any]
+
+NODESET_API_VERSION = "nodeflow.dev/v1alpha1"
+NODESET_KIND = "NodeSet"
+NODESLICE_KIND = "NodeSlice"
+# On pods: the NodeSet's name (slurm-syncer and the simulator read it). On nodes (an
+# annotation): the claim, `<namespace>.<name>` of the one NodeSet that may use the node.
+NODESET_LABEL = "nodeflow.dev/nodeset"
+CLAIM_ANNOTATION = "nodeflow.dev/nodeset"
+SLURM_CLUSTER_LABEL = "nodeflow.dev/slurm-cluster"
+REVISION_LABEL = "controller-revision-hash"
+LOCK_TAINT = "nodeflow.dev/lock"
+SLURM_DELETE = "SlurmDelete"
+SCALING_DELETE: Final = "ScalingDeleteScheduled"
+ROLLING_DELETE: Final = "RollingDeleteScheduled"
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def sequence(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def meta(obj: Obj) -> Mapping[str, Any]:
+    return mapping(obj.get("metadata"))
+
+
+def name_of(obj: Obj) -> str:
+    return str(meta(obj).get("name") or "")
+
+
+def namespace_of(obj: Obj) -> str:
+    return str(meta(obj).get("namespace") or "")
+
+
+def uid_of(obj: Obj) -> str:
+    return str(meta(obj).get("uid") or "")
+
+
+def resource_version_of(obj: Obj) -> str:
+    return str(meta(obj).get("resourceVersion") or "")
+
+
+def labels_of(obj: Obj) -> Mapping[str, Any]:
+    return mapping(meta(obj).get("labels"))
+
+
+def annotations_of(obj: Obj) -> Mapping[str, Any]:
+    return mapping(meta(obj).get("annotations"))
+
+
+def nodeset_key(namespace: str, name: str) -> str:
+    return f"{namespace}.{name}"
+
+
+def claim_of(node: Obj) -> str | None:
+    value = annotations_of(node).get(CLAIM_ANNOTATION)
+    return value if isinstance(value, str) and value else None
+
+
+def parse_time(value: Any) -> float | None:
+    """Seconds since the epoch of an RFC 3339 timestamp; None when absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(int(seconds), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def internal_ipv4(node: Obj) -> ipaddress.IPv4Address | None:
+    """The node's first IPv4 InternalIP (an IPv6 InternalIP does not count)."""
+    for address in sequence(mapping(node.get("status")).get("addresses")):
+        entry = mapping(address)
+        if entry.get("type") != "InternalIP":
+            continue
+        try:
+            parsed = ipaddress.ip_address(str(entry.get("address") or ""))
+        except ValueError:
+            continue
+        if isinstance(parsed, ipaddress.IPv4Address):
+            return parsed
+    return None
+
+
+def condition(obj: Obj, kind: str) -> Mapping[str, Any] | None:
+    for entry in sequence(mapping(obj.get("status")).get("conditions")):
+        if mapping(entry).get("type") == kind:
+            return mapping(entry)
+    return None
+
+
+def pod_is_ready(pod: Obj) -> bool:
+    ready = condition(pod, "Ready")
+    return ready is not None and ready.get("status") == "True"
+
+
+def pod_phase(pod: Obj) -> str:
+    return str(mapping(pod.get("status")).get("phase") or "Pending")
+
+
+def pod_is_terminating(pod: Obj) -> bool:
+    return bool(meta(pod).get("deletionTimestamp"))
+
+
+def pod_is_terminal(pod: Obj) -> bool:
+    return pod_phase(pod) in ("Succeeded", "Failed")
+
+
+def pod_node(pod: Obj) -> str | None:
+    """The node a pod runs on, or, before it is bound, the node its required affinity names
+    (a NodeSet pod is pinned with matchFields metadata.name In [node])."""
+    bound = mapping(pod.get("spec")).get("nodeName")
+    if isinstance(bound, str) and bound:
+        return bound
+    affinity = mapping(mapping(mapping(pod.get("spec")).get("affinity")).get("nodeAffinity"))
+    required = mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    for term in sequence(required.get("nodeSelectorTerms")):
+        for field in sequence(mapping(term).get("matchFields")):
+            entry = mapping(field)
+            values = sequence(entry.get("values"))
+            pinned = entry.get("key") == "metadata.name" and entry.get("operator") == "In"
+            if pinned and len(values) == 1 and isinstance(values[0], str):
+                return values[0]
+    return None
+
+
+def pod_requests(pod_spec: Obj) -> ResourceList:
+    """What a pod asks of its node: the sum of its containers, at least its largest init
+    container, plus the pod overhead (as the scheduler counts it)."""
+    total: ResourceList = {}
+    for container in sequence(pod_spec.get("containers")):
+        add(total, parse_resources(mapping(mapping(container).get("resources")).get("requests")))
+    for init in sequence(pod_spec.get("initContainers")):
+        requests = parse_resources(mapping(mapping(init).get("resources")).get("requests"))
+        for name, amount in requests.items():
+            if amount > total.get(name, Fraction(0)):
+                total[name] = amount
+    add(total, parse_resources(pod_spec.get("overhead")))
+    return total
+
+
+def node_allocatable(node: Obj) -> ResourceList:
+    status = mapping(node.get("status"))
+    return parse_resources(status.get("allocatable") or status.get("capacity"))
+
+
+def pod_occupies_node(pod: Obj) -> bool:
+    """A pod counts against its node's resources until it reaches a terminal phase."""
+    return pod_node(pod) is not None and not pod_is_terminal(pod)
+
+
+def owned_by(obj: Obj, owner_uid: str) -> bool:
+    return any(
+        mapping(ref).get("uid") == owner_uid for ref in sequence(meta(obj).get("ownerReferences"))
+    )
+
+
+def controller_uid(obj: Obj) -> str | None:
+    for ref in sequence(meta(obj).get("ownerReferences")):
+        entry = mapping(ref)
+        if entry.get("controller") is True:
+            uid = entry.get("uid")
+            return str(uid) if uid else None
+    return None

@@ -1,0 +1,567 @@
+"""Wiring of nodeset-controller: KV views in, plans, commands/decisions/Events out.
+
+The controller reads only KV (k8s_nodesets, k8s_nodes, k8s_pods, k8s_nodeslices from
+k8s-watcher; slurm_nodes from slurm-syncer) and acts only through `cmd.k8s.v1.*` commands.
+One replica is active (leader lease). What it keeps in memory is an optimisation, never a
+source of truth: the in-flight table stops it re-sending a command whose effect has not
+reached KV yet, and every entry ends on the command's outcome, on the object changing, or
+after `in_flight_timeout_seconds` -- so a lost outcome or a restart cannot wedge anything
+(the anchors' "expectations" bug).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
+from nodeflow_contracts import codec, subjects
+from nodeflow_contracts.codec import ContractDecodeError
+from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, RecordEvent
+from nodeflow_contracts.slurm import SlurmNodeState
+from nodeflow_runtime.service import ServiceContext
+from nodeset_controller import SERVICE
+from nodeset_controller.commands import (
+    SENDER,
+    Outgoing,
+    invalid_status_outgoing,
+    notice_outgoing,
+    stable_key,
+    status_outgoing,
+    to_outgoing,
+)
+from nodeset_controller.config import NodeSetControllerConfig
+from nodeset_controller.objects import (
+    NODESET_LABEL,
+    labels_of,
+    mapping,
+    name_of,
+    namespace_of,
+    pod_node,
+    pod_occupies_node,
+    pod_requests,
+    resource_version_of,
+    uid_of,
+)
+from nodeset_controller.planner import ClusterView, Notice, plan
+from nodeset_controller.quantity import ResourceList
+
+log = structlog.get_logger("nodeset_controller")
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class InFlight:
+    key: str
+    watch: tuple[str, str]
+    basis: str
+    sent_at: float
+    is_create: bool
+    outcome: str | None = None
+    outcome_rv: str | None = None
+
+
+@dataclass
+class Stats:
+    plans: int = 0
+    commands: int = 0
+    decisions: int = 0
+    skipped_in_flight: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+class ForeignNames(Collection[str]):
+    """Pod names of a namespace minus the NodeSet's own, without building the set."""
+
+    def __init__(self, names: set[str], ours: Mapping[str, Any]) -> None:
+        self._names = names
+        self._ours = ours
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._names and item not in self._ours
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n in self._names if n not in self._ours)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def rv_reached(current: str, target: str) -> bool:
+    """Has an object whose resourceVersion is `current` seen the write that produced
+    `target`? resourceVersions are opaque; numeric ones (etcd, the emulator) compare."""
+    if current == target:
+        return True
+    if current.isdigit() and target.isdigit():
+        return int(current) >= int(target)
+    return False
+
+
+def aggregate_events(events: list[K8sCommand]) -> list[K8sCommand]:
+    """One Event per (target, reason) per round: a scale-up of thousands of pods records a
+    few Events, not thousands (they would queue behind each other on the NodeSet)."""
+    groups: dict[tuple[str, str], list[K8sCommand]] = {}
+    for event in events:
+        assert isinstance(event.operation, RecordEvent)
+        groups.setdefault((event.target.ordering_key, event.operation.reason), []).append(event)
+    merged: list[K8sCommand] = []
+    for group in groups.values():
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        first = group[0]
+        assert isinstance(first.operation, RecordEvent)
+        messages = [e.operation.message for e in group if isinstance(e.operation, RecordEvent)]
+        text = f"{len(group)} decisions: " + "; ".join(messages)
+        if len(text) > 1024:
+            text = text[:1000] + f" ... ({len(group)} in all)"
+        key = stable_key("events", *sorted(e.idempotency_key for e in group))
+        merged.append(
+            K8sCommand(
+                idempotency_key=key,
+                sender=first.sender,
+                sent_at=first.sent_at,
+                target=first.target,
+                operation=RecordEvent(
+                    reason=first.operation.reason,
+                    message=text,
+                    type=first.operation.type,
+                    action=first.operation.action,
+                    reporting_component=first.operation.reporting_component,
+                ),
+                reason=f"{len(group)} {first.operation.action} decisions",
+            )
+        )
+    return merged
+
+
+class NodeSetController:
+    def __init__(self, bus: Bus, config: NodeSetControllerConfig) -> None:
+        self.bus = bus
+        self.config = config
+        self.nodesets: KVView[Obj] = KVView(bus, "k8s_nodesets", dict)
+        self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict)
+        self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict)
+        self.slices: KVView[Obj] = KVView(bus, "k8s_nodeslices", dict)
+        self.slurm: KVView[SlurmNodeState] = KVView(bus, "slurm_nodes", SlurmNodeState)
+        self.lease = LeaderLease(
+            bus, SERVICE, holder=config.instance_id or None, ttl=config.lease_ttl_seconds
+        )
+        # Indexes kept up to date by the KV listeners.
+        self._pods_of: dict[str, dict[str, Obj]] = {}  # "<ns>.<nodeset>" -> pod name -> pod
+        self._pod_names: dict[str, set[str]] = {}  # namespace -> pod names
+        self._pod_requests: dict[str, tuple[str, ResourceList]] = {}  # pod key -> (node, req)
+        self._requested: dict[str, ResourceList] = {}  # node -> summed requests
+        self._slices_of: dict[str, dict[str, Obj]] = {}
+        self._slurm_of: dict[str, dict[str, SlurmNodeState]] = {}  # cluster -> name -> state
+        self._in_flight: dict[str, InFlight] = {}
+        self._by_key: dict[str, str] = {}  # idempotency key -> slot
+        self._salt: dict[str, int] = {}
+        self._dirty: set[str] = set()
+        self._all_dirty = True
+        self._wake = asyncio.Event()
+        self._wake_at: dict[str, float] = {}
+        self._subscription: Subscription | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.stats = Stats()
+        self.last_plan_at = 0.0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.nodesets.add_listener(self._on_nodeset)
+        self.nodes.add_listener(self._on_node)
+        self.pods.add_listener(self._on_pod)
+        self.slices.add_listener(self._on_slice)
+        self.slurm.add_listener(self._on_slurm)
+        for view in (self.nodesets, self.nodes, self.pods, self.slices, self.slurm):
+            await view.start()
+        self._subscription = await self.bus.nc.subscribe(subjects.K8S_OUTCOMES, cb=self._on_outcome)
+        self.lease.add_listener(self._on_leadership)
+        await self.lease.start()
+        self._task = asyncio.create_task(self._run(), name="nodeset-controller loop")
+
+    async def stop(self, grace: float = 5.0) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+        await self.lease.stop()
+        for view in (self.slurm, self.slices, self.pods, self.nodes, self.nodesets):
+            await view.stop()
+
+    def views_ready(self) -> bool:
+        return all(
+            v.ready.is_set()
+            for v in (self.nodesets, self.nodes, self.pods, self.slices, self.slurm)
+        )
+
+    def not_ready_reason(self) -> str | None:
+        return None if self.views_ready() else "KV views loading"
+
+    # --- indexes -----------------------------------------------------------------------------
+
+    def _mark(self, nodeset_key: str | None) -> None:
+        if nodeset_key is None:
+            self._all_dirty = True
+        else:
+            self._dirty.add(nodeset_key)
+        self._wake.set()
+
+    def _on_nodeset(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        self._mark(key)
+
+    def _on_node(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        # A node change can matter to every NodeSet (feasibility, claims).
+        self._mark(None)
+
+    @staticmethod
+    def _nodeset_of_pod(pod: Obj) -> str | None:
+        owner = labels_of(pod).get(NODESET_LABEL)
+        return f"{namespace_of(pod)}.{owner}" if isinstance(owner, str) and owner else None
+
+    def _on_pod(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        for pod, adding in ((old, False), (new, True)):
+            if pod is None:
+                continue
+            namespace, name = namespace_of(pod), name_of(pod)
+            owner = self._nodeset_of_pod(pod)
+            if adding:
+                self._pod_names.setdefault(namespace, set()).add(name)
+                if owner is not None:
+                    self._pods_of.setdefault(owner, {})[name] = pod
+            else:
+                if new is None:
+                    self._pod_names.get(namespace, set()).discard(name)
+                if owner is not None and (new is None or self._nodeset_of_pod(new) != owner):
+                    self._pods_of.get(owner, {}).pop(name, None)
+            if owner is not None:
+                self._mark(owner)
+        self._account(key, new)
+
+    def _account(self, key: str, pod: Obj | None) -> None:
+        """Keep the per-node request totals (other pods' requests limit feasibility)."""
+        previous = self._pod_requests.pop(key, None)
+        if previous is not None:
+            node, requests = previous
+            total = self._requested.get(node, {})
+            for resource, amount in requests.items():
+                total[resource] = total.get(resource, 0) - amount
+        if pod is not None and pod_occupies_node(pod):
+            node = pod_node(pod) or ""
+            requests = pod_requests(mapping(pod.get("spec")))
+            self._pod_requests[key] = (node, requests)
+            total = self._requested.setdefault(node, {})
+            for resource, amount in requests.items():
+                total[resource] = total.get(resource, 0) + amount
+            changed_node = previous is None or previous != (node, requests)
+        else:
+            changed_node = previous is not None
+        if changed_node and self._nodesets_count() > 1:
+            # Resources freed or taken on a node matter to the other NodeSets too.
+            self._mark(None)
+
+    def _nodesets_count(self) -> int:
+        return len(self.nodesets)
+
+    def _on_slice(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        for obj in (old, new):
+            if obj is None:
+                continue
+            owner = mapping(obj.get("spec")).get("nodeSetName") or labels_of(obj).get(NODESET_LABEL)
+            if not isinstance(owner, str):
+                continue
+            nodeset_key = f"{namespace_of(obj)}.{owner}"
+            if obj is new:
+                self._slices_of.setdefault(nodeset_key, {})[name_of(obj)] = obj
+            elif new is None:
+                self._slices_of.get(nodeset_key, {}).pop(name_of(obj), None)
+            self._mark(nodeset_key)
+
+    def _on_slurm(self, key: str, old: SlurmNodeState | None, new: SlurmNodeState | None) -> None:
+        state = new or old
+        if state is None:
+            return
+        by_name = self._slurm_of.setdefault(state.cluster, {})
+        if new is None:
+            by_name.pop(state.name, None)
+        else:
+            by_name[state.name] = new
+        # The Slurm node is named after the pod; find the pod's NodeSet.
+        for nodeset_key, pods in self._pods_of.items():
+            if state.name in pods:
+                self._mark(nodeset_key)
+                return
+
+    # --- outcomes and the in-flight table -------------------------------------------------------
+
+    async def _on_outcome(self, msg: Msg) -> None:
+        try:
+            outcome = codec.decode(CommandOutcome, msg.data, subject=msg.subject)
+        except ContractDecodeError:
+            return
+        if outcome.sender != SENDER or outcome.outcome == "retrying":
+            return
+        self.stats.outcomes[outcome.outcome] = self.stats.outcomes.get(outcome.outcome, 0) + 1
+        slot = self._by_key.get(outcome.idempotency_key)
+        if slot is None:
+            return
+        entry = self._in_flight.get(slot)
+        if entry is None or entry.key != outcome.idempotency_key:
+            return
+        if outcome.outcome in ("applied", "already-applied"):
+            entry.outcome = outcome.outcome
+            entry.outcome_rv = outcome.resource_version
+        else:
+            if outcome.outcome != "conflict":
+                log.warning(
+                    "command.refused",
+                    key=outcome.idempotency_key,
+                    op=outcome.op,
+                    target=outcome.target.ordering_key,
+                    outcome=outcome.outcome,
+                    message=outcome.message,
+                )
+            self._forget(slot)
+        self._wake.set()
+        self._mark(self._nodeset_of_slot_target(outcome))
+
+    @staticmethod
+    def _nodeset_of_slot_target(outcome: CommandOutcome) -> str | None:
+        if outcome.target.kind == "NodeSet" and outcome.target.namespace:
+            return f"{outcome.target.namespace}.{outcome.target.name}"
+        return None
+
+    def _forget(self, slot: str) -> None:
+        entry = self._in_flight.pop(slot, None)
+        if entry is not None:
+            self._by_key.pop(entry.key, None)
+
+    def _watched_rv(self, watch: tuple[str, str]) -> str:
+        bucket, key = watch
+        view = {
+            "k8s_pods": self.pods,
+            "k8s_nodes": self.nodes,
+            "k8s_nodeslices": self.slices,
+            "k8s_nodesets": self.nodesets,
+        }.get(bucket)
+        if view is None:
+            return ""
+        obj = view.get(key)
+        return resource_version_of(obj) if obj is not None else ""
+
+    def _busy(self, slot: str, now: float) -> bool:
+        """Is a command for `slot` still in flight (sent, and its effect not yet in KV)?"""
+        entry = self._in_flight.get(slot)
+        if entry is None:
+            return False
+        if now - entry.sent_at > self.config.in_flight_timeout_seconds:
+            log.info("command.in_flight_expired", slot=slot, key=entry.key)
+            self._forget(slot)
+            return False
+        if entry.outcome is None:
+            return True
+        current = self._watched_rv(entry.watch)
+        if entry.outcome == "already-applied" and entry.is_create and current == "":
+            # Applied long ago (before a restart) and gone since: a new create needs a new key.
+            base = entry.key.split("~", 1)[0]
+            self._salt[base] = self._salt.get(base, 0) + 1
+            self._forget(slot)
+            return False
+        if entry.outcome_rv:
+            done = current != "" and rv_reached(current, entry.outcome_rv)
+            if entry.watch[0] == "k8s_pods" and not entry.is_create and current == "":
+                done = True  # deleted
+        else:
+            done = current != entry.basis
+        if done:
+            self._forget(slot)
+            return False
+        return True
+
+    # --- leadership and the loop ---------------------------------------------------------------
+
+    def _on_leadership(self, leader: bool) -> None:
+        # Whatever another replica had in flight is unknown here; its commands are deduped by
+        # key, so starting from an empty table only costs a few repeats.
+        self._in_flight.clear()
+        self._by_key.clear()
+        self._mark(None)
+
+    async def _run(self) -> None:
+        while True:
+            timeout = self.config.resync_seconds
+            if self._wake_at:
+                timeout = max(0.0, min(timeout, min(self._wake_at.values()) - time.time()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            if not self.lease.is_leader or not self.views_ready():
+                if not self.lease.is_leader:
+                    await asyncio.sleep(0.2)
+                continue
+            if self.config.debounce_seconds:
+                await asyncio.sleep(self.config.debounce_seconds)
+            now = time.time()
+            due = {k for k, at in self._wake_at.items() if at <= now}
+            if due or timeout == self.config.resync_seconds:
+                self._all_dirty = True if not due else self._all_dirty
+                self._dirty |= due
+            await self.reconcile_dirty()
+            # Commands in flight need a look again once they may have expired.
+            if self._in_flight:
+                self._wake_at["__in_flight__"] = now + self.config.in_flight_timeout_seconds
+            else:
+                self._wake_at.pop("__in_flight__", None)
+
+    async def reconcile_dirty(self) -> None:
+        if self._all_dirty:
+            keys = set(self.nodesets)
+            self._all_dirty = False
+            self._dirty.clear()
+        else:
+            keys, self._dirty = self._dirty, set()
+        keys.discard("__in_flight__")
+        outgoing: list[Outgoing] = []
+        now = time.time()
+        # Drop entries whose effect is visible, so finished commands never linger.
+        for slot in list(self._in_flight):
+            self._busy(slot, now)
+        for key in sorted(keys):
+            self._wake_at.pop(key, None)
+            nodeset = self.nodesets.get(key)
+            if nodeset is None:
+                continue
+            outgoing.extend(self.plan_nodeset(key, nodeset, now))
+        self.last_plan_at = now
+        if outgoing:
+            await self.send(outgoing, now)
+
+    def plan_nodeset(self, key: str, nodeset: Obj, now: float) -> list[Outgoing]:
+        cluster = str(mapping(nodeset.get("spec")).get("slurmCluster") or "")
+        ours = self._pods_of.get(key, {})
+        view = ClusterView(
+            nodeset=nodeset,
+            nodes={name.partition(".")[2]: node for name, node in self.nodes.items()},
+            pods=list(ours.values()),
+            requested=self._requested,
+            foreign_pod_names=ForeignNames(self._pod_names.get(namespace_of(nodeset), set()), ours),
+            slurm=self._slurm_of.get(cluster, {}),
+            slices=self._slices_of.get(key, {}),
+            defaults=self.config.defaults,
+            now=now,
+        )
+        result = plan(view)
+        self.stats.plans += 1
+        if result.wake_at is not None:
+            self._wake_at[key] = result.wake_at
+        produced: list[Outgoing] = []
+        if result.nodeset is None:
+            namespace, name = namespace_of(nodeset), name_of(nodeset)
+            for action in result.actions:
+                if isinstance(action, Notice):
+                    produced.append(notice_outgoing(namespace, name, uid_of(nodeset), action, now))
+            if result.status is not None:
+                produced.append(
+                    invalid_status_outgoing(
+                        namespace,
+                        name,
+                        uid_of(nodeset),
+                        resource_version_of(nodeset),
+                        result.status,
+                        now,
+                    )
+                )
+            if result.problems:
+                log.info(
+                    "nodeset.invalid", nodeset=key, problems=[p.describe() for p in result.problems]
+                )
+            return produced
+        for action in result.actions:
+            produced.append(to_outgoing(result.nodeset, action, now))
+        if result.status is not None:
+            produced.append(status_outgoing(result.nodeset, result.status, now))
+        return produced
+
+    async def send(self, outgoing: list[Outgoing], now: float) -> None:
+        messages: list[OutgoingMessage] = []
+        events: list[K8sCommand] = []
+        for out in outgoing:
+            tracked = out.watch[0] != ""
+            if tracked and (
+                self._busy(out.slot, now) or any(self._busy(s, now) for s in out.also_blocked_by)
+            ):
+                self.stats.skipped_in_flight += 1
+                continue
+            command = out.command
+            salt = self._salt.get(command.idempotency_key, 0)
+            if salt:
+                command = K8sCommand(
+                    idempotency_key=f"{command.idempotency_key}~{salt}",
+                    sender=command.sender,
+                    sent_at=command.sent_at,
+                    target=command.target,
+                    operation=command.operation,
+                    reason=command.reason,
+                )
+            if tracked:
+                self._forget(out.slot)
+                self._in_flight[out.slot] = InFlight(
+                    key=command.idempotency_key,
+                    watch=out.watch,
+                    basis=out.basis,
+                    sent_at=now,
+                    is_create=out.is_create,
+                )
+                self._by_key[command.idempotency_key] = out.slot
+            messages.append(
+                OutgoingMessage(
+                    subject=command.subject, message=command, msg_id=command.idempotency_key
+                )
+            )
+            if out.decision is not None:
+                messages.append(
+                    OutgoingMessage(
+                        subject=out.decision.subject,
+                        message=out.decision,
+                        msg_id=out.decision.decision_id,
+                    )
+                )
+                self.stats.decisions += 1
+                log.info(
+                    "nodeset.decision",
+                    nodeset=f"{out.decision.namespace}.{out.decision.nodeset}",
+                    kind=out.decision.kind,
+                    reason=out.decision.reason,
+                    pod=out.decision.pod,
+                    node=out.decision.node,
+                    message=out.decision.message,
+                )
+            if out.event is not None:
+                events.append(out.event)
+        for event in aggregate_events(events):
+            messages.append(
+                OutgoingMessage(subject=event.subject, message=event, msg_id=event.idempotency_key)
+            )
+        self.stats.commands += len(messages)
+        if messages:
+            await self.bus.publish_batch(messages, max_in_flight=self.config.publish_window)
+
+
+async def setup(ctx: ServiceContext[NodeSetControllerConfig]) -> None:
+    controller = NodeSetController(ctx.bus, ctx.config)
+    ctx.health.add_check("kv", controller.not_ready_reason)
+    await controller.start()
+    ctx.on_stop(controller.stop)

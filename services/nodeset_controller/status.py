@@ -1,0 +1,104 @@
+"""Rule 8: the NodeSet status, recomputed from the cluster, written only when it differs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nodeset_controller.objects import mapping, sequence
+
+INVALID_SPEC = "InvalidSpec"
+NAME_COLLISION = "NameCollision"
+
+
+@dataclass(frozen=True)
+class Counts:
+    current_number_scheduled: int
+    number_misscheduled: int
+    desired_number_scheduled: int
+    updated_number_scheduled: int
+    number_feasible: int
+    number_ready: int
+    number_unavailable: int
+    number_running: int
+    number_drain: int
+
+    def as_status(self) -> dict[str, int]:
+        return {
+            "currentNumberScheduled": self.current_number_scheduled,
+            "numberMisscheduled": self.number_misscheduled,
+            "desiredNumberScheduled": self.desired_number_scheduled,
+            "updatedNumberScheduled": self.updated_number_scheduled,
+            "numberFeasible": self.number_feasible,
+            "numberReady": self.number_ready,
+            "numberUnavailable": self.number_unavailable,
+            "numberRunning": self.number_running,
+            "numberDrain": self.number_drain,
+        }
+
+
+@dataclass(frozen=True)
+class WantedCondition:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+def merge_conditions(
+    existing: Iterable[Any], wanted: Iterable[WantedCondition], now: str
+) -> list[dict[str, Any]]:
+    """The conditions to write, sorted by type: lastTransitionTime is kept while the status
+    does not change, so an unchanged condition is byte-for-byte unchanged."""
+    old = {str(mapping(c).get("type")): mapping(c) for c in existing if mapping(c).get("type")}
+    result = []
+    for condition in sorted(wanted, key=lambda c: c.type):
+        previous = old.get(condition.type)
+        since = now
+        if previous is not None and previous.get("status") == condition.status:
+            since = str(previous.get("lastTransitionTime") or now)
+        result.append(
+            {
+                "type": condition.type,
+                "status": condition.status,
+                "reason": condition.reason,
+                "message": condition.message,
+                "lastTransitionTime": since,
+            }
+        )
+    return result
+
+
+def build_status(
+    existing: Mapping[str, Any],
+    *,
+    counts: Counts | None,
+    observed_generation: int,
+    selector: str,
+    conditions: Iterable[WantedCondition],
+    now: str,
+) -> dict[str, Any]:
+    """The full status. With `counts` None (an invalid spec) the counts are kept as they
+    were: the controller did not look at the pods, so it reports nothing new about them."""
+    status: dict[str, Any] = {}
+    if counts is None:
+        for key in Counts.__dataclass_fields__:
+            camel = _camel(key)
+            if camel in existing:
+                status[camel] = existing[camel]
+    else:
+        status.update(counts.as_status())
+    status["observedGeneration"] = observed_generation
+    status["selector"] = selector
+    status["conditions"] = merge_conditions(sequence(existing.get("conditions")), conditions, now)
+    return status
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def status_differs(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    return dict(existing) != dict(wanted)

@@ -1,0 +1,127 @@
+"""NodeSet scaling on the whole stack: NATS, simulator, k8s-watcher, slurm-syncer, controller."""
+
+from __future__ import annotations
+
+import msgspec
+
+from nodeflow_contracts.nodeset import NodeSetDecision
+from tests.integration.nodeset_controller.conftest import (
+    SLURM_DELETE,
+    Stack,
+    condition,
+    eventually,
+)
+
+
+def status_is(stack: Stack, name: str, **expected: int) -> bool:
+    status = stack.status(name)
+    return all(status.get(key) == value for key, value in expected.items())
+
+
+async def decisions(stack: Stack) -> list[NodeSetDecision]:
+    found: list[NodeSetDecision] = []
+    sub = await stack.bus.js.subscribe("nodeset.v1.>", stream="DECISIONS", ordered_consumer=True)
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=0.3)
+            except Exception:
+                return found
+            found.append(msgspec.json.decode(msg.data, type=NodeSetDecision))
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_scale_from_zero_to_n_pods_ready_status_slices_claims_events(stack: Stack) -> None:
+    await stack.start_controller()
+    stack.create_nodeset("gpu", 3)
+    await eventually(lambda: len(stack.ready_pods("gpu")) == 3, what="3 pods ready")
+    await eventually(
+        lambda: status_is(
+            stack,
+            "gpu",
+            currentNumberScheduled=3,
+            desiredNumberScheduled=3,
+            numberReady=3,
+            numberFeasible=4,
+            updatedNumberScheduled=3,
+            numberUnavailable=0,
+            numberMisscheduled=0,
+        ),
+        what="status",
+    )
+    pods = stack.pods("gpu")
+    names = sorted(p["metadata"]["name"] for p in pods)
+    for pod in pods:
+        node = stack.sim.store.get("nodes", pod["spec"]["nodeName"])
+        ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+        third, fourth = (int(octet) for octet in ip.split(".")[2:])
+        assert pod["metadata"]["name"] == f"gpu-{third:03d}-{fourth:03d}"
+    nodes = sorted(p["spec"]["nodeName"] for p in pods)
+    assert stack.claims() == {node: "default.gpu" for node in nodes}
+    await eventually(lambda: stack.slice_nodes("gpu") == nodes, what="slices")
+    for pod in pods:
+        assert pod["metadata"]["ownerReferences"][0]["kind"] == "NodeSet"
+        assert {"key": "nodeflow.dev/lock", "operator": "Exists"} in pod["spec"]["tolerations"]
+    await eventually(lambda: stack.events("PodCreated"), what="Event recorded")
+    made = [d for d in await decisions(stack) if d.kind == "create"]
+    assert sorted(d.pod for d in made) == names
+    # Slurm nodes registered by the pods are idle; the status reports them.
+    await eventually(lambda: status_is(stack, "gpu", numberRunning=0, numberDrain=0))
+
+
+async def test_scale_in_while_jobs_run_pods_stay_until_jobs_end(stack: Stack) -> None:
+    await stack.start_controller()
+    stack.create_nodeset("gpu", 3)
+    await eventually(lambda: len(stack.ready_pods("gpu")) == 3)
+    await eventually(
+        lambda: all(stack.slurm_node(p["metadata"]["name"]) for p in stack.pods("gpu"))
+    )
+    for pod in stack.pods("gpu"):
+        stack.run_job(pod["metadata"]["name"], "3")
+    await eventually(lambda: status_is(stack, "gpu", numberRunning=3), what="jobs running")
+    stack.patch_nodeset("gpu", {"replicas": 1})
+    marked = await eventually(
+        lambda: (
+            [p for p in stack.pods("gpu") if condition(p, SLURM_DELETE)]
+            if len([p for p in stack.pods("gpu") if condition(p, SLURM_DELETE)]) == 2
+            else None
+        ),
+        what="two pods scheduled for deletion",
+    )
+    for pod in marked:
+        assert condition(pod, SLURM_DELETE)["reason"] == "ScalingDeleteScheduled"  # type: ignore[index]
+    # Drained (draining) in Slurm while the jobs run, and not deleted.
+    await eventually(lambda: status_is(stack, "gpu", numberDrain=2), what="drained")
+    assert len(stack.live_pods("gpu")) == 3
+    # Jobs end -> drained and idle -> deleted, claims released, slices updated.
+    await eventually(lambda: len(stack.pods("gpu")) == 1, timeout=20, what="scaled in")
+    (kept,) = stack.pods("gpu")
+    await eventually(lambda: stack.claims() == {kept["spec"]["nodeName"]: "default.gpu"})
+    await eventually(lambda: stack.slice_nodes("gpu") == [kept["spec"]["nodeName"]])
+    await eventually(lambda: status_is(stack, "gpu", currentNumberScheduled=1, numberReady=1))
+
+
+async def test_scale_down_then_up_before_deletion_cancels_and_undrains(stack: Stack) -> None:
+    await stack.start_controller()
+    stack.create_nodeset("gpu", 2)
+    await eventually(lambda: len(stack.ready_pods("gpu")) == 2)
+    await eventually(
+        lambda: all(stack.slurm_node(p["metadata"]["name"]) for p in stack.pods("gpu"))
+    )
+    for pod in stack.pods("gpu"):
+        stack.run_job(pod["metadata"]["name"])
+    await eventually(lambda: status_is(stack, "gpu", numberRunning=2))
+    stack.patch_nodeset("gpu", {"replicas": 1})
+    marked = await eventually(
+        lambda: next((p for p in stack.pods("gpu") if condition(p, SLURM_DELETE)), None)
+    )
+    name = marked["metadata"]["name"]
+    await eventually(lambda: stack.slurm_node(name).drain, what="drained in Slurm")
+    stack.patch_nodeset("gpu", {"replicas": 2})
+    await eventually(
+        lambda: not any(condition(p, SLURM_DELETE) for p in stack.pods("gpu")), what="cancelled"
+    )
+    await eventually(lambda: not stack.slurm_node(name).drain, what="undrained")
+    assert len(stack.live_pods("gpu")) == 2
+    assert stack.events("DeleteCancelled")
