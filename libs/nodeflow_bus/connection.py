@@ -1,0 +1,397 @@
+"""The NATS connection of a service: reconnect forever, state for readiness, acked publishes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal
+
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+from nats.js.api import PubAck
+from nats.nuid import NUID
+
+from nodeflow_bus import metrics
+from nodeflow_bus.backoff import Backoff
+from nodeflow_bus.credentials import Credentials
+from nodeflow_bus.errors import BatchPublishError, NotConnectedError, PublishError
+from nodeflow_contracts import codec, topology
+
+log = structlog.get_logger("nodeflow_bus")
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+
+ConnectionState = Literal["connecting", "connected", "disconnected", "closed"]
+StateListener = Callable[[ConnectionState], Awaitable[None] | None]
+
+# Failures after which the same publish (same Nats-Msg-Id, so deduplicated) may succeed.
+_RETRYABLE_PUBLISH_ERRORS: tuple[type[BaseException], ...] = (
+    nats.errors.TimeoutError,
+    asyncio.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+)
+
+
+def is_retryable_publish_error(error: BaseException) -> bool:
+    if isinstance(error, _RETRYABLE_PUBLISH_ERRORS):
+        return True
+    # JetStream answers 503 while it is starting or has no quorum.
+    return isinstance(error, nats.js.errors.APIError) and error.code == 503
+
+
+@lru_cache(maxsize=8192)
+def stream_label(subject: str) -> str:
+    """The stream name used as a metric label (`unknown` for a subject outside the table)."""
+    try:
+        return topology.stream_for_subject(subject).name
+    except LookupError:
+        return "unknown"
+
+
+def encode_payload(message: Any) -> bytes:
+    if isinstance(message, bytes | bytearray | memoryview):
+        return bytes(message)
+    return codec.encode(message)
+
+
+class OutgoingMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One message of `Bus.publish_batch`. `message` is a contract struct or raw bytes."""
+
+    subject: str
+    message: Any
+    msg_id: str | None = None
+    headers: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BusOptions:
+    """Connection tuning. The defaults suit a service; tests shorten the waits."""
+
+    name: str = "nodeflow"
+    connect_timeout: float = 2.0
+    reconnect_wait: float = 1.0
+    # None: keep trying the first connection forever (a service waits for NATS to come up).
+    initial_connect_deadline: float | None = None
+    request_timeout: float = 5.0
+    publish_attempts: int = 5
+    publish_backoff: Backoff = field(
+        default_factory=lambda: Backoff(initial=0.1, factor=2.0, maximum=2.0)
+    )
+    ping_interval: float = 10.0
+    max_outstanding_pings: int = 3
+    drain_timeout: float = 5.0
+
+
+class Bus:
+    """A connected NATS client with JetStream, shared by every bus component of a service.
+
+    Create it with `await Bus.connect(...)`. It reconnects forever; `state`/`is_connected`
+    tell readiness, `add_state_listener` reports transitions (KV views use it to resync).
+    """
+
+    def __init__(self, servers: Sequence[str], credentials: Credentials, options: BusOptions):
+        self._servers = list(servers)
+        self._credentials = credentials
+        self.options = options
+        self._nc: NatsClient | None = None
+        self._js: JetStreamContext | None = None
+        self._state: ConnectionState = "connecting"
+        self._listeners: list[StateListener] = []
+        self._nuid = NUID()
+        self._last_error: str | None = None
+        self._closing = False
+        self.connected = asyncio.Event()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    async def connect(
+        cls,
+        servers: str | Sequence[str],
+        *,
+        credentials: Credentials | None = None,
+        options: BusOptions | None = None,
+    ) -> Bus:
+        """Connect (retrying the first connection with backoff, up to the optional deadline)."""
+        server_list = [servers] if isinstance(servers, str) else list(servers)
+        bus = cls(server_list, credentials or Credentials(), options or BusOptions())
+        await bus._connect_first()
+        return bus
+
+    async def _connect_first(self) -> None:
+        options = self.options
+        # With max_reconnect_attempts=-1 nats-py itself retries the first connection forever
+        # (every reconnect_wait, reporting each failure to error_cb); only the deadline is ours.
+        connecting = nats.connect(
+            servers=self._servers,
+            name=options.name,
+            connect_timeout=options.connect_timeout,
+            reconnect_time_wait=options.reconnect_wait,
+            max_reconnect_attempts=-1,
+            allow_reconnect=True,
+            ping_interval=options.ping_interval,
+            max_outstanding_pings=options.max_outstanding_pings,
+            drain_timeout=options.drain_timeout,
+            disconnected_cb=self._on_disconnected,
+            reconnected_cb=self._on_reconnected,
+            closed_cb=self._on_closed,
+            error_cb=self._on_error,
+            **self._credentials.connect_options(),
+        )
+        try:
+            self._nc = await asyncio.wait_for(connecting, options.initial_connect_deadline)
+        except TimeoutError as exc:
+            raise NotConnectedError(
+                f"cannot connect to NATS at {self._servers} within "
+                f"{options.initial_connect_deadline}s (last error: {self._last_error}); "
+                f"credentials: {self._credentials!r}"
+            ) from exc
+        self._js = self._nc.jetstream(timeout=options.request_timeout)
+        log.info(
+            "nats.connected",
+            server=str(self._nc.connected_url.netloc) if self._nc.connected_url else None,
+            credentials=self._credentials,
+        )
+        await self._set_state("connected")
+
+    async def close(self) -> None:
+        """Drain and close the connection (pending publishes are flushed first)."""
+        nc = self._nc
+        if nc is None or nc.is_closed:
+            return
+        self._closing = True
+        try:
+            await asyncio.wait_for(nc.drain(), self.options.drain_timeout + 1.0)
+        except (TimeoutError, nats.errors.Error) as exc:
+            log.warning("nats.drain_failed", error=f"{type(exc).__name__}: {exc}")
+        if not nc.is_closed:
+            await nc.close()
+        await self._set_state("closed")
+
+    # --- state -------------------------------------------------------------------------------
+
+    @property
+    def nc(self) -> NatsClient:
+        if self._nc is None:
+            raise NotConnectedError("the bus is not connected")
+        return self._nc
+
+    @property
+    def js(self) -> JetStreamContext:
+        if self._js is None:
+            raise NotConnectedError("the bus is not connected")
+        return self._js
+
+    @property
+    def state(self) -> ConnectionState:
+        return self._state
+
+    @property
+    def is_connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        """Call `listener(state)` on every transition (sync or async callable)."""
+        self._listeners.append(listener)
+
+    def remove_state_listener(self, listener: StateListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    async def _set_state(self, state: ConnectionState) -> None:
+        self._state = state
+        metrics.CONNECTED.set(1 if state == "connected" else 0)
+        if state == "connected":
+            self.connected.set()
+        else:
+            self.connected.clear()
+        for listener in list(self._listeners):
+            try:
+                result = listener(state)
+                if result is not None:
+                    await result
+            except Exception:
+                log.exception("nats.state_listener_failed", state=state)
+
+    async def _on_disconnected(self) -> None:
+        if self._closing:
+            log.debug("nats.disconnected", servers=self._servers, reason="closing")
+        else:
+            log.warning("nats.disconnected", servers=self._servers)
+        await self._set_state("disconnected")
+
+    async def _on_reconnected(self) -> None:
+        nc = self._nc
+        url = nc.connected_url.netloc if nc is not None and nc.connected_url else None
+        log.info("nats.reconnected", server=url)
+        await self._set_state("connected")
+
+    async def _on_closed(self) -> None:
+        log.info("nats.closed")
+        await self._set_state("closed")
+
+    async def _on_error(self, error: Exception) -> None:
+        self._last_error = f"{type(error).__name__}: {error}"
+        if self._state == "connecting":
+            log.warning("nats.connect_failed", servers=self._servers, error=self._last_error)
+        # Reconnect attempts report each refused connection here; keep it at debug for those.
+        elif isinstance(error, OSError | nats.errors.StaleConnectionError):
+            log.debug("nats.error", error=f"{type(error).__name__}: {error}")
+        else:
+            log.warning("nats.error", error=f"{type(error).__name__}: {error}")
+
+    # --- publishing --------------------------------------------------------------------------
+
+    def new_msg_id(self) -> str:
+        return self._nuid.next().decode()
+
+    def _headers(self, msg_id: str, headers: Mapping[str, str] | None) -> dict[str, str]:
+        merged = dict(headers) if headers else {}
+        merged[MSG_ID_HEADER] = msg_id
+        return merged
+
+    async def publish(
+        self,
+        subject: str,
+        message: Any,
+        *,
+        msg_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> PubAck:
+        """Publish and wait for the JetStream ack; retried with backoff on timeouts.
+
+        `message` is a contract struct (encoded with the codec) or bytes. `msg_id` becomes
+        `Nats-Msg-Id`, so JetStream drops a repeat within the stream's duplicate window; when
+        omitted a unique id is generated so that the retries themselves cannot duplicate.
+        Raises PublishError after `options.publish_attempts` attempts or on a refusal.
+        """
+        payload = encode_payload(message)
+        all_headers = self._headers(msg_id or self.new_msg_id(), headers)
+        return await self._publish_with_retries(subject, payload, all_headers, timeout)
+
+    async def _publish_with_retries(
+        self, subject: str, payload: bytes, headers: dict[str, str], timeout: float | None
+    ) -> PubAck:
+        attempts = self.options.publish_attempts
+        label = stream_label(subject)
+        for attempt in range(1, attempts + 1):
+            try:
+                ack = await self.js.publish(
+                    subject,
+                    payload,
+                    timeout=timeout or self.options.request_timeout,
+                    headers=headers,
+                )
+            except Exception as exc:
+                if not is_retryable_publish_error(exc):
+                    metrics.PUBLISH_FAILURES.labels(label).inc()
+                    raise PublishError(subject, attempt, exc) from exc
+                if attempt == attempts:
+                    metrics.PUBLISH_FAILURES.labels(label).inc()
+                    raise PublishError(subject, attempt, exc) from exc
+                delay = self.options.publish_backoff.delay(attempt)
+                metrics.PUBLISH_RETRIES.labels(label).inc()
+                log.warning(
+                    "bus.publish_retry",
+                    subject=subject,
+                    attempt=attempt,
+                    retry_in=delay,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                await asyncio.sleep(delay)
+                continue
+            metrics.PUBLISHED.labels(label).inc()
+            return ack
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    async def publish_batch(
+        self,
+        messages: Sequence[OutgoingMessage],
+        *,
+        max_in_flight: int = 256,
+        timeout: float | None = None,
+    ) -> list[PubAck]:
+        """Publish many messages with at most `max_in_flight` acks outstanding.
+
+        Returns the acks in the order of `messages`. A message whose ack timed out is retried
+        (same Msg-Id, so no duplicate) like `publish`; if any still failed, raises
+        BatchPublishError listing every failed index after all the others were attempted.
+        """
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        js = self.js
+        ack_timeout = timeout or self.options.request_timeout
+        acks: list[PubAck | None] = [None] * len(messages)
+        prepared: list[tuple[str, bytes, dict[str, str]]] = []
+        window: deque[tuple[int, asyncio.Future[PubAck], float]] = deque()
+        to_retry: list[int] = []
+        failures: dict[int, BaseException] = {}
+
+        async def settle_oldest() -> None:
+            index, future, deadline = window.popleft()
+            try:
+                # Acks mostly arrive in order: skip the timer when the oldest is already done.
+                if future.done():
+                    acks[index] = future.result()
+                else:
+                    acks[index] = await asyncio.wait_for(
+                        future, max(0.0, deadline - time.monotonic())
+                    )
+            except Exception as exc:
+                if is_retryable_publish_error(exc):
+                    to_retry.append(index)
+                else:
+                    failures[index] = exc
+
+        for index, outgoing in enumerate(messages):
+            headers = self._headers(outgoing.msg_id or self.new_msg_id(), outgoing.headers)
+            payload = encode_payload(outgoing.message)
+            prepared.append((outgoing.subject, payload, headers))
+            if len(window) >= max_in_flight:
+                await settle_oldest()
+            try:
+                future = await js.publish_async(outgoing.subject, payload, headers=headers)
+            except Exception as exc:
+                if is_retryable_publish_error(exc):
+                    to_retry.append(index)
+                else:
+                    failures[index] = exc
+                continue
+            window.append((index, future, time.monotonic() + ack_timeout))
+        while window:
+            await settle_oldest()
+
+        for index in sorted(to_retry):
+            subject, payload, headers = prepared[index]
+            try:
+                acks[index] = await self._publish_with_retries(subject, payload, headers, timeout)
+            except PublishError as exc:
+                failures[index] = exc.cause
+
+        label_counts: dict[str, int] = {}
+        for index, ack in enumerate(acks):
+            if ack is not None and index not in to_retry:
+                label = stream_label(prepared[index][0])
+                label_counts[label] = label_counts.get(label, 0) + 1
+        for label, count in label_counts.items():
+            metrics.PUBLISHED.labels(label).inc(count)
+        if failures:
+            for index in failures:
+                if index not in to_retry:
+                    metrics.PUBLISH_FAILURES.labels(stream_label(prepared[index][0])).inc()
+            raise BatchPublishError(failures, len(messages))
+        return [ack for ack in acks if ack is not None]

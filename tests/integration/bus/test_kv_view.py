@@ -1,0 +1,160 @@
+"""The KV materialized view: snapshot, live changes, and recovery after a NATS crash."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgspec
+from nats.js.kv import KeyValue
+
+from nodeflow_bus import Bus, Change, KVView, OutgoingMessage, ensure_topology
+from nodeflow_contracts import codec
+from nodeflow_contracts.topology import KVSpec
+from nodeflow_runtime.natsd import NatsServerProcess
+from tests.fixtures.nats import TEST_BUS_OPTIONS
+from tests.integration.bus.conftest import eventually
+
+BUCKET = KVSpec(bucket="things", description="test objects")
+
+
+class Thing(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    size: int
+
+
+async def things(bus: Bus) -> KeyValue:
+    await ensure_topology(bus.js, streams=[], kv_buckets=[BUCKET], consumers=[])
+    return await bus.js.key_value("things")
+
+
+async def test_snapshot_then_live_changes(bus: Bus) -> None:
+    kv = await things(bus)
+    await kv.put("a", codec.encode(Thing(name="a", size=1)))
+    await kv.put("b", codec.encode(Thing(name="b", size=2)))
+    await kv.put("gone", codec.encode(Thing(name="gone", size=0)))
+    await kv.delete("gone")
+
+    view = KVView(bus, "things", Thing)
+    heard: list[tuple[str, Thing | None, Thing | None]] = []
+    view.add_listener(lambda key, old, new: heard.append((key, old, new)))
+    await view.start()
+    await view.wait_ready(5)
+    assert view.as_dict() == {"a": Thing(name="a", size=1), "b": Thing(name="b", size=2)}
+    assert sorted(key for key, old, _ in heard if old is None) == ["a", "b"]
+
+    changes = view.changes()
+    next_change = asyncio.ensure_future(anext(changes))
+    await asyncio.sleep(0)
+    await kv.put("a", codec.encode(Thing(name="a", size=10)))
+    first = await asyncio.wait_for(next_change, 5)
+    assert first == Change("a", Thing(name="a", size=1), Thing(name="a", size=10))
+    await kv.delete("b")
+    second = await asyncio.wait_for(anext(changes), 5)
+    assert second == Change("b", Thing(name="b", size=2), None)
+    assert len(view) == 1 and view.get("b") is None and "a" in view
+    await view.stop()
+    assert [change async for change in changes] == []
+
+
+async def test_raw_dict_values_and_undecodable_values(bus: Bus) -> None:
+    kv = await things(bus)
+    await kv.put("ok", codec.encode(Thing(name="ok", size=1)))
+    await kv.put("broken", b'{"name": "broken", "size": "huge"}')
+    typed = KVView(bus, "things", Thing)
+    raw = KVView(bus, "things", dict)
+    await typed.start()
+    await raw.start()
+    await typed.wait_ready(5)
+    await raw.wait_ready(5)
+    assert list(typed) == ["ok"]
+    assert raw.get("broken") == {"name": "broken", "size": "huge"}
+    await typed.stop()
+    await raw.stop()
+
+
+async def test_empty_bucket_is_ready_and_filters_keys(bus: Bus) -> None:
+    kv = await things(bus)
+    view = KVView(bus, "things", Thing, keys="ns1.*")
+    await view.start()
+    await view.wait_ready(5)
+    assert len(view) == 0
+    await kv.put("ns1.x", codec.encode(Thing(name="x", size=1)))
+    await kv.put("ns2.y", codec.encode(Thing(name="y", size=1)))
+    await eventually(lambda: "ns1.x" in view)
+    await asyncio.sleep(0.1)
+    assert list(view) == ["ns1.x"]
+    await view.stop()
+
+
+async def test_view_is_correct_after_nats_is_killed_and_restarted(
+    nats_server: NatsServerProcess,
+) -> None:
+    # The view's connection reconnects slowly, the writer's quickly, so the writer's changes
+    # right after the restart happen while the view is still disconnected.
+    slow = TEST_BUS_OPTIONS.__class__(**{**TEST_BUS_OPTIONS.__dict__, "reconnect_wait": 1.0})
+    view_bus = await Bus.connect(nats_server.url, options=slow)
+    writer = await Bus.connect(nats_server.url, options=TEST_BUS_OPTIONS)
+    kv = await things(writer)
+    for name in ("keep", "drop", "change"):
+        await kv.put(name, codec.encode(Thing(name=name, size=1)))
+    view = KVView(view_bus, "things", Thing)
+    changes: list[tuple[str, Thing | None, Thing | None]] = []
+    view.add_listener(lambda key, old, new: changes.append((key, old, new)))
+    await view.start()
+    await view.wait_ready(5)
+    assert sorted(view) == ["change", "drop", "keep"]
+    changes.clear()
+
+    await nats_server.restart(graceful=False)
+    await eventually(lambda: writer.is_connected, timeout=10)
+    kv = await writer.js.key_value("things")
+    await kv.delete("drop")
+    await kv.put("change", codec.encode(Thing(name="change", size=2)))
+    await kv.put("new", codec.encode(Thing(name="new", size=3)))
+
+    await eventually(lambda: view_bus.is_connected and view.resyncs >= 1, timeout=10)
+    await eventually(lambda: "drop" not in view and "new" in view, timeout=10)
+    assert view.as_dict() == {
+        "keep": Thing(name="keep", size=1),
+        "change": Thing(name="change", size=2),
+        "new": Thing(name="new", size=3),
+    }
+    assert ("drop", Thing(name="drop", size=1), None) in changes
+    assert not any(key == "keep" for key, _, _ in changes)
+
+    # And live updates keep flowing on the new watch.
+    await kv.put("later", codec.encode(Thing(name="later", size=4)))
+    await eventually(lambda: view.get("later") == Thing(name="later", size=4))
+    await view.stop()
+    await view_bus.close()
+    await writer.close()
+
+
+async def test_snapshot_of_50000_keys(bus: Bus) -> None:
+    await things(bus)
+    value = codec.encode(Thing(name="n", size=1))
+    await bus.publish_batch(
+        [OutgoingMessage(subject=f"$KV.things.k{i}", message=value) for i in range(50_000)],
+        max_in_flight=1024,
+    )
+    view = KVView(bus, "things", Thing)
+    started = time.perf_counter()
+    await view.start()
+    await view.wait_ready(30)
+    elapsed = time.perf_counter() - started
+    assert len(view) == 50_000
+    print(f"snapshot of 50000 keys in {elapsed:.2f}s")
+    assert elapsed < 15
+    await view.stop()
+
+
+async def test_stop_right_after_ready_returns(bus: Bus) -> None:
+    kv = await things(bus)
+    for index in range(20):
+        await kv.put(f"k{index}", codec.encode(Thing(name="k", size=index)))
+    for _ in range(10):
+        view = KVView(bus, "things", Thing)
+        await view.start()
+        await view.wait_ready(5)
+        await asyncio.wait_for(view.stop(), 3)

@@ -1,0 +1,76 @@
+"""Declaring the topology table is idempotent and updates changed settings in place."""
+
+from __future__ import annotations
+
+from nodeflow_bus import Bus, ensure_topology
+from nodeflow_contracts import topology
+from nodeflow_contracts.topology import ConsumerSpec, KVSpec, StreamSpec
+
+
+async def test_the_project_table_declares_then_is_a_no_op(bus: Bus) -> None:
+    first = await ensure_topology(bus.js)
+    assert {item.action for item in first.items} == {"created"}
+    declared_streams = {item.name for item in first.items if item.kind == "stream"}
+    assert declared_streams == {stream.name for stream in topology.STREAMS}
+    assert len(first.by_action("created")) == (
+        len(topology.STREAMS)
+        + len(topology.KV_BUCKETS)
+        + sum(len(specs) for specs in topology.CONSUMERS.values())
+    )
+    second = await ensure_topology(bus.js)
+    assert [item.action for item in second.items] == ["unchanged"] * len(first.items)
+
+
+async def test_changed_settings_are_updated_in_place(bus: Bus) -> None:
+    stream = StreamSpec(name="T", subjects=("t.>",), description="d", max_age_seconds=600.0)
+    bucket = KVSpec(bucket="tkv", description="kv", history=1)
+    consumer = ConsumerSpec(
+        stream="T", durable="tc", filter_subjects=("t.>",), description="c", max_deliver=3
+    )
+    await ensure_topology(bus.js, streams=[stream], kv_buckets=[bucket], consumers=[consumer])
+    await bus.publish("t.x", b"{}")
+
+    report = await ensure_topology(
+        bus.js,
+        streams=[
+            StreamSpec(name="T", subjects=("t.>", "u.>"), description="d", max_age_seconds=1200.0)
+        ],
+        kv_buckets=[KVSpec(bucket="tkv", description="kv", history=5)],
+        consumers=[
+            ConsumerSpec(
+                stream="T", durable="tc", filter_subjects=("t.>",), description="c", max_deliver=7
+            )
+        ],
+    )
+    assert [(item.kind, item.action, item.changed) for item in report.items] == [
+        ("stream", "updated", ("subjects", "max_age")),
+        ("kv", "updated", ("max_msgs_per_subject",)),
+        ("consumer", "updated", ("max_deliver",)),
+    ]
+    info = await bus.js.stream_info("T")
+    assert info.config.max_age == 1200.0
+    assert info.state.messages == 1  # updated, not recreated
+    assert (await bus.js.stream_info("KV_tkv")).config.max_msgs_per_subject == 5
+    assert (await bus.js.consumer_info("T", "tc")).config.max_deliver == 7
+    streams = await bus.js.streams_info()
+    assert sorted(str(s.config.name) for s in streams) == ["KV_tkv", "T"]
+
+
+async def test_an_immutable_change_is_reported_not_applied(bus: Bus) -> None:
+    await ensure_topology(
+        bus.js,
+        streams=[StreamSpec(name="W", subjects=("w.>",), description="d")],
+        kv_buckets=[],
+        consumers=[],
+    )
+    report = await ensure_topology(
+        bus.js,
+        streams=[StreamSpec(name="W", subjects=("w.>",), description="d", retention="workqueue")],
+        kv_buckets=[],
+        consumers=[],
+    )
+    assert [(item.action, item.changed) for item in report.conflicts] == [
+        ("conflict", ("retention",))
+    ]
+    retention = (await bus.js.stream_info("W")).config.retention
+    assert getattr(retention, "value", retention) == "limits"
