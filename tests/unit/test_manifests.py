@@ -579,21 +579,20 @@ def test_required_fields_are_required() -> None:
 # --- RBAC -----------------------------------------------------------------------------------
 
 EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
-    ("", "nodes"): {"get", "list", "watch", "patch"},
+    ("", "nodes"): {"list", "watch", "patch"},
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "pods/status"): {"patch"},
     ("", "pods/eviction"): {"create"},
     ("", "pods/binding"): {"create"},
     ("batch", "jobs"): {"get", "list", "watch", "create", "delete", "patch"},
-    ("policy", "poddisruptionbudgets"): {"get", "list", "watch"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"list", "watch"},
+    ("", "events"): {"get", "create", "patch"},
     ("nodeflow.dev", "nodeslices"): {"get", "list", "watch", "create", "delete", "patch"},
-    ("nodeflow.dev", "nodesets"): {"get", "list", "watch", "patch"},
-    ("maintenance.nvidia.com", "nodemaintenances"): {"get", "list", "watch", "patch"},
-    ("maintenance.nvidia.com", "maintenanceoperatorconfigs"): {"get", "list", "watch", "patch"},
-    ("scheduling.sigs.k8s.io", "podgroups"): {"get", "list", "watch", "patch"},
-    ("scheduling.koordinator.sh", "clusternetworktopologies"): {"get", "list", "watch", "patch"},
+    ("nodeflow.dev", "nodesets"): {"list", "watch", "patch"},
+    ("maintenance.nvidia.com", "nodemaintenances"): {"list", "watch", "patch"},
+    ("maintenance.nvidia.com", "maintenanceoperatorconfigs"): {"list", "watch", "patch"},
+    ("scheduling.sigs.k8s.io", "podgroups"): {"list", "watch", "patch"},
+    ("scheduling.koordinator.sh", "clusternetworktopologies"): {"list", "watch", "patch"},
     **{(name.split(".", 1)[1], name.split(".", 1)[0] + "/status"): {"patch"} for name in CRD_NAMES},
 }
 

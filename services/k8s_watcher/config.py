@@ -1,0 +1,84 @@
+"""Configuration of k8s-watcher (environment variables, see nodeflow_runtime.config)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from k8s_watcher.kinds import watched_kind_infos
+from nodeflow_bus import Backoff
+from nodeflow_runtime.config import ServiceConfig
+
+
+class K8sWatcherConfig(ServiceConfig, kw_only=True):
+    # Path of a kubeconfig (env KUBECONFIG). Empty: in-cluster config when running in a pod
+    # (KUBERNETES_SERVICE_HOST is set), else the kubeconfig's default location.
+    kubeconfig: str = ""
+    kube_context: str = ""
+    # Namespaces to mirror; empty mirrors all namespaces with one cluster-wide watch per kind.
+    watched_namespaces: tuple[str, ...] = ()
+    # Kinds to mirror (e.g. "Node,Pod"); empty mirrors every kind of topology.WATCHED_KINDS.
+    watched_kinds: tuple[str, ...] = ()
+    # Label selector per kind: LABEL_SELECTORS="Pod=app=gpu;tier!=test,Node=pool=a100".
+    # Entries are separated by ',', so requirements inside one selector are joined with ';'.
+    label_selectors: dict[str, str] = msgspec.field(default_factory=dict)
+    # Client-side rate limit of every API request (token bucket, like client-go's QPS/Burst).
+    # client-go's 5/10 is for kubectl; a controller mirroring 4,000 nodes and creating and
+    # patching pods for them needs headroom for bursts of hundreds of commands.
+    kube_qps: float = 100.0
+    kube_burst: int = 200
+    kube_request_timeout_seconds: float = 30.0
+    list_page_size: int = 500
+    # Server-side watch timeout; each watch asks for this plus up to 100% random jitter so the
+    # watches of all kinds do not end together (client-go does the same).
+    watch_timeout_seconds: float = 300.0
+    # Backoff of list/watch after an error (API down, 5xx, 429).
+    retry_initial_seconds: float = 0.2
+    retry_max_seconds: float = 30.0
+    # Commands applied at once (different objects); one object's commands are serial.
+    command_concurrency: int = 32
+    # Delay between attempts of a command that failed for a passing reason (5xx, 429, PDB).
+    command_retry_initial_seconds: float = 1.0
+    command_retry_max_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        problems: list[str] = []
+        if self.kube_qps <= 0:
+            problems.append("KUBE_QPS must be > 0")
+        if self.kube_burst < 1:
+            problems.append("KUBE_BURST must be >= 1")
+        if self.command_concurrency < 1:
+            problems.append("COMMAND_CONCURRENCY must be >= 1")
+        if self.list_page_size < 1:
+            problems.append("LIST_PAGE_SIZE must be >= 1")
+        try:
+            kinds = {info.kind for info in watched_kind_infos(self.watched_kinds)}
+        except ValueError as exc:
+            problems.append(f"WATCHED_KINDS: {exc}")
+            kinds = set()
+        unknown = set(self.label_selectors) - kinds
+        if kinds and unknown:
+            problems.append(f"LABEL_SELECTORS names kinds that are not watched: {sorted(unknown)}")
+        try:
+            Backoff(initial=self.retry_initial_seconds, maximum=self.retry_max_seconds)
+            Backoff(
+                initial=self.command_retry_initial_seconds,
+                maximum=self.command_retry_max_seconds,
+            )
+        except ValueError as exc:
+            problems.append(str(exc))
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def label_selector(self, kind: str) -> str:
+        return self.label_selectors.get(kind, "").replace(";", ",")
+
+    @property
+    def list_watch_backoff(self) -> Backoff:
+        return Backoff(initial=self.retry_initial_seconds, maximum=self.retry_max_seconds)
+
+    @property
+    def command_backoff(self) -> Backoff:
+        return Backoff(
+            initial=self.command_retry_initial_seconds, maximum=self.command_retry_max_seconds
+        )

@@ -1,0 +1,221 @@
+"""The command executor: applies `cmd.k8s.v1.*` commands and publishes their outcomes.
+
+One object's commands run in the order sent (the consumer's ordering key is the target),
+others concurrently. Each command's idempotency key is remembered in a KV bucket once it was
+applied, so a repeat (even after a restart) is answered `already-applied` without a call.
+Answers that may pass (no answer, 429 including a PodDisruptionBudget refusal, 5xx) are
+reported `retrying` and retried with backoff by the consumer; when the deliveries run out
+the outcome is `failed` and the command goes to the dead-letter subject. Every other answer
+is final: a failed precondition (409) is `conflict` and never retried, the sender decides
+again from fresh state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from datetime import UTC, datetime
+
+import msgspec
+import nats.js.errors
+import structlog
+from nats.js.kv import KeyValue
+
+from k8s_watcher.commands import (
+    ApiCall,
+    Rejected,
+    created_by,
+    is_retryable,
+    outcome_of,
+    plan_command,
+    resource_version_of,
+)
+from k8s_watcher.kube import ApiResponse, ApiUnavailable, KubeClient
+from nodeflow_bus import Bus, Delivery, RetryableError
+from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, ObjectRef, Outcome
+from nodeflow_contracts.topology import DAY, KVSpec
+
+log = structlog.get_logger("k8s_watcher.executor")
+
+# Not (yet) in the lead's topology table, so k8s-watcher declares it itself on start.
+APPLIED_COMMANDS = KVSpec(
+    bucket="k8s_applied_commands",
+    description="Idempotency keys of applied Kubernetes commands (k8s-watcher)",
+    history=1,
+    # Longer than the command stream keeps a command (1 day), so no redelivery outlives it.
+    ttl_seconds=2 * DAY,
+)
+
+
+class AppliedRecord(msgspec.Struct, frozen=True, kw_only=True):
+    idempotency_key: str
+    op: str
+    target: ObjectRef
+    applied_at: float
+    resource_version: str | None = None
+    message: str = ""
+
+
+def applied_key(idempotency_key: str) -> str:
+    """A KV-safe key for any idempotency key."""
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()
+
+
+class AppliedCommands:
+    """Which idempotency keys were applied, in the KV bucket APPLIED_COMMANDS."""
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+        self._kv: KeyValue | None = None
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            self._kv = await self._bus.js.key_value(APPLIED_COMMANDS.bucket)
+        return self._kv
+
+    async def get(self, idempotency_key: str) -> AppliedRecord | None:
+        kv = await self._bucket()
+        try:
+            entry = await kv.get(applied_key(idempotency_key))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None
+        return msgspec.json.decode(entry.value, type=AppliedRecord)
+
+    async def remember(self, record: AppliedRecord) -> None:
+        kv = await self._bucket()
+        await kv.put(applied_key(record.idempotency_key), msgspec.json.encode(record))
+
+
+def rfc3339_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class CommandExecutor:
+    def __init__(
+        self,
+        *,
+        kube: KubeClient,
+        bus: Bus,
+        max_deliver: int,
+        instance_id: str,
+    ) -> None:
+        self.kube = kube
+        self.bus = bus
+        self.applied = AppliedCommands(bus)
+        self.max_deliver = max_deliver
+        self.instance_id = instance_id
+
+    async def handle(self, cmd: K8sCommand, delivery: Delivery) -> None:
+        attempt = delivery.num_delivered
+        previous = await self.applied.get(cmd.idempotency_key)
+        if previous is not None:
+            await self._report(
+                cmd,
+                "already-applied",
+                attempt,
+                message=f"applied at {previous.applied_at:.3f}",
+                resource_version=previous.resource_version,
+            )
+            return
+        plan = plan_command(cmd, now=rfc3339_now(), reporting_instance=self.instance_id)
+        if isinstance(plan, Rejected):
+            await self._report(cmd, plan.outcome, attempt, message=plan.message)
+            return
+        # While the API server is down, wait here (the consumer keeps the message's lease)
+        # instead of burning deliveries on calls that cannot succeed.
+        await self.kube.health.wait_available()
+        try:
+            response = await self.kube.request(
+                plan.method, plan.path, body=plan.body, content_type=plan.content_type
+            )
+        except ApiUnavailable as exc:
+            await self._retry_or_fail(cmd, attempt, None, str(exc))
+            return
+        if is_retryable(response.status):
+            await self._retry_or_fail(cmd, attempt, response.status, response.message)
+            return
+        outcome = outcome_of(response.status)
+        if outcome == "conflict" and await self._created_earlier(plan, cmd, response):
+            outcome = "already-applied"
+        resource_version = resource_version_of(response.body)
+        report = self._report(
+            cmd,
+            outcome,
+            attempt,
+            message=response.message,
+            http_status=response.status,
+            resource_version=resource_version,
+        )
+        if outcome != "applied":
+            await report
+            return
+        # Both must be stored before the command is acknowledged; neither needs the other.
+        remember = self.applied.remember(
+            AppliedRecord(
+                idempotency_key=cmd.idempotency_key,
+                op=cmd.op,
+                target=cmd.target,
+                applied_at=time.time(),
+                resource_version=resource_version,
+            )
+        )
+        await asyncio.gather(remember, report)
+
+    async def _created_earlier(self, plan: ApiCall, cmd: K8sCommand, answer: ApiResponse) -> bool:
+        """A create refused with AlreadyExists whose object carries this command's key was
+        applied by an earlier delivery (before a crash could record it)."""
+        if plan.created_object_path is None or answer.reason != "AlreadyExists":
+            return False
+        try:
+            existing = await self.kube.request("GET", plan.created_object_path)
+        except ApiUnavailable:
+            return False
+        return existing.ok and created_by(existing.body, cmd.idempotency_key)
+
+    async def _retry_or_fail(
+        self, cmd: K8sCommand, attempt: int, status: int | None, message: str
+    ) -> None:
+        last = self.max_deliver > 0 and attempt >= self.max_deliver
+        outcome: Outcome = "failed" if last else "retrying"
+        await self._report(cmd, outcome, attempt, message=message, http_status=status)
+        # The consumer retries with backoff, or dead-letters the command after the last try.
+        raise RetryableError(f"{cmd.op} {cmd.target.ordering_key}: HTTP {status}: {message}")
+
+    async def _report(
+        self,
+        cmd: K8sCommand,
+        outcome: Outcome,
+        attempt: int,
+        *,
+        message: str = "",
+        http_status: int | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        result = CommandOutcome(
+            idempotency_key=cmd.idempotency_key,
+            op=cmd.op,
+            sender=cmd.sender,
+            target=cmd.target,
+            outcome=outcome,
+            message=message,
+            http_status=http_status,
+            attempt=attempt,
+            sent_at=cmd.sent_at,
+            finished_at=time.time(),
+            resource_version=resource_version,
+        )
+        await self.bus.publish(result.subject, result, msg_id=result.msg_id)
+        log_method = log.debug if outcome in ("applied", "already-applied") else log.warning
+        log_method(
+            "command.outcome",
+            op=cmd.op,
+            target=cmd.target.ordering_key,
+            key=cmd.idempotency_key,
+            outcome=outcome,
+            http_status=http_status,
+            attempt=attempt,
+            message=message,
+        )

@@ -1,0 +1,80 @@
+"""The Kubernetes kinds k8s-watcher knows: where each lives in the API and how its paths look."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import msgspec
+
+from nodeflow_contracts.topology import WATCHED_KINDS, WatchedKind
+
+
+class KindInfo(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def collection_path(self, namespace: str | None) -> str:
+        """`/api/v1/pods`, `/apis/batch/v1/namespaces/ns/jobs`, ... (namespace None: all)."""
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            return f"{root}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+        return f"{root}/{self.plural}"
+
+    def object_path(self, namespace: str | None, name: str, subresource: str = "") -> str:
+        path = f"{self.collection_path(namespace)}/{quote(name, safe='')}"
+        return f"{path}/{subresource}" if subresource else path
+
+
+def _from_watched(watched: WatchedKind) -> KindInfo:
+    return KindInfo(
+        kind=watched.kind,
+        group=watched.group,
+        version=watched.version,
+        plural=watched.plural,
+        namespaced=watched.namespaced,
+    )
+
+
+CORE_EVENT = KindInfo(kind="Event", group="", version="v1", plural="events", namespaced=True)
+
+# Commands may target the watched kinds and core Events; nothing else is in k8s-watcher's RBAC.
+KNOWN_KINDS: tuple[KindInfo, ...] = (*(_from_watched(w) for w in WATCHED_KINDS), CORE_EVENT)
+
+_BY_API_VERSION_AND_KIND: dict[tuple[str, str], KindInfo] = {
+    (info.api_version, info.kind): info for info in KNOWN_KINDS
+}
+
+# What each write may touch: k8s/rbac/k8s-watcher.yaml grants exactly these verbs, so a command
+# outside them is refused here (outcome `forbidden`) rather than by the API server.
+CREATABLE_KINDS: frozenset[str] = frozenset({"Pod", "Job", "Event", "NodeSlice"})
+DELETABLE_KINDS: frozenset[str] = frozenset({"Pod", "Job", "NodeSlice"})
+PATCHABLE_KINDS: frozenset[str] = frozenset(
+    {info.kind for info in KNOWN_KINDS} - {"PodDisruptionBudget"}
+)
+# The status subresource: pods (nominatedNodeName) and the custom resources.
+STATUS_PATCHABLE_KINDS: frozenset[str] = frozenset(
+    {"Pod"} | {info.kind for info in KNOWN_KINDS if "." in info.group}
+)
+
+
+def resolve_kind(api_version: str, kind: str) -> KindInfo | None:
+    return _BY_API_VERSION_AND_KIND.get((api_version, kind))
+
+
+def watched_kind_infos(only: tuple[str, ...] = ()) -> tuple[KindInfo, ...]:
+    """The kinds to mirror: all of WATCHED_KINDS, or the named subset (case-insensitive)."""
+    wanted = {name.lower() for name in only}
+    infos = tuple(_from_watched(w) for w in WATCHED_KINDS)
+    if not wanted:
+        return infos
+    unknown = wanted - {info.kind.lower() for info in infos}
+    if unknown:
+        raise ValueError(f"not watched kinds: {sorted(unknown)}")
+    return tuple(info for info in infos if info.kind.lower() in wanted)

@@ -1,0 +1,201 @@
+"""Wiring of k8s-watcher: Kubernetes client, one informer per kind (and namespace), the
+command consumer, readiness. `setup(ctx)` is what `python -m k8s_watcher` runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import nats.errors
+import structlog
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from k8s_watcher import SERVICE
+from k8s_watcher.config import K8sWatcherConfig
+from k8s_watcher.executor import APPLIED_COMMANDS, CommandExecutor
+from k8s_watcher.informer import Informer
+from k8s_watcher.kinds import KindInfo, watched_kind_infos
+from k8s_watcher.kube import KubeClient, load_api_client
+from k8s_watcher.ratelimit import TokenBucket
+from k8s_watcher.sync import Stamp, StoredObject
+from nodeflow_bus import Bus, ConsumerOptions, PullConsumer, ensure_topology
+from nodeflow_bus.declare import kv_stream_name
+from nodeflow_bus.kv_view import is_delete
+from nodeflow_contracts import codec, subjects
+from nodeflow_contracts.codec import ContractDecodeError
+from nodeflow_contracts.k8s import K8sCommand
+from nodeflow_contracts.topology import CONSUMERS
+from nodeflow_runtime.service import ServiceContext
+
+log = structlog.get_logger("k8s_watcher")
+
+COMMANDS_CONSUMER = CONSUMERS[SERVICE][0]
+
+
+async def load_index(bus: Bus, kind: KindInfo, batch: int = 2000) -> dict[str, Stamp]:
+    """uid and resourceVersion of every object mirrored in the kind's KV bucket, so that a
+    restart publishes only what changed meanwhile.
+
+    A one-shot read with an ephemeral pull consumer (last message per key, no acks).
+    """
+    bucket = subjects.k8s_bucket(kind.kind)
+    stream = kv_stream_name(bucket)
+    info = await bus.js.stream_info(stream)
+    index: dict[str, Stamp] = {}
+    if info.state.messages == 0:
+        return index
+    prefix = f"$KV.{bucket}."
+    subscription = await bus.js.pull_subscribe(
+        f"{prefix}>",
+        stream=stream,
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=30.0,
+            mem_storage=True,
+        ),
+    )
+    try:
+        pending = 1
+        while pending:
+            try:
+                messages = await subscription.fetch(batch=batch, timeout=5.0)
+            except nats.errors.TimeoutError:
+                break  # nothing left (the stream held only what the filter skips)
+            for message in messages:
+                key = message.subject[len(prefix) :]
+                if is_delete(message.headers) or not message.data:
+                    index.pop(key, None)
+                    continue
+                try:
+                    stored = codec.decode(StoredObject, message.data, subject=message.subject)
+                except ContractDecodeError:
+                    # Re-listing will overwrite it.
+                    log.warning("k8s_watcher.undecodable_kv_value", bucket=bucket, key=key)
+                    continue
+                index[key] = stored.stamp
+            pending = messages[-1].metadata.num_pending if messages else 0
+    finally:
+        with contextlib.suppress(Exception):
+            await subscription.unsubscribe()
+    return index
+
+
+def split_index(
+    index: dict[str, Stamp], namespaces: tuple[str, ...]
+) -> dict[str | None, dict[str, Stamp]]:
+    """The part of a kind's index each informer owns: one per namespace, or all of it."""
+    if not namespaces:
+        return {None: index}
+    owned: dict[str | None, dict[str, Stamp]] = {ns: {} for ns in namespaces}
+    for key, stamp in index.items():
+        namespace, _ = subjects.split_object_key(key)
+        if namespace in owned:
+            owned[namespace][key] = stamp
+    return owned
+
+
+class K8sWatcher:
+    def __init__(self, config: K8sWatcherConfig, bus: Bus, kube: KubeClient) -> None:
+        self.config = config
+        self.bus = bus
+        self.kube = kube
+        self.informers: list[Informer] = []
+        self.executor = CommandExecutor(
+            kube=kube,
+            bus=bus,
+            max_deliver=COMMANDS_CONSUMER.max_deliver,
+            instance_id=config.instance_id,
+        )
+        self.consumer: PullConsumer[K8sCommand] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    async def connect(cls, config: K8sWatcherConfig, bus: Bus) -> K8sWatcher:
+        api = await load_api_client(config.kubeconfig, config.kube_context)
+        kube = KubeClient(
+            api,
+            limiter=TokenBucket(config.kube_qps, config.kube_burst),
+            request_timeout=config.kube_request_timeout_seconds,
+        )
+        return cls(config, bus, kube)
+
+    async def start(self) -> None:
+        await ensure_topology(self.bus.js, streams=(), kv_buckets=(APPLIED_COMMANDS,), consumers=())
+        for kind in watched_kind_infos(self.config.watched_kinds):
+            index = await load_index(self.bus, kind)
+            namespaces = self.config.watched_namespaces if kind.namespaced else ()
+            for namespace, owned in split_index(index, namespaces).items():
+                self.informers.append(
+                    Informer(
+                        kube=self.kube,
+                        bus=self.bus,
+                        kind=kind,
+                        namespace=namespace,
+                        label_selector=self.config.label_selector(kind.kind),
+                        index=owned,
+                        page_size=self.config.list_page_size,
+                        watch_timeout=self.config.watch_timeout_seconds,
+                        backoff=self.config.list_watch_backoff,
+                    )
+                )
+        for informer in self.informers:
+            self._tasks.append(
+                asyncio.create_task(informer.run(), name=f"informer {informer.name}")
+            )
+        self.consumer = PullConsumer(
+            self.bus,
+            COMMANDS_CONSUMER,
+            K8sCommand,
+            self.executor.handle,
+            ConsumerOptions(
+                concurrency=self.config.command_concurrency,
+                ordering_key=lambda cmd: cmd.target.ordering_key,
+                backoff=self.config.command_backoff,
+                stop_timeout=min(10.0, self.config.shutdown_deadline_seconds / 2),
+            ),
+        )
+        await self.consumer.start()
+        log.info(
+            "k8s_watcher.started",
+            informers=[informer.name for informer in self.informers],
+            qps=self.config.kube_qps,
+            burst=self.config.kube_burst,
+        )
+
+    async def supervise(self) -> None:
+        """Ends with the error of the first informer that died (a bug: they retry forever)."""
+        if self._tasks:
+            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    raise RuntimeError(f"{task.get_name()} failed") from task.exception()
+
+    def not_ready_reason(self) -> str | None:
+        reason = self.kube.health.not_ready_reason()
+        if reason:
+            return reason
+        waiting = [informer.name for informer in self.informers if not informer.synced.is_set()]
+        return f"initial list not done: {', '.join(waiting)}" if waiting else None
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(informer.synced.wait() for informer in self.informers))
+
+    async def stop(self, grace: float = 10.0) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop(timeout=grace)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.kube.close()
+        log.info("k8s_watcher.stopped")
+
+
+async def setup(ctx: ServiceContext[K8sWatcherConfig]) -> None:
+    watcher = await K8sWatcher.connect(ctx.config, ctx.bus)
+    ctx.health.add_check("kubernetes", watcher.not_ready_reason)
+    await watcher.start()
+    ctx.on_stop(watcher.stop)
+    ctx.spawn(watcher.supervise(), name="k8s-watcher informers")

@@ -1,0 +1,49 @@
+"""k8s-watcher configuration from the environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from k8s_watcher.config import K8sWatcherConfig
+from nodeflow_runtime.config import ConfigError, load_config
+
+
+def test_defaults_fit_a_4000_node_cluster() -> None:
+    config = load_config(K8sWatcherConfig, {})
+    assert config.kube_qps >= 50 and config.kube_burst >= 2 * config.kube_qps
+    assert config.watched_namespaces == () and config.watched_kinds == ()
+
+
+def test_environment_sets_kubeconfig_namespaces_selectors_and_limits() -> None:
+    config = load_config(
+        K8sWatcherConfig,
+        {
+            "KUBECONFIG": "/etc/kube/config",
+            "WATCHED_NAMESPACES": "slurm,gpu-jobs",
+            "WATCHED_KINDS": "Pod,Node",
+            "LABEL_SELECTORS": "Pod=app=slurmd;tier!=test,Node=pool=a100",
+            "KUBE_QPS": "50",
+            "KUBE_BURST": "80",
+            "COMMAND_CONCURRENCY": "8",
+        },
+    )
+    assert config.kubeconfig == "/etc/kube/config"
+    assert config.watched_namespaces == ("slurm", "gpu-jobs")
+    assert config.label_selector("Pod") == "app=slurmd,tier!=test"
+    assert config.label_selector("Node") == "pool=a100"
+    assert config.label_selector("Job") == ""
+    assert (config.kube_qps, config.kube_burst, config.command_concurrency) == (50.0, 80, 8)
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"KUBE_QPS": "0"},
+        {"WATCHED_KINDS": "Secret"},
+        {"WATCHED_KINDS": "Pod", "LABEL_SELECTORS": "Node=a=b"},
+        {"COMMAND_CONCURRENCY": "0"},
+    ],
+)
+def test_bad_settings_fail_at_start(environ: dict[str, str]) -> None:
+    with pytest.raises(ConfigError):
+        load_config(K8sWatcherConfig, environ)

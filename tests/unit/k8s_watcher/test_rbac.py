@@ -1,0 +1,56 @@
+"""The ClusterRole of k8s-watcher grants exactly the verbs its code can use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from k8s_watcher.kinds import (
+    CREATABLE_KINDS,
+    DELETABLE_KINDS,
+    KNOWN_KINDS,
+    PATCHABLE_KINDS,
+    STATUS_PATCHABLE_KINDS,
+    watched_kind_infos,
+)
+
+RBAC = Path(__file__).resolve().parents[3] / "k8s" / "rbac" / "k8s-watcher.yaml"
+
+
+def granted() -> dict[tuple[str, str], set[str]]:
+    (role,) = [d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole"]
+    permissions: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                permissions.setdefault((group, resource), set()).update(rule["verbs"])
+    return permissions
+
+
+def used_by_the_code() -> dict[tuple[str, str], set[str]]:
+    used: dict[tuple[str, str], set[str]] = {}
+
+    def use(group: str, resource: str, *verbs: str) -> None:
+        used.setdefault((group, resource), set()).update(verbs)
+
+    for info in watched_kind_infos():
+        use(info.group, info.plural, "list", "watch")
+    by_kind: dict[str, Any] = {info.kind: info for info in KNOWN_KINDS}
+    for kind in CREATABLE_KINDS:
+        # get: is an AlreadyExists object the one an earlier delivery created?
+        use(by_kind[kind].group, by_kind[kind].plural, "create", "get")
+    for kind in DELETABLE_KINDS:
+        use(by_kind[kind].group, by_kind[kind].plural, "delete")
+    for kind in PATCHABLE_KINDS:
+        use(by_kind[kind].group, by_kind[kind].plural, "patch")
+    for kind in STATUS_PATCHABLE_KINDS:
+        use(by_kind[kind].group, by_kind[kind].plural + "/status", "patch")
+    use("", "pods/eviction", "create")
+    use("", "pods/binding", "create")
+    return used
+
+
+def test_cluster_role_matches_the_verbs_the_code_uses() -> None:
+    assert granted() == used_by_the_code()
