@@ -165,6 +165,7 @@ STREAMS: tuple[StreamSpec, ...] = (
 
 LEASES_BUCKET = "leases"
 SLURM_NODES_BUCKET = "slurm_nodes"
+APPLIED_COMMANDS_BUCKET = "k8s_applied_commands"
 
 KV_BUCKETS: tuple[KVSpec, ...] = (
     *(
@@ -172,6 +173,12 @@ KV_BUCKETS: tuple[KVSpec, ...] = (
         for kind in WATCHED_KINDS
     ),
     KVSpec(bucket=SLURM_NODES_BUCKET, description="Latest Slurm node state, by cluster.node"),
+    KVSpec(
+        bucket=APPLIED_COMMANDS_BUCKET,
+        description="Idempotency keys of applied Kubernetes commands (k8s-watcher)",
+        # Longer than the command stream keeps a command, so no redelivery outlives its key.
+        ttl_seconds=2 * DAY,
+    ),
     KVSpec(
         bucket=LEASES_BUCKET,
         description="Leader leases: one active replica per controller",

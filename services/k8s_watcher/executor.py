@@ -34,18 +34,9 @@ from k8s_watcher.commands import (
 from k8s_watcher.kube import ApiResponse, ApiUnavailable, KubeClient
 from nodeflow_bus import Bus, Delivery, RetryableError
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, ObjectRef, Outcome
-from nodeflow_contracts.topology import DAY, KVSpec
+from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET
 
 log = structlog.get_logger("k8s_watcher.executor")
-
-# Not (yet) in the lead's topology table, so k8s-watcher declares it itself on start.
-APPLIED_COMMANDS = KVSpec(
-    bucket="k8s_applied_commands",
-    description="Idempotency keys of applied Kubernetes commands (k8s-watcher)",
-    history=1,
-    # Longer than the command stream keeps a command (1 day), so no redelivery outlives it.
-    ttl_seconds=2 * DAY,
-)
 
 
 class AppliedRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,7 +54,7 @@ def applied_key(idempotency_key: str) -> str:
 
 
 class AppliedCommands:
-    """Which idempotency keys were applied, in the KV bucket APPLIED_COMMANDS."""
+    """Which idempotency keys were applied, in the KV bucket APPLIED_COMMANDS_BUCKET."""
 
     def __init__(self, bus: Bus) -> None:
         self._bus = bus
@@ -71,7 +62,7 @@ class AppliedCommands:
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
-            self._kv = await self._bus.js.key_value(APPLIED_COMMANDS.bucket)
+            self._kv = await self._bus.js.key_value(APPLIED_COMMANDS_BUCKET)
         return self._kv
 
     async def get(self, idempotency_key: str) -> AppliedRecord | None:

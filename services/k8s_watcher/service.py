@@ -12,13 +12,13 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from k8s_watcher import SERVICE
 from k8s_watcher.config import K8sWatcherConfig
-from k8s_watcher.executor import APPLIED_COMMANDS, CommandExecutor
+from k8s_watcher.executor import CommandExecutor
 from k8s_watcher.informer import Informer
 from k8s_watcher.kinds import KindInfo, watched_kind_infos
 from k8s_watcher.kube import KubeClient, load_api_client
 from k8s_watcher.ratelimit import TokenBucket
 from k8s_watcher.sync import Stamp, StoredObject
-from nodeflow_bus import Bus, ConsumerOptions, PullConsumer, ensure_topology
+from nodeflow_bus import Bus, ConsumerOptions, PullConsumer
 from nodeflow_bus.declare import kv_stream_name
 from nodeflow_bus.kv_view import is_delete
 from nodeflow_contracts import codec, subjects
@@ -121,7 +121,6 @@ class K8sWatcher:
         return cls(config, bus, kube)
 
     async def start(self) -> None:
-        await ensure_topology(self.bus.js, streams=(), kv_buckets=(APPLIED_COMMANDS,), consumers=())
         for kind in watched_kind_infos(self.config.watched_kinds):
             index = await load_index(self.bus, kind)
             namespaces = self.config.watched_namespaces if kind.namespaced else ()

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from k8s_watcher.commands import IDEMPOTENCY_ANNOTATION
-from k8s_watcher.executor import APPLIED_COMMANDS, applied_key
+from k8s_watcher.executor import applied_key
 from nodeflow_contracts.k8s import (
     BindPod,
     CordonNode,
@@ -22,6 +22,7 @@ from nodeflow_contracts.k8s import (
     UncordonNode,
     UpdateStatus,
 )
+from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET
 from tests.integration.k8s_watcher.conftest import Harness, node, pod, wait_until
 
 
@@ -114,7 +115,7 @@ async def test_create_repeated_after_a_lost_record_is_already_applied_from_the_a
     await harness.start_watcher(watched_kinds=("Pod",))
     cmd = await harness.send(pod_ref("p"), CreateObject(object=pod("p")), key="create-p")
     assert (await harness.final_outcome("create-p")).outcome == "applied"
-    kv = await harness.bus.js.key_value(APPLIED_COMMANDS.bucket)
+    kv = await harness.bus.js.key_value(APPLIED_COMMANDS_BUCKET)
     await kv.purge(applied_key(cmd.idempotency_key))
 
     await harness.send(pod_ref("p"), CreateObject(object=pod("p")), key="create-p", msg_id="again")
