@@ -13,6 +13,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from clustersim.kube.server import serve
+from clustersim.kube.store import Store
+from clustersim.runner import DEFAULT_CRD_DIR, apply_crds
 from nodeflow_bus import Bus
 from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
 from nodeflow_runtime.launcher import SERVICES
@@ -57,9 +60,18 @@ async def test_service_starts_declares_topology_serves_health_and_stops_cleanly(
     service: str, nats_server: NatsServerProcess, bus: Bus, tmp_path: Path
 ) -> None:
     port = free_port()
+    # k8s-watcher needs a Kubernetes API; the others need nothing but NATS.
+    store = Store()
+    apply_crds(store, DEFAULT_CRD_DIR)
+    kube_api = serve(store, kubeconfig_path=tmp_path / "kubeconfig")
+    api = await kube_api.__aenter__()
     process = await start_service(
         MODULES[service],
-        {"NATS_URL": nats_server.url, "HTTP_PORT": str(port)},
+        {
+            "NATS_URL": nats_server.url,
+            "HTTP_PORT": str(port),
+            "KUBECONFIG": str(api.kubeconfig_path),
+        },
         tmp_path / "service.log",
     )
     try:
@@ -82,6 +94,7 @@ async def test_service_starts_declares_topology_serves_health_and_stops_cleanly(
         if process.returncode is None:
             process.kill()
             await process.wait()
+        await kube_api.__aexit__(None, None, None)
     log = (tmp_path / "service.log").read_text()
     assert '"event": "service.stopped"' in log
     assert f'"service": "{service}"' in log
