@@ -73,3 +73,36 @@ async def test_make_run_starts_everything_ready_and_ctrl_c_stops_all(tmp_path: P
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_make_stop_stops_a_stack_started_in_the_background(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    launcher = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "nodeflow_runtime.launcher",
+        "--run-dir",
+        str(run_dir),
+        "--nodes",
+        "2",
+        "--topology",
+        "spines=1,blocks_per_spine=1,nodes_per_block=2",
+        "--nats-port",
+        "0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        await read_until_ready(launcher, timeout=120)
+        children = json.loads((run_dir / "children.json").read_text())
+        stopper = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nodeflow_runtime.launcher", "--stop", "--run-dir", str(run_dir)
+        )
+        assert await asyncio.wait_for(stopper.wait(), 90) == 0
+        assert await asyncio.wait_for(launcher.wait(), 30) == 0
+        assert [name for name, pid in children.items() if pid_alive(pid)] == []
+    finally:
+        if launcher.returncode is None:
+            launcher.kill()
+            await launcher.wait()
