@@ -1,8 +1,10 @@
-"""Default-scheduler predicates and node choice, as pure functions over API dicts.
+"""The simulated default scheduler's decisions, as pure functions over API dicts.
 
-Mirrors kube-scheduler's filter plugins that matter to this project: NodeUnschedulable,
-NodeName, NodeAffinity (required terms + nodeSelector), TaintToleration (NoSchedule and
-NoExecute), and NodeResourcesFit (requests vs allocatable minus non-terminated pods).
+The filters are kube-scheduler's that matter to this project: NodeUnschedulable,
+NodeAffinity (required terms + nodeSelector), TaintToleration (NoSchedule and NoExecute) and
+NodeResourcesFit (requests vs allocatable minus non-terminated pods). Their semantics live in
+`nodeflow_kube` (shared with nodeset-controller); this module adds what only a scheduler
+needs: which pods it handles, the FitError text, and least-allocated node choice.
 """
 
 from __future__ import annotations
@@ -12,135 +14,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from clustersim.cluster.quantity import ResourceList, add_resources, parse_resources
+from nodeflow_kube.affinity import node_affinity_matches
+from nodeflow_kube.quantity import ResourceList, add_resources
+from nodeflow_kube.resources import insufficient_resources
+from nodeflow_kube.resources import node_allocatable as node_allocatable
+from nodeflow_kube.resources import pod_requests as spec_requests
+from nodeflow_kube.taints import unschedulable_blocks, untolerated_taint
 
 DEFAULT_SCHEDULER = "default-scheduler"
-UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 Obj = Mapping[str, Any]
 
 AFFINITY_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 UNSCHEDULABLE_NODE = "node(s) were unschedulable"
-NODE_NAME_MISMATCH = "node(s) didn't match the requested node name"
 TOO_MANY_PODS = "Too many pods"
 
 
-def _int_or_none(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def match_expression(expression: Obj, value: str | None) -> bool:
-    """One NodeSelectorRequirement against the node's value for its key (None = absent)."""
-    operator = expression.get("operator")
-    values = [str(v) for v in expression.get("values") or ()]
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt"):
-        if value is None or len(values) != 1:
-            return False
-        actual, bound = _int_or_none(value), _int_or_none(values[0])
-        if actual is None or bound is None:
-            return False
-        return actual > bound if operator == "Gt" else actual < bound
-    return False
-
-
-def node_selector_term_matches(term: Obj, node: Obj) -> bool:
-    """A term matches when all its expressions and fields match; an empty term matches none."""
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    labels = node.get("metadata", {}).get("labels") or {}
-    if not all(match_expression(e, labels.get(e.get("key"))) for e in expressions):
-        return False
-    for requirement in fields:
-        # metadata.name is the only field the scheduler supports in matchFields.
-        if requirement.get("key") != "metadata.name":
-            return False
-        if not match_expression(requirement, node.get("metadata", {}).get("name")):
-            return False
-    return True
-
-
-def required_affinity_matches(pod: Obj, node: Obj) -> bool:
-    required = (
-        (pod.get("spec", {}).get("affinity") or {})
-        .get("nodeAffinity", {})
-        .get("requiredDuringSchedulingIgnoredDuringExecution")
-    )
-    if not required:
-        return True
-    terms = required.get("nodeSelectorTerms") or []
-    return any(node_selector_term_matches(term, node) for term in terms)
-
-
-def node_selector_matches(pod: Obj, node: Obj) -> bool:
-    selector = pod.get("spec", {}).get("nodeSelector") or {}
-    labels = node.get("metadata", {}).get("labels") or {}
-    return all(labels.get(key) == value for key, value in selector.items())
-
-
-def toleration_tolerates(toleration: Obj, taint: Obj) -> bool:
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    key = toleration.get("key") or ""
-    if operator == "Exists":
-        return not key or key == taint.get("key")
-    return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
-
-
-def untolerated_taint(pod: Obj, node: Obj) -> Obj | None:
-    """The first NoSchedule/NoExecute taint no toleration covers, or None."""
-    tolerations = pod.get("spec", {}).get("tolerations") or []
-    taint: Obj
-    for taint in node.get("spec", {}).get("taints") or []:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(toleration_tolerates(t, taint) for t in tolerations):
-            return taint
-    return None
-
-
-def tolerates_unschedulable(pod: Obj) -> bool:
-    taint = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
-    return any(toleration_tolerates(t, taint) for t in pod.get("spec", {}).get("tolerations") or [])
-
-
 def pod_requests(pod: Obj) -> ResourceList:
-    """Effective requests: max(sum of containers, any init container) + overhead, plus 1 pod.
-
-    A container with limits but no requests requests its limits (API defaulting).
-    """
-    spec = pod.get("spec", {})
-
-    def container_requests(container: Obj) -> ResourceList:
-        resources = container.get("resources") or {}
-        requests = parse_resources(resources.get("limits"))
-        requests.update(parse_resources(resources.get("requests")))
-        return requests
-
-    total: ResourceList = {}
-    for container in spec.get("containers") or []:
-        total = add_resources(total, container_requests(container))
-    for container in spec.get("initContainers") or []:
-        for name, value in container_requests(container).items():
-            total[name] = max(total.get(name, Fraction(0)), value)
-    total = add_resources(total, parse_resources(spec.get("overhead")))
-    total["pods"] = total.get("pods", Fraction(0)) + 1
-    return total
+    """What the pod charges its node (nodeflow_kube.resources.pod_requests of its spec)."""
+    return spec_requests(pod.get("spec") or {})
 
 
 def pod_occupies_node(pod: Obj) -> bool:
@@ -159,22 +52,6 @@ def requested_by_node(pods: Iterable[Obj]) -> dict[str, ResourceList]:
     return used
 
 
-def insufficient_resources(
-    requests: Mapping[str, Fraction],
-    allocatable: Mapping[str, Fraction],
-    used: Mapping[str, Fraction],
-) -> list[str]:
-    """Names of resources whose request does not fit in allocatable minus used."""
-    short = []
-    for name, amount in sorted(requests.items()):
-        if amount <= 0:
-            continue
-        free = allocatable.get(name, Fraction(0)) - used.get(name, Fraction(0))
-        if amount > free:
-            short.append(name)
-    return short
-
-
 def infeasibility_reasons(
     pod: Obj,
     node: Obj,
@@ -184,12 +61,12 @@ def infeasibility_reasons(
 ) -> list[str]:
     """Why `pod` cannot go on `node` (scheduler message fragments); empty means it fits."""
     reasons: list[str] = []
-    node_spec = node.get("spec", {})
-    if node_spec.get("unschedulable") and not tolerates_unschedulable(pod):
+    spec = pod.get("spec") or {}
+    if unschedulable_blocks(spec, node):
         reasons.append(UNSCHEDULABLE_NODE)
-    if not (node_selector_matches(pod, node) and required_affinity_matches(pod, node)):
+    if not node_affinity_matches(spec, node):
         reasons.append(AFFINITY_MISMATCH)
-    taint = untolerated_taint(pod, node)
+    taint = untolerated_taint(spec, node)
     if taint is not None:
         reasons.append(
             f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
@@ -236,10 +113,6 @@ def unschedulable_message(total_nodes: int, reasons_per_node: Sequence[Sequence[
     if parts:
         message += f": {parts}"
     return message + "."
-
-
-def node_allocatable(node: Obj) -> ResourceList:
-    return parse_resources(node.get("status", {}).get("allocatable"))
 
 
 def choose_node(

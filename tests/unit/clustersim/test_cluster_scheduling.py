@@ -12,11 +12,8 @@ from clustersim.cluster.scheduling import (
     UNSCHEDULABLE_NODE,
     choose_node,
     infeasibility_reasons,
-    match_expression,
     needs_scheduling,
-    pod_requests,
     requested_by_node,
-    toleration_tolerates,
 )
 
 
@@ -73,19 +70,6 @@ def pod(
     return {"metadata": {"name": "p", "namespace": "default"}, "spec": spec, "status": {}}
 
 
-def test_match_expression_operators() -> None:
-    assert match_expression({"operator": "In", "values": ["a", "b"]}, "a")
-    assert not match_expression({"operator": "In", "values": ["a"]}, None)
-    assert match_expression({"operator": "NotIn", "values": ["a"]}, None)
-    assert not match_expression({"operator": "NotIn", "values": ["a"]}, "a")
-    assert match_expression({"operator": "Exists"}, "")
-    assert match_expression({"operator": "DoesNotExist"}, None)
-    assert match_expression({"operator": "Gt", "values": ["3"]}, "4")
-    assert not match_expression({"operator": "Gt", "values": ["3"]}, "3")
-    assert match_expression({"operator": "Lt", "values": ["3"]}, "2")
-    assert not match_expression({"operator": "Lt", "values": ["x"]}, "2")
-
-
 def test_affinity_terms_are_ored_and_match_fields_by_name() -> None:
     n = node("n1", {"zone": "a"})
     by_name = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
@@ -113,8 +97,6 @@ def test_taints_and_tolerations() -> None:
     assert reasons == ["node(s) had untolerated taint {dedicated: gpu}"]
     tolerate = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
     assert infeasibility_reasons(pod(tolerations=[tolerate]), n, {}) == []
-    assert toleration_tolerates({"operator": "Exists"}, taint)
-    assert not toleration_tolerates({"key": "dedicated", "value": "cpu"}, taint)
     soft = node("n2", taints=[{"key": "x", "effect": "PreferNoSchedule"}])
     assert infeasibility_reasons(pod(), soft, {}) == []
 
@@ -137,16 +119,6 @@ def test_resource_fit_counts_other_pods() -> None:
         "Insufficient cpu",
         "Insufficient nvidia.com/gpu",
     ]
-
-
-def test_pod_requests_uses_limits_init_containers_and_counts_a_pod() -> None:
-    p = pod()
-    p["spec"]["containers"] = [
-        {"name": "a", "resources": {"limits": {"cpu": "2"}}},
-        {"name": "b", "resources": {"requests": {"cpu": "500m"}}},
-    ]
-    p["spec"]["initContainers"] = [{"name": "i", "resources": {"requests": {"cpu": "4"}}}]
-    assert pod_requests(p) == {"cpu": Fraction(4), "pods": Fraction(1)}
 
 
 def test_choose_node_message_and_spread() -> None:

@@ -1,14 +1,12 @@
 from __future__ import annotations
 
 import ipaddress
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clustersim.cluster.quantity import QuantityError, format_quantity, parse_quantity
 from clustersim.cluster.spec import (
     ACCELERATOR_LABEL,
     BLOCK_LABEL,
@@ -27,35 +25,6 @@ from clustersim.cluster.spec import (
     parse_topology,
     topology_place,
 )
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("500m", Fraction(1, 2)),
-        ("2", Fraction(2)),
-        ("1.5", Fraction(3, 2)),
-        ("1Gi", Fraction(2**30)),
-        ("1G", Fraction(10**9)),
-        ("1e3", Fraction(1000)),
-        (8, Fraction(8)),
-        ("128974848", Fraction(128974848)),
-    ],
-)
-def test_parse_quantity(text: str | int, value: Fraction) -> None:
-    assert parse_quantity(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "abc", "1Xi", "1.2.3"])
-def test_parse_quantity_rejects(text: str) -> None:
-    with pytest.raises(QuantityError):
-        parse_quantity(text)
-
-
-def test_format_quantity_round_trips_millis() -> None:
-    assert format_quantity(Fraction(3, 2)) == "1500m"
-    assert format_quantity(Fraction(4)) == "4"
-    assert parse_quantity(format_quantity(Fraction(1, 4))) == Fraction(1, 4)
 
 
 def test_parse_topology_and_product() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from nodeset_controller.feasibility import can_place, may_keep, required_affinity_matches
+from nodeset_controller.feasibility import can_place, may_keep
 from nodeset_controller.podspec import LOCK_TOLERATION
 from tests.unit.nodeset_controller.builders import node
 
@@ -29,44 +29,16 @@ def required(*terms: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def test_rule_node_selection_required_affinity_match_expressions() -> None:
-    gpu = node("n1", labels={"gpu": "h100", "rack": "7"})
-    cpu = node("n2", labels={"rack": "3"})
+def test_rule_node_selection_required_affinity_decides_placing_and_keeping() -> None:
+    # The matching itself is tested with nodeflow_kube (tests/unit/kube/test_affinity.py).
     spec = spec_with(
         **required({"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]})
     )
-    assert required_affinity_matches(spec, gpu)
-    assert not required_affinity_matches(spec, cpu)
-    gt = spec_with(
-        **required({"matchExpressions": [{"key": "rack", "operator": "Gt", "values": ["5"]}]})
-    )
-    assert required_affinity_matches(gt, gpu) and not required_affinity_matches(gt, cpu)
-    absent = spec_with(
-        **required({"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]})
-    )
-    assert required_affinity_matches(absent, cpu) and not required_affinity_matches(absent, gpu)
-
-
-def test_rule_node_selection_required_affinity_match_fields_metadata_name() -> None:
-    spec = spec_with(
-        **required(
-            {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n2"]}]}
-        )
-    )
-    assert required_affinity_matches(spec, node("n1"))
-    assert not required_affinity_matches(spec, node("n2"))
-
-
-def test_rule_node_selection_terms_are_ored_and_an_empty_term_matches_nothing() -> None:
-    spec = spec_with(
-        **required(
-            {},
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
-        )
-    )
-    assert required_affinity_matches(spec, node("n1", labels={"zone": "b"}))
-    assert not required_affinity_matches(spec, node("n1", labels={"zone": "a"}))
-    assert not required_affinity_matches(spec_with(**required({})), node("n1"))
+    assert can_place(spec, REQ, node("n1", labels={"gpu": "h100"}), {}, KEY).feasible
+    verdict = can_place(spec, REQ, node("n2", labels={"gpu": "a100"}), {}, KEY)
+    assert not verdict.feasible and "affinity" in verdict.reason
+    assert not may_keep(spec, node("n2", labels={"gpu": "a100"}), KEY).feasible
+    assert not can_place(spec_with(**required({})), REQ, node("n1"), {}, KEY).feasible
 
 
 def test_rule_node_selection_ignores_preferred_affinity_and_pod_affinity() -> None:
