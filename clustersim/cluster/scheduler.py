@@ -9,7 +9,6 @@ import structlog
 
 from clustersim.cluster.loop import Controller, Obj
 from clustersim.cluster.podlife import merge_conditions, scheduled_condition
-from clustersim.cluster.quantity import ResourceList, add_resources
 from clustersim.cluster.scheduling import (
     choose_node,
     needs_scheduling,
@@ -20,6 +19,7 @@ from clustersim.cluster.scheduling import (
 )
 from clustersim.kube.errors import Conflict, NotFound
 from clustersim.kube.store import now_rfc3339
+from nodeflow_kube.quantity import ResourceList, add_resources
 
 log = structlog.get_logger("clustersim.scheduler")
 

@@ -19,10 +19,10 @@ import structlog
 
 from clustersim.cluster.loop import Controller, Obj, pod_key
 from clustersim.cluster.podlife import is_pod_ready
-from clustersim.cluster.quantity import parse_resources
 from clustersim.cluster.scheduling import pod_requests
 from clustersim.kube.errors import NotFound
 from clustersim.kube.store import Store
+from nodeflow_kube.quantity import parse_resources
 
 log = structlog.get_logger("clustersim.slurmwire")
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from clustersim.cluster.quantity import format_quantity, parse_quantity
+from nodeflow_kube.quantity import format_quantity, parse_quantity
 
 TOPOLOGY_LABEL_PREFIX = "network.topology.nvidia.com/"
 ACCELERATOR_LABEL = TOPOLOGY_LABEL_PREFIX + "accelerator"

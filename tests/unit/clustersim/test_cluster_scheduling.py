@@ -6,7 +6,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clustersim.cluster.quantity import parse_resources
 from clustersim.cluster.scheduling import (
     AFFINITY_MISMATCH,
     UNSCHEDULABLE_NODE,
@@ -15,6 +14,7 @@ from clustersim.cluster.scheduling import (
     needs_scheduling,
     requested_by_node,
 )
+from nodeflow_kube.quantity import parse_resources
 
 
 def node(
