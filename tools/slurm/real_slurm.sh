@@ -12,6 +12,9 @@ set -euo pipefail
 SLURM_ROOT="${SLURM_ROOT:-/var/tmp/nodeflow-slurm/root}"
 REST_PORT="${SLURM_REST_PORT:-6820}"
 CTLD_PORT="${SLURM_CTLD_PORT:-6817}"
+# The four slurmd listen on NODE_PORT..NODE_PORT+3. With another SLURM_ROOT and other ports a
+# second, independent Slurm can run beside the first (parallel test sessions on one machine).
+NODE_PORT="${SLURM_NODE_PORT:-17001}"
 NODES=(a-001 a-002 a-003 a-004)
 NONADMIN=nodeflow-user
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -80,10 +83,19 @@ SelectTypeParameters=CR_CPU
 ReturnToService=2
 SlurmdTimeout=30
 MinJobAge=300
-NodeName=a-[001-004] NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Port=[17001-17004] State=UNKNOWN
+NodeName=a-[001-004] NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Port=[$NODE_PORT-$((NODE_PORT + 3))] State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
     echo "CgroupPlugin=disabled" >"$etc/cgroup.conf"
+}
+
+# Every node registered and answering. sinfo marks a node slurmctld has not heard from with
+# `*` (a restart restores the saved states before the slurmd register again, and an UNDRAIN
+# or RESUME makes slurmctld ping the node afresh, so `idle*` is briefly normal then).
+nodes_ready() {
+    local states
+    states="$(in_root sinfo -h -N -o %T 2>/dev/null)" || return 1
+    [[ -n "$states" ]] && ! grep -qE '[*~#%]|down|unk|fail|not_resp' <<<"$states"
 }
 
 start() {
@@ -91,7 +103,8 @@ start() {
     mount_all
     configure
     in_root /usr/sbin/munged --force
-    in_root /usr/sbin/slurmctld
+    # -c: no jobs, drains or reasons left over from an earlier run (or a crashed test).
+    in_root /usr/sbin/slurmctld -c
     for node in "${NODES[@]}"; do
         mkdir -p "$SLURM_ROOT/var/spool/slurmd/$node"
         in_root /usr/sbin/slurmd -N "$node"
@@ -100,9 +113,10 @@ start() {
         -u slurmrestd -g slurmrestd -a rest_auth/jwt -s openapi/slurmctld \
         127.0.0.1:$REST_PORT >/var/log/slurm/slurmrestd.log 2>&1 &"
     for _ in $(seq 1 60); do
-        if in_root sinfo -h -o %T 2>/dev/null | grep -qv -E 'down|unk'; then break; fi
+        nodes_ready && break
         sleep 0.5
     done
+    nodes_ready || log "not every node is ready: $(in_root sinfo -h -N -o '%N=%T' | tr '\n' ' ')"
     local admin nonadmin
     admin="$(in_root scontrol token username=root lifespan=7200 | sed 's/^SLURM_JWT=//')"
     nonadmin="$(in_root scontrol token username="$NONADMIN" lifespan=7200 | sed 's/^SLURM_JWT=//')"
@@ -118,12 +132,22 @@ EOF
 }
 
 stop() {
-    local pid exe
-    for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-        exe="$(readlink "/proc/$pid/root" 2>/dev/null || true)"
-        [[ "$exe" == "$SLURM_ROOT" ]] && kill "$pid" 2>/dev/null || true
+    # slurmctld saves its state on SIGTERM: wait for every daemon to exit (SIGKILL after 8 s),
+    # so a start right after a stop never meets the old daemons or their ports.
+    local pid root signal=TERM alive
+    for attempt in $(seq 1 40); do
+        alive=0
+        for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+            root="$(readlink "/proc/$pid/root" 2>/dev/null || true)"
+            [[ "$root" == "$SLURM_ROOT" ]] || continue
+            alive=1
+            [[ -n "$signal" ]] && kill "-$signal" "$pid" 2>/dev/null || true
+        done
+        [[ $alive == 0 ]] && break
+        signal=""
+        ((attempt == 32)) && signal=KILL
+        sleep 0.25
     done
-    sleep 1
     for fs in sys dev proc; do
         mountpoint -q "$SLURM_ROOT/$fs" && umount -l "$SLURM_ROOT/$fs" || true
     done
