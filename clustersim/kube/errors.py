@@ -134,6 +134,12 @@ class TooManyRequests(ApiError):
 
 
 @dataclass
+class Timeout(ApiError):
+    code: int = 504
+    reason: str = "Timeout"
+
+
+@dataclass
 class InternalError(ApiError):
     code: int = 500
     reason: str = "InternalError"
@@ -166,9 +172,23 @@ def conflict(resource: str, name: str, group: str = "", why: str = "") -> Confli
 
 
 def invalid(kind: str, name: str, causes: list[Cause], group: str = "") -> Invalid:
-    """422 with the apiserver's message format: ``Kind "name" is invalid: [field: msg, ...]``."""
+    """422 with the apiserver's message format: ``Kind.group "name" is invalid: [f: msg, ...]``."""
     parts = [f"{c.field}: {c.message}" if c.field else c.message for c in causes]
     joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+    qualified = f"{kind}.{group}" if group else kind  # schema.GroupKind.String()
     return Invalid(
-        f'{kind} "{name}" is invalid: {joined}', name=name, group=group, kind=kind, causes=causes
+        f'{qualified} "{name}" is invalid: {joined}',
+        name=name,
+        group=group,
+        kind=kind,
+        causes=causes,
+    )
+
+
+def too_large_resource_version(wanted: int, current: int) -> Timeout:
+    """``storage.NewTooLargeResourceVersionError``: 504 with a ResourceVersionTooLarge cause."""
+    return Timeout(
+        f"Timeout: Too large resource version: {wanted}, current: {current}",
+        causes=[Cause("ResourceVersionTooLarge", "Too large resource version")],
+        retry_after_seconds=1,
     )

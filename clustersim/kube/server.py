@@ -36,8 +36,8 @@ import structlog
 import yaml
 from aiohttp import web
 
-from clustersim.kube import errors, tables
-from clustersim.kube.errors import ApiError, BadRequest, MethodNotAllowed, NotFound
+from clustersim.kube import errors, protobuf, tables
+from clustersim.kube.errors import ApiError, BadRequest, Cause, MethodNotAllowed, NotFound
 from clustersim.kube.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from clustersim.kube.resources import ResourceInfo
 from clustersim.kube.store import Obj, Store, WatchEvent, deep_copy
@@ -60,6 +60,12 @@ KUBE_VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
+
+
+#: seconds aiohttp waits for in-flight handlers when the server stops
+SHUTDOWN_TIMEOUT = 2.0
+#: seconds a list waits for a resourceVersion newer than the store (the watch cache's 3 s)
+TOO_LARGE_RV_WAIT = 3.0
 
 
 @dataclass
@@ -353,17 +359,24 @@ def _dry_run(request: web.Request, body: Obj | None = None) -> bool:
     return bool(body and body.get("dryRun") == ["All"])
 
 
+def _decode_body(raw: bytes, content_type: str) -> Any:
+    try:
+        if content_type.startswith(protobuf.PROTOBUF):
+            return protobuf.decode_body(raw)
+        if "yaml" in content_type:
+            return yaml.safe_load(raw)
+        return _decoder.decode(raw)
+    except protobuf.UnsupportedKind as exc:
+        raise errors.UnsupportedMediaType(str(exc)) from exc
+    except (msgspec.DecodeError, yaml.YAMLError, protobuf.ProtobufError) as exc:
+        raise BadRequest(f"error decoding request body: {exc}") from exc
+
+
 async def _read_json(request: web.Request) -> Any:
     raw = await request.read()
     if not raw:
         raise BadRequest("request body is empty")
-    content_type = request.headers.get("Content-Type", "application/json")
-    try:
-        if "yaml" in content_type:
-            return yaml.safe_load(raw)
-        return _decoder.decode(raw)
-    except (msgspec.DecodeError, yaml.YAMLError) as exc:
-        raise BadRequest(f"error decoding request body: {exc}") from exc
+    return _decode_body(raw, request.headers.get("Content-Type", "application/json"))
 
 
 def _output(target: Target, obj: Obj) -> Obj:
@@ -380,6 +393,14 @@ class ApiHandler:
     def __init__(self, store: Store, faults: Faults) -> None:
         self.store = store
         self.faults = faults
+        #: set when the app shuts down: watches opened from now on end at once, so a watch
+        #: request that races the shutdown cannot keep the server waiting for its handler
+        self.shutting_down = False
+
+    def shut_down(self) -> int:
+        """End every open watch and refuse to keep new ones open; returns how many ended."""
+        self.shutting_down = True
+        return self.store.close_all_watches()
 
     async def core(self, request: web.Request) -> web.StreamResponse:
         return await self._dispatch(request, "", "v1", request.match_info["rest"])
@@ -407,7 +428,7 @@ class ApiHandler:
         if verb == "watch":
             return await self._watch(request, target)
         if verb == "list":
-            return self._list(request, target)
+            return await self._list(request, target)
         if verb == "get":
             return self._get(request, target)
         if verb == "create":
@@ -440,9 +461,15 @@ class ApiHandler:
             )
         return json_response(_output(target, obj))
 
-    def _list(self, request: web.Request, target: Target) -> web.Response:
+    async def _list(self, request: web.Request, target: Target) -> web.Response:
         q = request.query
         limit = int(q["limit"]) if q.get("limit", "").isdigit() else None
+        exact = await self._list_resource_version(
+            q.get("resourceVersion", ""),
+            q.get("resourceVersionMatch", ""),
+            q.get("continue", ""),
+            bool(limit),
+        )
         result = self.store.list(
             target.info,
             target.namespace,
@@ -450,6 +477,7 @@ class ApiHandler:
             q.get("fieldSelector", ""),
             limit=limit,
             continue_token=q.get("continue") or None,
+            exact_resource_version=exact,
         )
         if wants_table(request):
             return json_response(
@@ -475,6 +503,35 @@ class ApiHandler:
             "items": items,
         }
         return json_response(body)
+
+    async def _list_resource_version(
+        self, resource_version: str, match: str, continue_token: str, limited: bool
+    ) -> int | None:
+        """Apply a list's resourceVersion/resourceVersionMatch; the version to list exactly at,
+        or None for the newest state.
+
+        A version newer than the store is waited for (as the watch cache does) and then
+        answered with 504 ResourceVersionTooLarge."""
+        causes = list_options_causes(resource_version, match, continue_token)
+        if causes:
+            raise errors.invalid("ListOptions", "", causes, "meta.k8s.io")
+        if continue_token and resource_version not in ("", "0"):
+            raise BadRequest("specifying resource version is not allowed when using continue")
+        if resource_version in ("", "0"):
+            return None
+        try:
+            wanted = int(resource_version)
+        except ValueError as exc:
+            raise BadRequest(f"invalid resource version {resource_version!r}") from exc
+        deadline = asyncio.get_running_loop().time() + TOO_LARGE_RV_WAIT
+        while wanted > self.store.resource_version:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise errors.too_large_resource_version(wanted, self.store.resource_version)
+            await asyncio.sleep(0.05)
+        # A version with a limit and no match is an exact read (the legacy paging semantics).
+        if match == "Exact" or (not match and limited):
+            return wanted
+        return None
 
     async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
         q = request.query
@@ -504,6 +561,8 @@ class ApiHandler:
         except errors.Gone as exc:
             await _write_event(response, _gone_event(exc.message))
             return response
+        if self.shutting_down:
+            watch.close()  # the app began shutting down while this request was in flight
         timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
         first = True
         try:
@@ -555,6 +614,7 @@ class ApiHandler:
             target.namespace,
             dry_run=_dry_run(request),
             version=target.version,
+            copy=False,  # the body was decoded for this request; the answer is encoded now
         )
         return json_response(_output(target, created), 201)
 
@@ -692,10 +752,7 @@ class ApiHandler:
         options: Obj = {}
         raw = await request.read()
         if raw:
-            try:
-                decoded = _decoder.decode(raw)
-            except msgspec.DecodeError as exc:
-                raise BadRequest(f"invalid DeleteOptions: {exc}") from exc
+            decoded = _decode_body(raw, request.headers.get("Content-Type", "application/json"))
             if isinstance(decoded, dict):
                 options.update(decoded)
         q = request.query
@@ -753,6 +810,46 @@ class ApiHandler:
                 "items": deleted,
             }
         )
+
+
+def list_options_causes(resource_version: str, match: str, continue_token: str) -> list[Cause]:
+    """``ValidateListOptions`` for the resourceVersionMatch rules (non-watch lists)."""
+    if not match:
+        return []
+    causes = []
+    if not resource_version:
+        causes.append(
+            Cause(
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                "resourceVersionMatch",
+            )
+        )
+    if continue_token:
+        causes.append(
+            Cause(
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+                "resourceVersionMatch",
+            )
+        )
+    if match not in ("Exact", "NotOlderThan"):
+        causes.append(
+            Cause(
+                "FieldValueNotSupported",
+                f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""',
+                "resourceVersionMatch",
+            )
+        )
+    if match == "Exact" and resource_version == "0":
+        causes.append(
+            Cause(
+                "FieldValueForbidden",
+                'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                "resourceVersionMatch",
+            )
+        )
+    return causes
 
 
 def _verb(method: str, target: Target, watching: bool) -> str:
@@ -908,6 +1005,12 @@ def build_app(store: Store, faults: Faults | None = None) -> web.Application:
             raise NotFound("the server could not find the requested resource")
         return json_response(document)
 
+    async def on_shutdown(_: web.Application) -> None:
+        # Runs after the listening socket is closed and before aiohttp waits for in-flight
+        # handlers: open watches would otherwise hold the shutdown for its whole timeout.
+        api.shut_down()
+
+    app.on_shutdown.append(on_shutdown)
     r = app.router
     r.add_get("/version", version)
     r.add_get("/healthz", healthz)
@@ -972,7 +1075,11 @@ async def serve(
     active_store = store if store is not None else Store()
     active_faults = faults or Faults()
     app = build_app(active_store, active_faults)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    # shutdown_timeout bounds the wait for handlers still running at shutdown (a client that
+    # stopped reading a watch, an injected latency); watches themselves end in on_shutdown.
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT
+    )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port or 0)
     await site.start()
@@ -993,7 +1100,6 @@ async def serve(
     try:
         yield RunningServer(url, bound_port, path, active_store, active_faults, app)
     finally:
-        active_store.close_all_watches()
         await runner.cleanup()
         if temp_dir is not None:
             temp_dir.cleanup()

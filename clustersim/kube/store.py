@@ -62,6 +62,7 @@ import builtins
 import json
 import math
 import random
+import re
 import time
 import uuid
 from collections import deque
@@ -73,6 +74,7 @@ from typing import Any, TypeVar, cast
 import msgspec
 
 from clustersim.kube import errors
+from clustersim.kube.crd_rules import compile_errors, rule_causes
 from clustersim.kube.errors import (
     AlreadyExists,
     ApiError,
@@ -106,16 +108,26 @@ def deep_copy(obj: _T) -> _T:
     return cast(_T, _decoder.decode(_encoder.encode(obj)))
 
 
+_now_cache: tuple[int, str] = (0, "")
+
+
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The current time at second precision (as metav1.Time serialises), cached per second:
+    formatting it is a measurable part of a create."""
+    global _now_cache
+    second = int(time.time())
+    if _now_cache[0] != second:
+        stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        _now_cache = (second, stamp)
+    return _now_cache[1]
+
+
+_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def _is_dns_subdomain(name: str) -> bool:
-    if not name or len(name) > _DNS_SUBDOMAIN_MAX:
-        return False
-    if name[0] in "-." or name[-1] in "-.":
-        return False
-    return all(c.islower() or c.isdigit() or c in "-." for c in name)
+    """RFC 1123 subdomain, as k8s.io/apimachinery validation.IsDNS1123Subdomain."""
+    return len(name) <= _DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN_RE.fullmatch(name) is not None
 
 
 def _spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -434,9 +446,13 @@ class Store:
         *,
         dry_run: bool = False,
         version: str | None = None,
+        copy: bool = True,
     ) -> Obj:
+        """Create ``obj``; returns a copy of the stored object.  ``copy=False`` (the HTTP layer,
+        which owns its freshly decoded body and encodes the answer at once) hands ``obj`` over
+        to the store and returns the stored object itself, which must not be modified."""
         info = self.resolve(resource)
-        new = deep_copy(obj)
+        new = deep_copy(obj) if copy else obj
         meta = new.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise BadRequest("metadata must be an object")
@@ -501,7 +517,7 @@ class Store:
         self._index(info, new, None, removed=False)
         self._commit(info, "ADDED", new, None)
         self._after_write(info, new, None)
-        return deep_copy(new)
+        return deep_copy(new) if copy else new
 
     def _check_namespace_open(self, ns: str) -> None:
         namespace = self._objects["namespaces"].get("", {}).get(ns)
@@ -598,6 +614,10 @@ class Store:
             )
         if not info.kind:
             causes.append(Cause("FieldValueRequired", "Required value", "spec.names.kind"))
+        for i, version in enumerate(spec.get("versions") or []):
+            schema = ((version or {}).get("schema") or {}).get("openAPIV3Schema")
+            if isinstance(schema, dict):
+                causes.extend(compile_errors(schema, f"spec.versions[{i}].schema.openAPIV3Schema"))
         if causes:
             raise errors.invalid(
                 "CustomResourceDefinition", obj["metadata"]["name"], causes, "apiextensions.k8s.io"
@@ -636,6 +656,8 @@ class Store:
             if version not in info.versions:
                 raise BadRequest(f"unsupported apiVersion {obj.get('apiVersion')!r} for {info.key}")
             obj, causes = prepare_custom_object(obj, schema)
+            if schema:
+                causes.extend(_rules_unless_blocked(obj, old, schema, causes))
             if causes:
                 raise errors.invalid(info.kind, name, causes, info.group)
             return obj
@@ -672,8 +694,14 @@ class Store:
         *,
         limit: int | None = None,
         continue_token: str | None = None,
+        exact_resource_version: int | None = None,
     ) -> ListResult:
-        """Items sorted by namespace/name; ``items`` are shared read-only objects."""
+        """Items sorted by namespace/name; ``items`` are shared read-only objects.
+
+        ``exact_resource_version`` lists the collection as it was at that version (rebuilt from
+        the watch history; 410 when it is older than the retained window), like
+        ``resourceVersionMatch=Exact``; continue tokens likewise serve the version of the first
+        page."""
         info = self.resolve(resource)
         labels = (
             label_selector
@@ -689,11 +717,15 @@ class Store:
         start_after: tuple[str, str] | None = None
         if continue_token:
             list_rv, start_after = self._decode_continue(continue_token)
-        by_ns = self._objects[info.key]
+        elif exact_resource_version is not None:
+            list_rv = self._exact_version(exact_resource_version)
+        by_ns: Mapping[str, Mapping[str, Obj]] = self._objects[info.key]
+        if list_rv < self._rv:
+            by_ns = self._collection_at(info, list_rv)
         namespaces = [namespace] if info.namespaced and namespace else sorted(by_ns)
         name_filter = fields.equality_value("metadata.name")
         node_filter = fields.equality_value("spec.nodeName") if info.key == "pods" else None
-        if node_filter and not limit and not continue_token:
+        if node_filter and not limit and list_rv == self._rv:
             return self._list_pods_on_node(node_filter, namespace, labels, fields, list_rv)
         items: list[Obj] = []
         for ns in namespaces:
@@ -721,6 +753,29 @@ class Store:
             token = self._encode_continue(list_rv, last.get("namespace", ""), last["name"])
             return ListResult(items[:limit], str(list_rv), token, len(items) - limit)
         return ListResult(items, str(list_rv))
+
+    def _exact_version(self, rv: int) -> int:
+        if rv > self._rv:
+            raise errors.too_large_resource_version(rv, self._rv)
+        if self._too_old(rv):
+            raise Gone("The resourceVersion for the provided list is too old.")
+        return rv
+
+    def _collection_at(self, info: ResourceInfo, rv: int) -> dict[str, dict[str, Obj]]:
+        """The objects of ``info`` as they were at ``rv``: undo the newer history entries."""
+        collection = {ns: dict(bucket) for ns, bucket in self._objects[info.key].items()}
+        for entry in reversed(self._history):
+            if entry.rv <= rv:
+                break
+            if entry.key != info.key:
+                continue
+            meta = entry.obj["metadata"]
+            bucket = collection.setdefault(meta.get("namespace", ""), {})
+            if entry.type == "ADDED" or entry.old is None:
+                bucket.pop(meta["name"], None)
+            else:
+                bucket[meta["name"]] = entry.old
+        return collection
 
     def _list_pods_on_node(
         self,
@@ -1318,6 +1373,22 @@ class Store:
 
 
 # --------------------------------------------------------------------- pure helpers
+
+
+def _rules_unless_blocked(
+    obj: Obj, old: Obj | None, schema: Obj, causes: list[Cause]
+) -> list[Cause]:
+    """The CEL rule causes; like the apiserver, rules are skipped when a value has the wrong
+    type (the rules could not be evaluated meaningfully), with a cause saying so."""
+    if any(c.reason == "FieldValueTypeInvalid" for c in causes):
+        return [
+            Cause(
+                "FieldValueInvalid",
+                'Invalid value: "null": some validation rules were not checked because the '
+                "object was invalid; correct the existing errors to complete validation",
+            )
+        ]
+    return rule_causes(obj, old, schema)
 
 
 def _pod_is_healthy(pod: Mapping[str, Any]) -> bool:

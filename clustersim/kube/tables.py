@@ -15,31 +15,58 @@ Obj = dict[str, Any]
 Cell = Any
 
 
-def human_age(timestamp: str | None, now: datetime | None = None) -> str:
-    """kubectl's short duration: 42s, 5m, 3h, 2d, 1y."""
-    if not timestamp:
-        return "<unknown>"
-    try:
-        then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
+def human_duration(seconds: float) -> str:
+    """``duration.HumanDuration`` of k8s.io/apimachinery: ~2-3 significant figures."""
+    whole = int(seconds)  # Go truncates toward zero
+    if whole < -1:
         return "<invalid>"
-    seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
-    if seconds < 0:
+    if whole < 0:
         return "0s"
-    if seconds < 120:
-        return f"{seconds}s"
-    minutes = seconds // 60
+    if whole < 120:
+        return f"{whole}s"
+    minutes = whole // 60
     if minutes < 10:
-        return f"{minutes}m{seconds % 60}s" if seconds % 60 else f"{minutes}m"
+        rest = whole % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
     if minutes < 180:
         return f"{minutes}m"
-    hours = minutes // 60
+    hours = whole // 3600
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h{rest}m" if rest else f"{hours}h"
     if hours < 48:
         return f"{hours}h"
-    days = hours // 24
-    if days < 365 * 2:
-        return f"{days}d"
-    return f"{days // 365}y"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d{rest}h" if rest else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        rest = (hours // 24) % 365
+        years = hours // 24 // 365
+        return f"{years}y{rest}d" if rest else f"{years}y"
+    return f"{hours // 24 // 365}y"
+
+
+def parse_timestamp(timestamp: str) -> datetime | None:
+    """An RFC 3339 time as metav1.Time accepts it (``Z`` or an offset, optional fraction)."""
+    try:
+        parsed = datetime.fromisoformat(timestamp.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None or "T" not in timestamp.upper():
+        return None
+    return parsed
+
+
+def human_age(timestamp: str | None, now: datetime | None = None) -> str:
+    """``ConvertToHumanReadableDateType``: the time since ``timestamp`` as a human duration."""
+    if not timestamp:
+        return "<unknown>"
+    then = parse_timestamp(timestamp)
+    if then is None:
+        return "<invalid>"
+    return human_duration(((now or datetime.now(UTC)) - then).total_seconds())
 
 
 _TOKEN_RE = re.compile(
@@ -89,11 +116,28 @@ def _column_cell(obj: Obj, column: PrinterColumn) -> Cell:
     if not values:
         return None
     value = values[0] if len(values) == 1 else ",".join(str(v) for v in values)
-    if column.type == "integer" and isinstance(value, int | float):
+    if column.type == "string":
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return value if isinstance(value, str) else str(value)
+    return cell_for_json_value(column.type, value)
+
+
+def cell_for_json_value(column_type: str, value: Any) -> Cell:
+    """The CRD table convertor's typed cell: a mismatching value becomes null; ``date`` cells
+    are human durations since the timestamp."""
+    if value is None:
+        return None
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if column_type == "integer" and numeric:
         return int(value)
-    if column.type == "string" and not isinstance(value, str):
-        return str(value) if not isinstance(value, bool) else ("true" if value else "false")
-    return value
+    if column_type == "number" and numeric:
+        return float(value)
+    if column_type == "boolean" and isinstance(value, bool):
+        return value
+    if column_type == "date" and isinstance(value, str):
+        return human_age(value) if value not in ("", "null") else "<unknown>"
+    return None
 
 
 def _pod_cells(pod: Obj) -> list[Cell]:
@@ -166,9 +210,18 @@ def _job_cells(job: Obj) -> list[Cell]:
         f"{done}/{completions}"
         if completions is not None
         else f"{done}/1 of {spec.get('parallelism', 1)}",
-        human_age(status.get("startTime")) if status.get("startTime") else "",
+        _job_duration(status),
         human_age(job["metadata"].get("creationTimestamp")),
     ]
+
+
+def _job_duration(status: Mapping[str, Any]) -> str:
+    """kubectl's job DURATION: start to completion, or start to now while running."""
+    start = parse_timestamp(status.get("startTime") or "")
+    if start is None:
+        return ""
+    end = parse_timestamp(status.get("completionTime") or "") or datetime.now(UTC)
+    return human_duration((end - start).total_seconds())
 
 
 def _str(value: Any) -> str:
@@ -330,7 +383,8 @@ def row_cells(info: ResourceInfo, obj: Obj) -> list[Cell]:
         return _BUILTIN[info.key][1](obj)
     if info.printer_columns:
         return [obj["metadata"]["name"]] + [_column_cell(obj, c) for c in info.printer_columns]
-    return [obj["metadata"]["name"], obj["metadata"].get("creationTimestamp")]
+    # A CRD without additionalPrinterColumns is served with a default Age (type date) column.
+    return [obj["metadata"]["name"], human_age(obj["metadata"].get("creationTimestamp"))]
 
 
 def partial_metadata(obj: Obj) -> Obj:

@@ -4,6 +4,7 @@ status and scale subresources, printer columns."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -291,8 +292,11 @@ async def test_printer_columns_served_as_table(kube: Kube, widgets: Widgets) -> 
     assert status == 200
     assert table["kind"] == "Table"
     names = [c["name"] for c in table["columnDefinitions"]]
-    assert names[:3] == ["Name", "Size", "Replicas"]
+    assert names[:4] == ["Name", "Size", "Replicas", "Age"]
+    assert table["columnDefinitions"][3]["type"] == "date"
     assert table["rows"][0]["cells"][:3] == ["t", "large", 4]
+    # date columns are served as human durations since the timestamp ("5s", "3m12s")
+    assert re.fullmatch(r"\d+s", table["rows"][0]["cells"][3]), table["rows"][0]
 
 
 async def test_project_crds_install_and_serve(kube: Kube) -> None:

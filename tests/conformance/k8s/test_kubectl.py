@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -81,6 +82,26 @@ async def test_kubectl_create_get_describe_delete_pod(kube: Kube, tmp_path: Path
     assert "No resources found" in await kubectl(kube, "get", "pods", check=False)
 
 
+async def test_kubectl_create_generators_send_protobuf_bodies(kube: Kube) -> None:
+    # kubectl's typed clients encode built-in kinds as protobuf (client-go >= 1.31).
+    ns = kube.unique("gen")
+    assert f"namespace/{ns} created" in await kubectl(kube, "create", "namespace", ns)
+    try:
+        stored_ns = await kube.core.read_namespace(ns)
+        assert stored_ns.status.phase == "Active"
+        out = await kubectl(
+            kube, "create", "configmap", "lit", "--from-literal=a=b", "--from-literal=empty="
+        )
+        assert "configmap/lit created" in out
+        stored = await kube.core.read_namespaced_config_map("lit", kube.namespace)
+        assert stored.data == {"a": "b", "empty": ""}
+        listed = await kubectl(kube, "get", "namespace", ns, "--no-headers")
+        assert listed.split()[:2] == [ns, "Active"]
+        assert re.fullmatch(r"\d+s", listed.split()[2]), listed
+    finally:
+        await kubectl(kube, "delete", "namespace", ns, "--wait=false", check=False)
+
+
 async def test_kubectl_apply_creates_then_configures(kube: Kube, tmp_path: Path) -> None:
     cm = {
         "apiVersion": "v1",
@@ -128,8 +149,9 @@ async def test_kubectl_crd_get_with_printer_columns_and_scale(kube: Kube, tmp_pa
             await asyncio.sleep(0.2)
         table = await kubectl(kube, "get", f"widgets.{group}")
         header, row = table.strip().splitlines()[:2]
-        assert header.split()[:3] == ["NAME", "SIZE", "REPLICAS"]
+        assert header.split()[:4] == ["NAME", "SIZE", "REPLICAS", "AGE"]
         assert row.split()[:3] == ["w1", "large", "2"]
+        assert re.fullmatch(r"\d+s", row.split()[3]), row  # a human duration, not a timestamp
         await kubectl(kube, "scale", f"widgets.{group}/w1", "--replicas=4")
         scaled = await kube.custom.get_namespaced_custom_object(
             group, "v1", kube.namespace, "widgets", "w1"

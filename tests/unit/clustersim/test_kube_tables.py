@@ -64,9 +64,9 @@ def test_typed_cells_follow_the_crd_table_convertor() -> None:
 
 
 def _crd(columns: list[dict[str, str]]) -> dict[str, object]:
-    version = {"name": "v1", "served": True, "storage": True}
+    version: dict[str, object] = {"name": "v1", "served": True, "storage": True}
     if columns:
-        version["additionalPrinterColumns"] = columns  # type: ignore[assignment]
+        version["additionalPrinterColumns"] = columns
     return {
         "metadata": {"name": "things.example.com"},
         "spec": {

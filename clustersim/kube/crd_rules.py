@@ -1,0 +1,233 @@
+"""CRD ``x-kubernetes-validations`` (CEL rules), enforced the way kube-apiserver 1.32 does.
+
+* ``compile_errors(schema, path)`` checks every rule of a CRD version's schema when the CRD is
+  written; a rule outside the emulator's CEL subset (see ``clustersim.kube.cel``) is refused
+  with a 422 cause naming the rule, never silently skipped.
+* ``rule_causes(new, old, schema)`` evaluates the rules on a custom object write.  ``self`` is
+  the value at the schema node that declares the rule; rules are skipped where the value is
+  absent.  Transition rules (those reading ``oldSelf``) run only on update, and only where the
+  old value correlates (object properties, map keys, ``x-kubernetes-list-type: map`` items).
+  Rules without ``oldSelf`` whose value did not change on update are not re-checked
+  (validation ratcheting, on by default since 1.30).
+* A failed rule becomes a cause at the node's field path (plus the rule's ``fieldPath``) with
+  the rule's ``reason`` (default ``FieldValueInvalid``) and ``messageExpression``, ``message``
+  or ``failed rule: <rule>`` as detail.  1.32 prints the schema type, not the value, in
+  ``Invalid value: "string": ...``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from clustersim.kube.cel import CelEvalError, CelUnsupported, Compiled, cel_equal, compile_rule
+from clustersim.kube.errors import Cause
+
+Schema = dict[str, Any]
+_ABSENT = object()
+_REASONS = ("FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate")
+_FIELD_PATH_RE = re.compile(r"\.([A-Za-z0-9_\-$]+)|\['([^']*)'\]")
+
+
+# --------------------------------------------------------------------------- CRD write
+
+
+def compile_errors(schema: Schema, path: str) -> list[Cause]:
+    """Causes for every rule in ``schema`` (at CRD field ``path``) that cannot be enforced."""
+    causes: list[Cause] = []
+    _compile_node(schema, path, True, causes)
+    return causes
+
+
+def _compile_node(schema: Schema, path: str, correlatable: bool, causes: list[Cause]) -> None:
+    if not isinstance(schema, dict):
+        return
+    for i, rule in enumerate(schema.get("x-kubernetes-validations") or []):
+        _compile_one(rule, f"{path}.x-kubernetes-validations[{i}]", correlatable, causes)
+    for name, sub in (schema.get("properties") or {}).items():
+        _compile_node(sub, f"{path}.properties[{name}]", correlatable, causes)
+    additional = schema.get("additionalProperties")
+    if isinstance(additional, dict):
+        _compile_node(additional, f"{path}.additionalProperties", correlatable, causes)
+    items = schema.get("items")
+    if isinstance(items, dict):
+        keyed = schema.get("x-kubernetes-list-type") == "map"
+        _compile_node(items, f"{path}.items", correlatable and keyed, causes)
+
+
+def _compile_one(rule: Any, path: str, correlatable: bool, causes: list[Cause]) -> None:
+    if not isinstance(rule, dict) or not isinstance(rule.get("rule"), str):
+        causes.append(Cause("FieldValueRequired", "Required value", f"{path}.rule"))
+        return
+    source = rule["rule"]
+    try:
+        compiled = compile_rule(source)
+    except CelUnsupported as exc:
+        causes.append(_unsupported(f"{path}.rule", source, exc))
+        return
+    if "oldSelf" in compiled.variables and not correlatable:
+        causes.append(
+            Cause(
+                "FieldValueInvalid",
+                f'Invalid value: "{source}": oldSelf cannot be used on the uncorrelatable '
+                "portion of the schema",
+                f"{path}.rule",
+            )
+        )
+    if rule.get("optionalOldSelf"):
+        causes.append(
+            _unsupported(
+                f"{path}.optionalOldSelf",
+                source,
+                CelUnsupported("optionalOldSelf (optional types) is not supported"),
+            )
+        )
+    expression = rule.get("messageExpression")
+    if isinstance(expression, str):
+        try:
+            compile_rule(expression)
+        except CelUnsupported as exc:
+            causes.append(_unsupported(f"{path}.messageExpression", expression, exc))
+    reason = rule.get("reason")
+    if reason is not None and reason not in _REASONS:
+        supported = ", ".join(f'"{r}"' for r in _REASONS)
+        causes.append(
+            Cause(
+                "FieldValueNotSupported",
+                f'Unsupported value: "{reason}": supported values: {supported}',
+                f"{path}.reason",
+            )
+        )
+
+
+def _unsupported(path: str, source: str, exc: CelUnsupported) -> Cause:
+    return Cause(
+        "FieldValueInvalid",
+        f'Invalid value: "{source}": compilation failed: {exc} '
+        "(clustersim's CEL evaluator supports a subset of CEL; see clustersim/kube/cel.py)",
+        path,
+    )
+
+
+# --------------------------------------------------------------------------- object write
+
+
+def rule_causes(new: Any, old: Any, schema: Schema) -> list[Cause]:
+    """Causes for every rule ``new`` breaks; ``old`` is the stored object (None on create)."""
+    causes: list[Cause] = []
+    _check(new, _ABSENT if old is None else old, schema, "", causes)
+    return causes
+
+
+def _check(value: Any, old: Any, schema: Schema, path: str, causes: list[Cause]) -> None:
+    if not isinstance(schema, dict):
+        return
+    rules = schema.get("x-kubernetes-validations")
+    if rules:
+        _apply_rules(value, old, schema, rules, path, causes)
+    if isinstance(value, dict):
+        props: dict[str, Schema] = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        old_map = old if isinstance(old, dict) else {}
+        for key, item in value.items():
+            sub = props.get(key)
+            if sub is None and isinstance(additional, dict):
+                sub = additional
+                child_path = f"{path}[{key}]"
+            else:
+                child_path = f"{path}.{key}" if path else key
+            if sub is not None:
+                _check(item, old_map.get(key, _ABSENT), sub, child_path, causes)
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if not isinstance(items, dict):
+            return
+        keys = schema.get("x-kubernetes-list-map-keys") or []
+        keyed = schema.get("x-kubernetes-list-type") == "map" and keys
+        old_by_key: dict[tuple[Any, ...], Any] = {}
+        if keyed and isinstance(old, list):
+            for element in old:
+                if isinstance(element, dict):
+                    old_by_key[tuple(repr(element.get(k)) for k in keys)] = element
+        for i, element in enumerate(value):
+            previous: Any = _ABSENT
+            if keyed and isinstance(element, dict):
+                previous = old_by_key.get(tuple(repr(element.get(k)) for k in keys), _ABSENT)
+            _check(element, previous, items, f"{path}[{i}]", causes)
+
+
+def _apply_rules(
+    value: Any, old: Any, schema: Schema, rules: list[Any], path: str, causes: list[Cause]
+) -> None:
+    type_name = str(schema.get("type", ""))
+    for rule in rules:
+        compiled = compile_rule(rule["rule"])
+        transition = "oldSelf" in compiled.variables
+        if transition and old is _ABSENT:
+            continue
+        if not transition and old is not _ABSENT and cel_equal(value, old):
+            continue  # ratcheting: an unchanged value is not re-validated
+        env = {"self": value, "oldSelf": None if old is _ABSENT else old}
+        field = _field_path(path, rule.get("fieldPath"))
+        try:
+            result = compiled.evaluate(env)
+        except CelEvalError as exc:
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    f'Invalid value: "{type_name}": {exc} evaluating rule: {rule["rule"].strip()}',
+                    field,
+                )
+            )
+            continue
+        if result is True:
+            continue
+        if not isinstance(result, bool):
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    f'Invalid value: "{type_name}": rule did not evaluate to a bool: '
+                    f"{rule['rule'].strip()}",
+                    field,
+                )
+            )
+            continue
+        causes.append(_failure(rule, env, type_name, field))
+
+
+def _detail(rule: dict[str, Any], env: dict[str, Any]) -> str:
+    expression = rule.get("messageExpression")
+    if isinstance(expression, str):
+        compiled: Compiled = compile_rule(expression)
+        try:
+            message = compiled.evaluate(env)
+        except CelEvalError:
+            message = None
+        if isinstance(message, str) and message.strip() and "\n" not in message:
+            return message
+    message = rule.get("message")
+    if isinstance(message, str) and message:
+        return message
+    return f"failed rule: {rule['rule'].strip()}"
+
+
+def _failure(rule: dict[str, Any], env: dict[str, Any], type_name: str, field: str) -> Cause:
+    detail = _detail(rule, env)
+    reason = rule.get("reason") or "FieldValueInvalid"
+    if reason == "FieldValueForbidden":
+        return Cause(reason, f"Forbidden: {detail}", field)
+    if reason == "FieldValueRequired":
+        return Cause(reason, f"Required value: {detail}", field)
+    if reason == "FieldValueDuplicate":
+        return Cause(reason, f'Duplicate value: "{type_name}"', field)
+    return Cause("FieldValueInvalid", f'Invalid value: "{type_name}": {detail}', field)
+
+
+def _field_path(path: str, relative: Any) -> str:
+    if not isinstance(relative, str) or not relative:
+        return path
+    out = path
+    for name, quoted in _FIELD_PATH_RE.findall(relative):
+        part = name or quoted
+        out = f"{out}.{part}" if out else part
+    return out
