@@ -71,6 +71,20 @@ def env_key(service: str) -> str:
     return service.upper().replace("-", "_") + "_URL"
 
 
+def process_start_time(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22; the command name (field 2) may hold spaces, so count from its closing ')'.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def same_process(pid: int, started: int | None) -> bool:
+    return started is not None and process_start_time(pid) == started
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -104,10 +118,15 @@ class Stack:
         return child
 
     def record_children(self) -> None:
+        """children.json: each child's pid and process start time, so that `make stop` can
+        kill leftovers without ever hitting an unrelated process that reused a pid."""
         pids = {child.name: child.process.pid for child in self.children}
         if self.nats and self.nats.pid:
             pids["nats-server"] = self.nats.pid
-        (self.run_dir / "children.json").write_text(json.dumps(pids))
+        record = {
+            name: {"pid": pid, "started": process_start_time(pid)} for name, pid in pids.items()
+        }
+        (self.run_dir / "children.json").write_text(json.dumps(record))
 
     async def wait_ready(self, child: Child, path: str) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
@@ -291,10 +310,11 @@ def stop_running_stack(run_dir: Path) -> int:
                 time.sleep(0.2)
     children = run_dir / "children.json"
     if children.exists():
-        for pid in json.loads(children.read_text()).values():
-            if pid_alive(pid):
+        for child in json.loads(children.read_text()).values():
+            # Every child leads its own session, so its group holds it and its helpers.
+            if same_process(child["pid"], child["started"]):
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
+                    os.killpg(child["pid"], signal.SIGKILL)
         children.unlink()
     with contextlib.suppress(FileNotFoundError):
         pid_file.unlink()

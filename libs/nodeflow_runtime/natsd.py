@@ -155,17 +155,17 @@ class NatsServerProcess:
         if self.port is None:
             self.port = free_port()
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(
-            render_config(
-                port=self.port,
-                store_dir=self.store_dir,
-                monitor_port=self.monitor_port,
-                auth=self.auth,
-            ),
-            encoding="utf-8",
+        text = render_config(
+            port=self.port,
+            store_dir=self.store_dir,
+            monitor_port=self.monitor_port,
+            auth=self.auth,
         )
-        # Only the owner may read a config that holds a secret.
-        os.chmod(self.config_file, 0o600)
+        # Only the owner may read a config that holds a secret: created 0600, never wider.
+        self.config_file.unlink(missing_ok=True)
+        descriptor = os.open(self.config_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as config:
+            config.write(text)
         with open(self.log_file, "ab") as log_stream:
             self._process = await asyncio.create_subprocess_exec(
                 str(self.binary),
@@ -174,6 +174,9 @@ class NatsServerProcess:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_stream,
                 stderr=log_stream,
+                # Its own session: a terminal's Ctrl-C must not stop NATS before the services
+                # that still drain through it; whoever started it stops it.
+                start_new_session=True,
             )
         try:
             await self._wait_accepting()

@@ -62,7 +62,10 @@ async def test_make_run_starts_everything_ready_and_ctrl_c_stops_all(tmp_path: P
                     assert response.status == 200, service
             async with session.get(f"{env['KUBE_API_URL']}/api/v1/nodes") as response:
                 assert len((await response.json())["items"]) == 4
-        children = json.loads((run_dir / "children.json").read_text())
+        children = {
+            name: child["pid"]
+            for name, child in json.loads((run_dir / "children.json").read_text()).items()
+        }
         assert set(children) >= {"nats-server", "clustersim", *dict(SERVICES)}
         process.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(process.wait(), 90) == 0
@@ -95,7 +98,10 @@ async def test_make_stop_stops_a_stack_started_in_the_background(tmp_path: Path)
     )
     try:
         await read_until_ready(launcher, timeout=120)
-        children = json.loads((run_dir / "children.json").read_text())
+        children = {
+            name: child["pid"]
+            for name, child in json.loads((run_dir / "children.json").read_text()).items()
+        }
         stopper = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "nodeflow_runtime.launcher", "--stop", "--run-dir", str(run_dir)
         )
