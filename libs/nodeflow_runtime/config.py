@@ -11,9 +11,11 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
+from msgspec import Meta
 
 C = TypeVar("C", bound="ServiceConfig")
 
@@ -32,18 +34,18 @@ class ServiceConfig(msgspec.Struct, kw_only=True):
     # Comma-separated server URLs. Credentials are read by nodeflow_bus.Credentials.from_env
     # (NATS_USER/NATS_PASSWORD[_FILE], NATS_TOKEN[_FILE], NATS_NKEY_SEED_FILE, NATS_CREDS_FILE)
     # so that secrets never sit in a config struct.
-    nats_url: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    nats_url: Annotated[tuple[str, ...], Meta(min_length=1)] = ("nats://127.0.0.1:4222",)
     http_host: str = "0.0.0.0"
-    http_port: int = 8080
+    http_port: Annotated[int, Meta(ge=0, le=65535)] = 8080
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # How long SIGTERM waits for in-flight messages before exiting.
-    shutdown_deadline_seconds: float = 20.0
-    # Identity of this replica (leader leases, logs); the pod or host name by default.
+    shutdown_deadline_seconds: Annotated[float, Meta(ge=0)] = 20.0
+    # Identity of this replica (leader leases, logs); HOSTNAME (the pod name) by default.
     instance_id: str = ""
 
     def __post_init__(self) -> None:
         if not self.instance_id:
-            self.instance_id = os.environ.get("HOSTNAME") or socket.gethostname()
+            self.instance_id = socket.gethostname()
 
 
 def env_name(field: str) -> str:
@@ -68,6 +70,9 @@ def _parse(raw: str, annotation: Any) -> Any:
         )
     if origin is not None and type(None) in get_args(annotation) and raw == "":
         return None
+    if origin is Literal:
+        # LOG_LEVEL=INFO means info: choices are matched regardless of case.
+        return next((choice for choice in get_args(annotation) if choice == raw.lower()), raw)
     return raw
 
 
@@ -75,13 +80,15 @@ def load_config(config_type: type[C], environ: Mapping[str, str] | None = None) 
     """Build `config_type` from the environment; raise ConfigError naming each bad variable."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    if env.get("HOSTNAME") and "INSTANCE_ID" not in env:
+        values["instance_id"] = env["HOSTNAME"]
     errors: list[str] = []
     for field in msgspec.structs.fields(config_type):
         name = env_name(field.name)
         if name not in env:
             continue
         try:
-            parsed = _parse(env[name], field.type)
+            parsed = _parse(env[name], _unannotated(field.type))
             values[field.name] = msgspec.convert(parsed, field.type, strict=False)
         except (ValueError, msgspec.ValidationError) as exc:
             shown = "<hidden>" if is_secret(field.name) else repr(env[name])
@@ -94,6 +101,21 @@ def load_config(config_type: type[C], environ: Mapping[str, str] | None = None) 
         raise ConfigError(f"invalid configuration: {exc}") from exc
 
 
+def _unannotated(annotation: Any) -> Any:
+    """`Annotated[T, Meta(...)]` -> T, for parsing; msgspec checks the constraints after."""
+    return get_args(annotation)[0] if hasattr(annotation, "__metadata__") else annotation
+
+
+def without_userinfo(url: str) -> str:
+    """`nats://user:secret@host:4222` -> `nats://host:4222`: URLs are safe to log."""
+    parts = urlsplit(url)
+    if not (parts.username or parts.password):
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def is_secret(field: str) -> bool:
     return bool(_SECRET_FIELD.search(field))
 
@@ -103,5 +125,11 @@ def redacted(config: msgspec.Struct) -> dict[str, Any]:
     shown: dict[str, Any] = {}
     for field in msgspec.structs.fields(type(config)):
         value = getattr(config, field.name)
-        shown[field.name] = "<hidden>" if is_secret(field.name) and value else value
+        if is_secret(field.name) and value:
+            value = "<hidden>"
+        elif isinstance(value, str):
+            value = without_userinfo(value)
+        elif isinstance(value, tuple):
+            value = tuple(without_userinfo(v) if isinstance(v, str) else v for v in value)
+        shown[field.name] = value
     return shown

@@ -77,18 +77,24 @@ class ServiceContext(Generic[C]):
             left = max(0.0, deadline - time.monotonic())
             try:
                 await asyncio.wait_for(stopper(left), timeout=left + 1.0)
-            except (TimeoutError, Exception) as exc:  # one stopper must not block the others
+            except Exception as exc:  # one stopper must not block the others (TimeoutError too)
                 self.log.warning("service.stopper_failed", error=repr(exc))
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            # A task that swallows its cancellation must not hold the process past the deadline.
+            left = max(0.0, deadline - time.monotonic()) + 1.0
+            _, stuck = await asyncio.wait(self._tasks, timeout=left)
+            for task in stuck:
+                self.log.warning("service.task_stuck_at_shutdown", task=task.get_name())
 
 
-Setup = Callable[[ServiceContext[C]], Awaitable[None]]
+Setup = Callable[[ServiceContext[C]], Coroutine[Any, Any, None]]
 
 
-async def run_service(name: str, config: C, setup: Setup[C]) -> int:
+async def run_service(
+    name: str, config: C, setup: Setup[C], credentials: Credentials | None = None
+) -> int:
     log = configure_logging(name, config.log_level)
     log.info("service.starting", config=redacted(config))
     health = Health()
@@ -110,7 +116,7 @@ async def run_service(name: str, config: C, setup: Setup[C]) -> int:
         connect = asyncio.create_task(
             Bus.connect(
                 list(config.nats_url),
-                credentials=Credentials.from_env(),
+                credentials=credentials or Credentials(),
                 options=BusOptions(name=f"{name}/{config.instance_id}"),
             )
         )
@@ -129,9 +135,16 @@ async def run_service(name: str, config: C, setup: Setup[C]) -> int:
             bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS, consumers=CONSUMERS.get(name, ())
         )
         ctx = ServiceContext(name=name, config=config, log=log, health=health, bus=bus)
-        await setup(ctx)
-        setup_done.set()
-        log.info("service.ready")
+        # A SIGTERM while setup still waits (on a KV snapshot, an API) stops it too.
+        setting_up: asyncio.Task[None] = asyncio.create_task(setup(ctx))
+        await asyncio.wait({setting_up, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if setting_up.done():
+            setting_up.result()
+            setup_done.set()
+            log.info("service.ready")
+        else:
+            setting_up.cancel()
+            await asyncio.gather(setting_up, return_exceptions=True)
         ctx_stop = asyncio.create_task(ctx.stopping.wait())
         await asyncio.wait({stop_wait, ctx_stop}, return_when=asyncio.FIRST_COMPLETED)
         ctx_stop.cancel()
@@ -164,7 +177,11 @@ def run_main(name: str, config_type: type[C], setup: Setup[C]) -> None:
     """Entry point for `python -m <service>`: exits 2 on bad configuration, 0 on clean stop."""
     try:
         config = load_config(config_type)
+        credentials = Credentials.from_env()
     except ConfigError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_CONFIG) from None
-    raise SystemExit(asyncio.run(run_service(name, config, setup)))
+    except OSError as exc:  # a NATS_*_FILE that cannot be read
+        print(f"{name}: invalid configuration: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_CONFIG) from None
+    raise SystemExit(asyncio.run(run_service(name, config, setup, credentials)))

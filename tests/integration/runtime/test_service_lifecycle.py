@@ -110,6 +110,17 @@ async def test_bad_configuration_fails_at_start_naming_the_variable(tmp_path: Pa
     assert "LOG_LEVEL='loud'" in output
 
 
+async def test_unreadable_credentials_file_fails_at_start_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-password"
+    process = await start_service(
+        "topology_placer",
+        {"NATS_USER": "svc", "NATS_PASSWORD_FILE": str(missing)},
+        tmp_path / "bad.log",
+    )
+    assert await asyncio.wait_for(process.wait(), 15) == 2
+    assert str(missing) in (tmp_path / "bad.log").read_text()
+
+
 async def test_not_ready_until_nats_is_reachable_then_ready(tmp_path: Path) -> None:
     nats_port = free_port()
     http_port = free_port()

@@ -60,3 +60,33 @@ def test_secret_values_never_appear_in_errors_or_logs() -> None:
     shown = redacted(load_config(ExampleConfig, {"SLURM_TOKEN": "s3cret"}))
     assert shown["slurm_token"] == "<hidden>"
     assert "s3cret" not in repr(shown)
+
+
+def test_choices_ignore_case() -> None:
+    assert load_config(ExampleConfig, {"LOG_LEVEL": "INFO", "MODE": "Fast"}).log_level == "info"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("HTTP_PORT", "-5"),
+        ("HTTP_PORT", "70000"),
+        ("SHUTDOWN_DEADLINE_SECONDS", "-1"),
+        ("NATS_URL", " , "),
+    ],
+)
+def test_out_of_range_values_are_refused(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=variable):
+        load_config(ExampleConfig, {variable: value})
+
+
+def test_instance_id_comes_from_the_given_environment() -> None:
+    assert load_config(ExampleConfig, {"HOSTNAME": "pod-7"}).instance_id == "pod-7"
+    assert load_config(ExampleConfig, {"HOSTNAME": "pod-7", "INSTANCE_ID": "x"}).instance_id == "x"
+
+
+def test_credentials_in_urls_are_never_logged() -> None:
+    config = load_config(ExampleConfig, {"NATS_URL": "nats://svc:hunter2@nats:4222,nats://b:4222"})
+    shown = redacted(config)
+    assert shown["nats_url"] == ("nats://nats:4222", "nats://b:4222")
+    assert "hunter2" not in repr(shown)
