@@ -40,11 +40,12 @@ MESSAGES: tuple[MessageSpec, ...] = (
         subscribe=subjects.K8S_EVENTS,
         payload=K8sObjectEvent,
         publishers=("k8s-watcher",),
-        consumers=("metrics-exporter", "integrations"),
+        # The services read the same facts from the KV buckets, not from this stream.
+        consumers=("integrations",),
         description=(
             "Every ADDED/MODIFIED/DELETED change of a watched Kubernetes object; `namespace` is "
             "`_` for cluster-scoped kinds. The latest object of each kind is also in KV bucket "
-            "`k8s_<plural>` under `<namespace>.<name>`."
+            "`k8s_<plural>` under `<namespace>.<name>` (what the services read)."
         ),
     ),
     MessageSpec(
@@ -52,12 +53,7 @@ MESSAGES: tuple[MessageSpec, ...] = (
         subject_template="cmd.k8s.v1.{op}",
         subscribe=subjects.K8S_COMMANDS,
         payload=K8sCommand,
-        publishers=(
-            "slurm-syncer",
-            "nodeset-controller",
-            "maintenance-scheduler",
-            "topology-placer",
-        ),
+        publishers=("slurm-syncer", "nodeset-controller"),
         consumers=("k8s-watcher",),
         description=(
             "A change to apply to the Kubernetes API. `op` is one of create, delete, patch, "
@@ -72,12 +68,7 @@ MESSAGES: tuple[MessageSpec, ...] = (
         subscribe=subjects.K8S_OUTCOMES,
         payload=CommandOutcome,
         publishers=("k8s-watcher",),
-        consumers=(
-            "metrics-exporter",
-            "nodeset-controller",
-            "maintenance-scheduler",
-            "topology-placer",
-        ),
+        consumers=("metrics-exporter", "nodeset-controller"),
         description=(
             "The outcome of a command: applied, already-applied, conflict, not-found, invalid, "
             "forbidden, retrying or failed, with the API server's message."
@@ -89,11 +80,12 @@ MESSAGES: tuple[MessageSpec, ...] = (
         subscribe=subjects.SLURM_NODE_EVENTS,
         payload=SlurmNodeChanged,
         publishers=("slurm-syncer",),
-        consumers=("metrics-exporter", "nodeset-controller"),
+        # metrics-exporter and nodeset-controller read the KV bucket `slurm_nodes` instead.
+        consumers=("integrations",),
         description=(
             "A Slurm node's state changed (base state, flags, reason, CPUs, derived Busy/Drain/"
             "Drained/Draining). The latest state is in KV bucket `slurm_nodes` under "
-            "`<cluster>.<node>`."
+            "`<cluster>.<node>` (what the services read)."
         ),
     ),
     MessageSpec(
@@ -110,7 +102,7 @@ MESSAGES: tuple[MessageSpec, ...] = (
         subject_template="cmd.slurm.v1.{cluster}.{op}",
         subscribe=subjects.SLURM_COMMANDS,
         payload=SlurmNodeCommand,
-        publishers=("maintenance-scheduler",),
+        publishers=("integrations",),
         consumers=("slurm-syncer",),
         description="Drain or undrain a Slurm node with a `nodeflow:` reason.",
     ),

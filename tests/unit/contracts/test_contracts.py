@@ -116,3 +116,18 @@ def test_every_consumer_reads_a_declared_stream() -> None:
     for consumers in CONSUMERS.values():
         for consumer in consumers:
             assert consumer.stream in names
+
+
+def test_every_durable_consumer_is_listed_as_a_consumer_of_what_it_reads() -> None:
+    for service, consumers in CONSUMERS.items():
+        for consumer in consumers:
+            for wanted in consumer.filter_subjects:
+                readers = [
+                    spec
+                    for spec in MESSAGES
+                    if subject_matches(wanted, spec.subscribe.replace(">", "x").replace("*", "x"))
+                    or spec.subscribe == wanted
+                ]
+                if consumer.stream == "DEAD_LETTERS":
+                    continue  # dead letters carry any payload; not in the message table
+                assert any(service in spec.consumers for spec in readers), (service, wanted)
