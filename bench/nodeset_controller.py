@@ -1,26 +1,39 @@
 """nodeset-controller: scale a NodeSet on a 4,000-node simulated cluster, the whole stack.
 
-NATS, the simulator (Kubernetes API emulator, kubelet, scheduler, Slurm emulator),
-k8s-watcher, slurm-syncer and nodeset-controller all run in this process (2 cores shared).
-Figures: 0 -> 1,000 and 0 -> 4,000 until every pod is Ready and the status says so, and
-1,000 -> 0 and 4,000 -> 0 through safe deletion (SlurmDelete, drain, delete); seconds,
-pods per second, and the ratio to the raw pod-create rate of the emulator in the same run
-(POST /pods over HTTP, 32 at a time, nothing else). Target: 0 -> 4,000 under 60 s.
+The simulator (Kubernetes API emulator, scheduler, kubelet, Slurm emulator) runs in a child
+process (`python -m clustersim`), as the cluster would run elsewhere; NATS is a real
+nats-server; k8s-watcher, slurm-syncer and nodeset-controller run in this process with their
+service defaults (printed). Figures, each until every pod is Ready (or gone) *and* the
+NodeSet status says so: 0 -> 1,000, 1,000 -> 0, 0 -> 4,000 and 4,000 -> 0 (safe deletion:
+SlurmDelete, drain in the Slurm emulator, delete); seconds, pods per second, and the ratio
+to two rates of the same emulator in the same run:
+
+* raw create: POST /pods with spec.nodeName set, 32 in flight, nothing else (what the issue
+  asks for);
+* pinned-pod ceiling: the same number of pods as NodeSet pods are made -- pinned to a node
+  by required node affinity, so the emulator's scheduler binds them -- created directly and
+  timed until Ready. No controller can bring NodeSet pods up faster than this.
+
+Target: 0 -> 4,000 under 60 s. BENCH_NODESET_NODES sets the cluster size (default 4000),
+BENCH_NODESET_BUDGET the time budget of the whole run in seconds (default 900): a step that
+has not settled when the budget runs out is reported as such and the rest is skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from clustersim.cluster.spec import ClusterSpec
-from clustersim.runner import Simulator, SimulatorConfig, run_simulator
 from k8s_watcher.config import K8sWatcherConfig
 from k8s_watcher.service import K8sWatcher
 from nodeflow_bus import Backoff, Bus, BusOptions, ensure_topology
@@ -35,13 +48,18 @@ from slurm_syncer.settings import ClusterSettings
 from slurm_syncer.syncer import Syncer, SyncerOptions
 
 NODES = int(os.environ.get("BENCH_NODESET_NODES", "4000"))
+BUDGET = float(os.environ.get("BENCH_NODESET_BUDGET", "900"))
 SMALL = min(1000, NODES)
 NS = "default"
 CLUSTER = "sim"
-NODESETS = "nodesets.nodeflow.dev"
+NODESET = "bench"
+NODESETS_PATH = f"/apis/nodeflow.dev/v1alpha1/namespaces/{NS}/nodesets"
+PODS_PATH = f"/api/v1/namespaces/{NS}/pods"
 RAW_PODS = 1000
+RAW_IN_FLIGHT = 32
+PINNED_SAMPLE = 200
 TARGET_SECONDS = 60.0
-TIMEOUT = 900.0
+POLL_SECONDS = 0.25
 
 TEMPLATE: dict[str, Any] = {
     "metadata": {"labels": {"app": "slurmd"}},
@@ -54,6 +72,18 @@ TEMPLATE: dict[str, Any] = {
 }
 
 
+class OutOfBudget(Exception):
+    pass
+
+
+@dataclass
+class Deadline:
+    at: float
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+
 def ready(pod: dict[str, Any]) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -61,51 +91,127 @@ def ready(pod: dict[str, Any]) -> bool:
     )
 
 
-def nodeset_pods(sim: Simulator) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in sim.store.list("pods", namespace=NS).items
-        if (p["metadata"].get("labels") or {}).get("nodeflow.dev/nodeset") == "bench"
-    ]
+def pinned_pod(name: str, node: str, labels: dict[str, str]) -> dict[str, Any]:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            }
+        }
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": {**TEMPLATE["spec"], "affinity": affinity},
+    }
 
 
-def settled(sim: Simulator, replicas: int) -> bool:
-    pods = nodeset_pods(sim)
-    if len(pods) != replicas or sum(1 for p in pods if ready(p)) != replicas:
-        return False
-    status = sim.store.get(NODESETS, "bench", NS).get("status") or {}
-    return (
-        status.get("currentNumberScheduled") == replicas
-        and status.get("numberReady") == replicas
-        and status.get("desiredNumberScheduled") == replicas
-        and status.get("updatedNumberScheduled") == replicas
-    )
+class Cluster:
+    """The simulator child process, driven over its HTTP API."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.proc: asyncio.subprocess.Process | None = None
+        self.env: dict[str, str] = {}
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        blocks = -(-NODES // 250)
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "clustersim",
+            "--nodes",
+            str(NODES),
+            # Blocks of 250 nodes: one third octet each, so 4,000 nodes fit in 10.174.0.0/16.
+            "--topology",
+            f"spines=1,blocks_per_spine={blocks},nodes_per_block=250",
+            "--run-dir",
+            str(self.run_dir),
+            "--kubelet-delay",
+            "0",
+            "--slurm-cluster",
+            CLUSTER,
+            "--log-level",
+            "error",
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+        self.session = aiohttp.ClientSession()
+        env_file = self.run_dir / "env"
+        deadline = time.monotonic() + 180
+        while True:
+            if self.proc.returncode is not None or time.monotonic() > deadline:
+                raise RuntimeError("the simulator child process did not start")
+            if env_file.exists():
+                self.env = dict(
+                    line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line
+                )
+                with contextlib.suppress(aiohttp.ClientError, KeyError):
+                    async with self.session.get(self.url + "/_sim/readyz") as response:
+                        if response.status == 200:
+                            return
+            await asyncio.sleep(0.2)
+
+    async def stop(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.terminate()
+            await self.proc.wait()
+
+    @property
+    def url(self) -> str:
+        return self.env["KUBE_API_URL"]
+
+    async def call(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
+        assert self.session is not None
+        headers = {"Content-Type": content_type}
+        async with self.session.request(
+            method, self.url + path, json=body, headers=headers
+        ) as response:
+            if response.status >= 400:
+                raise RuntimeError(f"{method} {path}: HTTP {response.status}")
+            return await response.json()
+
+    async def node_names(self) -> list[str]:
+        listed = await self.call("GET", "/api/v1/nodes")
+        return sorted(item["metadata"]["name"] for item in listed["items"])
+
+    async def pods(self, selector: str) -> list[dict[str, Any]]:
+        listed = await self.call("GET", f"{PODS_PATH}?labelSelector={selector}")
+        return list(listed["items"])
+
+    async def nodeset_status(self) -> dict[str, Any]:
+        return dict((await self.call("GET", f"{NODESETS_PATH}/{NODESET}")).get("status") or {})
 
 
-async def wait_for(predicate: Any, what: str, interval: float = 0.25, progress: Any = None) -> None:
-    deadline = time.monotonic() + TIMEOUT
+async def wait_until(
+    check: Callable[[], Awaitable[bool]],
+    what: str,
+    deadline: Deadline,
+    progress: Callable[[], Awaitable[str]] | None = None,
+) -> None:
     next_report = time.monotonic() + 30.0
-    while not predicate():
-        now = time.monotonic()
-        if now > deadline:
-            raise TimeoutError(f"{what}: not reached within {TIMEOUT:.0f} s")
-        if progress is not None and now > next_report:
-            print(f"   ... {what}: {progress()}", flush=True)
-            next_report = now + 30.0
-        await asyncio.sleep(interval)
+    while not await check():
+        if deadline.left() <= 0:
+            detail = f" ({await progress()})" if progress is not None else ""
+            raise OutOfBudget(f"{what}: not reached within the budget{detail}")
+        if progress is not None and time.monotonic() > next_report:
+            print(f"   ... {what}: {await progress()}", flush=True)
+            next_report = time.monotonic() + 30.0
+        await asyncio.sleep(POLL_SECONDS)
 
 
-def progress_of(sim: Simulator) -> str:
-    pods = nodeset_pods(sim)
-    status = sim.store.get(NODESETS, "bench", NS).get("status") or {}
-    shown = {k: v for k, v in status.items() if k not in ("conditions", "selector")}
-    return f"{len(pods)} pods, {sum(1 for p in pods if ready(p))} ready, status {shown}"
-
-
-async def raw_create_rate(sim: Simulator) -> float:
-    """Pods per second the emulator accepts over HTTP with 32 requests in flight."""
-    nodes = sim.node_names()
-    url = f"{sim.kube_url}/api/v1/namespaces/{NS}/pods"
+async def raw_create_rate(cluster: Cluster, nodes: list[str]) -> float:
+    """Pods per second the emulator accepts over HTTP, nodeName preset, 32 in flight."""
+    assert cluster.session is not None
+    session = cluster.session
+    url = cluster.url + PODS_PATH
 
     def body(index: int) -> dict[str, Any]:
         return {
@@ -124,137 +230,213 @@ async def raw_create_rate(sim: Simulator) -> float:
     queue: asyncio.Queue[int] = asyncio.Queue()
     for index in range(RAW_PODS):
         queue.put_nowait(index)
-    async with aiohttp.ClientSession() as session:
 
-        async def worker() -> None:
-            while not queue.empty():
-                index = queue.get_nowait()
-                async with session.post(url, json=body(index)) as response:
-                    if response.status != 201:
-                        raise RuntimeError(f"raw create: HTTP {response.status}")
+    async def worker() -> None:
+        while not queue.empty():
+            index = queue.get_nowait()
+            async with session.post(url, json=body(index)) as response:
+                if response.status != 201:
+                    raise RuntimeError(f"raw create: HTTP {response.status}")
 
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(32)))
-        seconds = time.perf_counter() - started
-    for index in range(RAW_PODS):
-        sim.store.delete("pods", f"raw-{index}", namespace=NS, grace_period_seconds=0)
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(RAW_IN_FLIGHT)))
+    seconds = time.perf_counter() - started
+    await delete_all(cluster, "bench=raw")
     return RAW_PODS / seconds
 
 
-async def scale(sim: Simulator, replicas: int) -> float:
+async def delete_all(cluster: Cluster, selector: str) -> None:
+    await cluster.call(
+        "DELETE",
+        f"{PODS_PATH}?labelSelector={selector}",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+    )
+    deadline = Deadline(time.monotonic() + 120)
+
+    async def gone() -> bool:
+        return not await cluster.pods(selector)
+
+    await wait_until(gone, f"pods {selector} deleted", deadline)
+
+
+async def pinned_ceiling(cluster: Cluster, nodes: list[str]) -> float:
+    """Pods per second from create to Ready for pods pinned by node affinity (the NodeSet's
+    kind of pod): the emulator's scheduler and kubelet alone, created 32 at a time."""
+    labels = {"bench": "pinned"}
+    names = [(f"pinned-{i}", nodes[-1 - i]) for i in range(min(PINNED_SAMPLE, len(nodes)))]
+    queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    for item in names:
+        queue.put_nowait(item)
+
+    async def worker() -> None:
+        while not queue.empty():
+            name, node = queue.get_nowait()
+            await cluster.call("POST", PODS_PATH, pinned_pod(name, node, labels))
+
+    async def all_ready() -> bool:
+        pods = await cluster.pods("bench=pinned")
+        return len(pods) == len(names) and all(ready(p) for p in pods)
+
     started = time.perf_counter()
-    sim.store.patch(
-        NODESETS,
-        "bench",
+    await asyncio.gather(*(worker() for _ in range(RAW_IN_FLIGHT)))
+    await wait_until(all_ready, "pinned pods Ready", Deadline(time.monotonic() + 300))
+    seconds = time.perf_counter() - started
+    await delete_all(cluster, "bench=pinned")
+    return len(names) / seconds
+
+
+async def scale(cluster: Cluster, replicas: int, deadline: Deadline) -> float:
+    started = time.perf_counter()
+    await cluster.call(
+        "PATCH",
+        f"{NODESETS_PATH}/{NODESET}",
         {"spec": {"replicas": replicas}},
         "application/merge-patch+json",
-        namespace=NS,
     )
-    await wait_for(
-        lambda: settled(sim, replicas), f"scale to {replicas}", progress=lambda: progress_of(sim)
-    )
+
+    async def status_says_so() -> bool:
+        status = await cluster.nodeset_status()
+        return (
+            status.get("desiredNumberScheduled") == replicas
+            and status.get("currentNumberScheduled") == replicas
+            and status.get("numberReady") == replicas
+            and status.get("updatedNumberScheduled") == replicas
+        )
+
+    async def settled() -> bool:
+        # The status is cheap to read; the pods are listed only once it claims success.
+        if not await status_says_so():
+            return False
+        pods = await cluster.pods(f"nodeflow.dev/nodeset={NODESET}")
+        return len(pods) == replicas and all(ready(p) for p in pods)
+
+    async def progress() -> str:
+        pods = await cluster.pods(f"nodeflow.dev/nodeset={NODESET}")
+        status = await cluster.nodeset_status()
+        shown = {k: v for k, v in status.items() if k not in ("conditions", "selector")}
+        return f"{len(pods)} pods, {sum(1 for p in pods if ready(p))} ready, status {shown}"
+
+    await wait_until(settled, f"scale to {replicas}", deadline, progress)
     return time.perf_counter() - started
 
 
-def report(label: str, pods: int, seconds: float, raw: float) -> None:
+def report(label: str, pods: int, seconds: float, raw: float, pinned: float) -> None:
     rate = pods / seconds if seconds > 0 else float("inf")
     print(
-        f"   {label:<22} {seconds:7.1f} s  {rate:7.1f} pods/s  {rate / raw:5.2f} x raw create rate",
+        f"   {label:<14} {seconds:7.1f} s {rate:7.1f} pods/s  {rate / raw:5.3f} x raw create"
+        f"  {rate / pinned:5.2f} x pinned-pod ceiling",
         flush=True,
     )
 
 
 async def main() -> None:
     configure_logging("bench-nodeset-controller", os.environ.get("BENCH_LOG_LEVEL", "error"))
+    deadline = Deadline(time.monotonic() + BUDGET)
     with tempfile.TemporaryDirectory(prefix="bench-nodeset-") as tmp:
         nats = NatsServerProcess(Path(tmp) / "nats")
         await nats.start()
-        sim_config = SimulatorConfig(
-            cluster=ClusterSpec(nodes=NODES),
-            # Blocks of 250 nodes: one third octet each, so 4,000 nodes fit in 10.174.0.0/16.
-            topology=f"spines=1,blocks_per_spine={-(-NODES // 250)},nodes_per_block=250",
-            kubelet_delay=0.0,
-            slurm_clusters=(CLUSTER,),
-            slurm_driver_interval=0.5,
-            start_admin_server=False,
-        )
+        cluster = Cluster(Path(tmp) / "sim")
         try:
-            async with run_simulator(sim_config) as sim:
-                await run(sim, nats.url)
+            await cluster.start()
+            await run(cluster, nats.url, deadline)
+        except OutOfBudget as exc:
+            print(f"   stopped: {exc} (budget {BUDGET:.0f} s)", flush=True)
         finally:
+            await cluster.stop()
             await nats.kill()
 
 
-async def run(sim: Simulator, nats_url: str) -> None:
+async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
+    nodes = await cluster.node_names()
+    raw = await raw_create_rate(cluster, nodes)
+    pinned = await pinned_ceiling(cluster, nodes)
+    print(
+        f"   {len(nodes)} nodes; emulator raw pod create {raw:.0f} pods/s "
+        f"({RAW_PODS} pods, {RAW_IN_FLIGHT} in flight); pinned pods create -> Ready "
+        f"{pinned:.1f} pods/s ({PINNED_SAMPLE} pods: the emulator's scheduler checks every "
+        f"node for each pod)",
+        flush=True,
+    )
     options = BusOptions(name="bench-nodeset", request_timeout=10.0)
     bus = await Bus.connect(nats_url, options=options)
     await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
     for service in ("k8s-watcher", "slurm-syncer"):
         await ensure_topology(bus.js, consumers=CONSUMERS[service])
-    raw = await raw_create_rate(sim)
+    watcher_config = K8sWatcherConfig(
+        nats_url=(nats_url,), kubeconfig=cluster.env["KUBECONFIG"], instance_id="bench-watcher"
+    )
+    controller_config = NodeSetControllerConfig(nats_url=(nats_url,), instance_id="bench")
+    syncer_options = SyncerOptions()
     print(
-        f"   raw emulator pod create: {raw:.0f} pods/s ({RAW_PODS} pods, 32 in flight)", flush=True
+        f"   settings (service defaults): k8s-watcher kube_qps={watcher_config.kube_qps:g} "
+        f"kube_burst={watcher_config.kube_burst} "
+        f"command_concurrency={watcher_config.command_concurrency}; nodeset-controller "
+        f"debounce={controller_config.debounce_seconds:g}s "
+        f"resync={controller_config.resync_seconds:g}s "
+        f"publish_window={controller_config.publish_window} "
+        f"max_commands_in_flight={controller_config.max_commands_in_flight}; slurm-syncer "
+        f"poll={syncer_options.poll_interval:g}s "
+        f"updates={syncer_options.max_concurrent_updates}",
+        flush=True,
     )
-    watcher = await K8sWatcher.connect(
-        K8sWatcherConfig(
-            nats_url=(nats_url,),
-            kubeconfig=str(sim.kubeconfig_path),
-            instance_id="bench-watcher",
-            kube_qps=20000.0,
-            kube_burst=20000,
-            command_concurrency=64,
-        ),
-        bus,
-    )
+    watcher = await K8sWatcher.connect(watcher_config, bus)
     await watcher.start()
     await watcher.wait_synced()
     settings = ClusterSettings(
-        name=CLUSTER, url=sim.slurm_url, user="slurm", jwt_key_file=sim.jwt_key_file
+        name=CLUSTER,
+        url=cluster.env["SLURM_URL"],
+        user="slurm",
+        jwt_key_file=Path(cluster.env["SLURM_JWT_KEY_FILE"]),
     )
     client = SlurmClient(
         CLUSTER,
-        sim.slurm_url,
+        settings.url,
         token_source(settings, lifespan=3600, margin=60),
         ClientOptions(timeout_seconds=30.0, backoff=Backoff(initial=0.1, maximum=1.0)),
     )
-    syncer = Syncer(
-        bus, {CLUSTER: client}, SyncerOptions(poll_interval=1.0, max_concurrent_updates=64)
-    )
+    syncer = Syncer(bus, {CLUSTER: client}, syncer_options)
     await syncer.start()
     controller_bus = await Bus.connect(nats_url, options=options)
-    controller = NodeSetController(
-        controller_bus,
-        NodeSetControllerConfig(
-            nats_url=(nats_url,), instance_id="bench", debounce_seconds=0.2, resync_seconds=5.0
-        ),
-    )
+    controller = NodeSetController(controller_bus, controller_config)
     await controller.start()
     await controller.lease.wait_until_leader(timeout=30)
     try:
-        sim.store.create(
-            NODESETS,
+        await cluster.call(
+            "POST",
+            NODESETS_PATH,
             {
                 "apiVersion": "nodeflow.dev/v1alpha1",
                 "kind": "NodeSet",
-                "metadata": {"name": "bench", "namespace": NS},
+                "metadata": {"name": NODESET, "namespace": NS},
                 "spec": {"replicas": 0, "slurmCluster": CLUSTER, "template": TEMPLATE},
             },
         )
-        await wait_for(lambda: settled(sim, 0), "empty NodeSet status")
-        report(f"0 -> {SMALL}", SMALL, await scale(sim, SMALL), raw)
-        report(f"{SMALL} -> 0", SMALL, await scale(sim, 0), raw)
+
+        async def empty_status() -> bool:
+            return (await cluster.nodeset_status()).get("desiredNumberScheduled") == 0
+
+        await wait_until(empty_status, "empty NodeSet status", deadline)
+        steps = [(0, SMALL), (SMALL, 0)]
         if NODES > SMALL:
-            up = await scale(sim, NODES)
-            report(f"0 -> {NODES}", NODES, up, raw)
-            report(f"{NODES} -> 0", NODES, await scale(sim, 0), raw)
-            verdict = "met" if up < TARGET_SECONDS else "NOT met"
-            print(f"   target 0 -> {NODES} under {TARGET_SECONDS:.0f} s: {verdict}", flush=True)
+            steps += [(0, NODES), (NODES, 0)]
+        for start, end in steps:
+            seconds = await scale(cluster, end, deadline)
+            report(f"{start} -> {end}", abs(end - start), seconds, raw, pinned)
+            drained = (await cluster.nodeset_status()).get("numberDrain")
+            if drained:
+                # Pods recreated on nodes drained by the previous scale-in keep Slurm's DRAIN
+                # until slurm-syncer clears it; the status reports it as it is.
+                print(f"   note: numberDrain={drained} after the step", flush=True)
+            if end == NODES:
+                verdict = "met" if seconds < TARGET_SECONDS else "NOT met"
+                print(f"   target 0 -> {NODES} under {TARGET_SECONDS:.0f} s: {verdict}", flush=True)
+    finally:
         print(
             f"   controller: {controller.stats.plans} plans, {controller.stats.commands} messages, "
+            f"{controller.stats.deferred} changes deferred by the in-flight window, "
             f"outcomes {dict(sorted(controller.stats.outcomes.items()))}",
             flush=True,
         )
-    finally:
         await controller.stop()
         await controller_bus.close()
         await syncer.stop()

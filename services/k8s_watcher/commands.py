@@ -183,6 +183,20 @@ def _plan_create(cmd: K8sCommand, operation: CreateObject) -> ApiCall | Rejected
     return ApiCall("POST", kind.collection_path(namespace), obj, created_object_path=existing)
 
 
+def proves_itself(cmd: K8sCommand) -> bool:
+    """Whether a repeat of `cmd` is recognisable from the API alone: a create of a named
+    object (or an Event, whose name derives from the key) stamps the key on what it makes,
+    and a repeat meets AlreadyExists with it. A generateName create would make a second
+    object, so it relies on the applied-key record like every other operation."""
+    operation = cmd.operation
+    if isinstance(operation, RecordEvent):
+        return True
+    if isinstance(operation, CreateObject):
+        meta = operation.object.get("metadata")
+        return isinstance(meta, dict) and bool(meta.get("name"))
+    return False
+
+
 def event_name(target: ObjectRef, idempotency_key: str) -> str:
     """Deterministic, so a repeated record-event meets AlreadyExists instead of a duplicate."""
     digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:16]

@@ -22,10 +22,13 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
     # Entries are separated by ',', so requirements inside one selector are joined with ';'.
     label_selectors: dict[str, str] = msgspec.field(default_factory=dict)
     # Client-side rate limit of every API request (token bucket, like client-go's QPS/Burst).
-    # client-go's 5/10 is for kubectl; a controller mirroring 4,000 nodes and creating and
-    # patching pods for them needs headroom for bursts of hundreds of commands.
-    kube_qps: float = 100.0
-    kube_burst: int = 200
+    # client-go's 5/10 is for kubectl. Sized for a 4,000-node cluster: bringing up a NodeSet
+    # on every node takes about two requests per pod (node claim, pod create) plus a few per
+    # round (status, Events, NodeSlices), ~8,500 requests, which 300/s serves in under 30 s;
+    # the burst covers a relist of every kind at start. Still far below what one client may
+    # send a kube-apiserver (max-mutating-requests-inflight 200 at a few ms each).
+    kube_qps: float = 300.0
+    kube_burst: int = 600
     kube_request_timeout_seconds: float = 30.0
     list_page_size: int = 500
     # Server-side watch timeout; each watch asks for this plus up to 100% random jitter so the

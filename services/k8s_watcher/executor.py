@@ -2,7 +2,8 @@
 
 One object's commands run in the order sent (the consumer's ordering key is the target),
 others concurrently. Each command's idempotency key is remembered in a KV bucket once it was
-applied, so a repeat (even after a restart) is answered `already-applied` without a call.
+applied, so a repeat (even after a restart) is answered `already-applied` without a call;
+creates need no record, the key stamped on the object they make answers for them.
 Answers that may pass (no answer, 429 including a PodDisruptionBudget refusal, 5xx) are
 reported `retrying` and retried with backoff by the consumer; when the deliveries run out
 the outcome is `failed` and the command goes to the dead-letter subject. Every other answer
@@ -29,6 +30,7 @@ from k8s_watcher.commands import (
     is_retryable,
     outcome_of,
     plan_command,
+    proves_itself,
     resource_version_of,
 )
 from k8s_watcher.kube import ApiResponse, ApiUnavailable, KubeClient
@@ -101,7 +103,12 @@ class CommandExecutor:
 
     async def handle(self, cmd: K8sCommand, delivery: Delivery) -> None:
         attempt = delivery.num_delivered
-        previous = await self.applied.get(cmd.idempotency_key)
+        # A create proves its own idempotency: the object it makes carries the key (its
+        # annotation), so a repeat meets AlreadyExists and is recognised as already applied
+        # (`_created_earlier`). Only other operations need the applied-key record, which
+        # saves creates two NATS round trips (the lookup and the record).
+        recorded = not proves_itself(cmd)
+        previous = await self.applied.get(cmd.idempotency_key) if recorded else None
         if previous is not None:
             await self._report(
                 cmd,
@@ -140,7 +147,7 @@ class CommandExecutor:
             http_status=response.status,
             resource_version=resource_version,
         )
-        if outcome != "applied":
+        if outcome != "applied" or not recorded:
             await report
             return
         # Both must be stored before the command is acknowledged; neither needs the other.

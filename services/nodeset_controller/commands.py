@@ -77,6 +77,8 @@ class Outgoing:
     # Slots that must be free for this command (a release waits for a create to land).
     also_blocked_by: tuple[str, ...] = ()
     is_create: bool = False
+    # A change of a pod or a node claim: these are limited in number in flight.
+    windowed: bool = False
 
 
 def pod_ref(namespace: str, name: str, uid: str | None = None) -> ObjectRef:
@@ -98,6 +100,18 @@ def nodeset_ref(spec: NodeSetSpec, *, with_rv: bool) -> ObjectRef:
         uid=spec.uid or None,
         resource_version=(spec.resource_version or None) if with_rv else None,
     )
+
+
+def action_slot(namespace: str, action: Action) -> str | None:
+    """The slot of an action that changes a pod or a node claim -- the bulk of a scale-up,
+    scale-down or rollout, limited in number in flight; None for the others."""
+    if isinstance(action, Claim | Release):
+        return node_slot(action.node)
+    if isinstance(action, CreatePod):
+        return pod_slot(namespace, action.name)
+    if isinstance(action, ScheduleDelete | CancelDelete | DeletePod):
+        return pod_slot(namespace, action.pod.name)
+    return None
 
 
 def pod_slot(namespace: str, name: str) -> str:
@@ -205,7 +219,11 @@ def to_outgoing(spec: NodeSetSpec, action: Action, now: float) -> Outgoing:
             now,
         )
         return Outgoing(
-            node_slot(action.node), ("k8s_nodes", f"_.{action.node}"), action.node_rv, command
+            node_slot(action.node),
+            ("k8s_nodes", f"_.{action.node}"),
+            action.node_rv,
+            command,
+            windowed=True,
         )
     if isinstance(action, Release):
         key = stable_key("release", action.node, action.node_uid, action.node_rv, spec.key)
@@ -224,6 +242,7 @@ def to_outgoing(spec: NodeSetSpec, action: Action, now: float) -> Outgoing:
             action.node_rv,
             command,
             also_blocked_by=blocked,
+            windowed=True,
         )
     if isinstance(action, CreatePod):
         key = stable_key(
@@ -243,6 +262,7 @@ def to_outgoing(spec: NodeSetSpec, action: Action, now: float) -> Outgoing:
             pod=action.name,
             node=action.node,
             is_create=True,
+            windowed=True,
         )
     if isinstance(action, ScheduleDelete):
         pod = action.pod
@@ -277,6 +297,7 @@ def to_outgoing(spec: NodeSetSpec, action: Action, now: float) -> Outgoing:
             action.why,
             pod=pod.name,
             node=pod.node or "",
+            windowed=True,
         )
     if isinstance(action, CancelDelete):
         pod = action.pod
@@ -299,6 +320,7 @@ def to_outgoing(spec: NodeSetSpec, action: Action, now: float) -> Outgoing:
             action.why,
             pod=pod.name,
             node=pod.node or "",
+            windowed=True,
         )
     if isinstance(action, DeletePod):
         pod = action.pod
@@ -314,6 +336,7 @@ def to_outgoing(spec: NodeSetSpec, action: Action, now: float) -> Outgoing:
             action.why,
             pod=pod.name,
             node=pod.node or "",
+            windowed=True,
         )
     if isinstance(action, WriteSlice):
         change = action.change

@@ -21,6 +21,12 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
     in_flight_timeout_seconds: float = 20.0
     # Most commands published in one batch (JetStream acks outstanding).
     publish_window: int = 512
+    # Most pod and claim changes (claims, releases, creates, SlurmDelete set or removed,
+    # deletes) sent and not yet visible in KV, over all NodeSets. Like the DaemonSet
+    # controller's burst of 250 creates per sync: it keeps the command queue short, so a
+    # status update never waits behind thousands of commands, and a plan turns only this many
+    # actions into commands; the rest follow as earlier ones land.
+    max_commands_in_flight: int = 256
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -37,6 +43,8 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
             raise ValueError("debounce_seconds must not be negative")
         if self.publish_window < 1:
             raise ValueError("publish_window must be at least 1")
+        if self.max_commands_in_flight < 1:
+            raise ValueError("max_commands_in_flight must be at least 1")
 
     @property
     def defaults(self) -> Defaults:

@@ -85,8 +85,14 @@ class CreatePod:
     node_rv: str
     name: str
     revision: str
-    pod: dict[str, Any]
+    nodeset: NodeSetSpec
     why: str
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        """The pod to create, built only when the create is sent: a scale-up plans creates
+        for every claimed node each round, and most wait for a free slot."""
+        return build_pod(self.nodeset, self.node, self.name, self.revision)
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,33 @@ class Plan:
     problems: list[SpecProblem] = field(default_factory=list)
 
 
+@dataclass
+class PlanMemo:
+    """Results of the per-object checks of earlier plans, reused while the object is the same.
+
+    A KV view hands out the same dict for an object until the object changes, so identity
+    (`is`) proves a result still holds; anything else is recomputed. This keeps a plan over
+    thousands of nodes cheap without remembering anything a restart would miss: an empty
+    memo gives the same plan.
+    """
+
+    pod_states: dict[str, tuple[Obj, SlurmNodeState | None, PodState]] = field(default_factory=dict)
+    # Node name -> (node, its IPv4 InternalIP, its claim).
+    facts: dict[str, tuple[Obj, ipaddress.IPv4Address | None, str | None]] = field(
+        default_factory=dict
+    )
+    keep: dict[str, tuple[Obj, str, feasibility.Verdict]] = field(default_factory=dict)
+    place: dict[str, tuple[Obj, tuple[Any, ...], feasibility.Verdict]] = field(default_factory=dict)
+
+    def forget_absent(self, nodes: Collection[str], pods: Collection[str]) -> None:
+        """Drop what belongs to objects that no longer exist (bounded memory)."""
+        for table in (self.facts, self.keep, self.place):
+            for name in [n for n in table if n not in nodes]:
+                del table[name]
+        for name in [n for n in self.pod_states if n not in pods]:
+            del self.pod_states[name]
+
+
 @dataclass(frozen=True)
 class ClusterView:
     nodeset: Obj
@@ -162,6 +195,8 @@ class ClusterView:
     slices: Mapping[str, Obj]
     defaults: Defaults
     now: float
+    # Reuse of per-object checks across plans (never changes the plan, only its cost).
+    memo: PlanMemo | None = None
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -222,6 +257,69 @@ def _finish_status(
         plan.status = wanted
 
 
+def _pod_state(view: ClusterView, pod: Obj) -> PodState:
+    slurm = view.slurm.get(name_of(pod))
+    if view.memo is None:
+        return pod_state(pod, slurm)
+    name = name_of(pod)
+    cached = view.memo.pod_states.get(name)
+    if cached is not None and cached[0] is pod and cached[1] is slurm:
+        return cached[2]
+    state = pod_state(pod, slurm)
+    view.memo.pod_states[name] = (pod, slurm, state)
+    return state
+
+
+def _node_facts(
+    view: ClusterView, node_name: str, node: Obj
+) -> tuple[ipaddress.IPv4Address | None, str | None]:
+    """The node's IPv4 InternalIP and claim."""
+    if view.memo is None:
+        return internal_ipv4(node), claim_of(node)
+    cached = view.memo.facts.get(node_name)
+    if cached is not None and cached[0] is node:
+        return cached[1], cached[2]
+    address, claim = internal_ipv4(node), claim_of(node)
+    view.memo.facts[node_name] = (node, address, claim)
+    return address, claim
+
+
+def _may_keep(
+    view: ClusterView, placement: Obj, node_name: str, node: Obj, spec_key: str, revision: str
+) -> feasibility.Verdict:
+    if view.memo is None:
+        return feasibility.may_keep(placement, node, spec_key)
+    basis = f"{spec_key}\x1f{revision}"
+    cached = view.memo.keep.get(node_name)
+    if cached is not None and cached[0] is node and cached[1] == basis:
+        return cached[2]
+    verdict = feasibility.may_keep(placement, node, spec_key)
+    view.memo.keep[node_name] = (node, basis, verdict)
+    return verdict
+
+
+def _can_place(
+    view: ClusterView,
+    placement: Obj,
+    requests: ResourceList,
+    node_name: str,
+    node: Obj,
+    others: ResourceList,
+    spec_key: str,
+    revision: str,
+) -> feasibility.Verdict:
+    if view.memo is None:
+        return feasibility.can_place(placement, requests, node, others, spec_key)
+    # The placement (and so the requests) is a function of the template: the revision.
+    basis = (spec_key, revision, tuple(sorted(others.items())))
+    cached = view.memo.place.get(node_name)
+    if cached is not None and cached[0] is node and cached[1] == basis:
+        return cached[2]
+    verdict = feasibility.can_place(placement, requests, node, others, spec_key)
+    view.memo.place[node_name] = (node, basis, verdict)
+    return verdict
+
+
 # --- the plan ------------------------------------------------------------------------------
 
 
@@ -259,7 +357,7 @@ def plan(view: ClusterView) -> Plan:
     requests = pod_requests(placement)
 
     # Our pods, by what is to become of them.
-    states = [pod_state(p, view.slurm.get(name_of(p))) for p in view.pods]
+    states = [_pod_state(view, p) for p in view.pods]
     raw_by_name = {name_of(p): p for p in view.pods}
     occupied: dict[str, list[PodState]] = {}  # node -> our pods there (terminating included)
     for pod in states:
@@ -272,7 +370,11 @@ def plan(view: ClusterView) -> Plan:
     for pod in sorted(states, key=lambda p: p.name):
         node = view.nodes.get(pod.node) if pod.node else None
         if pod.terminating:
-            if node is not None and feasibility.may_keep(placement, node, spec.key).feasible:
+            if (
+                node is not None
+                and pod.node is not None
+                and _may_keep(view, placement, pod.node, node, spec.key, revision).feasible
+            ):
                 terminating_in_place.append(pod)
             continue
         if pod_is_terminal(raw_by_name[pod.name]):
@@ -285,7 +387,8 @@ def plan(view: ClusterView) -> Plan:
                 DeletePod(pod, False, "NodeGone", f"node {pod.node or '?'} no longer exists")
             )
             continue
-        verdict = feasibility.may_keep(placement, node, spec.key)
+        assert pod.node is not None  # a node was found by this name
+        verdict = _may_keep(view, placement, pod.node, node, spec.key, revision)
         if verdict.feasible:
             kept.append(pod)
         else:
@@ -293,8 +396,9 @@ def plan(view: ClusterView) -> Plan:
 
     # Names: a node keeps the name of the pod already on it; others compete by node name.
     addresses: dict[str, ipaddress.IPv4Address] = {}
+    claims: dict[str, str | None] = {}
     for node_name, node in view.nodes.items():
-        address = internal_ipv4(node)
+        address, claims[node_name] = _node_facts(view, node_name, node)
         if address is not None:
             addresses[node_name] = address
     existing_names = {
@@ -310,12 +414,16 @@ def plan(view: ClusterView) -> Plan:
         if node_name in kept_nodes:
             continue
         node = view.nodes[node_name]
-        ours_there = occupied.get(node_name, [])
-        others = _minus(
-            dict(view.requested.get(node_name, {})),
-            _sum_requests(raw_by_name[p.name] for p in ours_there if p.name in raw_by_name),
-        )
-        verdict = feasibility.can_place(placement, requests, node, others, spec.key)
+        ours_there = occupied.get(node_name)
+        requested_there = view.requested.get(node_name)
+        if ours_there:
+            others = _minus(
+                dict(requested_there or {}),
+                _sum_requests(raw_by_name[p.name] for p in ours_there if p.name in raw_by_name),
+            )
+        else:
+            others = dict(requested_there) if requested_there else {}
+        verdict = _can_place(view, placement, requests, node_name, node, others, spec.key, revision)
         if not verdict.feasible:
             continue
         new_name = naming.names.get(node_name)
@@ -412,11 +520,11 @@ def plan(view: ClusterView) -> Plan:
     need = desired - len(kept) - len(terminating_in_place)
     chosen: list[str] = []
     if need > 0:
-        ordered = sorted(placeable, key=lambda n: (claim_of(view.nodes[n]) != spec.key, n))
+        ordered = sorted(placeable, key=lambda n: (claims[n] != spec.key, n))
         chosen = ordered[:need]
     for node_name in chosen:
         node = view.nodes[node_name]
-        if claim_of(node) == spec.key:
+        if claims[node_name] == spec.key:
             name = naming.names[node_name]
             result.actions.append(
                 CreatePod(
@@ -425,7 +533,7 @@ def plan(view: ClusterView) -> Plan:
                     node_rv=resource_version_of(node),
                     name=name,
                     revision=revision,
-                    pod=build_pod(spec, node_name, name, revision),
+                    nodeset=spec,
                     why=f"node {node_name} is feasible and claimed; "
                     f"{len(kept) + len(terminating_in_place)} of {desired} pods exist",
                 )
@@ -436,9 +544,9 @@ def plan(view: ClusterView) -> Plan:
             )
     chosen_set = set(chosen)
     for node_name, node in sorted(view.nodes.items()):
-        if claim_of(node) != spec.key:
+        if claims[node_name] != spec.key:
             # A pod of ours on a node nobody claimed (a release raced a create): claim it.
-            if claim_of(node) is None and node_name in kept_nodes:
+            if claims[node_name] is None and node_name in kept_nodes:
                 result.actions.append(
                     Claim(
                         node_name,

@@ -6,7 +6,9 @@ One replica is active (leader lease). What it keeps in memory is an optimisation
 source of truth: the in-flight table stops it re-sending a command whose effect has not
 reached KV yet, and every entry ends on the command's outcome, on the object changing, or
 after `in_flight_timeout_seconds` -- so a lost outcome or a restart cannot wedge anything
-(the anchors' "expectations" bug).
+(the anchors' "expectations" bug). The same table bounds how many pod and claim changes are
+in flight at once (`max_commands_in_flight`), so a scale of thousands of pods proceeds in
+waves and a status update never queues behind thousands of commands.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from nodeset_controller import SERVICE
 from nodeset_controller.commands import (
     SENDER,
     Outgoing,
+    action_slot,
     invalid_status_outgoing,
     notice_outgoing,
     stable_key,
@@ -51,7 +54,7 @@ from nodeset_controller.objects import (
     resource_version_of,
     uid_of,
 )
-from nodeset_controller.planner import ClusterView, Notice, plan
+from nodeset_controller.planner import ClusterView, Notice, PlanMemo, plan
 from nodeset_controller.quantity import ResourceList
 
 log = structlog.get_logger("nodeset_controller")
@@ -66,6 +69,7 @@ class InFlight:
     basis: str
     sent_at: float
     is_create: bool
+    windowed: bool = False
     outcome: str | None = None
     outcome_rv: str | None = None
 
@@ -76,6 +80,8 @@ class Stats:
     commands: int = 0
     decisions: int = 0
     skipped_in_flight: int = 0
+    # Pod and claim changes left for a later round: max_commands_in_flight were in flight.
+    deferred: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
 
 
@@ -164,6 +170,9 @@ class NodeSetController:
         self._slices_of: dict[str, dict[str, Obj]] = {}
         self._slurm_of: dict[str, dict[str, SlurmNodeState]] = {}  # cluster -> name -> state
         self._in_flight: dict[str, InFlight] = {}
+        self._memos: dict[str, PlanMemo] = {}  # nodeset key -> reusable per-object checks
+        self._room = config.max_commands_in_flight
+        self._last_round_seconds = 0.0
         self._by_key: dict[str, str] = {}  # idempotency key -> slot
         self._salt: dict[str, int] = {}
         self._dirty: set[str] = set()
@@ -412,14 +421,20 @@ class NodeSetController:
                 if not self.lease.is_leader:
                     await asyncio.sleep(0.2)
                 continue
-            if self.config.debounce_seconds:
-                await asyncio.sleep(self.config.debounce_seconds)
+            # A round costs CPU that k8s-watcher and slurm-syncer may share (one process in
+            # small deployments): wait at least as long as the last round took, so planning
+            # never takes more than half of it, however fast changes arrive.
+            pause = max(self.config.debounce_seconds, self._last_round_seconds)
+            if pause:
+                await asyncio.sleep(pause)
             now = time.time()
             due = {k for k, at in self._wake_at.items() if at <= now}
             if due or timeout == self.config.resync_seconds:
                 self._all_dirty = True if not due else self._all_dirty
                 self._dirty |= due
+            round_started = time.perf_counter()
             await self.reconcile_dirty()
+            self._last_round_seconds = time.perf_counter() - round_started
             # Commands in flight need a look again once they may have expired.
             if self._in_flight:
                 self._wake_at["__in_flight__"] = now + self.config.in_flight_timeout_seconds
@@ -439,10 +454,14 @@ class NodeSetController:
         # Drop entries whose effect is visible, so finished commands never linger.
         for slot in list(self._in_flight):
             self._busy(slot, now)
+        self._room = self.config.max_commands_in_flight - sum(
+            1 for entry in self._in_flight.values() if entry.windowed
+        )
         for key in sorted(keys):
             self._wake_at.pop(key, None)
             nodeset = self.nodesets.get(key)
             if nodeset is None:
+                self._memos.pop(key, None)
                 continue
             outgoing.extend(self.plan_nodeset(key, nodeset, now))
         self.last_plan_at = now
@@ -452,9 +471,13 @@ class NodeSetController:
     def plan_nodeset(self, key: str, nodeset: Obj, now: float) -> list[Outgoing]:
         cluster = str(mapping(nodeset.get("spec")).get("slurmCluster") or "")
         ours = self._pods_of.get(key, {})
+        nodes = {name.partition(".")[2]: node for name, node in self.nodes.items()}
+        memo = self._memos.setdefault(key, PlanMemo())
+        if len(memo.facts) > len(nodes) or len(memo.pod_states) > len(ours):
+            memo.forget_absent(nodes, ours)
         view = ClusterView(
             nodeset=nodeset,
-            nodes={name.partition(".")[2]: node for name, node in self.nodes.items()},
+            nodes=nodes,
             pods=list(ours.values()),
             requested=self._requested,
             foreign_pod_names=ForeignNames(self._pod_names.get(namespace_of(nodeset), set()), ours),
@@ -462,6 +485,7 @@ class NodeSetController:
             slices=self._slices_of.get(key, {}),
             defaults=self.config.defaults,
             now=now,
+            memo=memo,
         )
         result = plan(view)
         self.stats.plans += 1
@@ -489,7 +513,19 @@ class NodeSetController:
                     "nodeset.invalid", nodeset=key, problems=[p.describe() for p in result.problems]
                 )
             return produced
+        namespace = result.nodeset.namespace
         for action in result.actions:
+            slot = action_slot(namespace, action)
+            if slot is not None:
+                # A pod or claim change: not while its slot is busy, and only while there is
+                # room in the window.
+                if self._busy(slot, now):
+                    self.stats.skipped_in_flight += 1
+                    continue
+                if self._room <= 0:
+                    self.stats.deferred += 1
+                    continue
+                self._room -= 1
             produced.append(to_outgoing(result.nodeset, action, now))
         if result.status is not None:
             produced.append(status_outgoing(result.nodeset, result.status, now))
@@ -524,6 +560,7 @@ class NodeSetController:
                     basis=out.basis,
                     sent_at=now,
                     is_create=out.is_create,
+                    windowed=out.windowed,
                 )
                 self._by_key[command.idempotency_key] = out.slot
             messages.append(

@@ -70,6 +70,21 @@ async def test_scale_from_zero_to_n_pods_ready_status_slices_claims_events(stack
     await eventually(lambda: status_is(stack, "gpu", numberRunning=0, numberDrain=0))
 
 
+async def test_scale_up_wider_than_the_in_flight_window_completes_step_by_step(
+    stack: Stack,
+) -> None:
+    controller = await stack.start_controller(max_commands_in_flight=1)
+    stack.create_nodeset("gpu", 3)
+    await eventually(lambda: len(stack.ready_pods("gpu")) == 3, what="3 pods ready")
+    await eventually(
+        lambda: status_is(stack, "gpu", currentNumberScheduled=3, numberReady=3),
+        what="status",
+    )
+    # Three claims and three creates, one at a time: the others waited for a later round.
+    assert controller.stats.deferred > 0
+    assert len(stack.claims()) == 3
+
+
 async def test_scale_in_while_jobs_run_pods_stay_until_jobs_end(stack: Stack) -> None:
     await stack.start_controller()
     stack.create_nodeset("gpu", 3)

@@ -15,6 +15,7 @@ from k8s_watcher.commands import (
     is_retryable,
     outcome_of,
     plan_command,
+    proves_itself,
     resource_version_of,
 )
 from k8s_watcher.kube import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
@@ -199,3 +200,19 @@ def test_writes_outside_the_cluster_role_are_refused_locally() -> None:
     ):
         refused = plan(target, operation)
         assert isinstance(refused, Rejected) and refused.outcome == "forbidden", target
+
+
+def test_only_named_creates_and_events_prove_their_own_idempotency() -> None:
+    def command(operation: CommandOperation) -> K8sCommand:
+        return K8sCommand(
+            idempotency_key="k", sender="t", sent_at=0.0, target=POD, operation=operation
+        )
+
+    named = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+    generated = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-"}}
+    assert proves_itself(command(CreateObject(object=named)))
+    assert proves_itself(command(RecordEvent(reason="R", message="m")))
+    # A generateName create would make a second object: it needs the applied-key record.
+    assert not proves_itself(command(CreateObject(object=generated)))
+    assert not proves_itself(command(DeleteObject()))
+    assert not proves_itself(command(CordonNode()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -16,6 +17,7 @@ from nodeset_controller.planner import (
     DeletePod,
     Notice,
     Plan,
+    PlanMemo,
     Release,
     ScheduleDelete,
     WriteSlice,
@@ -370,3 +372,44 @@ def test_rule_restart_safety_keys_change_with_the_state_they_were_derived_from()
     key_a = to_outgoing(first.nodeset, a, T0).command.idempotency_key
     key_b = to_outgoing(second.nodeset, b, T0).command.idempotency_key
     assert a.pod.name == b.pod.name and key_a != key_b
+
+
+def test_plan_with_a_memo_equals_the_plan_without_through_changes() -> None:
+    """The memo only saves work: after every change of a node, a pod, the template or the
+    other pods' requests, the plan made with it is the plan made from scratch."""
+    memo = PlanMemo()
+    node_map = nodes(6, claim=None)
+    node_map.update(
+        {
+            name: node(name, f"10.0.1.{i + 1}", claim=KEY)
+            for i, name in enumerate(["n0", "n1", "n2"])
+        }
+    )
+    pods = [pod(f"gpu-001-{i + 1:03d}", f"n{i}", revision=REV) for i in range(3)]
+    obj = nodeset(replicas=5)
+
+    def same_plan(**changes: Any) -> Plan:
+        args: dict[str, Any] = {"obj": obj, "node_map": node_map, "pods": pods, **changes}
+        fresh = view(args.pop("obj"), args.pop("node_map"), args.pop("pods"), **args)
+        remembered = replace(fresh, memo=memo)
+        expected, got = plan(fresh), plan(remembered)
+        assert got.actions == expected.actions and got.status == expected.status
+        return got
+
+    first = same_plan()
+    assert {a.node for a in of(first, Claim)} == {"n3", "n4"}
+    same_plan()  # everything from the memo
+    node_map["n4"] = node(
+        "n4", "10.0.1.5", taints=[{"key": "gpu", "value": "bad", "effect": "NoSchedule"}]
+    )
+    assert {a.node for a in of(same_plan(), Claim)} == {"n3", "n5"}
+    pods[0] = pod("gpu-001-001", "n0", revision=REV, ready=False)
+    assert same_plan().wanted_status["numberReady"] == 2
+    node_map["n1"] = node("n1", "10.0.1.2", claim="other.ns")  # another NodeSet took it
+    same_plan()
+    same_plan(requested={"n3": {"cpu": Fraction(8)}})  # n3 is full now
+    obj = nodeset(replicas=5, template_spec={"containers": [{"name": "c", "image": "v2"}]})
+    same_plan()
+    memo.forget_absent(["n0"], ["gpu-001-001"])
+    assert set(memo.facts) == {"n0"} and set(memo.pod_states) == {"gpu-001-001"}
+    same_plan()
