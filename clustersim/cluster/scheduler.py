@@ -11,6 +11,7 @@ from clustersim.cluster.loop import Controller, Obj
 from clustersim.cluster.podlife import merge_conditions, scheduled_condition
 from clustersim.cluster.scheduling import (
     choose_node,
+    named_nodes,
     needs_scheduling,
     node_allocatable,
     pod_occupies_node,
@@ -62,19 +63,29 @@ class DefaultScheduler(Controller[str]):
         nodes = self.store.list("nodes").items
         used = requested_by_node(pods)
         allocatable = {n["metadata"]["name"]: node_allocatable(n) for n in nodes}
+        by_name = {node["metadata"]["name"]: node for node in nodes}
         for pod in pending:
-            self._schedule_one(pod, nodes, used, allocatable)
+            self._schedule_one(pod, nodes, by_name, used, allocatable)
         return None
 
     def _schedule_one(
         self,
         pod: Obj,
         nodes: list[Obj],
+        by_name: dict[str, Obj],
         used: dict[str, Any],
         allocatable: dict[str, ResourceList],
     ) -> None:
         meta = pod["metadata"]
-        node_name, message = choose_node(pod, nodes, used, allocatable)
+        named = named_nodes(pod)
+        if named is not None:
+            candidates = [by_name[name] for name in sorted(named) if name in by_name]
+            node_name, message = choose_node(pod, candidates, used, allocatable)
+            if node_name is None:
+                # The FitError names every node, as the scheduler's message does.
+                node_name, message = choose_node(pod, nodes, used, allocatable)
+        else:
+            node_name, message = choose_node(pod, nodes, used, allocatable)
         try:
             if node_name is not None:
                 self.store.bind(meta["name"], meta["namespace"], node_name)

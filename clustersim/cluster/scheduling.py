@@ -147,6 +147,35 @@ def choose_node(
     return None, unschedulable_message(len(nodes), all_reasons)
 
 
+def named_nodes(pod: Obj) -> frozenset[str] | None:
+    """Node names a pod's required affinity allows at most, when every term names them.
+
+    kube-scheduler's NodeAffinity PreFilter does the same: when each nodeSelectorTerm has a
+    `matchFields metadata.name In [...]` requirement, only the union of those nodes can fit,
+    so the others are not evaluated. None: any node may fit.
+    """
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return None
+    names: set[str] = set()
+    for term in terms:
+        fields = [
+            requirement
+            for requirement in term.get("matchFields") or []
+            if requirement.get("key") == "metadata.name" and requirement.get("operator") == "In"
+        ]
+        if not fields:
+            return None
+        # Requirements of one term are ANDed: the term allows the intersection.
+        allowed = set(fields[0].get("values") or [])
+        for requirement in fields[1:]:
+            allowed &= set(requirement.get("values") or [])
+        names |= allowed
+    return frozenset(names)
+
+
 def wants_default_scheduler(pod: Obj) -> bool:
     return (pod.get("spec", {}).get("schedulerName") or DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
 

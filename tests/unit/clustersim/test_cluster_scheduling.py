@@ -11,6 +11,7 @@ from clustersim.cluster.scheduling import (
     UNSCHEDULABLE_NODE,
     choose_node,
     infeasibility_reasons,
+    named_nodes,
     needs_scheduling,
     requested_by_node,
 )
@@ -216,3 +217,34 @@ def test_never_binds_to_an_infeasible_node(
         allocatable = parse_resources(by_name[name]["status"]["allocatable"])
         for resource, amount in in_use.items():
             assert amount <= allocatable.get(resource, Fraction(0))
+
+
+def _pinned(*terms: list[str]) -> dict[str, Any]:
+    return {
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchFields": [
+                                    {"key": "metadata.name", "operator": "In", "values": names}
+                                ]
+                            }
+                            for names in terms
+                        ]
+                    }
+                }
+            }
+        }
+    }
+
+
+def test_named_nodes_is_the_union_of_terms_that_all_name_nodes() -> None:
+    assert named_nodes(_pinned(["a"], ["b", "c"])) == frozenset({"a", "b", "c"})
+    assert named_nodes({"spec": {}}) is None
+    mixed = _pinned(["a"])
+    mixed["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ].append({"matchExpressions": [{"key": "x", "operator": "Exists"}]})
+    assert named_nodes(mixed) is None  # a term without names lets any node through
