@@ -11,7 +11,8 @@ Typical service wiring (the runtime does this)::
     ...
     await consumer.stop(); await view.stop(); await lease.stop(); await bus.close()
 
-Readiness: `bus.is_connected` / `bus.state`, `view.ready.is_set()`, `lease.is_leader`.
+Readiness: `bus.is_connected` / `bus.state`, `view.ready.is_set()`, `lease.is_leader`,
+`consumer.not_ready_reason()` (None when fine; `consumer.failed` once a loop crashed).
 """
 
 from nodeflow_bus.backoff import Backoff, redelivery_delay
@@ -40,7 +41,7 @@ from nodeflow_bus.errors import (
     PublishError,
     RetryableError,
 )
-from nodeflow_bus.kv_view import Change, KVView
+from nodeflow_bus.kv_view import Change, ChangesOverflowError, KVView
 from nodeflow_bus.lease import LeaderLease, LeaseRecord
 from nodeflow_bus.scheduler import KeyedScheduler
 
@@ -52,6 +53,7 @@ __all__ = [
     "BusError",
     "BusOptions",
     "Change",
+    "ChangesOverflowError",
     "ConnectionState",
     "ConsumerOptions",
     "Credentials",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -59,6 +59,43 @@ def stream_label(subject: str) -> str:
         return topology.stream_for_subject(subject).name
     except LookupError:
         return "unknown"
+
+
+def is_kv_subject(subject: str) -> bool:
+    """A KV bucket's subject: only the last value of each key matters."""
+    return subject.startswith("$KV.")
+
+
+def plan_batch_retries(
+    subjects: Sequence[str], failed: Iterable[int], acked: Iterable[int]
+) -> tuple[list[int], dict[int, int]]:
+    """Which messages of a batch to publish again, and which need not be.
+
+    Returns the indexes to retry, in batch order (so per subject in order), and the failed KV
+    writes superseded by a later acknowledged write of the same key (index -> later index):
+    retrying those would put an older value over a newer one. A failed message of a plain
+    stream subject is retried even after a later one of its subject was acknowledged: it is
+    then stored after it, but not lost.
+    """
+    last_acked: dict[str, int] = {}
+    for index in acked:
+        subject = subjects[index]
+        last_acked[subject] = max(index, last_acked.get(subject, index))
+    retry: list[int] = []
+    superseded: dict[int, int] = {}
+    for index in sorted(failed):
+        subject = subjects[index]
+        later = last_acked.get(subject, -1)
+        if is_kv_subject(subject) and later > index:
+            superseded[index] = later
+        else:
+            retry.append(index)
+    return retry, superseded
+
+
+def publish_budget(attempts: int, attempt_timeout: float, backoff: Backoff) -> float:
+    """The longest one `publish` may take: every attempt's timeout plus the waits between."""
+    return attempts * attempt_timeout + sum(backoff.delay(n) for n in range(1, attempts))
 
 
 def encode_payload(message: Any) -> bytes:
@@ -284,26 +321,37 @@ class Bus:
         return await self._publish_with_retries(subject, payload, all_headers, timeout)
 
     async def _publish_with_retries(
-        self, subject: str, payload: bytes, headers: dict[str, str], timeout: float | None
+        self,
+        subject: str,
+        payload: bytes,
+        headers: dict[str, str],
+        timeout: float | None,
+        *,
+        deadline: float | None = None,
     ) -> PubAck:
+        """`deadline` (monotonic) caps the attempts and the waits between them."""
         attempts = self.options.publish_attempts
+        attempt_timeout = timeout or self.options.request_timeout
         label = stream_label(subject)
+        last_error: BaseException = TimeoutError("the publish deadline passed before an attempt")
         for attempt in range(1, attempts + 1):
-            try:
-                ack = await self.js.publish(
-                    subject,
-                    payload,
-                    timeout=timeout or self.options.request_timeout,
-                    headers=headers,
-                )
-            except Exception as exc:
-                if not is_retryable_publish_error(exc):
+            this_timeout = attempt_timeout
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     metrics.PUBLISH_FAILURES.labels(label).inc()
-                    raise PublishError(subject, attempt, exc) from exc
-                if attempt == attempts:
+                    raise PublishError(subject, attempt - 1, last_error)
+                this_timeout = min(attempt_timeout, remaining)
+            try:
+                ack = await self.js.publish(subject, payload, timeout=this_timeout, headers=headers)
+            except Exception as exc:
+                last_error = exc
+                if not is_retryable_publish_error(exc) or attempt == attempts:
                     metrics.PUBLISH_FAILURES.labels(label).inc()
                     raise PublishError(subject, attempt, exc) from exc
                 delay = self.options.publish_backoff.delay(attempt)
+                if deadline is not None:
+                    delay = min(delay, max(0.0, deadline - time.monotonic()))
                 metrics.PUBLISH_RETRIES.labels(label).inc()
                 log.warning(
                     "bus.publish_retry",
@@ -328,8 +376,12 @@ class Bus:
         """Publish many messages with at most `max_in_flight` acks outstanding.
 
         Returns the acks in the order of `messages`. A message whose ack timed out is retried
-        (same Msg-Id, so no duplicate) like `publish`; if any still failed, raises
-        BatchPublishError listing every failed index after all the others were attempted.
+        (same Msg-Id, so no duplicate) in batch order, all retries within one overall budget:
+        that of a single `publish`, so an outage fails a batch in about that time, not once
+        per message. A timed-out KV write followed by an acknowledged write of the same key
+        is not retried (it would overwrite the newer value); its ack is the later write's.
+        If any message still failed, raises BatchPublishError listing every failed index
+        after all the others were attempted.
         """
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -338,7 +390,7 @@ class Bus:
         acks: list[PubAck | None] = [None] * len(messages)
         prepared: list[tuple[str, bytes, dict[str, str]]] = []
         window: deque[tuple[int, asyncio.Future[PubAck], float]] = deque()
-        to_retry: list[int] = []
+        timed_out: list[int] = []
         failures: dict[int, BaseException] = {}
 
         async def settle_oldest() -> None:
@@ -353,7 +405,7 @@ class Bus:
                     )
             except Exception as exc:
                 if is_retryable_publish_error(exc):
-                    to_retry.append(index)
+                    timed_out.append(index)
                 else:
                     failures[index] = exc
 
@@ -367,7 +419,7 @@ class Bus:
                 future = await js.publish_async(outgoing.subject, payload, headers=headers)
             except Exception as exc:
                 if is_retryable_publish_error(exc):
-                    to_retry.append(index)
+                    timed_out.append(index)
                 else:
                     failures[index] = exc
                 continue
@@ -375,23 +427,32 @@ class Bus:
         while window:
             await settle_oldest()
 
-        for index in sorted(to_retry):
-            subject, payload, headers = prepared[index]
-            try:
-                acks[index] = await self._publish_with_retries(subject, payload, headers, timeout)
-            except PublishError as exc:
-                failures[index] = exc.cause
-
+        acked_at_once = [index for index, ack in enumerate(acks) if ack is not None]
         label_counts: dict[str, int] = {}
-        for index, ack in enumerate(acks):
-            if ack is not None and index not in to_retry:
-                label = stream_label(prepared[index][0])
-                label_counts[label] = label_counts.get(label, 0) + 1
+        for index in acked_at_once:
+            label = stream_label(prepared[index][0])
+            label_counts[label] = label_counts.get(label, 0) + 1
         for label, count in label_counts.items():
             metrics.PUBLISHED.labels(label).inc(count)
+        for index in failures:
+            metrics.PUBLISH_FAILURES.labels(stream_label(prepared[index][0])).inc()
+
+        retry, superseded = plan_batch_retries(
+            [subject for subject, _, _ in prepared], timed_out, acked_at_once
+        )
+        retry_deadline = time.monotonic() + publish_budget(
+            self.options.publish_attempts, ack_timeout, self.options.publish_backoff
+        )
+        for index in retry:
+            subject, payload, headers = prepared[index]
+            try:
+                acks[index] = await self._publish_with_retries(
+                    subject, payload, headers, timeout, deadline=retry_deadline
+                )
+            except PublishError as exc:
+                failures[index] = exc.cause
+        for index, later in superseded.items():
+            acks[index] = acks[later]
         if failures:
-            for index in failures:
-                if index not in to_retry:
-                    metrics.PUBLISH_FAILURES.labels(stream_label(prepared[index][0])).inc()
             raise BatchPublishError(failures, len(messages))
         return [ack for ack in acks if ack is not None]

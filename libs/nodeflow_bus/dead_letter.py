@@ -32,9 +32,13 @@ def one_line(text: str, limit: int = MAX_ERROR_LENGTH) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def dead_letter_msg_id(stream: str, sequence: int) -> str:
-    """Deduplicates the copy if a crash makes the same delivery dead-letter twice."""
-    return f"dlq:{stream}:{sequence}"
+def dead_letter_msg_id(stream: str, consumer: str, sequence: int) -> str:
+    """Deduplicates the copy if a crash makes the same delivery dead-letter twice.
+
+    The durable is part of it: two consumers of one stream may each dead-letter the same
+    stream message, and neither copy may be dropped as a duplicate of the other.
+    """
+    return f"dlq:{stream}:{consumer}:{sequence}"
 
 
 def dead_letter_headers(
@@ -66,10 +70,6 @@ def dead_letter_headers(
         }
     )
     return headers
-
-
-def dead_letter_subject(original_subject: str) -> str:
-    return subjects.dead_letter(original_subject)
 
 
 def is_dead_letter(subject: str) -> bool:

@@ -38,7 +38,7 @@ log = structlog.get_logger("nodeflow_bus")
 
 Action = Literal["created", "updated", "unchanged", "conflict"]
 
-# Streams and consumers keep settings the table does not mention; these are the ones it owns.
+# Durations are floats of seconds here and integer nanoseconds on the server: equal within 1 us.
 _TIME_TOLERANCE = 1e-6
 
 
@@ -91,12 +91,25 @@ def kv_settings(spec: KVSpec) -> dict[str, Any]:
     }
 
 
+def server_max_deliver(spec: ConsumerSpec) -> int:
+    """The max_deliver declared on the server: always unlimited (-1).
+
+    PullConsumer enforces `spec.max_deliver` itself and dead-letters a message on its last
+    allowed delivery. If the server enforced it too, a message whose last delivery could not
+    be dead-lettered (dead-letter stream unavailable, replica stopping) would never be
+    delivered again yet stay in its work-queue stream for good. Unlimited on the server, it is
+    redelivered, and the consumer dead-letters any delivery past the limit without running
+    the handler.
+    """
+    return -1
+
+
 def consumer_settings(spec: ConsumerSpec) -> dict[str, Any]:
     return {
         "description": spec.description,
         "filter_subjects": sorted(spec.filter_subjects),
         "ack_wait": spec.ack_wait_seconds,
-        "max_deliver": spec.max_deliver,
+        "max_deliver": server_max_deliver(spec),
         "max_ack_pending": spec.max_ack_pending,
         "deliver_policy": spec.deliver_policy,
     }
@@ -185,7 +198,7 @@ def consumer_config(spec: ConsumerSpec) -> ConsumerConfig:
         description=spec.description,
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=spec.ack_wait_seconds,
-        max_deliver=spec.max_deliver,
+        max_deliver=server_max_deliver(spec),
         max_ack_pending=spec.max_ack_pending,
         deliver_policy=DeliverPolicy(spec.deliver_policy),
         filter_subject=spec.filter_subjects[0] if single else None,
@@ -205,6 +218,31 @@ def _split_immutable(
 # --- I/O -------------------------------------------------------------------------------------
 
 
+async def _update_stream(
+    js: JetStreamContext,
+    kind: Literal["stream", "kv"],
+    name: str,
+    config: StreamConfig,
+    changed: tuple[str, ...],
+    updates: dict[str, Any],
+) -> Declared:
+    """Update a stream (or a KV bucket's stream) in place, unless an immutable setting
+    changed: that is reported as a conflict and the object keeps its old settings."""
+    named = {"stream": name} if kind == "stream" else {"bucket": name}
+    immutable, mutable = _split_immutable(changed, STREAM_IMMUTABLE)
+    if immutable:
+        log.error(
+            f"topology.{kind}_conflict",
+            **named,
+            cannot_change=immutable,
+            hint=f"delete the {kind} to apply these settings",
+        )
+        return Declared(kind, name, "conflict", immutable)
+    await js.update_stream(config.evolve(**updates))
+    log.info(f"topology.{kind}_updated", **named, changed=mutable)
+    return Declared(kind, name, "updated", mutable)
+
+
 async def ensure_stream(js: JetStreamContext, spec: StreamSpec) -> Declared:
     try:
         info = await js.stream_info(spec.name)
@@ -215,28 +253,17 @@ async def ensure_stream(js: JetStreamContext, spec: StreamSpec) -> Declared:
     changed = differences(stream_settings(spec), actual_stream_settings(info.config))
     if not changed:
         return Declared("stream", spec.name, "unchanged")
-    immutable, mutable = _split_immutable(changed, STREAM_IMMUTABLE)
-    if immutable:
-        log.error(
-            "topology.stream_conflict",
-            stream=spec.name,
-            cannot_change=immutable,
-            hint="delete the stream to apply these settings",
-        )
-        return Declared("stream", spec.name, "conflict", immutable)
     desired = stream_config(spec)
-    updated = info.config.evolve(
-        description=desired.description,
-        subjects=desired.subjects,
-        max_age=desired.max_age,
-        max_bytes=desired.max_bytes,
-        max_msgs_per_subject=desired.max_msgs_per_subject,
-        duplicate_window=desired.duplicate_window,
-        num_replicas=desired.num_replicas,
-    )
-    await js.update_stream(updated)
-    log.info("topology.stream_updated", stream=spec.name, changed=mutable)
-    return Declared("stream", spec.name, "updated", mutable)
+    updates = {
+        "description": desired.description,
+        "subjects": desired.subjects,
+        "max_age": desired.max_age,
+        "max_bytes": desired.max_bytes,
+        "max_msgs_per_subject": desired.max_msgs_per_subject,
+        "duplicate_window": desired.duplicate_window,
+        "num_replicas": desired.num_replicas,
+    }
+    return await _update_stream(js, "stream", spec.name, info.config, changed, updates)
 
 
 async def ensure_kv(js: JetStreamContext, spec: KVSpec) -> Declared:
@@ -257,15 +284,13 @@ async def ensure_kv(js: JetStreamContext, spec: KVSpec) -> Declared:
     changed = differences(kv_settings(spec), actual_kv_settings(info.config))
     if not changed:
         return Declared("kv", spec.bucket, "unchanged")
-    updated = info.config.evolve(
-        description=spec.description,
-        max_msgs_per_subject=spec.history,
-        max_age=spec.ttl_seconds,
-        num_replicas=spec.replicas,
-    )
-    await js.update_stream(updated)
-    log.info("topology.kv_updated", bucket=spec.bucket, changed=changed)
-    return Declared("kv", spec.bucket, "updated", changed)
+    updates = {
+        "description": spec.description,
+        "max_msgs_per_subject": spec.history,
+        "max_age": spec.ttl_seconds,
+        "num_replicas": spec.replicas,
+    }
+    return await _update_stream(js, "kv", spec.bucket, info.config, changed, updates)
 
 
 async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> Declared:

@@ -8,6 +8,9 @@ Changes reach listeners as (key, old, new); old/new is None for a key that did n
 was deleted. Values are decoded with the contracts codec into `value_type` (`bytes` keeps the
 raw payload, `dict` gives plain JSON). A value that does not decode is logged, counted, and
 left out of the view (as if deleted), never crashing the watch.
+
+Snapshot diffs and live updates reach listeners through one ordered path, so a listener never
+sees a live change followed by an older one.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from nodeflow_bus import metrics
 from nodeflow_bus.backoff import Backoff
 from nodeflow_bus.connection import Bus, ConnectionState
 from nodeflow_bus.declare import kv_stream_name
+from nodeflow_bus.errors import BusError
 from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import codec
 from nodeflow_contracts.codec import ContractDecodeError
@@ -48,11 +52,44 @@ class _SnapshotInterrupted(Exception):
     pass
 
 
+class ChangesOverflowError(BusError):
+    """A `changes()` reader fell too far behind and missed changes: re-read the view (it is
+    complete and current) and start a new `changes()`."""
+
+
 @dataclass(frozen=True)
 class Change(Generic[V]):
     key: str
     old: V | None
     new: V | None
+
+
+class _ChangeQueue(Generic[V]):
+    """A bounded queue of changes for one `changes()` reader; overflowing ends it with an
+    error rather than dropping changes unnoticed."""
+
+    def __init__(self, max_pending: int) -> None:
+        self._items: asyncio.Queue[Change[V] | None] = asyncio.Queue()
+        self._max_pending = max_pending
+        self._overflowed = False
+
+    def put(self, change: Change[V]) -> None:
+        if self._overflowed:
+            return
+        if self._items.qsize() >= self._max_pending:
+            self._overflowed = True
+            return
+        self._items.put_nowait(change)
+
+    def end(self) -> None:
+        self._items.put_nowait(None)
+
+    async def get(self) -> Change[V] | None:
+        if self._overflowed:
+            raise ChangesOverflowError(
+                f"a changes() reader fell more than {self._max_pending} changes behind"
+            )
+        return await self._items.get()
 
 
 @dataclass(frozen=True)
@@ -113,7 +150,10 @@ class KVView(Generic[V]):
         self._idle_heartbeat = idle_heartbeat
         self._entries: dict[str, _Entry[V]] = {}
         self._listeners: list[ChangeListener[V]] = []
-        self._queues: list[asyncio.Queue[Change[V] | None]] = []
+        self._queues: list[_ChangeQueue[V]] = []
+        # Live messages arrive on the subscription's task, the empty snapshot on ours: one lock
+        # keeps what listeners see in order.
+        self._order = asyncio.Lock()
         self.ready = asyncio.Event()
         self._resync = asyncio.Event()
         self._generation = 0
@@ -161,9 +201,15 @@ class KVView(Generic[V]):
         if listener in self._listeners:
             self._listeners.remove(listener)
 
-    async def changes(self) -> AsyncIterator[Change[V]]:
-        """Changes from now on, until the view stops."""
-        queue: asyncio.Queue[Change[V] | None] = asyncio.Queue()
+    async def changes(self, max_pending: int = 10_000) -> AsyncIterator[Change[V]]:
+        """Changes from now on, until the view stops.
+
+        A reader more than `max_pending` changes behind raises ChangesOverflowError (memory
+        stays bounded and the reader knows it missed some) instead of skipping silently.
+        """
+        if max_pending < 1:
+            raise ValueError("max_pending must be at least 1")
+        queue: _ChangeQueue[V] = _ChangeQueue(max_pending)
         self._queues.append(queue)
         try:
             while True:
@@ -179,7 +225,7 @@ class KVView(Generic[V]):
         if self._queues:
             change = Change(key, old, new)
             for queue in self._queues:
-                queue.put_nowait(change)
+                queue.put(change)
         for listener in list(self._listeners):
             try:
                 result = listener(key, old, new)
@@ -202,7 +248,7 @@ class KVView(Generic[V]):
             await cancel_and_wait(self._task)
         await self._unsubscribe()
         for queue in self._queues:
-            queue.put_nowait(None)
+            queue.end()
 
     def request_resync(self) -> None:
         """Take a fresh snapshot and diff it (done automatically after a reconnect)."""
@@ -274,7 +320,8 @@ class KVView(Generic[V]):
             # server delivered, not what arrived here: its reply can overtake the messages.)
             delivered = info.delivered.consumer_seq if info.delivered is not None else 0
             if info.num_pending == 0 and delivered == 0:
-                await self._finish_snapshot()
+                async with self._order:
+                    await self._finish_snapshot()
         # A reconnect while the snapshot loads makes it incomplete: start over.
         waits = {
             asyncio.create_task(self._snapshot_done.wait()),
@@ -289,6 +336,10 @@ class KVView(Generic[V]):
             raise _SnapshotInterrupted
 
     async def _on_message(self, msg: Msg) -> None:
+        async with self._order:
+            await self._on_message_in_order(msg)
+
+    async def _on_message_in_order(self, msg: Msg) -> None:
         metadata = msg.metadata
         revision = metadata.sequence.stream
         key = msg.subject[len(self._prefix) :]

@@ -2,11 +2,18 @@
 
 The leader writes `{holder, renewed_at}` every ttl/3 with a compare-and-set on the revision it
 wrote last. Others watch the key: a holder is considered dead when the key's revision has not
-changed for `ttl`, measured on the local monotonic clock from when the change was seen (never
-comparing clocks across machines); they then take over with a compare-and-set on that revision,
-so at most one wins. A leader that cannot renew for `ttl` (measured from before its last
-successful renewal was sent, so it always gives up before anyone can take over) steps down.
-Releasing on a graceful stop deletes the key, so a follower takes over at once.
+changed for `ttl + margin` (margin = ttl/5), measured on the local monotonic clock from when
+the change was seen (never comparing clocks across machines); they then take over with a
+compare-and-set on that revision, so at most one wins.
+
+A leader is valid until `ttl - margin` after it *sent* its last successful renewal (a follower
+sees that renewal no earlier than it was sent), so it steps down at least 2 x margin before
+anyone may take over, whatever its requests do: each renewal attempt waits at most until that
+expiry, and "lost" fires when the expiry passes without a renewal. A renewal refused because
+the revision moved is checked against the key: if it still names this replica, an earlier
+renewal was written but its reply was lost, and the leader adopts the new revision instead of
+stepping down. Releasing on a graceful stop deletes the key, so a follower takes over at once.
+A dead leader is replaced within ttl + margin.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 import nats.errors
@@ -54,14 +62,28 @@ def default_holder_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
 
 
+def lease_margin(ttl: float) -> float:
+    """Slack on each side of the TTL for timer and scheduling delays."""
+    return ttl / 5
+
+
 def follower_may_take_over(observed_at: float, now: float, ttl: float) -> bool:
-    """True when the lease revision seen at `observed_at` is older than `ttl` (monotonic)."""
-    return now - observed_at >= ttl
+    """True when the lease revision seen at `observed_at` is older than `ttl + margin`."""
+    return now - observed_at >= ttl + lease_margin(ttl)
+
+
+def leader_expiry(renew_sent_at: float, ttl: float) -> float:
+    """When a leader whose last successful renewal was sent at `renew_sent_at` must stop."""
+    return renew_sent_at + ttl - lease_margin(ttl)
 
 
 def leader_still_valid(renew_sent_at: float, now: float, ttl: float) -> bool:
-    """A leader is valid until `ttl` after it *sent* its last successful renewal."""
-    return now - renew_sent_at < ttl
+    return now < leader_expiry(renew_sent_at, ttl)
+
+
+def _retrieve_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class LeaderLease:
@@ -162,7 +184,8 @@ class LeaderLease:
         await self._set_leader(False, "stopped")
         if release and was_leader and revision is not None and self._kv is not None:
             try:
-                await self._kv.delete(self.name, last=revision)
+                async with asyncio.timeout(self.ttl / 3):
+                    await self._kv.delete(self.name, last=revision)
                 log.info("lease.released", lease=self.name, holder=self.holder)
             except _RELEASE_ERRORS as exc:
                 log.warning("lease.release_failed", lease=self.name, error=str(exc))
@@ -192,28 +215,76 @@ class LeaderLease:
                 raise
             except Exception:
                 log.exception("lease.step_failed", lease=self.name)
-                await asyncio.sleep(min(1.0, self.ttl / 6))
+                pause = min(1.0, self.ttl / 6)
+                if self._leader:
+                    # Wake up in time to step down at the expiry.
+                    expiry = leader_expiry(self._renew_sent_at, self.ttl)
+                    pause = min(pause, max(0.0, expiry - time.monotonic()))
+                await asyncio.sleep(pause)
 
     async def _lead(self) -> None:
         assert self._kv is not None
         await self._sleep(self._renew_sent_at + self.ttl / 3 - time.monotonic())
         if self._stopping.is_set():
             return
-        sent_at = time.monotonic()
+        now = time.monotonic()
+        expiry = leader_expiry(self._renew_sent_at, self.ttl)
+        if now >= expiry:
+            await self._set_leader(False, "lease expired before a renewal succeeded")
+            return
+        update = asyncio.ensure_future(
+            self._kv.update(self.name, self._record(), last=self._revision)
+        )
         try:
-            self._revision = await asyncio.wait_for(
-                self._kv.update(self.name, self._record(), last=self._revision),
-                timeout=max(0.1, self.ttl / 3),
-            )
-            self._renew_sent_at = sent_at
-        except nats.js.errors.KeyWrongLastSequenceError:
-            await self._set_leader(False, "taken over")
-        except _WRITE_ERRORS as exc:
-            if not leader_still_valid(self._renew_sent_at, time.monotonic(), self.ttl):
-                await self._set_leader(False, f"cannot renew: {type(exc).__name__}")
+            # The wait ends at the expiry even if the request ignores its own timeout.
+            done, _ = await asyncio.wait({update}, timeout=min(self.ttl / 3, expiry - now))
+        finally:
+            if not update.done():
+                update.cancel()
+                update.add_done_callback(_retrieve_outcome)
+        if not done:
+            if time.monotonic() >= expiry:
+                await self._set_leader(False, "renewal unanswered until the lease expired")
             else:
-                log.warning("lease.renew_failed", lease=self.name, error=str(exc))
-                await self._sleep(min(self.ttl / 6, 1.0))
+                log.warning("lease.renew_failed", lease=self.name, error="timed out")
+            return
+        error = update.exception()
+        if error is None:
+            self._revision = update.result()
+            self._renew_sent_at = now
+        elif isinstance(error, nats.js.errors.KeyWrongLastSequenceError):
+            await self._check_holder(expiry)
+        elif isinstance(error, _WRITE_ERRORS):
+            if not leader_still_valid(self._renew_sent_at, time.monotonic(), self.ttl):
+                await self._set_leader(False, f"cannot renew: {type(error).__name__}")
+            else:
+                log.warning("lease.renew_failed", lease=self.name, error=str(error))
+                await self._sleep(min(self.ttl / 6, 1.0, expiry - time.monotonic()))
+        else:
+            raise error
+
+    async def _check_holder(self, expiry: float) -> None:
+        """After a renewal was refused for a moved revision: adopt it if this replica wrote it
+        (the reply to an earlier renewal was lost), else step down."""
+        assert self._kv is not None
+        try:
+            async with asyncio.timeout(max(0.0, expiry - time.monotonic())):
+                entry = await self._kv.get(self.name)
+        except nats.js.errors.NotFoundError:
+            await self._set_leader(False, "lease deleted")
+            return
+        except _WRITE_ERRORS as exc:
+            # Unknown: keep the old revision; the next renewal conflicts and asks again.
+            if not leader_still_valid(self._renew_sent_at, time.monotonic(), self.ttl):
+                await self._set_leader(False, f"cannot read the lease: {type(exc).__name__}")
+            return
+        holder = self._holder_of(entry.value or b"")
+        if holder != self.holder:
+            await self._set_leader(False, f"taken over by {holder}")
+            return
+        # Keep renew_sent_at: when the adopted write was sent is unknown, but not earlier.
+        log.info("lease.revision_adopted", lease=self.name, revision=entry.revision)
+        self._revision = entry.revision
 
     async def _follow(self) -> None:
         assert self._kv is not None
@@ -233,8 +304,9 @@ class LeaderLease:
             await self._try_acquire(revision)
             return
         self._changed.clear()
+        take_over_at = self._observed_at + self.ttl + lease_margin(self.ttl)
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), self._observed_at + self.ttl - now)
+            await asyncio.wait_for(self._changed.wait(), take_over_at - now)
 
     def _holder_of(self, value: bytes) -> str | None:
         try:
@@ -258,6 +330,10 @@ class LeaderLease:
         except _WRITE_ERRORS as exc:
             log.warning("lease.acquire_failed", lease=self.name, error=str(exc))
             await self._sleep(min(self.ttl / 6, 1.0))
+            return
+        if not leader_still_valid(sent_at, time.monotonic(), self.ttl):
+            # Answered too late to lead on it; the key names this replica, so the next round
+            # renews it.
             return
         self._revision = new_revision
         self._renew_sent_at = sent_at

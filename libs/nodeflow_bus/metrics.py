@@ -46,7 +46,7 @@ IN_FLIGHT = Gauge(
 KV_VIEW_KEYS = Gauge("nodeflow_bus_kv_view_keys", "Keys held by a KV materialized view", ["bucket"])
 KV_VIEW_RESYNCS = Counter(
     "nodeflow_bus_kv_view_resyncs_total",
-    "Full re-snapshots of a KV view (after a reconnect or a stalled watch)",
+    "Full re-snapshots of a KV view (after a reconnect or a requested resync)",
     ["bucket"],
 )
 KV_VIEW_UNDECODABLE = Counter(

@@ -1,11 +1,6 @@
-"""Helpers for the bus integration tests: a small work stream, its dead-letter stream, and a
-function to wait for a condition."""
+"""Helpers for the bus integration tests: a small work stream and its dead-letter stream."""
 
 from __future__ import annotations
-
-import asyncio
-import time
-from collections.abc import Callable
 
 import msgspec
 import pytest
@@ -52,13 +47,3 @@ async def work_bus(bus: Bus) -> Bus:
         bus.js, streams=[WORK_STREAM, DLQ_STREAM], kv_buckets=[], consumers=[work_consumer()]
     )
     return bus
-
-
-async def eventually(
-    condition: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)

@@ -20,7 +20,8 @@ from nodeflow_bus import (
 )
 from nodeflow_bus.errors import PublishError
 from nodeflow_runtime.natsd import NatsServerProcess
-from tests.integration.bus.conftest import Job, eventually, work_consumer
+from tests.fixtures.waiting import eventually
+from tests.integration.bus.conftest import Job, work_consumer
 
 FAST = ConsumerOptions(
     concurrency=4,

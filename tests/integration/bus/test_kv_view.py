@@ -6,14 +6,22 @@ import asyncio
 import time
 
 import msgspec
+import pytest
 from nats.js.kv import KeyValue
 
-from nodeflow_bus import Bus, Change, KVView, OutgoingMessage, ensure_topology
+from nodeflow_bus import (
+    Bus,
+    Change,
+    ChangesOverflowError,
+    KVView,
+    OutgoingMessage,
+    ensure_topology,
+)
 from nodeflow_contracts import codec
 from nodeflow_contracts.topology import KVSpec
 from nodeflow_runtime.natsd import NatsServerProcess
 from tests.fixtures.nats import TEST_BUS_OPTIONS
-from tests.integration.bus.conftest import eventually
+from tests.fixtures.waiting import eventually
 
 BUCKET = KVSpec(bucket="things", description="test objects")
 
@@ -158,3 +166,52 @@ async def test_stop_right_after_ready_returns(bus: Bus) -> None:
         await view.start()
         await view.wait_ready(5)
         await asyncio.wait_for(view.stop(), 3)
+
+
+async def test_a_reader_falling_behind_on_changes_is_told_not_left_growing(bus: Bus) -> None:
+    kv = await things(bus)
+    view = KVView(bus, "things", Thing)
+    await view.start()
+    await view.wait_ready(5)
+    changes = view.changes(max_pending=3)
+    first = asyncio.ensure_future(anext(changes))
+    await asyncio.sleep(0)
+    for index in range(10):
+        await kv.put(f"k{index}", codec.encode(Thing(name="k", size=index)))
+    await eventually(lambda: len(view) == 10)
+    assert (await first).key == "k0"
+    with pytest.raises(ChangesOverflowError):
+        await anext(changes)
+    await view.stop()
+
+
+async def test_live_changes_during_an_empty_resync_reach_listeners_after_its_diff(
+    bus: Bus,
+) -> None:
+    kv = await things(bus)
+    for key in ("k1", "k2"):
+        await kv.put(key, codec.encode(Thing(name=key, size=1)))
+    view = KVView(bus, "things", Thing)
+    await view.start()
+    await view.wait_ready(5)
+    heard: dict[str, Thing | None] = {}
+    wrote = asyncio.Event()
+
+    async def listener(key: str, old: Thing | None, new: Thing | None) -> None:
+        heard[key] = new
+        if new is None and not wrote.is_set():
+            # While the resync's deletes are being delivered, k2 is written again.
+            wrote.set()
+            await kv.put("k2", codec.encode(Thing(name="k2", size=2)))
+            await asyncio.sleep(0.2)
+
+    view.add_listener(listener)
+    # Emptied behind the view's back (a purge delivers nothing to a watch), then resynced.
+    await bus.js.purge_stream("KV_things")
+    view.request_resync()
+    await eventually(lambda: view.resyncs == 1 and "k2" in view)
+    await eventually(lambda: heard.get("k2") is not None)
+    await asyncio.sleep(0.4)  # past the listener's pause: every change has been delivered
+    assert view.as_dict() == {"k2": Thing(name="k2", size=2)}
+    assert {key: value for key, value in heard.items() if value is not None} == view.as_dict()
+    await view.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nodeflow_bus import Bus, ensure_topology
+from nodeflow_bus.declare import consumer_config
 from nodeflow_contracts import topology
 from nodeflow_contracts.topology import ConsumerSpec, KVSpec, StreamSpec
 
@@ -25,7 +26,7 @@ async def test_changed_settings_are_updated_in_place(bus: Bus) -> None:
     stream = StreamSpec(name="T", subjects=("t.>",), description="d", max_age_seconds=600.0)
     bucket = KVSpec(bucket="tkv", description="kv", history=1)
     consumer = ConsumerSpec(
-        stream="T", durable="tc", filter_subjects=("t.>",), description="c", max_deliver=3
+        stream="T", durable="tc", filter_subjects=("t.>",), description="c", ack_wait_seconds=30.0
     )
     await ensure_topology(bus.js, streams=[stream], kv_buckets=[bucket], consumers=[consumer])
     await bus.publish("t.x", b"{}")
@@ -38,20 +39,24 @@ async def test_changed_settings_are_updated_in_place(bus: Bus) -> None:
         kv_buckets=[KVSpec(bucket="tkv", description="kv", history=5)],
         consumers=[
             ConsumerSpec(
-                stream="T", durable="tc", filter_subjects=("t.>",), description="c", max_deliver=7
+                stream="T",
+                durable="tc",
+                filter_subjects=("t.>",),
+                description="c",
+                ack_wait_seconds=45.0,
             )
         ],
     )
     assert [(item.kind, item.action, item.changed) for item in report.items] == [
         ("stream", "updated", ("subjects", "max_age")),
         ("kv", "updated", ("max_msgs_per_subject",)),
-        ("consumer", "updated", ("max_deliver",)),
+        ("consumer", "updated", ("ack_wait",)),
     ]
     info = await bus.js.stream_info("T")
     assert info.config.max_age == 1200.0
     assert info.state.messages == 1  # updated, not recreated
     assert (await bus.js.stream_info("KV_tkv")).config.max_msgs_per_subject == 5
-    assert (await bus.js.consumer_info("T", "tc")).config.max_deliver == 7
+    assert (await bus.js.consumer_info("T", "tc")).config.ack_wait == 45.0
     streams = await bus.js.streams_info()
     assert sorted(str(s.config.name) for s in streams) == ["KV_tkv", "T"]
 
@@ -74,3 +79,18 @@ async def test_an_immutable_change_is_reported_not_applied(bus: Bus) -> None:
     ]
     retention = (await bus.js.stream_info("W")).config.retention
     assert getattr(retention, "value", retention) == "limits"
+
+
+async def test_the_delivery_limit_is_left_to_the_client_and_old_durables_are_migrated(
+    bus: Bus,
+) -> None:
+    stream = StreamSpec(name="M", subjects=("m.>",), description="d", retention="workqueue")
+    spec = ConsumerSpec(
+        stream="M", durable="mc", filter_subjects=("m.>",), description="c", max_deliver=4
+    )
+    await ensure_topology(bus.js, streams=[stream], kv_buckets=[], consumers=[])
+    # A durable declared by an older version, with the limit enforced by the server.
+    await bus.js.add_consumer("M", consumer_config(spec).evolve(max_deliver=4))
+    report = await ensure_topology(bus.js, streams=[], kv_buckets=[], consumers=[spec])
+    assert [(item.action, item.changed) for item in report.items] == [("updated", ("max_deliver",))]
+    assert (await bus.js.consumer_info("M", "mc")).config.max_deliver == -1

@@ -83,3 +83,39 @@ async def test_close_drops_queued_jobs_and_cancel_stops_running_ones() -> None:
     await scheduler.cancel()
     assert ran == [0]
     assert scheduler.active_lanes == 0
+
+
+async def test_a_job_waiting_to_retry_gives_its_slot_to_other_keys() -> None:
+    dropped: list[int] = []
+    scheduler = KeyedScheduler(1, on_demand_drop=lambda: dropped.append(scheduler.demand))
+    ran: list[str] = []
+
+    async def retry_once() -> float | None:
+        ran.append("slow")
+        return 0.3 if ran.count("slow") == 1 else None
+
+    async def quick() -> None:
+        ran.append("quick")
+
+    scheduler.submit("slow", retry_once)
+    scheduler.submit("slow", quick)  # same key: waits behind the retrying job
+    scheduler.submit("other", quick)
+    assert scheduler.demand == 2
+    await asyncio.sleep(0.1)
+    # The other key ran while the slow one waited, with the only slot.
+    assert ran == ["slow", "quick"]
+    assert scheduler.demand == 0 and dropped
+    assert await scheduler.join(2)
+    assert ran == ["slow", "quick", "slow", "quick"]
+
+
+async def test_close_wakes_jobs_waiting_to_retry() -> None:
+    scheduler = KeyedScheduler(1)
+
+    async def forever_retrying() -> float:
+        return 60.0
+
+    scheduler.submit("k", forever_retrying)
+    await asyncio.sleep(0.01)
+    scheduler.close()
+    assert await scheduler.join(1)

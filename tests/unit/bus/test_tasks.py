@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 
 from nodeflow_bus.tasks import cancel_and_wait
 
@@ -18,5 +20,23 @@ async def test_a_task_that_swallows_one_cancel_is_still_stopped() -> None:
 
     task = asyncio.create_task(stubborn())
     await asyncio.sleep(0)
-    await asyncio.wait_for(cancel_and_wait(task, retry_every=0.01), 2)
+    assert await asyncio.wait_for(cancel_and_wait(task, retry_every=0.01), 2)
     assert swallowed == [True] and task.cancelled()
+
+
+async def test_a_task_that_never_stops_is_abandoned_after_the_deadline() -> None:
+    let_go = asyncio.Event()
+
+    async def stubborn_until_let_go() -> None:
+        while not let_go.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(10)
+
+    task = asyncio.create_task(stubborn_until_let_go())
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    ended = await asyncio.wait_for(cancel_and_wait(task, retry_every=0.01, deadline=0.2), 2)
+    assert not ended and not task.done()
+    assert time.monotonic() - started < 1.0
+    let_go.set()
+    assert await cancel_and_wait(task)
