@@ -175,7 +175,10 @@ class K8sWatcher:
         if reason:
             return reason
         waiting = [informer.name for informer in self.informers if not informer.synced.is_set()]
-        return f"initial list not done: {', '.join(waiting)}" if waiting else None
+        if waiting:
+            return f"initial list not done: {', '.join(waiting)}"
+        # A crashed or deleted command consumer means commands are not applied.
+        return self.consumer.not_ready_reason() if self.consumer is not None else None
 
     async def wait_synced(self) -> None:
         await asyncio.gather(*(informer.synced.wait() for informer in self.informers))

@@ -106,7 +106,14 @@ class Exporter:
         waiting = [
             view.bucket for view in (self.nodesets, self.slurm_nodes) if not view.ready.is_set()
         ]
-        return f"loading KV views: {', '.join(waiting)}" if waiting else None
+        if waiting:
+            return f"loading KV views: {', '.join(waiting)}"
+        broken = [
+            f"{consumer.spec.durable}: {reason}"
+            for consumer in self._consumers
+            if (reason := consumer.not_ready_reason())
+        ]
+        return "; ".join(broken) or None
 
     async def wait_ready(self, timeout: float | None = None) -> None:
         await self.nodesets.wait_ready(timeout)
