@@ -345,6 +345,9 @@ async def run_simulator(config: SimulatorConfig | None = None) -> AsyncIterator[
                     key=key,
                     slurm_user=config.slurm_user,
                     driver_interval=config.slurm_driver_interval,
+                    # As tools/slurm/real_slurm.sh configures Slurm: a NodeSet pod that comes
+                    # back re-registers its node even when it was drained before it went away.
+                    return_to_service=2,
                 )
             )
         sim = Simulator(config, store, run_dir, nodes, slurm)

@@ -249,7 +249,7 @@ class SlurmCluster:
         now = self.clock.now()
         node.not_responding = True
         node.not_responding_since = now
-        self._set_down(node, NOT_RESPONDING_REASON, self.slurm_user, now)
+        self._set_down_not_responding(node, now)
         self._touch_nodes()
 
     def remove_node(self, name: str) -> None:
@@ -333,6 +333,18 @@ class SlurmCluster:
         if self.node_alloc_cpus(node) or self._completing_on(node):
             raise SlurmError(e.ESLURM_NODES_BUSY, failure, "_delete_node")
         self.remove_node(name)
+
+    def _set_down_not_responding(self, node: Node, now: float) -> None:
+        """slurmctld keeps the reason a node already has and appends its own: a node drained
+        with "nodeflow: delete: x" reads "nodeflow: delete: x : Not responding" (set by slurm),
+        as seen on Slurm 24.11.5; a node with no reason gets "Not responding"."""
+        if not node.reason or node.reason.startswith(NOT_RESPONDING_REASON):
+            reason = NOT_RESPONDING_REASON
+        elif node.reason.endswith(f" : {NOT_RESPONDING_REASON}"):
+            reason = node.reason
+        else:
+            reason = f"{node.reason} : {NOT_RESPONDING_REASON}"
+        self._set_down(node, reason, self.slurm_user, now)
 
     def _set_down(self, node: Node, reason: str, user: str, now: float) -> None:
         node.down = True
@@ -456,7 +468,7 @@ class SlurmCluster:
                 now - node.not_responding_since >= self.slurmd_timeout
             )
             if overdue and not node.down:
-                self._set_down(node, NOT_RESPONDING_REASON, self.slurm_user, now)
+                self._set_down_not_responding(node, now)
                 self._touch_nodes()
         expired = [
             job_id

@@ -8,7 +8,6 @@ talks to a real kube-apiserver and to the emulator, and responses are decoded wi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -25,6 +24,7 @@ from yarl import URL
 
 from k8s_watcher.ratelimit import TokenBucket
 from nodeflow_bus import Backoff
+from nodeflow_bus.tasks import cancel_and_wait
 
 log = structlog.get_logger("k8s_watcher.kube")
 
@@ -183,9 +183,7 @@ class KubeClient:
     async def close(self) -> None:
         self._closed = True
         if self._probe is not None:
-            self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
+            await cancel_and_wait(self._probe)
         await self.api.close()
 
     # --- requests ----------------------------------------------------------------------------

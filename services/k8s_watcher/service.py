@@ -21,6 +21,7 @@ from k8s_watcher.sync import Stamp, StoredObject
 from nodeflow_bus import Bus, ConsumerOptions, PullConsumer
 from nodeflow_bus.declare import kv_stream_name
 from nodeflow_bus.kv_view import is_delete
+from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.codec import ContractDecodeError
 from nodeflow_contracts.k8s import K8sCommand
@@ -186,11 +187,8 @@ class K8sWatcher:
     async def stop(self, grace: float = 10.0) -> None:
         if self.consumer is not None:
             await self.consumer.stop(timeout=grace)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # One cancel() can be swallowed by nats-py's wait_for on Python 3.11.
+        await asyncio.gather(*(cancel_and_wait(task) for task in self._tasks))
         await self.kube.close()
         log.info("k8s_watcher.stopped")
 

@@ -25,6 +25,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
+from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.codec import ContractDecodeError
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, RecordEvent
@@ -201,9 +202,8 @@ class NodeSetController:
 
     async def stop(self, grace: float = 5.0) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # One cancel() can be swallowed by nats-py's wait_for on Python 3.11.
+            await cancel_and_wait(self._task)
         if self._subscription is not None:
             with contextlib.suppress(Exception):
                 await self._subscription.unsubscribe()

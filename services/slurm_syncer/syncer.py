@@ -28,6 +28,7 @@ from nodeflow_bus import (
     PublishError,
     RetryableError,
 )
+from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import K8sCommand, ObjectRef, PatchObject
 from nodeflow_contracts.slurm import (
@@ -183,10 +184,9 @@ class Syncer:
     async def stop(self) -> None:
         self.ready.clear()
         tasks = [*self._tasks, *self._in_flight.values()]
-        for task in tasks:
-            task.cancel()
-        # gather, not a suppressed await per task: a cancellation of stop() itself goes through.
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # One cancel() can be swallowed by nats-py's wait_for on Python 3.11; a cancellation of
+        # stop() itself still goes through.
+        await asyncio.gather(*(cancel_and_wait(task) for task in tasks))
         self._tasks.clear()
         self._in_flight.clear()
         for view in (self._pods, self._nodes, self._nodesets, self._known):

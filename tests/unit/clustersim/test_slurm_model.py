@@ -185,11 +185,28 @@ def test_admin_down_survives_registration(cluster: SlurmCluster) -> None:
     assert state(cluster, "n-1") == ["DOWN"]
 
 
-def test_drain_survives_loss_and_return(cluster: SlurmCluster) -> None:
+def test_drain_survives_loss_and_return(clock: ManualClock) -> None:
+    cluster = SlurmCluster("t", clock, return_to_service=2)
+    cluster.register_node("n-1", cpus=4, real_memory=4096)
+    cluster.update_node("n-1", "root", ["DRAIN"], "nodeflow: keep", None)
+    cluster.mark_lost("n-1")
+    # As Slurm 24.11.5 does: the drain reason is kept and "Not responding" appended by slurm.
+    node = cluster.nodes["n-1"]
+    assert (node.reason, node.reason_user) == ("nodeflow: keep : Not responding", "slurm")
+    cluster.register_node("n-1", cpus=4, real_memory=4096)
+    assert state(cluster, "n-1") == ["IDLE", "DRAIN"]
+    assert node.reason == "nodeflow: keep : Not responding"
+
+
+def test_with_return_to_service_1_only_a_plain_not_responding_node_returns(
+    cluster: SlurmCluster,
+) -> None:
+    # slurmctld returns a DOWN node on registration under ReturnToService=1 only when its
+    # reason is exactly "Not responding"; a kept drain reason keeps it DOWN.
     cluster.update_node("n-1", "root", ["DRAIN"], "nodeflow: keep", None)
     cluster.mark_lost("n-1")
     cluster.register_node("n-1", cpus=4, real_memory=4096)
-    assert state(cluster, "n-1") == ["IDLE", "DRAIN"]
+    assert state(cluster, "n-1") == ["DOWN", "DRAIN"]
 
 
 def test_resumed_but_silent_node_goes_down_after_slurmd_timeout(clock: ManualClock) -> None:
