@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
@@ -73,7 +74,7 @@ class WorkQueue(Generic[K]):
         self._timers.clear()
 
 
-class Controller(Generic[K]):
+class Controller(ABC, Generic[K]):
     """Subclasses map store events to keys (`keys_for`) and act on a key (`reconcile`)."""
 
     name = "controller"
@@ -85,15 +86,17 @@ class Controller(Generic[K]):
         self._running = False
         self._listening = False
 
+    @abstractmethod
     def keys_for(self, resource: str, event: str, obj: Obj, old: Obj | None) -> Iterable[K]:
-        raise NotImplementedError
+        """The keys a store event concerns."""
 
+    @abstractmethod
     def initial_keys(self) -> Iterable[K]:
-        raise NotImplementedError
+        """The keys to reconcile when the controller starts."""
 
+    @abstractmethod
     def reconcile(self, key: K) -> float | None:
         """Do one step for `key`; return seconds after which to look again, or None."""
-        raise NotImplementedError
 
     def _on_store_event(self, resource: str, event: str, obj: Obj, old: Obj | None) -> None:
         if not self._running or resource not in self.watched:
