@@ -9,16 +9,8 @@ import msgspec
 from nodeflow_contracts.topology import WATCHED_KINDS, WatchedKind
 
 
-class KindInfo(msgspec.Struct, frozen=True, kw_only=True):
-    kind: str
-    group: str
-    version: str
-    plural: str
-    namespaced: bool
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
+class KindInfo(WatchedKind, frozen=True, kw_only=True):
+    """A kind of the topology table (or a core Event), with the API paths to reach it."""
 
     def collection_path(self, namespace: str | None) -> str:
         """`/api/v1/pods`, `/apis/batch/v1/namespaces/ns/jobs`, ... (namespace None: all)."""
@@ -33,13 +25,7 @@ class KindInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _from_watched(watched: WatchedKind) -> KindInfo:
-    return KindInfo(
-        kind=watched.kind,
-        group=watched.group,
-        version=watched.version,
-        plural=watched.plural,
-        namespaced=watched.namespaced,
-    )
+    return KindInfo(**msgspec.structs.asdict(watched))
 
 
 CORE_EVENT = KindInfo(kind="Event", group="", version="v1", plural="events", namespaced=True)

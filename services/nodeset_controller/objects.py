@@ -6,10 +6,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from fractions import Fraction
 from typing import Any, Final
 
-from nodeset_controller.quantity import ResourceList, add, parse_resources
+from nodeflow_kube.resources import node_allocatable as node_allocatable
+from nodeflow_kube.resources import pod_requests as pod_requests
 
 Obj = Mapping[str, Any]
 
@@ -145,26 +145,6 @@ def pod_node(pod: Obj) -> str | None:
             if pinned and len(values) == 1 and isinstance(values[0], str):
                 return values[0]
     return None
-
-
-def pod_requests(pod_spec: Obj) -> ResourceList:
-    """What a pod asks of its node: the sum of its containers, at least its largest init
-    container, plus the pod overhead (as the scheduler counts it)."""
-    total: ResourceList = {}
-    for container in sequence(pod_spec.get("containers")):
-        add(total, parse_resources(mapping(mapping(container).get("resources")).get("requests")))
-    for init in sequence(pod_spec.get("initContainers")):
-        requests = parse_resources(mapping(mapping(init).get("resources")).get("requests"))
-        for name, amount in requests.items():
-            if amount > total.get(name, Fraction(0)):
-                total[name] = amount
-    add(total, parse_resources(pod_spec.get("overhead")))
-    return total
-
-
-def node_allocatable(node: Obj) -> ResourceList:
-    status = mapping(node.get("status"))
-    return parse_resources(status.get("allocatable") or status.get("capacity"))
 
 
 def pod_occupies_node(pod: Obj) -> bool:

@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from nodeflow_contracts.slurm import SlurmNodeState
+from nodeflow_kube.quantity import ResourceList
 from nodeset_controller import deletion, feasibility, ranking
 from nodeset_controller.naming import Collision, assign_names
 from nodeset_controller.objects import (
@@ -34,7 +35,6 @@ from nodeset_controller.objects import (
 )
 from nodeset_controller.podspec import build_pod, placement_spec, revision_hash, selector
 from nodeset_controller.podstate import PodState, pod_state
-from nodeset_controller.quantity import ResourceList
 from nodeset_controller.slices import SliceChange, plan_slices
 from nodeset_controller.spec import (
     Defaults,

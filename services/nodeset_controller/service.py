@@ -30,6 +30,7 @@ from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.codec import ContractDecodeError
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, RecordEvent
 from nodeflow_contracts.slurm import SlurmNodeState
+from nodeflow_kube.quantity import ResourceList
 from nodeflow_runtime.service import ServiceContext
 from nodeset_controller import SERVICE
 from nodeset_controller.commands import (
@@ -56,7 +57,6 @@ from nodeset_controller.objects import (
     uid_of,
 )
 from nodeset_controller.planner import ClusterView, Notice, PlanMemo, plan
-from nodeset_controller.quantity import ResourceList
 
 log = structlog.get_logger("nodeset_controller")
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
+from nodeflow_kube.quantity import QuantityError, parse_quantity
 from nodeset_controller.objects import (
     mapping,
     meta,
@@ -24,7 +25,6 @@ from nodeset_controller.objects import (
     sequence,
     uid_of,
 )
-from nodeset_controller.quantity import QuantityError, parse_quantity
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PERCENT = re.compile(r"^(?P<value>\d+)%$")

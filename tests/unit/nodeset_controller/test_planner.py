@@ -8,6 +8,7 @@ from typing import Any
 
 from nodeflow_contracts.k8s import PatchObject
 from nodeflow_contracts.slurm import SlurmNodeState
+from nodeflow_kube.quantity import ResourceList
 from nodeset_controller.commands import to_outgoing
 from nodeset_controller.planner import (
     CancelDelete,
@@ -24,7 +25,6 @@ from nodeset_controller.planner import (
     plan,
 )
 from nodeset_controller.podspec import revision_hash
-from nodeset_controller.quantity import ResourceList
 from tests.unit.nodeset_controller.builders import (
     DEFAULTS,
     NS,
