@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -19,7 +19,7 @@ from clustersim.cluster.scheduling import (
     requested_by_node,
 )
 from clustersim.kube.errors import Conflict, NotFound
-from clustersim.kube.store import now_rfc3339
+from clustersim.kube.store import Store, now_rfc3339
 from nodeflow_kube.quantity import ResourceList, add_resources
 
 log = structlog.get_logger("clustersim.scheduler")
@@ -55,18 +55,54 @@ class DefaultScheduler(Controller[str]):
     def initial_keys(self) -> Iterable[str]:
         return (SCHEDULE_ALL,)
 
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        # The store hands out the same object until it changes, so identity proves a cached
+        # parse still holds: quantities are parsed once per node or pod version, not once per
+        # scheduling pass (a pass over 4,000 nodes otherwise costs ~0.3 s of Fraction maths).
+        self._allocatable: dict[str, tuple[Obj, ResourceList]] = {}
+        self._requests: dict[str, tuple[Mapping[str, Any], ResourceList]] = {}
+
+    def _node_allocatable(self, node: Obj) -> ResourceList:
+        name = node["metadata"]["name"]
+        cached = self._allocatable.get(name)
+        if cached is None or cached[0] is not node:
+            cached = (node, node_allocatable(node))
+            self._allocatable[name] = cached
+        return cached[1]
+
+    def _pod_requests(self, pod: Mapping[str, Any]) -> ResourceList:
+        uid = pod["metadata"]["uid"]
+        cached = self._requests.get(uid)
+        if cached is None or cached[0] is not pod:
+            cached = (pod, pod_requests(pod))
+            self._requests[uid] = cached
+        return cached[1]
+
     def reconcile(self, key: str) -> float | None:
         pods = self.store.list("pods").items
         pending = sorted((p for p in pods if needs_scheduling(p)), key=_queue_order)
         if not pending:
+            self._forget_absent(pods, None)
             return None
         nodes = self.store.list("nodes").items
-        used = requested_by_node(pods)
-        allocatable = {n["metadata"]["name"]: node_allocatable(n) for n in nodes}
+        used = requested_by_node(pods, self._pod_requests)
+        allocatable = {n["metadata"]["name"]: self._node_allocatable(n) for n in nodes}
         by_name = {node["metadata"]["name"]: node for node in nodes}
+        self._forget_absent(pods, by_name)
         for pod in pending:
             self._schedule_one(pod, nodes, by_name, used, allocatable)
         return None
+
+    def _forget_absent(self, pods: list[Obj], nodes: dict[str, Obj] | None) -> None:
+        """Bound the caches: drop entries of pods and nodes that are gone."""
+        if len(self._requests) > len(pods):
+            live = {pod["metadata"]["uid"] for pod in pods}
+            for uid in [uid for uid in self._requests if uid not in live]:
+                del self._requests[uid]
+        if nodes is not None and len(self._allocatable) > len(nodes):
+            for name in [name for name in self._allocatable if name not in nodes]:
+                del self._allocatable[name]
 
     def _schedule_one(
         self,
@@ -89,7 +125,7 @@ class DefaultScheduler(Controller[str]):
         try:
             if node_name is not None:
                 self.store.bind(meta["name"], meta["namespace"], node_name)
-                used[node_name] = add_resources(used.get(node_name, {}), pod_requests(pod))
+                used[node_name] = add_resources(used.get(node_name, {}), self._pod_requests(pod))
                 log.debug("bound", pod=f"{meta['namespace']}/{meta['name']}", node=node_name)
                 return
             self._mark_unschedulable(pod, message)

@@ -10,7 +10,7 @@ needs: which pods it handles, the FitError text, and least-allocated node choice
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -43,12 +43,15 @@ def pod_occupies_node(pod: Obj) -> bool:
     )
 
 
-def requested_by_node(pods: Iterable[Obj]) -> dict[str, ResourceList]:
+def requested_by_node(
+    pods: Iterable[Obj], requests_of: Callable[[Obj], ResourceList] = pod_requests
+) -> dict[str, ResourceList]:
+    """Summed requests of the pods on each node; `requests_of` may be a cached pod_requests."""
     used: dict[str, ResourceList] = {}
     for pod in pods:
         if pod_occupies_node(pod):
             node = pod["spec"]["nodeName"]
-            used[node] = add_resources(used.get(node, {}), pod_requests(pod))
+            used[node] = add_resources(used.get(node, {}), requests_of(pod))
     return used
 
 
