@@ -139,6 +139,7 @@ class KVView(Generic[V]):
         keys: str = ">",
         resync_backoff: Backoff | None = None,
         idle_heartbeat: float = 5.0,
+        track_deletes: bool = False,
     ) -> None:
         self._bus = bus
         self.bucket = bucket
@@ -149,6 +150,10 @@ class KVView(Generic[V]):
         self._resync_backoff = resync_backoff or Backoff(initial=0.1, maximum=5.0)
         self._idle_heartbeat = idle_heartbeat
         self._entries: dict[str, _Entry[V]] = {}
+        # Key -> revision of its delete marker, while the key stays deleted (track_deletes).
+        self._track_deletes = track_deletes
+        self._deleted: dict[str, int] = {}
+        self._snapshot_deleted: dict[str, int] = {}
         self._listeners: list[ChangeListener[V]] = []
         self._queues: list[_ChangeQueue[V]] = []
         # Live messages arrive on the subscription's task, the empty snapshot on ours: one lock
@@ -175,6 +180,15 @@ class KVView(Generic[V]):
     def revision(self, key: str) -> int | None:
         entry = self._entries.get(key)
         return entry.revision if entry is not None else None
+
+    def deleted_revision(self, key: str) -> int | None:
+        """Revision of the delete marker of a key that is deleted now (None: it exists, or it
+        was never seen deleted). Each deletion has its own revision, so a writer can tell one
+        incarnation of a key from the next; a resync reads it again from the stream.
+        Requires `track_deletes=True`."""
+        if not self._track_deletes:
+            raise RuntimeError(f"KVView({self.bucket}) does not track deletes")
+        return self._deleted.get(key)
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries
@@ -298,6 +312,7 @@ class KVView(Generic[V]):
         self._generation += 1
         generation = self._generation
         self._snapshot = {}
+        self._snapshot_deleted = {}
         self._snapshot_done = asyncio.Event()
 
         async def on_message(msg: Msg) -> None:
@@ -345,8 +360,15 @@ class KVView(Generic[V]):
         key = msg.subject[len(self._prefix) :]
         self.last_revision = max(self.last_revision, revision)
         entry: _Entry[V] | None = None
-        if not is_delete(msg.headers):
+        deleted = is_delete(msg.headers)
+        if not deleted:
             entry = self._decode_entry(key, msg.data, revision)
+        if self._track_deletes:
+            deletes = self._snapshot_deleted if self._snapshot is not None else self._deleted
+            if deleted:
+                deletes[key] = revision
+            else:
+                deletes.pop(key, None)
         if self._snapshot is not None:
             if entry is not None:
                 self._snapshot[key] = entry
@@ -393,6 +415,7 @@ class KVView(Generic[V]):
             metrics.KV_VIEW_RESYNCS.labels(self.bucket).inc()
         # Swap the whole dict first so readers never see a half-applied snapshot.
         self._entries = snapshot
+        self._deleted, self._snapshot_deleted = self._snapshot_deleted, {}
         self._keys_gauge.set(len(snapshot))
         self.ready.set()
         self._snapshot_done.set()

@@ -186,7 +186,13 @@ def decision_and_event(
     return decision, event
 
 
-def to_outgoing(spec: NodeSetSpec, action: Action, now: float) -> Outgoing:
+def to_outgoing(
+    spec: NodeSetSpec, action: Action, now: float, *, pod_deleted_revision: int = 0
+) -> Outgoing:
+    """The command for `action`. `pod_deleted_revision` (creates only): the KV revision at
+    which the last pod of that name was deleted, so each incarnation of a pod name gets its
+    own idempotency key -- a re-create must not be dropped by JetStream's duplicate window
+    or the applied-commands record as a repeat of the create of the pod it replaces."""
     ns = spec.namespace
     patch: dict[str, Any]
     owner = nodeset_ref(spec, with_rv=False)
@@ -246,7 +252,13 @@ def to_outgoing(spec: NodeSetSpec, action: Action, now: float) -> Outgoing:
         )
     if isinstance(action, CreatePod):
         key = stable_key(
-            "create", ns, action.name, action.revision, action.node_uid, action.node_rv
+            "create",
+            ns,
+            action.name,
+            action.revision,
+            action.node_uid,
+            action.node_rv,
+            str(pod_deleted_revision),
         )
         command = _command(
             key, pod_ref(ns, action.name), CreateObject(object=action.pod), action.why, now

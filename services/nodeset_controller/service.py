@@ -56,9 +56,12 @@ from nodeset_controller.objects import (
     resource_version_of,
     uid_of,
 )
-from nodeset_controller.planner import ClusterView, Notice, PlanMemo, plan
+from nodeset_controller.planner import ClusterView, CreatePod, Notice, PlanMemo, plan
 
 log = structlog.get_logger("nodeset_controller")
+
+# The `_wake_at` entry that wakes the loop when in-flight commands may have expired.
+IN_FLIGHT_WAKE = "__in_flight__"
 
 Obj = dict[str, Any]
 
@@ -157,7 +160,9 @@ class NodeSetController:
         self.config = config
         self.nodesets: KVView[Obj] = KVView(bus, "k8s_nodesets", dict)
         self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict)
-        self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict)
+        # Deletes tracked: a re-created pod's create command is keyed by its predecessor's
+        # deletion (see commands.to_outgoing).
+        self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict, track_deletes=True)
         self.slices: KVView[Obj] = KVView(bus, "k8s_nodeslices", dict)
         self.slurm: KVView[SlurmNodeState] = KVView(bus, "slurm_nodes", SlurmNodeState)
         self.lease = LeaderLease(
@@ -177,6 +182,8 @@ class NodeSetController:
         self._by_key: dict[str, str] = {}  # idempotency key -> slot
         self._salt: dict[str, int] = {}
         self._dirty: set[str] = set()
+        # NodeSets with changes deferred for want of room in the in-flight window.
+        self._starved: set[str] = set()
         self._all_dirty = True
         self._wake = asyncio.Event()
         self._wake_at: dict[str, float] = {}
@@ -429,6 +436,9 @@ class NodeSetController:
                 await asyncio.sleep(pause)
             now = time.time()
             due = {k for k, at in self._wake_at.items() if at <= now}
+            if IN_FLIGHT_WAKE in due:
+                # Commands may have expired: whatever they held back is re-planned.
+                self._all_dirty = True
             if due or timeout == self.config.resync_seconds:
                 self._all_dirty = True if not due else self._all_dirty
                 self._dirty |= due
@@ -437,9 +447,9 @@ class NodeSetController:
             self._last_round_seconds = time.perf_counter() - round_started
             # Commands in flight need a look again once they may have expired.
             if self._in_flight:
-                self._wake_at["__in_flight__"] = now + self.config.in_flight_timeout_seconds
+                self._wake_at[IN_FLIGHT_WAKE] = now + self.config.in_flight_timeout_seconds
             else:
-                self._wake_at.pop("__in_flight__", None)
+                self._wake_at.pop(IN_FLIGHT_WAKE, None)
 
     async def reconcile_dirty(self) -> None:
         if self._all_dirty:
@@ -448,7 +458,7 @@ class NodeSetController:
             self._dirty.clear()
         else:
             keys, self._dirty = self._dirty, set()
-        keys.discard("__in_flight__")
+        keys.discard(IN_FLIGHT_WAKE)
         outgoing: list[Outgoing] = []
         now = time.time()
         # Drop entries whose effect is visible, so finished commands never linger.
@@ -457,6 +467,10 @@ class NodeSetController:
         self._room = self.config.max_commands_in_flight - sum(
             1 for entry in self._in_flight.values() if entry.windowed
         )
+        if self._room > 0:
+            # NodeSets whose changes waited for room get it now, whichever change freed it.
+            keys |= self._starved
+        self._starved = set()
         for key in sorted(keys):
             self._wake_at.pop(key, None)
             nodeset = self.nodesets.get(key)
@@ -524,9 +538,15 @@ class NodeSetController:
                     continue
                 if self._room <= 0:
                     self.stats.deferred += 1
+                    self._starved.add(key)
                     continue
                 self._room -= 1
-            produced.append(to_outgoing(result.nodeset, action, now))
+            deleted_at = 0
+            if isinstance(action, CreatePod):
+                deleted_at = self.pods.deleted_revision(f"{namespace}.{action.name}") or 0
+            produced.append(
+                to_outgoing(result.nodeset, action, now, pod_deleted_revision=deleted_at)
+            )
         if result.status is not None:
             produced.append(status_outgoing(result.nodeset, result.status, now))
         return produced

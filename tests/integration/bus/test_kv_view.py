@@ -215,3 +215,29 @@ async def test_live_changes_during_an_empty_resync_reach_listeners_after_its_dif
     assert view.as_dict() == {"k2": Thing(name="k2", size=2)}
     assert {key: value for key, value in heard.items() if value is not None} == view.as_dict()
     await view.stop()
+
+
+async def test_deleted_revision_tells_incarnations_of_a_key_apart(bus: Bus) -> None:
+    kv = await things(bus)
+    await kv.put("a", codec.encode(Thing(name="a", size=1)))
+    await kv.delete("a")
+    view = KVView(bus, "things", Thing, track_deletes=True)
+    await view.start()
+    await view.wait_ready(5)
+    # Read from the snapshot: the delete marker is the key's last message.
+    loaded = view.deleted_revision("a")
+    assert loaded is not None and loaded > 0
+
+    await kv.put("a", codec.encode(Thing(name="a", size=2)))
+    await eventually(lambda: view.get("a") is not None)
+    assert view.deleted_revision("a") is None  # it exists again
+    await kv.delete("a")
+    await eventually(lambda: view.get("a") is None)
+    again = view.deleted_revision("a")
+    assert again is not None and again > loaded
+    assert view.deleted_revision("never") is None
+    await view.stop()
+
+    untracked = KVView(bus, "things", Thing)
+    with pytest.raises(RuntimeError, match="does not track deletes"):
+        untracked.deleted_revision("a")

@@ -374,6 +374,25 @@ def test_rule_restart_safety_keys_change_with_the_state_they_were_derived_from()
     assert a.pod.name == b.pod.name and key_a != key_b
 
 
+def test_rule_restart_safety_a_recreated_pod_name_gets_a_new_create_key() -> None:
+    """A pod re-created under the same name on the same, still claimed node must not reuse
+    the create key of the pod it replaces (JetStream's duplicate window would drop it and no
+    outcome would ever come); the same deletion, seen again after a restart, gives the same
+    key (a create still queued is not sent twice)."""
+    node_map, _ = full(1)  # n0 claimed by the NodeSet, no pod on it
+    result = plan(view(nodeset(replicas=1), node_map, []))
+    assert result.nodeset is not None
+    (create,) = of(result, CreatePod)
+
+    def key(deleted_at: int) -> str:
+        assert result.nodeset is not None
+        out = to_outgoing(result.nodeset, create, T0, pod_deleted_revision=deleted_at)
+        return out.command.idempotency_key
+
+    assert key(0) != key(41) != key(97)
+    assert key(41) == key(41)
+
+
 def test_plan_with_a_memo_equals_the_plan_without_through_changes() -> None:
     """The memo only saves work: after every change of a node, a pod, the template or the
     other pods' requests, the plan made with it is the plan made from scratch."""
