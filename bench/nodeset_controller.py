@@ -16,7 +16,8 @@ to two rates of the same emulator in the same run:
 
 Target: 0 -> 4,000 under 60 s. BENCH_NODESET_NODES sets the cluster size (default 4000),
 BENCH_NODESET_BUDGET the time budget of the whole run in seconds (default 900): a step that
-has not settled when the budget runs out is reported as such and the rest is skipped.
+has not settled when the budget runs out is reported as such and the rest is skipped;
+BENCH_PROGRESS_SECONDS how often a step that has not settled prints its progress (default 30).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
 from nodeflow_runtime.logs import configure_logging
 from nodeflow_runtime.natsd import NatsServerProcess
 from nodeset_controller.config import NodeSetControllerConfig
+from nodeset_controller.objects import CLAIM_ANNOTATION
 from nodeset_controller.service import NodeSetController
 from slurm_syncer.auth import token_source
 from slurm_syncer.client import ClientOptions, SlurmClient
@@ -60,6 +62,7 @@ RAW_IN_FLIGHT = 32
 PINNED_SAMPLE = 200
 TARGET_SECONDS = 60.0
 POLL_SECONDS = 0.25
+PROGRESS_SECONDS = float(os.environ.get("BENCH_PROGRESS_SECONDS", "30"))
 
 TEMPLATE: dict[str, Any] = {
     "metadata": {"labels": {"app": "slurmd"}},
@@ -186,6 +189,14 @@ class Cluster:
         listed = await self.call("GET", f"{PODS_PATH}?labelSelector={selector}")
         return list(listed["items"])
 
+    async def claimed_nodes(self) -> int:
+        listed = await self.call("GET", "/api/v1/nodes")
+        return sum(
+            1
+            for item in listed["items"]
+            if (item["metadata"].get("annotations") or {}).get(CLAIM_ANNOTATION)
+        )
+
     async def nodeset_status(self) -> dict[str, Any]:
         return dict((await self.call("GET", f"{NODESETS_PATH}/{NODESET}")).get("status") or {})
 
@@ -196,14 +207,14 @@ async def wait_until(
     deadline: Deadline,
     progress: Callable[[], Awaitable[str]] | None = None,
 ) -> None:
-    next_report = time.monotonic() + 30.0
+    next_report = time.monotonic() + PROGRESS_SECONDS
     while not await check():
         if deadline.left() <= 0:
             detail = f" ({await progress()})" if progress is not None else ""
             raise OutOfBudget(f"{what}: not reached within the budget{detail}")
         if progress is not None and time.monotonic() > next_report:
             print(f"   ... {what}: {await progress()}", flush=True)
-            next_report = time.monotonic() + 30.0
+            next_report = time.monotonic() + PROGRESS_SECONDS
         await asyncio.sleep(POLL_SECONDS)
 
 
@@ -312,9 +323,13 @@ async def scale(cluster: Cluster, replicas: int, deadline: Deadline) -> float:
 
     async def progress() -> str:
         pods = await cluster.pods(f"nodeflow.dev/nodeset={NODESET}")
+        claimed = await cluster.claimed_nodes()
         status = await cluster.nodeset_status()
         shown = {k: v for k, v in status.items() if k not in ("conditions", "selector")}
-        return f"{len(pods)} pods, {sum(1 for p in pods if ready(p))} ready, status {shown}"
+        return (
+            f"{time.perf_counter() - started:.0f} s: {claimed} nodes claimed, {len(pods)} pods, "
+            f"{sum(1 for p in pods if ready(p))} ready, status {shown}"
+        )
 
     await wait_until(settled, f"scale to {replicas}", deadline, progress)
     return time.perf_counter() - started
@@ -437,6 +452,22 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
             f"outcomes {dict(sorted(controller.stats.outcomes.items()))}",
             flush=True,
         )
+        from collections import Counter
+
+        kinds = Counter(
+            (
+                slot.split("/")[0],
+                e.outcome,
+                bool(e.outcome_rv),
+                e.outcome_rv is not None
+                and controller._watched_rv(e.watch) != ""
+                and int(controller._watched_rv(e.watch)) >= int(e.outcome_rv or 0),
+            )
+            for slot, e in controller._in_flight.items()
+        )
+        sample = next(iter(controller._in_flight.items()), None)
+        if sample:
+            print("   DEBUG", kinds, sample, controller._watched_rv(sample[1].watch), flush=True)
         await controller.stop()
         await controller_bus.close()
         await syncer.stop()
