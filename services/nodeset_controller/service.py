@@ -265,9 +265,9 @@ class NodeSetController:
                     self._pods_of.get(owner, {}).pop(name, None)
             if owner is not None:
                 self._mark(owner)
-        self._account(key, new)
+        self._account(key, old, new)
 
-    def _account(self, key: str, pod: Obj | None) -> None:
+    def _account(self, key: str, old: Obj | None, pod: Obj | None) -> None:
         """Keep the per-node request totals (other pods' requests limit feasibility)."""
         previous = self._pod_requests.pop(key, None)
         if previous is not None:
@@ -277,7 +277,11 @@ class NodeSetController:
                 total[resource] = total.get(resource, 0) - amount
         if pod is not None and pod_occupies_node(pod):
             node = pod_node(pod) or ""
-            requests = pod_requests(mapping(pod.get("spec")))
+            spec = mapping(pod.get("spec"))
+            if previous is not None and old is not None and old.get("spec") == spec:
+                requests = previous[1]  # most pod updates are status only: no re-parse
+            else:
+                requests = pod_requests(spec)
             self._pod_requests[key] = (node, requests)
             total = self._requested.setdefault(node, {})
             for resource, amount in requests.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from nodeflow_contracts import subjects
 
@@ -17,6 +17,12 @@ NODE_CORDON_REASON_ANNOTATION = "nodeflow.dev/node-cordon-reason"
 SLURM_DELETE_CONDITION = "SlurmDelete"
 
 Obj = Mapping[str, Any]
+
+
+class ObjectLookup(Protocol):
+    """Objects by KV key: a dict, or a live KVView (read without copying it per pod)."""
+
+    def get(self, key: str, /) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ def nodeset_of(pod: Obj) -> str | None:
     return label if isinstance(label, str) and label else None
 
 
-def cluster_of(pod: Obj, nodesets: Mapping[str, Obj]) -> str | None:
+def cluster_of(pod: Obj, nodesets: ObjectLookup) -> str | None:
     """The Slurm cluster of a NodeSet pod: its NodeSet's spec.slurmCluster, else its label."""
     metadata = _mapping(pod.get("metadata"))
     nodeset = nodeset_of(pod)
@@ -77,7 +83,7 @@ def node_key(node_name: str) -> str:
     return subjects.object_key(None, node_name)
 
 
-def pod_facts(pod: Obj, nodes: Mapping[str, Obj], nodesets: Mapping[str, Obj]) -> PodFacts | None:
+def pod_facts(pod: Obj, nodes: ObjectLookup, nodesets: ObjectLookup) -> PodFacts | None:
     """Facts of a NodeSet pod; None for any other pod or one whose cluster is not known."""
     if nodeset_of(pod) is None:
         return None

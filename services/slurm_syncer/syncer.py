@@ -365,7 +365,9 @@ class Syncer:
         now = self._clock()
         report = ReconcileReport()
         pods = self._pods.as_dict() if keys is None else None
-        nodes, nodesets = self._nodes.as_dict(), self._nodesets.as_dict()
+        # Read in place: nothing below awaits before the loop ends, so the views cannot change
+        # under it, and copying 4,000 nodes for every pod event cost more than the work.
+        nodes, nodesets = self._nodes, self._nodesets
         commands: list[K8sCommand] = []
         plans: list[tuple[PodFacts, DrainPlan]] = []
         for key in keys if keys is not None else list(pods or ()):
