@@ -59,15 +59,16 @@ test: venv tools
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-real-slurm; fi
 
-# The Slurm conformance suite and slurm-syncer's real-Slurm tests against a real Slurm 24.11
-# (slurmctld, four slurmd, slurmrestd with JWT) in a debootstrapped Debian trixie root on
-# loopback. Needs root; CI runs it.
+# The Slurm conformance suite, slurm-syncer's real-Slurm tests and the NodeSet safe deletion
+# (whole stack) against a real Slurm 24.11 (slurmctld, four slurmd, slurmrestd with JWT) in a
+# debootstrapped Debian trixie root on loopback. Needs root; CI runs it.
 test-real-slurm: venv
 	@mkdir -p .run
 	tools/slurm/real_slurm.sh start > .run/real-slurm.env
 	set -a && . ./.run/real-slurm.env && set +a && \
 	  status=0; $(VENV)/bin/pytest -q -p no:cacheprovider tests/conformance/slurm \
-	    tests/integration/slurm_syncer/test_real_slurm.py || status=$$?; \
+	    tests/integration/slurm_syncer/test_real_slurm.py \
+	    tests/integration/nodeset_controller/test_real_slurm.py || status=$$?; \
 	  tools/slurm/real_slurm.sh stop; exit $$status
 
 bench: venv

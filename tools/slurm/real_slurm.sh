@@ -5,8 +5,11 @@
 #   tools/slurm/real_slurm.sh stop
 #
 # Needs root (debootstrap, chroot, bind mounts). The root is cached in $SLURM_ROOT so only
-# the first start downloads anything. slurmctld, four slurmd (a-[001-004]) and slurmrestd
+# the first start downloads anything. slurmctld, four slurmd (a-000-[001-004]) and slurmrestd
 # (JWT, as an unprivileged user) all listen on 127.0.0.1.
+#
+# The nodes are named as NodeSet pods are, <prefix>-<octet 3>-<octet 4> of the Kubernetes
+# node's InternalIP (10.x.0.1 -> a-000-001), so a NodeSet can own them in the tests.
 set -euo pipefail
 
 SLURM_ROOT="${SLURM_ROOT:-/var/tmp/nodeflow-slurm/root}"
@@ -15,7 +18,7 @@ CTLD_PORT="${SLURM_CTLD_PORT:-6817}"
 # The four slurmd listen on NODE_PORT..NODE_PORT+3. With another SLURM_ROOT and other ports a
 # second, independent Slurm can run beside the first (parallel test sessions on one machine).
 NODE_PORT="${SLURM_NODE_PORT:-17001}"
-NODES=(a-001 a-002 a-003 a-004)
+NODES=(a-000-001 a-000-002 a-000-003 a-000-004)
 NONADMIN=nodeflow-user
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
@@ -83,7 +86,7 @@ SelectTypeParameters=CR_CPU
 ReturnToService=2
 SlurmdTimeout=30
 MinJobAge=300
-NodeName=a-[001-004] NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Port=[$NODE_PORT-$((NODE_PORT + 3))] State=UNKNOWN
+NodeName=a-000-[001-004] NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Port=[$NODE_PORT-$((NODE_PORT + 3))] State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
     echo "CgroupPlugin=disabled" >"$etc/cgroup.conf"
@@ -103,7 +106,8 @@ start() {
     mount_all
     configure
     in_root /usr/sbin/munged --force
-    # -c: no jobs, drains or reasons left over from an earlier run (or a crashed test).
+    # -c: no jobs, drains or reasons left over from an earlier run (or a crashed test), and no
+    # saved state of nodes slurm.conf no longer names (the nodes were renamed once).
     in_root /usr/sbin/slurmctld -c
     for node in "${NODES[@]}"; do
         mkdir -p "$SLURM_ROOT/var/spool/slurmd/$node"

@@ -8,6 +8,7 @@ so a test can also kill and restart it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -223,22 +224,47 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
-@pytest.fixture
-async def stack(nats_server: NatsServerProcess) -> AsyncIterator[Stack]:
+def simulator_slurm(sim: Simulator) -> dict[str, SlurmClient]:
+    """The syncer's clients by default: the simulator's own Slurm emulator."""
+    settings = ClusterSettings(
+        name=CLUSTER, url=sim.slurm_url, user="slurm", jwt_key_file=sim.jwt_key_file
+    )
+    client = SlurmClient(
+        CLUSTER,
+        sim.slurm_url,
+        token_source(settings, lifespan=3600, margin=60),
+        ClientOptions(timeout_seconds=5.0, attempts=2, backoff=Backoff(initial=0.05, maximum=0.2)),
+    )
+    return {CLUSTER: client}
+
+
+@contextlib.asynccontextmanager
+async def run_stack(
+    nats_url: str,
+    *,
+    nodes: int = 4,
+    slurm_clients: Callable[[Simulator], dict[str, SlurmClient]] = simulator_slurm,
+    prepare: Callable[[Simulator], None] | None = None,
+    poll_interval: float = 0.2,
+) -> AsyncIterator[Stack]:
+    """The stack on `nodes` Kubernetes nodes. `slurm_clients` chooses the Slurm clusters the
+    syncer polls; `prepare` edits the simulated cluster before k8s-watcher first lists it."""
     config = SimulatorConfig(
-        cluster=ClusterSpec(nodes=4),
+        cluster=ClusterSpec(nodes=nodes),
         kubelet_delay=0.02,
         slurm_clusters=(CLUSTER,),
         slurm_driver_interval=0.1,
         start_admin_server=False,
     )
     async with run_simulator(config) as sim:
-        bus = await Bus.connect(nats_server.url, options=FAST_BUS)
+        if prepare is not None:
+            prepare(sim)
+        bus = await Bus.connect(nats_url, options=FAST_BUS)
         await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
         for service in ("k8s-watcher", "slurm-syncer"):
             await ensure_topology(bus.js, consumers=CONSUMERS[service])
         watcher_config = K8sWatcherConfig(
-            nats_url=(nats_server.url,),
+            nats_url=(nats_url,),
             kubeconfig=str(sim.kubeconfig_path),
             instance_id="it-watcher",
             kube_qps=2000.0,
@@ -250,25 +276,22 @@ async def stack(nats_server: NatsServerProcess) -> AsyncIterator[Stack]:
         watcher = await K8sWatcher.connect(watcher_config, bus)
         await watcher.start()
         await watcher.wait_synced()
-        settings = ClusterSettings(
-            name=CLUSTER, url=sim.slurm_url, user="slurm", jwt_key_file=sim.jwt_key_file
-        )
-        client = SlurmClient(
-            CLUSTER,
-            sim.slurm_url,
-            token_source(settings, lifespan=3600, margin=60),
-            ClientOptions(
-                timeout_seconds=5.0, attempts=2, backoff=Backoff(initial=0.05, maximum=0.2)
-            ),
-        )
-        syncer = Syncer(bus, {CLUSTER: client}, SyncerOptions(poll_interval=0.2, resend_after=3.0))
+        clients = slurm_clients(sim)
+        syncer = Syncer(bus, clients, SyncerOptions(poll_interval=poll_interval, resend_after=3.0))
         await syncer.start()
-        running = Stack(sim=sim, bus=bus, nats_url=nats_server.url, watcher=watcher, syncer=syncer)
+        running = Stack(sim=sim, bus=bus, nats_url=nats_url, watcher=watcher, syncer=syncer)
         try:
             yield running
         finally:
             await running.stop_controller()
             await syncer.stop()
-            await client.close()
+            for client in clients.values():
+                await client.close()
             await watcher.stop(grace=2.0)
             await bus.close()
+
+
+@pytest.fixture
+async def stack(nats_server: NatsServerProcess) -> AsyncIterator[Stack]:
+    async with run_stack(nats_server.url) as running:
+        yield running

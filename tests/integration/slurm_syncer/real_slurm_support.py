@@ -34,7 +34,7 @@ from slurm_syncer.settings import cluster_settings
 from tests.conformance.slurm.support import UNUSABLE_FLAGS, SlurmTarget, wait_for
 
 CLUSTER = "nodeflow"
-EMULATED_NODES = ("a-001", "a-002", "a-003", "a-004")
+EMULATED_NODES = ("a-000-001", "a-000-002", "a-000-003", "a-000-004")
 EMULATED_CPUS = 2
 # A real job must outlive the drain comfortably (slurmctld schedules, the syncer polls and
 # drains); the emulator schedules at once, so a shorter job keeps the normal suite fast.
@@ -88,12 +88,13 @@ class SlurmUnderTest:
         self.touched.add(name)
         return name
 
-    async def submit_sleep(self, node: str) -> int:
-        """A batch job `sleep <job_seconds>` using every CPU of `node` (so it is ALLOCATED)."""
+    async def submit_sleep(self, node: str, seconds: int | None = None) -> int:
+        """A batch job `sleep <seconds>` (default `job_seconds`) using every CPU of `node` (so
+        it is ALLOCATED). The submit's time limit is a minute: longer sleeps are cut short."""
         cpus = int((await self.node(node))["cpus"])
         job_id = await self.target.submit(
             "nodeflow-syncer-real-slurm",
-            f"#!/bin/bash\nsleep {self.job_seconds}",
+            f"#!/bin/bash\nsleep {self.job_seconds if seconds is None else seconds}",
             required_nodes=[node],
             minimum_nodes=1,
             tasks=1,
