@@ -2,8 +2,10 @@
 
 The simulator (Kubernetes API emulator, scheduler, kubelet, Slurm emulator) runs in a child
 process (`python -m clustersim`), as the cluster would run elsewhere; NATS is a real
-nats-server; k8s-watcher, slurm-syncer and nodeset-controller run in this process with their
-service defaults (printed). Figures, each until every pod is Ready (or gone) *and* the
+nats-server; k8s-watcher, slurm-syncer and nodeset-controller run as one process each, as they
+are deployed (`python -m <service>`, configured by environment), with their service defaults
+except k8s-watcher's client rate limit (printed). Figures, each until every pod is Ready (or
+gone) *and* the
 NodeSet status says so: 0 -> 1,000, 1,000 -> 0, 0 -> 4,000 and 4,000 -> 0 (safe deletion:
 SlurmDelete, drain in the Slurm emulator, delete); seconds, pods per second, and the ratio
 to two rates of the same emulator in the same run:
@@ -13,6 +15,11 @@ to two rates of the same emulator in the same run:
 * pinned-pod ceiling: the same number of pods as NodeSet pods are made -- pinned to a node
   by required node affinity, so the emulator's scheduler binds them -- created directly and
   timed until Ready. No controller can bring NodeSet pods up faster than this.
+
+A NodeSet pod costs about 3.5 API writes (node claim, pod create, slurm-syncer's condition
+patch, NodeSlice/status/Event shares), so the service default of 300 QPS alone would cap a
+scale-up near 85 pods/s; a 4,000-node deployment raises it like this benchmark does
+(BENCH_KUBE_QPS, default 1000, burst twice that).
 
 Target: 0 -> 4,000 under 60 s. BENCH_NODESET_NODES sets the cluster size (default 4000),
 BENCH_NODESET_BUDGET the time budget of the whole run in seconds (default 900): a step that
@@ -25,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -36,18 +44,13 @@ from typing import Any
 import aiohttp
 
 from k8s_watcher.config import K8sWatcherConfig
-from k8s_watcher.service import K8sWatcher
-from nodeflow_bus import Backoff, Bus, BusOptions, ensure_topology
-from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
+from nodeflow_bus import Bus, BusOptions, ensure_topology
+from nodeflow_contracts.topology import KV_BUCKETS, STREAMS
 from nodeflow_runtime.logs import configure_logging
 from nodeflow_runtime.natsd import NatsServerProcess
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.objects import CLAIM_ANNOTATION
-from nodeset_controller.service import NodeSetController
-from slurm_syncer.auth import token_source
-from slurm_syncer.client import ClientOptions, SlurmClient
-from slurm_syncer.settings import ClusterSettings
-from slurm_syncer.syncer import Syncer, SyncerOptions
+from slurm_syncer.syncer import SyncerOptions
 
 NODES = int(os.environ.get("BENCH_NODESET_NODES", "4000"))
 BUDGET = float(os.environ.get("BENCH_NODESET_BUDGET", "900"))
@@ -62,6 +65,7 @@ RAW_IN_FLIGHT = 32
 PINNED_SAMPLE = 200
 TARGET_SECONDS = 60.0
 POLL_SECONDS = 0.25
+KUBE_QPS = float(os.environ.get("BENCH_KUBE_QPS", "1000"))
 PROGRESS_SECONDS = float(os.environ.get("BENCH_PROGRESS_SECONDS", "30"))
 
 TEMPLATE: dict[str, Any] = {
@@ -361,6 +365,80 @@ async def main() -> None:
             await nats.kill()
 
 
+class Services:
+    """k8s-watcher, slurm-syncer and nodeset-controller as child processes, each with its
+    health/metrics port; their logs go to files in the run directory."""
+
+    NAMES = (
+        ("k8s-watcher", "k8s_watcher"),
+        ("slurm-syncer", "slurm_syncer"),
+        ("nodeset-controller", "nodeset_controller"),
+    )
+
+    def __init__(self, run_dir: Path, env: dict[str, str]) -> None:
+        self.run_dir = run_dir
+        self.env = env
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.urls: dict[str, str] = {}
+
+    def log_file(self, name: str) -> Path:
+        return self.run_dir / f"{name}.log"
+
+    async def start(self, session: aiohttp.ClientSession) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for name, module in self.NAMES:
+            port = free_port()
+            env = {**self.env, "HTTP_HOST": "127.0.0.1", "HTTP_PORT": str(port)}
+            env["INSTANCE_ID"] = f"bench-{name}"
+            with self.log_file(name).open("ab") as log_handle:
+                self.procs[name] = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", module, env=env, stdout=log_handle, stderr=log_handle
+                )
+            self.urls[name] = f"http://127.0.0.1:{port}"
+            # In order: the controller's first plan should see the watcher's KV filled.
+            await self.wait_ready(session, name)
+
+    async def wait_ready(self, session: aiohttp.ClientSession, name: str) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.procs[name].returncode is not None:
+                tail = self.log_file(name).read_text()[-2000:]
+                raise RuntimeError(f"{name} exited:\n{tail}")
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(self.urls[name] + "/readyz") as response:
+                    if response.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"{name} not ready within 120 s")
+
+    async def metric(self, session: aiohttp.ClientSession, name: str, series: str) -> float:
+        """Sum of a series (all label sets) on a service's /metrics."""
+        async with session.get(self.urls[name] + "/metrics") as response:
+            text = await response.text()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(series) and line[len(series) : len(series) + 1] in (" ", "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    async def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.returncode is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
     nodes = await cluster.node_names()
     raw = await raw_create_rate(cluster, nodes)
@@ -372,50 +450,36 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
         f"node for each pod)",
         flush=True,
     )
-    options = BusOptions(name="bench-nodeset", request_timeout=10.0)
-    bus = await Bus.connect(nats_url, options=options)
+    bus = await Bus.connect(nats_url, options=BusOptions(name="bench-nodeset"))
     await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
-    for service in ("k8s-watcher", "slurm-syncer"):
-        await ensure_topology(bus.js, consumers=CONSUMERS[service])
-    watcher_config = K8sWatcherConfig(
-        nats_url=(nats_url,), kubeconfig=cluster.env["KUBECONFIG"], instance_id="bench-watcher"
-    )
-    controller_config = NodeSetControllerConfig(nats_url=(nats_url,), instance_id="bench")
-    syncer_options = SyncerOptions()
+    await bus.close()
+    env = {
+        **os.environ,
+        **cluster.env,
+        "NATS_URL": nats_url,
+        "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "error"),
+        "KUBE_QPS": str(KUBE_QPS),
+        "KUBE_BURST": str(int(2 * KUBE_QPS)),
+    }
+    watcher_defaults = K8sWatcherConfig()
+    controller_defaults = NodeSetControllerConfig()
+    syncer_defaults = SyncerOptions()
     print(
-        f"   settings (service defaults): k8s-watcher kube_qps={watcher_config.kube_qps:g} "
-        f"kube_burst={watcher_config.kube_burst} "
-        f"command_concurrency={watcher_config.command_concurrency}; nodeset-controller "
-        f"debounce={controller_config.debounce_seconds:g}s "
-        f"resync={controller_config.resync_seconds:g}s "
-        f"publish_window={controller_config.publish_window} "
-        f"max_commands_in_flight={controller_config.max_commands_in_flight}; slurm-syncer "
-        f"poll={syncer_options.poll_interval:g}s "
-        f"updates={syncer_options.max_concurrent_updates}",
+        f"   settings: k8s-watcher kube_qps={KUBE_QPS:g} kube_burst={int(2 * KUBE_QPS)} "
+        f"(service default {watcher_defaults.kube_qps:g}/{watcher_defaults.kube_burst}) "
+        f"command_concurrency={watcher_defaults.command_concurrency}; nodeset-controller "
+        f"(defaults) debounce={controller_defaults.debounce_seconds:g}s "
+        f"resync={controller_defaults.resync_seconds:g}s "
+        f"publish_window={controller_defaults.publish_window} "
+        f"max_commands_in_flight={controller_defaults.max_commands_in_flight}; slurm-syncer "
+        f"(defaults) poll={syncer_defaults.poll_interval:g}s "
+        f"updates={syncer_defaults.max_concurrent_updates}",
         flush=True,
     )
-    watcher = await K8sWatcher.connect(watcher_config, bus)
-    await watcher.start()
-    await watcher.wait_synced()
-    settings = ClusterSettings(
-        name=CLUSTER,
-        url=cluster.env["SLURM_URL"],
-        user="slurm",
-        jwt_key_file=Path(cluster.env["SLURM_JWT_KEY_FILE"]),
-    )
-    client = SlurmClient(
-        CLUSTER,
-        settings.url,
-        token_source(settings, lifespan=3600, margin=60),
-        ClientOptions(timeout_seconds=30.0, backoff=Backoff(initial=0.1, maximum=1.0)),
-    )
-    syncer = Syncer(bus, {CLUSTER: client}, syncer_options)
-    await syncer.start()
-    controller_bus = await Bus.connect(nats_url, options=options)
-    controller = NodeSetController(controller_bus, controller_config)
-    await controller.start()
-    await controller.lease.wait_until_leader(timeout=30)
+    services = Services(cluster.run_dir / "services", env)
+    assert cluster.session is not None
     try:
+        await services.start(cluster.session)
         await cluster.call(
             "POST",
             NODESETS_PATH,
@@ -446,31 +510,21 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
                 verdict = "met" if seconds < TARGET_SECONDS else "NOT met"
                 print(f"   target 0 -> {NODES} under {TARGET_SECONDS:.0f} s: {verdict}", flush=True)
     finally:
-        print(
-            f"   controller: {controller.stats.plans} plans, {controller.stats.commands} messages, "
-            f"{controller.stats.deferred} changes deferred by the in-flight window, "
-            f"outcomes {dict(sorted(controller.stats.outcomes.items()))}",
-            flush=True,
-        )
-        from collections import Counter
-
-        kinds = Counter(
-            (
-                slot.split("/")[0],
-                e.outcome,
-                bool(e.outcome_rv),
-                e.outcome_rv is not None
-                and controller._watched_rv(e.watch) != ""
-                and int(controller._watched_rv(e.watch)) >= int(e.outcome_rv or 0),
+        with contextlib.suppress(aiohttp.ClientError, RuntimeError, KeyError):
+            session = cluster.session
+            figures = {
+                series: await services.metric(session, "nodeset-controller", series)
+                for series in (
+                    "nodeflow_nodeset_controller_plans_total",
+                    "nodeflow_nodeset_controller_messages_total",
+                    "nodeflow_nodeset_controller_deferred_changes_total",
+                )
+            }
+            print(
+                f"   controller: {figures['nodeflow_nodeset_controller_plans_total']:.0f} plans, "
+                f"{figures['nodeflow_nodeset_controller_messages_total']:.0f} messages, "
+                f"{figures['nodeflow_nodeset_controller_deferred_changes_total']:.0f} changes "
+                "deferred by the in-flight window",
+                flush=True,
             )
-            for slot, e in controller._in_flight.items()
-        )
-        sample = next(iter(controller._in_flight.items()), None)
-        if sample:
-            print("   DEBUG", kinds, sample, controller._watched_rv(sample[1].watch), flush=True)
-        await controller.stop()
-        await controller_bus.close()
-        await syncer.stop()
-        await client.close()
-        await watcher.stop(grace=2.0)
-        await bus.close()
+        await services.stop()

@@ -32,7 +32,7 @@ from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, RecordEvent
 from nodeflow_contracts.slurm import SlurmNodeState
 from nodeflow_kube.quantity import ResourceList
 from nodeflow_runtime.service import ServiceContext
-from nodeset_controller import SERVICE
+from nodeset_controller import SERVICE, metrics
 from nodeset_controller.commands import (
     SENDER,
     Outgoing,
@@ -335,6 +335,7 @@ class NodeSetController:
         if outcome.sender != SENDER or outcome.outcome == "retrying":
             return
         self.stats.outcomes[outcome.outcome] = self.stats.outcomes.get(outcome.outcome, 0) + 1
+        metrics.OUTCOMES.labels(outcome.outcome).inc()
         slot = self._by_key.get(outcome.idempotency_key)
         if slot is None:
             return
@@ -449,6 +450,8 @@ class NodeSetController:
             round_started = time.perf_counter()
             await self.reconcile_dirty()
             self._last_round_seconds = time.perf_counter() - round_started
+            metrics.PLAN_SECONDS.observe(self._last_round_seconds)
+            metrics.IN_FLIGHT.set(len(self._in_flight))
             # Commands in flight need a look again once they may have expired.
             if self._in_flight:
                 self._wake_at[IN_FLIGHT_WAKE] = now + self.config.in_flight_timeout_seconds
@@ -507,6 +510,7 @@ class NodeSetController:
         )
         result = plan(view)
         self.stats.plans += 1
+        metrics.PLANS.inc()
         if result.wake_at is not None:
             self._wake_at[key] = result.wake_at
         produced: list[Outgoing] = []
@@ -542,6 +546,7 @@ class NodeSetController:
                     continue
                 if self._room <= 0:
                     self.stats.deferred += 1
+                    metrics.DEFERRED.inc()
                     self._starved.add(key)
                     continue
                 self._room -= 1
@@ -617,6 +622,7 @@ class NodeSetController:
                 OutgoingMessage(subject=event.subject, message=event, msg_id=event.idempotency_key)
             )
         self.stats.commands += len(messages)
+        metrics.MESSAGES.inc(len(messages))
         if messages:
             await self.bus.publish_batch(messages, max_in_flight=self.config.publish_window)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+from prometheus_client import REGISTRY
 
 from nodeflow_contracts.nodeset import NodeSetDecision
 from tests.integration.nodeset_controller.conftest import (
@@ -82,7 +83,38 @@ async def test_scale_up_wider_than_the_in_flight_window_completes_step_by_step(
     )
     # Three claims and three creates, one at a time: the others waited for a later round.
     assert controller.stats.deferred > 0
+    deferred = REGISTRY.get_sample_value("nodeflow_nodeset_controller_deferred_changes_total")
+    assert deferred is not None and deferred >= controller.stats.deferred
     assert len(stack.claims()) == 3
+
+
+async def test_pod_deleted_by_someone_else_is_recreated_on_its_still_claimed_node(
+    stack: Stack,
+) -> None:
+    """The node keeps its claim (same resourceVersion), so the new pod has the old one's
+    name, node and revision: its create must not be taken for the first pod's create (a
+    repeated idempotency key is dropped by JetStream's duplicate window -- the create would
+    never run and the in-flight window would wedge)."""
+    await stack.start_controller()
+    stack.create_nodeset("gpu", 1)
+    await eventually(lambda: len(stack.ready_pods("gpu")) == 1, what="pod ready")
+    (first,) = stack.pods("gpu")
+    node_before = stack.sim.store.get("nodes", first["spec"]["nodeName"])
+    stack.sim.store.delete(
+        "pods", first["metadata"]["name"], namespace="default", grace_period_seconds=0
+    )
+
+    def replaced() -> bool:
+        pods = stack.ready_pods("gpu")
+        return len(pods) == 1 and pods[0]["metadata"]["uid"] != first["metadata"]["uid"]
+
+    # Well within the controller's in-flight timeout (20 s): no expiry-and-retry needed.
+    await eventually(replaced, timeout=10, what="pod re-created and Ready")
+    (second,) = stack.pods("gpu")
+    assert second["metadata"]["name"] == first["metadata"]["name"]
+    assert second["spec"]["nodeName"] == first["spec"]["nodeName"]
+    node_after = stack.sim.store.get("nodes", first["spec"]["nodeName"])
+    assert node_after["metadata"]["resourceVersion"] == node_before["metadata"]["resourceVersion"]
 
 
 async def test_scale_in_while_jobs_run_pods_stay_until_jobs_end(stack: Stack) -> None:
