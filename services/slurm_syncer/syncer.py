@@ -79,9 +79,9 @@ class ClusterView:
 
 @dataclass
 class _Sent:
-    """A pod command already sent for this pod version, to send nothing twice."""
+    """The last pod command sent for a pod, to send nothing twice."""
 
-    resource_version: str
+    uid: str
     digest: str
     sent_at: float
     attempt: int
@@ -423,18 +423,18 @@ class Syncer:
     def _should_send(
         self, sent: dict[str, _Sent], facts: PodFacts, digest: str, now: float
     ) -> int | None:
-        """The attempt number to send with, or None when this exact command is pending."""
+        """The attempt number to send with, or None when the same change was sent to the same
+        pod less than `resend_after` ago. Not keyed by resourceVersion: a pod changes several
+        times while it starts (bound, running, ready), and each change would otherwise send
+        the same patch again while the first is still in flight -- 3.4 patches per pod at
+        4,000 pods, the largest share of the API writes of a scale-up."""
         previous = sent.get(facts.key)
         attempt = 1
-        if (
-            previous is not None
-            and previous.resource_version == facts.resource_version
-            and previous.digest == digest
-        ):
+        if previous is not None and previous.uid == facts.uid and previous.digest == digest:
             if now - previous.sent_at < self.options.resend_after:
                 return None
             attempt = previous.attempt + 1
-        sent[facts.key] = _Sent(facts.resource_version, digest, now, attempt)
+        sent[facts.key] = _Sent(facts.uid, digest, now, attempt)
         return attempt
 
     def _conditions_command(

@@ -352,3 +352,29 @@ async def test_a_restarted_syncer_resumes_from_kv_without_republishing(
     slurm.cluster.update_node("gpu-002", "root", ["DRAIN"], "admin: fan", None)
     await syncer.poll_once(CLUSTER)
     await eventually(lambda: "SlurmNodeStateDrain" in slurm_conditions(kube.pod("gpu-002")))
+
+
+async def test_a_pending_patch_is_not_sent_again_when_the_pod_changes_meanwhile(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    """A starting pod changes several times (bound, running, ready) before the syncer's
+    condition patch lands: one patch, not one per pod version. A new pod of the same name
+    (another uid) gets its own patch at once."""
+    watcher.apply = False  # the patch stays in flight
+    await setup_cluster(slurm, kube, ["gpu-001"])
+    await syncer.start()
+    await eventually(lambda: len(watcher.commands) == 1)
+    pod = make_pod("gpu-001", "node-0")
+    for version in range(2, 6):
+        pod["metadata"]["resourceVersion"] = str(version)
+        pod["metadata"]["annotations"] = {"touched": str(version)}
+        await kube.put_pod(pod)
+    await syncer.poll_once(CLUSTER)
+    await asyncio.sleep(0.5)
+    assert len(watcher.commands) == 1
+
+    replacement = make_pod("gpu-001", "node-0")
+    replacement["metadata"]["uid"] = "uid-gpu-001-second"
+    await kube.put_pod(replacement)
+    await eventually(lambda: len(watcher.commands) == 2)
+    assert watcher.commands[1].target.uid == "uid-gpu-001-second"
