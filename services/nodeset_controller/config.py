@@ -12,7 +12,7 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
     force_scaling_delete_known_condition_timeout: float = 0.0
     force_scaling_delete_unknown_condition_timeout: float = 0.0
     # One active replica: the others wait on this lease.
-    lease_ttl_seconds: float = 15.0
+    leader_lease_ttl_seconds: float = 15.0
     # Every NodeSet is re-planned at least this often even when nothing changed.
     resync_seconds: float = 30.0
     # Changes arriving within this window are planned together.
@@ -36,7 +36,7 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
-        for name in ("lease_ttl_seconds", "resync_seconds", "in_flight_timeout_seconds"):
+        for name in ("leader_lease_ttl_seconds", "resync_seconds", "in_flight_timeout_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.debounce_seconds < 0:

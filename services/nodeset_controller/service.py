@@ -166,7 +166,7 @@ class NodeSetController:
         self.slices: KVView[Obj] = KVView(bus, "k8s_nodeslices", dict)
         self.slurm: KVView[SlurmNodeState] = KVView(bus, "slurm_nodes", SlurmNodeState)
         self.lease = LeaderLease(
-            bus, SERVICE, holder=config.instance_id or None, ttl=config.lease_ttl_seconds
+            bus, SERVICE, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds
         )
         # Indexes kept up to date by the KV listeners.
         self._pods_of: dict[str, dict[str, Obj]] = {}  # "<ns>.<nodeset>" -> pod name -> pod

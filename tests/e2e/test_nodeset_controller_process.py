@@ -34,7 +34,7 @@ async def start_process(running: Stack, port: int, name: str) -> asyncio.subproc
         "HTTP_PORT": str(port),
         "INSTANCE_ID": name,
         "LOG_LEVEL": "warning",
-        "LEASE_TTL_SECONDS": "1.5",
+        "LEADER_LEASE_TTL_SECONDS": "1.5",
         "RESYNC_SECONDS": "0.5",
         "DEBOUNCE_SECONDS": "0.02",
         "IN_FLIGHT_TIMEOUT_SECONDS": "5",

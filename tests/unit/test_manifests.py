@@ -28,7 +28,7 @@ import yaml
 from nats.errors import Error as NatsError
 
 from clustersim.kube.schema import prepare_custom_object, prune, validate
-from nodeflow_contracts.topology import WATCHED_KINDS
+from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET, WATCHED_KINDS
 from nodeflow_runtime.natsd import free_port, nats_server_binary
 
 Obj = dict[str, Any]
@@ -831,7 +831,9 @@ def publish_denials(text: str) -> dict[str, list[str]]:
 def test_only_the_owner_of_a_kv_bucket_may_write_it() -> None:
     denials = publish_denials(nats_config_text())
     assert set(denials) == set(SERVICES)
+    # The watched kinds' buckets, and its record of applied commands (its idempotency).
     watcher_buckets = {f"$KV.{kind.bucket}.>" for kind in WATCHED_KINDS}
+    watcher_buckets.add(f"$KV.{APPLIED_COMMANDS_BUCKET}.>")
     for service, denied in denials.items():
         if service != "k8s-watcher":
             assert watcher_buckets <= set(denied), service
