@@ -16,9 +16,10 @@ to two rates of the same emulator in the same run:
   by required node affinity, so the emulator's scheduler binds them -- created directly and
   timed until Ready. No controller can bring NodeSet pods up faster than this.
 
-A NodeSet pod costs about 3.5 API writes (node claim, pod create, slurm-syncer's condition
-patch, NodeSlice/status/Event shares), so the service default of 300 QPS alone would cap a
-scale-up near 85 pods/s; a 4,000-node deployment raises it like this benchmark does
+A NodeSet pod costs about four API writes (node claim, pod create, slurm-syncer's two condition
+patches: Unknown until its Slurm node registers, then the node's state), plus shares of
+NodeSlice, status and Event writes, so the service default of 300 QPS alone would cap a
+scale-up near 75 pods/s; a 4,000-node deployment raises it like this benchmark does
 (BENCH_KUBE_QPS, default 1000, burst twice that).
 
 Target: 0 -> 4,000 under 60 s. BENCH_NODESET_NODES sets the cluster size (default 4000),
