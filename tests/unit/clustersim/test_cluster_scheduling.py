@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clustersim.cluster.scheduler import IdentityCache
 from clustersim.cluster.scheduling import (
     AFFINITY_MISMATCH,
     UNSCHEDULABLE_NODE,
@@ -248,3 +250,25 @@ def test_named_nodes_is_the_union_of_terms_that_all_name_nodes() -> None:
         "nodeSelectorTerms"
     ].append({"matchExpressions": [{"key": "x", "operator": "Exists"}]})
     assert named_nodes(mixed) is None  # a term without names lets any node through
+
+
+def test_identity_cache_recomputes_for_a_new_object_version_and_forgets_gone_keys() -> None:
+    calls: list[str] = []
+
+    def compute(obj: Mapping[str, Any]) -> dict[str, Fraction]:
+        calls.append(obj["v"])
+        return {"cpu": Fraction(int(obj["v"]))}
+
+    cache = IdentityCache(compute)
+    first = {"v": "1"}
+    assert cache.get("n1", first) == {"cpu": 1}
+    assert cache.get("n1", first) == {"cpu": 1}
+    assert calls == ["1"]  # same object: not recomputed
+    # An equal but new object is a new version (the store never mutates a handed-out one).
+    assert cache.get("n1", {"v": "2"}) == {"cpu": 2}
+    assert calls == ["1", "2"]
+    cache.get("n2", {"v": "3"})
+    cache.keep_only({"n2"})
+    assert len(cache) == 1
+    cache.get("n1", first)
+    assert calls[-1] == "1"
