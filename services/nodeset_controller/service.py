@@ -475,9 +475,10 @@ class NodeSetController:
             1 for entry in self._in_flight.values() if entry.windowed
         )
         if self._room > 0:
-            # NodeSets whose changes waited for room get it now, whichever change freed it.
+            # NodeSets whose changes waited for room get it now, whichever change freed it
+            # (a NodeSet deferred again in this round adds itself back).
             keys |= self._starved
-        self._starved = set()
+            self._starved = set()
         for key in sorted(keys):
             self._wake_at.pop(key, None)
             nodeset = self.nodesets.get(key)
