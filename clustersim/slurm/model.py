@@ -59,6 +59,8 @@ class Node:
     drain: bool = False
     not_responding: bool = False
     not_responding_since: float | None = None
+    # An UNDRAIN/RESUME made slurmctld ping the node; slurmd answers at this time.
+    ping_answer_at: float | None = None
     reason: str = ""
     reason_user: str = ""
     reason_time: float | None = None
@@ -178,7 +180,11 @@ class SlurmCluster:
         min_job_age: float = 300.0,
         completing_seconds: float = 1.0,
         first_job_id: int = 1,
+        resume_ping_seconds: float = 0.0,
     ) -> None:
+        """`resume_ping_seconds` > 0: an UNDRAIN or RESUME shows the node NOT_RESPONDING until
+        slurmd answers slurmctld's fresh ping that long after (Slurm 24.11.5 over REST:
+        `["IDLE", "NOT_RESPONDING"]` for 0.2-0.8 s); 0 keeps the node as it was."""
         self.name = name
         self.clock = clock
         self.admin_users = frozenset(admin_users)
@@ -190,6 +196,7 @@ class SlurmCluster:
         self.slurmd_timeout = slurmd_timeout
         self.min_job_age = min_job_age
         self.completing_seconds = completing_seconds
+        self.resume_ping_seconds = resume_ping_seconds
         self.nodes: dict[str, Node] = {}
         self.jobs: dict[int, Job] = {}
         self._next_job_id = first_job_id
@@ -249,6 +256,7 @@ class SlurmCluster:
         now = self.clock.now()
         node.not_responding = True
         node.not_responding_since = now
+        node.ping_answer_at = None
         self._set_down_not_responding(node, now)
         self._touch_nodes()
 
@@ -263,6 +271,7 @@ class SlurmCluster:
 
     def _return_to_service(self, node: Node) -> None:
         node.not_responding, node.not_responding_since = False, None
+        node.ping_answer_at = None
         if not node.down:
             return
         back = self.return_to_service >= 2 or (
@@ -313,6 +322,11 @@ class SlurmCluster:
                 node.drain = False
             elif state in ("RESUME", "IDLE"):
                 node.drain, node.down = False, False
+        pinged = any(state in ("UNDRAIN", "RESUME") for state in states)
+        if pinged and self.resume_ping_seconds > 0 and node.not_responding_since is None:
+            # A lost node (not_responding_since set) never answers: it stays NOT_RESPONDING.
+            node.not_responding = True
+            node.ping_answer_at = now + self.resume_ping_seconds
         if reason:
             node.set_reason(reason, who, now)
         elif any(state in ("DRAIN", "DOWN") for state in states):
@@ -464,6 +478,9 @@ class SlurmCluster:
                 self._touch_nodes()
                 self._touch_jobs()
         for node in self.nodes.values():
+            if node.ping_answer_at is not None and node.ping_answer_at <= now:
+                node.not_responding, node.ping_answer_at = False, None
+                self._touch_nodes()
             overdue = node.not_responding_since is not None and (
                 now - node.not_responding_since >= self.slurmd_timeout
             )

@@ -157,6 +157,56 @@ def same_state(a: SlurmNodeState | None, b: SlurmNodeState | None) -> bool:
     )
 
 
+# How long NOT_RESPONDING is seen before it is reported (SLURM_NOT_RESPONDING_CONFIRM_SECONDS).
+DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A node state as reported, and since when its NOT_RESPONDING has been seen (None: not
+    seen in the last read)."""
+
+    state: SlurmNodeState
+    not_responding_since: float | None
+
+
+def settle_not_responding(
+    read: SlurmNodeState,
+    reported: SlurmNodeState | None,
+    seen_since: float | None,
+    confirm_after: float,
+) -> Settled:
+    """NOT_RESPONDING is reported only once it is confirmed: seen on reads at least
+    `confirm_after` seconds apart with no read without it between them, or already reported.
+
+    Why: slurmctld marks a node NOT_RESPONDING the moment an admin UNDRAINs or RESUMEs it (it
+    zeroes boot_time and pings the node afresh) and clears it on slurmd's answer, 0.2-0.8 s
+    later on Slurm 24.11.5; a node whose slurmd really stopped is marked only after a failed
+    ping (about 20 s) and stays marked until it goes DOWN (SlurmdTimeout). Until confirmed,
+    the flag is left out and everything else of the read is reported: the base state (Down
+    included), the drain flags and the reason are never held back.
+    """
+    if "NotResponding" not in read.flags:
+        return Settled(read, None)
+    since = read.observed_at if seen_since is None else min(seen_since, read.observed_at)
+    already_reported = reported is not None and "NotResponding" in reported.flags
+    if already_reported or read.observed_at - since >= confirm_after:
+        return Settled(read, since)
+    flags = tuple(flag for flag in read.flags if flag != "NotResponding")
+    return Settled(msgspec.structs.replace(read, flags=flags), since)
+
+
+def with_unconfirmed_not_responding(
+    state: SlurmNodeState | None, seen_not_responding: bool
+) -> SlurmNodeState | None:
+    """The state as last read, for drain decisions: a NOT_RESPONDING not yet reported still
+    holds drains and undrains back (drain.decide_drain leaves a silent node alone)."""
+    if state is None or not seen_not_responding or "NotResponding" in state.flags:
+        return state
+    flags = sorted((*state.flags, "NotResponding"), key=_FLAG_ORDER.__getitem__)
+    return msgspec.structs.replace(state, flags=tuple(flags))
+
+
 @dataclass
 class PollOutcome:
     """What one poll of one cluster changes, computed without I/O."""
@@ -165,6 +215,8 @@ class PollOutcome:
     changed: list[SlurmNodeState] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)
+    # Nodes seen NOT_RESPONDING in this poll -> since when (see settle_not_responding).
+    not_responding_since: dict[str, float] = field(default_factory=dict)
 
 
 def apply_poll(
@@ -172,13 +224,17 @@ def apply_poll(
     previous: Mapping[str, SlurmNodeState],
     raw_nodes: list[dict[str, Any]] | None,
     observed_at: float,
+    not_responding_since: Mapping[str, float] | None = None,
+    confirm_not_responding_after: float = DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS,
 ) -> PollOutcome:
     """The new states of a cluster after a poll (`raw_nodes` None: the poll failed).
 
     A failed poll turns every known node Unknown (fail closed) and forgets none of them. A
     malformed entry makes that node Unknown when its name is readable. Nodes missing from a
-    successful poll are removed.
+    successful poll are removed. NOT_RESPONDING is reported once confirmed
+    (settle_not_responding), given when each node was first seen so (`not_responding_since`).
     """
+    seen_since = not_responding_since or {}
     states: dict[str, SlurmNodeState] = {}
     outcome = PollOutcome(states=states)
     if raw_nodes is None:
@@ -194,7 +250,15 @@ def apply_poll(
                 if isinstance(raw_name, str) and raw_name:
                     states[raw_name] = unknown_state(cluster, raw_name, observed_at)
                 continue
-            states[state.name] = state
+            settled = settle_not_responding(
+                state,
+                previous.get(state.name),
+                seen_since.get(state.name),
+                confirm_not_responding_after,
+            )
+            states[state.name] = settled.state
+            if settled.not_responding_since is not None:
+                outcome.not_responding_since[state.name] = settled.not_responding_since
         outcome.removed = sorted(name for name in previous if name not in states)
     for name, state in states.items():
         if not same_state(previous.get(name), state):

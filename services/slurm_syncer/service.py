@@ -107,6 +107,7 @@ async def setup(ctx: ServiceContext[SlurmSyncerConfig]) -> None:
             sender=SERVICE,
             poll_interval=config.slurm_poll_interval_seconds,
             max_concurrent_updates=config.slurm_max_concurrent_updates,
+            not_responding_confirm=config.slurm_not_responding_confirm_seconds,
         ),
     )
     work = LeaderWork(ctx, syncer)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeflow_runtime.config import ConfigError, ServiceConfig
+from slurm_syncer.nodestate import DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS
 
 PER_CLUSTER_SETTINGS = ("URL", "TOKEN", "TOKEN_FILE", "JWT_KEY_FILE", "USER")
 
@@ -35,6 +36,9 @@ class SlurmSyncerConfig(ServiceConfig, kw_only=True):
     slurm_token_refresh_margin_seconds: int = 300
     # Slurm calls (drains, undrains, reads after them) run at most this many at once.
     slurm_max_concurrent_updates: int = 16
+    # NOT_RESPONDING counts once seen this long: slurmctld shows it for a moment after every
+    # UNDRAIN/RESUME, until slurmd answers its ping (nodestate.settle_not_responding).
+    slurm_not_responding_confirm_seconds: float = DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS
     leader_lease_ttl_seconds: float = 15.0
 
     def __post_init__(self) -> None:
@@ -48,6 +52,8 @@ class SlurmSyncerConfig(ServiceConfig, kw_only=True):
             problems.append("SLURM_REQUEST_ATTEMPTS must be at least 1")
         if self.slurm_token_refresh_margin_seconds >= self.slurm_token_lifespan_seconds:
             problems.append("SLURM_TOKEN_REFRESH_MARGIN_SECONDS must be below the lifespan")
+        if self.slurm_not_responding_confirm_seconds < 0:
+            problems.append("SLURM_NOT_RESPONDING_CONFIRM_SECONDS must not be negative")
         if self.slurm_max_concurrent_updates < 1:
             problems.append("SLURM_MAX_CONCURRENT_UPDATES must be at least 1")
         if len(set(self.slurm_clusters)) != len(self.slurm_clusters):

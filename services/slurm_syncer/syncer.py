@@ -42,7 +42,15 @@ from slurm_syncer import metrics
 from slurm_syncer.client import SlurmClient, SlurmError
 from slurm_syncer.conditions import conditions_patch, desired_conditions, patch_digest
 from slurm_syncer.drain import DrainPlan, decide_command, decide_drain
-from slurm_syncer.nodestate import MalformedNode, apply_poll, parse_node, same_state
+from slurm_syncer.nodestate import (
+    DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS,
+    MalformedNode,
+    apply_poll,
+    parse_node,
+    same_state,
+    settle_not_responding,
+    with_unconfirmed_not_responding,
+)
 from slurm_syncer.pods import POD_CORDON_ANNOTATION, PodFacts, nodeset_of, pod_facts
 
 log = structlog.get_logger("slurm_syncer")
@@ -63,6 +71,8 @@ class SyncerOptions:
     max_concurrent_updates: int = 16
     # A pod command not yet reflected in the pod after this long is sent again.
     resend_after: float = 30.0
+    # NOT_RESPONDING is reported once seen for this long (nodestate.settle_not_responding).
+    not_responding_confirm: float = DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS
 
 
 @dataclass
@@ -72,6 +82,8 @@ class ClusterView:
     name: str
     client: SlurmClient
     states: dict[str, SlurmNodeState] = field(default_factory=dict)
+    # Nodes last read NOT_RESPONDING -> since when, confirmed or not.
+    not_responding_since: dict[str, float] = field(default_factory=dict)
     polled: bool = False
     reachable: bool = False
     last_error: str = ""
@@ -279,8 +291,18 @@ class Syncer:
         except SlurmError as exc:
             raw_nodes, error = None, str(exc)
             log.warning("syncer.poll_unreachable", cluster=cluster, error=error)
-        outcome = apply_poll(cluster, view.states, raw_nodes, started_at)
+        outcome = apply_poll(
+            cluster,
+            view.states,
+            raw_nodes,
+            started_at,
+            view.not_responding_since,
+            self.options.not_responding_confirm,
+        )
         view.states = outcome.states
+        if raw_nodes is not None:
+            # A failed poll says nothing about responding: keep when each node was first seen.
+            view.not_responding_since = outcome.not_responding_since
         view.polled = True
         view.reachable = raw_nodes is not None
         view.last_error = error
@@ -389,7 +411,8 @@ class Syncer:
                 if command is not None:
                     commands.append(command)
                     report.condition_patches += 1
-            plan = decide_drain(facts, state)
+            seen_not_responding = facts.name in view.not_responding_since
+            plan = decide_drain(facts, with_unconfirmed_not_responding(state, seen_not_responding))
             if plan.mark_pod_cordoned:
                 command = self._cordon_mark_command(facts, now)
                 if command is not None:
@@ -528,13 +551,26 @@ class Syncer:
             if previous is None:
                 return
             view.states.pop(node, None)
+            view.not_responding_since.pop(node, None)
             await self._publish(self._state_messages(cluster, [], [node]), "slurm state")
             return
         try:
-            state = parse_node(cluster, raw, self._clock())
+            read = parse_node(cluster, raw, self._clock())
         except MalformedNode as exc:
             log.error("syncer.malformed_node", cluster=cluster, node=node, error=str(exc))
             return
+        # Right after our own UNDRAIN this read usually shows NOT_RESPONDING for a moment.
+        settled = settle_not_responding(
+            read,
+            previous,
+            view.not_responding_since.get(node),
+            self.options.not_responding_confirm,
+        )
+        state = settled.state
+        if settled.not_responding_since is None:
+            view.not_responding_since.pop(node, None)
+        else:
+            view.not_responding_since[node] = settled.not_responding_since
         view.states[node] = state
         if not same_state(previous, state):
             await self._publish(self._state_messages(cluster, [state], []), "slurm state")

@@ -6,21 +6,35 @@ an operator's drain) or on Kubernetes (SlurmDelete, a cordon) and then checks th
 Slurm itself as slurmrestd reports it, the node state the syncer keeps in KV, and the pod's
 conditions as the syncer's status patches leave them. See real_slurm_support.py for how the
 Slurm is chosen.
+
+Real Slurm shows a node `["IDLE", "NOT_RESPONDING"]` for 0.2-0.8 s after every UNDRAIN, until
+slurmctld's fresh ping of slurmd is answered; the emulator here models that
+(`resume_ping_seconds`), and every undrain below checks that the pod never shows it while a
+node whose slurmd is really stopped is still reported.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
+from clustersim.slurm import RunningSlurm, run_slurm_emulator
 from nodeflow_bus import Bus
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.slurm import SlurmNodeState
+from slurm_syncer.client import SlurmClient
 from slurm_syncer.syncer import Syncer, SyncerOptions
+from tests.conformance.slurm.support import SlurmTarget, wait_for
 from tests.integration.slurm_syncer.conftest import (
     NAMESPACE,
     FakeWatcher,
@@ -32,8 +46,12 @@ from tests.integration.slurm_syncer.conftest import (
 )
 from tests.integration.slurm_syncer.real_slurm_support import (
     CLUSTER,
+    EMULATED_CPUS,
+    EMULATED_JOB_SECONDS,
+    EMULATED_NODES,
     SlurmUnderTest,
-    slurm_under_test,
+    real_slurm,
+    real_slurm_configured,
 )
 
 SLURM_CLUSTER_LABEL = "nodeflow.dev/slurm-cluster"
@@ -45,6 +63,12 @@ Conditions = dict[str, str]
 IDLE = "SlurmNodeStateIdle"
 ALLOCATED = "SlurmNodeStateAllocated"
 DRAIN = "SlurmNodeStateDrain"
+NOT_RESPONDING = "SlurmNodeStateNotResponding"
+DOWN = "SlurmNodeStateDown"
+# How long the emulated slurmd takes to answer the ping after an UNDRAIN (real: 0.2-0.8 s).
+EMULATED_PING_SECONDS = 0.3
+# tools/slurm/real_slurm.sh's root, where the slurmd pid files are.
+REAL_SLURM_ROOT = Path(os.environ.get("SLURM_ROOT", "/var/tmp/nodeflow-slurm/root"))
 
 
 class RecordingKube(KubeKV):
@@ -69,10 +93,97 @@ def went_through(history: Sequence[Conditions], steps: Sequence[Conditions]) -> 
     return all(any(seen == step for seen in remaining) for step in steps)
 
 
+class Slurmd:
+    """Stops and starts one node's slurmd: the real daemon in real_slurm.sh's root, or the
+    emulator's node (lost: DOWN and NOT_RESPONDING at once; back: registered again)."""
+
+    def __init__(self, emulated: RunningSlurm | None) -> None:
+        self.emulated = emulated
+        self.stopped: set[str] = set()
+
+    async def stop(self, node: str) -> None:
+        self.stopped.add(node)
+        if self.emulated is not None:
+            self.emulated.emulator.cluster.mark_lost(node)
+            return
+        pid = int((REAL_SLURM_ROOT / "run" / f"slurmd-{node}.pid").read_text().strip())
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10.0
+        while Path(f"/proc/{pid}").exists():
+            assert time.monotonic() < deadline, f"slurmd of {node} (pid {pid}) did not exit"
+            await asyncio.sleep(0.05)
+
+    async def start(self, node: str) -> None:
+        self.stopped.discard(node)
+        if self.emulated is not None:
+            self.emulated.emulator.register_node(node, cpus=EMULATED_CPUS, real_memory=1000)
+            return
+        path = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+        command = ["chroot", str(REAL_SLURM_ROOT), "/usr/bin/env", "-i", path]
+        process = await asyncio.create_subprocess_exec(*command, "/usr/sbin/slurmd", "-N", node)
+        assert await process.wait() == 0, f"slurmd -N {node} did not start"
+
+
+@contextlib.asynccontextmanager
+async def emulated_slurm_pinging(
+    session: aiohttp.ClientSession,
+) -> AsyncIterator[tuple[SlurmUnderTest, RunningSlurm]]:
+    """real_slurm_support's emulator, but with real Slurm's ping after an UNDRAIN and its
+    ReturnToService=2 (a node whose slurmd comes back returns to service)."""
+    async with run_slurm_emulator(
+        CLUSTER,
+        driver_interval=0.05,
+        resume_ping_seconds=EMULATED_PING_SECONDS,
+        return_to_service=2,
+    ) as running:
+        for name in EMULATED_NODES:
+            running.emulator.register_node(name, cpus=EMULATED_CPUS, real_memory=1000)
+        target = SlurmTarget(
+            url=running.url,
+            user="root",
+            token=running.mint_token("root"),
+            nodes=list(EMULATED_NODES),
+            is_emulator=True,
+        )
+        target.session = session
+        slurm = SlurmUnderTest(
+            target=target,
+            syncer_environ={
+                "SLURM_URL": running.url,
+                "SLURM_USER": "root",
+                "SLURM_JWT_KEY_FILE": str(Path(running.key_path)),
+            },
+            job_seconds=EMULATED_JOB_SECONDS,
+            is_real=False,
+        )
+        yield slurm, running
+
+
 @pytest.fixture
-async def under_test() -> AsyncIterator[SlurmUnderTest]:
-    async with slurm_under_test() as slurm:
-        yield slurm
+async def slurm_and_slurmd() -> AsyncIterator[tuple[SlurmUnderTest, Slurmd]]:
+    async with aiohttp.ClientSession() as session, contextlib.AsyncExitStack() as stack:
+        if real_slurm_configured():
+            slurm = await stack.enter_async_context(real_slurm(session))
+            slurmd = Slurmd(None)
+        else:
+            slurm, running = await stack.enter_async_context(emulated_slurm_pinging(session))
+            slurmd = Slurmd(running)
+        try:
+            yield slurm, slurmd
+        finally:
+            for node in sorted(slurmd.stopped):
+                await slurmd.start(node)
+            await slurm.clean_up()
+
+
+@pytest.fixture
+def under_test(slurm_and_slurmd: tuple[SlurmUnderTest, Slurmd]) -> SlurmUnderTest:
+    return slurm_and_slurmd[0]
+
+
+@pytest.fixture
+def slurmd(slurm_and_slurmd: tuple[SlurmUnderTest, Slurmd]) -> Slurmd:
+    return slurm_and_slurmd[1]
 
 
 @pytest.fixture
@@ -80,10 +191,45 @@ def kube(topology: Bus) -> RecordingKube:
     return RecordingKube(topology)
 
 
+class SlurmReads:
+    """Every node state the syncer read from Slurm (polls and reads after its updates)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, list[str]]] = []
+
+    def record_from(self, client: SlurmClient) -> None:
+        get_node, list_nodes = client.get_node, client.list_nodes
+
+        async def recording_get_node(name: str) -> dict[str, Any] | None:
+            node = await get_node(name)
+            if node is not None:
+                self.seen.append((name, list(node["state"])))
+            return node
+
+        async def recording_list_nodes() -> list[dict[str, Any]]:
+            nodes = await list_nodes()
+            self.seen.extend((node["name"], list(node["state"])) for node in nodes)
+            return nodes
+
+        setattr(client, "get_node", recording_get_node)  # noqa: B010
+        setattr(client, "list_nodes", recording_list_nodes)  # noqa: B010
+
+    def not_responding(self, node: str) -> bool:
+        return any(name == node and "NOT_RESPONDING" in state for name, state in self.seen)
+
+
 @pytest.fixture
-async def syncer(topology: Bus, under_test: SlurmUnderTest) -> AsyncIterator[Syncer]:
+def reads() -> SlurmReads:
+    return SlurmReads()
+
+
+@pytest.fixture
+async def syncer(
+    topology: Bus, under_test: SlurmUnderTest, reads: SlurmReads
+) -> AsyncIterator[Syncer]:
     """The syncer polling every half second, as deployed but faster."""
     client = under_test.syncer_client()
+    reads.record_from(client)
     running = Syncer(topology, {CLUSTER: client}, SyncerOptions(poll_interval=0.5))
     try:
         yield running
@@ -109,12 +255,28 @@ async def slurm_state(slurm: SlurmUnderTest, node: str) -> list[str]:
     return list((await slurm.node(node))["state"])
 
 
+async def becomes(slurm: SlurmUnderTest, node: str, state: list[str]) -> None:
+    async def reached() -> bool:
+        return await slurm_state(slurm, node) == state
+
+    await wait_for(reached, f"{node} to be {state}", timeout=STEP_TIMEOUT)
+
+
+def assert_never_not_responding(
+    history: Sequence[Conditions], reads: SlurmReads, node: str
+) -> None:
+    """The pod never showed NotResponding, though Slurm did show it after the undrain."""
+    assert reads.not_responding(node), f"no read of {node} showed the UNDRAIN's NOT_RESPONDING"
+    assert not [seen for seen in history if NOT_RESPONDING in seen], history
+
+
 async def test_job_then_drain_for_deletion_shows_draining_drained_and_undrains(
     topology: Bus,
     under_test: SlurmUnderTest,
     kube: RecordingKube,
     watcher: FakeWatcher,
     syncer: Syncer,
+    reads: SlurmReads,
 ) -> None:
     slurm = under_test
     name = await slurm.take_free_node()
@@ -155,9 +317,8 @@ async def test_job_then_drain_for_deletion_shows_draining_drained_and_undrains(
     drained = await stored_state(topology, name)
     assert drained.drained and not drained.draining and drained.reason == reason
 
-    # The NodeSet scales back up: SlurmDelete removed, the node undrained. (Real Slurm shows
-    # IDLE+NOT_RESPONDING for up to a second after an UNDRAIN, until slurmctld has pinged the
-    # node again; the pod may pass through that on its way back to Idle.)
+    # The NodeSet scales back up: SlurmDelete removed, the node undrained. Slurm shows
+    # IDLE+NOT_RESPONDING for a moment after the UNDRAIN; the pod never does.
     await kube.update_pod(
         name,
         lambda p: p["status"].update(
@@ -165,7 +326,8 @@ async def test_job_then_drain_for_deletion_shows_draining_drained_and_undrains(
         ),
     )
     await eventually(lambda: conditions() == {IDLE: ""}, STEP_TIMEOUT)
-    assert await slurm_state(slurm, name) == ["IDLE"]
+    # Slurm itself may still show the UNDRAIN's NOT_RESPONDING for a moment.
+    await becomes(slurm, name, ["IDLE"])
     assert not (await stored_state(topology, name)).drain
 
     steps = [
@@ -176,6 +338,7 @@ async def test_job_then_drain_for_deletion_shows_draining_drained_and_undrains(
         {IDLE: ""},
     ]
     assert went_through(kube.history[name], steps), kube.history[name]
+    assert_never_not_responding(kube.history[name], reads, name)
     # Drains for deletion never touch the Kubernetes node or mark the pod cordoned.
     assert not watcher.of_kind("pod-cordon")
 
@@ -186,6 +349,7 @@ async def test_cordon_drains_and_an_operators_drain_is_left_untouched(
     kube: RecordingKube,
     watcher: FakeWatcher,
     syncer: Syncer,
+    reads: SlurmReads,
 ) -> None:
     slurm = under_test
     ours, theirs = await slurm.take_free_node(), await slurm.take_free_node()
@@ -231,10 +395,11 @@ async def test_cordon_drains_and_an_operators_drain_is_left_untouched(
     assert await slurm_state(slurm, ours) == ["IDLE", "DRAIN"]
     await kube.update_pod(ours, lambda p: p["metadata"]["annotations"].pop(POD_CORDON))
     await eventually(lambda: of(ours) == {IDLE: ""}, STEP_TIMEOUT)
-    assert await slurm_state(slurm, ours) == ["IDLE"]
+    await becomes(slurm, ours, ["IDLE"])
     assert went_through(
         kube.history[ours], [{IDLE: ""}, {IDLE: reason, DRAIN: reason}, {IDLE: ""}]
     ), kube.history[ours]
+    assert_never_not_responding(kube.history[ours], reads, ours)
 
     assert (await syncer.poll_once(CLUSTER)).ok
     after = await slurm.node(theirs)
@@ -242,3 +407,56 @@ async def test_cordon_drains_and_an_operators_drain_is_left_untouched(
         assert after[key] == before[key], key
     assert of(theirs) == {IDLE: external, DRAIN: external}
     assert len(watcher.of_kind("pod-cordon")) == 1
+
+
+async def test_a_node_whose_slurmd_stopped_is_reported_not_responding_after_the_undrain(
+    topology: Bus,
+    under_test: SlurmUnderTest,
+    slurmd: Slurmd,
+    kube: RecordingKube,
+    watcher: FakeWatcher,
+    syncer: Syncer,
+) -> None:
+    """The confirmation rule holds a NOT_RESPONDING back only until it is confirmed: a node
+    whose slurmd is gone when the syncer undrains it stays NOT_RESPONDING in Slurm (the ping
+    slurmctld sends after the UNDRAIN is never answered), and the pod shows it."""
+    slurm = under_test
+    name = await slurm.take_free_node()
+    await kube.put_node(make_node("k8s-1"))
+    scheduled = {"type": "SlurmDelete", "status": "True", "reason": "ScalingDeleteScheduled"}
+    pod = nodeset_pod(name, "k8s-1")
+    pod["status"]["conditions"].append(scheduled)
+    await kube.put_pod(pod)
+    await syncer.start()
+
+    def conditions() -> Conditions:
+        return slurm_conditions(kube.pod(name))
+
+    await eventually(lambda: DRAIN in conditions(), STEP_TIMEOUT)
+    await slurmd.stop(name)
+    # Scaled back up while slurmd is gone: the syncer undrains (on the emulator the node is
+    # already DOWN, so it is left alone); either way Slurm keeps the node NOT_RESPONDING.
+    await kube.update_pod(
+        name,
+        lambda p: p["status"].update(
+            conditions=[c for c in p["status"]["conditions"] if c["type"] != "SlurmDelete"]
+        ),
+    )
+    shown = await eventually(
+        lambda: conditions() if NOT_RESPONDING in conditions() else None, STEP_TIMEOUT
+    )
+    assert "NOT_RESPONDING" in await slurm_state(slurm, name)
+    assert (await stored_state(topology, name)).flags[-1:] == ("NotResponding",)
+    # Reported once and kept while Slurm shows it: no flapping back.
+    for _ in range(2):
+        assert (await syncer.poll_once(CLUSTER)).ok
+    assert NOT_RESPONDING in conditions(), kube.history[name]
+    if DOWN in shown:
+        assert "DOWN" in await slurm_state(slurm, name)
+    await slurmd.start(name)
+
+    async def responding_again() -> bool:
+        return "NOT_RESPONDING" not in await slurm_state(slurm, name)
+
+    await wait_for(responding_again, f"{name} to answer again", timeout=STEP_TIMEOUT)
+    await eventually(lambda: NOT_RESPONDING not in conditions(), STEP_TIMEOUT)
