@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from clustersim.slurm import run_slurm_emulator
+from clustersim.slurm import RunningSlurm, run_slurm_emulator
 from nodeflow_bus import Backoff
 from slurm_syncer.auth import token_source
 from slurm_syncer.client import ClientOptions, SlurmClient
@@ -175,9 +175,12 @@ async def real_slurm(
 
 
 @contextlib.asynccontextmanager
-async def emulated_slurm(session: aiohttp.ClientSession) -> AsyncIterator[SlurmUnderTest]:
-    """The emulator on the wall clock, ticking often, with the real script's four nodes."""
-    async with run_slurm_emulator(CLUSTER, driver_interval=0.05) as running:
+async def emulated_slurm_running(
+    session: aiohttp.ClientSession, **emulator_options: Any
+) -> AsyncIterator[tuple[SlurmUnderTest, RunningSlurm]]:
+    """The emulator on the wall clock, ticking often, with the real script's four nodes; and
+    the running emulator itself (`emulator_options` go to run_slurm_emulator)."""
+    async with run_slurm_emulator(CLUSTER, driver_interval=0.05, **emulator_options) as running:
         for name in EMULATED_NODES:
             running.emulator.register_node(name, cpus=EMULATED_CPUS, real_memory=1000)
         target = SlurmTarget(
@@ -188,7 +191,7 @@ async def emulated_slurm(session: aiohttp.ClientSession) -> AsyncIterator[SlurmU
             is_emulator=True,
         )
         target.session = session
-        yield SlurmUnderTest(
+        slurm = SlurmUnderTest(
             target=target,
             syncer_environ={
                 "SLURM_URL": running.url,
@@ -198,6 +201,13 @@ async def emulated_slurm(session: aiohttp.ClientSession) -> AsyncIterator[SlurmU
             job_seconds=EMULATED_JOB_SECONDS,
             is_real=False,
         )
+        yield slurm, running
+
+
+@contextlib.asynccontextmanager
+async def emulated_slurm(session: aiohttp.ClientSession) -> AsyncIterator[SlurmUnderTest]:
+    async with emulated_slurm_running(session) as (slurm, _):
+        yield slurm
 
 
 @contextlib.asynccontextmanager

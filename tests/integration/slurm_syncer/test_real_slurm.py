@@ -28,13 +28,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from clustersim.slurm import RunningSlurm, run_slurm_emulator
+from clustersim.slurm import RunningSlurm
 from nodeflow_bus import Bus
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.slurm import SlurmNodeState
 from slurm_syncer.client import SlurmClient
 from slurm_syncer.syncer import Syncer, SyncerOptions
-from tests.conformance.slurm.support import SlurmTarget, wait_for
+from tests.conformance.slurm.support import wait_for
 from tests.integration.slurm_syncer.conftest import (
     NAMESPACE,
     FakeWatcher,
@@ -47,9 +47,8 @@ from tests.integration.slurm_syncer.conftest import (
 from tests.integration.slurm_syncer.real_slurm_support import (
     CLUSTER,
     EMULATED_CPUS,
-    EMULATED_JOB_SECONDS,
-    EMULATED_NODES,
     SlurmUnderTest,
+    emulated_slurm_running,
     real_slurm,
     real_slurm_configured,
 )
@@ -130,33 +129,10 @@ async def emulated_slurm_pinging(
 ) -> AsyncIterator[tuple[SlurmUnderTest, RunningSlurm]]:
     """real_slurm_support's emulator, but with real Slurm's ping after an UNDRAIN and its
     ReturnToService=2 (a node whose slurmd comes back returns to service)."""
-    async with run_slurm_emulator(
-        CLUSTER,
-        driver_interval=0.05,
-        resume_ping_seconds=EMULATED_PING_SECONDS,
-        return_to_service=2,
-    ) as running:
-        for name in EMULATED_NODES:
-            running.emulator.register_node(name, cpus=EMULATED_CPUS, real_memory=1000)
-        target = SlurmTarget(
-            url=running.url,
-            user="root",
-            token=running.mint_token("root"),
-            nodes=list(EMULATED_NODES),
-            is_emulator=True,
-        )
-        target.session = session
-        slurm = SlurmUnderTest(
-            target=target,
-            syncer_environ={
-                "SLURM_URL": running.url,
-                "SLURM_USER": "root",
-                "SLURM_JWT_KEY_FILE": str(Path(running.key_path)),
-            },
-            job_seconds=EMULATED_JOB_SECONDS,
-            is_real=False,
-        )
-        yield slurm, running
+    async with emulated_slurm_running(
+        session, resume_ping_seconds=EMULATED_PING_SECONDS, return_to_service=2
+    ) as pair:
+        yield pair
 
 
 @pytest.fixture
