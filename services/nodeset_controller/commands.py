@@ -45,6 +45,7 @@ from nodeset_controller.planner import (
     WriteSlice,
 )
 from nodeset_controller.podspec import canonical_json
+from nodeset_controller.podstate import PodState
 from nodeset_controller.spec import NodeSetSpec
 
 SENDER = "nodeset-controller"
@@ -214,6 +215,23 @@ def to_outgoing(
         )
         return Outgoing(slot, watch, basis, command, decision, event, **extra)
 
+    def pod_change(
+        pod: PodState, command: K8sCommand, kind: DecisionKind, reason: str, why: str
+    ) -> Outgoing:
+        """A change of an existing pod: its slot, busy until KV shows a newer version."""
+        return explained(
+            pod_slot(ns, pod.name),
+            ("k8s_pods", f"{ns}.{pod.name}"),
+            pod.resource_version,
+            command,
+            kind,
+            reason,
+            why,
+            pod=pod.name,
+            node=pod.node or "",
+            windowed=True,
+        )
+
     if isinstance(action, Claim):
         key = stable_key("claim", action.node, action.node_uid, action.node_rv, spec.key)
         patch = {"metadata": {"annotations": {CLAIM_ANNOTATION: spec.key}}}
@@ -299,18 +317,7 @@ def to_outgoing(
             action.why,
             now,
         )
-        return explained(
-            pod_slot(ns, pod.name),
-            ("k8s_pods", f"{ns}.{pod.name}"),
-            pod.resource_version,
-            command,
-            action.decision,
-            action.reason,
-            action.why,
-            pod=pod.name,
-            node=pod.node or "",
-            windowed=True,
-        )
+        return pod_change(pod, command, action.decision, action.reason, action.why)
     if isinstance(action, CancelDelete):
         pod = action.pod
         key = stable_key("cancel", pod.uid, pod.resource_version)
@@ -322,34 +329,13 @@ def to_outgoing(
             action.why,
             now,
         )
-        return explained(
-            pod_slot(ns, pod.name),
-            ("k8s_pods", f"{ns}.{pod.name}"),
-            pod.resource_version,
-            command,
-            "cancel",
-            "DeleteCancelled",
-            action.why,
-            pod=pod.name,
-            node=pod.node or "",
-            windowed=True,
-        )
+        return pod_change(pod, command, "cancel", "DeleteCancelled", action.why)
     if isinstance(action, DeletePod):
         pod = action.pod
         key = stable_key("delete", pod.uid)
         command = _command(key, pod_ref(ns, pod.name, pod.uid), DeleteObject(), action.why, now)
-        return explained(
-            pod_slot(ns, pod.name),
-            ("k8s_pods", f"{ns}.{pod.name}"),
-            pod.resource_version,
-            command,
-            "forced-delete" if action.forced else "delete",
-            action.reason,
-            action.why,
-            pod=pod.name,
-            node=pod.node or "",
-            windowed=True,
-        )
+        kind: DecisionKind = "forced-delete" if action.forced else "delete"
+        return pod_change(pod, command, kind, action.reason, action.why)
     if isinstance(action, WriteSlice):
         change = action.change
         slot = f"NodeSlice/{ns}/{change.name}"
