@@ -6,8 +6,27 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
+from nodeflow_contracts.pod_protocol import (
+    CLAIM_ANNOTATION as CLAIM_ANNOTATION,
+)
+from nodeflow_contracts.pod_protocol import (
+    NODESET_LABEL as NODESET_LABEL,
+)
+from nodeflow_contracts.pod_protocol import (
+    REVISION_LABEL as REVISION_LABEL,
+)
+from nodeflow_contracts.pod_protocol import (
+    ROLLING_DELETE as ROLLING_DELETE,
+)
+from nodeflow_contracts.pod_protocol import (
+    SCALING_DELETE as SCALING_DELETE,
+)
+from nodeflow_contracts.pod_protocol import (
+    SLURM_CLUSTER_LABEL as SLURM_CLUSTER_LABEL,
+)
+from nodeflow_contracts.pod_protocol import SLURM_DELETE_CONDITION
 from nodeflow_kube.resources import node_allocatable as node_allocatable
 from nodeflow_kube.resources import pod_requests as pod_requests
 
@@ -16,16 +35,9 @@ Obj = Mapping[str, Any]
 NODESET_API_VERSION = "nodeflow.dev/v1alpha1"
 NODESET_KIND = "NodeSet"
 NODESLICE_KIND = "NodeSlice"
-# On pods: the NodeSet's name (slurm-syncer and the simulator read it). On nodes (an
-# annotation): the claim, `<namespace>.<name>` of the one NodeSet that may use the node.
-NODESET_LABEL = "nodeflow.dev/nodeset"
-CLAIM_ANNOTATION = "nodeflow.dev/nodeset"
-SLURM_CLUSTER_LABEL = "nodeflow.dev/slurm-cluster"
-REVISION_LABEL = "controller-revision-hash"
+# The pod protocol's names, re-exported while callers move to nodeflow_contracts.pod_protocol.
 LOCK_TAINT = "nodeflow.dev/lock"
-SLURM_DELETE = "SlurmDelete"
-SCALING_DELETE: Final = "ScalingDeleteScheduled"
-ROLLING_DELETE: Final = "RollingDeleteScheduled"
+SLURM_DELETE = SLURM_DELETE_CONDITION
 
 
 def mapping(value: Any) -> Mapping[str, Any]:

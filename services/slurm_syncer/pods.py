@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from nodeflow_contracts import subjects
-
-NODESET_LABEL = "nodeflow.dev/nodeset"
-# Pods without a NodeSet in the view may still name their Slurm cluster directly.
-SLURM_CLUSTER_LABEL = "nodeflow.dev/slurm-cluster"
-POD_CORDON_ANNOTATION = "nodeflow.dev/pod-cordon"
-NODE_CORDON_REASON_ANNOTATION = "nodeflow.dev/node-cordon-reason"
-SLURM_DELETE_CONDITION = "SlurmDelete"
+from nodeflow_contracts.pod_protocol import (
+    NODE_CORDON_REASON_ANNOTATION,
+    NODESET_LABEL,
+    POD_CORDON_ANNOTATION,
+    SLURM_CLUSTER_LABEL,
+    SLURM_DELETE_CONDITION,
+)
 
 Obj = Mapping[str, Any]
 

@@ -31,6 +31,7 @@ from nodeflow_bus import (
 from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import K8sCommand, ObjectRef, PatchObject
+from nodeflow_contracts.pod_protocol import POD_CORDON_ANNOTATION
 from nodeflow_contracts.slurm import (
     SlurmNodeChanged,
     SlurmNodeCommand,
@@ -51,7 +52,7 @@ from slurm_syncer.nodestate import (
     settle_not_responding,
     with_unconfirmed_not_responding,
 )
-from slurm_syncer.pods import POD_CORDON_ANNOTATION, PodFacts, nodeset_of, pod_facts
+from slurm_syncer.pods import PodFacts, nodeset_of, pod_facts
 
 log = structlog.get_logger("slurm_syncer")
 
