@@ -74,6 +74,44 @@ class SlurmNodeChanged(msgspec.Struct, frozen=True, kw_only=True):
         return subjects.slurm_node_event(self.cluster, self.name)
 
 
+class SlurmClusterStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """How fresh slurm-syncer's view of one cluster is: KV `slurm_clusters`, key `<cluster>`,
+    written after every poll, successful or not.
+
+    A reader trusts the `slurm_nodes` states of a cluster only while `last_success_at` is
+    younger than its maximum age (by default `STALE_AFTER_POLLS` x `poll_interval_seconds`):
+    if slurm-syncer stops, its last states go stale and count as unknown (fail closed).
+    `reachable` is the last poll's result; a node absent from a reachable, fresh cluster is
+    not registered in Slurm.
+    """
+
+    cluster: str
+    reachable: bool
+    last_poll_at: float
+    # 0.0 until a poll has succeeded.
+    last_success_at: float = 0.0
+    poll_interval_seconds: float
+    error: str = ""
+    syncer: str = ""
+
+    @property
+    def key(self) -> str:
+        return subjects.slurm_cluster_key(self.cluster)
+
+    def fresh(self, now: float, max_age_seconds: float | None = None) -> bool:
+        """Are this cluster's node states current at `now`? (None: the default age.)"""
+        limit = (
+            max_age_seconds
+            if max_age_seconds is not None and max_age_seconds > 0
+            else STALE_AFTER_POLLS * self.poll_interval_seconds
+        )
+        return self.last_success_at > 0 and now - self.last_success_at <= limit
+
+
+# Slurm state older than this many poll intervals is unknown (issue: stale Slurm state).
+STALE_AFTER_POLLS = 4
+
+
 class SlurmPollResult(msgspec.Struct, frozen=True, kw_only=True):
     """One poll of one cluster, on `slurm.v1.<cluster>.poll`, successful or not."""
 

@@ -62,6 +62,12 @@ def slurm_node_key(cluster: str, node: str) -> str:
     return key
 
 
+def slurm_cluster_key(cluster: str) -> str:
+    if not _KV_KEY_SAFE.match(cluster):
+        raise ValueError(f"slurm cluster {cluster!r} cannot be a KV key")
+    return cluster
+
+
 def kv_entry(bucket: str, key: str) -> str:
     """The subject a KV put is a publish to; batch writers publish here directly."""
     return f"$KV.{bucket}.{key}"

@@ -165,6 +165,7 @@ STREAMS: tuple[StreamSpec, ...] = (
 
 LEASES_BUCKET = "leases"
 SLURM_NODES_BUCKET = "slurm_nodes"
+SLURM_CLUSTERS_BUCKET = "slurm_clusters"
 APPLIED_COMMANDS_BUCKET = "k8s_applied_commands"
 
 KV_BUCKETS: tuple[KVSpec, ...] = (
@@ -173,6 +174,10 @@ KV_BUCKETS: tuple[KVSpec, ...] = (
         for kind in WATCHED_KINDS
     ),
     KVSpec(bucket=SLURM_NODES_BUCKET, description="Latest Slurm node state, by cluster.node"),
+    KVSpec(
+        bucket=SLURM_CLUSTERS_BUCKET,
+        description="Freshness of slurm-syncer's view of each Slurm cluster, by cluster",
+    ),
     KVSpec(
         bucket=APPLIED_COMMANDS_BUCKET,
         description="Idempotency keys of applied Kubernetes commands (k8s-watcher)",
