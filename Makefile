@@ -8,7 +8,8 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 PY := $(VENV)/bin/python
 NODES ?= 16
-TOPOLOGY ?= spines=2,blocks_per_spine=2,nodes_per_block=4
+# Empty: the simulator's default shape, which grows with NODES.
+TOPOLOGY ?=
 
 .PHONY: venv tools run stop test test-real-slurm lint typecheck proto proto-check bench clean
 

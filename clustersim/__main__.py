@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import signal
 import sys
@@ -23,7 +24,14 @@ from pathlib import Path
 
 import structlog
 
-from clustersim.cluster.spec import ClusterSpec, SpecError, load_spec_file, merge_cli_overrides
+from clustersim.cluster.spec import (
+    ClusterSpec,
+    SpecError,
+    check_spec,
+    default_topology,
+    load_spec_file,
+    merge_cli_overrides,
+)
 from clustersim.runner import DEFAULT_CRD_DIR, SimulatorConfig, run_simulator
 
 log = structlog.get_logger("clustersim")
@@ -35,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--nodes", type=int, help="node count (default: the topology's product)")
     parser.add_argument(
-        "--topology", help="shape, e.g. spines=2,blocks_per_spine=4,nodes_per_block=8"
+        "--topology",
+        help="shape, e.g. spines=2,blocks_per_spine=4,nodes_per_block=8 (default: grows with "
+        "--nodes)",
     )
     parser.add_argument("--spec", type=Path, help="cluster spec YAML (flags override it)")
     parser.add_argument("--run-dir", type=Path, default=Path(".run"))
@@ -68,6 +78,9 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
         taints=args.taint,
         name_prefix=args.name_prefix,
     )
+    if spec.topology is None and args.nodes is not None:
+        spec = dataclasses.replace(spec, topology=default_topology(args.nodes))
+    check_spec(spec)
     return SimulatorConfig(
         cluster=spec,
         kubelet_delay=args.kubelet_delay,

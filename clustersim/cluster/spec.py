@@ -286,6 +286,50 @@ def node_names(spec: ClusterSpec, count: int) -> list[str]:
     return names
 
 
+def default_topology(nodes: int) -> TopologyShape:
+    """The shape `make run NODES=n` uses when no TOPOLOGY is given: the small default (two
+    spines of two blocks of four) up to 16 nodes, then blocks that grow with the cluster (4, 8,
+    32 nodes, as GPU clusters' leaf blocks do, and larger where the /16 would run out of third
+    octets) under as many spines as keep each spine at 16 blocks or fewer."""
+    if nodes <= 16:
+        return TopologyShape(spines=2, blocks_per_spine=2, nodes_per_block=4)
+    free_thirds = 256 - 12  # third octets from the default .12 up
+    per_block = next(
+        (size for size in (4, 8, 32, 64, 126) if nodes <= size * min(free_thirds, 16 * size)),
+        HOSTS_PER_THIRD_OCTET,
+    )
+    blocks = math.ceil(nodes / per_block)
+    spines = max(2, math.ceil(blocks / 16))
+    return TopologyShape(
+        spines=spines, blocks_per_spine=math.ceil(blocks / spines), nodes_per_block=per_block
+    )
+
+
+def check_addresses(
+    count: int, nodes_per_block: int, ip_prefix: str = "10.174", third_octet_start: int = 12
+) -> None:
+    """Refuse, in one line that says which values would work, a node count and block size
+    whose addresses do not fit the /16 (each block starts on its own third octet)."""
+    available = 256 - third_octet_start
+    thirds_per_block = math.ceil(nodes_per_block / HOSTS_PER_THIRD_OCTET)
+    needed = math.ceil(count / nodes_per_block) * thirds_per_block
+    if needed <= available:
+        return
+    most_nodes = (available // thirds_per_block) * nodes_per_block
+    smallest_block = math.ceil(count / available)
+    block_hint = (
+        f"nodes_per_block >= {smallest_block}"
+        if smallest_block <= HOSTS_PER_THIRD_OCTET
+        else "no block size fits"
+    )
+    raise SpecError(
+        f"{count} nodes in blocks of {nodes_per_block} need {needed} third octets of "
+        f"{ip_prefix}.0.0/16 but {available} are free from .{third_octet_start}: use "
+        f"{block_hint} (or no topology, which grows with the node count), or at most "
+        f"{most_nodes} nodes"
+    )
+
+
 def internal_ips(
     count: int, nodes_per_block: int, ip_prefix: str = "10.174", third_octet_start: int = 12
 ) -> list[str]:
@@ -297,16 +341,22 @@ def internal_ips(
     octets = ip_prefix.split(".")
     if len(octets) != 2 or not all(o.isdigit() and 0 <= int(o) <= 255 for o in octets):
         raise SpecError(f"ip_prefix must be two octets like 10.174, got {ip_prefix!r}")
+    check_addresses(count, nodes_per_block, ip_prefix, third_octet_start)
     thirds_per_block = math.ceil(nodes_per_block / HOSTS_PER_THIRD_OCTET)
     addresses = []
     for index in range(count):
         block, position = divmod(index, nodes_per_block)
         third = third_octet_start + block * thirds_per_block + position // HOSTS_PER_THIRD_OCTET
         fourth = 2 + position % HOSTS_PER_THIRD_OCTET
-        if not 0 <= third <= 255:
-            raise SpecError(f"too many nodes for {ip_prefix}.0.0/16 from {third_octet_start}")
         addresses.append(f"{ip_prefix}.{third}.{fourth}")
     return addresses
+
+
+def check_spec(spec: ClusterSpec) -> None:
+    """Everything that would stop the simulator later, found before it starts."""
+    count = resolved_node_count(spec)
+    shape = spec.topology or TopologyShape(nodes_per_block=min(count, 8))
+    internal_ips(count, shape.nodes_per_block, spec.ip_prefix, spec.third_octet_start)
 
 
 def topology_place(index: int, shape: TopologyShape) -> TopologyPlace:

@@ -199,11 +199,11 @@ class Stack:
             "clustersim",
             "--nodes",
             str(self.args.nodes),
-            "--topology",
-            self.args.topology,
             "--run-dir",
             str(self.run_dir),
         ]
+        if self.args.topology:
+            argv += ["--topology", self.args.topology]
         child = await self.start_child("clustersim", argv, dict(os.environ))
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         while "KUBE_API_URL" not in read_env_file(self.env_file):
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--run-dir", default=".run")
     parser.add_argument("--nodes", type=int, default=16)
-    parser.add_argument("--topology", default="spines=2,blocks_per_spine=2,nodes_per_block=4")
+    parser.add_argument("--topology", default="", help="default: grows with --nodes")
     parser.add_argument("--nats-port", type=int, default=DEFAULT_NATS_PORT)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-sim", action="store_true", help="use KUBECONFIG/SLURM_* from env")

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from clustersim.__main__ import build_parser, config_from_args, main
 from clustersim.cluster.spec import (
     ACCELERATOR_LABEL,
     BLOCK_LABEL,
@@ -17,6 +18,8 @@ from clustersim.cluster.spec import (
     Taint,
     TopologyShape,
     build_node_specs,
+    check_addresses,
+    default_topology,
     internal_ips,
     load_spec_file,
     merge_cli_overrides,
@@ -164,3 +167,35 @@ def test_cli_overrides_win() -> None:
     assert len(nodes) == 8
     assert nodes[4].labels[BLOCK_LABEL] == "block-1"
     assert nodes[0].taints == (Taint("x", "NoSchedule"),)
+
+
+# --- make run NODES=n: the default shape grows, an impossible pair is one clear line ----------
+
+
+@pytest.mark.parametrize("nodes", [1, 16, 17, 300, 1000, 4000, 10000, 61488])
+def test_default_topology_grows_with_nodes(nodes: int) -> None:
+    shape = default_topology(nodes)
+    assert shape.node_count >= nodes
+    check_addresses(nodes, shape.nodes_per_block)
+
+
+def test_default_topology_of_sixteen_nodes_is_the_documented_one() -> None:
+    assert default_topology(16) == TopologyShape(spines=2, blocks_per_spine=2, nodes_per_block=4)
+
+
+def test_four_thousand_nodes_from_the_command_line_get_distinct_addresses() -> None:
+    config = config_from_args(build_parser().parse_args(["--nodes", "4000"]))
+    specs = build_node_specs(config.cluster)
+    assert len({spec.internal_ip for spec in specs}) == 4000
+
+
+def test_nodes_and_topology_that_cannot_work_fail_in_one_line_naming_what_would(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert (
+        main(["--nodes", "4000", "--topology", "nodes_per_block=4", "--run-dir", "/nonexistent"])
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "nodes_per_block >= 17" in err and "at most 976 nodes" in err
