@@ -447,8 +447,7 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
     print(
         f"   {len(nodes)} nodes; emulator raw pod create {raw:.0f} pods/s "
         f"({RAW_PODS} pods, {RAW_IN_FLIGHT} in flight); pinned pods create -> Ready "
-        f"{pinned:.1f} pods/s ({PINNED_SAMPLE} pods: the emulator's scheduler checks every "
-        f"node for each pod)",
+        f"{pinned:.1f} pods/s ({PINNED_SAMPLE} pods)",
         flush=True,
     )
     bus = await Bus.connect(nats_url, options=BusOptions(name="bench-nodeset"))

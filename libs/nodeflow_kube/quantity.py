@@ -133,6 +133,19 @@ def add_resources(left: Mapping[str, Fraction], right: Mapping[str, Fraction]) -
     return total
 
 
+def subtract_resources(left: Mapping[str, Fraction], right: Mapping[str, Fraction]) -> ResourceList:
+    """The name-by-name difference `left - right` (a new list), for taking back what
+    `add_resources` added; names that reach zero are dropped."""
+    total = dict(left)
+    for name, amount in right.items():
+        remaining = total.get(name, Fraction(0)) - amount
+        if remaining:
+            total[name] = remaining
+        else:
+            total.pop(name, None)
+    return total
+
+
 def max_resources(left: Mapping[str, Fraction], right: Mapping[str, Fraction]) -> ResourceList:
     """The name-by-name maximum of two resource lists (a missing name counts as absent, so
     the other side's value is kept even when it is negative)."""

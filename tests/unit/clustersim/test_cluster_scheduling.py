@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -7,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clustersim.cluster.scheduler import IdentityCache
+from clustersim.cluster.scheduler import DefaultScheduler, IdentityCache
 from clustersim.cluster.scheduling import (
     AFFINITY_MISMATCH,
     UNSCHEDULABLE_NODE,
@@ -17,6 +19,7 @@ from clustersim.cluster.scheduling import (
     needs_scheduling,
     requested_by_node,
 )
+from clustersim.kube.store import Store
 from nodeflow_kube.quantity import parse_resources
 
 
@@ -252,7 +255,7 @@ def test_named_nodes_is_the_union_of_terms_that_all_name_nodes() -> None:
     assert named_nodes(mixed) is None  # a term without names lets any node through
 
 
-def test_identity_cache_recomputes_for_a_new_object_version_and_forgets_gone_keys() -> None:
+def test_identity_cache_recomputes_for_a_new_object_version_and_after_forget() -> None:
     calls: list[str] = []
 
     def compute(obj: Mapping[str, Any]) -> dict[str, Fraction]:
@@ -267,8 +270,89 @@ def test_identity_cache_recomputes_for_a_new_object_version_and_forgets_gone_key
     # An equal but new object is a new version (the store never mutates a handed-out one).
     assert cache.get("n1", {"v": "2"}) == {"cpu": 2}
     assert calls == ["1", "2"]
-    cache.get("n2", {"v": "3"})
-    cache.keep_only({"n2"})
-    assert len(cache) == 1
+    cache.forget("n1")
     cache.get("n1", first)
-    assert calls[-1] == "1"
+    assert calls[-1] == "1"  # forgotten: computed again
+
+
+# --- the scheduler as a controller over the store -------------------------------------------
+
+
+def store_node(name: str, gpu: str = "8") -> dict[str, Any]:
+    body = node(name, gpu=gpu)
+    body["apiVersion"], body["kind"] = "v1", "Node"
+    return body
+
+
+def store_pod(name: str, gpu: str, pinned_to: str | None = None) -> dict[str, Any]:
+    terms = (
+        [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pinned_to]}]}]
+        if pinned_to
+        else None
+    )
+    body = pod(gpu=gpu, affinity_terms=terms)
+    body["apiVersion"], body["kind"] = "v1", "Pod"
+    body["metadata"] = {"name": name, "namespace": "default"}
+    return body
+
+
+async def settle(scheduler: DefaultScheduler, store: Store, names: list[str]) -> dict[str, str]:
+    """Run the scheduler until the queue is empty; the node of each named pod ('' unbound)."""
+    for _ in range(200):
+        await asyncio.sleep(0)
+        if not len(scheduler.queue):
+            break
+    return {
+        name: store.get("pods", name, "default")["spec"].get("nodeName") or "" for name in names
+    }
+
+
+async def test_a_pinned_pod_is_placed_without_reading_the_other_pods_or_nodes() -> None:
+    """kube-scheduler's NodeAffinity PreFilter: a pod pinned to one node costs O(1), however
+    many nodes and pods the cluster has (no list of either while it is placed)."""
+    store = Store()
+    for index in range(50):
+        store.create("nodes", store_node(f"n{index:02d}"))
+    scheduler = DefaultScheduler(store)
+    task = asyncio.create_task(scheduler.run())
+    try:
+        await settle(scheduler, store, [])
+        listed: list[str] = []
+        real_list = store.list
+
+        def counting_list(resource: Any, *args: Any, **kwargs: Any) -> Any:
+            listed.append(str(resource))
+            return real_list(resource, *args, **kwargs)
+
+        store.list = counting_list  # type: ignore[method-assign]
+        store.create("pods", store_pod("p", "8", pinned_to="n17"))
+        assert await settle(scheduler, store, ["p"]) == {"p": "n17"}
+        assert listed == []
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_room_freed_by_a_deleted_pod_schedules_the_pod_waiting_for_it() -> None:
+    store = Store()
+    store.create("nodes", store_node("only", gpu="8"))
+    scheduler = DefaultScheduler(store)
+    task = asyncio.create_task(scheduler.run())
+    try:
+        store.create("pods", store_pod("first", "8", pinned_to="only"))
+        assert await settle(scheduler, store, ["first"]) == {"first": "only"}
+        store.create("pods", store_pod("second", "8", pinned_to="only"))
+        assert await settle(scheduler, store, ["second"]) == {"second": ""}
+        message = next(
+            c["message"]
+            for c in store.get("pods", "second", "default")["status"]["conditions"]
+            if c["type"] == "PodScheduled"
+        )
+        assert "Insufficient nvidia.com/gpu" in message
+        store.delete("pods", "first", "default", grace_period_seconds=0)
+        assert await settle(scheduler, store, ["second"]) == {"second": "only"}
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
