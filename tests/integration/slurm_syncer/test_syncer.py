@@ -7,6 +7,8 @@ import asyncio
 from clustersim.slurm import JobRequest, ManualClock, RunningSlurm
 from nodeflow_bus import Bus
 from nodeflow_contracts import codec
+from nodeflow_contracts.pod_protocol import POD_CORDON_ANNOTATION as POD_CORDON
+from nodeflow_contracts.pod_protocol import POD_CORDON_SOURCE_ANNOTATION as POD_CORDON_SOURCE
 from nodeflow_contracts.slurm import SlurmNodeChanged, SlurmNodeState, SlurmPollResult
 from slurm_syncer.syncer import Syncer
 from tests.integration.slurm_syncer.conftest import (
@@ -119,7 +121,7 @@ async def test_drain_while_busy_shows_draining_then_drained_with_reason(
         lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateAllocated": ""}
     )
     await kube.put_node(make_node("node-0", unschedulable=True, cordon_reason="disk failing"))
-    reason = "nodeflow: cordon: disk failing"
+    reason = "slurm-operator: cordon: disk failing"
     await eventually(
         lambda: (
             slurm_conditions(kube.pod("gpu-001"))
@@ -184,39 +186,59 @@ async def test_external_drain_is_left_untouched_through_cordon_and_uncordon(
     assert slurm_conditions(kube.pod("gpu-001")) == external
 
 
-async def test_cordon_marks_the_pod_and_the_mark_keeps_the_drain_until_removed(
+async def test_rule_uncordon_reverses_the_drain_and_removes_the_pod_mark_from_the_node(
     topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
 ) -> None:
     await setup_cluster(slurm, kube)
     await syncer.start()
     await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
     await kube.put_node(make_node("node-0", unschedulable=True))
-    default = "nodeflow: cordon: Kubernetes node node-0 is cordoned"
+    default = "slurm-operator: cordon: Kubernetes node node-0 is cordoned"
     await eventually(lambda: slurm.cluster.nodes["gpu-001"].reason == default)
-    await eventually(
-        lambda: kube.pod("gpu-001")["metadata"]["annotations"].get("nodeflow.dev/pod-cordon")
-    )
-    # Uncordoning the node leaves the pod marked: the node stays drained (reference model).
+    await eventually(lambda: kube.pod("gpu-001")["metadata"]["annotations"].get(POD_CORDON))
+    annotations = kube.pod("gpu-001")["metadata"]["annotations"]
+    assert annotations[POD_CORDON] == "true" and annotations[POD_CORDON_SOURCE] == "node"
+    # Uncordoning the node removes the mark that came from it and undrains.
     await kube.put_node(make_node("node-0"))
-    await asyncio.sleep(0.3)
-    await syncer.poll_once(CLUSTER)
-    assert slurm.emulator.node_state("gpu-001") == ["IDLE", "DRAIN"]
-    assert len(watcher.of_kind("pod-cordon")) == 1
-    # Removing the pod's mark undrains what we drained.
-    await kube.update_pod(
-        "gpu-001", lambda p: p["metadata"]["annotations"].pop("nodeflow.dev/pod-cordon")
-    )
     await eventually(lambda: slurm.emulator.node_state("gpu-001") == ["IDLE"])
+    await eventually(lambda: POD_CORDON not in kube.pod("gpu-001")["metadata"]["annotations"])
+    assert POD_CORDON_SOURCE not in kube.pod("gpu-001")["metadata"]["annotations"]
     await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
-    # Marking a pod by hand drains it as well.
+    assert len(watcher.of_kind("pod-cordon")) == 1
+    assert len(watcher.of_kind("pod-uncordon")) == 1
+
+
+async def test_rule_a_pod_cordon_set_by_a_person_stays_after_the_uncordon(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-002")) == {"SlurmNodeStateIdle": ""})
+    # Marked by hand: drained with the pod's reason.
     await kube.update_pod(
-        "gpu-002",
-        lambda p: p["metadata"]["annotations"].update({"nodeflow.dev/pod-cordon": "true"}),
+        "gpu-002", lambda p: p["metadata"]["annotations"].update({POD_CORDON: "true"})
     )
     await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["IDLE", "DRAIN"])
     assert slurm.cluster.nodes["gpu-002"].reason == (
-        "nodeflow: cordon: pod slurm/gpu-002 is marked cordoned"
+        "slurm-operator: cordon: pod slurm/gpu-002 is marked cordoned"
     )
+    # A cordon and uncordon of its node leave the person's mark, and the drain, in place.
+    await kube.put_node(make_node("node-1", unschedulable=True))
+    await eventually(
+        lambda: (
+            slurm.cluster.nodes["gpu-002"].reason
+            == "slurm-operator: cordon: Kubernetes node node-1 is cordoned"
+        )
+    )
+    await kube.put_node(make_node("node-1"))
+    await syncer.reconcile(None)
+    await syncer.poll_once(CLUSTER)
+    assert slurm.emulator.node_state("gpu-002") == ["IDLE", "DRAIN"]
+    assert kube.pod("gpu-002")["metadata"]["annotations"] == {POD_CORDON: "true"}
+    assert not watcher.of_kind("pod-cordon") and not watcher.of_kind("pod-uncordon")
+    # The person removes their mark: undrained.
+    await kube.update_pod("gpu-002", lambda p: p["metadata"]["annotations"].pop(POD_CORDON))
+    await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["IDLE"])
 
 
 async def test_slurm_delete_drains_and_removing_it_undrains(
@@ -229,7 +251,7 @@ async def test_slurm_delete_drains_and_removing_it_undrains(
     await kube.update_pod("gpu-002", lambda p: p["status"]["conditions"].append(delete))
     await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["IDLE", "DRAIN"])
     reason = slurm.cluster.nodes["gpu-002"].reason
-    assert reason.startswith("nodeflow: delete: ScalingDeleteScheduled")
+    assert reason.startswith("slurm-operator: delete: ScalingDeleteScheduled")
     await eventually(lambda: "SlurmNodeStateDrain" in slurm_conditions(kube.pod("gpu-002")))
     assert (await stored_state(topology, "gpu-002")).drained
     # The NodeSet scaled back up: the condition is removed, the node is undrained.
