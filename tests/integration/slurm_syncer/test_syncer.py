@@ -400,3 +400,34 @@ async def test_a_pending_patch_is_not_sent_again_when_the_pod_changes_meanwhile(
     await kube.put_pod(replacement)
     await eventually(lambda: len(watcher.commands) == 2)
     assert watcher.commands[1].target.uid == "uid-gpu-001-second"
+
+
+async def test_rule_a_job_end_is_in_kv_when_the_poll_that_sees_it_returns(
+    topology: Bus,
+    slurm: RunningSlurm,
+    clock: ManualClock,
+    kube: KubeKV,
+    watcher: FakeWatcher,
+    syncer: Syncer,
+) -> None:
+    """The syncer's share of job-end -> pod-deleted is at most one poll: the drained+idle
+    state is published in the poll's own batch, with no timer between (nodeset-controller
+    deletes on that KV change)."""
+    await setup_cluster(slurm, kube)
+    job = slurm.cluster.submit_job(sleep_job("gpu-001", "60"), "alice")
+    delete = {"type": "SlurmDelete", "status": "True", "reason": "ScalingDeleteScheduled"}
+    pod = make_pod("gpu-001", "node-0", conditions=[delete])
+    await kube.put_pod(pod)
+    await syncer.start()
+    await eventually(lambda: slurm.emulator.node_state("gpu-001") == ["ALLOCATED", "DRAIN"])
+    await syncer.poll_once(CLUSTER)
+    assert (await stored_state(topology, "gpu-001")).draining
+    clock.advance(61)
+    slurm.cluster.tick()
+    clock.advance(2)
+    slurm.cluster.tick()
+    assert slurm.cluster.jobs[job].state == "COMPLETED"
+    assert (await syncer.poll_once(CLUSTER)).ok
+    # No waiting: the state is there as soon as the poll returns.
+    state = await stored_state(topology, "gpu-001")
+    assert state.drained and not state.busy
