@@ -44,6 +44,7 @@ _LEDGER: dict[PodCommandKind, str] = {
     "pod-cordon": "marks",
     "pod-uncordon": "marks",
 }
+LEDGERS: tuple[str, ...] = tuple(sorted(set(_LEDGER.values())))
 
 
 @dataclass(frozen=True)

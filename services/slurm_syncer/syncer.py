@@ -62,6 +62,7 @@ from slurm_syncer.nodestate import (
 from slurm_syncer.pods import PodFacts, nodeset_of, pod_facts
 from slurm_syncer.reasons import DEFAULT_DRAIN_REASONS, DrainReasons
 from slurm_syncer.reconcile import (
+    LEDGERS,
     ClusterSnapshot,
     ReconcileOptions,
     SentRecord,
@@ -254,8 +255,8 @@ class Syncer:
         if previous_node is not None:
             self._pods_by_node.get(previous_node, set()).discard(key)
         if new is None:
-            for ledger_key in [k for k in self._sent if k[1] == key]:
-                del self._sent[ledger_key]
+            for ledger in LEDGERS:
+                self._sent.pop((ledger, key), None)
             return
         node_name = (new.get("spec") or {}).get("nodeName")
         if isinstance(node_name, str) and node_name:
