@@ -10,7 +10,8 @@ from nodeflow_contracts import codec
 from nodeflow_contracts.pod_protocol import POD_CORDON_ANNOTATION as POD_CORDON
 from nodeflow_contracts.pod_protocol import POD_CORDON_SOURCE_ANNOTATION as POD_CORDON_SOURCE
 from nodeflow_contracts.slurm import SlurmNodeChanged, SlurmNodeState, SlurmPollResult
-from slurm_syncer.syncer import Syncer
+from slurm_syncer.reasons import DrainReasons
+from slurm_syncer.syncer import Syncer, SyncerOptions
 from tests.integration.slurm_syncer.conftest import (
     CLUSTER,
     FakeWatcher,
@@ -19,6 +20,7 @@ from tests.integration.slurm_syncer.conftest import (
     make_node,
     make_nodeset,
     make_pod,
+    slurm_client,
     slurm_conditions,
 )
 
@@ -431,3 +433,53 @@ async def test_rule_a_job_end_is_in_kv_when_the_poll_that_sees_it_returns(
     # No waiting: the state is there as soon as the poll returns.
     state = await stored_state(topology, "gpu-001")
     assert state.drained and not state.busy
+
+
+async def test_rule_drains_of_an_earlier_version_are_still_ours_after_the_upgrade(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    """Nodes drained as `nodeflow: ...` before the prefix became `slurm-operator:` are lifted
+    once nothing asks for them, and a cordon drain is written with the new prefix."""
+    await setup_cluster(slurm, kube)
+    slurm.cluster.update_node(
+        "gpu-001", "slurm", ["DRAIN"], "nodeflow: cordon: Kubernetes node node-0 is cordoned", None
+    )
+    await syncer.start()
+    await eventually(lambda: slurm.emulator.node_state("gpu-001") == ["IDLE"])
+    await kube.put_node(make_node("node-1", unschedulable=True))
+    await eventually(
+        lambda: (
+            slurm.cluster.nodes["gpu-002"].reason
+            == "slurm-operator: cordon: Kubernetes node node-1 is cordoned"
+        )
+    )
+
+
+async def test_rule_the_drain_reason_prefix_is_a_setting(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher
+) -> None:
+    client = slurm_client(slurm)
+    syncer = Syncer(
+        topology,
+        {CLUSTER: client},
+        SyncerOptions(poll_interval=3600.0, drain_reasons=DrainReasons("acme-ops:")),
+    )
+    try:
+        await setup_cluster(slurm, kube)
+        # Another operator's reason with the reference prefix: external on this site.
+        foreign = "slurm-operator: cordon: theirs"
+        slurm.cluster.update_node("gpu-002", "root", ["DRAIN"], foreign, None)
+        await syncer.start()
+        await kube.put_node(make_node("node-0", unschedulable=True))
+        await eventually(
+            lambda: (
+                slurm.cluster.nodes["gpu-001"].reason
+                == "acme-ops: cordon: Kubernetes node node-0 is cordoned"
+            )
+        )
+        await syncer.poll_once(CLUSTER)
+        assert slurm.emulator.node_state("gpu-002") == ["IDLE", "DRAIN"]
+        assert slurm.cluster.nodes["gpu-002"].reason == foreign
+    finally:
+        await syncer.stop()
+        await client.close()
