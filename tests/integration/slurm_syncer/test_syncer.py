@@ -483,3 +483,38 @@ async def test_rule_the_drain_reason_prefix_is_a_setting(
     finally:
         await syncer.stop()
         await client.close()
+
+
+async def test_rule_slurmctlds_not_responding_is_not_an_external_reason(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    """A dead slurmd's node is DOWN with slurmctld's `Not responding`: while it is silent the
+    syncer leaves it alone (nodeset-controller may delete a DOWN node's pod without a drain);
+    once slurmd answers but the node is still held DOWN, a cordon drains it with our reason
+    instead of waiting for ever on a reason nobody but slurmctld would clear."""
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
+    slurm.emulator.mark_lost("gpu-001")
+    await syncer.poll_once(CLUSTER)
+    await eventually(
+        lambda: slurm_conditions(kube.pod("gpu-001")).get("SlurmNodeStateDown") == "Not responding"
+    )
+    await kube.put_node(make_node("node-0", unschedulable=True))
+    await syncer.reconcile(None)
+    await syncer.poll_once(CLUSTER)
+    assert "DRAIN" not in slurm.emulator.node_state("gpu-001")
+    assert slurm.cluster.nodes["gpu-001"].reason == "Not responding"
+
+    # slurmd answers again but the node stays DOWN (ReturnToService=0): the reason is still
+    # slurmctld's, and the cordon now drains it.
+    slurm.cluster.update_node("gpu-002", "slurm", ["DOWN"], "Not responding", None)
+    await syncer.poll_once(CLUSTER)
+    await kube.put_node(make_node("node-1", unschedulable=True))
+    await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["DOWN", "DRAIN"])
+    assert slurm.cluster.nodes["gpu-002"].reason == (
+        "slurm-operator: cordon: Kubernetes node node-1 is cordoned"
+    )
+    # And the uncordon undoes it.
+    await kube.put_node(make_node("node-1"))
+    await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["DOWN"])
