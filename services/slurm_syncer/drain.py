@@ -179,7 +179,9 @@ def decide_command(
 ) -> CommandDecision:
     """What to do with a drain/undrain command, given the node as just read (known)."""
     if command.op == "drain":
-        if not reasons.has_text(command.reason):
+        # New drains carry the configured prefix; the old one is only recognised on reasons
+        # already in Slurm.
+        if not reasons.is_written_prefix(command.reason):
             return CommandDecision(
                 "refuse", f"a drain reason must start with {reasons.prefix!r} and say why"
             )

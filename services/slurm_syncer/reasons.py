@@ -84,9 +84,9 @@ class DrainReasons:
                 return stripped[len(prefix) :].strip()
         return stripped
 
-    def has_text(self, reason: str) -> bool:
-        """Does an our-prefixed reason say something after the prefix?"""
-        return self.is_ours(reason) and bool(self.without_prefix(reason))
+    def is_written_prefix(self, reason: str) -> bool:
+        """Does `reason` start with the configured prefix and say something after it?"""
+        return reason.startswith(self.prefix) and bool(reason[len(self.prefix) :].strip())
 
 
 def is_slurmctlds(reason: str) -> bool:

@@ -304,7 +304,7 @@ def command(op: Any, reason: str = "") -> SlurmNodeCommand:
     ("op", "reason", "state", "verdict"),
     [
         ("drain", "slurm-operator: m", node(), "apply"),
-        ("drain", "nodeflow: m", node(), "apply"),
+        ("drain", "nodeflow: m", node(), "refuse"),  # the old prefix is never written anew
         ("drain", "slurm-operator: m", node("Idle", ("Drain",), "slurm-operator: m"), "noop"),
         ("drain", "slurm-operator: m", node("Idle", ("Drain",), CORDON), "apply"),
         ("drain", "slurm-operator: m", node("Idle", ("Drain",), "admin"), "noop"),
