@@ -190,3 +190,27 @@ def test_rule_an_external_reason_is_never_changed_and_a_command_drain_never_undr
             assert state.reason.split(":")[1].strip() in ("cordon", "delete"), plan
         # Nothing is ever sent for a pod whose node changes nothing.
         assert plan.action in ("drain", "undrain")
+
+
+@given(
+    # One pass sees each pod once.
+    pods=st.lists(pod_facts, max_size=4, unique_by=lambda pod: pod.key),
+    states=st.lists(readable_states, max_size=2),
+    reachable=st.booleans(),
+)
+def test_rule_only_the_nodes_own_mark_is_ever_removed_and_only_once_it_is_uncordoned(
+    pods: list[PodFacts], states: list[SlurmNodeState], reachable: bool
+) -> None:
+    """Safety of the uncordon: a mark a person set is never removed, nor one whose node is
+    still cordoned or missing from the view."""
+    result = reconcile_pods(pods, cluster(*states, reachable=reachable), {}, NOW)
+    by_key = {pod.key: pod for pod in pods}
+    for pod_command in result.pod_commands:
+        if pod_command.kind != "pod-uncordon":
+            continue
+        target = pod_command.command.target
+        removed = [p for p in by_key.values() if p.name == target.name]
+        assert removed and all(
+            p.pod_cordoned and p.pod_cordon_from_node and p.node_known and not p.node_unschedulable
+            for p in removed
+        )
