@@ -104,7 +104,10 @@ MESSAGES: tuple[MessageSpec, ...] = (
         payload=SlurmNodeCommand,
         publishers=("integrations",),
         consumers=("slurm-syncer",),
-        description="Drain or undrain a Slurm node with a `nodeflow:` reason.",
+        description=(
+            "Drain or undrain a Slurm node with a reason of slurm-syncer's prefix "
+            "(`slurm-operator:` by default)."
+        ),
     ),
     MessageSpec(
         name="NodeSetDecision",

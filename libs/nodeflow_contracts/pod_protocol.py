@@ -76,6 +76,15 @@ CORDON_REASON_KIND: Final = "cordon: "
 DELETE_REASON_KIND: Final = "delete: "
 
 SLURM_STATE_CONDITION_PREFIX: Final = "SlurmNodeState"
+# Reasons of SlurmNodeStateUnknown, the condition of a pod whose Slurm node cannot be read.
+# Not registered: its cluster answered a poll without the node; the condition's
+# lastTransitionTime is when that absence started (kept while it lasts), so a reader can
+# measure the absence grace from it.
+SLURM_NOT_REGISTERED_REASON: Final = "NodeNotRegistered"
+# The cluster's last poll failed: nothing is known of the node (fail closed).
+SLURM_CLUSTER_UNREACHABLE_REASON: Final = "ClusterUnreachable"
+# The cluster answered but the node's entry could not be read.
+SLURM_NODE_UNREADABLE_REASON: Final = "NodeUnreadable"
 
 
 def slurm_state_condition(state_or_flag: str) -> str:

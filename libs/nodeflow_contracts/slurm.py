@@ -7,6 +7,7 @@ from typing import Literal
 import msgspec
 
 from nodeflow_contracts import subjects
+from nodeflow_contracts.pod_protocol import DEFAULT_DRAIN_REASON_PREFIX
 
 # Base states and flags as slinky-nodeset-controller.txt names them (pod condition suffixes).
 BASE_STATES: tuple[str, ...] = (
@@ -31,8 +32,10 @@ FLAGS: tuple[str, ...] = (
 
 BaseState = Literal["Allocated", "Down", "Error", "Future", "Idle", "Mixed", "Unknown"]
 
-# Every drain reason Nodeflow writes starts with this; any other non-empty reason is external.
-REASON_PREFIX = "nodeflow:"
+# The default start of every drain reason Nodeflow writes; slurm-syncer's DRAIN_REASON_PREFIX
+# setting replaces it and is what the syncer checks commands against. Any other non-empty
+# reason is external.
+REASON_PREFIX = DEFAULT_DRAIN_REASON_PREFIX
 
 
 class SlurmNodeState(msgspec.Struct, frozen=True, kw_only=True):
@@ -133,7 +136,9 @@ SlurmOp = Literal["drain", "undrain"]
 class SlurmNodeCommand(msgspec.Struct, frozen=True, kw_only=True):
     """Drain or undrain a Slurm node, on `cmd.slurm.v1.<cluster>.<op>`.
 
-    The reason must start with REASON_PREFIX; slurm-syncer never overwrites an external reason.
+    The reason must start with slurm-syncer's drain-reason prefix (DRAIN_REASON_PREFIX, by
+    default REASON_PREFIX) and say something after it; slurm-syncer never overwrites an
+    external reason.
     """
 
     idempotency_key: str

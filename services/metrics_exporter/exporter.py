@@ -1,6 +1,7 @@
 """The adapters: KV views, durable consumers and a command subscription feeding the metrics.
 
-- NodeSet and Slurm gauges render from KV views (`k8s_nodesets`, `slurm_nodes`) at scrape time.
+- NodeSet and Slurm gauges render from KV views (`k8s_nodesets`, `slurm_nodes`, and the
+  names and labels of `k8s_pods`) at scrape time.
 - Outcomes, decisions, Slurm poll results and dead letters arrive through the exporter's
   durable consumers of the topology table. A message that does not decode is dead-lettered
   by the bus (ContractDecodeError), never retried forever.
@@ -22,6 +23,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from metrics_exporter import SERVICE
 from metrics_exporter.control_plane import ControlPlaneMetrics, DecisionSummary
+from metrics_exporter.nodeset_draining import NodeSetDrainingCollector, PodOwnership
 from metrics_exporter.nodesets import NodeSetCollector
 from metrics_exporter.slurm import PollTracker, SlurmCollector
 from nodeflow_bus import MSG_ID_HEADER, Bus, ConsumerOptions, Delivery, KVView, PullConsumer
@@ -34,6 +36,7 @@ from nodeflow_contracts.topology import CONSUMERS, SLURM_NODES_BUCKET, ConsumerS
 log = structlog.get_logger("metrics_exporter")
 
 NODESETS_BUCKET = subjects.k8s_bucket("NodeSet")
+PODS_BUCKET = subjects.k8s_bucket("Pod")
 
 
 def consumer_spec(stream: str, specs: Sequence[ConsumerSpec] | None = None) -> ConsumerSpec:
@@ -65,11 +68,13 @@ class Exporter:
         self._registry = registry
         self.nodesets: KVView[dict[str, Any]] = KVView(bus, NODESETS_BUCKET, dict)
         self.slurm_nodes: KVView[SlurmNodeState] = KVView(bus, SLURM_NODES_BUCKET, SlurmNodeState)
+        self.pods: KVView[PodOwnership] = KVView(bus, PODS_BUCKET, PodOwnership)
         self.polls = PollTracker(max_clusters=max_slurm_clusters)
         self.control_plane = ControlPlaneMetrics(registry, label_value_limit=label_value_limit)
         self._collectors = (
             NodeSetCollector(self.nodesets),
             SlurmCollector(self.slurm_nodes, self.polls, clock),
+            NodeSetDrainingCollector(self.nodesets, self.pods, self.slurm_nodes),
         )
         for collector in self._collectors:
             registry.register(collector)
@@ -88,24 +93,26 @@ class Exporter:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
+    @property
+    def _views(self) -> tuple[KVView[Any], ...]:
+        return (self.nodesets, self.slurm_nodes, self.pods)
+
     async def start(self) -> None:
         self._command_subscription = await self._bus.nc.subscribe(
             subjects.K8S_COMMANDS, cb=self._on_command
         )
-        await self.nodesets.start()
-        await self.slurm_nodes.start()
+        for view in self._views:
+            await view.start()
         for consumer in self._consumers:
             await consumer.start()
         log.info(
             "exporter.started",
             consumers=[consumer.spec.durable for consumer in self._consumers],
-            buckets=[self.nodesets.bucket, self.slurm_nodes.bucket],
+            buckets=[view.bucket for view in self._views],
         )
 
     def not_ready_reason(self) -> str | None:
-        waiting = [
-            view.bucket for view in (self.nodesets, self.slurm_nodes) if not view.ready.is_set()
-        ]
+        waiting = [view.bucket for view in self._views if not view.ready.is_set()]
         if waiting:
             return f"loading KV views: {', '.join(waiting)}"
         broken = [
@@ -116,8 +123,8 @@ class Exporter:
         return "; ".join(broken) or None
 
     async def wait_ready(self, timeout: float | None = None) -> None:
-        await self.nodesets.wait_ready(timeout)
-        await self.slurm_nodes.wait_ready(timeout)
+        for view in self._views:
+            await view.wait_ready(timeout)
 
     async def stop(self, timeout: float = 10.0) -> None:
         per_consumer = timeout / max(1, len(self._consumers))
@@ -131,8 +138,8 @@ class Exporter:
                 await subscription.unsubscribe()
             except Exception as exc:  # the connection may already be closing
                 log.debug("exporter.unsubscribe_failed", error=repr(exc))
-        await self.nodesets.stop()
-        await self.slurm_nodes.stop()
+        for view in self._views:
+            await view.stop()
         # Unregistered so that a new Exporter can register the same names in this registry.
         for collector in (*self._collectors, *self.control_plane.collectors):
             self._registry.unregister(collector)

@@ -2,9 +2,16 @@
 
 One condition per state, type `SlurmNodeState<X>`, status True: exactly one base state plus
 one per flag. Every message is the Slurm node reason (so the Drain condition carries the drain
-reason); a node that cannot be read has only SlurmNodeStateUnknown, whose message says why.
-Conditions of the prefix that no longer hold are removed with the strategic-merge `$patch:
-delete` directive; when nothing differs there is no patch at all.
+reason). A node that cannot be read has only SlurmNodeStateUnknown, whose reason says why
+(`NodeNotRegistered`, `ClusterUnreachable`, `NodeUnreadable`) and whose message says it in
+words. Conditions of the prefix that no longer hold are removed with the strategic-merge
+`$patch: delete` directive; when nothing differs there is no patch at all (minimal writes:
+the messages carry nothing that changes from poll to poll).
+
+lastTransitionTime is when the condition last began to hold for its reason: it is kept while
+the condition stays True with the same reason, even when its message changes, and set afresh
+when the reason changes. So the `NodeNotRegistered` time is when the node's absence started,
+which nodeset-controller measures its absence grace from.
 """
 
 from __future__ import annotations
@@ -12,26 +19,66 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from nodeflow_contracts.pod_protocol import (
+    SLURM_CLUSTER_UNREACHABLE_REASON,
+    SLURM_NODE_UNREADABLE_REASON,
+    SLURM_NOT_REGISTERED_REASON,
+    SLURM_STATE_CONDITION_PREFIX,
+    slurm_state_condition,
+)
 from nodeflow_contracts.slurm import SlurmNodeState
 
-CONDITION_PREFIX = "SlurmNodeState"
 TRUE = "True"
 
 
-def condition_type(state: str) -> str:
-    return CONDITION_PREFIX + state
+@dataclass(frozen=True)
+class Wanted:
+    """One condition as it should be: status True, this message and reason."""
+
+    message: str
+    reason: str = ""
 
 
-def desired_conditions(state: SlurmNodeState | None, unreadable_because: str) -> dict[str, str]:
-    """Condition type -> message for a pod whose Slurm node is `state` (None: not readable)."""
+def cluster_unreachable(cluster: str) -> Wanted:
+    return Wanted(f"Slurm cluster {cluster} cannot be reached", SLURM_CLUSTER_UNREACHABLE_REASON)
+
+
+def node_not_registered(cluster: str, node: str) -> Wanted:
+    return Wanted(
+        f"Slurm node {node} is not registered: Slurm cluster {cluster} answers without it",
+        SLURM_NOT_REGISTERED_REASON,
+    )
+
+
+def node_unreadable(cluster: str, node: str) -> Wanted:
+    return Wanted(
+        f"Slurm node {node} of cluster {cluster} could not be read", SLURM_NODE_UNREADABLE_REASON
+    )
+
+
+def unknown_because(
+    cluster: str, node: str, reachable: bool, state: SlurmNodeState | None
+) -> Wanted:
+    """Why a node's state is unknown: its cluster, its absence, or its entry."""
+    if not reachable:
+        return cluster_unreachable(cluster)
+    if state is None:
+        return node_not_registered(cluster, node)
+    return node_unreadable(cluster, node)
+
+
+def desired_conditions(state: SlurmNodeState | None, unknown: Wanted) -> dict[str, Wanted]:
+    """Condition type -> wanted condition for a pod whose Slurm node is `state` (None or not
+    known: unreadable, for the reason `unknown` gives)."""
     if state is None or not state.known:
-        return {condition_type("Unknown"): unreadable_because}
-    conditions = {condition_type(state.base_state): state.reason}
+        return {slurm_state_condition("Unknown"): unknown}
+    conditions = {slurm_state_condition(state.base_state): Wanted(state.reason)}
     for flag in state.flags:
-        conditions[condition_type(flag)] = state.reason
+        conditions[slurm_state_condition(flag)] = Wanted(state.reason)
     return conditions
 
 
@@ -45,39 +92,39 @@ def current_conditions(pod_conditions: Iterable[Any]) -> dict[str, Mapping[str, 
     for entry in pod_conditions:
         if isinstance(entry, Mapping):
             kind = entry.get("type")
-            if isinstance(kind, str) and kind.startswith(CONDITION_PREFIX):
+            if isinstance(kind, str) and kind.startswith(SLURM_STATE_CONDITION_PREFIX):
                 found[kind] = entry
     return found
 
 
+def _text(entry: Mapping[str, Any], field: str) -> str:
+    value = entry.get(field)
+    return value if isinstance(value, str) else ""
+
+
 def conditions_patch(
-    pod_conditions: Iterable[Any], desired: Mapping[str, str], now: float
+    pod_conditions: Iterable[Any], desired: Mapping[str, Wanted], now: float
 ) -> dict[str, Any] | None:
     """A strategic merge patch of `status.conditions`, or None when the pod already matches."""
     current = current_conditions(pod_conditions)
     entries: list[dict[str, Any]] = []
     for kind in sorted(desired):
-        message = desired[kind]
+        wanted = desired[kind]
         existing = current.get(kind)
-        if (
+        kept = (
             existing is not None
             and existing.get("status") == TRUE
-            and (existing.get("message") or "") == message
-        ):
+            and _text(existing, "reason") == wanted.reason
+        )
+        if kept and existing is not None and _text(existing, "message") == wanted.message:
             continue
-        transition = (
-            existing.get("lastTransitionTime")
-            if existing is not None and existing.get("status") == TRUE
-            else None
-        )
-        entries.append(
-            {
-                "type": kind,
-                "status": TRUE,
-                "message": message,
-                "lastTransitionTime": transition or rfc3339(now),
-            }
-        )
+        transition = existing.get("lastTransitionTime") if kept and existing is not None else None
+        entry: dict[str, Any] = {"type": kind, "status": TRUE, "message": wanted.message}
+        # A merge keeps a field the patch leaves out: an old reason is overwritten by "".
+        if wanted.reason or (existing is not None and _text(existing, "reason")):
+            entry["reason"] = wanted.reason
+        entry["lastTransitionTime"] = transition or rfc3339(now)
+        entries.append(entry)
     for kind in sorted(current):
         if kind not in desired:
             entries.append({"$patch": "delete", "type": kind})

@@ -36,7 +36,7 @@ NODE_UPDATES = Counter(
 )
 POD_PATCHES = Counter(
     "nodeflow_slurm_pod_patches_total",
-    "Pod commands sent to k8s-watcher (conditions, cordon-mark)",
+    "Pod commands sent to k8s-watcher (conditions, pod-cordon, pod-uncordon)",
     ["kind"],
 )
 CLUSTER_REACHABLE = Gauge(

@@ -13,7 +13,8 @@ from typing import Any, cast
 
 import msgspec
 
-from nodeflow_contracts.slurm import BASE_STATES, FLAGS, REASON_PREFIX, BaseState, SlurmNodeState
+from nodeflow_contracts.slurm import BASE_STATES, FLAGS, BaseState, SlurmNodeState
+from slurm_syncer.reasons import DEFAULT_DRAIN_REASONS, DrainReasons
 
 # Slurm's upper-case names -> the reference's names.
 _BASE_BY_SLURM: dict[str, str] = {state.upper(): state for state in BASE_STATES}
@@ -32,15 +33,6 @@ _FLAG_ORDER = {flag: index for index, flag in enumerate(FLAGS)}
 
 class MalformedNode(ValueError):
     """A node entry without the fields every v0.0.41 node has."""
-
-
-def reason_is_ours(reason: str) -> bool:
-    return reason.startswith(REASON_PREFIX)
-
-
-def reason_is_external(reason: str) -> bool:
-    """A non-empty reason that Nodeflow did not write: never changed or cleared."""
-    return bool(reason) and not reason_is_ours(reason)
 
 
 def split_state(raw: Iterable[str]) -> tuple[BaseState, tuple[str, ...]]:
@@ -103,7 +95,12 @@ def _int(value: Any) -> int:
     return int(number) if number is not None else 0
 
 
-def parse_node(cluster: str, raw: Mapping[str, Any], observed_at: float) -> SlurmNodeState:
+def parse_node(
+    cluster: str,
+    raw: Mapping[str, Any],
+    observed_at: float,
+    reasons: DrainReasons = DEFAULT_DRAIN_REASONS,
+) -> SlurmNodeState:
     """One entry of `nodes[]`; MalformedNode when name or state are missing or mistyped."""
     name = raw.get("name")
     if not isinstance(name, str) or not name:
@@ -128,7 +125,7 @@ def parse_node(cluster: str, raw: Mapping[str, Any], observed_at: float) -> Slur
         base_state=base,
         flags=flags,
         reason=reason,
-        reason_is_ours=reason_is_ours(reason),
+        reason_is_ours=reasons.is_ours(reason),
         reason_set_by=set_by if isinstance(set_by, str) and reason else "",
         reason_changed_at=_number(raw.get("reason_changed_at")) if reason else None,
         cpus=_int(raw.get("cpus")),
@@ -226,6 +223,7 @@ def apply_poll(
     observed_at: float,
     not_responding_since: Mapping[str, float] | None = None,
     confirm_not_responding_after: float = DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS,
+    reasons: DrainReasons = DEFAULT_DRAIN_REASONS,
 ) -> PollOutcome:
     """The new states of a cluster after a poll (`raw_nodes` None: the poll failed).
 
@@ -243,7 +241,7 @@ def apply_poll(
     else:
         for raw in raw_nodes:
             try:
-                state = parse_node(cluster, raw, observed_at)
+                state = parse_node(cluster, raw, observed_at, reasons)
             except MalformedNode as exc:
                 outcome.malformed.append(str(exc))
                 raw_name = raw.get("name")

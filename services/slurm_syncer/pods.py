@@ -12,6 +12,8 @@ from nodeflow_contracts.pod_protocol import (
     NODE_CORDON_REASON_ANNOTATION,
     NODESET_LABEL,
     POD_CORDON_ANNOTATION,
+    POD_CORDON_FROM_NODE,
+    POD_CORDON_SOURCE_ANNOTATION,
     SLURM_CLUSTER_LABEL,
     SLURM_DELETE_CONDITION,
 )
@@ -36,9 +38,13 @@ class PodFacts:
     resource_version: str
     cluster: str
     node_name: str | None
+    # The pod's Kubernetes node is in the k8s_nodes view (a missing one proves nothing).
+    node_known: bool
     node_unschedulable: bool
     node_cordon_reason: str | None
     pod_cordoned: bool
+    # The cordon mark was written because the node was cordoned (not by a person).
+    pod_cordon_from_node: bool
     # Reason of the SlurmDelete=True condition, None when the condition is absent or not True.
     delete_reason: str | None
     terminating: bool
@@ -110,11 +116,13 @@ def pod_facts(pod: Obj, nodes: ObjectLookup, nodesets: ObjectLookup) -> PodFacts
         resource_version=str(metadata.get("resourceVersion") or ""),
         cluster=cluster,
         node_name=node_name,
+        node_known=node is not None,
         node_unschedulable=bool(_mapping(_mapping(node).get("spec")).get("unschedulable")),
         node_cordon_reason=cordon_reason.strip()
         if isinstance(cordon_reason, str) and cordon_reason.strip()
         else None,
         pod_cordoned=str(annotations.get(POD_CORDON_ANNOTATION, "")).lower() == "true",
+        pod_cordon_from_node=annotations.get(POD_CORDON_SOURCE_ANNOTATION) == POD_CORDON_FROM_NODE,
         delete_reason=slurm_delete_reason(conditions),
         terminating=bool(metadata.get("deletionTimestamp")),
         conditions=conditions,

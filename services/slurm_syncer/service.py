@@ -16,6 +16,7 @@ from nodeflow_runtime.service import ServiceContext
 from slurm_syncer import SERVICE
 from slurm_syncer.auth import token_source
 from slurm_syncer.client import ClientOptions, SlurmClient
+from slurm_syncer.reasons import DrainReasons
 from slurm_syncer.settings import SlurmSyncerConfig, cluster_settings
 from slurm_syncer.syncer import Syncer, SyncerOptions
 
@@ -108,6 +109,7 @@ async def setup(ctx: ServiceContext[SlurmSyncerConfig]) -> None:
             poll_interval=config.slurm_poll_interval_seconds,
             max_concurrent_updates=config.slurm_max_concurrent_updates,
             not_responding_confirm=config.slurm_not_responding_confirm_seconds,
+            drain_reasons=DrainReasons(config.drain_reason_prefix.strip()),
         ),
     )
     work = LeaderWork(ctx, syncer)

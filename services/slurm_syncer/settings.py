@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeflow_contracts.pod_protocol import DEFAULT_DRAIN_REASON_PREFIX
 from nodeflow_runtime.config import ConfigError, ServiceConfig
 from slurm_syncer.nodestate import DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS
 
@@ -39,6 +40,9 @@ class SlurmSyncerConfig(ServiceConfig, kw_only=True):
     # NOT_RESPONDING counts once seen this long: slurmctld shows it for a moment after every
     # UNDRAIN/RESUME, until slurmd answers its ping (nodestate.settle_not_responding).
     slurm_not_responding_confirm_seconds: float = DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS
+    # Drain reasons we write start with this; reasons with it (or the `nodeflow:` of earlier
+    # versions) are ours, any other is external and never touched (reasons.py).
+    drain_reason_prefix: str = DEFAULT_DRAIN_REASON_PREFIX
     leader_lease_ttl_seconds: float = 15.0
 
     def __post_init__(self) -> None:
@@ -56,6 +60,8 @@ class SlurmSyncerConfig(ServiceConfig, kw_only=True):
             problems.append("SLURM_NOT_RESPONDING_CONFIRM_SECONDS must not be negative")
         if self.slurm_max_concurrent_updates < 1:
             problems.append("SLURM_MAX_CONCURRENT_UPDATES must be at least 1")
+        if not self.drain_reason_prefix.strip():
+            problems.append("DRAIN_REASON_PREFIX must not be empty")
         if len(set(self.slurm_clusters)) != len(self.slurm_clusters):
             problems.append("SLURM_CLUSTERS names a cluster twice")
         if problems:

@@ -1,10 +1,14 @@
 """The syncer's I/O: polls Slurm, keeps KV `slurm_nodes`, publishes node changes and poll
 results, projects node state onto NodeSet pods through k8s-watcher, and drains/undrains.
 
-Decisions are made by the pure functions of `nodestate`, `conditions` and `drain`; this module
-only gathers their inputs (KV views of pods, nodes and NodeSets; slurmrestd) and carries out
-their outputs (publishes and Slurm calls). One decision pass at a time, under a lock; Slurm
-updates run in the background, bounded, at most one per node.
+Decisions are made by pure functions: `nodestate` (what a poll changed) and `reconcile` (pod
+facts + Slurm states + what was sent + now -> commands, through `conditions` and `drain`).
+This module only gathers their inputs (KV views of pods, nodes and NodeSets; slurmrestd) and
+carries out their outputs (publishes and Slurm calls). After every poll, successful or not,
+the cluster's SlurmClusterStatus goes to KV `slurm_clusters` in the same batch as the node
+states, so a reader can tell a fresh view from the last word of a syncer that stopped. One
+decision pass at a time, under a lock; Slurm updates run in the background, bounded, at most
+one per node.
 """
 
 from __future__ import annotations
@@ -28,21 +32,25 @@ from nodeflow_bus import (
     PublishError,
     RetryableError,
 )
+from nodeflow_bus.kv_writes import kv_delete, kv_put
 from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import subjects
-from nodeflow_contracts.k8s import K8sCommand, ObjectRef, PatchObject
-from nodeflow_contracts.pod_protocol import POD_CORDON_ANNOTATION
+from nodeflow_contracts.pod_protocol import NODE_CORDON_REASON_ANNOTATION
 from nodeflow_contracts.slurm import (
+    SlurmClusterStatus,
     SlurmNodeChanged,
     SlurmNodeCommand,
     SlurmNodeState,
     SlurmPollResult,
 )
-from nodeflow_contracts.topology import SLURM_NODES_BUCKET, WATCHED_KINDS
+from nodeflow_contracts.topology import (
+    SLURM_CLUSTERS_BUCKET,
+    SLURM_NODES_BUCKET,
+    WATCHED_KINDS,
+)
 from slurm_syncer import metrics
 from slurm_syncer.client import SlurmClient, SlurmError
-from slurm_syncer.conditions import conditions_patch, desired_conditions, patch_digest
-from slurm_syncer.drain import DrainPlan, decide_command, decide_drain
+from slurm_syncer.drain import DrainPlan, decide_command
 from slurm_syncer.nodestate import (
     DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS,
     MalformedNode,
@@ -50,9 +58,16 @@ from slurm_syncer.nodestate import (
     parse_node,
     same_state,
     settle_not_responding,
-    with_unconfirmed_not_responding,
 )
 from slurm_syncer.pods import PodFacts, nodeset_of, pod_facts
+from slurm_syncer.reasons import DEFAULT_DRAIN_REASONS, DrainReasons
+from slurm_syncer.reconcile import (
+    LEDGERS,
+    ClusterSnapshot,
+    ReconcileOptions,
+    SentRecord,
+    reconcile_pods,
+)
 
 log = structlog.get_logger("slurm_syncer")
 
@@ -60,7 +75,6 @@ PODS_BUCKET = subjects.k8s_bucket("Pod")
 NODES_BUCKET = subjects.k8s_bucket("Node")
 NODESETS_BUCKET = subjects.k8s_bucket("NodeSet")
 NODESET_API_VERSION = next(k.api_version for k in WATCHED_KINDS if k.kind == "NodeSet")
-KV_OPERATION_HEADER = "KV-Operation"
 
 Obj = dict[str, Any]
 
@@ -74,6 +88,8 @@ class SyncerOptions:
     resend_after: float = 30.0
     # NOT_RESPONDING is reported once seen for this long (nodestate.settle_not_responding).
     not_responding_confirm: float = DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS
+    # Which drain reasons are ours (DRAIN_REASON_PREFIX) and how ours are written.
+    drain_reasons: DrainReasons = DEFAULT_DRAIN_REASONS
 
 
 @dataclass
@@ -88,16 +104,17 @@ class ClusterView:
     polled: bool = False
     reachable: bool = False
     last_error: str = ""
+    # When a poll last succeeded (0.0: never), kept across restarts through KV.
+    last_success_at: float = 0.0
 
-
-@dataclass
-class _Sent:
-    """The last pod command sent for a pod, to send nothing twice."""
-
-    uid: str
-    digest: str
-    sent_at: float
-    attempt: int
+    def snapshot(self) -> ClusterSnapshot:
+        return ClusterSnapshot(
+            name=self.name,
+            polled=self.polled,
+            reachable=self.reachable,
+            states=self.states,
+            not_responding=self.not_responding_since.keys(),
+        )
 
 
 @dataclass
@@ -108,20 +125,12 @@ class ReconcileReport:
     slurm_updates: int = 0
 
 
-def unreadable_because(view: ClusterView, node: str, state: SlurmNodeState | None) -> str:
-    if not view.reachable:
-        return f"Slurm cluster {view.name} cannot be reached: {view.last_error}".strip()
-    if state is None:
-        return f"Slurm cluster {view.name} has no node {node}"
-    return f"Slurm node {node} could not be read"
-
-
 def _interesting_node_fields(node: Obj | None) -> tuple[object, object]:
     if node is None:
         return (None, None)
     spec = node.get("spec") or {}
     annotations = (node.get("metadata") or {}).get("annotations") or {}
-    return (bool(spec.get("unschedulable")), annotations.get("nodeflow.dev/node-cordon-reason"))
+    return (bool(spec.get("unschedulable")), annotations.get(NODE_CORDON_REASON_ANNOTATION))
 
 
 def _slurm_cluster_of_nodeset(nodeset: Obj | None) -> object:
@@ -151,8 +160,12 @@ class Syncer:
         self._reconcile_lock = asyncio.Lock()
         self._slurm_slots = asyncio.Semaphore(self.options.max_concurrent_updates)
         self._in_flight: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._sent_conditions: dict[str, _Sent] = {}
-        self._sent_marks: dict[str, _Sent] = {}
+        self._sent: dict[tuple[str, str], SentRecord] = {}
+        self._reconcile_options = ReconcileOptions(
+            sender=self.options.sender,
+            resend_after=self.options.resend_after,
+            reasons=self.options.drain_reasons,
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._wakeups: dict[str, asyncio.Event] = {}
         self._poll_locks = {name: asyncio.Lock() for name in clients}
@@ -168,10 +181,12 @@ class Syncer:
         self._nodes: KVView[Obj] = KVView(self._bus, NODES_BUCKET, dict)
         self._nodesets: KVView[Obj] = KVView(self._bus, NODESETS_BUCKET, dict)
         self._known: KVView[SlurmNodeState] = KVView(self._bus, SLURM_NODES_BUCKET, SlurmNodeState)
+        self._statuses: KVView[SlurmClusterStatus] = KVView(
+            self._bus, SLURM_CLUSTERS_BUCKET, SlurmClusterStatus
+        )
         self._pods_by_node.clear()
         self._node_of_pod.clear()
-        self._sent_conditions.clear()
-        self._sent_marks.clear()
+        self._sent.clear()
         for cluster in self.clusters.values():
             cluster.polled = False
 
@@ -202,7 +217,7 @@ class Syncer:
         await asyncio.gather(*(cancel_and_wait(task) for task in tasks))
         self._tasks.clear()
         self._in_flight.clear()
-        for view in (self._pods, self._nodes, self._nodesets, self._known):
+        for view in (self._pods, self._nodes, self._nodesets, self._known, self._statuses):
             await view.stop()
         log.info("syncer.stopped")
 
@@ -216,11 +231,17 @@ class Syncer:
         The view stays open until stop(): nodeflow_bus's KVView.stop() can hang when called
         right after its first snapshot is loaded (reported to the lead)."""
         await self._known.start()
+        await self._statuses.start()
         await self._known.ready.wait()
+        await self._statuses.ready.wait()
         for _, state in self._known.items():
             cluster = self.clusters.get(state.cluster)
             if cluster is not None:
                 cluster.states[state.name] = state
+        for _, status in self._statuses.items():
+            cluster = self.clusters.get(status.cluster)
+            if cluster is not None:
+                cluster.last_success_at = max(cluster.last_success_at, status.last_success_at)
 
     # --- KV listeners: what changed in Kubernetes ---------------------------------------------
 
@@ -234,8 +255,8 @@ class Syncer:
         if previous_node is not None:
             self._pods_by_node.get(previous_node, set()).discard(key)
         if new is None:
-            self._sent_conditions.pop(key, None)
-            self._sent_marks.pop(key, None)
+            for ledger in LEDGERS:
+                self._sent.pop((ledger, key), None)
             return
         node_name = (new.get("spec") or {}).get("nodeName")
         if isinstance(node_name, str) and node_name:
@@ -299,6 +320,7 @@ class Syncer:
             started_at,
             view.not_responding_since,
             self.options.not_responding_confirm,
+            self.options.drain_reasons,
         )
         view.states = outcome.states
         if raw_nodes is not None:
@@ -307,6 +329,8 @@ class Syncer:
         view.polled = True
         view.reachable = raw_nodes is not None
         view.last_error = error
+        if view.reachable:
+            view.last_success_at = started_at
         if outcome.malformed:
             metrics.MALFORMED_NODES.labels(cluster).inc(len(outcome.malformed))
             log.error("syncer.malformed_nodes", cluster=cluster, problems=outcome.malformed[:5])
@@ -320,6 +344,16 @@ class Syncer:
             error=error,
         )
         messages = self._state_messages(cluster, outcome.changed, outcome.removed)
+        status = SlurmClusterStatus(
+            cluster=cluster,
+            reachable=view.reachable,
+            last_poll_at=started_at,
+            last_success_at=view.last_success_at,
+            poll_interval_seconds=self.options.poll_interval,
+            error=error,
+            syncer=self.options.sender,
+        )
+        messages.append(kv_put(SLURM_CLUSTERS_BUCKET, status.key, status))
         messages.append(OutgoingMessage(subject=result.subject, message=result))
         await self._publish(messages, "slurm state")
         metrics.POLLS.labels(cluster, "ok" if result.ok else "failed").inc()
@@ -334,19 +368,11 @@ class Syncer:
     ) -> list[OutgoingMessage]:
         messages: list[OutgoingMessage] = []
         for state in changed:
-            kv_subject = subjects.kv_entry(SLURM_NODES_BUCKET, state.key)
-            messages.append(OutgoingMessage(subject=kv_subject, message=state))
+            messages.append(kv_put(SLURM_NODES_BUCKET, state.key, state))
             event = SlurmNodeChanged(cluster=cluster, name=state.name, change="upsert", state=state)
             messages.append(OutgoingMessage(subject=event.subject, message=event))
         for name in removed:
-            key = subjects.slurm_node_key(cluster, name)
-            messages.append(
-                OutgoingMessage(
-                    subject=subjects.kv_entry(SLURM_NODES_BUCKET, key),
-                    message=b"",
-                    headers={KV_OPERATION_HEADER: "DEL"},
-                )
-            )
+            messages.append(kv_delete(SLURM_NODES_BUCKET, subjects.slurm_node_key(cluster, name)))
             event = SlurmNodeChanged(cluster=cluster, name=name, change="removed")
             messages.append(OutgoingMessage(subject=event.subject, message=event))
         if changed or removed:
@@ -386,13 +412,12 @@ class Syncer:
 
     async def _reconcile(self, keys: Iterable[str] | None, cluster: str | None) -> ReconcileReport:
         now = self._clock()
-        report = ReconcileReport()
         pods = self._pods.as_dict() if keys is None else None
-        # Read in place: nothing below awaits before the loop ends, so the views cannot change
-        # under it, and copying 4,000 nodes for every pod event cost more than the work.
+        # Read in place: nothing below awaits before the decisions are made, so the views
+        # cannot change under them, and copying 4,000 nodes for every pod event cost more
+        # than the work.
         nodes, nodesets = self._nodes, self._nodesets
-        commands: list[K8sCommand] = []
-        plans: list[tuple[PodFacts, DrainPlan]] = []
+        facts_of: list[PodFacts] = []
         for key in keys if keys is not None else list(pods or ()):
             pod = pods.get(key) if pods is not None else self._pods.get(key)
             if pod is None:
@@ -400,105 +425,36 @@ class Syncer:
             facts = pod_facts(pod, nodes, nodesets)
             if facts is None or (cluster is not None and facts.cluster != cluster):
                 continue
-            view = self.clusters.get(facts.cluster)
-            if view is None or not view.polled:
-                continue
-            report.pods += 1
-            state = view.states.get(facts.name) if view.reachable else None
-            desired = desired_conditions(state, unreadable_because(view, facts.name, state))
-            patch = conditions_patch(facts.conditions, desired, now)
-            if patch is not None:
-                command = self._conditions_command(facts, patch, now)
-                if command is not None:
-                    commands.append(command)
-                    report.condition_patches += 1
-            seen_not_responding = facts.name in view.not_responding_since
-            plan = decide_drain(facts, with_unconfirmed_not_responding(state, seen_not_responding))
-            if plan.mark_pod_cordoned:
-                command = self._cordon_mark_command(facts, now)
-                if command is not None:
-                    commands.append(command)
-                    report.cordon_marks += 1
-            if plan.action != "none" and (facts.cluster, facts.name) not in self._in_flight:
-                plans.append((facts, plan))
-        if commands:
-            sent = await self._publish(
-                [
-                    OutgoingMessage(subject=c.subject, message=c, msg_id=c.idempotency_key)
-                    for c in commands
-                ],
-                "pod commands",
-            )
-            if not sent:
-                for command in commands:
-                    pod_key = subjects.object_key(command.target.namespace, command.target.name)
-                    self._sent_conditions.pop(pod_key, None)
-                    self._sent_marks.pop(pod_key, None)
-        for facts, plan in plans:
-            report.slurm_updates += 1
+            facts_of.append(facts)
+        decided = reconcile_pods(
+            facts_of,
+            {name: view.snapshot() for name, view in self.clusters.items()},
+            self._sent,
+            now,
+            updating=self._in_flight.keys(),
+            options=self._reconcile_options,
+        )
+        report = ReconcileReport(pods=decided.pods, slurm_updates=len(decided.slurm_updates))
+        for pod_command in decided.pod_commands:
+            metrics.POD_PATCHES.labels(pod_command.kind).inc()
+            if pod_command.kind == "conditions":
+                report.condition_patches += 1
+            else:
+                report.cordon_marks += 1
+        commands = [c.command for c in decided.pod_commands]
+        sent = await self._publish(
+            [
+                OutgoingMessage(subject=c.subject, message=c, msg_id=c.idempotency_key)
+                for c in commands
+            ],
+            "pod commands",
+        )
+        if sent:
+            # Recorded only once published: a failed publish is sent again on the next pass.
+            self._sent.update(decided.sent)
+        for facts, plan in decided.slurm_updates:
             self._start_update(facts, plan)
         return report
-
-    def _pod_ref(self, facts: PodFacts) -> ObjectRef:
-        return ObjectRef(
-            api_version="v1", kind="Pod", name=facts.name, namespace=facts.namespace, uid=facts.uid
-        )
-
-    def _should_send(
-        self, sent: dict[str, _Sent], facts: PodFacts, digest: str, now: float
-    ) -> int | None:
-        """The attempt number to send with, or None when the same change was sent to the same
-        pod less than `resend_after` ago. Not keyed by resourceVersion: a pod changes several
-        times while it starts (bound, running, ready), and each change would otherwise send
-        the same patch again while the first is still in flight -- 3.4 patches per pod at
-        4,000 pods, the largest share of the API writes of a scale-up."""
-        previous = sent.get(facts.key)
-        attempt = 1
-        if previous is not None and previous.uid == facts.uid and previous.digest == digest:
-            if now - previous.sent_at < self.options.resend_after:
-                return None
-            attempt = previous.attempt + 1
-        sent[facts.key] = _Sent(facts.uid, digest, now, attempt)
-        return attempt
-
-    def _conditions_command(
-        self, facts: PodFacts, patch: dict[str, Any], now: float
-    ) -> K8sCommand | None:
-        digest = patch_digest(patch)
-        attempt = self._should_send(self._sent_conditions, facts, digest, now)
-        if attempt is None:
-            return None
-        metrics.POD_PATCHES.labels("conditions").inc()
-        return K8sCommand(
-            idempotency_key=(
-                f"{self.options.sender}:conditions:{facts.uid}:{facts.resource_version}:"
-                f"{digest}:{attempt}"
-            ),
-            sender=self.options.sender,
-            sent_at=now,
-            target=self._pod_ref(facts),
-            operation=PatchObject(patch_type="strategic", patch=patch, subresource="status"),
-            reason=f"Slurm node {facts.cluster}/{facts.name} state changed",
-        )
-
-    def _cordon_mark_command(self, facts: PodFacts, now: float) -> K8sCommand | None:
-        attempt = self._should_send(self._sent_marks, facts, "pod-cordon", now)
-        if attempt is None:
-            return None
-        metrics.POD_PATCHES.labels("cordon-mark").inc()
-        return K8sCommand(
-            idempotency_key=(
-                f"{self.options.sender}:pod-cordon:{facts.uid}:{facts.resource_version}:{attempt}"
-            ),
-            sender=self.options.sender,
-            sent_at=now,
-            target=self._pod_ref(facts),
-            operation=PatchObject(
-                patch_type="merge",
-                patch={"metadata": {"annotations": {POD_CORDON_ANNOTATION: "true"}}},
-            ),
-            reason=f"Kubernetes node {facts.node_name} is cordoned: the pod follows it",
-        )
 
     # --- Slurm updates ---------------------------------------------------------------------
 
@@ -556,7 +512,7 @@ class Syncer:
             await self._publish(self._state_messages(cluster, [], [node]), "slurm state")
             return
         try:
-            read = parse_node(cluster, raw, self._clock())
+            read = parse_node(cluster, raw, self._clock(), self.options.drain_reasons)
         except MalformedNode as exc:
             log.error("syncer.malformed_node", cluster=cluster, node=node, error=str(exc))
             return
@@ -592,10 +548,10 @@ class Syncer:
         if raw is None:
             raise PermanentError(f"Slurm cluster {command.cluster} has no node {command.node}")
         try:
-            state = parse_node(command.cluster, raw, self._clock())
+            state = parse_node(command.cluster, raw, self._clock(), self.options.drain_reasons)
         except MalformedNode as exc:
             raise RetryableError(f"node {command.node} could not be read: {exc}") from exc
-        decision = decide_command(command, state)
+        decision = decide_command(command, state, self.options.drain_reasons)
         log.info(
             "syncer.command",
             cluster=command.cluster,

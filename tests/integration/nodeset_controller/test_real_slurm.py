@@ -253,7 +253,7 @@ async def running_on(slurm: SlurmUnderTest, pods: PodWatch, node: str) -> int:
 async def drained_for_deletion(slurm: SlurmUnderTest, name: str) -> str:
     """The reason the syncer drained `name` with, checked to be the deletion's."""
     reason = str((await slurm.node(name))["reason"])
-    assert reason.startswith(f"nodeflow: delete: {SCHEDULED_FOR_SCALING}: "), reason
+    assert reason.startswith(f"slurm-operator: delete: {SCHEDULED_FOR_SCALING}: "), reason
     assert f"pod {NS}/{name}" in reason, reason
     return reason
 

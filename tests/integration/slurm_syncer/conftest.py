@@ -200,7 +200,7 @@ class FakeWatcher:
         await self.kube.put_pod(patched)
 
     def of_kind(self, kind: str) -> list[K8sCommand]:
-        """`conditions` (status patches) or `cordon-mark` (annotation patches)."""
+        """`conditions` (status patches), `pod-cordon` or `pod-uncordon` (annotation patches)."""
         return [c for c in self.commands if f":{kind}:" in c.idempotency_key]
 
 

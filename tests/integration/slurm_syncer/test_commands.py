@@ -71,9 +71,9 @@ async def test_drain_and_undrain_commands_are_applied_and_external_reasons_refus
     await syncer.start()
     await eventually(lambda: syncer.clusters[CLUSTER].polled)
 
-    await send(topology, "drain", "n1", "nodeflow: maintenance: firmware")
+    await send(topology, "drain", "n1", "slurm-operator: maintenance: firmware")
     await eventually(lambda: slurm.emulator.node_state("n1") == ["IDLE", "DRAIN"])
-    assert slurm.cluster.nodes["n1"].reason == "nodeflow: maintenance: firmware"
+    assert slurm.cluster.nodes["n1"].reason == "slurm-operator: maintenance: firmware"
     # The read-back state is published without waiting for the next poll.
     await eventually(lambda: syncer.clusters[CLUSTER].states["n1"].drained)
     # A command's drain is not the cordon model's: a reconcile pass leaves it alone.

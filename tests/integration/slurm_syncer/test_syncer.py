@@ -7,8 +7,11 @@ import asyncio
 from clustersim.slurm import JobRequest, ManualClock, RunningSlurm
 from nodeflow_bus import Bus
 from nodeflow_contracts import codec
+from nodeflow_contracts.pod_protocol import POD_CORDON_ANNOTATION as POD_CORDON
+from nodeflow_contracts.pod_protocol import POD_CORDON_SOURCE_ANNOTATION as POD_CORDON_SOURCE
 from nodeflow_contracts.slurm import SlurmNodeChanged, SlurmNodeState, SlurmPollResult
-from slurm_syncer.syncer import Syncer
+from slurm_syncer.reasons import DrainReasons
+from slurm_syncer.syncer import Syncer, SyncerOptions
 from tests.integration.slurm_syncer.conftest import (
     CLUSTER,
     FakeWatcher,
@@ -17,6 +20,7 @@ from tests.integration.slurm_syncer.conftest import (
     make_node,
     make_nodeset,
     make_pod,
+    slurm_client,
     slurm_conditions,
 )
 
@@ -119,7 +123,7 @@ async def test_drain_while_busy_shows_draining_then_drained_with_reason(
         lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateAllocated": ""}
     )
     await kube.put_node(make_node("node-0", unschedulable=True, cordon_reason="disk failing"))
-    reason = "nodeflow: cordon: disk failing"
+    reason = "slurm-operator: cordon: disk failing"
     await eventually(
         lambda: (
             slurm_conditions(kube.pod("gpu-001"))
@@ -184,39 +188,59 @@ async def test_external_drain_is_left_untouched_through_cordon_and_uncordon(
     assert slurm_conditions(kube.pod("gpu-001")) == external
 
 
-async def test_cordon_marks_the_pod_and_the_mark_keeps_the_drain_until_removed(
+async def test_rule_uncordon_reverses_the_drain_and_removes_the_pod_mark_from_the_node(
     topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
 ) -> None:
     await setup_cluster(slurm, kube)
     await syncer.start()
     await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
     await kube.put_node(make_node("node-0", unschedulable=True))
-    default = "nodeflow: cordon: Kubernetes node node-0 is cordoned"
+    default = "slurm-operator: cordon: Kubernetes node node-0 is cordoned"
     await eventually(lambda: slurm.cluster.nodes["gpu-001"].reason == default)
-    await eventually(
-        lambda: kube.pod("gpu-001")["metadata"]["annotations"].get("nodeflow.dev/pod-cordon")
-    )
-    # Uncordoning the node leaves the pod marked: the node stays drained (reference model).
+    await eventually(lambda: kube.pod("gpu-001")["metadata"]["annotations"].get(POD_CORDON))
+    annotations = kube.pod("gpu-001")["metadata"]["annotations"]
+    assert annotations[POD_CORDON] == "true" and annotations[POD_CORDON_SOURCE] == "node"
+    # Uncordoning the node removes the mark that came from it and undrains.
     await kube.put_node(make_node("node-0"))
-    await asyncio.sleep(0.3)
-    await syncer.poll_once(CLUSTER)
-    assert slurm.emulator.node_state("gpu-001") == ["IDLE", "DRAIN"]
-    assert len(watcher.of_kind("pod-cordon")) == 1
-    # Removing the pod's mark undrains what we drained.
-    await kube.update_pod(
-        "gpu-001", lambda p: p["metadata"]["annotations"].pop("nodeflow.dev/pod-cordon")
-    )
     await eventually(lambda: slurm.emulator.node_state("gpu-001") == ["IDLE"])
+    await eventually(lambda: POD_CORDON not in kube.pod("gpu-001")["metadata"]["annotations"])
+    assert POD_CORDON_SOURCE not in kube.pod("gpu-001")["metadata"]["annotations"]
     await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
-    # Marking a pod by hand drains it as well.
+    assert len(watcher.of_kind("pod-cordon")) == 1
+    assert len(watcher.of_kind("pod-uncordon")) == 1
+
+
+async def test_rule_a_pod_cordon_set_by_a_person_stays_after_the_uncordon(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-002")) == {"SlurmNodeStateIdle": ""})
+    # Marked by hand: drained with the pod's reason.
     await kube.update_pod(
-        "gpu-002",
-        lambda p: p["metadata"]["annotations"].update({"nodeflow.dev/pod-cordon": "true"}),
+        "gpu-002", lambda p: p["metadata"]["annotations"].update({POD_CORDON: "true"})
     )
     await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["IDLE", "DRAIN"])
     assert slurm.cluster.nodes["gpu-002"].reason == (
-        "nodeflow: cordon: pod slurm/gpu-002 is marked cordoned"
+        "slurm-operator: cordon: pod slurm/gpu-002 is marked cordoned"
     )
+    # A cordon and uncordon of its node leave the person's mark, and the drain, in place.
+    await kube.put_node(make_node("node-1", unschedulable=True))
+    await eventually(
+        lambda: (
+            slurm.cluster.nodes["gpu-002"].reason
+            == "slurm-operator: cordon: Kubernetes node node-1 is cordoned"
+        )
+    )
+    await kube.put_node(make_node("node-1"))
+    await syncer.reconcile(None)
+    await syncer.poll_once(CLUSTER)
+    assert slurm.emulator.node_state("gpu-002") == ["IDLE", "DRAIN"]
+    assert kube.pod("gpu-002")["metadata"]["annotations"] == {POD_CORDON: "true"}
+    assert not watcher.of_kind("pod-cordon") and not watcher.of_kind("pod-uncordon")
+    # The person removes their mark: undrained.
+    await kube.update_pod("gpu-002", lambda p: p["metadata"]["annotations"].pop(POD_CORDON))
+    await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["IDLE"])
 
 
 async def test_slurm_delete_drains_and_removing_it_undrains(
@@ -229,7 +253,7 @@ async def test_slurm_delete_drains_and_removing_it_undrains(
     await kube.update_pod("gpu-002", lambda p: p["status"]["conditions"].append(delete))
     await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["IDLE", "DRAIN"])
     reason = slurm.cluster.nodes["gpu-002"].reason
-    assert reason.startswith("nodeflow: delete: ScalingDeleteScheduled")
+    assert reason.startswith("slurm-operator: delete: ScalingDeleteScheduled")
     await eventually(lambda: "SlurmNodeStateDrain" in slurm_conditions(kube.pod("gpu-002")))
     assert (await stored_state(topology, "gpu-002")).drained
     # The NodeSet scaled back up: the condition is removed, the node is undrained.
@@ -378,3 +402,119 @@ async def test_a_pending_patch_is_not_sent_again_when_the_pod_changes_meanwhile(
     await kube.put_pod(replacement)
     await eventually(lambda: len(watcher.commands) == 2)
     assert watcher.commands[1].target.uid == "uid-gpu-001-second"
+
+
+async def test_rule_a_job_end_is_in_kv_when_the_poll_that_sees_it_returns(
+    topology: Bus,
+    slurm: RunningSlurm,
+    clock: ManualClock,
+    kube: KubeKV,
+    watcher: FakeWatcher,
+    syncer: Syncer,
+) -> None:
+    """The syncer's share of job-end -> pod-deleted is at most one poll: the drained+idle
+    state is published in the poll's own batch, with no timer between (nodeset-controller
+    deletes on that KV change)."""
+    await setup_cluster(slurm, kube)
+    job = slurm.cluster.submit_job(sleep_job("gpu-001", "60"), "alice")
+    delete = {"type": "SlurmDelete", "status": "True", "reason": "ScalingDeleteScheduled"}
+    pod = make_pod("gpu-001", "node-0", conditions=[delete])
+    await kube.put_pod(pod)
+    await syncer.start()
+    await eventually(lambda: slurm.emulator.node_state("gpu-001") == ["ALLOCATED", "DRAIN"])
+    await syncer.poll_once(CLUSTER)
+    assert (await stored_state(topology, "gpu-001")).draining
+    clock.advance(61)
+    slurm.cluster.tick()
+    clock.advance(2)
+    slurm.cluster.tick()
+    assert slurm.cluster.jobs[job].state == "COMPLETED"
+    assert (await syncer.poll_once(CLUSTER)).ok
+    # No waiting: the state is there as soon as the poll returns.
+    state = await stored_state(topology, "gpu-001")
+    assert state.drained and not state.busy
+
+
+async def test_rule_drains_of_an_earlier_version_are_still_ours_after_the_upgrade(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    """Nodes drained as `nodeflow: ...` before the prefix became `slurm-operator:` are lifted
+    once nothing asks for them, and a cordon drain is written with the new prefix."""
+    await setup_cluster(slurm, kube)
+    slurm.cluster.update_node(
+        "gpu-001", "slurm", ["DRAIN"], "nodeflow: cordon: Kubernetes node node-0 is cordoned", None
+    )
+    await syncer.start()
+    await eventually(lambda: slurm.emulator.node_state("gpu-001") == ["IDLE"])
+    await kube.put_node(make_node("node-1", unschedulable=True))
+    await eventually(
+        lambda: (
+            slurm.cluster.nodes["gpu-002"].reason
+            == "slurm-operator: cordon: Kubernetes node node-1 is cordoned"
+        )
+    )
+
+
+async def test_rule_the_drain_reason_prefix_is_a_setting(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher
+) -> None:
+    client = slurm_client(slurm)
+    syncer = Syncer(
+        topology,
+        {CLUSTER: client},
+        SyncerOptions(poll_interval=3600.0, drain_reasons=DrainReasons("acme-ops:")),
+    )
+    try:
+        await setup_cluster(slurm, kube)
+        # Another operator's reason with the reference prefix: external on this site.
+        foreign = "slurm-operator: cordon: theirs"
+        slurm.cluster.update_node("gpu-002", "root", ["DRAIN"], foreign, None)
+        await syncer.start()
+        await kube.put_node(make_node("node-0", unschedulable=True))
+        await eventually(
+            lambda: (
+                slurm.cluster.nodes["gpu-001"].reason
+                == "acme-ops: cordon: Kubernetes node node-0 is cordoned"
+            )
+        )
+        await syncer.poll_once(CLUSTER)
+        assert slurm.emulator.node_state("gpu-002") == ["IDLE", "DRAIN"]
+        assert slurm.cluster.nodes["gpu-002"].reason == foreign
+    finally:
+        await syncer.stop()
+        await client.close()
+
+
+async def test_rule_slurmctlds_not_responding_is_not_an_external_reason(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    """A dead slurmd's node is DOWN with slurmctld's `Not responding`: while it is silent the
+    syncer leaves it alone (nodeset-controller may delete a DOWN node's pod without a drain);
+    once slurmd answers but the node is still held DOWN, a cordon drains it with our reason
+    instead of waiting for ever on a reason nobody but slurmctld would clear."""
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
+    slurm.emulator.mark_lost("gpu-001")
+    await syncer.poll_once(CLUSTER)
+    await eventually(
+        lambda: slurm_conditions(kube.pod("gpu-001")).get("SlurmNodeStateDown") == "Not responding"
+    )
+    await kube.put_node(make_node("node-0", unschedulable=True))
+    await syncer.reconcile(None)
+    await syncer.poll_once(CLUSTER)
+    assert "DRAIN" not in slurm.emulator.node_state("gpu-001")
+    assert slurm.cluster.nodes["gpu-001"].reason == "Not responding"
+
+    # slurmd answers again but the node stays DOWN (ReturnToService=0): the reason is still
+    # slurmctld's, and the cordon now drains it.
+    slurm.cluster.update_node("gpu-002", "slurm", ["DOWN"], "Not responding", None)
+    await syncer.poll_once(CLUSTER)
+    await kube.put_node(make_node("node-1", unschedulable=True))
+    await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["DOWN", "DRAIN"])
+    assert slurm.cluster.nodes["gpu-002"].reason == (
+        "slurm-operator: cordon: Kubernetes node node-1 is cordoned"
+    )
+    # And the uncordon undoes it.
+    await kube.put_node(make_node("node-1"))
+    await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["DOWN"])

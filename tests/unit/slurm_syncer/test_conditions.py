@@ -8,16 +8,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clustersim.kube.patch import strategic_merge_patch
+from nodeflow_contracts.pod_protocol import (
+    SLURM_CLUSTER_UNREACHABLE_REASON,
+    SLURM_NODE_UNREADABLE_REASON,
+    SLURM_NOT_REGISTERED_REASON,
+)
 from nodeflow_contracts.slurm import BASE_STATES, FLAGS, SlurmNodeState
 from slurm_syncer.conditions import (
+    Wanted,
+    cluster_unreachable,
     conditions_patch,
     desired_conditions,
+    node_not_registered,
     patch_digest,
     rfc3339,
+    unknown_because,
 )
 from slurm_syncer.nodestate import unknown_state
 
 NOW = 1_800_000_000.0
+UNKNOWN = "SlurmNodeStateUnknown"
 
 
 def state(base: Any = "Idle", flags: tuple[str, ...] = (), reason: str = "") -> SlurmNodeState:
@@ -27,37 +37,98 @@ def state(base: Any = "Idle", flags: tuple[str, ...] = (), reason: str = "") -> 
 
 
 def cond(
-    kind: str, message: str = "", status: str = "True", at: str = "2020-01-01T00:00:00Z"
+    kind: str,
+    message: str = "",
+    status: str = "True",
+    at: str = "2020-01-01T00:00:00Z",
+    reason: str | None = None,
 ) -> dict[str, str]:
-    return {"type": kind, "status": status, "message": message, "lastTransitionTime": at}
+    entry = {"type": kind, "status": status, "message": message, "lastTransitionTime": at}
+    if reason is not None:
+        entry["reason"] = reason
+    return entry
+
+
+def plain(desired: dict[str, Wanted]) -> dict[str, str]:
+    return {kind: wanted.message for kind, wanted in desired.items()}
 
 
 def test_exactly_one_base_condition_plus_one_per_flag_with_the_reason_as_message() -> None:
-    desired = desired_conditions(state("Allocated", ("Drain", "Completing"), "nodeflow: x"), "")
-    assert desired == {
-        "SlurmNodeStateAllocated": "nodeflow: x",
-        "SlurmNodeStateDrain": "nodeflow: x",
-        "SlurmNodeStateCompleting": "nodeflow: x",
+    desired = desired_conditions(
+        state("Allocated", ("Drain", "Completing"), "slurm-operator: x"), Wanted("")
+    )
+    assert plain(desired) == {
+        "SlurmNodeStateAllocated": "slurm-operator: x",
+        "SlurmNodeStateDrain": "slurm-operator: x",
+        "SlurmNodeStateCompleting": "slurm-operator: x",
     }
+    assert all(wanted.reason == "" for wanted in desired.values())
 
 
-def test_an_unreadable_node_is_unknown_never_idle() -> None:
-    assert desired_conditions(None, "cluster a cannot be reached") == {
-        "SlurmNodeStateUnknown": "cluster a cannot be reached"
+def test_rule_an_unreadable_node_is_unknown_with_the_reason_why_never_idle() -> None:
+    unreachable = unknown_because("a", "n1", reachable=False, state=None)
+    assert desired_conditions(None, unreachable) == {UNKNOWN: unreachable}
+    assert unreachable.reason == SLURM_CLUSTER_UNREACHABLE_REASON
+    assert "cannot be reached" in unreachable.message
+    absent = unknown_because("a", "n1", reachable=True, state=None)
+    assert absent.reason == SLURM_NOT_REGISTERED_REASON == "NodeNotRegistered"
+    assert "not registered" in absent.message
+    garbled = unknown_because("a", "n1", reachable=True, state=unknown_state("a", "n1", 0))
+    assert garbled.reason == SLURM_NODE_UNREADABLE_REASON
+    assert desired_conditions(unknown_state("a", "n1", 0), garbled) == {UNKNOWN: garbled}
+
+
+def test_rule_node_not_registered_keeps_its_transition_time_while_the_absence_lasts() -> None:
+    """The controller measures the absence grace from lastTransitionTime: later polls that
+    find the node still absent write nothing, and nothing moves the time."""
+    absent = {UNKNOWN: node_not_registered("a", "n1")}
+    first = conditions_patch([cond("SlurmNodeStateIdle")], absent, NOW)
+    assert first is not None
+    pod: dict[str, Any] = strategic_merge_patch({"status": {"conditions": []}}, first)
+    (entry,) = pod["status"]["conditions"]
+    assert entry["reason"] == SLURM_NOT_REGISTERED_REASON
+    assert entry["lastTransitionTime"] == rfc3339(NOW)
+    for later in (NOW + 5, NOW + 600):
+        assert conditions_patch(pod["status"]["conditions"], absent, later) is None
+
+
+def test_rule_a_new_unknown_cause_restarts_the_transition_time() -> None:
+    """Unreachable then absent: the absence starts when the cluster answered without the
+    node, not when it stopped answering (the grace is never shortened)."""
+    unreachable = cond(UNKNOWN, "x", reason=SLURM_CLUSTER_UNREACHABLE_REASON)
+    patch = conditions_patch([unreachable], {UNKNOWN: node_not_registered("a", "n1")}, NOW)
+    assert patch is not None
+    (entry,) = patch["status"]["conditions"]
+    assert entry["reason"] == SLURM_NOT_REGISTERED_REASON
+    assert entry["lastTransitionTime"] == rfc3339(NOW)
+    # A condition without a reason (written by an earlier version) is replaced the same way.
+    patch = conditions_patch([cond(UNKNOWN, "x")], {UNKNOWN: cluster_unreachable("a")}, NOW)
+    assert patch is not None and patch["status"]["conditions"][0]["lastTransitionTime"] == (
+        rfc3339(NOW)
+    )
+
+
+def test_rule_a_reason_no_longer_wanted_is_cleared_not_left_behind() -> None:
+    """Slurm itself may report UNKNOWN: the condition then has no reason, and the merge must
+    not keep the NodeNotRegistered of before (or the pod would be patched on every pass)."""
+    pod: dict[str, Any] = {
+        "status": {"conditions": [cond(UNKNOWN, "x", reason=SLURM_NOT_REGISTERED_REASON)]}
     }
-    assert desired_conditions(unknown_state("a", "n1", 0), "why") == {
-        "SlurmNodeStateUnknown": "why"
-    }
+    desired = desired_conditions(state("Unknown"), Wanted("unused"))
+    patch = conditions_patch(pod["status"]["conditions"], desired, NOW)
+    assert patch is not None
+    pod = strategic_merge_patch(pod, patch)
+    assert conditions_patch(pod["status"]["conditions"], desired, NOW + 1) is None
 
 
 def test_no_patch_when_the_pod_already_matches() -> None:
     pod = [cond("Ready"), cond("SlurmNodeStateIdle")]
-    assert conditions_patch(pod, {"SlurmNodeStateIdle": ""}, NOW) is None
+    assert conditions_patch(pod, {"SlurmNodeStateIdle": Wanted("")}, NOW) is None
 
 
 def test_new_conditions_are_added_and_stale_ones_removed() -> None:
     pod = [cond("Ready"), cond("SlurmNodeStateIdle"), cond("SlurmNodeStateMaintenance")]
-    patch = conditions_patch(pod, {"SlurmNodeStateAllocated": ""}, NOW)
+    patch = conditions_patch(pod, {"SlurmNodeStateAllocated": Wanted("")}, NOW)
     assert patch == {
         "status": {
             "conditions": [
@@ -76,7 +147,8 @@ def test_new_conditions_are_added_and_stale_ones_removed() -> None:
 
 def test_a_changed_message_keeps_the_transition_time_and_a_false_status_is_replaced() -> None:
     pod = [cond("SlurmNodeStateDrain", "old"), cond("SlurmNodeStateIdle", status="False")]
-    patch = conditions_patch(pod, {"SlurmNodeStateDrain": "new", "SlurmNodeStateIdle": ""}, NOW)
+    desired = {"SlurmNodeStateDrain": Wanted("new"), "SlurmNodeStateIdle": Wanted("")}
+    patch = conditions_patch(pod, desired, NOW)
     assert patch is not None
     drain, idle = patch["status"]["conditions"]
     assert drain["message"] == "new" and drain["lastTransitionTime"] == "2020-01-01T00:00:00Z"
@@ -84,38 +156,43 @@ def test_a_changed_message_keeps_the_transition_time_and_a_false_status_is_repla
 
 
 def test_malformed_pod_conditions_are_ignored() -> None:
-    patch = conditions_patch(["junk", {"type": 3}], {"SlurmNodeStateIdle": ""}, NOW)
+    patch = conditions_patch(["junk", {"type": 3}], {"SlurmNodeStateIdle": Wanted("")}, NOW)
     assert patch is not None and len(patch["status"]["conditions"]) == 1
 
 
 def test_the_digest_ignores_timestamps() -> None:
-    one = conditions_patch([], {"SlurmNodeStateIdle": ""}, NOW)
-    two = conditions_patch([], {"SlurmNodeStateIdle": ""}, NOW + 100)
-    other = conditions_patch([], {"SlurmNodeStateDown": ""}, NOW)
+    one = conditions_patch([], {"SlurmNodeStateIdle": Wanted("")}, NOW)
+    two = conditions_patch([], {"SlurmNodeStateIdle": Wanted("")}, NOW + 100)
+    other = conditions_patch([], {"SlurmNodeStateDown": Wanted("")}, NOW)
     assert one and two and other
     assert patch_digest(one) == patch_digest(two) != patch_digest(other)
 
 
-states = st.builds(
+known_states = st.builds(
     lambda base, flags, reason: state(base, tuple(sorted(flags)), reason),
     st.sampled_from(BASE_STATES),
     st.sets(st.sampled_from(FLAGS)),
-    st.sampled_from(["", "nodeflow: cordon: a", "admin"]),
+    st.sampled_from(["", "slurm-operator: cordon: a", "admin"]),
+)
+# (state, reachable): None is a node the poll did not return.
+readings = st.one_of(
+    st.tuples(known_states, st.just(True)),
+    st.tuples(st.sampled_from([None, unknown_state("a", "n1", 0)]), st.booleans()),
 )
 
 
-@given(before=states, after=states)
+@given(history=st.lists(readings, min_size=1, max_size=4))
 def test_the_patch_takes_any_pod_to_exactly_the_desired_conditions(
-    before: SlurmNodeState, after: SlurmNodeState
+    history: list[tuple[SlurmNodeState | None, bool]],
 ) -> None:
     pod: dict[str, Any] = {"status": {"conditions": [cond("Ready")]}}
-    for current in (before, after):
-        desired = desired_conditions(current, "")
+    for current, reachable in history:
+        desired = desired_conditions(current, unknown_because("a", "n1", reachable, current))
         patch = conditions_patch(pod["status"]["conditions"], desired, NOW)
         if patch is not None:
             pod = strategic_merge_patch(pod, patch)
         shown = {
-            c["type"]: c["message"]
+            c["type"]: Wanted(c["message"], c.get("reason") or "")
             for c in pod["status"]["conditions"]
             if c["type"].startswith("SlurmNodeState")
         }

@@ -13,13 +13,15 @@ from slurm_syncer.drain import (
     decide_command,
     decide_drain,
     delete_reason,
-    owned_by_reconcile,
     pod_cordon_reason,
 )
 from slurm_syncer.nodestate import derive, unknown_state
 from slurm_syncer.pods import PodFacts
+from slurm_syncer.reasons import DEFAULT_DRAIN_REASONS, DrainReasons
 
-CORDON = "nodeflow: cordon: Kubernetes node node-1 is cordoned"
+CORDON = "slurm-operator: cordon: Kubernetes node node-1 is cordoned"
+# What the previous version wrote: still ours after an upgrade.
+LEGACY_CORDON = "nodeflow: cordon: Kubernetes node node-1 is cordoned"
 
 
 def facts(**changes: Any) -> PodFacts:
@@ -31,9 +33,11 @@ def facts(**changes: Any) -> PodFacts:
         resource_version="1",
         cluster="a",
         node_name="node-1",
+        node_known=True,
         node_unschedulable=False,
         node_cordon_reason=None,
         pod_cordoned=False,
+        pod_cordon_from_node=False,
         delete_reason=None,
         terminating=False,
         conditions=(),
@@ -50,7 +54,7 @@ def node(base: Any = "Idle", flags: tuple[str, ...] = (), reason: str = "") -> S
         base_state=base,
         flags=flags,
         reason=reason,
-        reason_is_ours=reason.startswith("nodeflow:"),
+        reason_is_ours=DEFAULT_DRAIN_REASONS.is_ours(reason),
         busy=derived.busy,
         drain=derived.drain,
         drained=derived.drained,
@@ -99,7 +103,7 @@ def test_a_cordoned_node_marks_the_pod_and_drains_with_the_default_reason() -> N
 def test_the_node_annotation_gives_the_reason_and_an_already_marked_pod_is_not_marked() -> None:
     pod = facts(node_unschedulable=True, node_cordon_reason="PSU swap", pod_cordoned=True)
     plan = decide_drain(pod, node("Allocated"))
-    assert plan.action == "drain" and plan.reason == "nodeflow: cordon: PSU swap"
+    assert plan.action == "drain" and plan.reason == "slurm-operator: cordon: PSU swap"
     assert not plan.mark_pod_cordoned
 
 
@@ -111,7 +115,7 @@ def test_already_drained_with_the_same_reason_is_a_noop_but_the_pod_is_still_mar
 def test_a_changed_cordon_annotation_updates_our_reason() -> None:
     pod = facts(node_unschedulable=True, node_cordon_reason="new", pod_cordoned=True)
     plan = decide_drain(pod, node("Idle", ("Drain",), CORDON))
-    assert plan.action == "drain" and plan.reason == "nodeflow: cordon: new"
+    assert plan.action == "drain" and plan.reason == "slurm-operator: cordon: new"
 
 
 def test_a_drain_made_by_a_command_is_kept_as_is() -> None:
@@ -127,9 +131,9 @@ def test_a_drain_made_by_a_command_is_kept_as_is() -> None:
 def test_a_marked_pod_drains_with_a_pod_reason_or_the_node_annotation() -> None:
     plan = decide_drain(facts(pod_cordoned=True), node())
     assert plan.action == "drain" and not plan.mark_pod_cordoned
-    assert plan.reason == "nodeflow: cordon: pod slurm/gpu-1 is marked cordoned"
+    assert plan.reason == "slurm-operator: cordon: pod slurm/gpu-1 is marked cordoned"
     annotated = decide_drain(facts(pod_cordoned=True, node_cordon_reason="rack move"), node())
-    assert annotated.reason == "nodeflow: cordon: rack move"
+    assert annotated.reason == "slurm-operator: cordon: rack move"
 
 
 def test_a_marked_pod_already_drained_for_a_cordon_is_a_noop() -> None:
@@ -154,6 +158,70 @@ def test_a_terminating_pod_is_never_undrained() -> None:
     assert decide_drain(facts(terminating=True), node("Idle", ("Drain",), CORDON)).action == "none"
 
 
+# --- uncordon reverses the cordon (item 10) ---------------------------------------------------
+
+
+def test_rule_uncordon_removes_the_pod_mark_that_came_from_the_node_and_undrains() -> None:
+    cordoned = decide_drain(facts(node_unschedulable=True), node())
+    assert cordoned.action == "drain" and cordoned.pod_mark == "mark"
+    from_node = facts(pod_cordoned=True, pod_cordon_from_node=True)
+    plan = decide_drain(from_node, node("Idle", ("Drain",), CORDON))
+    assert (plan.action, plan.pod_mark) == ("undrain", "unmark")
+    # Not drained (any more): the mark still goes.
+    assert decide_drain(from_node, node()).pod_mark == "unmark"
+
+
+def test_rule_a_pod_cordon_set_by_a_person_stays_after_the_uncordon() -> None:
+    by_person = facts(pod_cordoned=True)
+    plan = decide_drain(by_person, node("Idle", ("Drain",), CORDON))
+    assert (plan.action, plan.pod_mark) == ("none", "keep")
+    assert decide_drain(by_person, node()).action == "drain"
+
+
+def test_rule_a_node_missing_from_the_view_is_not_an_uncordon() -> None:
+    unseen = facts(pod_cordoned=True, pod_cordon_from_node=True, node_known=False)
+    plan = decide_drain(unseen, node("Idle", ("Drain",), CORDON))
+    assert (plan.action, plan.pod_mark) == ("none", "keep")
+
+
+def test_rule_the_nodes_mark_goes_even_when_slurm_cannot_be_read_or_is_external() -> None:
+    from_node = facts(pod_cordoned=True, pod_cordon_from_node=True)
+    for state in (None, unknown_state("a", "gpu-1", 0), node("Idle", ("Drain",), "bad DIMM")):
+        plan = decide_drain(from_node, state)
+        assert (plan.action, plan.pod_mark) == ("none", "unmark")
+
+
+# --- slurmctld's own "Not responding" (item 3) -------------------------------------------------
+
+
+def test_rule_slurmctlds_not_responding_reason_is_not_external() -> None:
+    reasons = DEFAULT_DRAIN_REASONS
+    assert not reasons.is_external("Not responding") and not reasons.is_ours("Not responding")
+    assert reasons.is_external("bad DIMM : Not responding")  # an admin's reason, kept
+    assert reasons.is_ours(f"{CORDON} : Not responding")  # ours, slurmctld appended to it
+    dead = node("Down", ("NotResponding",), "Not responding")
+    # While slurmd is silent nothing is sent to Slurm (the controller needs no drain to delete
+    # a DOWN node's pod), but the node's pod mark still goes with the uncordon.
+    assert decide_drain(facts(node_unschedulable=True), dead).action == "none"
+    from_node = facts(pod_cordoned=True, pod_cordon_from_node=True)
+    assert decide_drain(from_node, dead).pod_mark == "unmark"
+    # slurmd answers again but the node stays DOWN (ReturnToService=0): the cordon drains it.
+    back = node("Down", (), "Not responding")
+    plan = decide_drain(facts(node_unschedulable=True), back)
+    assert plan.action == "drain" and plan.reason == CORDON
+    assert decide_drain(facts(delete_reason="ScalingDeleteScheduled"), back).action == "drain"
+    # Nothing asks for a drain: nothing to undrain, nothing wedged.
+    assert decide_drain(facts(), back).action == "none"
+
+
+def test_rule_our_drain_that_outlived_a_slurmd_outage_is_undrained_once_it_answers() -> None:
+    reason = f"{CORDON} : Not responding"
+    silent = node("Down", ("Drain", "NotResponding"), reason)
+    assert decide_drain(facts(), silent).action == "none"
+    answering = node("Idle", ("Drain",), reason)
+    assert decide_drain(facts(), answering).action == "undrain"
+
+
 # --- SlurmDelete -----------------------------------------------------------------------------
 
 
@@ -168,13 +236,14 @@ def test_a_terminating_pod_is_never_undrained() -> None:
 def test_slurm_delete_drains_with_a_reason_saying_why(condition_reason: str, words: str) -> None:
     plan = decide_drain(facts(delete_reason=condition_reason), node("Allocated"))
     assert plan.action == "drain" and plan.origin == "delete"
-    assert plan.reason.startswith(f"nodeflow: delete: {condition_reason}") and words in plan.reason
+    assert plan.reason.startswith(f"slurm-operator: delete: {condition_reason}")
+    assert words in plan.reason
 
 
 def test_slurm_delete_wins_over_a_cordon_and_accepts_any_delete_drain() -> None:
     pod = facts(delete_reason="ScalingDeleteScheduled", node_unschedulable=True)
     plan = decide_drain(pod, node("Idle", ("Drain",), CORDON))
-    assert plan.action == "drain" and plan.reason.startswith("nodeflow: delete:")
+    assert plan.action == "drain" and plan.reason.startswith("slurm-operator: delete:")
     assert plan.mark_pod_cordoned
     rolling = node("Idle", ("Drain",), delete_reason(facts(), "RollingDeleteScheduled"))
     assert decide_drain(facts(delete_reason="ScalingDeleteScheduled"), rolling).action == "none"
@@ -183,11 +252,43 @@ def test_slurm_delete_wins_over_a_cordon_and_accepts_any_delete_drain() -> None:
 
 
 def test_reasons_and_ownership() -> None:
-    assert cordon_reason("n", "nodeflow: already prefixed") == "nodeflow: cordon: already prefixed"
-    assert cordon_reason("n", "  ") == "nodeflow: cordon: Kubernetes node n is cordoned"
-    assert pod_cordon_reason(facts(node_cordon_reason="x")) == "nodeflow: cordon: x"
-    assert owned_by_reconcile(CORDON) and owned_by_reconcile("nodeflow: delete: y")
-    assert not owned_by_reconcile("nodeflow: maintenance") and not owned_by_reconcile("admin")
+    assert cordon_reason("n", "slurm-operator: prefixed") == "slurm-operator: cordon: prefixed"
+    assert cordon_reason("n", "nodeflow: old prefix") == "slurm-operator: cordon: old prefix"
+    assert cordon_reason("n", "  ") == "slurm-operator: cordon: Kubernetes node n is cordoned"
+    assert pod_cordon_reason(facts(node_cordon_reason="x")) == "slurm-operator: cordon: x"
+    reasons = DEFAULT_DRAIN_REASONS
+    assert reasons.owned_by_reconcile(CORDON) and reasons.owned_by_reconcile(LEGACY_CORDON)
+    assert reasons.owned_by_reconcile("slurm-operator: delete: y")
+    assert not reasons.owned_by_reconcile("slurm-operator: maintenance")
+    assert not reasons.owned_by_reconcile("admin")
+
+
+def test_rule_drain_reasons_we_own_start_with_slurm_operator() -> None:
+    """Item 11: the reference's prefix by default, for every reason the model writes."""
+    assert decide_drain(facts(node_unschedulable=True), node()).reason.startswith(
+        "slurm-operator: cordon: "
+    )
+    plan = decide_drain(facts(delete_reason="RollingDeleteScheduled"), node("Allocated"))
+    assert plan.reason.startswith("slurm-operator: delete: RollingDeleteScheduled: ")
+    assert not DEFAULT_DRAIN_REASONS.is_external(plan.reason)
+
+
+def test_rule_the_drain_reason_prefix_is_a_setting_and_the_old_prefix_stays_ours() -> None:
+    site = DrainReasons("acme-ops:")
+    plan = decide_drain(facts(node_unschedulable=True), node(), site)
+    assert plan.reason == "acme-ops: cordon: Kubernetes node node-1 is cordoned"
+    # The reference's prefix is someone else's on this site: external, never touched.
+    foreign = node("Idle", ("Drain",), CORDON)
+    assert site.is_external(CORDON)
+    assert decide_drain(facts(), foreign, site).action == "none"
+    # What an earlier Nodeflow wrote is ours on any site: the upgrade undrains it.
+    legacy = node("Idle", ("Drain",), LEGACY_CORDON)
+    for reasons in (site, DEFAULT_DRAIN_REASONS):
+        assert decide_drain(facts(), legacy, reasons).action == "undrain"
+    # Commands are checked against the configured prefix.
+    assert decide_command(command("drain", "acme-ops: firmware"), node(), site).verdict == "apply"
+    refused = decide_command(command("drain", "slurm-operator: firmware"), node(), site)
+    assert refused.verdict == "refuse"
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -202,13 +303,15 @@ def command(op: Any, reason: str = "") -> SlurmNodeCommand:
 @pytest.mark.parametrize(
     ("op", "reason", "state", "verdict"),
     [
-        ("drain", "nodeflow: m", node(), "apply"),
-        ("drain", "nodeflow: m", node("Idle", ("Drain",), "nodeflow: m"), "noop"),
-        ("drain", "nodeflow: m", node("Idle", ("Drain",), CORDON), "apply"),
-        ("drain", "nodeflow: m", node("Idle", ("Drain",), "admin"), "noop"),
-        ("drain", "nodeflow: m", node("Down", (), "admin"), "refuse"),
+        ("drain", "slurm-operator: m", node(), "apply"),
+        ("drain", "nodeflow: m", node(), "refuse"),  # the old prefix is never written anew
+        ("drain", "slurm-operator: m", node("Idle", ("Drain",), "slurm-operator: m"), "noop"),
+        ("drain", "slurm-operator: m", node("Idle", ("Drain",), CORDON), "apply"),
+        ("drain", "slurm-operator: m", node("Idle", ("Drain",), "admin"), "noop"),
+        ("drain", "slurm-operator: m", node("Down", (), "admin"), "refuse"),
+        ("drain", "slurm-operator: m", node("Down", ("NotResponding",), "Not responding"), "apply"),
         ("drain", "no prefix", node(), "refuse"),
-        ("drain", "nodeflow:  ", node(), "refuse"),
+        ("drain", "slurm-operator:  ", node(), "refuse"),
         ("undrain", "", node("Idle", ("Drain",), "nodeflow: m"), "apply"),
         ("undrain", "", node("Idle", ("Drain",), CORDON), "apply"),
         ("undrain", "", node(), "noop"),

@@ -139,3 +139,26 @@ def test_token_source_prefers_the_signing_key(tmp_path: Path) -> None:
     assert isinstance(token_source(settings, lifespan=60, margin=5), SigningKeyTokens)
     static = cluster_settings(("a",), {"SLURM_URL": "http://x", "SLURM_TOKEN": "t"})["a"]
     assert isinstance(token_source(static, lifespan=60, margin=5), StaticToken)
+
+
+def test_rule_drain_reason_prefix_defaults_to_the_references_and_must_say_something() -> None:
+    assert load_config(SlurmSyncerConfig, {}).drain_reason_prefix == "slurm-operator:"
+    config = load_config(SlurmSyncerConfig, {"DRAIN_REASON_PREFIX": "acme-ops:"})
+    assert config.drain_reason_prefix == "acme-ops:"
+    with pytest.raises(ConfigError):
+        load_config(SlurmSyncerConfig, {"DRAIN_REASON_PREFIX": "  "})
+
+
+def test_pod_facts_tell_a_mark_from_the_node_from_one_a_person_set() -> None:
+    nodes: dict[str, Any] = {"_.node-1": {"metadata": {}, "spec": {}}}
+    from_node = pod(
+        annotations={
+            "nodeflow.dev/pod-cordon": "true",
+            "nodeflow.dev/pod-cordon-source": "node",
+        }
+    )
+    facts = pod_facts(from_node, nodes, NODESETS)
+    assert facts is not None and facts.pod_cordon_from_node and facts.node_known
+    by_person = pod_facts(pod(annotations={"nodeflow.dev/pod-cordon": "true"}), {}, NODESETS)
+    assert by_person is not None and by_person.pod_cordoned
+    assert not by_person.pod_cordon_from_node and not by_person.node_known

@@ -1,0 +1,190 @@
+"""What a reader needs to judge the syncer's Slurm view: SlurmClusterStatus in KV
+`slurm_clusters` after every poll, and why a pod's node is unknown, since when."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from clustersim.slurm import ManualClock, RunningSlurm
+from nodeflow_bus import Bus
+from nodeflow_contracts import codec
+from nodeflow_contracts.pod_protocol import (
+    SLURM_CLUSTER_UNREACHABLE_REASON,
+    SLURM_NOT_REGISTERED_REASON,
+)
+from nodeflow_contracts.slurm import SlurmClusterStatus
+from nodeflow_contracts.topology import SLURM_CLUSTERS_BUCKET
+from slurm_syncer.conditions import rfc3339
+from slurm_syncer.syncer import Syncer, SyncerOptions
+from tests.integration.slurm_syncer.conftest import (
+    CLUSTER,
+    FakeWatcher,
+    KubeKV,
+    eventually,
+    make_node,
+    make_nodeset,
+    make_pod,
+    slurm_client,
+)
+
+POLL_INTERVAL = 3600.0
+
+
+@pytest.fixture
+async def timed_syncer(
+    topology: Bus, slurm: RunningSlurm, clock: ManualClock
+) -> AsyncIterator[Syncer]:
+    """A syncer on the emulator's manual clock: time moves only when the test says so."""
+    client = slurm_client(slurm)
+    running = Syncer(
+        topology,
+        {CLUSTER: client},
+        SyncerOptions(poll_interval=POLL_INTERVAL),
+        clock=clock.now,
+    )
+    try:
+        yield running
+    finally:
+        await running.stop()
+        await client.close()
+
+
+async def stored_status(bus: Bus) -> SlurmClusterStatus:
+    kv = await bus.js.key_value(SLURM_CLUSTERS_BUCKET)
+    entry = await kv.get(CLUSTER)
+    return codec.decode(SlurmClusterStatus, entry.value or b"", subject="kv")
+
+
+async def setup(slurm: RunningSlurm, kube: KubeKV) -> None:
+    await kube.put_nodeset(make_nodeset())
+    slurm.emulator.register_node("gpu-001", cpus=4, real_memory=8192)
+    await kube.put_node(make_node("node-0"))
+    await kube.put_pod(make_pod("gpu-001", "node-0"))
+
+
+async def unreachable(slurm: RunningSlurm, syncer: Syncer) -> None:
+    await slurm.go_down("refuse")
+    # Pooled keep-alive connections would still be served: a real slurmrestd closes them.
+    await syncer.clusters[CLUSTER].client.close()
+
+
+async def test_rule_cluster_status_is_written_after_every_poll_and_kept_across_a_restart(
+    topology: Bus,
+    slurm: RunningSlurm,
+    clock: ManualClock,
+    kube: KubeKV,
+    watcher: FakeWatcher,
+    timed_syncer: Syncer,
+) -> None:
+    syncer = timed_syncer
+    await setup(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: syncer.clusters[CLUSTER].polled)
+    clock.advance(10)
+    ok = await syncer.poll_once(CLUSTER)
+    status = await stored_status(topology)
+    assert status.reachable and not status.error and status.syncer == "slurm-syncer"
+    assert status.last_poll_at == status.last_success_at == ok.started_at == clock.now()
+    assert status.poll_interval_seconds == POLL_INTERVAL
+    assert status.fresh(clock.now())
+
+    # A failed poll is written too, and keeps when the last one succeeded.
+    await unreachable(slurm, syncer)
+    clock.advance(10)
+    failed = await syncer.poll_once(CLUSTER)
+    assert not failed.ok
+    status = await stored_status(topology)
+    assert not status.reachable and status.error
+    assert status.last_poll_at == clock.now() and status.last_success_at == ok.started_at
+
+    # A new process, started while Slurm is still away: the success time is read back from
+    # KV, not lost.
+    await syncer.stop()
+    clock.advance(10)
+    client = slurm_client(slurm)
+    successor = Syncer(
+        topology, {CLUSTER: client}, SyncerOptions(poll_interval=POLL_INTERVAL), clock=clock.now
+    )
+    try:
+        await successor.start()
+        await eventually(lambda: successor.clusters[CLUSTER].polled)
+        status = await stored_status(topology)
+        assert status.last_poll_at == clock.now() and not status.reachable
+        assert status.last_success_at == ok.started_at
+        # Older than its maximum age, it is stale: a reader treats its states as unknown.
+        assert not status.fresh(ok.started_at + 5 * POLL_INTERVAL)
+
+        await slurm.come_back()
+        clock.advance(10)
+        again = await successor.poll_once(CLUSTER)
+        assert again.ok
+        assert (await stored_status(topology)).last_success_at == clock.now()
+    finally:
+        await successor.stop()
+        await client.close()
+
+
+def unknown_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for condition in pod.get("status", {}).get("conditions", []):
+        if condition["type"] == "SlurmNodeStateUnknown":
+            return dict(condition)
+    return None
+
+
+async def test_rule_a_node_absent_from_a_reachable_cluster_is_not_registered_since_it_went(
+    topology: Bus,
+    slurm: RunningSlurm,
+    clock: ManualClock,
+    kube: KubeKV,
+    watcher: FakeWatcher,
+    timed_syncer: Syncer,
+) -> None:
+    syncer = timed_syncer
+    await setup(slurm, kube)
+    await kube.put_pod(make_pod("gpu-009", "node-0"))  # its slurmd never registered
+    await syncer.start()
+    absent = await eventually(lambda: unknown_condition(kube.pod("gpu-009")))
+    assert absent["reason"] == SLURM_NOT_REGISTERED_REASON
+    assert "not registered" in absent["message"]
+    began = absent["lastTransitionTime"]
+    assert began == rfc3339(clock.now())
+
+    # Still absent on later polls: nothing is written, the start of the absence stays.
+    patches = len(watcher.of_kind("conditions"))
+    for _ in range(3):
+        clock.advance(120)
+        assert (await syncer.poll_once(CLUSTER)).ok
+    await syncer.reconcile(None)
+    assert unknown_condition(kube.pod("gpu-009")) == absent
+    assert len(watcher.of_kind("conditions")) == patches
+
+    # The cluster cannot be read: another cause, and the absence is no longer known.
+    await unreachable(slurm, syncer)
+    clock.advance(120)
+    assert not (await syncer.poll_once(CLUSTER)).ok
+    await eventually(
+        lambda: (
+            (unknown_condition(kube.pod("gpu-009")) or {}).get("reason")
+            == SLURM_CLUSTER_UNREACHABLE_REASON
+        )
+    )
+    # Back: the absence starts again from this poll (the grace is never shortened).
+    await slurm.come_back()
+    clock.advance(120)
+    assert (await syncer.poll_once(CLUSTER)).ok
+    again = await eventually(
+        lambda: (
+            (c := unknown_condition(kube.pod("gpu-009")))
+            and c.get("reason") == SLURM_NOT_REGISTERED_REASON
+            and c
+        )
+    )
+    assert again["lastTransitionTime"] == rfc3339(clock.now()) != began
+
+    # slurmd registers: the pod shows the node's real state.
+    slurm.emulator.register_node("gpu-009", cpus=4, real_memory=8192)
+    assert (await syncer.poll_once(CLUSTER)).ok
+    await eventually(lambda: unknown_condition(kube.pod("gpu-009")) is None)

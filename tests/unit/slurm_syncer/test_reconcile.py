@@ -1,0 +1,216 @@
+"""The syncer's pure decision core: pod facts + Slurm states + what was sent + now ->
+pod commands and Slurm updates."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nodeflow_contracts.k8s import PatchObject
+from nodeflow_contracts.pod_protocol import (
+    POD_CORDON_ANNOTATION,
+    POD_CORDON_SOURCE_ANNOTATION,
+)
+from nodeflow_contracts.slurm import SlurmNodeState
+from slurm_syncer.nodestate import derive, unknown_state
+from slurm_syncer.pods import PodFacts
+from slurm_syncer.reconcile import ClusterSnapshot, ReconcileOptions, reconcile_pods
+
+NOW = 1_800_000_000.0
+OPTIONS = ReconcileOptions(resend_after=30.0)
+
+
+def facts(name: str = "gpu-1", **changes: Any) -> PodFacts:
+    base = PodFacts(
+        key=f"slurm.{name}",
+        namespace="slurm",
+        name=name,
+        uid=f"uid-{name}",
+        resource_version="1",
+        cluster="a",
+        node_name="node-1",
+        node_known=True,
+        node_unschedulable=False,
+        node_cordon_reason=None,
+        pod_cordoned=False,
+        pod_cordon_from_node=False,
+        delete_reason=None,
+        terminating=False,
+        conditions=(),
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def node(
+    name: str = "gpu-1", base: Any = "Idle", flags: tuple[str, ...] = (), reason: str = ""
+) -> SlurmNodeState:
+    derived = derive(base, flags)
+    return SlurmNodeState(
+        cluster="a",
+        name=name,
+        known=True,
+        base_state=base,
+        flags=flags,
+        reason=reason,
+        busy=derived.busy,
+        drain=derived.drain,
+        drained=derived.drained,
+        draining=derived.draining,
+    )
+
+
+def cluster(*states: SlurmNodeState, reachable: bool = True, polled: bool = True) -> Any:
+    return {
+        "a": ClusterSnapshot(
+            name="a", polled=polled, reachable=reachable, states={s.name: s for s in states}
+        )
+    }
+
+
+def test_rule_nothing_is_decided_before_the_first_poll_or_for_another_cluster() -> None:
+    assert reconcile_pods([facts()], cluster(node(), polled=False), {}, NOW).pods == 0
+    other = facts(cluster="b", node_unschedulable=True)
+    result = reconcile_pods([other], cluster(node()), {}, NOW)
+    assert result.pods == 0 and not result.pod_commands and not result.slurm_updates
+
+
+def test_rule_the_same_pod_command_is_not_sent_twice_before_resend_after() -> None:
+    first = reconcile_pods([facts()], cluster(node()), {}, NOW, options=OPTIONS)
+    (command,) = first.pod_commands
+    assert command.kind == "conditions" and len(first.sent) == 1
+    soon = reconcile_pods([facts()], cluster(node()), first.sent, NOW + 10, options=OPTIONS)
+    assert not soon.pod_commands and not soon.sent
+    late = reconcile_pods([facts()], cluster(node()), first.sent, NOW + 31, options=OPTIONS)
+    (again,) = late.pod_commands
+    assert again.command.idempotency_key.endswith(":2")
+    # A new pod of the same name (another uid) gets its own patch at once.
+    replacement = facts(uid="uid-other")
+    assert reconcile_pods([replacement], cluster(node()), first.sent, NOW + 1).pod_commands
+
+
+def test_rule_a_cordoned_node_marks_its_pod_with_the_source_and_the_uncordon_unmarks() -> None:
+    cordoned = reconcile_pods([facts(node_unschedulable=True)], cluster(node()), {}, NOW)
+    marks = [c for c in cordoned.pod_commands if c.kind == "pod-cordon"]
+    assert len(marks) == 1
+    operation = marks[0].command.operation
+    assert isinstance(operation, PatchObject) and operation.patch_type == "merge"
+    assert operation.patch["metadata"]["annotations"] == {
+        POD_CORDON_ANNOTATION: "true",
+        POD_CORDON_SOURCE_ANNOTATION: "node",
+    }
+    assert [plan.action for _, plan in cordoned.slurm_updates] == ["drain"]
+
+    marked = facts(pod_cordoned=True, pod_cordon_from_node=True)
+    drained = node(flags=("Drain",), reason="slurm-operator: cordon: Kubernetes node node-1")
+    uncordoned = reconcile_pods([marked], cluster(drained), cordoned.sent, NOW + 1)
+    unmarks = [c for c in uncordoned.pod_commands if c.kind == "pod-uncordon"]
+    assert len(unmarks) == 1
+    operation = unmarks[0].command.operation
+    assert isinstance(operation, PatchObject)
+    assert operation.patch["metadata"]["annotations"] == {
+        POD_CORDON_ANNOTATION: None,
+        POD_CORDON_SOURCE_ANNOTATION: None,
+    }
+    assert [plan.action for _, plan in uncordoned.slurm_updates] == ["undrain"]
+
+
+def test_rule_a_node_with_an_update_running_gets_no_second_one() -> None:
+    pod = facts(node_unschedulable=True)
+    result = reconcile_pods([pod], cluster(node()), {}, NOW, updating={("a", "gpu-1")})
+    assert not result.slurm_updates
+
+
+def test_rule_an_absent_node_of_a_reachable_cluster_is_not_registered() -> None:
+    result = reconcile_pods([facts()], cluster(), {}, NOW)
+    (command,) = result.pod_commands
+    operation = command.command.operation
+    assert isinstance(operation, PatchObject)
+    (entry,) = operation.patch["status"]["conditions"]
+    assert entry["type"] == "SlurmNodeStateUnknown" and entry["reason"] == "NodeNotRegistered"
+
+
+pod_facts = st.builds(
+    facts,
+    name=st.sampled_from(["gpu-1", "gpu-2"]),
+    node_known=st.booleans(),
+    node_unschedulable=st.booleans(),
+    pod_cordoned=st.booleans(),
+    pod_cordon_from_node=st.booleans(),
+    delete_reason=st.sampled_from([None, "ScalingDeleteScheduled", "RollingDeleteScheduled"]),
+    terminating=st.booleans(),
+)
+slurm_reasons = st.sampled_from(
+    [
+        "",
+        "slurm-operator: cordon: x",
+        "nodeflow: delete: y",
+        "slurm-operator: maintenance",
+        "bad DIMM",
+        "Not responding",
+    ]
+)
+readable_states = st.builds(
+    node,
+    name=st.sampled_from(["gpu-1", "gpu-2"]),
+    base=st.sampled_from(["Idle", "Allocated", "Mixed", "Down"]),
+    flags=st.sets(st.sampled_from(["Drain", "Completing", "NotResponding", "Undrain"])).map(
+        lambda flags: tuple(sorted(flags))
+    ),
+    reason=slurm_reasons,
+)
+
+
+@given(pods=st.lists(pod_facts, max_size=4), states=st.lists(readable_states, max_size=2))
+def test_rule_fail_closed_nothing_is_sent_to_slurm_for_an_unreadable_node(
+    pods: list[PodFacts], states: list[SlurmNodeState]
+) -> None:
+    """Safety: an unreachable cluster, a node Slurm did not return and a node whose entry
+    could not be read are never drained or undrained."""
+    unreachable = reconcile_pods(pods, cluster(*states, reachable=False), {}, NOW)
+    assert not unreachable.slurm_updates
+    unreadable = [unknown_state("a", "gpu-1", NOW)]
+    result = reconcile_pods(pods, cluster(*unreadable), {}, NOW)
+    assert not result.slurm_updates
+
+
+@given(pods=st.lists(pod_facts, max_size=4), states=st.lists(readable_states, max_size=2))
+def test_rule_an_external_reason_is_never_changed_and_a_command_drain_never_undrained(
+    pods: list[PodFacts], states: list[SlurmNodeState]
+) -> None:
+    by_name = {state.name: state for state in states}
+    result = reconcile_pods(pods, cluster(*by_name.values()), {}, NOW)
+    for pod, plan in result.slurm_updates:
+        state = by_name[pod.name]
+        assert state.reason not in ("bad DIMM",), plan
+        assert "NotResponding" not in state.flags, plan
+        if plan.action == "undrain":
+            assert state.reason.split(":")[1].strip() in ("cordon", "delete"), plan
+        # Nothing is ever sent for a pod whose node changes nothing.
+        assert plan.action in ("drain", "undrain")
+
+
+@given(
+    # One pass sees each pod once.
+    pods=st.lists(pod_facts, max_size=4, unique_by=lambda pod: pod.key),
+    states=st.lists(readable_states, max_size=2),
+    reachable=st.booleans(),
+)
+def test_rule_only_the_nodes_own_mark_is_ever_removed_and_only_once_it_is_uncordoned(
+    pods: list[PodFacts], states: list[SlurmNodeState], reachable: bool
+) -> None:
+    """Safety of the uncordon: a mark a person set is never removed, nor one whose node is
+    still cordoned or missing from the view."""
+    result = reconcile_pods(pods, cluster(*states, reachable=reachable), {}, NOW)
+    by_key = {pod.key: pod for pod in pods}
+    for pod_command in result.pod_commands:
+        if pod_command.kind != "pod-uncordon":
+            continue
+        target = pod_command.command.target
+        removed = [p for p in by_key.values() if p.name == target.name]
+        assert removed and all(
+            p.pod_cordoned and p.pod_cordon_from_node and p.node_known and not p.node_unschedulable
+            for p in removed
+        )
