@@ -27,6 +27,7 @@ from clustersim.cluster.podlife import (
     pod_outcome,
     running_status,
     runtime_seconds,
+    stop_seconds,
     terminated_status,
     unpullable_message,
     waiting_status,
@@ -45,6 +46,9 @@ class KubeletConfig:
     job_runtime: float = 5.0  # how long finite pods with a normal image run
     failure_delay: float | None = None  # how long :fail / :oom pods run; default start_delay
     pull_error_seconds: float = 0.5  # ErrImagePull shows this long before ImagePullBackOff
+    # A deleted pod's containers exit this long after SIGTERM (slurmd exits promptly); the
+    # grace period only bounds it. STOP_ANNOTATION sets it per pod.
+    stop_seconds: float = 0.5
 
     @property
     def failure_runtime(self) -> float:
@@ -260,7 +264,8 @@ class Kubelet(Controller[PodKey]):
         if run.deleting_since is None:
             run.deleting_since = now_mono
         grace = int(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
-        wait = run.deleting_since + grace - now_mono
+        stop = stop_seconds(pod, self.config.stop_seconds)
+        wait = run.deleting_since + min(grace, stop) - now_mono
         if wait > 0:
             return wait
         meta = pod["metadata"]

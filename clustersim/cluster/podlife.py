@@ -4,7 +4,9 @@ Image suffix decides the outcome: `:unpullable` never pulls (ErrImagePull, then
 ImagePullBackOff), `:fail` exits 1, `:oom` is OOMKilled (exit 137); any other image runs for
 the configured runtime and exits 0 when the pod is finite (owned by a Job, or restartPolicy
 is not Always), or runs until deleted. The annotation `RUNTIME_ANNOTATION` overrides the
-runtime of one pod.
+runtime of one pod. A deleted pod's containers exit on SIGTERM after the kubelet's stop time
+(as slurmd does), or after `STOP_ANNOTATION` seconds for one pod; one that takes longer than
+the pod's grace period is killed when the grace ends.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 Obj = Mapping[str, Any]
 
 RUNTIME_ANNOTATION = "clustersim.nodeflow.dev/runtime-seconds"
+STOP_ANNOTATION = "clustersim.nodeflow.dev/stop-seconds"
 OOM_EXIT_CODE = 137
 SIGTERM_EXIT_CODE = 143
 
@@ -65,6 +68,17 @@ def is_finite(pod: Obj) -> bool:
 
 def runtime_seconds(pod: Obj, default: float) -> float:
     raw = (pod.get("metadata", {}).get("annotations") or {}).get(RUNTIME_ANNOTATION)
+    if raw is None:
+        return default
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        return default
+
+
+def stop_seconds(pod: Obj, default: float) -> float:
+    """How long the pod's containers take to exit once sent SIGTERM."""
+    raw = (pod.get("metadata", {}).get("annotations") or {}).get(STOP_ANNOTATION)
     if raw is None:
         return default
     try:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from clustersim.cluster.podlife import STOP_ANNOTATION
 from clustersim.runner import Simulator
 
 T = TypeVar("T")
@@ -179,30 +180,58 @@ async def test_active_deadline_and_ttl(sim: Simulator) -> None:
         await eventually(gone, timeout=5)
 
 
-async def test_deleted_pod_terminates_after_grace(sim: Simulator) -> None:
+async def test_a_pod_that_ignores_sigterm_is_removed_when_its_grace_ends(sim: Simulator) -> None:
     async with sim.api_client() as api:
         core = client.CoreV1Api(api)
-        await core.create_namespaced_pod(NS, pod_body("graceful"))
+        body = pod_body("stubborn")
+        body["metadata"]["annotations"] = {STOP_ANNOTATION: "3600"}
+        await core.create_namespaced_pod(NS, body)
 
         async def running() -> bool:
-            pod = await core.read_namespaced_pod("graceful", NS)
+            pod = await core.read_namespaced_pod("stubborn", NS)
             return pod.status.phase == "Running"
 
         await eventually(running)
         started = time.monotonic()
-        await core.delete_namespaced_pod("graceful", NS, grace_period_seconds=1)
-        pod = await core.read_namespaced_pod("graceful", NS)
+        await core.delete_namespaced_pod("stubborn", NS, grace_period_seconds=1)
+        pod = await core.read_namespaced_pod("stubborn", NS)
         assert pod.metadata.deletion_timestamp is not None
 
         async def gone() -> bool:
             try:
-                await core.read_namespaced_pod("graceful", NS)
+                await core.read_namespaced_pod("stubborn", NS)
             except ApiException as exc:
                 return exc.status == 404
             return False
 
         await eventually(gone)
-        assert time.monotonic() - started >= 0.9
+        assert time.monotonic() - started >= 0.9  # it was not removed before its grace
+
+
+async def test_a_deleted_pod_whose_containers_exit_on_sigterm_goes_before_its_grace(
+    sim: Simulator,
+) -> None:
+    """A real kubelet removes the pod once its containers exit (slurmd exits on SIGTERM);
+    the grace period is only the bound. Here: a one-hour grace, gone within seconds."""
+    async with sim.api_client() as api:
+        core = client.CoreV1Api(api)
+        await core.create_namespaced_pod(NS, pod_body("prompt"))
+
+        async def running() -> bool:
+            pod = await core.read_namespaced_pod("prompt", NS)
+            return pod.status.phase == "Running"
+
+        await eventually(running)
+        await core.delete_namespaced_pod("prompt", NS, grace_period_seconds=3600)
+
+        async def gone() -> bool:
+            try:
+                await core.read_namespaced_pod("prompt", NS)
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+
+        await eventually(gone, timeout=60)
 
 
 async def test_unpullable_image_stays_waiting(sim: Simulator) -> None:
