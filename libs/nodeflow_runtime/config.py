@@ -36,6 +36,9 @@ class ServiceConfig(msgspec.Struct, kw_only=True):
     # (NATS_USER/NATS_PASSWORD[_FILE], NATS_TOKEN[_FILE], NATS_NKEY_SEED_FILE, NATS_CREDS_FILE)
     # so that secrets never sit in a config struct.
     nats_url: Annotated[tuple[str, ...], Meta(min_length=1)] = ("nats://127.0.0.1:4222",)
+    # Servers that store each stream and KV bucket: 1 for one nats-server, 3 for a JetStream
+    # cluster of three (nothing is lost when one of them dies).
+    nats_replicas: Annotated[int, Meta(ge=1, le=5)] = 1
     http_host: str = "0.0.0.0"
     http_port: Annotated[int, Meta(ge=0, le=65535)] = 8080
     log_level: Literal["debug", "info", "warning", "error"] = "info"
