@@ -226,10 +226,14 @@ class Bus:
         self._closing = True
         try:
             await asyncio.wait_for(nc.drain(), self.options.drain_timeout + 1.0)
-        except (TimeoutError, nats.errors.Error) as exc:
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
             log.warning("nats.drain_failed", error=f"{type(exc).__name__}: {exc}")
         if not nc.is_closed:
-            await nc.close()
+            try:
+                await nc.close()
+            except OSError as exc:
+                # The socket died under the close (the server restarted meanwhile): closed.
+                log.warning("nats.close_failed", error=f"{type(exc).__name__}: {exc}")
         await self._set_state("closed")
 
     # --- state -------------------------------------------------------------------------------
