@@ -3,6 +3,7 @@ flowing and nothing is lost while the stream leader is killed."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -79,10 +80,16 @@ async def test_streams_and_kv_survive_the_loss_of_the_stream_leader_with_replica
         await eventually(lambda: len(received) == COMMANDS, timeout=120)
         assert received == set(range(COMMANDS))
         await eventually(lambda: consumer.in_flight == 0, timeout=30)
+        # The work queue empties: every command applied and its ack stored (acks are sent
+        # without waiting for a reply, so the last one may land a moment after).
+        for _ in range(300):
+            after = await bus.js.stream_info(spec.stream)
+            if after.state.messages == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert after.state.messages == 0, after.state
         # A new leader was elected among the survivors, and it kept everything.
-        after = await bus.js.stream_info(spec.stream)
         assert after.cluster is not None and after.cluster.leader != leader.server_name
-        assert after.state.messages == 0  # the work queue: every command applied and acked
         assert (await kv.get("before-the-kill")).value == b"kept"
     finally:
         await consumer.stop()
