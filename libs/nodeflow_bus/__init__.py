@@ -22,6 +22,7 @@ from nodeflow_bus.connection import (
     BusOptions,
     ConnectionState,
     OutgoingMessage,
+    attempt_msg_id,
 )
 from nodeflow_bus.consumer import (
     ConsumerOptions,
@@ -73,6 +74,7 @@ __all__ = [
     "Secret",
     "Settlement",
     "TopologyReport",
+    "attempt_msg_id",
     "ensure_topology",
     "redelivery_delay",
     "settle",

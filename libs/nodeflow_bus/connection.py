@@ -104,6 +104,20 @@ def encode_payload(message: Any) -> bytes:
     return codec.encode(message)
 
 
+def attempt_msg_id(message_id: str, attempt: int) -> str:
+    """The Nats-Msg-Id of the `attempt`-th send (1, 2, ...) of one logical message.
+
+    JetStream drops a message whose id it saw within the duplicate window, so a deliberate
+    resend (the first send was lost, or its executor died) that reused the first id would be
+    swallowed. Naming the attempt keeps the retries of one attempt deduplicated (they carry the
+    same id) while every new attempt is stored; whoever applies the message must then be
+    idempotent across attempts (preconditions, the logical id in the payload).
+    """
+    if attempt < 1:
+        raise ValueError("attempts are numbered from 1")
+    return f"{message_id}.attempt-{attempt}"
+
+
 class OutgoingMessage(msgspec.Struct, frozen=True, kw_only=True):
     """One message of `Bus.publish_batch`. `message` is a contract struct or raw bytes."""
 
@@ -212,10 +226,14 @@ class Bus:
         self._closing = True
         try:
             await asyncio.wait_for(nc.drain(), self.options.drain_timeout + 1.0)
-        except (TimeoutError, nats.errors.Error) as exc:
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
             log.warning("nats.drain_failed", error=f"{type(exc).__name__}: {exc}")
         if not nc.is_closed:
-            await nc.close()
+            try:
+                await nc.close()
+            except OSError as exc:
+                # The socket died under the close (the server restarted meanwhile): closed.
+                log.warning("nats.close_failed", error=f"{type(exc).__name__}: {exc}")
         await self._set_state("closed")
 
     # --- state -------------------------------------------------------------------------------

@@ -4,7 +4,11 @@ The leader writes `{holder, renewed_at}` every ttl/3 with a compare-and-set on t
 wrote last. Others watch the key: a holder is considered dead when the key's revision has not
 changed for `ttl + margin` (margin = ttl/5), measured on the local monotonic clock from when
 the change was seen (never comparing clocks across machines); they then take over with a
-compare-and-set on that revision, so at most one wins.
+compare-and-set on that revision, so at most one wins. Nobody skips that wait, not even a
+process that finds its own name in the key: a restarted process (or a second one given the
+same INSTANCE_ID) cannot tell its old self's lease from a live twin's, so it waits the TTL like
+anyone else. Each LeaderLease writes a random token of its own next to the holder name, and
+only that token counts as "this replica wrote it".
 
 A leader is valid until `ttl - margin` after it *sent* its last successful renewal (a follower
 sees that renewal no earlier than it was sent), so it steps down at least 2 x margin before
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -56,6 +61,8 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     # Wall-clock time of the renewal, for people reading the bucket; never used to decide.
     renewed_at: float
     ttl_seconds: float
+    # Random per LeaderLease object: tells this campaign from any other with the same holder.
+    token: str = ""
 
 
 def default_holder_id() -> str:
@@ -107,6 +114,10 @@ class LeaderLease:
         self._bus = bus
         self.name = name
         self.holder = holder or default_holder_id()
+        self.token = secrets.token_hex(8)
+        # Why leadership last changed ("created", "took over", "lease expired ..."): for logs
+        # and for tests that must tell a hand-over on release from a takeover on expiry.
+        self.last_transition: str | None = None
         self.ttl = ttl
         self.bucket = bucket
         self._kv: KeyValue | None = None
@@ -140,6 +151,7 @@ class LeaderLease:
         if leader == self._leader:
             return
         self._leader = leader
+        self.last_transition = reason
         self._gauge.set(1 if leader else 0)
         metrics.LEASE_TRANSITIONS.labels(self.name, "gained" if leader else "lost").inc()
         if leader:
@@ -200,7 +212,9 @@ class LeaderLease:
 
     def _record(self) -> bytes:
         return codec.encode(
-            LeaseRecord(holder=self.holder, renewed_at=time.time(), ttl_seconds=self.ttl)
+            LeaseRecord(
+                holder=self.holder, renewed_at=time.time(), ttl_seconds=self.ttl, token=self.token
+            )
         )
 
     async def _run(self) -> None:
@@ -278,8 +292,9 @@ class LeaderLease:
             if not leader_still_valid(self._renew_sent_at, time.monotonic(), self.ttl):
                 await self._set_leader(False, f"cannot read the lease: {type(exc).__name__}")
             return
-        holder = self._holder_of(entry.value or b"")
-        if holder != self.holder:
+        record = self._record_of(entry.value or b"")
+        if record is None or record.token != self.token:
+            holder = record.holder if record else None
             await self._set_leader(False, f"taken over by {holder}")
             return
         # Keep renew_sent_at: when the adopted write was sent is unknown, but not earlier.
@@ -298,9 +313,7 @@ class LeaderLease:
             # Seen by the view without a callback yet (e.g. the first snapshot).
             self._observed_revision = revision
             self._observed_at = now
-        if self._holder_of(current) == self.holder or follower_may_take_over(
-            self._observed_at, now, self.ttl
-        ):
+        if follower_may_take_over(self._observed_at, now, self.ttl):
             await self._try_acquire(revision)
             return
         self._changed.clear()
@@ -308,9 +321,9 @@ class LeaderLease:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._changed.wait(), take_over_at - now)
 
-    def _holder_of(self, value: bytes) -> str | None:
+    def _record_of(self, value: bytes) -> LeaseRecord | None:
         try:
-            return codec.decode(LeaseRecord, value, subject=f"$KV.{self.bucket}.{self.name}").holder
+            return codec.decode(LeaseRecord, value, subject=f"$KV.{self.bucket}.{self.name}")
         except ValueError:
             return None
 
@@ -332,8 +345,8 @@ class LeaderLease:
             await self._sleep(min(self.ttl / 6, 1.0))
             return
         if not leader_still_valid(sent_at, time.monotonic(), self.ttl):
-            # Answered too late to lead on it; the key names this replica, so the next round
-            # renews it.
+            # Answered too late to lead on it: follow the revision just written like any
+            # other, so whoever outlasts it (this replica included) takes over after the TTL.
             return
         self._revision = new_revision
         self._renew_sent_at = sent_at

@@ -7,13 +7,20 @@ formats a subject by hand.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterable
+from typing import Literal, TypeVar
 
 import msgspec
 
 from nodeflow_contracts import subjects
 
 DAY = 24 * 3600.0
+
+# How long a delivered command waits for its ack before JetStream hands it to another replica.
+# Short, so that the commands a crashed executor held are redelivered within seconds; a live
+# executor keeps each held command's deadline alive (PullConsumer sends in-progress every
+# third of it), however long its API call takes.
+COMMAND_ACK_WAIT_SECONDS = 5.0
 
 
 class StreamSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -199,7 +206,7 @@ CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
             durable="k8s-watcher-commands",
             filter_subjects=(subjects.K8S_COMMANDS,),
             description="Applies Kubernetes commands.",
-            ack_wait_seconds=60.0,
+            ack_wait_seconds=COMMAND_ACK_WAIT_SECONDS,
             max_deliver=8,
         ),
     ),
@@ -209,7 +216,7 @@ CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
             durable="slurm-syncer-commands",
             filter_subjects=(subjects.SLURM_COMMANDS,),
             description="Applies Slurm node commands.",
-            ack_wait_seconds=60.0,
+            ack_wait_seconds=COMMAND_ACK_WAIT_SECONDS,
             max_deliver=8,
         ),
     ),
@@ -249,6 +256,16 @@ CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
 }
 
 SERVICES: tuple[str, ...] = tuple(CONSUMERS)
+
+Replicable = TypeVar("Replicable", StreamSpec, KVSpec)
+
+
+def replicated(specs: Iterable[Replicable], replicas: int) -> tuple[Replicable, ...]:
+    """`specs` stored on `replicas` servers each (1 for a single server; 3 for a cluster, which
+    keeps every stream and bucket through the loss of any one server)."""
+    if replicas < 1:
+        raise ValueError("replicas must be at least 1")
+    return tuple(msgspec.structs.replace(spec, replicas=replicas) for spec in specs)
 
 
 def stream_for_subject(subject: str) -> StreamSpec:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import socket
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
@@ -35,17 +36,27 @@ class ServiceConfig(msgspec.Struct, kw_only=True):
     # (NATS_USER/NATS_PASSWORD[_FILE], NATS_TOKEN[_FILE], NATS_NKEY_SEED_FILE, NATS_CREDS_FILE)
     # so that secrets never sit in a config struct.
     nats_url: Annotated[tuple[str, ...], Meta(min_length=1)] = ("nats://127.0.0.1:4222",)
+    # Servers that store each stream and KV bucket: 1 for one nats-server, 3 for a JetStream
+    # cluster of three (nothing is lost when one of them dies).
+    nats_replicas: Annotated[int, Meta(ge=1, le=5)] = 1
     http_host: str = "0.0.0.0"
     http_port: Annotated[int, Meta(ge=0, le=65535)] = 8080
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # How long SIGTERM waits for in-flight messages before exiting.
     shutdown_deadline_seconds: Annotated[float, Meta(ge=0)] = 20.0
-    # Identity of this replica (leader leases, logs); HOSTNAME (the pod name) by default.
+    # Identity of this process (leader leases, logs). By default unique per process: the host
+    # (HOSTNAME, the pod name) alone is shared by two replicas on one host and by a process and
+    # its restart, and two holders with one identity would both lead.
     instance_id: str = ""
 
     def __post_init__(self) -> None:
         if not self.instance_id:
-            self.instance_id = socket.gethostname()
+            self.instance_id = unique_instance_id(socket.gethostname())
+
+
+def unique_instance_id(host: str) -> str:
+    """`<host>-<pid>-<random>`: no two processes share it, not even a pid reused later."""
+    return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 def env_name(field: str) -> str:
@@ -80,8 +91,8 @@ def load_config(config_type: type[C], environ: Mapping[str, str] | None = None) 
     """Build `config_type` from the environment; raise ConfigError naming each bad variable."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    if env.get("HOSTNAME") and "INSTANCE_ID" not in env:
-        values["instance_id"] = env["HOSTNAME"]
+    if env.get("HOSTNAME") and not env.get("INSTANCE_ID"):
+        values["instance_id"] = unique_instance_id(env["HOSTNAME"])
     errors: list[str] = []
     for field in msgspec.structs.fields(config_type):
         name = env_name(field.name)

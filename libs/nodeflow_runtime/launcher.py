@@ -2,8 +2,12 @@
 
 Starts nats-server with JetStream (file store under .run/nats), the cluster simulator, and the
 six services; waits until each answers ready on /readyz; writes .run/env; prints each
-service's health and metrics URL. On Ctrl-C or SIGTERM it stops the services first (so they
-drain in-flight messages while NATS is still up), then the simulator, then NATS, and leaves no
+service's health and metrics URL. Then it supervises them as a Deployment would: a service
+that exits is started again with exponential backoff (a line on stderr says so), and so is
+nats-server, on the same port and store; the simulator keeps running through both, so the
+cluster it holds is kept. Only the simulator's own death stops the stack (a new simulator would
+be a different cluster). On Ctrl-C or SIGTERM it stops the services first (so they drain
+in-flight messages while NATS is still up), then the simulator, then NATS, and leaves no
 process behind.
 """
 
@@ -20,9 +24,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
+from nodeflow_bus.backoff import Backoff
 from nodeflow_runtime.envfile import read_env_file, update_env_file
 from nodeflow_runtime.natsd import NatsServerProcess
 
@@ -38,6 +44,22 @@ FIRST_SERVICE_PORT = 18081
 DEFAULT_NATS_PORT = 4222
 READY_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 30.0
+SIMULATOR = "clustersim"
+# Restarts as Kubernetes spaces a crash-looping container's: 1 s, 2 s, 4 s, ... up to 30 s;
+# a process that ran for STABLE_RUN_SECONDS before it died starts the sequence again.
+RESTART_BACKOFF = Backoff(initial=1.0, factor=2.0, maximum=30.0)
+STABLE_RUN_SECONDS = 60.0
+NATS_POLL_SECONDS = 0.2
+
+
+def crash_count(previous: int, ran_for: float) -> int:
+    """How many crashes in a row, counting the one that just ended a run of `ran_for` s."""
+    return 1 if ran_for >= STABLE_RUN_SECONDS else previous + 1
+
+
+def restart_delay(crashes: int) -> float:
+    """How long to wait before starting again a process that crashed `crashes` times in a row."""
+    return RESTART_BACKOFF.delay(crashes)
 
 
 @dataclass
@@ -46,6 +68,11 @@ class Child:
     process: asyncio.subprocess.Process
     log_file: Path
     url: str | None = None  # base URL that answers /readyz
+    # What it was started with, to start it again the same way.
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
+    started_at: float = 0.0
+    crashes: int = 0
 
 
 def port_is_free(port: int) -> bool:
@@ -103,6 +130,9 @@ class Stack:
         self.env_file = run_dir / "env"
         self.children: list[Child] = []
         self.nats: NatsServerProcess | None = None
+        self.nats_crashes = 0
+        # Set once stopping begins: the supervisors then restart nothing.
+        self.stopping = asyncio.Event()
 
     async def start_child(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
         log_file = self.logs / f"{name}.log"
@@ -112,7 +142,14 @@ class Stack:
             *argv, stdout=handle, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True
         )
         handle.close()
-        child = Child(name=name, process=process, log_file=log_file)
+        child = Child(
+            name=name,
+            process=process,
+            log_file=log_file,
+            argv=tuple(argv),
+            env=env,
+            started_at=time.monotonic(),
+        )
         self.children.append(child)
         self.record_children()
         return child
@@ -215,14 +252,111 @@ class Stack:
         print(f"cluster simulator {child.url}  (kubeconfig {self.run_dir / 'kubeconfig'})")
 
     async def watch_children(self) -> str:
-        waits = {asyncio.create_task(child.process.wait()): child.name for child in self.children}
-        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        return next(waits[task] for task in done)
+        """Keep the services and NATS running; return the name of a child whose death cannot
+        be repaired by starting it again (the simulator)."""
+        supervisors: set[asyncio.Task[None]] = {
+            asyncio.create_task(self.keep_running(child))
+            for child in self.children
+            if child.name != SIMULATOR
+        }
+        if self.nats is not None:
+            supervisors.add(asyncio.create_task(self.keep_nats_running(self.nats)))
+        simulator_exits = {
+            asyncio.create_task(child.process.wait()): child.name
+            for child in self.children
+            if child.name == SIMULATOR
+        }
+        pending: set[asyncio.Task[Any]] = {*supervisors, *simulator_exits}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task in simulator_exits:
+                        return simulator_exits[task]
+                    task.result()  # a supervisor that failed: let the stack stop on it
+            # Every supervisor returned: the stack is stopping.
+            return ""
+        finally:
+            for task in [*supervisors, *simulator_exits]:
+                task.cancel()
+            await asyncio.gather(*supervisors, *simulator_exits, return_exceptions=True)
+
+    async def pause(self, seconds: float) -> bool:
+        """Sleep, cut short by a stop; True if the stack is stopping."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        return self.stopping.is_set()
+
+    async def keep_running(self, child: Child) -> None:
+        """Start `child` again each time it exits, with backoff, until the stack stops."""
+        while True:
+            code = await child.process.wait()
+            if self.stopping.is_set():
+                return
+            child.crashes = crash_count(child.crashes, time.monotonic() - child.started_at)
+            delay = restart_delay(child.crashes)
+            report(
+                f"{child.name} exited with code {code}; restarting in {delay:.0f} s "
+                f"(crash {child.crashes} in a row; log {child.log_file})"
+            )
+            if await self.pause(delay):
+                return
+            handle = child.log_file.open("ab")
+            try:
+                child.process = await asyncio.create_subprocess_exec(
+                    *child.argv,
+                    stdout=handle,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=child.env,
+                    start_new_session=True,
+                )
+            finally:
+                handle.close()
+            child.started_at = time.monotonic()
+            if self.stopping.is_set():
+                # The stop began while it was starting and may have missed it.
+                await stop_process(child)
+                return
+            self.record_children()
+            report(f"{child.name} restarted (pid {child.process.pid})")
+            if child.url is not None:
+                try:
+                    await self.wait_ready(child, "/readyz")
+                except RuntimeError as exc:
+                    # It died again or hangs: the next turn of the loop deals with it.
+                    report(f"{child.name} not ready after its restart: {exc}")
+                else:
+                    report(f"{child.name} ready again")
+
+    async def keep_nats_running(self, nats: NatsServerProcess) -> None:
+        """Start nats-server again on the same port and store each time it dies."""
+        started_at = time.monotonic()
+        while True:
+            while nats.running:
+                if await self.pause(NATS_POLL_SECONDS):
+                    return
+            if self.stopping.is_set():
+                return
+            self.nats_crashes = crash_count(self.nats_crashes, time.monotonic() - started_at)
+            delay = restart_delay(self.nats_crashes)
+            report(
+                f"nats-server exited; restarting it on {nats.url} with its store in "
+                f"{nats.store_dir} in {delay:.0f} s (crash {self.nats_crashes} in a row)"
+            )
+            if await self.pause(delay):
+                return
+            started_at = time.monotonic()
+            try:
+                await nats.start()
+            except Exception as exc:  # its port taken, its store unreadable: try again
+                report(f"nats-server did not start again: {exc}")
+                continue
+            self.record_children()
+            report(f"nats-server restarted (pid {nats.pid}); the services reconnect by themselves")
 
     async def stop(self) -> None:
         """Services first, then the simulator, then NATS; SIGKILL whatever overstays."""
+        self.stopping.set()
         services = [c for c in self.children if c.name != "clustersim"]
         simulator = [c for c in self.children if c.name == "clustersim"]
         for group in (services, simulator):
@@ -245,6 +379,11 @@ async def stop_process(child: Child) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         await process.wait()
+
+
+def report(line: str) -> None:
+    """A line for the person running the stack (the services log JSON to their own files)."""
+    print(f"[launcher] {line}", file=sys.stderr, flush=True)
 
 
 def tail(path: Path, lines: int = 20) -> str:
@@ -277,7 +416,9 @@ async def run(args: argparse.Namespace) -> int:
             await asyncio.wait({watching, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if watching.done():
                 print(
-                    f"{watching.result()} exited unexpectedly; stopping the stack", file=sys.stderr
+                    f"{watching.result()} exited, and the cluster it held with it; "
+                    "stopping the stack",
+                    file=sys.stderr,
                 )
                 code = 1
             watching.cancel()

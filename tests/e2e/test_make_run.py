@@ -1,4 +1,5 @@
-"""`make run`: NATS, the simulator and six ready services; Ctrl-C leaves no process behind."""
+"""`make run`: NATS, the simulator and six ready services; Ctrl-C leaves no process behind; a
+killed service or nats-server comes back while the simulator keeps its cluster."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -112,3 +114,125 @@ async def test_make_stop_stops_a_stack_started_in_the_background(tmp_path: Path)
         if launcher.returncode is None:
             launcher.kill()
             await launcher.wait()
+
+
+class LauncherOutput:
+    """Collects the launcher's output lines in the background, to wait for one."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.lines: list[str] = []
+        self._process = process
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self._process.stdout is not None
+        while line := await self._process.stdout.readline():
+            self.lines.append(line.decode(errors="replace").rstrip())
+
+    async def wait_for(self, text: str, after: int, timeout: float) -> int:
+        """The index of the first line after `after` that contains `text`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for index in range(after, len(self.lines)):
+                if text in self.lines[index]:
+                    return index
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"no line with {text!r} in {timeout}s:\n" + "\n".join(self.lines))
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
+
+
+def children_pids(run_dir: Path) -> dict[str, int]:
+    return {
+        name: child["pid"]
+        for name, child in json.loads((run_dir / "children.json").read_text()).items()
+    }
+
+
+async def ready(session: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with session.get(f"{url}/readyz", timeout=aiohttp.ClientTimeout(total=2)) as r:
+            return r.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+async def until(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, f"{what} not within {timeout}s"
+        await asyncio.sleep(0.2)
+
+
+async def test_make_run_restarts_a_killed_service_and_nats_and_keeps_the_simulator(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    launcher = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "nodeflow_runtime.launcher",
+        "--run-dir",
+        str(run_dir),
+        "--nodes",
+        "2",
+        "--topology",
+        "spines=1,blocks_per_spine=1,nodes_per_block=2",
+        "--nats-port",
+        "0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    output = LauncherOutput(launcher)
+    try:
+        seen = await output.wait_for(READY_LINE.decode(), 0, timeout=120)
+        env = read_env_file(run_dir / "env")
+        before = children_pids(run_dir)
+        simulator_pid = before["clustersim"]
+        async with aiohttp.ClientSession() as session:
+            # kill -9 a service: it comes back on the same URL and answers ready again.
+            os.kill(before["k8s-watcher"], signal.SIGKILL)
+            seen = await output.wait_for("k8s-watcher exited with code -9", seen, timeout=30)
+            seen = await output.wait_for("k8s-watcher ready again", seen, timeout=120)
+            assert await ready(session, env[env_key("k8s-watcher")])
+            assert children_pids(run_dir)["k8s-watcher"] != before["k8s-watcher"]
+
+            # kill -9 nats-server: restarted on the same port and store; every service
+            # reconnects (NATS counts their connections again) and is ready.
+            os.kill(before["nats-server"], signal.SIGKILL)
+            seen = await output.wait_for("nats-server exited", seen, timeout=30)
+            seen = await output.wait_for("nats-server restarted", seen, timeout=60)
+            assert read_env_file(run_dir / "env")["NATS_URL"] == env["NATS_URL"]
+
+            async def all_services_connected() -> bool:
+                url = f"{env['NATS_MONITOR_URL']}/connz"
+                try:
+                    async with session.get(url) as response:
+                        names = [c.get("name", "") for c in (await response.json())["connections"]]
+                except (aiohttp.ClientError, TimeoutError):
+                    return False
+                return all(any(n.startswith(f"{s}/") for n in names) for s, _ in SERVICES)
+
+            await until(all_services_connected, 120, "every service reconnected to NATS")
+            for service, _ in SERVICES:
+                url = env[env_key(service)]
+                await until(lambda url=url: ready(session, url), 120, f"{service} ready")
+
+            # The simulator was never stopped: same process, same cluster.
+            assert children_pids(run_dir)["clustersim"] == simulator_pid
+            assert pid_alive(simulator_pid)
+            async with session.get(f"{env['KUBE_API_URL']}/api/v1/nodes") as response:
+                assert len((await response.json())["items"]) == 2
+        assert launcher.returncode is None, "the launcher stopped"
+        running = children_pids(run_dir)
+        launcher.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(launcher.wait(), 90) == 0
+        assert [name for name, pid in running.items() if pid_alive(pid)] == []
+    finally:
+        if launcher.returncode is None:
+            launcher.kill()
+            await launcher.wait()
+        await output.close()

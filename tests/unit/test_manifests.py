@@ -683,7 +683,8 @@ def test_services_get_nats_credentials_from_their_own_secret() -> None:
     secrets = by_name(objects, "Secret")
     for name, deployment in by_name(objects, "Deployment").items():
         env = env_of(container_of(deployment))
-        assert env["NATS_URL"] == f"nats://nats.{NAMESPACE}.svc:4222"
+        assert env["NATS_URL"] == ",".join(nats_pod_urls(4222))
+        assert env["NATS_REPLICAS"] == "3"
         assert env["HTTP_PORT"] == "8080"
         assert env["LOG_LEVEL"] in ("debug", "info", "warning", "error")
         for variable, key in (("NATS_USER", "user"), ("NATS_PASSWORD", "password")):
@@ -803,6 +804,64 @@ def test_nats_statefulset_reads_every_service_password_from_that_service_secret(
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert pod["automountServiceAccountToken"] is False
     assert "jetstream" in text and "store_dir: /data\n" in text
+
+
+def nats_pod_urls(port: int, scheme: str = "nats") -> list[str]:
+    """One URL per pod of the NATS StatefulSet, by its name under the headless Service."""
+    (statefulset,) = of_kind(deployed_objects(), "StatefulSet")
+    spec = statefulset["spec"]
+    name, service = statefulset["metadata"]["name"], spec["serviceName"]
+    return [
+        f"{scheme}://{name}-{index}.{service}.{NAMESPACE}.svc:{port}"
+        for index in range(spec["replicas"])
+    ]
+
+
+def test_nats_runs_as_a_three_server_jetstream_cluster_routed_through_the_headless_service() -> (
+    None
+):
+    objects = deployed_objects()
+    (statefulset,) = of_kind(objects, "StatefulSet")
+    assert statefulset["spec"]["replicas"] == 3
+    headless = by_name(objects, "Service")[statefulset["spec"]["serviceName"]]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert {"name": "cluster", "port": 6222, "targetPort": "cluster", "protocol": "TCP"} in (
+        headless["spec"]["ports"]
+    )
+    container = statefulset["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "cluster", "containerPort": 6222, "protocol": "TCP"} in container["ports"]
+    text = nats_config_text()
+    cluster = re.search(r"\ncluster \{\n(.*?)\n\}\n", text, flags=re.DOTALL)
+    assert cluster, "no cluster block in nats.conf"
+    assert "port: 6222" in cluster.group(1)
+    routes = re.findall(r"nats://\S+", cluster.group(1))
+    assert routes == nats_pod_urls(6222)
+    # JetStream clustering needs a unique server name per pod.
+    assert "server_name: $POD_NAME\n" in text
+    (budget,) = [
+        pdb
+        for pdb in of_kind(objects, "PodDisruptionBudget")
+        if pdb["metadata"]["name"] == statefulset["metadata"]["name"]
+    ]
+    # Never more than one server down on purpose: two of three keep the JetStream quorum.
+    assert budget["spec"] == {
+        "maxUnavailable": 1,
+        "selector": statefulset["spec"]["selector"],
+    }
+
+
+def test_every_service_runs_two_replicas_with_a_disruption_budget_keeping_one() -> None:
+    objects = deployed_objects()
+    budgets = by_name(objects, "PodDisruptionBudget")
+    for name, deployment in by_name(objects, "Deployment").items():
+        assert deployment["spec"]["replicas"] == 2, name
+        budget = budgets[name]
+        assert budget["apiVersion"] == "policy/v1"
+        assert budget["spec"]["minAvailable"] == 1
+        selected = budget["spec"]["selector"]["matchLabels"]
+        assert selected.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+        assert selected == deployment["spec"]["selector"]["matchLabels"]
 
 
 def test_nats_config_is_accepted_by_nats_server(tmp_path: Path) -> None:
@@ -960,6 +1019,7 @@ def test_kubectl_kustomize_builds_the_deployment() -> None:
             "ClusterRoleBinding": 1,
             "ConfigMap": 1,
             "StatefulSet": 1,
+            "PodDisruptionBudget": 7,
             "Namespace": 1,
         }
     )

@@ -43,15 +43,16 @@ async def test_a_dead_letter_copy_failing_on_the_last_delivery_is_retried_until_
     consumer = PullConsumer(bus, spec, Job, failing, FAST)
     await consumer.start()
     await bus.publish("work.d", Job(target="d", number=1))
-    await eventually(lambda: calls == [1, 2])
+    # Generous timeouts: the machine may be busy; nothing here is about speed.
+    await eventually(lambda: calls == [1, 2], timeout=30)
     await asyncio.sleep(1.0)  # at least one failed copy (4 publish attempts) on the last delivery
     assert consumer.in_flight == 1
 
     await ensure_topology(bus.js, streams=[DLQ_STREAM], kv_buckets=[], consumers=[])
-    letters = await dead_letters(bus, 1)
+    letters = await dead_letters(bus, 1, timeout=30)
     assert [letter.subject for letter in letters] == ["dlq.work.d"]
     assert (letters[0].headers or {})[dead_letter.ERROR_KIND] == "max_deliveries"
-    await eventually(lambda: consumer.in_flight == 0)
+    await eventually(lambda: consumer.in_flight == 0, timeout=30)
     assert await messages_in(bus, WORK_STREAM.name) == 0
     assert calls == [1, 2]
     await consumer.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import msgspec
 import pytest
@@ -147,13 +146,11 @@ async def test_snapshot_of_50000_keys(bus: Bus) -> None:
         max_in_flight=1024,
     )
     view = KVView(bus, "things", Thing)
-    started = time.perf_counter()
     await view.start()
-    await view.wait_ready(30)
-    elapsed = time.perf_counter() - started
+    # Generous: how fast the snapshot loads is measured by `python -m bench bus`.
+    await view.wait_ready(120)
     assert len(view) == 50_000
-    print(f"snapshot of 50000 keys in {elapsed:.2f}s")
-    assert elapsed < 15
+    assert view.get("k49999") == Thing(name="n", size=1)
     await view.stop()
 
 

@@ -1,16 +1,14 @@
 """publish_batch when acks are lost or NATS is gone: no older value over a newer one, and an
-outage fails a batch within one publish budget."""
+outage fails a batch within one shared retry budget."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
 
 from nodeflow_bus import BatchPublishError, Bus, BusOptions, OutgoingMessage, ensure_topology
-from nodeflow_bus.connection import publish_budget
 from nodeflow_contracts.topology import KVSpec
 from nodeflow_runtime.natsd import NatsServerProcess
 from tests.fixtures.nats import TEST_BUS_OPTIONS
@@ -82,13 +80,20 @@ async def test_an_outage_fails_a_batch_within_one_publish_budget(
     await nats_server.kill()
     await asyncio.sleep(0.1)
     batch = [OutgoingMessage(subject=f"work.o{n}", message=b"{}") for n in range(20)]
-    started = time.monotonic()
+    real_publish = bus.js.publish
+    retries: list[str] = []
+
+    async def counted(subject: str, payload: bytes = b"", **kwargs: Any) -> Any:
+        retries.append(subject)
+        return await real_publish(subject, payload, **kwargs)
+
+    # publish_batch sends the window with publish_async; only its retries go through publish.
+    bus.js.publish = counted  # type: ignore[method-assign]
     with pytest.raises(BatchPublishError) as raised:
         await bus.publish_batch(batch)
-    elapsed = time.monotonic() - started
     assert sorted(raised.value.failures) == list(range(20))
-    # One ack timeout for the window, then one shared retry budget (not one per message).
-    budget = publish_budget(3, 0.2, options.publish_backoff)
-    assert elapsed < 0.2 + budget + 0.5, f"took {elapsed:.2f}s"
+    # One shared retry budget for the batch: about one message's worth of attempts, not 3 for
+    # each of the 20 (how long the failure takes is measured by `python -m bench bus`).
+    assert 1 <= len(retries) <= options.publish_attempts + 1, retries
     await nats_server.start()
     await bus.close()

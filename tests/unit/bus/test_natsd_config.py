@@ -23,3 +23,21 @@ def test_config_auth_and_masked_repr() -> None:
     assert 'p"w' not in repr(auth)
     with pytest.raises(ValueError):
         ServerAuth()
+
+
+def test_cluster_node_config_routes_to_every_node_on_loopback() -> None:
+    from nodeflow_runtime.natsd_cluster import CLUSTER_NAME, render_cluster_node_config
+
+    text = render_cluster_node_config(
+        server_name="node-1",
+        port=4223,
+        route_port=6223,
+        route_ports=[6222, 6223, 6224],
+        store_dir=Path("/tmp/node-1"),
+    )
+    assert 'server_name: "node-1"' in text
+    assert 'listen: "127.0.0.1:4223"' in text
+    assert f'name: "{CLUSTER_NAME}"' in text
+    assert 'listen: "127.0.0.1:6223"' in text
+    for port in (6222, 6223, 6224):
+        assert f'"nats-route://127.0.0.1:{port}"' in text

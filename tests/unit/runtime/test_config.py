@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 import pytest
@@ -80,8 +81,16 @@ def test_out_of_range_values_are_refused(variable: str, value: str) -> None:
         load_config(ExampleConfig, {variable: value})
 
 
-def test_instance_id_comes_from_the_given_environment() -> None:
-    assert load_config(ExampleConfig, {"HOSTNAME": "pod-7"}).instance_id == "pod-7"
+def test_instance_id_names_the_host_and_is_unique_per_process() -> None:
+    first = load_config(ExampleConfig, {"HOSTNAME": "pod-7"}).instance_id
+    second = load_config(ExampleConfig, {"HOSTNAME": "pod-7"}).instance_id
+    assert first.startswith(f"pod-7-{os.getpid()}-")
+    # Two replicas on one host (or a restart that reuses a pid) never share an identity.
+    assert first != second
+    assert load_config(ExampleConfig, {}).instance_id != load_config(ExampleConfig, {}).instance_id
+
+
+def test_instance_id_variable_overrides_the_default() -> None:
     assert load_config(ExampleConfig, {"HOSTNAME": "pod-7", "INSTANCE_ID": "x"}).instance_id == "x"
 
 
