@@ -149,6 +149,7 @@ async def test_permanent_error_dead_letters_at_once(work_bus: Bus) -> None:
     letters = await dead_letters(work_bus, 1)
     await consumer.stop()
     assert calls == [1]
+    assert [letter.subject for letter in letters] == ["dlq.work.r"]
     assert (letters[0].headers or {})[dead_letter.ERROR_KIND] == "permanent"
 
 
