@@ -113,7 +113,7 @@ def plan_drain(spec: DrainSpec, pods: Iterable[PodFacts]) -> DrainPlan:
             continue
         if pod.slurm is not None and not pod.terminal and not pod.slurm.drained_and_idle:
             plan.waiting_for_slurm.append(
-                Held(pod, f"Slurm node {pod.name} is {pod.slurm.describe()}: a job may run")
+                Held(pod, f"Slurm node {pod.name}: {pod.slurm.describe()}, a job may run")
             )
             continue
         plan.evict_now.append(pod)

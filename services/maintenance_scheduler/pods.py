@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -12,7 +13,7 @@ from nodeflow_contracts.pod_protocol import (
     SLURM_CLUSTER_LABEL,
     SLURM_STATE_CONDITION_PREFIX,
 )
-from nodeflow_contracts.slurm import BASE_STATES
+from nodeflow_contracts.slurm import BASE_STATES, SlurmClusterStatus
 
 MIRROR_ANNOTATION: Final = "kubernetes.io/config.mirror"
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -48,7 +49,7 @@ class SlurmView:
         if not self.known:
             return "Slurm state unknown"
         flags = "+".join(sorted(self.flags))
-        return f"{self.base_state}{'+' + flags if flags else ''}"
+        return f"state {self.base_state}{'+' + flags if flags else ''}"
 
 
 @dataclass(frozen=True)
@@ -129,3 +130,25 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         slurm=slurm_view_of(pod) if nodeset else None,
         slurm_cluster=labels.get(SLURM_CLUSTER_LABEL, ""),
     )
+
+
+def with_fresh_slurm(
+    pod: PodFacts,
+    clusters: Mapping[str, SlurmClusterStatus],
+    now: float,
+    max_age_seconds: float | None = None,
+) -> PodFacts:
+    """A NodeSet pod's Slurm conditions count only while slurm-syncer's view of its cluster
+    is fresh: a dead syncer's last word is unknown (fail closed). A slurm-syncer that records
+    no freshness at all (no `slurm_clusters` entry anywhere) leaves the conditions as the only
+    word; once any cluster is recorded, the pod's cluster must be, and fresh. A pod without a
+    cluster label belongs to the only cluster recorded, if there is just one."""
+    if pod.slurm is None or not pod.slurm.known or not clusters:
+        return pod
+    cluster = pod.slurm_cluster
+    if not cluster and len(clusters) == 1:
+        cluster = next(iter(clusters))
+    status = clusters.get(cluster) if cluster else None
+    if status is None or not status.fresh(now, max_age_seconds):
+        return dataclasses.replace(pod, slurm=SlurmView(known=False, reason="stale Slurm state"))
+    return pod

@@ -46,7 +46,7 @@ from maintenance_scheduler.api import (
 )
 from maintenance_scheduler.commands import SENDER, commands_for, decision_message
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
-from maintenance_scheduler.pods import PodFacts, SlurmView, pod_facts
+from maintenance_scheduler.pods import PodFacts, pod_facts, with_fresh_slurm
 from maintenance_scheduler.reconcile import (
     NodeFacts,
     Step,
@@ -307,19 +307,9 @@ class MaintenanceScheduler:
         return [self._with_fresh_slurm(p, now) for p in facts]
 
     def _with_fresh_slurm(self, pod: PodFacts, now: float) -> PodFacts:
-        """A NodeSet pod's Slurm conditions count only while slurm-syncer's view of its
-        cluster is fresh: a dead syncer's last word is unknown (fail closed)."""
-        if pod.slurm is None or not pod.slurm.known:
-            return pod
-        cluster = pod.slurm_cluster
-        if not cluster:
-            known = list(self.clusters)
-            cluster = known[0] if len(known) == 1 else ""
-        status = self.clusters.get(cluster) if cluster else None
-        max_age = self.config.slurm_state_max_age_seconds or None
-        if status is None or not status.fresh(now, max_age):
-            return dataclasses.replace(pod, slurm=SlurmView(known=False, reason="stale"))
-        return pod
+        return with_fresh_slurm(
+            pod, self.clusters.as_dict(), now, self.config.slurm_state_max_age_seconds or None
+        )
 
     async def round(self, now: float) -> None:
         self.stats.rounds += 1

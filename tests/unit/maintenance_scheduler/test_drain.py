@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from maintenance_scheduler.api import DrainSpec
 from maintenance_scheduler.drain import drain_progress, filter_matches, plan_drain
-from tests.unit.maintenance_scheduler.builders import pod
+from maintenance_scheduler.pods import with_fresh_slurm
+from nodeflow_contracts.slurm import SlurmClusterStatus
+from tests.unit.maintenance_scheduler.builders import T0, pod
 
 GPU_FILTERS = ("nvidia.com/gpu-*", "nvidia.com/rdma*")
 
@@ -119,3 +123,26 @@ def test_rule_drain_progress_rounds_down() -> None:
     assert drain_progress(0, 0) == 100
     assert drain_progress(4, 0) == 100
     assert drain_progress(2, 5) == 0
+
+
+def cluster_status(last_success_at: float) -> SlurmClusterStatus:
+    return SlurmClusterStatus(
+        cluster="sim",
+        reachable=True,
+        last_poll_at=last_success_at,
+        last_success_at=last_success_at,
+        poll_interval_seconds=10.0,
+    )
+
+
+def test_rule_slurm_first_stale_slurm_state_is_unknown() -> None:
+    drained = pod("slurm-0", slurm=("Idle", "Drain"))
+    drained = dataclasses.replace(drained, slurm_cluster="sim")
+    fresh = with_fresh_slurm(drained, {"sim": cluster_status(T0)}, T0 + 5)
+    assert fresh.slurm is not None and fresh.slurm.drained_and_idle
+    stale = with_fresh_slurm(drained, {"sim": cluster_status(T0)}, T0 + 3600)
+    assert names(plan_drain(DrainSpec(), [stale]).waiting_for_slurm) == ["slurm-0"]
+    unrecorded = with_fresh_slurm(drained, {"other": cluster_status(T0)}, T0 + 5)
+    assert unrecorded.slurm is not None and not unrecorded.slurm.known
+    # A slurm-syncer that records no freshness: the conditions are the only word.
+    assert with_fresh_slurm(drained, {}, T0 + 3600) is drained

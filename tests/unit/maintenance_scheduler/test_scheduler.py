@@ -214,7 +214,7 @@ def clusters(draw: st.DrawFn) -> tuple[dict[str, NodeInfo], list[NodeMaintenance
     return nodes, requests, config(parallel, unavailable)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(clusters())
 def test_rule_property_scheduled_set_respects_slots_budget_and_one_per_node(
     case: tuple[dict[str, NodeInfo], list[NodeMaintenance], OperatorConfig],
