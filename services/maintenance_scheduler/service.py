@@ -138,6 +138,7 @@ class MaintenanceScheduler:
         self._sent: dict[str, float] = {}  # command key / decision id -> sent at
         self._skip_memo: dict[str, str] = {}  # request uid -> last skip message published
         self._phase_seen: dict[str, tuple[str, float]] = {}  # uid -> (phase, since)
+        self._parse_cache: dict[str, tuple[str, NodeMaintenance]] = {}  # key -> (rv, parsed)
         self._wake = asyncio.Event()
         self._wake_at: float | None = None
         self._subscription: Subscription | None = None
@@ -218,7 +219,9 @@ class MaintenanceScheduler:
             if outcome.outcome not in APPLIED and outcome.outcome != "retrying":
                 # Not applied: the same state may decide the same command again.
                 self._sent.pop(outcome.idempotency_key, None)
-                log.warning(
+                # A conflict is routine (the object changed after the decision): decide again.
+                report = log.info if outcome.outcome == "conflict" else log.warning
+                report(
                     "command.refused",
                     key=outcome.idempotency_key,
                     op=outcome.op,
@@ -314,7 +317,7 @@ class MaintenanceScheduler:
     async def round(self, now: float) -> None:
         self.stats.rounds += 1
         config = self.operator_config()
-        requests = [parse_node_maintenance(obj) for obj in self.requests.as_dict().values()]
+        requests = self._parsed_requests()
         by_uid = {r.uid: r for r in requests}
         self._observe_phases(requests, now)
         # A request whose Scheduled write is on its way counts as scheduled.
@@ -400,6 +403,20 @@ class MaintenanceScheduler:
         metrics.DRAINS_TIMED_OUT.set(drains_timed_out)
         self._forget_gone(by_uid, now)
         await self._send(steps, now)
+
+    def _parsed_requests(self) -> list[NodeMaintenance]:
+        """Every request, parsed once per resourceVersion (a round at 2,000 requests would
+        spend most of its time parsing the same objects again)."""
+        parsed: dict[str, tuple[str, NodeMaintenance]] = {}
+        for key, obj in self.requests.items():
+            rv = str(meta(obj).get("resourceVersion") or "")
+            cached = self._parse_cache.get(key)
+            if cached is not None and cached[0] == rv and rv:
+                parsed[key] = cached
+            else:
+                parsed[key] = (rv, parse_node_maintenance(obj))
+        self._parse_cache = parsed
+        return [request for _, request in parsed.values()]
 
     def _observe_phases(self, requests: list[NodeMaintenance], now: float) -> None:
         counts = Counter(r.phase or "New" for r in requests)
