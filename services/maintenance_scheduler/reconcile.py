@@ -207,7 +207,9 @@ def reconcile_request(
         if request.ready_message != message:
             step.actions.append(Event(request, "InvalidSpec", message, "Warning"))
             step.decisions.append(Decision(request, "invalid-spec", "InvalidSpec", message))
-        set_phase(step, request, PENDING, now, message)
+        # A request not yet started stays Pending; one in progress keeps its phase (going
+        # back to Pending would forget the cordon) and waits until it is fixed or deleted.
+        set_phase(step, request, request.phase if request.in_progress else PENDING, now, message)
         return step
     phase = request.phase
     if phase == UNINITIALIZED:

@@ -313,3 +313,18 @@ def test_rule_gc_never_deletes_requestor_failed_or_ignored() -> None:
     )
     due, _ = garbage_collect([failed, ignored], cfg, T0 + 10**6)
     assert due == []
+
+
+def test_rule_invalid_request_stays_pending_with_message_and_event() -> None:
+    step = reconcile_request(nm("r", "n1", requestor="x"), NODE, [], [], T0)
+    assert new_phase(step) == "Pending"
+    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    assert ready is not None and str(ready["message"]).startswith("invalid spec: ")
+    assert [e.reason for e in only(step, Event)] == ["InvalidSpec", "ConditionChanged"]
+
+
+def test_rule_invalid_request_in_progress_keeps_its_phase() -> None:
+    request = nm("r", "n1", phase="Draining", finalizer=True, drainSpec={"timeoutSeconds": -1})
+    step = reconcile_request(request, CORDONED, [pod("a")], [], T0)
+    assert new_phase(step) == "Draining"
+    assert only(step, EvictPod) == []
