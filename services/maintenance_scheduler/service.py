@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -67,6 +68,11 @@ from nodeflow_contracts.topology import SLURM_CLUSTERS_BUCKET
 from nodeflow_runtime.service import ServiceContext
 
 log = structlog.get_logger("maintenance_scheduler")
+
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR}
+# A garbage-collection delete is sent again at most this often (the reference collects every
+# five minutes): one refused by k8s-watcher's policy must not be re-sent every round.
+GC_RESEND_SECONDS = 300.0
 
 Obj = dict[str, Any]
 APPLIED = frozenset({"applied", "already-applied"})
@@ -139,6 +145,7 @@ class MaintenanceScheduler:
         self._skip_memo: dict[str, str] = {}  # request uid -> last skip message published
         self._phase_seen: dict[str, tuple[str, float]] = {}  # uid -> (phase, since)
         self._parse_cache: dict[str, tuple[str, NodeMaintenance]] = {}  # key -> (rv, parsed)
+        self._gc_sent: dict[str, float] = {}  # request uid -> when its GC delete was sent
         self._wake = asyncio.Event()
         self._wake_at: float | None = None
         self._subscription: Subscription | None = None
@@ -303,6 +310,9 @@ class MaintenanceScheduler:
                     problems=list(parsed.problems),
                 )
             self._operator_config = parsed
+            # The config's logLevel (debug, info, error) sets this service's own loggers, as
+            # it sets the reference operator's.
+            logging.getLogger("maintenance_scheduler").setLevel(LOG_LEVELS[parsed.log_level])
         return self._operator_config
 
     def _pods_of(self, node: str, now: float) -> list[PodFacts]:
@@ -382,6 +392,11 @@ class MaintenanceScheduler:
                 waiting_for_slurm += len(step.drain.waiting_for_slurm)
                 drains_timed_out += int(step.drain_timed_out)
         collected, gc_due = garbage_collect(requests, config, now)
+        collected = [
+            d for d in collected if now - self._gc_sent.get(d.request.uid, 0.0) >= GC_RESEND_SECONDS
+        ]
+        for deletion in collected:
+            self._gc_sent[deletion.request.uid] = now
         if collected:
             gc_step = Step(actions=list(collected))
             for deletion in collected:
@@ -446,8 +461,9 @@ class MaintenanceScheduler:
         for uid in [u for u in self._evictions if u not in live_pods]:
             eviction = self._evictions.pop(uid)
             self._by_key.pop(eviction.key, None)
-        for uid in [u for u in self._skip_memo if u not in by_uid]:
-            self._skip_memo.pop(uid, None)
+        for memo in (self._skip_memo, self._gc_sent):
+            for uid in [u for u in memo if u not in by_uid]:
+                memo.pop(uid, None)
         horizon = now - self.config.in_flight_timeout_seconds
         for key in [k for k, at in self._sent.items() if at < horizon]:
             self._sent.pop(key, None)
