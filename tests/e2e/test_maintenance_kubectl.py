@@ -204,3 +204,68 @@ async def test_reference_example_manifest_goes_to_ready_with_kubectl(stack: Stac
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+PDB = """
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: guard
+  namespace: default
+spec:
+  minAvailable: 1
+  selector:
+    matchLabels:
+      app: guarded
+"""
+
+
+async def test_process_killed_mid_drain_resumes_without_a_second_eviction(stack: Stack) -> None:
+    node = stack.node_names()[1]
+    guarded = stack.run_pod("guarded", node, labels={"app": "guarded"})
+    await eventually(
+        lambda: (stack.pod("guarded") or {}).get("status", {}).get("phase") == "Running"
+    )
+    await kubectl(stack, "apply", "-f", "-", stdin=PDB)
+    port = free_port()
+    process = await start_process(stack, port)
+    second: asyncio.subprocess.Process | None = None
+    try:
+        await wait_ready(port)
+        manifest = {
+            "apiVersion": "maintenance.nvidia.com/v1alpha1",
+            "kind": "NodeMaintenance",
+            "metadata": {"name": "held", "namespace": "default"},
+            "spec": {
+                "requestorID": "e2e.nodeflow.dev",
+                "nodeName": node,
+                "drainSpec": {"force": True, "timeoutSeconds": 0},
+            },
+        }
+        await kubectl(stack, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+        # The PodDisruptionBudget holds the drain: k8s-watcher reports the 429 as retrying.
+        await eventually(
+            lambda: any(o.op == "evict" and o.outcome == "retrying" for o in stack.outcomes),
+            timeout=40,
+            what="eviction held by the PodDisruptionBudget",
+        )
+        assert stack.phase("held") == "Draining"
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+        second = await start_process(stack, port)
+        await wait_ready(port)
+        await kubectl(stack, "delete", "poddisruptionbudget", "guard", "-n", "default")
+        await eventually(lambda: stack.phase("held") == "Ready", timeout=60, what="Ready")
+        assert stack.pod("guarded") is None
+        uid = guarded["metadata"]["uid"]
+        await eventually(lambda: stack.evictions_applied(uid), what="eviction outcome")
+        assert len(stack.evictions_applied(uid)) == 1
+    finally:
+        for proc in (process, second):
+            if proc is not None and proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), 10)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
