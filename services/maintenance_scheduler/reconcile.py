@@ -385,6 +385,8 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
         parts.append(f"drain blocked, nothing evicted: {held}")
     if plan.waiting_for_slurm:
         held = "; ".join(h.why for h in plan.waiting_for_slurm[:5])
+        if not request.cordon:
+            held += " (spec.cordon is false: nothing drains the Slurm node)"
         parts.append(f"waiting for Slurm to drain before evicting: {held}")
     if timed_out:
         jobs = [h.pod.name for h in plan.waiting_for_slurm]

@@ -328,3 +328,11 @@ def test_rule_invalid_request_in_progress_keeps_its_phase() -> None:
     step = reconcile_request(request, CORDONED, [pod("a")], [], T0)
     assert new_phase(step) == "Draining"
     assert only(step, EvictPod) == []
+
+
+def test_rule_slurm_first_without_cordon_says_nothing_drains_slurm() -> None:
+    request = draining(cordon=False)
+    step = reconcile_request(request, NODE, [pod("slurm-0", slurm=("Idle",))], [], T0 + 1)
+    assert only(step, EvictPod) == []
+    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    assert ready is not None and "spec.cordon is false" in str(ready["message"])
