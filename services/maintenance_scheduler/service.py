@@ -97,6 +97,23 @@ class Stats:
     last_schedule: ScheduleResult | None = None
 
 
+def next_eviction_attempt(
+    eviction: Eviction | None, now: float, in_flight_timeout: float
+) -> int | None:
+    """The attempt number of the eviction to send now, or None: never a second one while one
+    is in flight (k8s-watcher retries a PodDisruptionBudget's 429 itself) or applied and not
+    yet visible; after a refusal, the next attempt once its backoff has passed."""
+    if eviction is None:
+        return 0
+    if eviction.outcome is None or eviction.outcome in APPLIED:
+        if now - eviction.sent_at <= in_flight_timeout:
+            return None
+        return eviction.attempt + 1
+    if now < eviction.retry_at:
+        return None
+    return eviction.attempt + 1
+
+
 def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     metadata = meta(node)
     ready = find_condition(node, "Ready")
@@ -471,17 +488,9 @@ class MaintenanceScheduler:
     # --- sending -----------------------------------------------------------------------------
 
     def _eviction_attempt(self, pod: PodFacts, now: float) -> int | None:
-        """The attempt number to send now, or None while one is in flight or backing off."""
-        eviction = self._evictions.get(pod.uid)
-        if eviction is None:
-            return 0
-        if eviction.outcome is None or eviction.outcome in APPLIED:
-            if now - eviction.sent_at <= self.config.in_flight_timeout_seconds:
-                return None
-            return eviction.attempt + 1
-        if now < eviction.retry_at:
-            return None
-        return eviction.attempt + 1
+        return next_eviction_attempt(
+            self._evictions.get(pod.uid), now, self.config.in_flight_timeout_seconds
+        )
 
     async def _send(self, steps: list[Step], now: float) -> None:
         messages: list[OutgoingMessage] = []
