@@ -337,6 +337,11 @@ def drain_status(plan: DrainPlan, eviction_pods: int, total_pods: int) -> dict[s
     return status
 
 
+def _count(value: object) -> int:
+    """A count from status as written (the schema says int32 >= 0); anything else reads 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: float) -> None:
     spec = request.drain_spec
     if spec is None:
@@ -353,8 +358,8 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
             step, request, DRAINING, now, drain=drain_status(plan, eviction_pods, plan.total_pods)
         )
         return
-    eviction_pods = int(current.get("evictionPods") or 0)
-    total_pods = int(current.get("totalPods") or 0)
+    eviction_pods = _count(current.get("evictionPods"))
+    total_pods = _count(current.get("totalPods"))
     if plan.selector_error:
         set_phase(
             step, request, DRAINING, now, f"invalid drainSpec.podSelector: {plan.selector_error}"

@@ -400,7 +400,14 @@ class MaintenanceScheduler:
                 if node is not None and request.phase in ("WaitForPodCompletion", "Draining")
                 else []
             )
-            step = reconcile_request(request, node, pods, on_node.get(request.node_name, []), now)
+            try:
+                step = reconcile_request(
+                    request, node, pods, on_node.get(request.node_name, []), now
+                )
+            except Exception:
+                # One odd object must not stop every other request's progress.
+                log.exception("request.reconcile_failed", request=request.key)
+                continue
             steps.append(step)
             if step.wake_at is not None:
                 wake_at = step.wake_at if wake_at is None else min(wake_at, step.wake_at)
