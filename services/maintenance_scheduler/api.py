@@ -239,7 +239,10 @@ def parse_node_maintenance(obj: Obj) -> NodeMaintenance:
     drain_raw = spec.get("drainSpec")
     if isinstance(drain_raw, Mapping):
         filters: list[str] = []
-        for entry in drain_raw.get("podEvictionFilters") or ():
+        raw_filters = drain_raw.get("podEvictionFilters")
+        if raw_filters is not None and not isinstance(raw_filters, list):
+            problems.append("drainSpec.podEvictionFilters must be a list")
+        for entry in raw_filters if isinstance(raw_filters, list) else ():
             regex = mapping(entry).get("byResourceNameRegex")
             if isinstance(regex, str):
                 filters.append(regex)

@@ -453,7 +453,10 @@ class MaintenanceScheduler:
             if cached is not None and cached[0] == rv and rv:
                 parsed[key] = cached
             else:
-                parsed[key] = (rv, parse_node_maintenance(obj))
+                try:
+                    parsed[key] = (rv, parse_node_maintenance(obj))
+                except Exception:
+                    log.exception("request.unreadable", key=key)
         self._parse_cache = parsed
         return [request for _, request in parsed.values()]
 
