@@ -11,6 +11,7 @@ import msgspec
 
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, K8sObjectEvent
+from nodeflow_contracts.maintenance import MaintenanceDecision
 from nodeflow_contracts.nodeset import NodeSetDecision
 from nodeflow_contracts.slurm import SlurmNodeChanged, SlurmNodeCommand, SlurmPollResult
 from nodeflow_contracts.topology import stream_for_subject
@@ -119,6 +120,18 @@ MESSAGES: tuple[MessageSpec, ...] = (
         description=(
             "Every create, delete-scheduled, cancel, delete, forced delete and rolling "
             "replacement of the NodeSet controller, with its reason."
+        ),
+    ),
+    MessageSpec(
+        name="MaintenanceDecision",
+        subject_template="maintenance.v1.{namespace}.{name}.decision",
+        subscribe="maintenance.v1.*.*.decision",
+        payload=MaintenanceDecision,
+        publishers=("maintenance-scheduler",),
+        consumers=("metrics-exporter", "integrations"),
+        description=(
+            "Every scheduling (or skip, with the budget that held it), cordon, eviction, wait "
+            "for a Slurm job, timeout and cleanup of the maintenance-scheduler, by NodeMaintenance."
         ),
     ),
 )

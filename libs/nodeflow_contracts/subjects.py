@@ -141,6 +141,10 @@ def nodeset_decision(namespace: str, name: str) -> str:
     return f"nodeset.{VERSION}.{token(namespace)}.{token(name)}.decision"
 
 
+def maintenance_decision(namespace: str, name: str) -> str:
+    return f"maintenance.{VERSION}.{token(namespace)}.{token(name)}.decision"
+
+
 # --- Dead letters ----------------------------------------------------------------------------
 
 DEAD_LETTERS = "dlq.>"

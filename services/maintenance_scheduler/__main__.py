@@ -1,12 +1,13 @@
 """`python -m maintenance_scheduler`: run the maintenance-scheduler service."""
 
 from maintenance_scheduler import SERVICE
-from nodeflow_runtime.config import ServiceConfig
-from nodeflow_runtime.service import run_main, runtime_only
+from maintenance_scheduler.config import MaintenanceSchedulerConfig
+from maintenance_scheduler.service import setup
+from nodeflow_runtime.service import run_main
 
 
 def main() -> None:
-    run_main(SERVICE, ServiceConfig, runtime_only)
+    run_main(SERVICE, MaintenanceSchedulerConfig, setup)
 
 
 if __name__ == "__main__":

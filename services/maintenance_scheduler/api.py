@@ -1,0 +1,391 @@
+"""The maintenance.nvidia.com/v1alpha1 API as the scheduler reads it (pure).
+
+NodeMaintenance and MaintenanceOperatorConfig are parsed field for field as NVIDIA's
+maintenance-operator defines them (names, defaults, validation), so an object written for
+that operator means the same here. Parsing never raises: a request the API server should
+have refused (the CRD's schema and CEL rules do) is reported as `problems` and left alone.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+API_GROUP: Final = "maintenance.nvidia.com"
+API_VERSION: Final = "maintenance.nvidia.com/v1alpha1"
+NODE_MAINTENANCE_KIND: Final = "NodeMaintenance"
+CONFIG_KIND: Final = "MaintenanceOperatorConfig"
+CONFIG_NAME: Final = "default"
+
+FINALIZER: Final = "maintenance.nvidia.com/finalizer"
+INITIAL_STATE_ANNOTATION: Final = "maintenance.nvidia.com/node-initial-state.unschedulable"
+READY_TIME_ANNOTATION: Final = "maintenance.nvidia.com/ready-time"
+WAIT_START_ANNOTATION: Final = "maintenance.nvidia.com/wait-pod-completion-start-time"
+GC_IGNORE_ANNOTATION: Final = "maintenance.nvidia.com/garbage-collector.ignore"
+
+READY_CONDITION: Final = "Ready"
+REQUESTOR_FAILED_CONDITION: Final = "RequestorFailed"
+
+# Phases: the reason of the Ready condition.
+UNINITIALIZED: Final = ""
+PENDING: Final = "Pending"
+SCHEDULED: Final = "Scheduled"
+CORDON: Final = "Cordon"
+WAIT_FOR_POD_COMPLETION: Final = "WaitForPodCompletion"
+DRAINING: Final = "Draining"
+READY: Final = "Ready"
+REQUESTOR_FAILED: Final = "RequestorFailed"
+PHASES: Final = (
+    PENDING,
+    SCHEDULED,
+    CORDON,
+    WAIT_FOR_POD_COMPLETION,
+    DRAINING,
+    READY,
+    REQUESTOR_FAILED,
+)
+# Phases of a request that is not yet scheduled; every other phase is "in progress".
+NOT_STARTED: Final = frozenset({UNINITIALIZED, PENDING})
+
+DEFAULT_DRAIN_TIMEOUT_SECONDS: Final = 300
+DEFAULT_MAX_PARALLEL_OPERATIONS: Final = 1
+DEFAULT_MAX_NODE_MAINTENANCE_TIME_SECONDS: Final = 3600
+LOG_LEVELS: Final = ("debug", "info", "error")
+
+REQUESTOR_ID_PATTERN: Final = re.compile(
+    r"^([a-z0-9A-Z]([-a-z0-9A-Z]*[a-z0-9A-Z])?(\.[a-z0-9A-Z]([-a-z0-9A-Z]*[a-z0-9A-Z])?)*)$"
+)
+_INT32_MAX: Final = 2**31 - 1
+_PERCENT = re.compile(r"^(\d+)%$")
+
+Obj = Mapping[str, Any]
+
+
+def mapping(value: object) -> Obj:
+    return value if isinstance(value, Mapping) else {}
+
+
+def meta(obj: Obj) -> Obj:
+    return mapping(obj.get("metadata"))
+
+
+def annotations_of(obj: Obj) -> Obj:
+    return mapping(meta(obj).get("annotations"))
+
+
+def parse_time(value: object) -> float | None:
+    """RFC 3339 (as the API server writes it) -> seconds since the epoch; None if unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def rfc3339(at: float) -> str:
+    return datetime.fromtimestamp(int(at), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def find_condition(obj: Obj, kind: str) -> Obj | None:
+    for entry in mapping(obj.get("status")).get("conditions") or ():
+        if isinstance(entry, Mapping) and entry.get("type") == kind:
+            return entry
+    return None
+
+
+@dataclass(frozen=True)
+class WaitForPodCompletion:
+    pod_selector: str = ""
+    # 0 waits forever.
+    timeout_seconds: int = 0
+
+
+@dataclass(frozen=True)
+class DrainSpec:
+    force: bool = False
+    pod_selector: str = ""
+    # 0 means no limit.
+    timeout_seconds: int = DEFAULT_DRAIN_TIMEOUT_SECONDS
+    delete_empty_dir: bool = False
+    # byResourceNameRegex of each filter; a pod matching any of them is evicted.
+    eviction_filters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeMaintenance:
+    """One NodeMaintenance object, its spec defaulted and its progress read from status."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    generation: int
+    created_at: float
+    requestor_id: str
+    additional_requestors: tuple[str, ...]
+    node_name: str
+    cordon: bool
+    wait_for_pod_completion: WaitForPodCompletion | None
+    drain_spec: DrainSpec | None
+    phase: str
+    # When the Ready condition last changed reason (the start of the current phase).
+    phase_since: float | None
+    ready_message: str
+    requestor_failed: bool
+    deleting: bool
+    has_finalizer: bool
+    finalizers: tuple[str, ...]
+    annotations: Mapping[str, str]
+    status: Obj
+    problems: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def in_progress(self) -> bool:
+        """Scheduled or past it: the node counts as under maintenance."""
+        return self.phase not in NOT_STARTED
+
+    @property
+    def initial_unschedulable(self) -> str | None:
+        return self.annotations.get(INITIAL_STATE_ANNOTATION)
+
+    @property
+    def ready_time(self) -> float | None:
+        return parse_time(self.annotations.get(READY_TIME_ANNOTATION))
+
+    @property
+    def gc_ignored(self) -> bool:
+        return self.annotations.get(GC_IGNORE_ANNOTATION) == "true"
+
+    @property
+    def wait_started_at(self) -> float | None:
+        return parse_time(self.annotations.get(WAIT_START_ANNOTATION))
+
+
+def _bool(value: object, default: bool, field: str, problems: list[str]) -> bool:
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    problems.append(f"{field} must be a boolean")
+    return default
+
+
+def _seconds(value: object, default: int, field: str, problems: list[str]) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        problems.append(f"{field} must be an integer")
+        return default
+    if value < 0 or value > _INT32_MAX:
+        problems.append(f"{field} must be between 0 and {_INT32_MAX}")
+        return default
+    return value
+
+
+def _text(value: object, field: str, problems: list[str]) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        problems.append(f"{field} must be a string")
+        return ""
+    return value
+
+
+def parse_node_maintenance(obj: Obj) -> NodeMaintenance:
+    metadata = meta(obj)
+    spec = mapping(obj.get("spec"))
+    problems: list[str] = []
+    requestor = _text(spec.get("requestorID"), "spec.requestorID", problems)
+    if not requestor:
+        problems.append("spec.requestorID is required")
+    elif not 2 <= len(requestor) <= 63 or not REQUESTOR_ID_PATTERN.match(requestor):
+        problems.append("spec.requestorID must be a DNS-subdomain-like name of 2-63 characters")
+    node_name = _text(spec.get("nodeName"), "spec.nodeName", problems)
+    if not node_name:
+        problems.append("spec.nodeName is required")
+    additional_raw = spec.get("additionalRequestors") or []
+    additional: list[str] = []
+    if isinstance(additional_raw, list):
+        for item in additional_raw:
+            if isinstance(item, str) and item not in additional:
+                additional.append(item)
+    else:
+        problems.append("spec.additionalRequestors must be a list of strings")
+
+    wait: WaitForPodCompletion | None = None
+    wait_raw = spec.get("waitForPodCompletion")
+    if isinstance(wait_raw, Mapping):
+        wait = WaitForPodCompletion(
+            pod_selector=_text(
+                wait_raw.get("podSelector"), "waitForPodCompletion.podSelector", problems
+            ),
+            timeout_seconds=_seconds(
+                wait_raw.get("timeoutSeconds"), 0, "waitForPodCompletion.timeoutSeconds", problems
+            ),
+        )
+    drain: DrainSpec | None = None
+    drain_raw = spec.get("drainSpec")
+    if isinstance(drain_raw, Mapping):
+        filters: list[str] = []
+        raw_filters = drain_raw.get("podEvictionFilters")
+        if raw_filters is not None and not isinstance(raw_filters, list):
+            problems.append("drainSpec.podEvictionFilters must be a list")
+        for entry in raw_filters if isinstance(raw_filters, list) else ():
+            regex = mapping(entry).get("byResourceNameRegex")
+            if isinstance(regex, str):
+                filters.append(regex)
+        drain = DrainSpec(
+            force=_bool(drain_raw.get("force"), False, "drainSpec.force", problems),
+            pod_selector=_text(drain_raw.get("podSelector"), "drainSpec.podSelector", problems),
+            timeout_seconds=_seconds(
+                drain_raw.get("timeoutSeconds"),
+                DEFAULT_DRAIN_TIMEOUT_SECONDS,
+                "drainSpec.timeoutSeconds",
+                problems,
+            ),
+            delete_empty_dir=_bool(
+                drain_raw.get("deleteEmptyDir"), False, "drainSpec.deleteEmptyDir", problems
+            ),
+            eviction_filters=tuple(filters),
+        )
+
+    ready = find_condition(obj, READY_CONDITION)
+    phase = str(ready.get("reason") or "") if ready else UNINITIALIZED
+    failed = find_condition(obj, REQUESTOR_FAILED_CONDITION)
+    finalizers = tuple(str(f) for f in metadata.get("finalizers") or () if isinstance(f, str))
+    annotations = {
+        str(k): str(v) for k, v in mapping(metadata.get("annotations")).items() if v is not None
+    }
+    generation = metadata.get("generation")
+    return NodeMaintenance(
+        namespace=str(metadata.get("namespace") or ""),
+        name=str(metadata.get("name") or ""),
+        uid=str(metadata.get("uid") or ""),
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        generation=generation if isinstance(generation, int) else 0,
+        created_at=parse_time(metadata.get("creationTimestamp")) or 0.0,
+        requestor_id=requestor,
+        additional_requestors=tuple(additional),
+        node_name=node_name,
+        cordon=_bool(spec.get("cordon"), True, "spec.cordon", problems),
+        wait_for_pod_completion=wait,
+        drain_spec=drain,
+        phase=phase,
+        phase_since=parse_time(ready.get("lastTransitionTime")) if ready else None,
+        ready_message=str(ready.get("message") or "") if ready else "",
+        requestor_failed=failed is not None and failed.get("status") == "True",
+        deleting=bool(metadata.get("deletionTimestamp")),
+        has_finalizer=FINALIZER in finalizers,
+        finalizers=finalizers,
+        annotations=annotations,
+        status=mapping(obj.get("status")),
+        problems=tuple(problems),
+    )
+
+
+# --- MaintenanceOperatorConfig ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IntOrPercent:
+    """An IntOrString limit: an absolute count or a percentage of the nodes."""
+
+    value: int
+    percent: bool = False
+
+    def resolve(self, total: int, *, round_up: bool) -> int:
+        if not self.percent:
+            return self.value
+        exact = self.value * total / 100
+        return math.ceil(exact) if round_up else math.floor(exact)
+
+    def __str__(self) -> str:
+        return f"{self.value}%" if self.percent else str(self.value)
+
+
+def parse_int_or_percent(value: object) -> IntOrPercent | None:
+    """5 -> 5; "10%" -> 10 percent; "5" -> 5; anything else (or negative) -> None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return IntOrPercent(value) if value >= 0 else None
+    if isinstance(value, str):
+        match = _PERCENT.match(value.strip())
+        if match:
+            return IntOrPercent(int(match.group(1)), percent=True)
+        if value.strip().isdigit():
+            return IntOrPercent(int(value.strip()))
+    return None
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    max_parallel_operations: IntOrPercent = IntOrPercent(DEFAULT_MAX_PARALLEL_OPERATIONS)
+    # None: no limit.
+    max_unavailable: IntOrPercent | None = None
+    max_node_maintenance_time_seconds: int = DEFAULT_MAX_NODE_MAINTENANCE_TIME_SECONDS
+    log_level: str = "info"
+    problems: tuple[str, ...] = ()
+
+    def parallel_limit(self, total_nodes: int) -> int | None:
+        """Most requests in progress at once; None when unlimited (an explicit 0, as the
+        field's documentation says -- upstream schedules nothing then). Percent rounds up."""
+        limit = self.max_parallel_operations.resolve(total_nodes, round_up=True)
+        return None if limit == 0 else limit
+
+    def unavailable_limit(self, total_nodes: int) -> int | None:
+        """Most nodes unavailable at once; None when unset. Percent rounds down, so "10%" of
+        5 nodes is 0: nothing new becomes unavailable."""
+        if self.max_unavailable is None:
+            return None
+        return self.max_unavailable.resolve(total_nodes, round_up=False)
+
+
+def parse_operator_config(obj: Obj | None) -> OperatorConfig:
+    if obj is None:
+        return OperatorConfig()
+    spec = mapping(obj.get("spec"))
+    problems: list[str] = []
+    parallel = IntOrPercent(DEFAULT_MAX_PARALLEL_OPERATIONS)
+    if spec.get("maxParallelOperations") is not None:
+        parsed = parse_int_or_percent(spec.get("maxParallelOperations"))
+        if parsed is None:
+            problems.append("maxParallelOperations must be a non-negative integer or a percent")
+        else:
+            parallel = parsed
+    unavailable: IntOrPercent | None = None
+    if spec.get("maxUnavailable") is not None:
+        unavailable = parse_int_or_percent(spec.get("maxUnavailable"))
+        if unavailable is None:
+            problems.append("maxUnavailable must be a non-negative integer or a percent")
+            # Fail closed: an unreadable availability limit allows nothing new to go down.
+            unavailable = IntOrPercent(0)
+    max_time = _seconds(
+        spec.get("maxNodeMaintenanceTimeSeconds"),
+        DEFAULT_MAX_NODE_MAINTENANCE_TIME_SECONDS,
+        "maxNodeMaintenanceTimeSeconds",
+        problems,
+    )
+    log_level = spec.get("logLevel") or "info"
+    if log_level not in LOG_LEVELS:
+        problems.append(f"logLevel must be one of {', '.join(LOG_LEVELS)}")
+        log_level = "info"
+    return OperatorConfig(
+        max_parallel_operations=parallel,
+        max_unavailable=unavailable,
+        max_node_maintenance_time_seconds=max_time,
+        log_level=str(log_level),
+        problems=tuple(problems),
+    )

@@ -1,0 +1,31 @@
+"""maintenance-scheduler settings (environment variables of the same name, upper case)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from msgspec import Meta
+
+from nodeflow_runtime.config import ServiceConfig
+
+
+class MaintenanceSchedulerConfig(ServiceConfig, kw_only=True):
+    # Namespace of the MaintenanceOperatorConfig named `default` that the service honours.
+    operator_namespace: str = "nodeflow-system"
+    # One active replica: the others wait on this lease.
+    leader_lease_ttl_seconds: Annotated[float, Meta(gt=0)] = 15.0
+    # Everything is looked at again at least this often, even when nothing changed.
+    resync_seconds: Annotated[float, Meta(gt=0)] = 10.0
+    # Changes arriving within this window are handled together.
+    debounce_seconds: Annotated[float, Meta(ge=0)] = 0.05
+    # A command with no visible effect for this long may be sent again.
+    in_flight_timeout_seconds: Annotated[float, Meta(gt=0)] = 30.0
+    # An eviction that failed (a PodDisruptionBudget held it past k8s-watcher's retries) is
+    # sent again after this, doubling up to the maximum.
+    eviction_retry_initial_seconds: Annotated[float, Meta(gt=0)] = 5.0
+    eviction_retry_max_seconds: Annotated[float, Meta(gt=0)] = 120.0
+    # Slurm states older than this (seconds since slurm-syncer's last successful poll of the
+    # cluster) count as unknown; 0 uses slurm-syncer's own staleness rule.
+    slurm_state_max_age_seconds: Annotated[float, Meta(ge=0)] = 0.0
+    # Most messages published in one batch (JetStream acks outstanding).
+    publish_window: Annotated[int, Meta(ge=1)] = 256

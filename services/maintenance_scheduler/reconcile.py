@@ -1,0 +1,515 @@
+"""One NodeMaintenance's next step: state in, actions out (pure).
+
+The phase is the reason of the Ready condition: Pending -> Scheduled -> Cordon ->
+WaitForPodCompletion -> Draining -> Ready (<-> RequestorFailed). Each call takes at most one
+step for a request, and every step is written to the object (status, annotations,
+finalizer) before the next is taken, so the object alone says where a request is: a
+restarted service resumes from it, never from memory. Pending -> Scheduled is the
+scheduler's (see `scheduler`).
+
+Deletion cleans up by phase: before the cordon there is nothing to undo but the finalizer;
+from the cordon on, the node is uncordoned if we cordoned it (the initial-state annotation
+says "false") and no other request on the node still needs it cordoned, then the finalizer
+goes. A Ready request with additionalRequestors left waits for them to be removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from maintenance_scheduler.actions import (
+    Action,
+    CordonNode,
+    Decision,
+    DeleteRequest,
+    Event,
+    PatchRequest,
+    SetStatus,
+    UncordonNode,
+)
+from maintenance_scheduler.actions import EvictPod as EvictAction
+from maintenance_scheduler.api import (
+    CORDON,
+    DRAINING,
+    FINALIZER,
+    INITIAL_STATE_ANNOTATION,
+    NOT_STARTED,
+    PENDING,
+    READY,
+    READY_CONDITION,
+    READY_TIME_ANNOTATION,
+    REQUESTOR_FAILED,
+    SCHEDULED,
+    UNINITIALIZED,
+    WAIT_FOR_POD_COMPLETION,
+    WAIT_START_ANNOTATION,
+    NodeMaintenance,
+    OperatorConfig,
+    mapping,
+    rfc3339,
+)
+from maintenance_scheduler.drain import DrainPlan, drain_progress, plan_drain
+from maintenance_scheduler.pods import PodFacts
+from maintenance_scheduler.selector import SelectorError, parse_selector
+
+# Our value of the node's cordon-reason annotation starts with this, so an uncordon only
+# ever removes a reason we wrote.
+CORDON_REASON_PREFIX: Final = "NodeMaintenance "
+# A drain past its timeout, or blocked, is looked at again this often.
+DRAIN_RETRY_SECONDS: Final = 30.0
+PHASES_NEEDING_CORDON: Final = frozenset(
+    {CORDON, WAIT_FOR_POD_COMPLETION, DRAINING, READY, REQUESTOR_FAILED}
+)
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    name: str
+    uid: str
+    resource_version: str
+    unschedulable: bool
+    ready: bool
+    cordon_reason: str = ""
+
+
+@dataclass
+class Step:
+    actions: list[Action] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    # When to look at the request again even if nothing changes (a timeout).
+    wake_at: float | None = None
+    # The drain is past drainSpec.timeoutSeconds (for the metric).
+    drain_timed_out: bool = False
+    # The drain plan, when the request is draining (for the metrics).
+    drain: DrainPlan | None = None
+
+
+def cordon_reason_for(request: NodeMaintenance) -> str:
+    return f"{CORDON_REASON_PREFIX}{request.key} (requestor {request.requestor_id})"
+
+
+# --- status ---------------------------------------------------------------------------------
+
+_KEEP: Final[Any] = object()
+
+
+def next_status(
+    request: NodeMaintenance,
+    phase: str,
+    now: float,
+    message: str = "",
+    *,
+    wait_for_completion: Any = _KEEP,
+    drain: Any = _KEEP,
+) -> dict[str, Any]:
+    """The request's status with the Ready condition at `phase`; other conditions (the
+    requestor's RequestorFailed) kept as they are. `drain` None removes status.drain."""
+    status: dict[str, Any] = {k: v for k, v in request.status.items() if k != "conditions"}
+    conditions = [
+        dict(mapping(c))
+        for c in request.status.get("conditions") or ()
+        if mapping(c).get("type") != READY_CONDITION
+    ]
+    old = next(
+        (
+            mapping(c)
+            for c in request.status.get("conditions") or ()
+            if mapping(c).get("type") == READY_CONDITION
+        ),
+        None,
+    )
+    changed = old is None or old.get("reason") != phase
+    transition = rfc3339(now) if changed or old is None else old.get("lastTransitionTime")
+    conditions.append(
+        {
+            "type": READY_CONDITION,
+            "status": "True" if phase == READY else "False",
+            "reason": phase,
+            "message": message,
+            "lastTransitionTime": transition or rfc3339(now),
+            "observedGeneration": request.generation,
+        }
+    )
+    status["conditions"] = sorted(conditions, key=lambda c: str(c.get("type")))
+    if wait_for_completion is not _KEEP:
+        if wait_for_completion:
+            status["waitForCompletion"] = list(wait_for_completion)
+        else:
+            status.pop("waitForCompletion", None)
+    if drain is not _KEEP:
+        if drain is None:
+            status.pop("drain", None)
+        else:
+            status["drain"] = drain
+    return status
+
+
+def _same_status(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    def comparable(status: Mapping[str, Any]) -> Any:
+        conditions = sorted(
+            (
+                {k: v for k, v in mapping(c).items() if k != "lastTransitionTime"}
+                for c in status.get("conditions") or ()
+            ),
+            key=lambda c: str(c.get("type")),
+        )
+        return {**{k: v for k, v in status.items() if k != "conditions"}, "conditions": conditions}
+
+    return bool(comparable(current) == comparable(new))
+
+
+def set_phase(
+    step: Step,
+    request: NodeMaintenance,
+    phase: str,
+    now: float,
+    message: str = "",
+    **fields: Any,
+) -> None:
+    """Append the status write that moves (or keeps) the request at `phase`, if it changes
+    anything; a phase change also records a ConditionChanged Event and a decision."""
+    status = next_status(request, phase, now, message, **fields)
+    if _same_status(request.status, status):
+        return
+    change = (request.phase, phase) if request.phase != phase else None
+    step.actions.append(SetStatus(request, status, change))
+    if change is not None:
+        step.actions.append(Event(request, "ConditionChanged", phase))
+        step.decisions.append(
+            Decision(
+                request,
+                "phase-changed",
+                phase,
+                f"{request.phase or 'new'} -> {phase}" + (f": {message}" if message else ""),
+                node=request.node_name,
+            )
+        )
+
+
+# --- the phases -----------------------------------------------------------------------------
+
+
+def reconcile_request(
+    request: NodeMaintenance,
+    node: NodeFacts | None,
+    pods_on_node: Sequence[PodFacts],
+    others_on_node: Iterable[NodeMaintenance],
+    now: float,
+) -> Step:
+    step = Step()
+    if request.deleting:
+        _cleanup(step, request, node, others_on_node)
+        return step
+    if request.problems:
+        message = "invalid spec: " + "; ".join(request.problems)
+        if request.ready_message != message:
+            step.actions.append(Event(request, "InvalidSpec", message, "Warning"))
+            step.decisions.append(Decision(request, "invalid-spec", "InvalidSpec", message))
+        # A request not yet started stays Pending; one in progress keeps its phase (going
+        # back to Pending would forget the cordon) and waits until it is fixed or deleted.
+        set_phase(step, request, request.phase if request.in_progress else PENDING, now, message)
+        return step
+    phase = request.phase
+    if phase == UNINITIALIZED:
+        set_phase(step, request, PENDING, now)
+    elif phase == PENDING:
+        _pending(step, request, node, now)
+    elif node is None:
+        # In progress on a node that has gone: nothing to cordon or drain, say so and wait
+        # (deleting the request cleans up).
+        message = f"node {request.node_name} does not exist"
+        if request.ready_message != message:
+            step.actions.append(Event(request, "NodeNotFound", message, "Warning"))
+            step.decisions.append(
+                Decision(request, "node-not-found", "NodeNotFound", message, node=request.node_name)
+            )
+        set_phase(step, request, phase, now, message)
+    elif phase == SCHEDULED:
+        if not request.has_finalizer:
+            step.actions.append(PatchRequest(request, finalizers=(*request.finalizers, FINALIZER)))
+        else:
+            set_phase(step, request, CORDON, now)
+    elif phase == CORDON:
+        _cordon(step, request, node, now)
+    elif phase == WAIT_FOR_POD_COMPLETION:
+        _wait_for_pods(step, request, pods_on_node, now)
+    elif phase == DRAINING:
+        _drain(step, request, pods_on_node, now)
+    elif phase in (READY, REQUESTOR_FAILED):
+        desired = REQUESTOR_FAILED if request.requestor_failed else READY
+        if phase != desired:
+            set_phase(step, request, desired, now)
+        elif request.ready_time is None:
+            step.actions.append(
+                PatchRequest(request, annotations={READY_TIME_ANNOTATION: rfc3339(now)})
+            )
+    return step
+
+
+def _pending(step: Step, request: NodeMaintenance, node: NodeFacts | None, now: float) -> None:
+    if node is None:
+        message = f"node {request.node_name} does not exist"
+        if request.ready_message != message:
+            step.actions.append(Event(request, "NodeNotFound", message, "Warning"))
+            step.decisions.append(
+                Decision(request, "node-not-found", "NodeNotFound", message, node=request.node_name)
+            )
+        set_phase(step, request, PENDING, now, message)
+    elif request.ready_message:
+        # The node exists (again), or the spec was fixed: clear the old message.
+        set_phase(step, request, PENDING, now)
+
+
+def _cordon(step: Step, request: NodeMaintenance, node: NodeFacts, now: float) -> None:
+    if request.cordon:
+        initial = request.initial_unschedulable
+        if initial is None:
+            # Record the node's state before we touch it: the uncordon on deletion depends on it.
+            step.actions.append(
+                PatchRequest(
+                    request,
+                    annotations={
+                        INITIAL_STATE_ANNOTATION: "true" if node.unschedulable else "false"
+                    },
+                )
+            )
+            return
+        if initial == "false" and not node.unschedulable:
+            reason = cordon_reason_for(request)
+            step.actions.append(
+                CordonNode(request, node.name, node.uid, node.resource_version, reason)
+            )
+            step.decisions.append(
+                Decision(request, "cordon", "Cordon", f"cordon node {node.name}", node=node.name)
+            )
+            return
+    set_phase(step, request, WAIT_FOR_POD_COMPLETION, now)
+
+
+def _wait_for_pods(
+    step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: float
+) -> None:
+    wait = request.wait_for_pod_completion
+    if wait is None:
+        set_phase(step, request, DRAINING, now, wait_for_completion=(), drain=None)
+        return
+    started = request.wait_started_at
+    if started is None:
+        # Kept on the object, so a restart does not restart the timeout.
+        step.actions.append(
+            PatchRequest(request, annotations={WAIT_START_ANNOTATION: rfc3339(now)})
+        )
+        return
+    try:
+        selector = parse_selector(wait.pod_selector)
+    except SelectorError as exc:
+        set_phase(step, request, WAIT_FOR_POD_COMPLETION, now, f"invalid podSelector: {exc}")
+        return
+    waiting = sorted(p.key for p in pods if selector.matches(p.labels) and not p.terminal)
+    deadline = started + wait.timeout_seconds if wait.timeout_seconds > 0 else None
+    timed_out = deadline is not None and now >= deadline
+    if waiting and not timed_out:
+        message = f"waiting for {len(waiting)} pods to complete"
+        set_phase(step, request, WAIT_FOR_POD_COMPLETION, now, message, wait_for_completion=waiting)
+        step.wake_at = deadline
+        return
+    if waiting:
+        message = (
+            f"waitForPodCompletion timed out after {wait.timeout_seconds}s; "
+            f"{len(waiting)} pods still run: {', '.join(waiting[:10])}"
+        )
+        step.actions.append(Event(request, "WaitForPodCompletionTimeout", message, "Warning"))
+        step.decisions.append(Decision(request, "wait-timeout", "WaitTimeout", message))
+    set_phase(step, request, DRAINING, now, wait_for_completion=(), drain=None)
+
+
+def drain_status(plan: DrainPlan, eviction_pods: int, total_pods: int) -> dict[str, Any]:
+    remaining = sorted(p.key for p in plan.to_go) + sorted(h.pod.key for h in plan.blocking)
+    status: dict[str, Any] = {
+        "totalPods": total_pods,
+        "evictionPods": eviction_pods,
+        "drainProgress": drain_progress(eviction_pods, len(remaining)),
+    }
+    if remaining:
+        status["waitForEviction"] = remaining
+    return status
+
+
+def _count(value: object) -> int:
+    """A count from status as written (the schema says int32 >= 0); anything else reads 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: float) -> None:
+    spec = request.drain_spec
+    if spec is None:
+        set_phase(step, request, READY, now, drain=None)
+        return
+    plan = plan_drain(spec, pods)
+    step.drain = plan
+    current = mapping(request.status.get("drain"))
+    if not current:
+        # The drain starts: the counts are fixed now and kept on the object, so a restarted
+        # service reports progress against the same totals.
+        eviction_pods = len(plan.to_go) + len(plan.blocking)
+        set_phase(
+            step, request, DRAINING, now, drain=drain_status(plan, eviction_pods, plan.total_pods)
+        )
+        return
+    eviction_pods = _count(current.get("evictionPods"))
+    total_pods = _count(current.get("totalPods"))
+    if plan.selector_error:
+        set_phase(
+            step, request, DRAINING, now, f"invalid drainSpec.podSelector: {plan.selector_error}"
+        )
+        return
+    if plan.done:
+        set_phase(step, request, READY, now, drain=drain_status(plan, eviction_pods, total_pods))
+        return
+    started = request.phase_since or now
+    deadline = started + spec.timeout_seconds if spec.timeout_seconds > 0 else None
+    timed_out = deadline is not None and now >= deadline
+    step.drain_timed_out = timed_out
+    for pod in plan.evict_now:
+        step.actions.append(EvictAction(request, pod))
+        step.decisions.append(
+            Decision(
+                request,
+                "evict",
+                "Evict",
+                f"evict pod {pod.key}",
+                pod=pod.key,
+                node=request.node_name,
+            )
+        )
+    parts: list[str] = []
+    if plan.blocking:
+        held = "; ".join(f"{h.pod.key} {h.why}" for h in plan.blocking[:5])
+        parts.append(f"drain blocked, nothing evicted: {held}")
+    if plan.waiting_for_slurm:
+        held = "; ".join(h.why for h in plan.waiting_for_slurm[:5])
+        if not request.cordon:
+            held += " (spec.cordon is false: nothing drains the Slurm node)"
+        parts.append(f"waiting for Slurm to drain before evicting: {held}")
+    if timed_out:
+        jobs = [h.pod.name for h in plan.waiting_for_slurm]
+        text = f"drain timed out after {spec.timeout_seconds}s with {len(plan.to_go)} pods left"
+        if jobs:
+            text += f"; jobs still run on Slurm nodes {', '.join(jobs[:10])}"
+        parts.insert(0, text + "; still retrying")
+    message = ". ".join(parts)
+    if message != request.ready_message:
+        if plan.blocking:
+            step.decisions.append(Decision(request, "drain-blocked", "DrainBlocked", message))
+        for held_pod in plan.waiting_for_slurm:
+            step.decisions.append(
+                Decision(
+                    request,
+                    "waiting-for-slurm",
+                    "WaitingForSlurm",
+                    held_pod.why,
+                    pod=held_pod.pod.key,
+                    node=request.node_name,
+                )
+            )
+        if timed_out and not request.ready_message.startswith("drain timed out"):
+            step.actions.append(Event(request, "DrainTimeout", message, "Warning"))
+            step.decisions.append(Decision(request, "drain-timeout", "DrainTimeout", message))
+    set_phase(
+        step, request, DRAINING, now, message, drain=drain_status(plan, eviction_pods, total_pods)
+    )
+    if deadline is not None and not timed_out:
+        step.wake_at = deadline
+    elif plan.blocking or plan.waiting_for_slurm or timed_out:
+        step.wake_at = now + DRAIN_RETRY_SECONDS
+
+
+# --- deletion and garbage collection ----------------------------------------------------------
+
+
+def other_needs_cordon(request: NodeMaintenance, others: Iterable[NodeMaintenance]) -> bool:
+    return any(
+        o.uid != request.uid
+        and o.node_name == request.node_name
+        and not o.deleting
+        and o.cordon
+        and o.phase in PHASES_NEEDING_CORDON
+        for o in others
+    )
+
+
+def _cleanup(
+    step: Step,
+    request: NodeMaintenance,
+    node: NodeFacts | None,
+    others: Iterable[NodeMaintenance],
+) -> None:
+    if not request.has_finalizer:
+        return
+    phase = request.phase
+    if phase in (READY, REQUESTOR_FAILED) and request.additional_requestors:
+        message = "deletion waits for additionalRequestors: " + ", ".join(
+            request.additional_requestors
+        )
+        if request.ready_message != message:
+            step.decisions.append(
+                Decision(request, "waiting-for-requestors", "WaitingForRequestors", message)
+            )
+        return
+    ours = request.cordon and request.initial_unschedulable == "false"
+    if (
+        ours
+        and phase not in NOT_STARTED
+        and phase != SCHEDULED
+        and node is not None
+        and not other_needs_cordon(request, others)
+    ):
+        # Deleted during the Cordon phase, our cordon may still be on its way: an uncordon
+        # sent after it is applied after it (one node's commands apply in the order sent).
+        if node.unschedulable or phase == CORDON:
+            step.actions.append(
+                UncordonNode(
+                    request,
+                    node.name,
+                    node.uid,
+                    node.resource_version,
+                    clear_reason=node.cordon_reason.startswith(CORDON_REASON_PREFIX),
+                )
+            )
+            step.decisions.append(
+                Decision(
+                    request, "uncordon", "Uncordon", f"uncordon node {node.name}", node=node.name
+                )
+            )
+        if node.unschedulable:
+            return
+    step.actions.append(
+        PatchRequest(request, finalizers=tuple(f for f in request.finalizers if f != FINALIZER))
+    )
+    step.decisions.append(
+        Decision(request, "finalizer-removed", "Cleanup", f"cleanup done in phase {phase or 'new'}")
+    )
+
+
+def garbage_collect(
+    requests: Iterable[NodeMaintenance], config: OperatorConfig, now: float
+) -> tuple[list[DeleteRequest], float | None]:
+    """Requests Ready for longer than maxNodeMaintenanceTimeSeconds are deleted -- never one
+    in RequestorFailed (the requestor still has to look at it) or annotated
+    garbage-collector.ignore: "true". Returns the deletions and when the next one is due."""
+    due: list[DeleteRequest] = []
+    next_due: float | None = None
+    for request in requests:
+        if request.deleting or request.phase != READY or request.gc_ignored:
+            continue
+        ready_at = request.ready_time
+        if ready_at is None:
+            continue
+        expires = ready_at + config.max_node_maintenance_time_seconds
+        if expires <= now:
+            due.append(DeleteRequest(request))
+        elif next_due is None or expires < next_due:
+            next_due = expires
+    return due, next_due

@@ -1,0 +1,271 @@
+"""`python -m maintenance_scheduler` as a real process on the whole stack, driven with kubectl
+the way a user of NVIDIA's maintenance-operator would: the reference's example manifest goes
+to Ready, the printer columns show it, the immutable fields are refused by the API server, and
+deletion uncordons the node."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from nodeflow_runtime.natsd import free_port
+from tests.integration.maintenance_scheduler import conftest as whole_stack
+from tests.integration.maintenance_scheduler.conftest import Stack, eventually
+
+pytestmark = pytest.mark.slow
+
+KUBECTL = shutil.which("kubectl")
+stack = whole_stack.stack
+
+# The reference README's example, verbatim but for the node name (its `wokrer-01` is a typo
+# for a node that does not exist here).
+REFERENCE_EXAMPLE = """
+apiVersion: maintenance.nvidia.com/v1alpha1
+kind: NodeMaintenance
+metadata:
+  name: my-maintenance-operation
+  namespace: default
+spec:
+  requestorID: some.one.acme.com
+  nodeName: wokrer-01
+  cordon: true
+  waitForPodCompletion:
+    podSelector: "app=important"
+    timeoutSeconds: 0
+  drainSpec:
+    force: true
+    podSelector: ""
+    timeoutSeconds: 0
+    deleteEmptyDir: true
+    podEvictionFilters:
+    - byResourceNameRegex: nvidia.com/gpu-*
+    - byResourceNameRegex: nvidia.com/rdma*
+"""
+
+
+@pytest.fixture(autouse=True)
+def require_kubectl() -> None:
+    if KUBECTL is None:
+        pytest.skip("kubectl not installed (apt-get install kubernetes-client)")
+
+
+async def kubectl(running: Stack, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    assert KUBECTL is not None
+    kubeconfig = Path(running.sim.kubeconfig_path)
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL,
+        f"--kubeconfig={kubeconfig}",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "KUBECACHEDIR": str(kubeconfig.parent / "kubectl-cache")},
+    )
+    out, err = await asyncio.wait_for(
+        proc.communicate(stdin.encode() if stdin is not None else None), 60
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {err.decode()}{out.decode()}")
+    return out.decode() + ("" if check else err.decode())
+
+
+async def start_process(running: Stack, port: int) -> asyncio.subprocess.Process:
+    env = {
+        **os.environ,
+        "NATS_URL": running.nats_url,
+        "HTTP_HOST": "127.0.0.1",
+        "HTTP_PORT": str(port),
+        "INSTANCE_ID": "e2e-maintenance",
+        "LOG_LEVEL": "warning",
+        "OPERATOR_NAMESPACE": "default",
+        "LEADER_LEASE_TTL_SECONDS": "1.5",
+        "RESYNC_SECONDS": "0.5",
+        "DEBOUNCE_SECONDS": "0.02",
+    }
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "maintenance_scheduler",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def wait_ready(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            assert time.monotonic() < deadline, "maintenance-scheduler process not ready"
+            await asyncio.sleep(0.1)
+
+
+async def test_reference_example_manifest_goes_to_ready_with_kubectl(stack: Stack) -> None:
+    node = stack.node_names()[0]
+    stack.run_pod("cpu-only", node)  # no GPU/RDMA request: the filters leave it running
+    await eventually(
+        lambda: (stack.pod("cpu-only") or {}).get("status", {}).get("phase") == "Running"
+    )
+    port = free_port()
+    process = await start_process(stack, port)
+    try:
+        await wait_ready(port)
+        manifest: dict[str, Any] = yaml.safe_load(REFERENCE_EXAMPLE)
+        manifest["spec"]["nodeName"] = node
+        await kubectl(stack, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+
+        async def phase() -> str:
+            return (
+                await kubectl(
+                    stack,
+                    "get",
+                    "nodemaintenances.maintenance.nvidia.com",
+                    "my-maintenance-operation",
+                    "-n",
+                    "default",
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type=='Ready')].reason}",
+                )
+            ).strip()
+
+        deadline = time.monotonic() + 40
+        while await phase() != "Ready":
+            assert time.monotonic() < deadline, "the example never became Ready"
+            await asyncio.sleep(0.3)
+        table = await kubectl(stack, "get", "nodemaintenances.maintenance.nvidia.com", "-A")
+        header, row = table.strip().splitlines()[:2]
+        assert header.split()[:7] == [
+            "NAMESPACE",
+            "NAME",
+            "NODE",
+            "REQUESTOR",
+            "READY",
+            "PHASE",
+            "FAILED",
+        ]
+        assert row.split()[:6] == [
+            "default",
+            "my-maintenance-operation",
+            node,
+            "some.one.acme.com",
+            "True",
+            "Ready",
+        ]
+        assert stack.unschedulable(node)
+        assert stack.pod("cpu-only") is not None
+
+        # The API server refuses a change of an immutable field (CEL rule in the CRD).
+        refused = await kubectl(
+            stack,
+            "patch",
+            "nodemaintenances.maintenance.nvidia.com",
+            "my-maintenance-operation",
+            "-n",
+            "default",
+            "--type=merge",
+            "-p",
+            '{"spec": {"nodeName": "elsewhere"}}',
+            check=False,
+        )
+        assert "Value is immutable" in refused
+
+        await kubectl(
+            stack,
+            "delete",
+            "nodemaintenances.maintenance.nvidia.com",
+            "my-maintenance-operation",
+            "-n",
+            "default",
+            "--wait=true",
+            "--timeout=40s",
+        )
+        await eventually(lambda: not stack.unschedulable(node), what="node uncordoned")
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+PDB = """
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: guard
+  namespace: default
+spec:
+  minAvailable: 1
+  selector:
+    matchLabels:
+      app: guarded
+"""
+
+
+async def test_process_killed_mid_drain_resumes_without_a_second_eviction(stack: Stack) -> None:
+    node = stack.node_names()[1]
+    guarded = stack.run_pod("guarded", node, labels={"app": "guarded"})
+    await eventually(
+        lambda: (stack.pod("guarded") or {}).get("status", {}).get("phase") == "Running"
+    )
+    await kubectl(stack, "apply", "-f", "-", stdin=PDB)
+    port = free_port()
+    process = await start_process(stack, port)
+    second: asyncio.subprocess.Process | None = None
+    try:
+        await wait_ready(port)
+        manifest = {
+            "apiVersion": "maintenance.nvidia.com/v1alpha1",
+            "kind": "NodeMaintenance",
+            "metadata": {"name": "held", "namespace": "default"},
+            "spec": {
+                "requestorID": "e2e.nodeflow.dev",
+                "nodeName": node,
+                "drainSpec": {"force": True, "timeoutSeconds": 0},
+            },
+        }
+        await kubectl(stack, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+        # The PodDisruptionBudget holds the drain: k8s-watcher reports the 429 as retrying.
+        await eventually(
+            lambda: any(o.op == "evict" and o.outcome == "retrying" for o in stack.outcomes),
+            timeout=40,
+            what="eviction held by the PodDisruptionBudget",
+        )
+        assert stack.phase("held") == "Draining"
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+        second = await start_process(stack, port)
+        await wait_ready(port)
+        await kubectl(stack, "delete", "poddisruptionbudget", "guard", "-n", "default")
+        await eventually(lambda: stack.phase("held") == "Ready", timeout=60, what="Ready")
+        assert stack.pod("guarded") is None
+        uid = guarded["metadata"]["uid"]
+        await eventually(lambda: stack.evictions_applied(uid), what="eviction outcome")
+        assert len(stack.evictions_applied(uid)) == 1
+    finally:
+        for proc in (process, second):
+            if proc is not None and proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), 10)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()

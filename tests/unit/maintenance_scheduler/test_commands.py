@@ -1,0 +1,92 @@
+"""Actions -> k8s-watcher commands: keys from state, preconditions, order, only allowed ops."""
+
+from __future__ import annotations
+
+from maintenance_scheduler.actions import (
+    CordonNode,
+    Decision,
+    DeleteRequest,
+    Event,
+    EvictPod,
+    PatchRequest,
+    SetStatus,
+    UncordonNode,
+)
+from maintenance_scheduler.commands import SENDER, commands_for, decision_message
+from nodeflow_contracts import k8s
+from nodeflow_contracts.pod_protocol import NODE_CORDON_REASON_ANNOTATION
+from tests.unit.maintenance_scheduler.builders import T0, nm, pod
+
+REQUEST = nm("r", "n1", phase="Draining", finalizer=True, rv="42")
+
+
+def test_rule_same_state_same_idempotency_key() -> None:
+    action = SetStatus(REQUEST, {"conditions": []})
+    first = commands_for(action, T0)[0]
+    again = commands_for(action, T0 + 100)[0]
+    assert first.idempotency_key == again.idempotency_key
+    newer = nm("r", "n1", phase="Draining", finalizer=True, rv="43")
+    assert commands_for(SetStatus(newer, {"conditions": []}), T0)[0].idempotency_key != (
+        first.idempotency_key
+    )
+
+
+def test_rule_request_writes_carry_uid_and_resource_version() -> None:
+    for action in (
+        SetStatus(REQUEST, {}),
+        PatchRequest(REQUEST, annotations={"a": "b"}),
+    ):
+        [command] = commands_for(action, T0)
+        assert command.target.uid == "uid-r"
+        assert command.target.resource_version == "42"
+        assert command.sender == SENDER
+
+
+def test_rule_cordon_names_the_maintenance_before_cordoning() -> None:
+    action = CordonNode(REQUEST, "n1", "uid-n1", "7", "NodeMaintenance default/r (requestor x)")
+    annotate, cordon = commands_for(action, T0)
+    assert isinstance(annotate.operation, k8s.PatchObject)
+    assert annotate.operation.patch == {
+        "metadata": {"annotations": {NODE_CORDON_REASON_ANNOTATION: action.reason}}
+    }
+    assert isinstance(cordon.operation, k8s.CordonNode)
+    # One node's commands apply in the order sent.
+    assert annotate.target.ordering_key == cordon.target.ordering_key
+
+
+def test_rule_uncordon_clears_only_our_reason() -> None:
+    ours = commands_for(UncordonNode(REQUEST, "n1", "uid-n1", "7", clear_reason=True), T0)
+    assert [c.op for c in ours] == ["uncordon", "patch"]
+    theirs = commands_for(UncordonNode(REQUEST, "n1", "uid-n1", "7", clear_reason=False), T0)
+    assert [c.op for c in theirs] == ["uncordon"]
+
+
+def test_rule_eviction_key_is_the_pod_and_attempt() -> None:
+    action = EvictPod(REQUEST, pod("a"))
+    [first] = commands_for(action, T0)
+    assert first.idempotency_key == "maint:evict:uid-a:0"
+    assert first.target.uid == "uid-a"
+    [retry] = commands_for(action, T0, eviction_attempt=1)
+    assert retry.idempotency_key != first.idempotency_key
+
+
+def test_rule_only_the_policy_ops_are_used() -> None:
+    actions = [
+        SetStatus(REQUEST, {}),
+        PatchRequest(REQUEST, finalizers=()),
+        CordonNode(REQUEST, "n1", "u", "1", "why"),
+        UncordonNode(REQUEST, "n1", "u", "1", clear_reason=True),
+        EvictPod(REQUEST, pod("a")),
+        Event(REQUEST, "ConditionChanged", "Ready"),
+        DeleteRequest(REQUEST),
+    ]
+    ops = {c.op for a in actions for c in commands_for(a, T0)}
+    allowed = {"update-status", "patch", "cordon", "uncordon", "evict", "record-event", "delete"}
+    assert ops == allowed
+    assert all(c.subject.startswith("cmd.k8s.v1.") for a in actions for c in commands_for(a, T0))
+
+
+def test_rule_decision_subject_names_the_request() -> None:
+    decision = decision_message(Decision(REQUEST, "evict", "Evict", "evict pod default/a"), T0)
+    assert decision.subject == "maintenance.v1.default.r.decision"
+    assert decision.requestor == REQUEST.requestor_id

@@ -1,0 +1,338 @@
+"""The phase machine, cordon/uncordon, waiting, draining, deletion and garbage collection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from maintenance_scheduler.actions import (
+    CordonNode,
+    Event,
+    EvictPod,
+    PatchRequest,
+    SetStatus,
+    UncordonNode,
+)
+from maintenance_scheduler.api import (
+    FINALIZER,
+    INITIAL_STATE_ANNOTATION,
+    READY_TIME_ANNOTATION,
+    WAIT_START_ANNOTATION,
+    OperatorConfig,
+    find_condition,
+    rfc3339,
+)
+from maintenance_scheduler.reconcile import (
+    CORDON_REASON_PREFIX,
+    Step,
+    garbage_collect,
+    reconcile_request,
+)
+from tests.unit.maintenance_scheduler.builders import T0, nm, node_facts, pod
+
+NODE = node_facts("n1")
+CORDONED = node_facts("n1", unschedulable=True, reason=CORDON_REASON_PREFIX + "x")
+
+
+def only(step: Step, kind: type[Any]) -> list[Any]:
+    return [a for a in step.actions if isinstance(a, kind)]
+
+
+def new_phase(step: Step) -> str | None:
+    writes = only(step, SetStatus)
+    if not writes:
+        return None
+    ready = find_condition({"status": writes[-1].status}, "Ready")
+    return None if ready is None else str(ready["reason"])
+
+
+def test_rule_new_request_becomes_pending_with_event() -> None:
+    step = reconcile_request(nm("r", "n1"), NODE, [], [], T0)
+    assert new_phase(step) == "Pending"
+    assert [e.reason for e in only(step, Event)] == ["ConditionChanged"]
+    assert only(step, Event)[0].message == "Pending"
+
+
+def test_rule_pending_on_missing_node_says_so_with_event() -> None:
+    step = reconcile_request(nm("r", "ghost", phase="Pending"), None, [], [], T0)
+    write = only(step, SetStatus)[0]
+    ready = find_condition({"status": write.status}, "Ready")
+    assert ready is not None and ready["reason"] == "Pending"
+    assert ready["message"] == "node ghost does not exist"
+    assert [e.reason for e in only(step, Event)] == ["NodeNotFound"]
+    again = nm("r", "ghost", phase="Pending", message="node ghost does not exist")
+    assert reconcile_request(again, None, [], [], T0).actions == []
+
+
+def test_rule_scheduled_adds_finalizer_then_moves_to_cordon() -> None:
+    step = reconcile_request(nm("r", "n1", phase="Scheduled"), NODE, [], [], T0)
+    assert only(step, PatchRequest)[0].finalizers == (FINALIZER,)
+    step = reconcile_request(nm("r", "n1", phase="Scheduled", finalizer=True), NODE, [], [], T0)
+    assert new_phase(step) == "Cordon"
+
+
+def test_rule_cordon_records_initial_state_before_cordoning() -> None:
+    request = nm("r", "n1", phase="Cordon", finalizer=True)
+    step = reconcile_request(request, NODE, [], [], T0)
+    assert only(step, PatchRequest)[0].annotations == {INITIAL_STATE_ANNOTATION: "false"}
+    assert only(step, CordonNode) == []
+    recorded = nm(
+        "r", "n1", phase="Cordon", finalizer=True, annotations={INITIAL_STATE_ANNOTATION: "false"}
+    )
+    step = reconcile_request(recorded, NODE, [], [], T0)
+    cordon = only(step, CordonNode)[0]
+    assert cordon.reason.startswith(CORDON_REASON_PREFIX) and "default/r" in cordon.reason
+    step = reconcile_request(recorded, CORDONED, [], [], T0)
+    assert new_phase(step) == "WaitForPodCompletion"
+
+
+def test_rule_pre_cordoned_node_is_recorded_and_not_cordoned_again() -> None:
+    request = nm("r", "n1", phase="Cordon", finalizer=True)
+    cordoned_by_someone = node_facts("n1", unschedulable=True)
+    step = reconcile_request(request, cordoned_by_someone, [], [], T0)
+    assert only(step, PatchRequest)[0].annotations == {INITIAL_STATE_ANNOTATION: "true"}
+
+
+def test_rule_cordon_false_skips_the_cordon() -> None:
+    request = nm("r", "n1", phase="Cordon", finalizer=True, cordon=False)
+    step = reconcile_request(request, NODE, [], [], T0)
+    assert new_phase(step) == "WaitForPodCompletion"
+
+
+def test_rule_wait_for_pod_completion_records_start_then_lists_pods() -> None:
+    spec = {"waitForPodCompletion": {"podSelector": "app=important", "timeoutSeconds": 60}}
+    request = nm("r", "n1", phase="WaitForPodCompletion", finalizer=True, **spec)
+    step = reconcile_request(request, NODE, [], [], T0)
+    assert only(step, PatchRequest)[0].annotations == {WAIT_START_ANNOTATION: rfc3339(T0)}
+    started = nm(
+        "r",
+        "n1",
+        phase="WaitForPodCompletion",
+        finalizer=True,
+        annotations={WAIT_START_ANNOTATION: rfc3339(T0)},
+        **spec,
+    )
+    pods = [pod("imp", labels={"app": "important"}), pod("other")]
+    step = reconcile_request(started, NODE, pods, [], T0 + 10)
+    assert only(step, SetStatus)[0].status["waitForCompletion"] == ["default/imp"]
+    assert step.wake_at == T0 + 60
+    # Past the timeout (kept on the object, so a restart does not reset it): go on anyway.
+    step = reconcile_request(started, NODE, pods, [], T0 + 61)
+    assert new_phase(step) == "Draining"
+    assert "WaitForPodCompletionTimeout" in [e.reason for e in only(step, Event)]
+
+
+def test_rule_wait_for_pod_completion_zero_timeout_waits_forever() -> None:
+    started = nm(
+        "r",
+        "n1",
+        phase="WaitForPodCompletion",
+        finalizer=True,
+        annotations={WAIT_START_ANNOTATION: rfc3339(T0)},
+        waitForPodCompletion={"podSelector": "app=x", "timeoutSeconds": 0},
+    )
+    step = reconcile_request(started, NODE, [pod("p", labels={"app": "x"})], [], T0 + 10**6)
+    assert new_phase(step) in (None, "WaitForPodCompletion")
+
+
+DRAIN_STATUS = {"drain": {"totalPods": 2, "evictionPods": 2, "drainProgress": 0}}
+
+
+def draining(**kwargs: Any) -> Any:
+    kwargs.setdefault("status", DRAIN_STATUS)
+    kwargs.setdefault("drainSpec", {"force": True, "timeoutSeconds": 100})
+    return nm("r", "n1", phase="Draining", finalizer=True, **kwargs)
+
+
+def test_rule_drain_start_fixes_totals_in_status() -> None:
+    request = nm("r", "n1", phase="Draining", finalizer=True, drainSpec={"force": True})
+    step = reconcile_request(request, CORDONED, [pod("a"), pod("b", owner="DaemonSet")], [], T0)
+    drain = only(step, SetStatus)[0].status["drain"]
+    assert drain == {
+        "totalPods": 2,
+        "evictionPods": 1,
+        "drainProgress": 0,
+        "waitForEviction": ["default/a"],
+    }
+    assert only(step, EvictPod) == []
+
+
+def test_rule_drain_evicts_and_reports_progress() -> None:
+    step = reconcile_request(draining(), CORDONED, [pod("a")], [], T0 + 1)
+    assert [e.pod.name for e in only(step, EvictPod)] == ["a"]
+    assert only(step, SetStatus)[0].status["drain"]["drainProgress"] == 50
+
+
+def test_rule_drain_no_second_eviction_of_a_terminating_pod() -> None:
+    step = reconcile_request(draining(), CORDONED, [pod("a", terminating=True)], [], T0 + 1)
+    assert only(step, EvictPod) == []
+
+
+def test_rule_drain_done_goes_ready() -> None:
+    step = reconcile_request(draining(), CORDONED, [], [], T0 + 1)
+    assert new_phase(step) == "Ready"
+    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    assert ready is not None and ready["status"] == "True"
+
+
+def test_rule_no_drain_spec_goes_ready() -> None:
+    request = nm("r", "n1", phase="Draining", finalizer=True)
+    assert new_phase(reconcile_request(request, CORDONED, [pod("a")], [], T0)) == "Ready"
+
+
+def test_rule_drain_timeout_is_reported_not_silently_retried() -> None:
+    step = reconcile_request(draining(), CORDONED, [pod("a")], [], T0 + 101)
+    assert step.drain_timed_out
+    assert "DrainTimeout" in [e.reason for e in only(step, Event)]
+    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    assert ready is not None and str(ready["message"]).startswith("drain timed out after 100s")
+    # Still retrying: the eviction is sent again.
+    assert [e.pod.name for e in only(step, EvictPod)] == ["a"]
+    assert step.wake_at is not None
+
+
+def test_rule_slurm_first_past_timeout_reports_jobs_instead_of_evicting() -> None:
+    busy = pod("slurm-0", slurm=("Allocated", "Drain"))
+    step = reconcile_request(draining(), CORDONED, [busy], [], T0 + 101)
+    assert only(step, EvictPod) == []
+    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    assert ready is not None and "jobs still run on Slurm nodes slurm-0" in str(ready["message"])
+    assert "waiting-for-slurm" in [d.kind for d in step.decisions]
+
+
+def test_rule_ready_sets_ready_time_once() -> None:
+    request = nm("r", "n1", phase="Ready", finalizer=True)
+    step = reconcile_request(request, CORDONED, [], [], T0)
+    assert only(step, PatchRequest)[0].annotations == {READY_TIME_ANNOTATION: rfc3339(T0)}
+    timed = nm(
+        "r",
+        "n1",
+        phase="Ready",
+        finalizer=True,
+        annotations={READY_TIME_ANNOTATION: rfc3339(T0 - 5)},
+    )
+    assert reconcile_request(timed, CORDONED, [], [], T0).actions == []
+
+
+def test_rule_requestor_failed_and_back_to_ready() -> None:
+    failed = nm("r", "n1", phase="Ready", finalizer=True, requestor_failed=True)
+    assert new_phase(reconcile_request(failed, CORDONED, [], [], T0)) == "RequestorFailed"
+    cleared = nm("r", "n1", phase="RequestorFailed", finalizer=True)
+    assert new_phase(reconcile_request(cleared, CORDONED, [], [], T0)) == "Ready"
+
+
+# --- deletion -------------------------------------------------------------------------------
+
+OURS = {INITIAL_STATE_ANNOTATION: "false"}
+
+
+def test_rule_deletion_uncordons_only_if_we_cordoned() -> None:
+    ours = nm("r", "n1", phase="Draining", finalizer=True, deleting=True, annotations=OURS)
+    step = reconcile_request(ours, CORDONED, [], [], T0)
+    uncordon = only(step, UncordonNode)[0]
+    assert uncordon.clear_reason
+    assert only(step, PatchRequest) == []  # the finalizer goes once the uncordon landed
+    step = reconcile_request(ours, NODE, [], [], T0)
+    assert only(step, PatchRequest)[0].finalizers == ()
+    pre = nm(
+        "r",
+        "n1",
+        phase="Ready",
+        finalizer=True,
+        deleting=True,
+        annotations={INITIAL_STATE_ANNOTATION: "true"},
+    )
+    step = reconcile_request(pre, node_facts("n1", unschedulable=True), [], [], T0)
+    assert only(step, UncordonNode) == []
+    assert only(step, PatchRequest)[0].finalizers == ()
+
+
+def test_rule_deletion_keeps_cordon_another_request_still_needs() -> None:
+    ours = nm("r", "n1", phase="Ready", finalizer=True, deleting=True, annotations=OURS)
+    other = nm("other", "n1", phase="Draining", finalizer=True)
+    step = reconcile_request(ours, CORDONED, [], [other], T0)
+    assert only(step, UncordonNode) == []
+    assert only(step, PatchRequest)[0].finalizers == ()
+
+
+def test_rule_deletion_of_scheduled_request_only_drops_finalizer() -> None:
+    request = nm("r", "n1", phase="Scheduled", finalizer=True, deleting=True, annotations=OURS)
+    step = reconcile_request(request, CORDONED, [], [], T0)
+    assert only(step, UncordonNode) == []
+    assert only(step, PatchRequest)[0].finalizers == ()
+
+
+def test_rule_deletion_during_cordon_cancels_a_cordon_in_flight() -> None:
+    request = nm("r", "n1", phase="Cordon", finalizer=True, deleting=True, annotations=OURS)
+    step = reconcile_request(request, NODE, [], [], T0)
+    assert len(only(step, UncordonNode)) == 1
+    assert only(step, PatchRequest)[0].finalizers == ()
+
+
+def test_rule_deletion_cancels_the_drain() -> None:
+    request = draining(deleting=True, annotations=OURS)
+    step = reconcile_request(request, CORDONED, [pod("a")], [], T0)
+    assert only(step, EvictPod) == []
+
+
+def test_rule_ready_request_with_additional_requestors_waits() -> None:
+    request = nm(
+        "r",
+        "n1",
+        phase="Ready",
+        finalizer=True,
+        deleting=True,
+        annotations=OURS,
+        additionalRequestors=["other.example.com"],
+    )
+    step = reconcile_request(request, CORDONED, [], [], T0)
+    assert step.actions == []
+    assert [d.kind for d in step.decisions] == ["waiting-for-requestors"]
+
+
+# --- garbage collection -----------------------------------------------------------------------
+
+
+def test_rule_gc_deletes_requests_ready_longer_than_max_time() -> None:
+    cfg = OperatorConfig(max_node_maintenance_time_seconds=100)
+    old = nm("old", "n1", phase="Ready", annotations={READY_TIME_ANNOTATION: rfc3339(T0)})
+    due, next_due = garbage_collect([old], cfg, T0 + 99)
+    assert due == [] and next_due == T0 + 100
+    due, _ = garbage_collect([old], cfg, T0 + 101)
+    assert [d.request.name for d in due] == ["old"]
+
+
+def test_rule_gc_never_deletes_requestor_failed_or_ignored() -> None:
+    cfg = OperatorConfig(max_node_maintenance_time_seconds=1)
+    ready_at = {READY_TIME_ANNOTATION: rfc3339(T0)}
+    failed = nm("f", "n1", phase="RequestorFailed", annotations=ready_at)
+    ignored = nm(
+        "i",
+        "n2",
+        phase="Ready",
+        annotations={**ready_at, "maintenance.nvidia.com/garbage-collector.ignore": "true"},
+    )
+    due, _ = garbage_collect([failed, ignored], cfg, T0 + 10**6)
+    assert due == []
+
+
+def test_rule_invalid_request_stays_pending_with_message_and_event() -> None:
+    step = reconcile_request(nm("r", "n1", requestor="x"), NODE, [], [], T0)
+    assert new_phase(step) == "Pending"
+    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    assert ready is not None and str(ready["message"]).startswith("invalid spec: ")
+    assert [e.reason for e in only(step, Event)] == ["InvalidSpec", "ConditionChanged"]
+
+
+def test_rule_invalid_request_in_progress_keeps_its_phase() -> None:
+    request = nm("r", "n1", phase="Draining", finalizer=True, drainSpec={"timeoutSeconds": -1})
+    step = reconcile_request(request, CORDONED, [pod("a")], [], T0)
+    assert new_phase(step) == "Draining"
+    assert only(step, EvictPod) == []
+
+
+def test_rule_slurm_first_without_cordon_says_nothing_drains_slurm() -> None:
+    request = draining(cordon=False)
+    step = reconcile_request(request, NODE, [pod("slurm-0", slurm=("Idle",))], [], T0 + 1)
+    assert only(step, EvictPod) == []
+    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    assert ready is not None and "spec.cordon is false" in str(ready["message"])
