@@ -76,6 +76,9 @@ CORDON_REASON_KIND: Final = "cordon: "
 DELETE_REASON_KIND: Final = "delete: "
 
 SLURM_STATE_CONDITION_PREFIX: Final = "SlurmNodeState"
+# Reason of the pod's SlurmNodeStateUnknown condition while its Slurm node is absent from the
+# successful polls of a reachable cluster; its lastTransitionTime is when the absence began.
+SLURM_NOT_REGISTERED_REASON: Final = "NodeNotRegistered"
 
 
 def slurm_state_condition(state_or_flag: str) -> str:

@@ -22,7 +22,14 @@ from clustersim.slurm import JobRequest
 from k8s_watcher.config import K8sWatcherConfig
 from k8s_watcher.service import K8sWatcher
 from nodeflow_bus import Backoff, Bus, BusOptions, ensure_topology
-from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
+from nodeflow_contracts import codec, subjects
+from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmPollResult
+from nodeflow_contracts.topology import (
+    CONSUMERS,
+    KV_BUCKETS,
+    SLURM_CLUSTERS_BUCKET,
+    STREAMS,
+)
 from nodeflow_runtime.natsd import NatsServerProcess
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.service import NodeSetController
@@ -36,6 +43,8 @@ CLUSTER = "sim"
 NODESETS = "nodesets.nodeflow.dev"
 SLICES = "nodeslices.nodeflow.dev"
 SLURM_DELETE = "SlurmDelete"
+# The writer name of `cluster_status_from_polls` in KV slurm_clusters.
+POLL_BRIDGE = "it-poll-bridge"
 
 FAST_BUS = BusOptions(
     name="nodeset-it",
@@ -239,6 +248,44 @@ def simulator_slurm(sim: Simulator) -> dict[str, SlurmClient]:
 
 
 @contextlib.asynccontextmanager
+async def cluster_status_from_polls(bus: Bus, poll_interval: float) -> AsyncIterator[None]:
+    """Keep KV slurm_clusters current from slurm-syncer's poll results, for a syncer build
+    that does not write it itself. It steps aside for good once it sees an entry written by
+    anyone else (the syncer's own), so it never competes with the real writer."""
+    kv = await bus.js.key_value(SLURM_CLUSTERS_BUCKET)
+    last_success: dict[str, float] = {}
+
+    async def on_poll(msg: Any) -> None:
+        result = codec.decode(SlurmPollResult, msg.data, subject=msg.subject)
+        key = subjects.slurm_cluster_key(result.cluster)
+        with contextlib.suppress(Exception):
+            current = await kv.get(key)
+            if current.value:
+                written = codec.decode(SlurmClusterStatus, current.value, subject=key)
+                if written.syncer != POLL_BRIDGE:
+                    return
+        if result.ok:
+            last_success[result.cluster] = result.started_at
+        status = SlurmClusterStatus(
+            cluster=result.cluster,
+            reachable=result.ok,
+            last_poll_at=result.started_at,
+            last_success_at=last_success.get(result.cluster, 0.0),
+            poll_interval_seconds=poll_interval,
+            error=result.error,
+            syncer=POLL_BRIDGE,
+        )
+        await kv.put(key, codec.encode(status))
+
+    subscription = await bus.nc.subscribe(subjects.SLURM_POLLS, cb=on_poll)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            await subscription.unsubscribe()
+
+
+@contextlib.asynccontextmanager
 async def run_stack(
     nats_url: str,
     *,
@@ -277,6 +324,8 @@ async def run_stack(
         await watcher.start()
         await watcher.wait_synced()
         clients = slurm_clients(sim)
+        bridge = cluster_status_from_polls(bus, poll_interval)
+        await bridge.__aenter__()
         syncer = Syncer(bus, clients, SyncerOptions(poll_interval=poll_interval, resend_after=3.0))
         await syncer.start()
         running = Stack(sim=sim, bus=bus, nats_url=nats_url, watcher=watcher, syncer=syncer)
@@ -285,6 +334,7 @@ async def run_stack(
         finally:
             await running.stop_controller()
             await syncer.stop()
+            await bridge.__aexit__(None, None, None)
             for client in clients.values():
                 await client.close()
             await watcher.stop(grace=2.0)
