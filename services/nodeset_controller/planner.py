@@ -407,7 +407,7 @@ def plan(view: ClusterView) -> Plan:
     plan_leaving(round_, pods)
     cancelled = plan_rolling_update(round_, scale_down, desired, feasible.count)
     plan_deletions(round_, pods, scale_down, cancelled)
-    chosen = plan_scale_up(round_, pods, feasible, naming, desired)
+    chosen = plan_scale_up(round_, pods, scale_down, feasible, naming, desired)
     plan_claims_and_releases(round_, pods, feasible, naming, chosen)
     plan_nodeslices(round_, pods)
     collision_condition = report_collisions(round_, feasible.collisions)
@@ -657,18 +657,28 @@ class ScaleDown:
 def plan_scale_down(round_: _Round, pods: PodClasses, desired: int) -> ScaleDown:
     """The pods beyond `desired` get SlurmDelete (ScalingDeleteScheduled), lowest rank first.
 
-    Once chosen, a pod stays chosen: pods marked for scale-down fill the quota first, and
-    only the rest is ranked, so another pod turning into a better pick cancels nothing and
-    restarts no forced-deletion timer. A mark is cancelled only when there are fewer pods
-    beyond `desired` than marks (the desired count rose). A pod marked for a rolling update
-    and picked here becomes a scale-down: its reason changes and the forced timer applies.
+    Once chosen, a pod stays chosen until it is deleted or the desired count really rises:
+    pods marked for scale-down stay marked and only the rest is ranked, so another pod
+    turning into a better pick cancels nothing and restarts no forced-deletion timer, and a
+    pod lost meanwhile is replaced rather than a marked one kept. The desired count rose by
+    what `desired` exceeds the NodeSet's last written desiredNumberScheduled (durable, so a
+    restart sees it too); that many marks, the best pods to keep, are cancelled. A pod marked
+    for a rolling update and picked here becomes a scale-down: its reason changes and the
+    forced timer applies.
     """
     spec = round_.spec
     excess = max(0, len(pods.kept) - desired)
     order = ranking.scale_down_order(pods.kept, priority_ordering=spec.scale_down_priority_ordering)
     marked = [p for p in order if p.delete_reason == SCALING_DELETE]
-    removing = marked[:excess]
-    removing += [p for p in order if p.delete_reason != SCALING_DELETE][: excess - len(removing)]
+    surplus = max(0, len(marked) - excess)
+    reported = mapping(round_.view.nodeset.get("status")).get("desiredNumberScheduled")
+    if isinstance(reported, int) and not isinstance(reported, bool):
+        surplus = min(surplus, max(0, desired - reported))
+    cancelling = marked[len(marked) - surplus :] if surplus else []
+    removing = marked[: len(marked) - surplus]
+    removing += [p for p in order if p.delete_reason != SCALING_DELETE][
+        : max(0, excess - len(removing))
+    ]
     removing_names = {pod.name for pod in removing}
     for pod in removing:
         if pod.delete_reason == SCALING_DELETE:
@@ -679,16 +689,10 @@ def plan_scale_down(round_: _Round, pods: PodClasses, desired: int) -> ScaleDown
         if pod.delete_reason is not None:
             why += f" (was {pod.delete_reason}: now a scale-down)"
         round_.act(ScheduleDelete(pod, SCALING_DELETE, "delete-scheduled", why))
-    cancelled = {pod.name for pod in marked[excess:]}
-    for pod in marked[excess:]:
-        round_.act(
-            CancelDelete(
-                pod,
-                f"scaled back up to {desired}: {len(pods.kept)} pods, deletion cancelled, pod kept",
-            )
-        )
+    for pod in cancelling:
+        round_.act(CancelDelete(pod, f"scaled back up to {desired}: deletion cancelled, pod kept"))
     staying = [pod for pod in pods.kept if pod.name not in removing_names]
-    return ScaleDown(removing, staying, cancelled)
+    return ScaleDown(removing, staying, {pod.name for pod in cancelling})
 
 
 # --- phase: pods that leave without a scale-down ---------------------------------------------
@@ -786,12 +790,19 @@ def plan_deletions(
 
 
 def plan_scale_up(
-    round_: _Round, pods: PodClasses, feasible: FeasibleNodes, naming: NodeNames, desired: int
+    round_: _Round,
+    pods: PodClasses,
+    scale_down: ScaleDown,
+    feasible: FeasibleNodes,
+    naming: NodeNames,
+    desired: int,
 ) -> list[str]:
-    """Claimed-by-us nodes first (a replaced pod comes back on its node), then by name.
-    Returns the nodes chosen."""
+    """Pods for the missing replicas: the pods that stay (those being scaled down do not
+    count) and the terminating ones that will be replaced where they are. Claimed-by-us
+    nodes first (a replaced pod comes back on its node), then by name. Returns the nodes
+    chosen."""
     view, spec = round_.view, round_.spec
-    existing = len(pods.kept) + len(pods.terminating_in_place)
+    existing = len(scale_down.staying) + len(pods.terminating_in_place)
     need = desired - existing
     if need <= 0:
         return []

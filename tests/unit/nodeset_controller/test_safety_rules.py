@@ -18,6 +18,7 @@ from nodeflow_contracts.slurm import BaseState, SlurmNodeState
 from nodeset_controller.deletion import decide_deletion
 from nodeset_controller.planner import (
     CancelDelete,
+    CreatePod,
     DeletePod,
     PodChangeSent,
     ScheduleDelete,
@@ -247,8 +248,21 @@ def test_rule_once_chosen_a_pod_is_released_only_when_the_desired_count_rises() 
     node_map, pods = full(3)
     pods[2] = pod("gpu-001-003", "n2", revision=REV, delete_reason=SCALING_DELETE)
     states = busy_states(pods, busy=True)
-    result = plan(view(nodeset(replicas=3), node_map, pods, states))
+    rose = nodeset(replicas=3, status={"desiredNumberScheduled": 2})
+    result = plan(view(rose, node_map, pods, states))
     assert names(of(result, CancelDelete)) == ["gpu-001-003"]
+
+
+def test_rule_once_chosen_a_pod_stays_chosen_when_another_pod_is_lost() -> None:
+    node_map, pods = full(3)
+    pods[0] = pod("gpu-001-001", "n0", revision=REV, delete_reason=SCALING_DELETE)
+    del pods[2]  # its node died and the pod went with it
+    states = busy_states(pods, busy=True)
+    spec = nodeset(replicas=2, status={"desiredNumberScheduled": 2})
+    result = plan(view(spec, node_map, pods, states))
+    assert of(result, CancelDelete) == []
+    # The lost pod is replaced while the chosen one drains.
+    assert [c.node for c in of(result, CreatePod)] == ["n2"]
 
 
 # --- item 5: a node missing from the view; a missing phase ------------------------------------
