@@ -492,7 +492,7 @@ class PodClasses:
     # Live pods that must leave without a scale-down: their node no longer fits the template
     # (misscheduled), or it is missing from the view (see `classify_pods`). With the why.
     leaving: list[tuple[PodState, str]]
-    # How many of `leaving` are on a node of the view (the reference's misscheduled).
+    # Those of `leaving` on a node of the view (the reference's misscheduled).
     misscheduled: list[PodState]
     # Terminating pods on nodes that remain feasible: replaced there once gone.
     terminating_in_place: list[PodState]
