@@ -404,8 +404,8 @@ def plan(view: ClusterView) -> Plan:
     feasible = find_feasible_nodes(round_, pods, naming)
     desired = round_.spec.replicas if round_.spec.replicas is not None else feasible.count
     scale_down = plan_scale_down(round_, pods, desired)
-    plan_leaving(round_, pods)
-    cancelled = plan_rolling_update(round_, scale_down, desired, feasible.count)
+    cancelled = plan_leaving(round_, pods, scale_down)
+    cancelled |= plan_rolling_update(round_, scale_down, desired, feasible.count)
     plan_deletions(round_, pods, scale_down, cancelled)
     chosen = plan_scale_up(round_, pods, scale_down, feasible, naming, desired)
     plan_claims_and_releases(round_, pods, feasible, naming, chosen)
@@ -698,14 +698,22 @@ def plan_scale_down(round_: _Round, pods: PodClasses, desired: int) -> ScaleDown
 # --- phase: pods that leave without a scale-down ---------------------------------------------
 
 
-def plan_leaving(round_: _Round, pods: PodClasses) -> None:
+def plan_leaving(round_: _Round, pods: PodClasses, scale_down: ScaleDown) -> set[str]:
     """A misscheduled pod (or one whose node is missing) is drained and deleted once it runs
-    no job: its own reason, never forced. A pod already marked keeps its mark."""
+    no job: its own reason, never forced. A pod already marked keeps its mark; a pod marked
+    misscheduled that fits its node again loses it. Returns the names whose mark this plan
+    cancels."""
     for pod, why in pods.leaving:
         if pod.delete_reason is None:
             round_.act(
                 ScheduleDelete(pod, MISSCHEDULED_DELETE, "delete-scheduled", f"misscheduled: {why}")
             )
+    cancelled: set[str] = set()
+    for pod in scale_down.staying:
+        if pod.delete_reason == MISSCHEDULED_DELETE:
+            round_.act(CancelDelete(pod, "the pod fits its node again: deletion cancelled"))
+            cancelled.add(pod.name)
+    return cancelled
 
 
 # --- phase: rolling update -------------------------------------------------------------------

@@ -396,6 +396,15 @@ def test_rule_misscheduled_pod_has_its_own_reason_and_is_never_forced() -> None:
     assert [(d.pod.name, d.forced) for d in of(drained, DeletePod)] == [("gpu-001-002", False)]
 
 
+def test_rule_misscheduled_mark_is_cancelled_when_the_pod_fits_its_node_again() -> None:
+    node_map, pods = full(2)
+    pods[1] = pod("gpu-001-002", "n1", revision=REV, delete_reason=MISSCHEDULED_DELETE)
+    states = busy_states(pods, busy=True)
+    result = plan(view(nodeset(replicas=2), node_map, pods, states))
+    assert names(of(result, CancelDelete)) == ["gpu-001-002"]
+    assert of(result, DeletePod) == []
+
+
 def test_rule_rolling_mark_picked_for_scale_down_becomes_a_scale_down_with_its_timer() -> None:
     node_map, pods = outdated(3)
     pods[0] = pod(
