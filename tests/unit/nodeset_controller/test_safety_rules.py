@@ -502,3 +502,74 @@ def test_rule_safe_deletion_terminating_pod_is_not_deleted_again() -> None:
     pods[1] = pod("gpu-001-002", "n1", revision=REV, delete_reason=SCALING_DELETE, terminating=True)
     result = plan(view(nodeset(replicas=1), node_map, pods, busy_states(pods, drain=True)))
     assert of(result, DeletePod) == []
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[Any, dict[str, SlurmNodeState], bool]:
+    count = draw(st.integers(min_value=1, max_value=5))
+    node_map = nodes(count, claim=KEY)
+    pods: list[dict[str, Any]] = []
+    states: dict[str, SlurmNodeState] = {}
+    for i in range(count):
+        name = f"gpu-001-{i + 1:03d}"
+        if draw(st.booleans()) and f"n{i}" in node_map and i % 2:
+            del node_map[f"n{i}"]  # missing from the view
+        phase = draw(st.sampled_from(["Running", "Pending", "Succeeded", None]))
+        pods.append(
+            pod(
+                name,
+                f"n{i}",
+                revision=draw(st.sampled_from([REV, "old"])),
+                ready=draw(st.booleans()),
+                phase=phase or "Running",
+                phase_missing=phase is None,
+                delete_reason=draw(
+                    st.sampled_from([None, SCALING_DELETE, ROLLING_DELETE, MISSCHEDULED_DELETE])
+                ),
+                delete_since=T0 - draw(st.sampled_from([0, 10, 1000])),
+                not_registered_since=draw(st.sampled_from([None, T0 - 1000])),
+            )
+        )
+        kind = draw(st.sampled_from(["busy", "idle", "drained", "draining", "down", "unknown"]))
+        if draw(st.booleans()):
+            states[name] = slurm(
+                name,
+                busy=kind in ("busy", "draining"),
+                drain=kind in ("drained", "draining"),
+                down=kind == "down",
+                known=kind != "unknown",
+            )
+    spec = nodeset(
+        replicas=draw(st.integers(min_value=0, max_value=count + 1)),
+        max_unavailable=draw(st.sampled_from([1, 2, "50%"])),
+        extra={
+            "forceScalingDeleteKnownConditionTimeout": draw(st.sampled_from([0, 5])),
+            "forceScalingDeleteUnknownConditionTimeout": draw(st.sampled_from([0, 5])),
+        },
+    )
+    fresh = draw(st.booleans())
+    return (spec, node_map, pods), states, fresh
+
+
+@given(clusters())
+def test_rule_no_pod_slurm_may_be_running_is_deleted_unless_forced_for_scale_down(
+    cluster: tuple[Any, dict[str, SlurmNodeState], bool],
+) -> None:
+    (spec, node_map, pods), states, fresh = cluster
+    status = cluster_status(last_success_at=T0) if fresh else None
+    result = plan(view(spec, node_map, pods, states, status=status))
+    raw = {p["metadata"]["name"]: p for p in pods}
+    for delete in of(result, DeletePod):
+        name = delete.pod.name
+        phase = raw[name]["status"].get("phase")
+        if delete.forced:
+            assert raw[name]["status"]["conditions"][-1]["reason"] in (SCALING_DELETE,)
+            continue
+        if phase in ("Succeeded", "Failed", "Pending"):
+            continue  # finished, or never started
+        slurm_state = states.get(name)
+        assert fresh, (name, delete.reason)
+        assert slurm_state is None or not slurm_state.busy, (name, delete.reason)
+        # Without a known state, only a long absence from a fresh, reachable cluster.
+        if slurm_state is None or not slurm_state.known:
+            assert slurm_state is None and delete.reason == "NodeNotRegistered"
