@@ -46,11 +46,11 @@ import aiohttp
 
 from k8s_watcher.config import K8sWatcherConfig
 from nodeflow_bus import Bus, BusOptions, ensure_topology
+from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION
 from nodeflow_contracts.topology import KV_BUCKETS, STREAMS
 from nodeflow_runtime.logs import configure_logging
 from nodeflow_runtime.natsd import NatsServerProcess
 from nodeset_controller.config import NodeSetControllerConfig
-from nodeset_controller.objects import CLAIM_ANNOTATION
 from slurm_syncer.syncer import SyncerOptions
 
 NODES = int(os.environ.get("BENCH_NODESET_NODES", "4000"))

@@ -24,13 +24,11 @@ from nodeflow_contracts.k8s import (
     UpdateStatus,
 )
 from nodeflow_contracts.nodeset import DecisionKind, NodeSetDecision
+from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION, NODESET_LABEL, SLURM_DELETE_CONDITION
 from nodeset_controller.objects import (
-    CLAIM_ANNOTATION,
     NODESET_API_VERSION,
     NODESET_KIND,
-    NODESET_LABEL,
     NODESLICE_KIND,
-    SLURM_DELETE,
     rfc3339,
 )
 from nodeset_controller.planner import (
@@ -40,6 +38,7 @@ from nodeset_controller.planner import (
     CreatePod,
     DeletePod,
     Notice,
+    PodChangeSent,
     Release,
     ScheduleDelete,
     WriteSlice,
@@ -80,6 +79,8 @@ class Outgoing:
     is_create: bool = False
     # A change of a pod or a node claim: these are limited in number in flight.
     windowed: bool = False
+    # A SlurmDelete set or a pod delete: while in flight, the plan counts it as done.
+    pod_change: PodChangeSent | None = None
 
 
 def pod_ref(namespace: str, name: str, uid: str | None = None) -> ObjectRef:
@@ -157,6 +158,7 @@ def decision_and_event(
     now: float,
     pod: str = "",
     node: str = "",
+    event_reason: str | None = None,
 ) -> tuple[NodeSetDecision, K8sCommand]:
     decision = NodeSetDecision(
         decision_id=decision_id,
@@ -169,7 +171,8 @@ def decision_and_event(
         pod=pod,
         node=node,
     )
-    event_reason, event_type = EVENT_REASONS[kind]
+    default_reason, event_type = EVENT_REASONS[kind]
+    event_reason = event_reason or default_reason
     subject = f"pod {pod}: " if pod else (f"node {node}: " if node else "")
     event = _command(
         f"event:{decision_id}",
@@ -208,15 +211,32 @@ def to_outgoing(
         message: str,
         pod: str = "",
         node: str = "",
+        event_reason: str | None = None,
         **extra: Any,
     ) -> Outgoing:
         decision, event = decision_and_event(
-            ns, spec.name, owner, command.idempotency_key, kind, reason, message, now, pod, node
+            ns,
+            spec.name,
+            owner,
+            command.idempotency_key,
+            kind,
+            reason,
+            message,
+            now,
+            pod,
+            node,
+            event_reason,
         )
         return Outgoing(slot, watch, basis, command, decision, event, **extra)
 
     def pod_change(
-        pod: PodState, command: K8sCommand, kind: DecisionKind, reason: str, why: str
+        pod: PodState,
+        command: K8sCommand,
+        kind: DecisionKind,
+        reason: str,
+        why: str,
+        sent: PodChangeSent | None = None,
+        event_reason: str | None = None,
     ) -> Outgoing:
         """A change of an existing pod: its slot, busy until KV shows a newer version."""
         return explained(
@@ -229,7 +249,9 @@ def to_outgoing(
             why,
             pod=pod.name,
             node=pod.node or "",
+            event_reason=event_reason,
             windowed=True,
+            pod_change=sent,
         )
 
     if isinstance(action, Claim):
@@ -301,7 +323,7 @@ def to_outgoing(
             "status": {
                 "conditions": [
                     {
-                        "type": SLURM_DELETE,
+                        "type": SLURM_DELETE_CONDITION,
                         "status": "True",
                         "reason": action.reason,
                         "message": action.why[:1024],
@@ -317,11 +339,14 @@ def to_outgoing(
             action.why,
             now,
         )
-        return pod_change(pod, command, action.decision, action.reason, action.why)
+        sent = PodChangeSent("schedule-delete", now, action.reason)
+        return pod_change(
+            pod, command, action.decision, action.reason, action.why, sent, action.reason
+        )
     if isinstance(action, CancelDelete):
         pod = action.pod
         key = stable_key("cancel", pod.uid, pod.resource_version)
-        patch = {"status": {"conditions": [{"type": SLURM_DELETE, "$patch": "delete"}]}}
+        patch = {"status": {"conditions": [{"type": SLURM_DELETE_CONDITION, "$patch": "delete"}]}}
         command = _command(
             key,
             pod_ref(ns, pod.name, pod.uid),
@@ -335,7 +360,9 @@ def to_outgoing(
         key = stable_key("delete", pod.uid)
         command = _command(key, pod_ref(ns, pod.name, pod.uid), DeleteObject(), action.why, now)
         kind: DecisionKind = "forced-delete" if action.forced else "delete"
-        return pod_change(pod, command, kind, action.reason, action.why)
+        return pod_change(
+            pod, command, kind, action.reason, action.why, PodChangeSent("delete", now)
+        )
     if isinstance(action, WriteSlice):
         change = action.change
         slot = f"NodeSlice/{ns}/{change.name}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nodeflow_contracts.pod_protocol import DEFAULT_LOCK_TOLERATION_KEY
 from nodeflow_runtime.config import ServiceConfig
 from nodeset_controller.spec import Defaults
 
@@ -11,6 +12,14 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
     scale_down_priority_ordering: bool = True
     force_scaling_delete_known_condition_timeout: float = 0.0
     force_scaling_delete_unknown_condition_timeout: float = 0.0
+    # Slurm states older than this are unknown (fail closed); 0: the number of poll
+    # intervals the cluster's status names (STALE_AFTER_POLLS x its poll interval).
+    slurm_state_max_age_seconds: float = 0.0
+    # A pod whose Slurm node has been absent from every successful poll of its (fresh,
+    # reachable) cluster for this long runs no job, and may be deleted without a drain.
+    slurm_absence_grace_seconds: float = 300.0
+    # The taint key NodeSet pods tolerate (the reference's, unless a cluster needs another).
+    lock_toleration_key: str = DEFAULT_LOCK_TOLERATION_KEY
     # One active replica: the others wait on this lease.
     leader_lease_ttl_seconds: float = 15.0
     # Every NodeSet is re-planned at least this often even when nothing changed.
@@ -33,6 +42,8 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
         for name in (
             "force_scaling_delete_known_condition_timeout",
             "force_scaling_delete_unknown_condition_timeout",
+            "slurm_state_max_age_seconds",
+            "slurm_absence_grace_seconds",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
@@ -45,6 +56,8 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
             raise ValueError("publish_window must be at least 1")
         if self.max_commands_in_flight < 1:
             raise ValueError("max_commands_in_flight must be at least 1")
+        if not self.lock_toleration_key:
+            raise ValueError("lock_toleration_key must not be empty")
 
     @property
     def defaults(self) -> Defaults:
@@ -52,4 +65,5 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
             scale_down_priority_ordering=self.scale_down_priority_ordering,
             force_delete_known_timeout=self.force_scaling_delete_known_condition_timeout,
             force_delete_unknown_timeout=self.force_scaling_delete_unknown_condition_timeout,
+            lock_toleration_key=self.lock_toleration_key,
         )

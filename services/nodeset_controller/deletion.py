@@ -1,10 +1,14 @@
 """Rules 4 and 5: when a pod scheduled for deletion (SlurmDelete=True) is really deleted.
 
-Safe deletion waits until the pod's Slurm node is drained and idle, read from a known
-state. Forced deletion (scale-down only, as the reference says) deletes a pod whose
-condition is older than the timeout for its case: the known-condition timeout when its
-Slurm state is known, the unknown-condition timeout when it is not; 0 disables a timeout,
-so with both at 0 a pod whose Slurm state is unknown is never deleted.
+Safe deletion waits until deleting the pod ends no Slurm job, read from a state that is
+known and fresh: the node is drained and idle, or Slurm runs no job there at all (DOWN, or
+absent from every successful poll of its reachable cluster for longer than the absence
+grace). A pod that never started (its phase says Pending, and Slurm reports no work) has no
+job either. Forced deletion applies to scale-down only, as the reference says: it deletes a
+pod whose condition is older than the timeout for its case -- the known-condition timeout
+when its Slurm state is known, the unknown-condition timeout when it is not; 0 disables a
+timeout, so with both at 0 a pod whose Slurm state is unknown is never deleted. Nothing else
+deletes a pod Slurm reports busy: a rolling or misscheduled deletion waits for the drain.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from nodeset_controller.objects import SCALING_DELETE
+from nodeflow_contracts.pod_protocol import SCALING_DELETE
 from nodeset_controller.podstate import PodState
 
 Verdict = Literal["delete", "forced-delete", "wait"]
@@ -23,6 +27,12 @@ class DeletionDecision:
     verdict: Verdict
     reason: str  # machine-readable
     message: str
+
+
+NO_JOB_TEXT = {
+    "SlurmNodeDown": "Slurm node is DOWN: slurmctld has already ended or requeued its jobs",
+    "NodeNotRegistered": "Slurm node absent from every successful poll for the absence grace",
+}
 
 
 def forced_timeout(pod: PodState, known_timeout: float, unknown_timeout: float) -> float:
@@ -38,6 +48,8 @@ def decide_deletion(
         return DeletionDecision("wait", "Terminating", "already terminating")
     if pod.drained_and_idle:
         return DeletionDecision("delete", "DrainedAndIdle", "drained and idle in Slurm")
+    if pod.no_job is not None:
+        return DeletionDecision("delete", pod.no_job, NO_JOB_TEXT[pod.no_job])
     if pod.never_started:
         return DeletionDecision("delete", "NeverStarted", "pod never started: no Slurm work")
     state = "known" if pod.slurm_known else "unknown"

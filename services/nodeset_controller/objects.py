@@ -8,25 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from nodeflow_contracts.pod_protocol import (
-    CLAIM_ANNOTATION as CLAIM_ANNOTATION,
-)
-from nodeflow_contracts.pod_protocol import (
-    NODESET_LABEL as NODESET_LABEL,
-)
-from nodeflow_contracts.pod_protocol import (
-    REVISION_LABEL as REVISION_LABEL,
-)
-from nodeflow_contracts.pod_protocol import (
-    ROLLING_DELETE as ROLLING_DELETE,
-)
-from nodeflow_contracts.pod_protocol import (
-    SCALING_DELETE as SCALING_DELETE,
-)
-from nodeflow_contracts.pod_protocol import (
-    SLURM_CLUSTER_LABEL as SLURM_CLUSTER_LABEL,
-)
-from nodeflow_contracts.pod_protocol import SLURM_DELETE_CONDITION
+from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION
 from nodeflow_kube.resources import node_allocatable as node_allocatable
 from nodeflow_kube.resources import pod_requests as pod_requests
 
@@ -35,9 +17,6 @@ Obj = Mapping[str, Any]
 NODESET_API_VERSION = "nodeflow.dev/v1alpha1"
 NODESET_KIND = "NodeSet"
 NODESLICE_KIND = "NodeSlice"
-# The pod protocol's names, re-exported while callers move to nodeflow_contracts.pod_protocol.
-LOCK_TAINT = "nodeflow.dev/lock"
-SLURM_DELETE = SLURM_DELETE_CONDITION
 
 
 def mapping(value: Any) -> Mapping[str, Any]:
@@ -130,7 +109,9 @@ def pod_is_ready(pod: Obj) -> bool:
 
 
 def pod_phase(pod: Obj) -> str:
-    return str(mapping(pod.get("status")).get("phase") or "Pending")
+    """The pod's status.phase as written, "" when missing (not a guess: a pod whose phase is
+    missing may well be running)."""
+    return str(mapping(pod.get("status")).get("phase") or "")
 
 
 def pod_is_terminating(pod: Obj) -> bool:

@@ -1,27 +1,36 @@
 """The whole NodeSet reconciliation as one pure function: cluster state in, actions out.
 
-`plan(view)` reads a NodeSet, the nodes, the NodeSet's pods, their Slurm states and its
-NodeSlices, and returns what should change. It never remembers anything between calls:
+`plan(view)` reads a NodeSet, the nodes, the NodeSet's pods, their Slurm states (with the
+freshness of their cluster's view), its NodeSlices and the pod changes already sent but not
+yet visible, and returns what should change. It never remembers anything between calls:
 every decision is re-derived from the objects, whose durable state (node claims, SlurmDelete
-conditions and their timestamps, revision labels) lives in Kubernetes. That is what makes
-a restart safe: the next plan after a restart is the plan the killed process would have made.
+conditions and their timestamps, revision labels, the syncer's NodeNotRegistered condition)
+lives in Kubernetes. That is what makes a restart safe: the next plan after a restart is the
+plan the killed process would have made.
+
+`plan` reads as its table of contents: one phase per rule, each a function below it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
-from nodeflow_contracts.slurm import SlurmNodeState
+from nodeflow_contracts.pod_protocol import (
+    MISSCHEDULED_DELETE,
+    ROLLING_DELETE,
+    SCALING_DELETE,
+    DeleteReason,
+)
+from nodeflow_contracts.slurm import STALE_AFTER_POLLS, SlurmClusterStatus, SlurmNodeState
 from nodeflow_kube.quantity import ResourceList
 from nodeset_controller import deletion, feasibility, ranking
 from nodeset_controller.naming import Collision, assign_names
 from nodeset_controller.objects import (
-    ROLLING_DELETE,
-    SCALING_DELETE,
     claim_of,
     internal_ipv4,
     mapping,
@@ -97,8 +106,10 @@ class CreatePod:
 
 @dataclass(frozen=True)
 class ScheduleDelete:
+    """Set SlurmDelete=True with `reason` (or change the reason of a set one)."""
+
     pod: PodState
-    reason: Literal["ScalingDeleteScheduled", "RollingDeleteScheduled"]
+    reason: DeleteReason
     decision: Literal["delete-scheduled", "rolling-replace"]
     why: str
 
@@ -180,6 +191,41 @@ class PlanMemo:
 
 
 @dataclass(frozen=True)
+class PodChangeSent:
+    """A change of a pod sent and not yet visible in the view: the plan counts it as done
+    (a SlurmDelete being set is a pod pending deletion; a delete makes it terminating), so
+    no budget is spent twice on changes still in flight."""
+
+    kind: Literal["schedule-delete", "delete"]
+    sent_at: float
+    reason: DeleteReason | None = None
+
+
+@dataclass(frozen=True)
+class SlurmTrust:
+    """How far the plan may believe the NodeSet's Slurm cluster at `now`."""
+
+    # The cluster's node states are current (its status exists and is fresh).
+    fresh: bool
+    # ... and its last poll succeeded: a node absent from it is not registered.
+    reachable: bool
+    # When the states go stale without a new poll (None: stale already).
+    stale_at: float | None
+    absence_grace: float
+
+
+def slurm_trust(
+    status: SlurmClusterStatus | None, now: float, max_age: float, absence_grace: float
+) -> SlurmTrust:
+    """A cluster whose status is missing or not fresh is unknown: none of its states count."""
+    if status is None or not status.fresh(now, max_age):
+        return SlurmTrust(False, False, None, absence_grace)
+    # The limit SlurmClusterStatus.fresh applies: past it, the states go stale.
+    limit = max_age if max_age > 0 else STALE_AFTER_POLLS * status.poll_interval_seconds
+    return SlurmTrust(True, status.reachable, status.last_success_at + limit, absence_grace)
+
+
+@dataclass(frozen=True)
 class ClusterView:
     nodeset: Obj
     nodes: Mapping[str, Obj]
@@ -191,10 +237,18 @@ class ClusterView:
     foreign_pod_names: Collection[str]
     # Slurm node state by Slurm node (= pod) name, for the NodeSet's cluster.
     slurm: Mapping[str, SlurmNodeState]
+    # slurm-syncer's status of that cluster (KV slurm_clusters); None: unknown.
+    slurm_cluster: SlurmClusterStatus | None
     # The NodeSet's NodeSlices by name.
     slices: Mapping[str, Obj]
     defaults: Defaults
     now: float
+    # Pod changes sent and not yet visible, by pod name.
+    in_flight: Mapping[str, PodChangeSent] = field(default_factory=dict)
+    # Slurm states older than this are unknown (0: the cluster status's default age).
+    slurm_max_age: float = 0.0
+    # A node absent from the successful polls for this long runs no job.
+    absence_grace: float = 300.0
     # Reuse of per-object checks across plans (never changes the plan, only its cost).
     memo: PlanMemo | None = None
 
@@ -257,16 +311,33 @@ def _finish_status(
         plan.status = wanted
 
 
-def _pod_state(view: ClusterView, pod: Obj) -> PodState:
-    slurm = view.slurm.get(name_of(pod))
-    if view.memo is None:
-        return pod_state(pod, slurm)
+def _pod_state(view: ClusterView, trust: SlurmTrust, pod: Obj) -> PodState:
+    """The pod as the rules see it: its Slurm state only if its cluster's view is fresh,
+    absence past the grace marked, and the changes still in flight applied."""
     name = name_of(pod)
-    cached = view.memo.pod_states.get(name)
-    if cached is not None and cached[0] is pod and cached[1] is slurm:
-        return cached[2]
-    state = pod_state(pod, slurm)
-    view.memo.pod_states[name] = (pod, slurm, state)
+    slurm = view.slurm.get(name) if trust.fresh else None
+    state: PodState | None = None
+    if view.memo is not None:
+        cached = view.memo.pod_states.get(name)
+        if cached is not None and cached[0] is pod and cached[1] is slurm:
+            state = cached[2]
+    if state is None:
+        state = pod_state(pod, slurm)
+        if view.memo is not None:
+            view.memo.pod_states[name] = (pod, slurm, state)
+    if (
+        state.not_registered_since is not None
+        and trust.fresh
+        and trust.reachable
+        and view.now - state.not_registered_since >= trust.absence_grace
+    ):
+        state = dataclasses.replace(state, no_job="NodeNotRegistered")
+    sent = view.in_flight.get(name)
+    if sent is not None and not state.terminating:
+        if sent.kind == "delete":
+            state = dataclasses.replace(state, terminating=True)
+        elif sent.reason is not None and state.delete_reason != sent.reason:
+            state = dataclasses.replace(state, delete_reason=sent.reason, delete_since=sent.sent_at)
     return state
 
 
@@ -325,76 +396,180 @@ def _can_place(
 
 def plan(view: ClusterView) -> Plan:
     problems = validate(view.nodeset)
-    existing_status = mapping(view.nodeset.get("status"))
     if problems:
-        result = Plan(nodeset=None, revision="", problems=problems)
-        spec_condition = _spec_conditions(problems)
-        if _condition_message(existing_status, INVALID_SPEC) != spec_condition.message:
-            result.actions.append(
-                Notice("invalid-spec", problems[0].reason, spec_condition.message)
-            )
-        kept_collision = WantedCondition(
-            NAME_COLLISION, "False", "NoCollision", "every pod name is unique"
-        )
-        for entry in sequence(existing_status.get("conditions")):
-            if mapping(entry).get("type") == NAME_COLLISION:
-                kept_collision = WantedCondition(
-                    NAME_COLLISION,
-                    str(mapping(entry).get("status") or "False"),
-                    str(mapping(entry).get("reason") or "NoCollision"),
-                    str(mapping(entry).get("message") or ""),
-                )
-        name = name_of(view.nodeset)
-        _finish_status(
-            result, view, None, [spec_condition, kept_collision], f"nodeflow.dev/nodeset={name}"
-        )
-        return result
+        return _invalid_spec_plan(view, problems)
+    round_ = _start_round(view)
+    pods = classify_pods(round_)
+    naming = name_nodes(round_, pods)
+    feasible = find_feasible_nodes(round_, pods, naming)
+    desired = round_.spec.replicas if round_.spec.replicas is not None else feasible.count
+    scale_down = plan_scale_down(round_, pods, desired)
+    cancelled = plan_leaving(round_, pods, scale_down)
+    cancelled |= plan_rolling_update(round_, scale_down, desired, feasible.count)
+    plan_deletions(round_, pods, scale_down, cancelled)
+    chosen = plan_scale_up(round_, pods, scale_down, feasible, naming, desired)
+    plan_claims_and_releases(round_, pods, feasible, naming, chosen)
+    plan_nodeslices(round_, pods)
+    collision_condition = report_collisions(round_, feasible.collisions)
+    plan_status(round_, pods, desired, feasible.count, collision_condition)
+    return round_.result
 
+
+@dataclass
+class _Round:
+    """What every phase of one plan shares: the view, the parsed spec and the result."""
+
+    view: ClusterView
+    spec: NodeSetSpec
+    revision: str
+    placement: Obj
+    requests: ResourceList
+    trust: SlurmTrust
+    result: Plan
+
+    def act(self, action: Action) -> None:
+        self.result.actions.append(action)
+
+    def wake(self, at: float) -> None:
+        """The plan would differ at `at` without any change in the cluster."""
+        if at > self.view.now:
+            wake_at = self.result.wake_at
+            self.result.wake_at = at if wake_at is None else min(wake_at, at)
+
+
+def _start_round(view: ClusterView) -> _Round:
     spec = parse(view.nodeset, view.defaults)
     revision = revision_hash(spec.template_spec)
-    result = Plan(nodeset=spec, revision=revision)
     placement = placement_spec(spec)
-    requests = pod_requests(placement)
+    trust = slurm_trust(view.slurm_cluster, view.now, view.slurm_max_age, view.absence_grace)
+    return _Round(
+        view=view,
+        spec=spec,
+        revision=revision,
+        placement=placement,
+        requests=pod_requests(placement),
+        trust=trust,
+        result=Plan(nodeset=spec, revision=revision),
+    )
 
-    # Our pods, by what is to become of them.
-    states = [_pod_state(view, p) for p in view.pods]
+
+def _invalid_spec_plan(view: ClusterView, problems: list[SpecProblem]) -> Plan:
+    """An invalid spec touches no pod: only the InvalidSpec condition and a notice."""
+    existing_status = mapping(view.nodeset.get("status"))
+    result = Plan(nodeset=None, revision="", problems=problems)
+    spec_condition = _spec_conditions(problems)
+    if _condition_message(existing_status, INVALID_SPEC) != spec_condition.message:
+        result.actions.append(Notice("invalid-spec", problems[0].reason, spec_condition.message))
+    kept_collision = WantedCondition(
+        NAME_COLLISION, "False", "NoCollision", "every pod name is unique"
+    )
+    for entry in sequence(existing_status.get("conditions")):
+        if mapping(entry).get("type") == NAME_COLLISION:
+            kept_collision = WantedCondition(
+                NAME_COLLISION,
+                str(mapping(entry).get("status") or "False"),
+                str(mapping(entry).get("reason") or "NoCollision"),
+                str(mapping(entry).get("message") or ""),
+            )
+    name = name_of(view.nodeset)
+    _finish_status(
+        result, view, None, [spec_condition, kept_collision], f"nodeflow.dev/nodeset={name}"
+    )
+    return result
+
+
+# --- phase: classify pods --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodClasses:
+    states: list[PodState]
+    raw_by_name: dict[str, Obj]
+    # Node -> our pods there (terminating included).
+    occupied: dict[str, list[PodState]]
+    # Live pods on feasible nodes: the NodeSet's running replicas.
+    kept: list[PodState]
+    # Live pods that must leave without a scale-down: their node no longer fits the template
+    # (misscheduled), or it is missing from the view (see `classify_pods`). With the why.
+    leaving: list[tuple[PodState, str]]
+    # Those of `leaving` on a node of the view (the reference's misscheduled).
+    misscheduled: list[PodState]
+    # Terminating pods on nodes that remain feasible: replaced there once gone.
+    terminating_in_place: list[PodState]
+
+
+def classify_pods(round_: _Round) -> PodClasses:
+    """Sort the NodeSet's pods by what is to become of them.
+
+    A pod whose node is missing from the view is not deleted for that alone: a view misses a
+    node that a label selector filters out or that was relabelled, and that node may well be
+    running a job. What proves a pod runs no job is Slurm's own word, read fresh: the node is
+    drained and idle, DOWN, or absent from every successful poll for the absence grace; or the
+    pod's phase says it never started; or the pod is already terminal or terminating. So such
+    a pod leaves like a misscheduled one (SlurmDelete with MisscheduledDeleteScheduled, never
+    forced) and the deletion rules decide when, on that proof.
+    """
+    view = round_.view
+    states = [_pod_state(view, round_.trust, p) for p in view.pods]
     raw_by_name = {name_of(p): p for p in view.pods}
-    occupied: dict[str, list[PodState]] = {}  # node -> our pods there (terminating included)
+    occupied: dict[str, list[PodState]] = {}
     for pod in states:
         if pod.node is not None:
             occupied.setdefault(pod.node, []).append(pod)
-
     kept: list[PodState] = []
-    misscheduled: list[tuple[PodState, str]] = []
+    leaving: list[tuple[PodState, str]] = []
+    misscheduled: list[PodState] = []
     terminating_in_place: list[PodState] = []
     for pod in sorted(states, key=lambda p: p.name):
         node = view.nodes.get(pod.node) if pod.node else None
+        if pod.not_registered_since is not None and pod.no_job is None:
+            # The absence grace runs out without any change in the cluster.
+            round_.wake(pod.not_registered_since + round_.trust.absence_grace)
         if pod.terminating:
-            if (
-                node is not None
-                and pod.node is not None
-                and _may_keep(view, placement, pod.node, node, spec.key, revision).feasible
-            ):
+            if node is not None and pod.node is not None and _keeps(round_, pod.node, node):
                 terminating_in_place.append(pod)
             continue
         if pod_is_terminal(raw_by_name[pod.name]):
-            result.actions.append(
+            round_.act(
                 DeletePod(pod, False, "PodFinished", f"pod {pod.phase}: replaced by a new pod")
             )
             continue
-        if node is None:
-            result.actions.append(
-                DeletePod(pod, False, "NodeGone", f"node {pod.node or '?'} no longer exists")
-            )
+        if node is None or pod.node is None:
+            leaving.append((pod, f"node {pod.node or '?'} is missing from the view"))
             continue
-        assert pod.node is not None  # a node was found by this name
-        verdict = _may_keep(view, placement, pod.node, node, spec.key, revision)
+        verdict = _may_keep(
+            view, round_.placement, pod.node, node, round_.spec.key, round_.revision
+        )
         if verdict.feasible:
             kept.append(pod)
         else:
-            misscheduled.append((pod, verdict.reason))
+            leaving.append((pod, verdict.reason))
+            misscheduled.append(pod)
+    return PodClasses(
+        states, raw_by_name, occupied, kept, leaving, misscheduled, terminating_in_place
+    )
 
-    # Names: a node keeps the name of the pod already on it; others compete by node name.
+
+def _keeps(round_: _Round, node_name: str, node: Obj) -> bool:
+    view = round_.view
+    return _may_keep(
+        view, round_.placement, node_name, node, round_.spec.key, round_.revision
+    ).feasible
+
+
+# --- phase: name nodes -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeNames:
+    names: Mapping[str, str]  # node -> pod name
+    collisions: list[Collision]
+    claims: dict[str, str | None]  # node -> the NodeSet claiming it
+
+
+def name_nodes(round_: _Round, pods: PodClasses) -> NodeNames:
+    """A node keeps the name of the pod already on it; others compete by node name."""
+    view = round_.view
     addresses: dict[str, ipaddress.IPv4Address] = {}
     claims: dict[str, str | None] = {}
     for node_name, node in view.nodes.items():
@@ -402,28 +577,58 @@ def plan(view: ClusterView) -> Plan:
         if address is not None:
             addresses[node_name] = address
     existing_names = {
-        pod.node: pod.name for pod in states if pod.node is not None and pod.node in view.nodes
+        pod.node: pod.name for pod in pods.states if pod.node is not None and pod.node in view.nodes
     }
-    naming = assign_names(spec.pod_name_prefix, addresses, existing_names)
-    collisions = list(naming.collisions)
+    naming = assign_names(round_.spec.pod_name_prefix, addresses, existing_names)
+    return NodeNames(naming.names, list(naming.collisions), claims)
 
-    # Feasible nodes: those keeping a pod of ours, and those a new pod may go to.
-    kept_nodes = {pod.node for pod in kept if pod.node}
+
+# --- phase: feasibility ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FeasibleNodes:
+    kept_nodes: set[str]
+    # Feasible nodes without a live pod of ours, by name.
+    placeable: list[str]
+    collisions: list[Collision]
+
+    @property
+    def count(self) -> int:
+        return len(self.kept_nodes) + len(self.placeable)
+
+
+def find_feasible_nodes(round_: _Round, pods: PodClasses, naming: NodeNames) -> FeasibleNodes:
+    """Nodes keeping a pod of ours, and those a new pod may go to (numberFeasible)."""
+    view, spec = round_.view, round_.spec
+    kept_nodes = {pod.node for pod in pods.kept if pod.node}
+    collisions = list(naming.collisions)
     placeable: list[str] = []
     for node_name in sorted(view.nodes):
         if node_name in kept_nodes:
             continue
         node = view.nodes[node_name]
-        ours_there = occupied.get(node_name)
+        ours_there = pods.occupied.get(node_name)
         requested_there = view.requested.get(node_name)
         if ours_there:
             others = _minus(
                 dict(requested_there or {}),
-                _sum_requests(raw_by_name[p.name] for p in ours_there if p.name in raw_by_name),
+                _sum_requests(
+                    pods.raw_by_name[p.name] for p in ours_there if p.name in pods.raw_by_name
+                ),
             )
         else:
             others = dict(requested_there) if requested_there else {}
-        verdict = _can_place(view, placement, requests, node_name, node, others, spec.key, revision)
+        verdict = _can_place(
+            view,
+            round_.placement,
+            round_.requests,
+            node_name,
+            node,
+            others,
+            spec.key,
+            round_.revision,
+        )
         if not verdict.feasible:
             continue
         new_name = naming.names.get(node_name)
@@ -433,121 +638,222 @@ def plan(view: ClusterView) -> Plan:
             collisions.append(Collision(node_name, new_name, "a pod of another owner"))
             continue
         placeable.append(node_name)
-    number_feasible = len(kept_nodes) + len(placeable)
-    desired = spec.replicas if spec.replicas is not None else number_feasible
+    return FeasibleNodes(kept_nodes, placeable, collisions)
 
-    # Scale down: the lowest-ranked pods beyond `desired` get SlurmDelete; others lose it.
-    excess = len(kept) - desired
-    removing: list[PodState] = []
-    if excess > 0:
-        order = ranking.scale_down_order(kept, priority_ordering=spec.scale_down_priority_ordering)
-        removing = order[:excess]
+
+# --- phase: scale-down -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScaleDown:
+    # Pods beyond `desired`, to delete (marked already or marked by this plan).
+    removing: list[PodState]
+    # Pods that stay: the rolling update works on these.
+    staying: list[PodState]
+    # Pods whose scale-down mark this plan cancels.
+    cancelled: set[str]
+
+
+def plan_scale_down(round_: _Round, pods: PodClasses, desired: int) -> ScaleDown:
+    """The pods beyond `desired` get SlurmDelete (ScalingDeleteScheduled), lowest rank first.
+
+    Once chosen, a pod stays chosen until it is deleted or the desired count really rises:
+    pods marked for scale-down stay marked and only the rest is ranked, so another pod
+    turning into a better pick cancels nothing and restarts no forced-deletion timer, and a
+    pod lost meanwhile is replaced rather than a marked one kept. The desired count rose by
+    what `desired` exceeds the NodeSet's last written desiredNumberScheduled (durable, so a
+    restart sees it too); that many marks, the best pods to keep, are cancelled. A pod marked
+    for a rolling update and picked here becomes a scale-down: its reason changes and the
+    forced timer applies.
+    """
+    spec = round_.spec
+    excess = max(0, len(pods.kept) - desired)
+    order = ranking.scale_down_order(pods.kept, priority_ordering=spec.scale_down_priority_ordering)
+    marked = [p for p in order if p.delete_reason == SCALING_DELETE]
+    surplus = max(0, len(marked) - excess)
+    reported = mapping(round_.view.nodeset.get("status")).get("desiredNumberScheduled")
+    if isinstance(reported, int) and not isinstance(reported, bool):
+        surplus = min(surplus, max(0, desired - reported))
+    cancelling = marked[len(marked) - surplus :] if surplus else []
+    removing = marked[: len(marked) - surplus]
+    removing += [p for p in order if p.delete_reason != SCALING_DELETE][
+        : max(0, excess - len(removing))
+    ]
     removing_names = {pod.name for pod in removing}
     for pod in removing:
-        if pod.delete_reason is None:
-            result.actions.append(
-                ScheduleDelete(
-                    pod,
-                    SCALING_DELETE,
-                    "delete-scheduled",
-                    f"scale down to {desired}: "
-                    + ranking.scale_down_reason(
-                        pod, priority_ordering=spec.scale_down_priority_ordering
-                    ),
-                )
-            )
-    staying = [pod for pod in kept if pod.name not in removing_names]
-    for pod in staying:
         if pod.delete_reason == SCALING_DELETE:
-            result.actions.append(
-                CancelDelete(pod, f"scaled back up to {desired}: deletion cancelled, pod kept")
+            continue
+        why = f"scale down to {desired}: " + ranking.scale_down_reason(
+            pod, priority_ordering=spec.scale_down_priority_ordering
+        )
+        if pod.delete_reason is not None:
+            why += f" (was {pod.delete_reason}: now a scale-down)"
+        round_.act(ScheduleDelete(pod, SCALING_DELETE, "delete-scheduled", why))
+    for pod in cancelling:
+        round_.act(CancelDelete(pod, f"scaled back up to {desired}: deletion cancelled, pod kept"))
+    staying = [pod for pod in pods.kept if pod.name not in removing_names]
+    return ScaleDown(removing, staying, {pod.name for pod in cancelling})
+
+
+# --- phase: pods that leave without a scale-down ---------------------------------------------
+
+
+def plan_leaving(round_: _Round, pods: PodClasses, scale_down: ScaleDown) -> set[str]:
+    """A misscheduled pod (or one whose node is missing) is drained and deleted once it runs
+    no job: its own reason, never forced. A pod already marked keeps its mark; a pod marked
+    misscheduled that fits its node again loses it. Returns the names whose mark this plan
+    cancels."""
+    for pod, why in pods.leaving:
+        if pod.delete_reason is None:
+            round_.act(
+                ScheduleDelete(pod, MISSCHEDULED_DELETE, "delete-scheduled", f"misscheduled: {why}")
             )
-        elif pod.delete_reason == ROLLING_DELETE and pod.revision == revision:
-            result.actions.append(
+    cancelled: set[str] = set()
+    for pod in scale_down.staying:
+        if pod.delete_reason == MISSCHEDULED_DELETE:
+            round_.act(CancelDelete(pod, "the pod fits its node again: deletion cancelled"))
+            cancelled.add(pod.name)
+    return cancelled
+
+
+# --- phase: rolling update -------------------------------------------------------------------
+
+
+def plan_rolling_update(
+    round_: _Round, scale_down: ScaleDown, desired: int, number_feasible: int
+) -> set[str]:
+    """Outdated pods that stay get RollingDeleteScheduled within maxUnavailable; a pod that
+        matches the template again loses its mark. Returns the names whose mark this plan cancels
+    (scale-down's included).
+
+        The budget is a share of the pods the NodeSet can really run, min(desiredNumberScheduled,
+        numberFeasible), rounded up; unavailable counts each of those that is not Ready or is
+        pending deletion (for scaling or rolling, visible or still in flight), and each that
+        should exist but does not.
+    """
+    cancelled = set(scale_down.cancelled)
+    for pod in scale_down.staying:
+        if pod.delete_reason == ROLLING_DELETE and pod.revision == round_.revision:
+            round_.act(
                 CancelDelete(pod, "the pod matches the template again: replacement cancelled")
             )
-    for pod, why in misscheduled:
-        if pod.delete_reason is None:
-            result.actions.append(
-                ScheduleDelete(pod, SCALING_DELETE, "delete-scheduled", f"misscheduled: {why}")
-            )
-
-    # Rolling update of the pods that stay.
-    if spec.update_strategy == "RollingUpdate":
-        target = min(desired, number_feasible)
-        # Pods that should exist but are not live (terminating, or gone and not yet
-        # recreated) are unavailable too: the budget counts nodes, not pod objects.
-        missing = target - len(staying)
-        budget = resolve_max_unavailable(spec.max_unavailable, desired)
-        choice = ranking.choose_rolling_replacements(staying, revision, budget, missing)
-        for pod in choice.replace:
-            tier = ranking.ROLLING_TEXT[ranking.rolling_tier(pod)]
-            result.actions.append(
-                ScheduleDelete(
-                    pod,
-                    ROLLING_DELETE,
-                    "rolling-replace",
-                    f"{tier} (revision {pod.revision or '?'} -> {revision}); "
-                    f"unavailable {choice.unavailable} of at most {choice.budget}",
-                )
-            )
-
-    # Deletion of pods whose SlurmDelete is set and still wanted.
-    cancelled = {a.pod.name for a in result.actions if isinstance(a, CancelDelete)}
-    doomed = (
-        [p for p in removing if p.delete_reason]
-        + [p for p in staying if p.delete_reason and p.name not in cancelled]
-        + [p for p, _ in misscheduled if p.delete_reason]
+            cancelled.add(pod.name)
+    spec = round_.spec
+    if spec.update_strategy != "RollingUpdate":
+        return cancelled
+    target = min(desired, number_feasible)
+    missing = target - len(scale_down.staying)
+    budget = resolve_max_unavailable(spec.max_unavailable, target)
+    choice = ranking.choose_rolling_replacements(
+        scale_down.staying, round_.revision, budget, missing
     )
+    for pod in choice.replace:
+        tier = ranking.ROLLING_TEXT[ranking.rolling_tier(pod)]
+        round_.act(
+            ScheduleDelete(
+                pod,
+                ROLLING_DELETE,
+                "rolling-replace",
+                f"{tier} (revision {pod.revision or '?'} -> {round_.revision}); "
+                f"unavailable {choice.unavailable} of at most {choice.budget}",
+            )
+        )
+    return cancelled
+
+
+# --- phase: deletion -------------------------------------------------------------------------
+
+
+def plan_deletions(
+    round_: _Round, pods: PodClasses, scale_down: ScaleDown, cancelled: set[str]
+) -> None:
+    """Delete the pods whose SlurmDelete is set and still wanted, once the deletion rules
+    allow it (see `deletion`); wake up when a forced timeout or the staleness of the Slurm
+    states would change that."""
+    spec = round_.spec
+    doomed = (
+        [p for p in scale_down.removing if p.delete_reason]
+        + [p for p in scale_down.staying if p.delete_reason and p.name not in cancelled]
+        + [p for p, _ in pods.leaving if p.delete_reason]
+    )
+    if doomed and round_.trust.stale_at is not None:
+        round_.wake(round_.trust.stale_at)
     for pod in doomed:
         decision = deletion.decide_deletion(
-            pod, view.now, spec.force_delete_known_timeout, spec.force_delete_unknown_timeout
+            pod, round_.view.now, spec.force_delete_known_timeout, spec.force_delete_unknown_timeout
         )
         if decision.verdict == "wait":
             deadline = deletion.forced_deadline(
                 pod, spec.force_delete_known_timeout, spec.force_delete_unknown_timeout
             )
             if deadline is not None:
-                result.wake_at = (
-                    deadline if result.wake_at is None else min(result.wake_at, deadline)
-                )
+                round_.wake(deadline)
             continue
-        result.actions.append(
+        round_.act(
             DeletePod(pod, decision.verdict == "forced-delete", decision.reason, decision.message)
         )
 
-    # Scale up: claimed-by-us nodes first (a replaced pod comes back on its node), then by name.
-    need = desired - len(kept) - len(terminating_in_place)
-    chosen: list[str] = []
-    if need > 0:
-        ordered = sorted(placeable, key=lambda n: (claims[n] != spec.key, n))
-        chosen = ordered[:need]
+
+# --- phase: scale-up -------------------------------------------------------------------------
+
+
+def plan_scale_up(
+    round_: _Round,
+    pods: PodClasses,
+    scale_down: ScaleDown,
+    feasible: FeasibleNodes,
+    naming: NodeNames,
+    desired: int,
+) -> list[str]:
+    """Pods for the missing replicas: the pods that stay (those being scaled down do not
+    count) and the terminating ones that will be replaced where they are. Claimed-by-us
+    nodes first (a replaced pod comes back on its node), then by name. Returns the nodes
+    chosen."""
+    view, spec = round_.view, round_.spec
+    existing = len(scale_down.staying) + len(pods.terminating_in_place)
+    need = desired - existing
+    if need <= 0:
+        return []
+    ordered = sorted(feasible.placeable, key=lambda n: (naming.claims[n] != spec.key, n))
+    chosen = ordered[:need]
     for node_name in chosen:
         node = view.nodes[node_name]
-        if claims[node_name] == spec.key:
-            name = naming.names[node_name]
-            result.actions.append(
+        if naming.claims[node_name] == spec.key:
+            round_.act(
                 CreatePod(
                     node=node_name,
                     node_uid=uid_of(node),
                     node_rv=resource_version_of(node),
-                    name=name,
-                    revision=revision,
+                    name=naming.names[node_name],
+                    revision=round_.revision,
                     nodeset=spec,
                     why=f"node {node_name} is feasible and claimed; "
-                    f"{len(kept) + len(terminating_in_place)} of {desired} pods exist",
+                    f"{existing} of {desired} pods exist",
                 )
             )
         else:
-            result.actions.append(
-                Claim(node_name, uid_of(node), resource_version_of(node), "scale up")
-            )
+            round_.act(Claim(node_name, uid_of(node), resource_version_of(node), "scale up"))
+    return chosen
+
+
+# --- phase: claims and releases --------------------------------------------------------------
+
+
+def plan_claims_and_releases(
+    round_: _Round,
+    pods: PodClasses,
+    feasible: FeasibleNodes,
+    naming: NodeNames,
+    chosen: list[str],
+) -> None:
+    """Release claimed nodes with no pod of ours; claim a node a pod of ours runs on
+    unclaimed (a release raced a create)."""
     chosen_set = set(chosen)
-    for node_name, node in sorted(view.nodes.items()):
-        if claims[node_name] != spec.key:
-            # A pod of ours on a node nobody claimed (a release raced a create): claim it.
-            if claims[node_name] is None and node_name in kept_nodes:
-                result.actions.append(
+    for node_name, node in sorted(round_.view.nodes.items()):
+        claim = naming.claims[node_name]
+        if claim != round_.spec.key:
+            if claim is None and node_name in feasible.kept_nodes:
+                round_.act(
                     Claim(
                         node_name,
                         uid_of(node),
@@ -556,9 +862,9 @@ def plan(view: ClusterView) -> Plan:
                     )
                 )
             continue
-        if node_name in chosen_set or occupied.get(node_name):
+        if node_name in chosen_set or pods.occupied.get(node_name):
             continue
-        result.actions.append(
+        round_.act(
             Release(
                 node_name,
                 uid_of(node),
@@ -568,15 +874,21 @@ def plan(view: ClusterView) -> Plan:
             )
         )
 
-    # NodeSlices list the nodes that have one of our pods.
-    members = {pod.node for pod in states if pod.node and pod.node in view.nodes}
+
+# --- phase: NodeSlices -----------------------------------------------------------------------
+
+
+def plan_nodeslices(round_: _Round, pods: PodClasses) -> None:
+    """NodeSlices list the nodes that have one of our pods."""
+    view = round_.view
+    members = {pod.node for pod in pods.states if pod.node and pod.node in view.nodes}
     current_slices = {
         name: [str(n) for n in sequence(mapping(obj.get("spec")).get("nodes"))]
         for name, obj in view.slices.items()
     }
-    for change in plan_slices(spec.name, current_slices, members):
+    for change in plan_slices(round_.spec.name, current_slices, members):
         existing = view.slices.get(change.name)
-        result.actions.append(
+        round_.act(
             WriteSlice(
                 change,
                 resource_version_of(existing) if existing is not None else None,
@@ -584,14 +896,17 @@ def plan(view: ClusterView) -> Plan:
             )
         )
 
-    # Name collisions are reported once (when the condition changes), with a decision.
-    collision_condition = _collision_condition(collisions)
-    if (
-        collisions
-        and _condition_message(existing_status, NAME_COLLISION) != collision_condition.message
-    ):
+
+# --- phase: status ---------------------------------------------------------------------------
+
+
+def report_collisions(round_: _Round, collisions: list[Collision]) -> WantedCondition:
+    """Name collisions are reported once (when the condition changes), with a decision."""
+    condition = _collision_condition(collisions)
+    existing_status = mapping(round_.view.nodeset.get("status"))
+    if collisions and _condition_message(existing_status, NAME_COLLISION) != condition.message:
         for collision in collisions:
-            result.actions.append(
+            round_.act(
                 Notice(
                     "name-collision",
                     "PodNameCollision",
@@ -600,29 +915,39 @@ def plan(view: ClusterView) -> Plan:
                     pod=collision.name,
                 )
             )
+    return condition
 
-    counted = kept
+
+def plan_status(
+    round_: _Round,
+    pods: PodClasses,
+    desired: int,
+    number_feasible: int,
+    collision_condition: WantedCondition,
+) -> None:
+    """The nine fields. numberRunning and numberDrain count every pod of ours on a node,
+    misscheduled ones included; numberDrain counts nodes drained (Drain and not Busy)."""
+    counted = pods.kept
+    on_nodes = pods.kept + pods.misscheduled
+    revision = round_.revision
     counts = Counts(
         current_number_scheduled=len(counted),
-        number_misscheduled=len(misscheduled),
+        number_misscheduled=len(pods.misscheduled),
         desired_number_scheduled=desired,
         updated_number_scheduled=sum(1 for p in counted if p.revision == revision),
         number_feasible=number_feasible,
         number_ready=sum(1 for p in counted if p.ready),
         number_unavailable=sum(1 for p in counted if not p.ready),
-        number_running=sum(
-            1 for p in counted if p.slurm_known and p.slurm is not None and p.slurm.busy
-        ),
-        number_drain=sum(1 for p in counted if p.drain),
+        number_running=sum(1 for p in on_nodes if p.reported_busy),
+        number_drain=sum(1 for p in on_nodes if p.drained),
     )
     _finish_status(
-        result,
-        view,
+        round_.result,
+        round_.view,
         counts,
         [_spec_conditions([]), collision_condition],
-        selector(spec),
+        selector(round_.spec),
     )
-    return result
 
 
 def _sum_requests(pods: Any) -> ResourceList:

@@ -8,19 +8,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from nodeflow_contracts.pod_protocol import NODESET_LABEL, REVISION_LABEL, SLURM_CLUSTER_LABEL
 from nodeset_controller.objects import (
-    LOCK_TAINT,
     NODESET_API_VERSION,
     NODESET_KIND,
-    NODESET_LABEL,
-    REVISION_LABEL,
-    SLURM_CLUSTER_LABEL,
     mapping,
     sequence,
 )
 from nodeset_controller.spec import NodeSetSpec
-
-LOCK_TOLERATION: dict[str, str] = {"key": LOCK_TAINT, "operator": "Exists"}
 
 
 def canonical_json(value: Any) -> bytes:
@@ -48,15 +43,17 @@ def pinned_affinity(affinity: Any, node: str) -> dict[str, Any]:
     return pinned
 
 
-def with_lock_toleration(tolerations: Any) -> list[Any]:
+def with_lock_toleration(tolerations: Any, key: str) -> list[Any]:
+    """The tolerations with one for every effect of the lock taint `key` (the reference's
+    `sunk.coreweave.com/lock` unless configured otherwise)."""
     found = [copy.deepcopy(t) for t in sequence(tolerations)]
     if not any(
-        mapping(t).get("key") == LOCK_TAINT
+        mapping(t).get("key") == key
         and mapping(t).get("operator") == "Exists"
         and not mapping(t).get("effect")
         for t in found
     ):
-        found.append(dict(LOCK_TOLERATION))
+        found.append({"key": key, "operator": "Exists"})
     return found
 
 
@@ -64,7 +61,7 @@ def placement_spec(nodeset: NodeSetSpec) -> dict[str, Any]:
     """The template's pod spec as the feasibility check must see it: with the lock
     toleration the controller adds."""
     spec = dict(nodeset.template_spec)
-    spec["tolerations"] = with_lock_toleration(spec.get("tolerations"))
+    spec["tolerations"] = with_lock_toleration(spec.get("tolerations"), nodeset.lock_toleration_key)
     return spec
 
 
@@ -88,7 +85,7 @@ def build_pod(nodeset: NodeSetSpec, node: str, name: str, revision: str) -> dict
     template_meta = mapping(nodeset.template.get("metadata"))
     spec = copy.deepcopy(dict(nodeset.template_spec))
     spec["affinity"] = pinned_affinity(spec.get("affinity"), node)
-    spec["tolerations"] = with_lock_toleration(spec.get("tolerations"))
+    spec["tolerations"] = with_lock_toleration(spec.get("tolerations"), nodeset.lock_toleration_key)
     # The Slurm node is named after the pod; the hostname makes slurmd agree.
     spec.setdefault("hostname", name)
     metadata: dict[str, Any] = {

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from nodeflow_contracts.pod_protocol import (
+    REVISION_LABEL,
+    SLURM_DELETE_CONDITION,
+    SLURM_NOT_REGISTERED_REASON,
+    slurm_state_condition,
+)
 from nodeflow_contracts.slurm import SlurmNodeState
 from nodeset_controller.objects import (
-    REVISION_LABEL,
-    SLURM_DELETE,
     condition,
     labels_of,
     meta,
@@ -23,6 +27,11 @@ from nodeset_controller.objects import (
     uid_of,
 )
 
+# Why Slurm runs no job on a pod's node although the node is not drained (see `runs_no_job`).
+NoJobReason = Literal["SlurmNodeDown", "NodeNotRegistered"]
+
+UNKNOWN_CONDITION = slurm_state_condition("Unknown")
+
 
 @dataclass(frozen=True)
 class PodState:
@@ -31,16 +40,23 @@ class PodState:
     resource_version: str
     node: str | None
     ready: bool
+    # status.phase as written; "" when missing.
     phase: str
     created_at: float
     revision: str
     terminating: bool
-    # Reason of SlurmDelete=True (ScalingDeleteScheduled / RollingDeleteScheduled), or None.
+    # Reason of SlurmDelete=True (see pod_protocol.DELETE_REASONS), or None.
     delete_reason: str | None
     # When the deletion was scheduled: the condition's lastTransitionTime.
     delete_since: float | None
-    # The pod's Slurm node as slurm-syncer last read it; None when it has no entry.
+    # The pod's Slurm node as slurm-syncer last read it, if that reading may be trusted (its
+    # cluster's view is fresh); None when it has no entry or the view is stale.
     slurm: SlurmNodeState | None
+    # Since when slurm-syncer has found the node absent from successful polls (the pod's
+    # SlurmNodeStateUnknown condition with reason NodeNotRegistered); None otherwise.
+    not_registered_since: float | None = None
+    # Set when Slurm runs no job on the node although it is not drained (see runs_no_job).
+    no_job: NoJobReason | None = None
 
     @property
     def slurm_known(self) -> bool:
@@ -48,8 +64,16 @@ class PodState:
 
     @property
     def busy(self) -> bool:
-        """Running Slurm work. An unknown state counts as busy: fail closed."""
+        """Running Slurm work. An unknown state counts as busy (fail closed), unless Slurm has
+        shown it runs no job there (DOWN, or not registered for the grace)."""
+        if self.no_job is not None:
+            return False
         return not self.slurm_known or bool(self.slurm and self.slurm.busy)
+
+    @property
+    def reported_busy(self) -> bool:
+        """Slurm itself, read fresh, says the node runs work."""
+        return self.slurm is not None and self.slurm.known and self.slurm.busy
 
     @property
     def drain(self) -> bool:
@@ -57,20 +81,28 @@ class PodState:
         return self.slurm_known and bool(self.slurm and self.slurm.drain)
 
     @property
+    def drained(self) -> bool:
+        """Drained in the reference's sense (Drain and not Busy), from a known state only."""
+        return self.slurm is not None and self.slurm.known and self.slurm.drained
+
+    @property
     def drained_and_idle(self) -> bool:
         """Safe to delete: drained and idle, read from a *known* state (a failed lookup is
         never taken for drained)."""
-        return (
-            self.slurm is not None
-            and self.slurm.known
-            and self.slurm.drained
-            and not self.slurm.busy
-        )
+        return self.drained and not self.reported_busy
+
+    @property
+    def runs_no_job(self) -> bool:
+        """Deleting the pod ends no Slurm job: drained and idle, or Slurm has no job there
+        (DOWN: slurmctld has already ended or requeued its jobs; or absent from every
+        successful poll of a fresh, reachable cluster for longer than the grace)."""
+        return self.drained_and_idle or self.no_job is not None
 
     @property
     def never_started(self) -> bool:
-        """No container ever ran (Pending, not bound or still creating): no slurmd, no job."""
-        return self.phase == "Pending" and not self.ready
+        """No container ever ran: the phase says Pending (a missing phase proves nothing) and
+        Slurm does not report the node busy."""
+        return self.phase == "Pending" and not self.ready and not self.reported_busy
 
     @property
     def pending_deletion(self) -> bool:
@@ -82,10 +114,28 @@ class PodState:
         return not self.ready or self.pending_deletion
 
 
+def not_registered_since(pod: Mapping[str, Any]) -> float | None:
+    """When slurm-syncer first found the pod's Slurm node absent from a successful poll."""
+    unknown = condition(pod, UNKNOWN_CONDITION)
+    if (
+        unknown is None
+        or unknown.get("status") != "True"
+        or unknown.get("reason") != SLURM_NOT_REGISTERED_REASON
+    ):
+        return None
+    return parse_time(unknown.get("lastTransitionTime"))
+
+
 def pod_state(pod: Mapping[str, Any], slurm: SlurmNodeState | None) -> PodState:
-    delete = condition(pod, SLURM_DELETE)
+    """The pod with `slurm`, its Slurm node's state if it may be trusted (None otherwise).
+    A DOWN node is marked as running no job here; absence needs the clock and the cluster's
+    status, so the plan marks it (`with_absence`)."""
+    delete = condition(pod, SLURM_DELETE_CONDITION)
     scheduled = delete is not None and delete.get("status") == "True"
     reason = str(delete.get("reason") or "DeleteScheduled") if delete and scheduled else None
+    # DOWN: slurmctld has ended or requeued the node's jobs -- unless it still reports work
+    # there (COMPLETING): only a forced timeout deletes a pod Slurm reports busy.
+    down = slurm is not None and slurm.known and slurm.base_state == "Down" and not slurm.busy
     return PodState(
         name=name_of(pod),
         uid=uid_of(pod),
@@ -99,4 +149,6 @@ def pod_state(pod: Mapping[str, Any], slurm: SlurmNodeState | None) -> PodState:
         delete_reason=reason,
         delete_since=parse_time(delete.get("lastTransitionTime")) if delete and scheduled else None,
         slurm=slurm,
+        not_registered_since=not_registered_since(pod) if slurm is None else None,
+        no_job="SlurmNodeDown" if down else None,
     )

@@ -1,14 +1,21 @@
 """Wiring of nodeset-controller: KV views in, plans, commands/decisions/Events out.
 
 The controller reads only KV (k8s_nodesets, k8s_nodes, k8s_pods, k8s_nodeslices from
-k8s-watcher; slurm_nodes from slurm-syncer) and acts only through `cmd.k8s.v1.*` commands.
+k8s-watcher; slurm_nodes and slurm_clusters from slurm-syncer) and acts only through
+`cmd.k8s.v1.*` commands.
 One replica is active (leader lease). What it keeps in memory is an optimisation, never a
 source of truth: the in-flight table stops it re-sending a command whose effect has not
 reached KV yet, and every entry ends on the command's outcome, on the object changing, or
 after `in_flight_timeout_seconds` -- so a lost outcome or a restart cannot wedge anything
 (the anchors' "expectations" bug). The same table bounds how many pod and claim changes are
 in flight at once (`max_commands_in_flight`), so a scale of thousands of pods proceeds in
-waves and a status update never queues behind thousands of commands.
+waves and a status update never queues behind thousands of commands. The SlurmDelete sets
+and pod deletes in that table are also an input of the plan (`ClusterView.in_flight`): a
+change sent and not yet visible already counts against the rolling budget.
+
+A command sent again on purpose (its in-flight entry expired, or it was refused) keeps its
+idempotency key -- k8s-watcher and the preconditions keep it idempotent -- but its
+Nats-Msg-Id names the attempt, so JetStream's duplicate window cannot swallow the resend.
 """
 
 from __future__ import annotations
@@ -29,7 +36,10 @@ from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.codec import ContractDecodeError
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, RecordEvent
-from nodeflow_contracts.slurm import SlurmNodeState
+from nodeflow_contracts.pod_protocol import NODESET_LABEL
+from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeState
+from nodeflow_contracts.subjects import slurm_cluster_key
+from nodeflow_contracts.topology import SLURM_CLUSTERS_BUCKET
 from nodeflow_kube.quantity import ResourceList
 from nodeflow_runtime.service import ServiceContext
 from nodeset_controller import SERVICE, metrics
@@ -39,13 +49,13 @@ from nodeset_controller.commands import (
     action_slot,
     invalid_status_outgoing,
     notice_outgoing,
+    pod_slot,
     stable_key,
     status_outgoing,
     to_outgoing,
 )
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.objects import (
-    NODESET_LABEL,
     labels_of,
     mapping,
     name_of,
@@ -56,12 +66,22 @@ from nodeset_controller.objects import (
     resource_version_of,
     uid_of,
 )
-from nodeset_controller.planner import ClusterView, CreatePod, Notice, PlanMemo, plan
+from nodeset_controller.planner import (
+    ClusterView,
+    CreatePod,
+    Notice,
+    PlanMemo,
+    PodChangeSent,
+    plan,
+    slurm_trust,
+)
 
 log = structlog.get_logger("nodeset_controller")
 
 # The `_wake_at` entry that wakes the loop when in-flight commands may have expired.
 IN_FLIGHT_WAKE = "__in_flight__"
+# Attempt counts kept for this many idempotency keys at most (oldest forgotten first).
+MAX_REMEMBERED_ATTEMPTS = 65_536
 
 Obj = dict[str, Any]
 
@@ -74,6 +94,7 @@ class InFlight:
     sent_at: float
     is_create: bool
     windowed: bool = False
+    pod_change: PodChangeSent | None = None
     outcome: str | None = None
     outcome_rv: str | None = None
 
@@ -165,6 +186,9 @@ class NodeSetController:
         self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict, track_deletes=True)
         self.slices: KVView[Obj] = KVView(bus, "k8s_nodeslices", dict)
         self.slurm: KVView[SlurmNodeState] = KVView(bus, "slurm_nodes", SlurmNodeState)
+        self.slurm_clusters: KVView[SlurmClusterStatus] = KVView(
+            bus, SLURM_CLUSTERS_BUCKET, SlurmClusterStatus
+        )
         self.lease = LeaderLease(
             bus, SERVICE, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds
         )
@@ -176,6 +200,8 @@ class NodeSetController:
         self._slices_of: dict[str, dict[str, Obj]] = {}
         self._slurm_of: dict[str, dict[str, SlurmNodeState]] = {}  # cluster -> name -> state
         self._in_flight: dict[str, InFlight] = {}
+        # Idempotency key -> how many times it was published (names each attempt's msg id).
+        self._attempts: dict[str, int] = {}
         self._memos: dict[str, PlanMemo] = {}  # nodeset key -> reusable per-object checks
         self._room = config.max_commands_in_flight
         self._last_round_seconds = 0.0
@@ -200,7 +226,8 @@ class NodeSetController:
         self.pods.add_listener(self._on_pod)
         self.slices.add_listener(self._on_slice)
         self.slurm.add_listener(self._on_slurm)
-        for view in (self.nodesets, self.nodes, self.pods, self.slices, self.slurm):
+        self.slurm_clusters.add_listener(self._on_slurm_cluster)
+        for view in self._views():
             await view.start()
         self._subscription = await self.bus.nc.subscribe(subjects.K8S_OUTCOMES, cb=self._on_outcome)
         self.lease.add_listener(self._on_leadership)
@@ -215,14 +242,21 @@ class NodeSetController:
             with contextlib.suppress(Exception):
                 await self._subscription.unsubscribe()
         await self.lease.stop()
-        for view in (self.slurm, self.slices, self.pods, self.nodes, self.nodesets):
+        for view in reversed(self._views()):
             await view.stop()
 
-    def views_ready(self) -> bool:
-        return all(
-            v.ready.is_set()
-            for v in (self.nodesets, self.nodes, self.pods, self.slices, self.slurm)
+    def _views(self) -> tuple[KVView[Any], ...]:
+        return (
+            self.nodesets,
+            self.nodes,
+            self.pods,
+            self.slices,
+            self.slurm,
+            self.slurm_clusters,
         )
+
+    def views_ready(self) -> bool:
+        return all(v.ready.is_set() for v in self._views())
 
     def not_ready_reason(self) -> str | None:
         return None if self.views_ready() else "KV views loading"
@@ -324,6 +358,25 @@ class NodeSetController:
             if state.name in pods:
                 self._mark(nodeset_key)
                 return
+
+    def _on_slurm_cluster(
+        self, key: str, old: SlurmClusterStatus | None, new: SlurmClusterStatus | None
+    ) -> None:
+        """Re-plan the cluster's NodeSets when what may be believed of it changes (fresh or
+        not, reachable or not); a status that only moved forward changes no plan (going
+        stale without a write is a wake-up the plan asks for)."""
+        now = time.time()
+        max_age = self.config.slurm_state_max_age_seconds
+        grace = self.config.slurm_absence_grace_seconds
+        before = slurm_trust(old, now, max_age, grace)
+        after = slurm_trust(new, now, max_age, grace)
+        if (before.fresh, before.reachable) == (after.fresh, after.reachable):
+            return
+        status = new or old
+        cluster = status.cluster if status is not None else key
+        for nodeset_key, nodeset in self.nodesets.items():
+            if mapping(nodeset.get("spec")).get("slurmCluster") == cluster:
+                self._mark(nodeset_key)
 
     # --- outcomes and the in-flight table -------------------------------------------------------
 
@@ -458,7 +511,11 @@ class NodeSetController:
             else:
                 self._wake_at.pop(IN_FLIGHT_WAKE, None)
 
-    async def reconcile_dirty(self) -> None:
+    async def reconcile_dirty(self, now: float | None = None) -> None:
+        """Plan every NodeSet marked dirty and send the result (`now`: the clock's reading
+        unless a caller drives the clock)."""
+        if now is None:
+            now = time.time()
         if self._all_dirty:
             keys = set(self.nodesets)
             self._all_dirty = False
@@ -467,7 +524,6 @@ class NodeSetController:
             keys, self._dirty = self._dirty, set()
         keys.discard(IN_FLIGHT_WAKE)
         outgoing: list[Outgoing] = []
-        now = time.time()
         # Drop entries whose effect is visible, so finished commands never linger.
         for slot in list(self._in_flight):
             self._busy(slot, now)
@@ -490,6 +546,20 @@ class NodeSetController:
         if outgoing:
             await self.send(outgoing, now)
 
+    def _pod_changes_in_flight(
+        self, namespace: str, ours: Mapping[str, Obj], now: float
+    ) -> dict[str, PodChangeSent]:
+        """SlurmDelete sets and deletes of the NodeSet's pods sent and not yet visible."""
+        prefix = pod_slot(namespace, "")
+        found: dict[str, PodChangeSent] = {}
+        for slot, entry in list(self._in_flight.items()):
+            if entry.pod_change is None or not slot.startswith(prefix):
+                continue
+            name = slot[len(prefix) :]
+            if name in ours and self._busy(slot, now):
+                found[name] = entry.pod_change
+        return found
+
     def plan_nodeset(self, key: str, nodeset: Obj, now: float) -> list[Outgoing]:
         cluster = str(mapping(nodeset.get("spec")).get("slurmCluster") or "")
         ours = self._pods_of.get(key, {})
@@ -504,9 +574,13 @@ class NodeSetController:
             requested=self._requested,
             foreign_pod_names=ForeignNames(self._pod_names.get(namespace_of(nodeset), set()), ours),
             slurm=self._slurm_of.get(cluster, {}),
+            slurm_cluster=self._cluster_status(cluster),
             slices=self._slices_of.get(key, {}),
             defaults=self.config.defaults,
             now=now,
+            in_flight=self._pod_changes_in_flight(namespace_of(nodeset), ours, now),
+            slurm_max_age=self.config.slurm_state_max_age_seconds,
+            absence_grace=self.config.slurm_absence_grace_seconds,
             memo=memo,
         )
         result = plan(view)
@@ -514,6 +588,8 @@ class NodeSetController:
         metrics.PLANS.inc()
         if result.wake_at is not None:
             self._wake_at[key] = result.wake_at
+        else:
+            self._wake_at.pop(key, None)
         produced: list[Outgoing] = []
         if result.nodeset is None:
             namespace, name = namespace_of(nodeset), name_of(nodeset)
@@ -591,11 +667,15 @@ class NodeSetController:
                     sent_at=now,
                     is_create=out.is_create,
                     windowed=out.windowed,
+                    pod_change=out.pod_change,
                 )
                 self._by_key[command.idempotency_key] = out.slot
+            msg_id = self._attempt_msg_id(command.idempotency_key) if tracked else None
             messages.append(
                 OutgoingMessage(
-                    subject=command.subject, message=command, msg_id=command.idempotency_key
+                    subject=command.subject,
+                    message=command,
+                    msg_id=msg_id or command.idempotency_key,
                 )
             )
             if out.decision is not None:
@@ -626,6 +706,22 @@ class NodeSetController:
         metrics.MESSAGES.inc(len(messages))
         if messages:
             await self.bus.publish_batch(messages, max_in_flight=self.config.publish_window)
+
+    def _attempt_msg_id(self, key: str) -> str:
+        """The Nats-Msg-Id of this attempt at sending `key`: the key itself the first time
+        (a restarted replica's repeat of a command is still deduplicated), `<key>#<n>` for
+        the n-th deliberate resend."""
+        attempt = self._attempts.pop(key, 0) + 1
+        self._attempts[key] = attempt
+        while len(self._attempts) > MAX_REMEMBERED_ATTEMPTS:
+            del self._attempts[next(iter(self._attempts))]
+        return key if attempt == 1 else f"{key}#{attempt}"
+
+    def _cluster_status(self, cluster: str) -> SlurmClusterStatus | None:
+        try:
+            return self.slurm_clusters.get(slurm_cluster_key(cluster))
+        except ValueError:
+            return None  # a name that cannot be a key has no status: unknown
 
 
 async def setup(ctx: ServiceContext[NodeSetControllerConfig]) -> None:

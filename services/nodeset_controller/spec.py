@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
+from nodeflow_contracts.pod_protocol import DEFAULT_LOCK_TOLERATION_KEY
 from nodeflow_kube.quantity import QuantityError, parse_quantity
 from nodeset_controller.objects import (
     mapping,
@@ -58,6 +59,8 @@ class Defaults:
     scale_down_priority_ordering: bool = True
     force_delete_known_timeout: float = 0.0
     force_delete_unknown_timeout: float = 0.0
+    # Service-wide only: the taint key NodeSet pods tolerate.
+    lock_toleration_key: str = DEFAULT_LOCK_TOLERATION_KEY
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class NodeSetSpec:
     scale_down_priority_ordering: bool
     force_delete_known_timeout: float
     force_delete_unknown_timeout: float
+    lock_toleration_key: str = DEFAULT_LOCK_TOLERATION_KEY
 
     @property
     def key(self) -> str:
@@ -115,13 +119,14 @@ def max_unavailable_problem(value: Any) -> SpecProblem | None:
     return SpecProblem(field, "MaxUnavailableNotIntOrPercent", f"{value!r} is not an int or %")
 
 
-def resolve_max_unavailable(value: int | str, desired: int) -> int:
-    """The budget as a number of pods: percentages of `desired` round up (Kubernetes
+def resolve_max_unavailable(value: int | str, base: int) -> int:
+    """The budget as a number of pods: a percentage of `base` -- the pods the NodeSet can
+    really run, min(desiredNumberScheduled, numberFeasible) -- rounded up (Kubernetes
     intstr.GetScaledValueFromIntOrPercent with roundUp=true)."""
     if isinstance(value, int):
         return value
     percent = int(value.strip().rstrip("%"))
-    return math.ceil(percent * desired / 100)
+    return math.ceil(percent * base / 100)
 
 
 def _label_key_problem(key: str) -> str | None:
@@ -354,4 +359,5 @@ def parse(nodeset: Mapping[str, Any], defaults: Defaults) -> NodeSetSpec:
         force_delete_unknown_timeout=(
             float(unknown) if is_int(unknown) else defaults.force_delete_unknown_timeout
         ),
+        lock_toleration_key=defaults.lock_toleration_key,
     )

@@ -22,7 +22,11 @@ from clustersim.slurm import JobRequest
 from k8s_watcher.config import K8sWatcherConfig
 from k8s_watcher.service import K8sWatcher
 from nodeflow_bus import Backoff, Bus, BusOptions, ensure_topology
-from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
+from nodeflow_contracts.topology import (
+    CONSUMERS,
+    KV_BUCKETS,
+    STREAMS,
+)
 from nodeflow_runtime.natsd import NatsServerProcess
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.service import NodeSetController

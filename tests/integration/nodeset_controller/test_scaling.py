@@ -63,7 +63,9 @@ async def test_scale_from_zero_to_n_pods_ready_status_slices_claims_events(stack
     await eventually(lambda: stack.slice_nodes("gpu") == nodes, what="slices")
     for pod in pods:
         assert pod["metadata"]["ownerReferences"][0]["kind"] == "NodeSet"
-        assert {"key": "nodeflow.dev/lock", "operator": "Exists"} in pod["spec"]["tolerations"]
+        assert {"key": "sunk.coreweave.com/lock", "operator": "Exists"} in pod["spec"][
+            "tolerations"
+        ]
     await eventually(lambda: stack.events("PodCreated"), what="Event recorded")
     made = [d for d in await decisions(stack) if d.kind == "create"]
     assert sorted(d.pod for d in made) == names
@@ -124,8 +126,7 @@ async def test_scale_in_while_jobs_run_pods_stay_until_jobs_end(stack: Stack) ->
     await eventually(
         lambda: all(stack.slurm_node(p["metadata"]["name"]) for p in stack.pods("gpu"))
     )
-    for pod in stack.pods("gpu"):
-        stack.run_job(pod["metadata"]["name"], "3")
+    jobs = [stack.run_job(pod["metadata"]["name"]) for pod in stack.pods("gpu")]
     await eventually(lambda: status_is(stack, "gpu", numberRunning=3), what="jobs running")
     stack.patch_nodeset("gpu", {"replicas": 1})
     marked = await eventually(
@@ -138,9 +139,12 @@ async def test_scale_in_while_jobs_run_pods_stay_until_jobs_end(stack: Stack) ->
     )
     for pod in marked:
         assert condition(pod, SLURM_DELETE)["reason"] == "ScalingDeleteScheduled"  # type: ignore[index]
-    # Drained (draining) in Slurm while the jobs run, and not deleted.
-    await eventually(lambda: status_is(stack, "gpu", numberDrain=2), what="drained")
+    # Draining in Slurm while the jobs run, and not deleted.
+    names = [p["metadata"]["name"] for p in marked]
+    await eventually(lambda: all(stack.slurm_node(n).drain for n in names), what="draining")
     assert len(stack.live_pods("gpu")) == 3
+    for job in jobs:
+        stack.sim.slurm["sim"].cluster.cancel_job(job, "alice")
     # Jobs end -> drained and idle -> deleted, claims released, slices updated.
     await eventually(lambda: len(stack.pods("gpu")) == 1, timeout=20, what="scaled in")
     (kept,) = stack.pods("gpu")

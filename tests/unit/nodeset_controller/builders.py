@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeflow_contracts.slurm import SlurmNodeState
-from nodeset_controller.objects import (
+from nodeflow_contracts.pod_protocol import (
     CLAIM_ANNOTATION,
     NODESET_LABEL,
     REVISION_LABEL,
-    SLURM_DELETE,
-    rfc3339,
+    SLURM_DELETE_CONDITION,
+    SLURM_NOT_REGISTERED_REASON,
+    slurm_state_condition,
 )
+from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeState
+from nodeset_controller.objects import rfc3339
 from nodeset_controller.podstate import PodState, pod_state
 from nodeset_controller.spec import Defaults
 
@@ -118,12 +120,24 @@ def pod(
     terminating: bool = False,
     rv: str = "5",
     requests: dict[str, str] | None = None,
+    not_registered_since: float | None = None,
+    phase_missing: bool = False,
 ) -> dict[str, Any]:
     conditions: list[dict[str, Any]] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if not_registered_since is not None:
+        conditions.append(
+            {
+                "type": slurm_state_condition("Unknown"),
+                "status": "True",
+                "reason": SLURM_NOT_REGISTERED_REASON,
+                "message": "node not registered in Slurm",
+                "lastTransitionTime": rfc3339(not_registered_since),
+            }
+        )
     if delete_reason is not None:
         conditions.append(
             {
-                "type": SLURM_DELETE,
+                "type": SLURM_DELETE_CONDITION,
                 "status": "True",
                 "reason": delete_reason,
                 "lastTransitionTime": rfc3339(delete_since if delete_since is not None else T0),
@@ -149,7 +163,11 @@ def pod(
                 {"name": "c", "image": "i", "resources": {"requests": requests or {"cpu": "2"}}}
             ],
         },
-        "status": {"phase": phase or "Running", "conditions": conditions},
+        "status": (
+            {"conditions": conditions}
+            if phase_missing
+            else {"phase": phase or "Running", "conditions": conditions}
+        ),
     }
 
 
@@ -159,20 +177,37 @@ def slurm(
     busy: bool = False,
     drain: bool = False,
     known: bool = True,
+    down: bool = False,
 ) -> SlurmNodeState:
     if not known:
         return SlurmNodeState(cluster=CLUSTER, name=name, known=False, base_state="Unknown")
-    flags = ("Drain",) if drain else ()
+    flags: tuple[str, ...] = ("Drain",) if drain else ()
+    if down:
+        flags += ("NotResponding",)
     return SlurmNodeState(
         cluster=CLUSTER,
         name=name,
         known=True,
-        base_state="Allocated" if busy else "Idle",
+        base_state="Down" if down else "Allocated" if busy else "Idle",
+        reason="Not responding" if down else "",
         flags=flags,
         busy=busy,
         drain=drain,
         drained=drain and not busy,
         draining=drain and busy,
+    )
+
+
+def cluster_status(
+    *, last_success_at: float = T0, reachable: bool = True, poll_interval: float = 10.0
+) -> SlurmClusterStatus:
+    """slurm-syncer's status of CLUSTER: by default polled successfully at T0."""
+    return SlurmClusterStatus(
+        cluster=CLUSTER,
+        reachable=reachable,
+        last_poll_at=last_success_at,
+        last_success_at=last_success_at,
+        poll_interval_seconds=poll_interval,
     )
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from nodeflow_contracts.pod_protocol import DEFAULT_LOCK_TOLERATION_KEY
 from nodeset_controller.feasibility import can_place, may_keep
-from nodeset_controller.podspec import LOCK_TOLERATION
 from tests.unit.nodeset_controller.builders import node
 
 KEY = "slurm.gpu"
 REQ = {"cpu": Fraction(2)}
+
+
+LOCK_TOLERATION = {"key": DEFAULT_LOCK_TOLERATION_KEY, "operator": "Exists"}
 
 
 def spec_with(**extra: Any) -> dict[str, Any]:
@@ -80,7 +83,7 @@ def test_rule_node_selection_taints_must_be_tolerated() -> None:
 
 
 def test_rule_node_selection_lock_taint_is_tolerated_by_nodeset_pods() -> None:
-    locked = node("n1", taints=[{"key": "nodeflow.dev/lock", "effect": "NoSchedule"}])
+    locked = node("n1", taints=[{"key": "sunk.coreweave.com/lock", "effect": "NoSchedule"}])
     assert can_place(spec_with(), REQ, locked, {}, KEY).feasible
 
 

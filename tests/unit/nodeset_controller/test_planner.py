@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 from nodeflow_contracts.k8s import PatchObject
-from nodeflow_contracts.slurm import SlurmNodeState
+from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeState
 from nodeflow_kube.quantity import ResourceList
 from nodeset_controller.commands import to_outgoing
 from nodeset_controller.planner import (
@@ -19,6 +19,7 @@ from nodeset_controller.planner import (
     Notice,
     Plan,
     PlanMemo,
+    PodChangeSent,
     Release,
     ScheduleDelete,
     WriteSlice,
@@ -30,6 +31,7 @@ from tests.unit.nodeset_controller.builders import (
     NS,
     T0,
     TEMPLATE_SPEC,
+    cluster_status,
     node,
     nodeset,
     pod,
@@ -54,6 +56,9 @@ def view(
     slices: dict[str, dict[str, Any]] | None = None,
     foreign: set[str] | None = None,
     requested: dict[str, ResourceList] | None = None,
+    status: SlurmClusterStatus | Literal["fresh"] | None = "fresh",
+    in_flight: dict[str, PodChangeSent] | None = None,
+    absence_grace: float = 300.0,
 ) -> ClusterView:
     pods = pods or []
     totals: dict[str, ResourceList] = dict(requested or {})
@@ -69,9 +74,12 @@ def view(
         requested=totals,
         foreign_pod_names=foreign or set(),
         slurm=slurm_states or {},
+        slurm_cluster=cluster_status(last_success_at=now) if status == "fresh" else status,
         slices=slices or {},
         defaults=DEFAULTS,
         now=now,
+        in_flight=in_flight or {},
+        absence_grace=absence_grace,
     )
 
 
@@ -296,7 +304,8 @@ def test_rule_status_nine_fields_and_running_drain_counts() -> None:
         "numberReady": 3,
         "numberUnavailable": 1,
         "numberRunning": 2,
-        "numberDrain": 2,
+        # Drained only (Drain and not Busy): gpu-001-003 is draining.
+        "numberDrain": 1,
         "observedGeneration": 3,
         "selector": "nodeflow.dev/nodeset=gpu",
     }

@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.podspec import build_pod, revision_hash
 from nodeset_controller.spec import parse
 from tests.unit.nodeset_controller.builders import DEFAULTS, nodeset
@@ -58,7 +59,7 @@ def test_rule_pod_creation_pins_the_node_adds_lock_toleration_labels_and_owner()
     assert affinity["podAntiAffinity"] == {"x": 1}
     assert pod["spec"]["tolerations"] == [
         {"key": "dedicated", "operator": "Exists"},
-        {"key": "nodeflow.dev/lock", "operator": "Exists"},
+        {"key": "sunk.coreweave.com/lock", "operator": "Exists"},
     ]
     # The template itself is not modified.
     assert "matchFields" not in str(spec.template)
@@ -91,3 +92,15 @@ json_values: Any = st.recursive(
 def test_rule_rolling_update_revision_depends_only_on_content(spec: dict[str, Any]) -> None:
     shuffled = dict(reversed(list(spec.items())))
     assert revision_hash(spec) == revision_hash(shuffled)
+
+
+def test_rule_pod_creation_lock_toleration_is_the_reference_key_unless_configured() -> None:
+    assert DEFAULTS.lock_toleration_key == "sunk.coreweave.com/lock"
+    default_pod = build_pod(parse(nodeset(), DEFAULTS), "n1", "gpu-001-001", "rev")
+    assert {"key": "sunk.coreweave.com/lock", "operator": "Exists"} in default_pod["spec"][
+        "tolerations"
+    ]
+    config = NodeSetControllerConfig(nats_url=("nats://x",), lock_toleration_key="example.com/l")
+    other = build_pod(parse(nodeset(), config.defaults), "n1", "gpu-001-001", "rev")
+    assert {"key": "example.com/l", "operator": "Exists"} in other["spec"]["tolerations"]
+    assert all(t.get("key") != "sunk.coreweave.com/lock" for t in other["spec"]["tolerations"])

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nodeflow_runtime.config import ConfigError, load_config
+from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.spec import (
     Defaults,
     parse,
@@ -141,3 +143,27 @@ def test_options_come_from_the_service_unless_the_nodeset_overrides_them() -> No
 def test_rule_bad_input_negative_timeout_override() -> None:
     reasons = fields_and_reasons(nodeset(extra={"forceScalingDeleteKnownConditionTimeout": -3}))
     assert reasons == {("spec.forceScalingDeleteKnownConditionTimeout", "InvalidTimeout")}
+
+
+def test_slurm_trust_and_lock_settings_come_from_the_environment() -> None:
+    config = load_config(
+        NodeSetControllerConfig,
+        {
+            "NATS_URL": "nats://x:4222",
+            "SLURM_STATE_MAX_AGE_SECONDS": "60",
+            "SLURM_ABSENCE_GRACE_SECONDS": "120",
+            "LOCK_TOLERATION_KEY": "example.com/lock",
+        },
+    )
+    assert config.slurm_state_max_age_seconds == 60
+    assert config.slurm_absence_grace_seconds == 120
+    assert config.defaults.lock_toleration_key == "example.com/lock"
+    defaults = load_config(NodeSetControllerConfig, {"NATS_URL": "nats://x:4222"})
+    assert defaults.slurm_state_max_age_seconds == 0
+    assert defaults.slurm_absence_grace_seconds == 300
+    assert defaults.lock_toleration_key == "sunk.coreweave.com/lock"
+    with pytest.raises(ConfigError):
+        load_config(
+            NodeSetControllerConfig,
+            {"NATS_URL": "nats://x:4222", "SLURM_ABSENCE_GRACE_SECONDS": "-1"},
+        )
