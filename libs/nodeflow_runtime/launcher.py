@@ -2,9 +2,13 @@
 
 Starts nats-server with JetStream (file store under .run/nats), the cluster simulator, and the
 six services; waits until each answers ready on /readyz; writes .run/env; prints each
-service's health and metrics URL. On Ctrl-C or SIGTERM it stops the services first (so they
-drain in-flight messages while NATS is still up), then the simulator, then NATS, and leaves no
-process behind.
+service's health and metrics URL. NATS authorizes one user per service (fresh passwords at
+each start, in .run/credentials/, mode 0600) with the allow lists of
+nodeflow_contracts.permissions, and the operators' `nodeflow-admin`; nobody anonymous. Each
+service is told only its own user and password file.
+
+On Ctrl-C or SIGTERM it stops the services first (so they drain in-flight messages while NATS
+is still up), then the simulator, then NATS, and leaves no process behind.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from pathlib import Path
 
 import aiohttp
 
+from nodeflow_contracts.permissions import ADMIN_USER
 from nodeflow_runtime.envfile import read_env_file, update_env_file
-from nodeflow_runtime.natsd import NatsServerProcess
+from nodeflow_runtime.natsd import NatsServerProcess, generate_users, write_password_files
 
 SERVICES: tuple[tuple[str, str], ...] = (
     ("k8s-watcher", "k8s_watcher"),
@@ -67,6 +72,30 @@ def pick_port(preferred: int) -> int:
         return port
 
 
+# Any NATS credential a process inherits from the operator's shell: a service must connect
+# with its own user only (Credentials.from_env would prefer a creds file or token).
+INHERITED_NATS_CREDENTIALS = (
+    "NATS_USER",
+    "NATS_PASSWORD",
+    "NATS_PASSWORD_FILE",
+    "NATS_TOKEN",
+    "NATS_TOKEN_FILE",
+    "NATS_NKEY_SEED_FILE",
+    "NATS_CREDS_FILE",
+)
+
+
+def service_environment(
+    base: dict[str, str], service: str, password_files: dict[str, Path]
+) -> dict[str, str]:
+    """`base` without any inherited NATS credential, plus the service's own user and the
+    file that holds its password."""
+    env = {k: v for k, v in base.items() if k not in INHERITED_NATS_CREDENTIALS}
+    env["NATS_USER"] = service
+    env["NATS_PASSWORD_FILE"] = str(password_files[service])
+    return env
+
+
 def env_key(service: str) -> str:
     return service.upper().replace("-", "_") + "_URL"
 
@@ -103,6 +132,7 @@ class Stack:
         self.env_file = run_dir / "env"
         self.children: list[Child] = []
         self.nats: NatsServerProcess | None = None
+        self.password_files: dict[str, Path] = {}
 
     async def start_child(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
         log_file = self.logs / f"{name}.log"
@@ -156,18 +186,33 @@ class Stack:
         self.env_file.unlink(missing_ok=True)
         # --nats-port 0: any free port (tests); otherwise the given one when it is free.
         nats_port = pick_port(self.args.nats_port) if self.args.nats_port else None
+        users = generate_users()
+        self.password_files = write_password_files(self.run_dir / "credentials", users)
         self.nats = NatsServerProcess(
             self.run_dir / "nats",
             port=nats_port,
             monitor_port=pick_port(8222),
+            users=users,
             log_file=self.logs / "nats-server.log",
         )
         await self.nats.start()
         self.record_children()
-        update_env_file(self.env_file, {"NATS_URL": self.nats.url})
+        # Where the operators' credentials are (the file), never the secret itself.
+        update_env_file(
+            self.env_file,
+            {
+                "NATS_URL": self.nats.url,
+                "NATS_USER": ADMIN_USER,
+                "NATS_PASSWORD_FILE": str(self.password_files[ADMIN_USER]),
+            },
+        )
         if self.nats.monitor_url:
             update_env_file(self.env_file, {"NATS_MONITOR_URL": self.nats.monitor_url})
         print(f"nats-server       {self.nats.url}  (JetStream store {self.run_dir / 'nats'})")
+        print(
+            f"NATS credentials  {self.run_dir / 'credentials'} (one user per service; "
+            f"operators: {ADMIN_USER})"
+        )
 
         if not self.args.no_sim:
             await self.start_simulator()
@@ -180,7 +225,11 @@ class Stack:
         port = FIRST_SERVICE_PORT
         for service, module in SERVICES:
             port = pick_port(port)
-            env = {**shared_env, "HTTP_HOST": "127.0.0.1", "HTTP_PORT": str(port)}
+            env = {
+                **service_environment(shared_env, service, self.password_files),
+                "HTTP_HOST": "127.0.0.1",
+                "HTTP_PORT": str(port),
+            }
             child = await self.start_child(service, [sys.executable, "-m", module], env)
             child.url = f"http://127.0.0.1:{port}"
             port += 1
