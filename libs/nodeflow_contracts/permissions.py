@@ -14,7 +14,7 @@ Two layers, both allow lists:
 
 from __future__ import annotations
 
-import fnmatch
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
@@ -386,7 +386,8 @@ def _walk(value: Any, path: list[str], found: list[str]) -> None:
     if path in (["metadata", "annotations"], ["metadata", "labels"]) and isinstance(value, dict):
         found.extend(f"metadata.{path[1]}[{key}]" for key in value)
         return
-    if isinstance(value, dict) and value:
+    if isinstance(value, dict):
+        # An empty object merges into nothing: it touches no field.
         for key, inner in value.items():
             if not isinstance(key, str) or key.startswith("$"):
                 # Strategic-merge directives ($patch, $retainKeys, ...) act on the path itself.
@@ -398,10 +399,11 @@ def _walk(value: Any, path: list[str], found: list[str]) -> None:
 
 
 def field_allowed(path: str, allowed: Iterable[str]) -> bool:
+    """Whether `path` is one of the `allowed` patterns or lies beneath one. Only `*` is a
+    wildcard (brackets are literal: they enclose annotation keys and condition types)."""
     for pattern in allowed:
-        if pattern == "*" or fnmatch.fnmatchcase(path, pattern):
-            return True
-        if path.startswith(pattern + "."):
+        wildcard = re.escape(pattern).replace(r"\*", ".*")
+        if re.fullmatch(wildcard, path) or re.match(wildcard + r"\.", path):
             return True
     return False
 
