@@ -27,9 +27,14 @@ from pathlib import Path
 
 import aiohttp
 
-from nodeflow_contracts.permissions import ADMIN_USER
+from nodeflow_contracts.permissions import ADMIN_USER, password_variable
 from nodeflow_runtime.envfile import read_env_file, update_env_file
-from nodeflow_runtime.natsd import NatsServerProcess, generate_users, write_password_files
+from nodeflow_runtime.natsd import (
+    NatsServerProcess,
+    generate_users,
+    write_password_files,
+    write_secret_file,
+)
 
 SERVICES: tuple[tuple[str, str], ...] = (
     ("k8s-watcher", "k8s_watcher"),
@@ -371,6 +376,19 @@ def stop_running_stack(run_dir: Path) -> int:
     return 0
 
 
+def write_compose_env(path: Path) -> int:
+    """`--write-compose-env`: fresh NATS passwords for docker-compose.yml, one
+    `NATS_PASSWORD_<USER>=...` line per user, in a file only its owner may read."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"{password_variable(user)[1:]}={secret.reveal()}"
+        for user, secret in generate_users().items()
+    ]
+    write_secret_file(path, "\n".join(lines))
+    print(f"NATS passwords written to {path}: docker compose --env-file {path} up --build")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--run-dir", default=".run")
@@ -380,7 +398,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-sim", action="store_true", help="use KUBECONFIG/SLURM_* from env")
     parser.add_argument("--stop", action="store_true", help="stop a stack started elsewhere")
+    parser.add_argument(
+        "--write-compose-env",
+        metavar="PATH",
+        help="write fresh NATS passwords for docker-compose.yml into PATH (0600) and exit",
+    )
     args = parser.parse_args(argv)
+    if args.write_compose_env:
+        return write_compose_env(Path(args.write_compose_env))
     if args.stop:
         return stop_running_stack(Path(args.run_dir))
     return asyncio.run(run(args))
