@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -260,10 +261,11 @@ async def service_bus(
     opened: list[Bus] = []
 
     async def connect(user: str) -> Bus:
+        # Named after the user, so the server's log tells whose publish it refused.
         connected = await Bus.connect(
             nats_server.url,
             credentials=user_credentials(nats_users, user),
-            options=TEST_BUS_OPTIONS,
+            options=dataclasses.replace(TEST_BUS_OPTIONS, name=f"as-{user}"),
         )
         opened.append(connected)
         return connected
@@ -284,7 +286,10 @@ async def bus(service_bus: Callable[[str], Any]) -> Bus:
 
 @pytest.fixture
 async def harness(
-    bus: Bus, service_bus: Callable[[str], Any], tmp_path: Path
+    bus: Bus,
+    service_bus: Callable[[str], Any],
+    nats_server: NatsServerProcess,
+    tmp_path: Path,
 ) -> AsyncIterator[Harness]:
     await ensure_topology(
         bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS, consumers=CONSUMERS["k8s-watcher"]
@@ -305,3 +310,17 @@ async def harness(
         for sub in subs:
             await sub.unsubscribe()
         await h.stack.aclose()
+    # k8s-watcher's allow lists are enough for everything it did (its minimal set works).
+    refused = violations_of(nats_server.log_file, "as-k8s-watcher")
+    assert refused == [], refused
+
+
+def violations_of(log_file: Path, client_name: str) -> list[str]:
+    """The server's permission violations of the connections named `client_name`."""
+    if not log_file.exists():
+        return []
+    return [
+        line
+        for line in log_file.read_text(errors="replace").splitlines()
+        if "Violation" in line and f':{client_name}" - ' in line
+    ]
