@@ -153,16 +153,15 @@ def declared_streams() -> tuple[str, ...]:
 
 def _reading(stream: str) -> list[str]:
     """The JetStream API a reader of `stream` calls: consumers (ephemeral, ordered and
-    durable), pull requests, direct and stream message gets, acks and flow control."""
+    durable: nats-py names them in the subject), pull requests, direct and stream message
+    gets (a KV get), acks, and flow control replies of ordered consumers."""
     api = "$JS.API"
     return [
         f"{api}.CONSUMER.CREATE.{stream}",
         f"{api}.CONSUMER.CREATE.{stream}.>",
-        f"{api}.CONSUMER.DURABLE.CREATE.{stream}.>",
         f"{api}.CONSUMER.INFO.{stream}.>",
         f"{api}.CONSUMER.DELETE.{stream}.>",
         f"{api}.CONSUMER.MSG.NEXT.{stream}.>",
-        f"{api}.DIRECT.GET.{stream}",
         f"{api}.DIRECT.GET.{stream}.>",
         f"{api}.STREAM.MSG.GET.{stream}",
         f"$JS.ACK.{stream}.>",
@@ -184,8 +183,10 @@ def nats_publish_allow(service: str) -> list[str]:
     allowed += grant.publishes
     for bucket, keys in grant.writes.items():
         allowed += [subjects.kv_entry(bucket, key) for key in keys]
-    # A message its durable consumers cannot handle is dead-lettered under `dlq.<subject>`.
     for consumer in CONSUMERS.get(service, ()):
+        # Its own durable consumers, which it declares on start (nats-py uses this older API
+        # for a durable); a message they cannot handle is dead-lettered under `dlq.<subject>`.
+        allowed.append(f"$JS.API.CONSUMER.DURABLE.CREATE.{consumer.stream}.{consumer.durable}")
         allowed += [subjects.dead_letter(pattern) for pattern in consumer.filter_subjects]
     return list(dict.fromkeys(allowed))
 
