@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nodeflow_bus.credentials import Secret
 from nodeflow_contracts import subjects
@@ -82,6 +84,21 @@ def test_each_service_may_publish_commands_only_under_its_own_prefix() -> None:
             may = any(subject_matches(pattern, subject) for pattern in allowed)
             assert not may or sender == service, (service, subject)
         assert not any(subject_matches(p, "cmd.k8s.v1.delete") for p in allowed)
+
+
+@given(
+    service=st.sampled_from(SERVICES),
+    sender=st.one_of(st.sampled_from([*SERVICES, ADMIN_USER]), st.text(min_size=1, max_size=30)),
+    op=st.text(min_size=1, max_size=20),
+)
+def test_nats_lets_a_service_publish_a_command_only_in_its_own_name(
+    service: str, sender: str, op: str
+) -> None:
+    subject = subjects.k8s_command(sender, op)
+    may = any(subject_matches(pattern, subject) for pattern in nats_publish_allow(service))
+    if may:
+        assert sender == service
+        assert subjects.parse_k8s_command(subject) == (service, op)
 
 
 def test_no_service_may_call_the_jetstream_api_beyond_its_streams() -> None:
