@@ -191,10 +191,17 @@ def nats_publish_allow(service: str) -> list[str]:
     return list(dict.fromkeys(allowed))
 
 
+def inbox_prefix(user: str | None) -> str:
+    """The inbox prefix of a client connected as `user`: `_INBOX.<user>`, so that replies and
+    JetStream deliveries to one service cannot be read by another (each may subscribe to its
+    own inboxes only). Without a user, NATS' default."""
+    return f"_INBOX.{subjects.token(user)}" if user else "_INBOX"
+
+
 def nats_subscribe_allow(service: str) -> list[str]:
-    """Replies of requests and JetStream deliveries arrive on inboxes; nothing else but the
-    grant's plain subscriptions."""
-    return ["_INBOX.>", *BUS_GRANTS[service].subscribes]
+    """Replies of requests and JetStream deliveries arrive on its own inboxes; nothing else
+    but the grant's plain subscriptions."""
+    return [f"{inbox_prefix(service)}.>", *BUS_GRANTS[service].subscribes]
 
 
 def _quote(value: str) -> str:

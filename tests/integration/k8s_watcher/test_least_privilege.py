@@ -36,7 +36,12 @@ from nodeflow_contracts.k8s import (
     UpdateStatus,
     deadline_after,
 )
-from nodeflow_contracts.permissions import ADMIN_USER, SERVICES, nats_publish_allow
+from nodeflow_contracts.permissions import (
+    ADMIN_USER,
+    SERVICES,
+    inbox_prefix,
+    nats_publish_allow,
+)
 from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from nodeflow_contracts.topology import subject_matches
 from nodeflow_runtime.natsd import NatsServerProcess
@@ -125,6 +130,7 @@ class RawClient:
 
         self.client = await nats.connect(
             url,
+            inbox_prefix=inbox_prefix(user),
             user=user,
             password=password.reveal(),
             error_cb=on_error,
@@ -300,3 +306,24 @@ async def test_every_service_is_refused_every_operation_it_must_not_perform(
         outcome = await harness.final_outcome(key, timeout=15.0)
         assert outcome.outcome == "forbidden", (key, outcome.message)
     assert await objects_state(harness) == before
+
+
+async def test_a_service_cannot_read_another_services_replies_or_deliveries(
+    nats_server: NatsServerProcess, nats_users: dict[str, Secret]
+) -> None:
+    """Replies and JetStream deliveries go to per-user inboxes (`_INBOX.<user>.…`): another
+    service cannot subscribe to them and read, say, the commands delivered to k8s-watcher."""
+    spy = await RawClient().connect(
+        nats_server.url, "metrics-exporter", nats_users["metrics-exporter"]
+    )
+    try:
+        assert spy.client is not None
+        for subject in ("_INBOX.>", "_INBOX.k8s-watcher.>", "k8s.v1.>"):
+            await spy.client.subscribe(subject)
+            await spy.client.flush(timeout=2)
+            await refused_by_nats(spy)
+        # Its own inboxes work: a JetStream API request answers.
+        reply = await spy.client.request("$JS.API.INFO", b"", timeout=2)
+        assert b"memory" in reply.data
+    finally:
+        await spy.close()
