@@ -327,3 +327,22 @@ async def test_a_service_cannot_read_another_services_replies_or_deliveries(
         assert b"memory" in reply.data
     finally:
         await spy.close()
+
+
+async def test_a_late_repeat_of_an_applied_command_is_reported_already_applied(
+    harness: Harness,
+) -> None:
+    """The deadline guards against applying late, not against telling the truth: a repeat of a
+    command that was applied in time still answers `already-applied`."""
+    harness.store.create("nodes", node("node-a"))
+    await harness.start_watcher()
+    first = await harness.send(NODE, CordonNode(), key="cordon-once", expires_at=deadline_after(30))
+    assert (await harness.final_outcome(first.idempotency_key)).outcome == "applied"
+    await harness.send(
+        NODE, CordonNode(), key="cordon-once", msg_id="cordon-once:late", expires_at=time.time() - 1
+    )
+    await wait_until(lambda: len(harness.outcomes_of("cordon-once")) == 2, 5.0)
+    assert [o.outcome for o in harness.outcomes_of("cordon-once")] == [
+        "applied",
+        "already-applied",
+    ]
