@@ -31,6 +31,7 @@ from k8s_watcher.service import K8sWatcher
 from nodeflow_bus import Bus, OutgoingMessage, ensure_topology
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CreateObject, K8sCommand, ObjectRef
+from nodeflow_contracts.permissions import ADMIN_USER
 from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
 from nodeflow_runtime.logs import configure_logging
 from nodeflow_runtime.natsd import NatsServerProcess
@@ -180,7 +181,8 @@ async def command_creates(bus: Bus, kubeconfig: Path) -> tuple[float, int]:
         manifest["metadata"]["name"] = f"cmd-{run}-{i:06d}"
         cmd = K8sCommand(
             idempotency_key=f"bench-{run}-{i}",
-            sender="bench",
+            # The operators' sender: k8s-watcher's policy allows it any command.
+            sender=ADMIN_USER,
             sent_at=time.time(),
             target=ObjectRef(
                 api_version="v1", kind="Pod", name=manifest["metadata"]["name"], namespace="default"

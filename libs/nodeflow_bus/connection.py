@@ -25,6 +25,7 @@ from nodeflow_bus.backoff import Backoff
 from nodeflow_bus.credentials import Credentials
 from nodeflow_bus.errors import BatchPublishError, NotConnectedError, PublishError
 from nodeflow_contracts import codec, topology
+from nodeflow_contracts.permissions import inbox_prefix
 
 log = structlog.get_logger("nodeflow_bus")
 
@@ -200,6 +201,8 @@ class Bus:
             reconnected_cb=self._on_reconnected,
             closed_cb=self._on_closed,
             error_cb=self._on_error,
+            # Per-user inboxes: NATS lets each service read its own replies only.
+            inbox_prefix=inbox_prefix(self._credentials.user),
             **self._credentials.connect_options(),
         )
         try:

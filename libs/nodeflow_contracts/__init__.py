@@ -20,6 +20,7 @@ from nodeflow_contracts.k8s import (
     RecordEvent,
     UncordonNode,
     UpdateStatus,
+    deadline_after,
 )
 from nodeflow_contracts.nodeset import NodeSetDecision
 from nodeflow_contracts.slurm import (
@@ -62,6 +63,7 @@ __all__ = [
     "SlurmPollResult",
     "UncordonNode",
     "UpdateStatus",
+    "deadline_after",
     "decode",
     "encode",
     "to_builtins",

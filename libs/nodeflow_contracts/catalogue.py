@@ -51,16 +51,24 @@ MESSAGES: tuple[MessageSpec, ...] = (
     ),
     MessageSpec(
         name="K8sCommand",
-        subject_template="cmd.k8s.v1.{op}",
+        subject_template="cmd.k8s.v1.{sender}.{op}",
         subscribe=subjects.K8S_COMMANDS,
         payload=K8sCommand,
-        publishers=("slurm-syncer", "nodeset-controller"),
+        publishers=(
+            "slurm-syncer",
+            "nodeset-controller",
+            "maintenance-scheduler",
+            "topology-placer",
+        ),
         consumers=("k8s-watcher",),
         description=(
-            "A change to apply to the Kubernetes API. `op` is one of create, delete, patch, "
+            "A change to apply to the Kubernetes API. `sender` is the sending service (its NATS "
+            "user may publish under its own prefix only); `op` is one of create, delete, patch, "
             "cordon, uncordon, evict, bind, nominate, update-status, record-event. The "
             "idempotency key is the Nats-Msg-Id; uid/resourceVersion in the target are "
-            "preconditions."
+            "preconditions. k8s-watcher refuses (outcome `forbidden`, dead letter) a command "
+            "whose subject disagrees with its payload or that the sender's policy does not "
+            "allow, and reports one received after `expires_at` as `expired`."
         ),
     ),
     MessageSpec(
@@ -72,7 +80,7 @@ MESSAGES: tuple[MessageSpec, ...] = (
         consumers=("metrics-exporter", "nodeset-controller"),
         description=(
             "The outcome of a command: applied, already-applied, conflict, not-found, invalid, "
-            "forbidden, retrying or failed, with the API server's message."
+            "forbidden, expired, retrying or failed, with the API server's message."
         ),
     ),
     MessageSpec(

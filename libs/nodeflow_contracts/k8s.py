@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -139,11 +140,24 @@ COMMAND_OPERATIONS: tuple[str, ...] = (
 )
 
 
+def deadline_after(seconds: float, *, now: float | None = None) -> float:
+    """The `expires_at` of a command that is worth applying for `seconds` from now.
+
+    A sender picks the time after which its decision may no longer hold (a pod condition
+    that reflects Slurm's state of a moment ago: seconds; a create: minutes).
+    """
+    if seconds <= 0:
+        raise ValueError("a command deadline must lie in the future")
+    return (time.time() if now is None else now) + seconds
+
+
 class K8sCommand(msgspec.Struct, frozen=True, kw_only=True):
-    """A request to change the cluster, on `cmd.k8s.v1.<op>`.
+    """A request to change the cluster, on `cmd.k8s.v1.<sender>.<op>`.
 
     `idempotency_key` is also the JetStream Nats-Msg-Id: a repeated send is dropped by the
     stream, and an already-applied key is reported as already-applied, never applied twice.
+    k8s-watcher applies it only when the subject's sender and op are the payload's and the
+    sender's policy allows it; one that arrives after `expires_at` is reported `expired`.
     """
 
     idempotency_key: str
@@ -153,6 +167,9 @@ class K8sCommand(msgspec.Struct, frozen=True, kw_only=True):
     operation: CommandOperation
     # Free text for the audit trail: why the sender decided this.
     reason: str = ""
+    # Epoch seconds after which the command must not be applied (`deadline_after`). Optional
+    # only so that payloads from before it existed still decode; every sender sets it.
+    expires_at: float | None = None
 
     @property
     def op(self) -> str:
@@ -160,7 +177,10 @@ class K8sCommand(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def subject(self) -> str:
-        return subjects.k8s_command(self.op)
+        return subjects.k8s_command(self.sender, self.op)
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now > self.expires_at
 
 
 Outcome = Literal[
@@ -170,12 +190,22 @@ Outcome = Literal[
     "not-found",
     "invalid",
     "forbidden",
+    "expired",
     "retrying",
     "failed",
 ]
 
 FINAL_OUTCOMES: frozenset[str] = frozenset(
-    {"applied", "already-applied", "conflict", "not-found", "invalid", "forbidden", "failed"}
+    {
+        "applied",
+        "already-applied",
+        "conflict",
+        "not-found",
+        "invalid",
+        "forbidden",
+        "expired",
+        "failed",
+    }
 )
 
 

@@ -103,8 +103,26 @@ def k8s_kind_events(kind: str) -> str:
     return f"k8s.{VERSION}.{token(kind.lower())}.>"
 
 
-def k8s_command(op: str) -> str:
-    return f"cmd.k8s.{VERSION}.{token(op)}"
+def k8s_command(sender: str, op: str) -> str:
+    """`cmd.k8s.v1.<sender>.<op>`: the sending service is part of the subject, so NATS
+    permissions can let each service publish under its own prefix only."""
+    return f"cmd.k8s.{VERSION}.{token(sender)}.{token(op)}"
+
+
+def k8s_sender_commands(sender: str) -> str:
+    """Wildcard for every command one service may send."""
+    return f"cmd.k8s.{VERSION}.{token(sender)}.>"
+
+
+def parse_k8s_command(subject: str) -> tuple[str, str] | None:
+    """(sender, op) of a `cmd.k8s.v1.<sender>.<op>` subject, None for any other subject."""
+    parts = subject.split(".")
+    if len(parts) != 5 or parts[:3] != ["cmd", "k8s", VERSION]:
+        return None
+    try:
+        return untoken(parts[3]), untoken(parts[4])
+    except UnicodeDecodeError:
+        return None
 
 
 def k8s_command_outcome(op: str) -> str:

@@ -2,13 +2,18 @@
 
 Starts nats-server with JetStream (file store under .run/nats), the cluster simulator, and the
 six services; waits until each answers ready on /readyz; writes .run/env; prints each
-service's health and metrics URL. Then it supervises them as a Deployment would: a service
-that exits is started again with exponential backoff (a line on stderr says so), and so is
-nats-server, on the same port and store; the simulator keeps running through both, so the
-cluster it holds is kept. Only the simulator's own death stops the stack (a new simulator would
-be a different cluster). On Ctrl-C or SIGTERM it stops the services first (so they drain
-in-flight messages while NATS is still up), then the simulator, then NATS, and leaves no
-process behind.
+service's health and metrics URL. NATS authorizes one user per service (fresh passwords at
+each start, in .run/credentials/, mode 0600) with the allow lists of
+nodeflow_contracts.permissions, and the operators' `nodeflow-admin`; nobody anonymous. Each
+service is told only its own user and password file.
+
+Then it supervises them as a Deployment would: a service that exits is started again with
+exponential backoff (a line on stderr says so), with the environment it was first started
+with, and so is nats-server, on the same port, store and users; the simulator keeps running
+through both, so the cluster it holds is kept. Only the simulator's own death stops the stack
+(a new simulator would be a different cluster). On Ctrl-C or SIGTERM it stops the services
+first (so they drain in-flight messages while NATS is still up), then the simulator, then NATS,
+and leaves no process behind.
 """
 
 from __future__ import annotations
@@ -29,8 +34,14 @@ from typing import Any
 import aiohttp
 
 from nodeflow_bus.backoff import Backoff
+from nodeflow_contracts.permissions import ADMIN_USER, password_variable
 from nodeflow_runtime.envfile import read_env_file, update_env_file
-from nodeflow_runtime.natsd import NatsServerProcess
+from nodeflow_runtime.natsd import (
+    NatsServerProcess,
+    generate_users,
+    write_password_files,
+    write_secret_file,
+)
 
 SERVICES: tuple[tuple[str, str], ...] = (
     ("k8s-watcher", "k8s_watcher"),
@@ -94,6 +105,30 @@ def pick_port(preferred: int) -> int:
         return port
 
 
+# Any NATS credential a process inherits from the operator's shell: a service must connect
+# with its own user only (Credentials.from_env would prefer a creds file or token).
+INHERITED_NATS_CREDENTIALS = (
+    "NATS_USER",
+    "NATS_PASSWORD",
+    "NATS_PASSWORD_FILE",
+    "NATS_TOKEN",
+    "NATS_TOKEN_FILE",
+    "NATS_NKEY_SEED_FILE",
+    "NATS_CREDS_FILE",
+)
+
+
+def service_environment(
+    base: dict[str, str], service: str, password_files: dict[str, Path]
+) -> dict[str, str]:
+    """`base` without any inherited NATS credential, plus the service's own user and the
+    file that holds its password."""
+    env = {k: v for k, v in base.items() if k not in INHERITED_NATS_CREDENTIALS}
+    env["NATS_USER"] = service
+    env["NATS_PASSWORD_FILE"] = str(password_files[service])
+    return env
+
+
 def env_key(service: str) -> str:
     return service.upper().replace("-", "_") + "_URL"
 
@@ -133,6 +168,7 @@ class Stack:
         self.nats_crashes = 0
         # Set once stopping begins: the supervisors then restart nothing.
         self.stopping = asyncio.Event()
+        self.password_files: dict[str, Path] = {}
 
     async def start_child(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
         log_file = self.logs / f"{name}.log"
@@ -193,18 +229,33 @@ class Stack:
         self.env_file.unlink(missing_ok=True)
         # --nats-port 0: any free port (tests); otherwise the given one when it is free.
         nats_port = pick_port(self.args.nats_port) if self.args.nats_port else None
+        users = generate_users()
+        self.password_files = write_password_files(self.run_dir / "credentials", users)
         self.nats = NatsServerProcess(
             self.run_dir / "nats",
             port=nats_port,
             monitor_port=pick_port(8222),
+            users=users,
             log_file=self.logs / "nats-server.log",
         )
         await self.nats.start()
         self.record_children()
-        update_env_file(self.env_file, {"NATS_URL": self.nats.url})
+        # Where the operators' credentials are (the file), never the secret itself.
+        update_env_file(
+            self.env_file,
+            {
+                "NATS_URL": self.nats.url,
+                "NATS_USER": ADMIN_USER,
+                "NATS_PASSWORD_FILE": str(self.password_files[ADMIN_USER]),
+            },
+        )
         if self.nats.monitor_url:
             update_env_file(self.env_file, {"NATS_MONITOR_URL": self.nats.monitor_url})
         print(f"nats-server       {self.nats.url}  (JetStream store {self.run_dir / 'nats'})")
+        print(
+            f"NATS credentials  {self.run_dir / 'credentials'} (one user per service; "
+            f"operators: {ADMIN_USER})"
+        )
 
         if not self.args.no_sim:
             await self.start_simulator()
@@ -217,7 +268,11 @@ class Stack:
         port = FIRST_SERVICE_PORT
         for service, module in SERVICES:
             port = pick_port(port)
-            env = {**shared_env, "HTTP_HOST": "127.0.0.1", "HTTP_PORT": str(port)}
+            env = {
+                **service_environment(shared_env, service, self.password_files),
+                "HTTP_HOST": "127.0.0.1",
+                "HTTP_PORT": str(port),
+            }
             child = await self.start_child(service, [sys.executable, "-m", module], env)
             child.url = f"http://127.0.0.1:{port}"
             port += 1
@@ -463,6 +518,19 @@ def stop_running_stack(run_dir: Path) -> int:
     return 0
 
 
+def write_compose_env(path: Path) -> int:
+    """`--write-compose-env`: fresh NATS passwords for docker-compose.yml, one
+    `NATS_PASSWORD_<USER>=...` line per user, in a file only its owner may read."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"{password_variable(user)[1:]}={secret.reveal()}"
+        for user, secret in generate_users().items()
+    ]
+    write_secret_file(path, "\n".join(lines))
+    print(f"NATS passwords written to {path}: docker compose --env-file {path} up --build")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--run-dir", default=".run")
@@ -472,7 +540,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-sim", action="store_true", help="use KUBECONFIG/SLURM_* from env")
     parser.add_argument("--stop", action="store_true", help="stop a stack started elsewhere")
+    parser.add_argument(
+        "--write-compose-env",
+        metavar="PATH",
+        help="write fresh NATS passwords for docker-compose.yml into PATH (0600) and exit",
+    )
     args = parser.parse_args(argv)
+    if args.write_compose_env:
+        return write_compose_env(Path(args.write_compose_env))
     if args.stop:
         return stop_running_stack(Path(args.run_dir))
     return asyncio.run(run(args))

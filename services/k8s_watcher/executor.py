@@ -9,6 +9,11 @@ reported `retrying` and retried with backoff by the consumer; when the deliverie
 the outcome is `failed` and the command goes to the dead-letter subject. Every other answer
 is final: a failed precondition (409) is `conflict` and never retried, the sender decides
 again from fresh state.
+
+Before any of that, a command is judged (policy.py): one whose subject disagrees with its
+payload, or that its sender's policy does not allow, is reported `forbidden` and
+dead-lettered with the reason; one whose deadline passed before it could be applied is
+reported `expired` and not applied.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from k8s_watcher.commands import (
     proves_itself,
     resource_version_of,
 )
+from k8s_watcher.kinds import resolve_kind
 from k8s_watcher.kube import ApiResponse, ApiUnavailable, KubeClient
-from nodeflow_bus import Bus, Delivery, RetryableError
+from k8s_watcher.policy import Refused, authorize
+from nodeflow_bus import Bus, Delivery, PermanentError, RetryableError
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, ObjectRef, Outcome
 from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET
 
@@ -103,6 +110,11 @@ class CommandExecutor:
 
     async def handle(self, cmd: K8sCommand, delivery: Delivery) -> None:
         attempt = delivery.num_delivered
+        verdict = authorize(cmd, delivery.subject)
+        if isinstance(verdict, Refused):
+            await self._report(cmd, "forbidden", attempt, message=verdict.reason)
+            # Never retried: the dead letter keeps the command and the reason for an audit.
+            raise PermanentError(f"refused: {verdict.reason}")
         # A create proves its own idempotency: the object it makes carries the key (its
         # annotation), so a repeat meets AlreadyExists and is recognised as already applied
         # (`_created_earlier`). Only other operations need the applied-key record, which
@@ -118,13 +130,25 @@ class CommandExecutor:
                 resource_version=previous.resource_version,
             )
             return
+        # While the API server is down, wait here (the consumer keeps the message's lease)
+        # instead of burning deliveries on calls that cannot succeed.
+        await self.kube.health.wait_available()
+        if cmd.expired(time.time()):
+            assert cmd.expires_at is not None
+            late = time.time() - cmd.expires_at
+            await self._report(
+                cmd, "expired", attempt, message=f"{late:.1f}s past its deadline: not applied"
+            )
+            return
+        if verdict.required_label is not None:
+            checked = await self._with_labelled_target(cmd, attempt, verdict.required_label)
+            if checked is None:
+                return
+            cmd = checked
         plan = plan_command(cmd, now=rfc3339_now(), reporting_instance=self.instance_id)
         if isinstance(plan, Rejected):
             await self._report(cmd, plan.outcome, attempt, message=plan.message)
             return
-        # While the API server is down, wait here (the consumer keeps the message's lease)
-        # instead of burning deliveries on calls that cannot succeed.
-        await self.kube.health.wait_available()
         try:
             response = await self.kube.request(
                 plan.method, plan.path, body=plan.body, content_type=plan.content_type
@@ -161,6 +185,46 @@ class CommandExecutor:
             )
         )
         await asyncio.gather(remember, report)
+
+    async def _with_labelled_target(
+        self, cmd: K8sCommand, attempt: int, label: str
+    ) -> K8sCommand | None:
+        """The command, bound to the uid of the object read, when that object carries
+        `label`; None after reporting why not. The uid precondition makes the API server
+        refuse the call if the name meanwhile belongs to another object."""
+        target = cmd.target
+        kind = resolve_kind(target.api_version, target.kind)
+        if kind is None or (kind.namespaced and not target.namespace):
+            await self._report(cmd, "invalid", attempt, message=f"no such kind {target.kind}")
+            return None
+        try:
+            answer = await self.kube.request("GET", kind.object_path(target.namespace, target.name))
+        except ApiUnavailable as exc:
+            await self._retry_or_fail(cmd, attempt, None, str(exc))
+            return None
+        if is_retryable(answer.status):
+            await self._retry_or_fail(cmd, attempt, answer.status, answer.message)
+            return None
+        if not answer.ok or not isinstance(answer.body, dict):
+            outcome = outcome_of(answer.status)
+            await self._report(
+                cmd, outcome, attempt, message=answer.message, http_status=answer.status
+            )
+            return None
+        meta = answer.body.get("metadata") or {}
+        uid = meta.get("uid")
+        if target.uid and uid != target.uid:
+            await self._report(
+                cmd, "not-found", attempt, message=f"{target.ordering_key} is another object now"
+            )
+            return None
+        if label not in (meta.get("labels") or {}):
+            reason = f"{cmd.sender} may {cmd.op} only {target.kind} objects labelled {label}"
+            await self._report(cmd, "forbidden", attempt, message=reason)
+            raise PermanentError(f"refused: {reason}")
+        if target.uid or not uid:
+            return cmd
+        return msgspec.structs.replace(cmd, target=msgspec.structs.replace(target, uid=str(uid)))
 
     async def _created_earlier(self, plan: ApiCall, cmd: K8sCommand, answer: ApiResponse) -> bool:
         """A create refused with AlreadyExists whose object carries this command's key was

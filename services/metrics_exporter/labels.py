@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 
+from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import COMMAND_OPERATIONS
 from nodeflow_contracts.slurm import FLAGS
 from nodeflow_contracts.topology import WATCHED_KINDS
@@ -98,11 +99,9 @@ def dead_letter_error_kind(kind: str | None) -> str:
 
 
 def command_op_of_subject(subject: str) -> str:
-    """The op of `cmd.k8s.v1.<op>` (bounded to the known operations)."""
-    tokens = subject.split(".")
-    if len(tokens) == 4 and tokens[:3] == ["cmd", "k8s", "v1"]:
-        return k8s_op(tokens[3])
-    return OTHER
+    """The op of `cmd.k8s.v1.<sender>.<op>` (bounded to the known operations)."""
+    parsed = subjects.parse_k8s_command(subject)
+    return k8s_op(parsed[1]) if parsed is not None else OTHER
 
 
 def subject_family(subject: str) -> str:
@@ -114,8 +113,10 @@ def subject_family(subject: str) -> str:
     """
     tokens = subject.split(".")
     head = tokens[:3]
-    if len(tokens) == 4 and head in (["cmd", "k8s", "v1"], ["outcome", "k8s", "v1"]):
+    if len(tokens) == 4 and head == ["outcome", "k8s", "v1"]:
         return ".".join([*head, k8s_op(tokens[3])])
+    if len(tokens) == 5 and head == ["cmd", "k8s", "v1"]:
+        return f"cmd.k8s.v1.{command_op_of_subject(subject)}"
     if len(tokens) == 5 and head == ["cmd", "slurm", "v1"]:
         op = tokens[4] if tokens[4] in _SLURM_OPS else OTHER
         return f"cmd.slurm.v1.{op}"

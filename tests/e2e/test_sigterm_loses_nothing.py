@@ -21,6 +21,7 @@ from nodeflow_bus import Bus, ensure_topology
 from nodeflow_contracts import subjects
 from nodeflow_contracts.codec import decode
 from nodeflow_contracts.k8s import CommandOutcome, CreateObject, K8sCommand, ObjectRef
+from nodeflow_contracts.permissions import ADMIN_USER
 from nodeflow_runtime.natsd import NatsServerProcess, free_port
 
 COMMANDS = 24
@@ -39,7 +40,8 @@ def create_command(index: int) -> K8sCommand:
     name = f"sigterm-{index:03d}"
     return K8sCommand(
         idempotency_key=f"sigterm-test-{index}",
-        sender="test",
+        # The operators' sender: k8s-watcher's policy allows it any command.
+        sender=ADMIN_USER,
         sent_at=time.time(),
         target=ObjectRef(api_version="v1", kind="Pod", name=name, namespace="default"),
         operation=CreateObject(object=pod(name)),

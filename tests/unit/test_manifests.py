@@ -28,7 +28,8 @@ import yaml
 from nats.errors import Error as NatsError
 
 from clustersim.kube.schema import prepare_custom_object, prune, validate
-from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET, WATCHED_KINDS
+from nodeflow_contracts.permissions import ADMIN_USER, nats_publish_allow
+from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET, WATCHED_KINDS, subject_matches
 from nodeflow_runtime.natsd import free_port, nats_server_binary
 
 Obj = dict[str, Any]
@@ -767,15 +768,20 @@ def nats_config_text() -> str:
     return text
 
 
+def nats_secret(user: str) -> str:
+    """The Secret holding a NATS user's password: one per service, and the admin's."""
+    return "nodeflow-admin-nats" if user == ADMIN_USER else f"nodeflow-{user}-nats"
+
+
 def nats_env(passwords: dict[str, str]) -> dict[str, str]:
     """The environment the StatefulSet gives nats-server, with the given passwords."""
     (statefulset,) = of_kind(deployed_objects(), "StatefulSet")
     env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": "nats-0"}
+    by_secret = {nats_secret(user): password for user, password in passwords.items()}
     for item in statefulset["spec"]["template"]["spec"]["containers"][0]["env"]:
         ref = item.get("valueFrom", {}).get("secretKeyRef")
         if ref:
-            service = ref["name"].removeprefix("nodeflow-").removesuffix("-nats")
-            env[item["name"]] = passwords[service]
+            env[item["name"]] = by_secret[ref["name"]]
     return env
 
 
@@ -788,11 +794,11 @@ def test_nats_statefulset_reads_every_service_password_from_that_service_secret(
         if "secretKeyRef" in item.get("valueFrom", {})
     }
     assert refs == {
-        f"NATS_PASSWORD_{module_of(s).upper()}": {"name": f"nodeflow-{s}-nats", "key": "password"}
-        for s in SERVICES
+        f"NATS_PASSWORD_{module_of(s).upper()}": {"name": nats_secret(s), "key": "password"}
+        for s in (*SERVICES, ADMIN_USER)
     }
     text = nats_config_text()
-    for service in SERVICES:
+    for service in (*SERVICES, ADMIN_USER):
         assert f"user: {service}\n" in text
         assert f"password: $NATS_PASSWORD_{module_of(service).upper()}\n" in text
     assert statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
@@ -867,7 +873,7 @@ def test_every_service_runs_two_replicas_with_a_disruption_budget_keeping_one() 
 def test_nats_config_is_accepted_by_nats_server(tmp_path: Path) -> None:
     config = tmp_path / "nats.conf"
     config.write_text(nats_config_text())
-    passwords = {s: f"pw-{s}" for s in SERVICES}
+    passwords = {s: f"pw-{s}" for s in (*SERVICES, ADMIN_USER)}
     result = subprocess.run(
         [str(nats_server_binary()), "-c", str(config), "-t"],
         env=nats_env(passwords),
@@ -879,34 +885,31 @@ def test_nats_config_is_accepted_by_nats_server(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def publish_denials(text: str) -> dict[str, list[str]]:
-    """user -> its publish deny list, read from the config text."""
-    denials: dict[str, list[str]] = {}
-    for block in re.finditer(r"user: (\S+)\n(.*?)\]\n", text, flags=re.DOTALL):
-        denials[block.group(1)] = re.findall(r'"([^"]+)"', block.group(2))
-    return denials
-
-
 def test_only_the_owner_of_a_kv_bucket_may_write_it() -> None:
-    denials = publish_denials(nats_config_text())
-    assert set(denials) == set(SERVICES)
     # The watched kinds' buckets, and its record of applied commands (its idempotency).
-    watcher_buckets = {f"$KV.{kind.bucket}.>" for kind in WATCHED_KINDS}
-    watcher_buckets.add(f"$KV.{APPLIED_COMMANDS_BUCKET}.>")
-    for service, denied in denials.items():
+    watcher_keys = [f"$KV.{kind.bucket}.key" for kind in WATCHED_KINDS]
+    watcher_keys.append(f"$KV.{APPLIED_COMMANDS_BUCKET}.key")
+    for service in SERVICES:
+        allowed = nats_publish_allow(service)
+
+        def may(subject: str, allowed: list[str] = allowed) -> bool:
+            return any(subject_matches(pattern, subject) for pattern in allowed)
+
         if service != "k8s-watcher":
-            assert watcher_buckets <= set(denied), service
-            assert "k8s.>" in denied
+            assert not any(may(key) for key in watcher_keys), service
+            assert not may("k8s.v1.pod.default.p"), service
         if service != "slurm-syncer":
-            assert "$KV.slurm_nodes.>" in denied and "slurm.>" in denied
-        assert not [d for d in denied if d.startswith(("$JS.", "_INBOX", "$KV.leases"))]
+            assert not may("$KV.slurm_nodes.sim.n") and not may("slurm.v1.sim.node.n"), service
+        # A lease key is written by its own service only.
+        for other in SERVICES:
+            assert may(f"$KV.leases.{other}") == (other == service and may(f"$KV.leases.{service}"))
 
 
 async def test_nats_publish_permissions_follow_ownership(tmp_path: Path) -> None:
     store = tmp_path / "store"
     config = tmp_path / "nats.conf"
     config.write_text(nats_config_text().replace("store_dir: /data\n", f"store_dir: {store}\n"))
-    passwords = {s: f"pw-{s}" for s in SERVICES}
+    passwords = {s: f"pw-{s}" for s in (*SERVICES, ADMIN_USER)}
     port, monitor = free_port(), free_port()
     process = await asyncio.create_subprocess_exec(
         str(nats_server_binary()),
@@ -949,12 +952,13 @@ async def test_nats_publish_permissions_follow_ownership(tmp_path: Path) -> None
         event = "k8s.v1.pod.default.gpu-001"
         assert await violations("k8s-watcher", event) == []
         assert await violations("k8s-watcher", "$KV.k8s_pods.default.gpu-001") == []
-        assert await violations("nodeset-controller", "cmd.k8s.v1.patch") == []
+        assert await violations("nodeset-controller", "cmd.k8s.v1.nodeset-controller.patch") == []
         assert await violations("nodeset-controller", "$KV.leases.nodeset-controller") == []
         assert await violations("slurm-syncer", "slurm.v1.sim.node.gpu-001") == []
         denied = await violations("nodeset-controller", event)
         assert any("permissions violation" in e.lower() for e in denied), denied
-        assert await violations("metrics-exporter", "cmd.k8s.v1.patch")
+        assert await violations("metrics-exporter", "cmd.k8s.v1.metrics-exporter.patch")
+        assert await violations("slurm-syncer", "cmd.k8s.v1.nodeset-controller.delete")
         assert await violations("topology-placer", "$KV.k8s_pods.default.gpu-001")
         with pytest.raises(NatsError):
             await nats.connect(
@@ -1014,7 +1018,7 @@ def test_kubectl_kustomize_builds_the_deployment() -> None:
             "Deployment": 6,
             "ServiceAccount": 6,
             "Service": 8,
-            "Secret": 7,
+            "Secret": 8,  # a NATS user per service and the admin, the Slurm token
             "ClusterRole": 1,
             "ClusterRoleBinding": 1,
             "ConfigMap": 1,
@@ -1050,7 +1054,8 @@ def command_module(command: list[str] | str) -> str:
 def test_compose_runs_nats_the_simulator_and_the_six_services() -> None:
     services = compose()["services"]
     assert set(services) == {"nats", "clustersim", *SERVICES}
-    assert "-js" in services["nats"]["command"] or "--jetstream" in services["nats"]["command"]
+    assert services["nats"]["command"] == ["--config", "/etc/nats/nodeflow.conf"]
+    assert "jetstream {" in compose()["configs"]["nats-config"]["content"]
     assert any(v.endswith(":/data") for v in services["nats"]["volumes"])
     sim_command = " ".join(services["clustersim"]["command"])
     assert "python -m clustersim --nodes 16 --run-dir /run/nodeflow" in sim_command

@@ -1,5 +1,10 @@
 """Harness for k8s-watcher against the Kubernetes API emulator (over HTTP) and real NATS.
 
+NATS runs with authorization on, as `make run` starts it: one user per service with the
+allow lists of nodeflow_contracts.permissions, and the admin. k8s-watcher connects as
+`k8s-watcher`; the test's own bus (`bus`, `harness.bus`) is the admin's, and `service_bus`
+connects as any service.
+
 `harness` gives an emulator with the project's CRDs, a bus with the whole topology declared,
 and helpers to start/stop k8s-watcher, send commands, and read what it published.
 """
@@ -8,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +33,7 @@ from clustersim.runner import DEFAULT_CRD_DIR, apply_crds
 from k8s_watcher.config import K8sWatcherConfig
 from k8s_watcher.service import K8sWatcher
 from nodeflow_bus import Bus, ensure_topology
+from nodeflow_bus.credentials import Secret
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import (
     CommandOperation,
@@ -35,7 +42,10 @@ from nodeflow_contracts.k8s import (
     K8sObjectEvent,
     ObjectRef,
 )
+from nodeflow_contracts.permissions import ADMIN_USER
 from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
+from nodeflow_runtime.natsd import NatsServerProcess, generate_users, user_credentials
+from tests.fixtures.nats import TEST_BUS_OPTIONS
 
 POD_SPEC = {"containers": [{"name": "main", "image": "busybox"}]}
 
@@ -73,6 +83,7 @@ class Collected:
 @dataclass
 class Harness:
     bus: Bus
+    connect_as: Callable[[str], Any]
     server: RunningServer
     tmp_path: Path
     stack: contextlib.AsyncExitStack
@@ -100,7 +111,8 @@ class Harness:
         return K8sWatcherConfig(**settings)
 
     async def start_watcher(self, **overrides: Any) -> K8sWatcher:
-        watcher = await K8sWatcher.connect(self.config(**overrides), self.bus)
+        watcher_bus: Bus = await self.connect_as("k8s-watcher")
+        watcher = await K8sWatcher.connect(self.config(**overrides), watcher_bus)
         await watcher.start()
         await asyncio.wait_for(watcher.wait_synced(), 10.0)
         self.watcher = watcher
@@ -185,16 +197,25 @@ class Harness:
         *,
         key: str | None = None,
         msg_id: str | None = None,
+        sender: str = ADMIN_USER,
+        bus: Bus | None = None,
+        subject: str | None = None,
+        expires_at: float | None = None,
     ) -> K8sCommand:
+        """Send as `sender` (the admin by default, whose policy allows everything) on
+        `bus` (the admin's by default), on the command's own subject unless told."""
         cmd = K8sCommand(
             idempotency_key=key or uuid.uuid4().hex,
-            sender="pytest",
+            sender=sender,
             sent_at=time.time(),
             target=target,
             operation=operation,
             reason="test",
+            expires_at=expires_at,
         )
-        await self.bus.publish(cmd.subject, cmd, msg_id=msg_id or cmd.idempotency_key)
+        await (bus or self.bus).publish(
+            subject or cmd.subject, cmd, msg_id=msg_id or cmd.idempotency_key
+        )
         return cmd
 
     async def final_outcome(self, key: str, timeout: float = 5.0) -> CommandOutcome:
@@ -215,7 +236,61 @@ async def _collect(bus: Bus, subject: str, message_type: type[Any], into: Collec
 
 
 @pytest.fixture
-async def harness(bus: Bus, tmp_path: Path) -> AsyncIterator[Harness]:
+def nats_users() -> dict[str, Secret]:
+    return generate_users()
+
+
+@pytest.fixture
+async def nats_server(
+    tmp_path: Path, nats_users: dict[str, Secret]
+) -> AsyncIterator[NatsServerProcess]:
+    """The shared fixture's server, with per-service authorization on."""
+    server = NatsServerProcess(tmp_path / "nats", users=nats_users)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.kill()
+
+
+@pytest.fixture
+async def service_bus(
+    nats_server: NatsServerProcess, nats_users: dict[str, Secret]
+) -> AsyncIterator[Callable[[str], Any]]:
+    """`await service_bus(user)`: a Bus connected as that user, closed after the test."""
+    opened: list[Bus] = []
+
+    async def connect(user: str) -> Bus:
+        # Named after the user, so the server's log tells whose publish it refused.
+        connected = await Bus.connect(
+            nats_server.url,
+            credentials=user_credentials(nats_users, user),
+            options=dataclasses.replace(TEST_BUS_OPTIONS, name=f"as-{user}"),
+        )
+        opened.append(connected)
+        return connected
+
+    try:
+        yield connect
+    finally:
+        for connected in opened:
+            await connected.close()
+
+
+@pytest.fixture
+async def bus(service_bus: Callable[[str], Any]) -> Bus:
+    """The test's own view: the admin user."""
+    admin: Bus = await service_bus(ADMIN_USER)
+    return admin
+
+
+@pytest.fixture
+async def harness(
+    bus: Bus,
+    service_bus: Callable[[str], Any],
+    nats_server: NatsServerProcess,
+    tmp_path: Path,
+) -> AsyncIterator[Harness]:
     await ensure_topology(
         bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS, consumers=CONSUMERS["k8s-watcher"]
     )
@@ -223,7 +298,7 @@ async def harness(bus: Bus, tmp_path: Path) -> AsyncIterator[Harness]:
     apply_crds(store, DEFAULT_CRD_DIR)
     stack = contextlib.AsyncExitStack()
     server = await stack.enter_async_context(serve(store, kubeconfig_path=tmp_path / "kubeconfig"))
-    h = Harness(bus=bus, server=server, tmp_path=tmp_path, stack=stack)
+    h = Harness(bus=bus, connect_as=service_bus, server=server, tmp_path=tmp_path, stack=stack)
     subs = [
         await _collect(bus, subjects.K8S_EVENTS, K8sObjectEvent, h.events),
         await _collect(bus, subjects.K8S_OUTCOMES, CommandOutcome, h.outcomes),
@@ -235,3 +310,17 @@ async def harness(bus: Bus, tmp_path: Path) -> AsyncIterator[Harness]:
         for sub in subs:
             await sub.unsubscribe()
         await h.stack.aclose()
+    # k8s-watcher's allow lists are enough for everything it did (its minimal set works).
+    refused = violations_of(nats_server.log_file, "as-k8s-watcher")
+    assert refused == [], refused
+
+
+def violations_of(log_file: Path, client_name: str) -> list[str]:
+    """The server's permission violations of the connections named `client_name`."""
+    if not log_file.exists():
+        return []
+    return [
+        line
+        for line in log_file.read_text(errors="replace").splitlines()
+        if "Violation" in line and f':{client_name}" - ' in line
+    ]

@@ -44,7 +44,7 @@ def test_every_command_operation_roundtrips_and_names_its_subject(
     sent = command(operation)
     received = c.decode(c.K8sCommand, c.encode(sent), subject=sent.subject)
     assert received == sent
-    assert sent.subject == f"cmd.k8s.v1.{sent.op}"
+    assert sent.subject == f"cmd.k8s.v1.{sent.sender}.{sent.op}"
     assert sent.op in c.COMMAND_OPERATIONS
 
 

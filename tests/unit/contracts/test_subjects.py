@@ -45,8 +45,8 @@ def test_object_key_rejects_characters_kv_cannot_hold() -> None:
 
 
 def test_dead_letter_subject_wraps_the_original() -> None:
-    original = subjects.k8s_command("patch")
-    assert subjects.dead_letter(original) == "dlq.cmd.k8s.v1.patch"
+    original = subjects.k8s_command("slurm-syncer", "patch")
+    assert subjects.dead_letter(original) == "dlq.cmd.k8s.v1.slurm-syncer.patch"
     assert subjects.original_of_dead_letter(subjects.dead_letter(original)) == original
 
 

@@ -47,10 +47,10 @@ def registry() -> CollectorRegistry:
 
 def test_commands_are_counted_by_op_once_per_msg_id(registry: CollectorRegistry) -> None:
     metrics = ControlPlaneMetrics(registry)
-    metrics.on_command("cmd.k8s.v1.delete", "key-1")
-    metrics.on_command("cmd.k8s.v1.delete", "key-1")
-    metrics.on_command("cmd.k8s.v1.delete", "key-2")
-    metrics.on_command("cmd.k8s.v1.bind", None)
+    metrics.on_command("cmd.k8s.v1.nodeset-controller.delete", "key-1")
+    metrics.on_command("cmd.k8s.v1.nodeset-controller.delete", "key-1")
+    metrics.on_command("cmd.k8s.v1.nodeset-controller.delete", "key-2")
+    metrics.on_command("cmd.k8s.v1.topology-placer.bind", None)
     value = registry.get_sample_value
     assert value("nodeflow_k8s_commands_sent_total", {"op": "delete"}) == 2
     assert value("nodeflow_k8s_commands_sent_total", {"op": "bind"}) == 1
@@ -143,8 +143,11 @@ def test_decisions_by_kind_and_machine_reason_never_the_message(
 def test_dead_letters_by_subject_family_and_error_kind(registry: CollectorRegistry) -> None:
     metrics = ControlPlaneMetrics(registry)
     metrics.on_dead_letter(
-        "dlq.cmd.k8s.v1.delete",
-        {dead_letter.SUBJECT: "cmd.k8s.v1.delete", dead_letter.ERROR_KIND: "decode"},
+        "dlq.cmd.k8s.v1.nodeset-controller.delete",
+        {
+            dead_letter.SUBJECT: "cmd.k8s.v1.nodeset-controller.delete",
+            dead_letter.ERROR_KIND: "decode",
+        },
     )
     # Headers missing (a copy made by another tool): the subject tells the original.
     metrics.on_dead_letter("dlq.k8s.v1.pod.default.worker-7", {})

@@ -23,9 +23,9 @@ from nodeflow_contracts import subjects
 @pytest.mark.parametrize(
     ("subject", "family"),
     [
-        ("cmd.k8s.v1.delete", "cmd.k8s.v1.delete"),
-        ("cmd.k8s.v1.update-status", "cmd.k8s.v1.update-status"),
-        ("cmd.k8s.v1.launch-missiles", "cmd.k8s.v1.other"),
+        ("cmd.k8s.v1.nodeset-controller.delete", "cmd.k8s.v1.delete"),
+        ("cmd.k8s.v1.nodeset-controller.update-status", "cmd.k8s.v1.update-status"),
+        ("cmd.k8s.v1.nodeset-controller.launch-missiles", "cmd.k8s.v1.other"),
         ("outcome.k8s.v1.evict", "outcome.k8s.v1.evict"),
         (subjects.k8s_object_event("Pod", "default", "worker-0"), "k8s.v1.pod"),
         (subjects.k8s_object_event("Node", None, "gpu-17"), "k8s.v1.node"),
@@ -60,9 +60,9 @@ def test_subject_family_never_carries_a_name_from_the_subject(name: str) -> None
 
 
 def test_command_op_is_read_from_the_command_subject() -> None:
-    assert command_op_of_subject(subjects.k8s_command("bind")) == "bind"
-    assert command_op_of_subject("cmd.k8s.v1.unknown-op") == OTHER
-    assert command_op_of_subject("cmd.k8s.v1.delete.extra") == OTHER
+    assert command_op_of_subject(subjects.k8s_command("topology-placer", "bind")) == "bind"
+    assert command_op_of_subject("cmd.k8s.v1.slurm-syncer.unknown-op") == OTHER
+    assert command_op_of_subject("cmd.k8s.v1.slurm-syncer.delete.extra") == OTHER
 
 
 def test_machine_reason_accepts_condition_reasons_and_refuses_free_text() -> None:

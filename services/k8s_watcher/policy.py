@@ -1,0 +1,98 @@
+"""Pure: whether k8s-watcher may carry out a command, judged by its subject, its deadline and
+the sender's policy (nodeflow_contracts.permissions.COMMAND_POLICY).
+
+NATS lets each service publish only under `cmd.k8s.v1.<its name>.>`; the subject therefore
+names the sender, and a payload that claims another sender or another operation than its
+subject is refused. The policy then says which operations on which kinds, touching which
+fields, that sender may ask for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nodeflow_contracts import subjects
+from nodeflow_contracts.k8s import CreateObject, K8sCommand, PatchObject
+from nodeflow_contracts.permissions import (
+    COMMAND_POLICY,
+    CommandGrant,
+    field_allowed,
+    touched_fields,
+)
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The command may go ahead; when `required_label` is set, only if the object it acts on
+    carries that label (the executor reads the object to know)."""
+
+    required_label: str | None = None
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: str
+
+
+def target_kind(cmd: K8sCommand) -> str:
+    """The kind the command acts on: a create names it in the object it makes."""
+    operation = cmd.operation
+    if isinstance(operation, CreateObject):
+        kind = operation.object.get("kind")
+        return str(kind) if kind else cmd.target.kind
+    return cmd.target.kind
+
+
+def authorize(cmd: K8sCommand, subject: str) -> Allowed | Refused:
+    """Subject against payload, then the sender's policy."""
+    parsed = subjects.parse_k8s_command(subject)
+    if parsed is None:
+        return Refused(f"{subject!r} is not a cmd.k8s.v1.<sender>.<op> subject")
+    subject_sender, subject_op = parsed
+    if subject_op != cmd.op:
+        return Refused(f"subject names operation {subject_op!r}, the payload is {cmd.op!r}")
+    if subject_sender != cmd.sender:
+        return Refused(
+            f"subject names sender {subject_sender!r}, the payload claims {cmd.sender!r}",
+        )
+    grants = COMMAND_POLICY.get(cmd.sender)
+    if grants is None:
+        return Refused(f"{cmd.sender!r} has no command policy")
+    kind = target_kind(cmd)
+    candidates = [g for g in grants if g.op == cmd.op and kind in g.kinds]
+    if not candidates:
+        return Refused(f"{cmd.sender} may not {cmd.op} {kind} objects")
+    operation = cmd.operation
+    if isinstance(operation, PatchObject):
+        return _authorize_patch(cmd.sender, kind, operation, candidates)
+    grant = candidates[0]
+    if isinstance(operation, CreateObject) and grant.required_label:
+        labels = (operation.object.get("metadata") or {}).get("labels") or {}
+        if not isinstance(labels, dict) or grant.required_label not in labels:
+            return Refused(
+                f"{cmd.sender} may create only {kind} objects labelled {grant.required_label}",
+            )
+        return Allowed()
+    return Allowed(grant.required_label)
+
+
+def _authorize_patch(
+    sender: str, kind: str, operation: PatchObject, candidates: list[CommandGrant]
+) -> Allowed | Refused:
+    fields = touched_fields(operation.patch_type, operation.patch)
+    if fields is None:
+        return Refused(f"a {operation.patch_type} patch of this shape is not judged")
+    where = f"the {operation.subresource} of " if operation.subresource else ""
+    for grant in candidates:
+        if grant.subresource != operation.subresource:
+            continue
+        outside = [field for field in fields if not field_allowed(field, grant.fields)]
+        if not outside:
+            return Allowed(grant.required_label)
+    allowed = sorted(
+        {f for g in candidates if g.subresource == operation.subresource for f in g.fields}
+    )
+    touched = sorted(set(fields))
+    return Refused(
+        f"{sender} may not patch {where}{kind} fields {touched} (allowed: {allowed or 'none'})",
+    )

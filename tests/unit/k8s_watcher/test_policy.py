@@ -1,0 +1,245 @@
+"""k8s-watcher's judgement of a command: its subject against its payload, and the sender's
+policy (nodeflow_contracts.permissions.COMMAND_POLICY)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from k8s_watcher.policy import Allowed, Refused, authorize
+from nodeflow_contracts import subjects
+from nodeflow_contracts.k8s import (
+    BindPod,
+    CommandOperation,
+    CordonNode,
+    CreateObject,
+    DeleteObject,
+    EvictPod,
+    K8sCommand,
+    NominatePod,
+    ObjectRef,
+    PatchObject,
+    RecordEvent,
+    UncordonNode,
+    UpdateStatus,
+)
+from nodeflow_contracts.permissions import ADMIN_USER, SERVICES
+from nodeflow_contracts.pod_protocol import NODESET_LABEL
+from nodeflow_contracts.topology import WATCHED_KINDS
+
+POD = ObjectRef(api_version="v1", kind="Pod", name="gpu-001", namespace="slurm", uid="u1")
+NODE = ObjectRef(api_version="v1", kind="Node", name="gpu-001", uid="n1")
+NODESET = ObjectRef(
+    api_version="nodeflow.dev/v1alpha1", kind="NodeSet", name="workers", namespace="slurm"
+)
+
+
+def command(sender: str, target: ObjectRef, operation: CommandOperation) -> K8sCommand:
+    return K8sCommand(
+        idempotency_key="k", sender=sender, sent_at=1.0, target=target, operation=operation
+    )
+
+
+def judged(cmd: K8sCommand, subject: str | None = None) -> Allowed | Refused:
+    return authorize(cmd, subject or cmd.subject)
+
+
+def nodeset_pod(labelled: bool = True) -> dict[str, Any]:
+    labels = {NODESET_LABEL: "workers"} if labelled else {}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": labels}}
+
+
+def test_a_command_whose_subject_op_differs_from_its_payload_is_refused() -> None:
+    cmd = command(ADMIN_USER, POD, DeleteObject())
+    verdict = judged(cmd, subjects.k8s_command(ADMIN_USER, "record-event"))
+    assert isinstance(verdict, Refused)
+    assert "operation 'record-event'" in verdict.reason and "'delete'" in verdict.reason
+
+
+def test_a_command_whose_subject_sender_differs_from_its_payload_is_refused() -> None:
+    # slurm-syncer's user may publish only under its own prefix, so it would have to claim
+    # another sender in the payload to borrow that sender's rights.
+    cmd = command("nodeset-controller", POD, DeleteObject())
+    verdict = judged(cmd, subjects.k8s_command("slurm-syncer", "delete"))
+    assert isinstance(verdict, Refused)
+    assert "sender 'slurm-syncer'" in verdict.reason
+
+
+def test_a_command_on_a_subject_without_sender_is_refused() -> None:
+    verdict = judged(command(ADMIN_USER, POD, DeleteObject()), "cmd.k8s.v1.delete")
+    assert isinstance(verdict, Refused)
+
+
+def test_a_sender_without_a_policy_may_do_nothing() -> None:
+    assert isinstance(judged(command("pytest", POD, RecordEvent(reason="r", message="m"))), Refused)
+
+
+def status_patch(*conditions: dict[str, Any]) -> PatchObject:
+    return PatchObject(
+        patch_type="strategic",
+        patch={"status": {"conditions": list(conditions)}},
+        subresource="status",
+    )
+
+
+def test_slurm_syncer_may_patch_slurm_node_state_conditions() -> None:
+    patch = status_patch(
+        {"type": "SlurmNodeStateIdle", "status": "True"},
+        {"type": "SlurmNodeStateDrain", "$patch": "delete"},
+    )
+    assert judged(command("slurm-syncer", POD, patch)) == Allowed()
+
+
+def test_slurm_syncer_may_not_patch_the_slurm_delete_condition() -> None:
+    patch = status_patch({"type": "SlurmDelete", "status": "True"})
+    assert isinstance(judged(command("slurm-syncer", POD, patch)), Refused)
+
+
+def test_slurm_syncer_may_patch_only_its_own_pod_annotations() -> None:
+    own = PatchObject(
+        patch_type="merge",
+        patch={"metadata": {"annotations": {"nodeflow.dev/pod-cordon": "true"}}},
+    )
+    assert judged(command("slurm-syncer", POD, own)) == Allowed()
+    for patch in (
+        {"metadata": {"annotations": {"nodeflow.dev/nodeset": "x"}}},
+        {"metadata": {"labels": {"nodeflow.dev/pod-cordon": "true"}}},
+        {"spec": {"nodeName": "other"}},
+        {"metadata": {"annotations": {"nodeflow.dev/pod-cordon": "true"}}, "spec": {"x": 1}},
+    ):
+        verdict = judged(command("slurm-syncer", POD, PatchObject(patch_type="merge", patch=patch)))
+        assert isinstance(verdict, Refused), patch
+
+
+def test_slurm_syncer_may_never_delete_or_create() -> None:
+    for operation in (
+        DeleteObject(),
+        CreateObject(object=nodeset_pod()),
+        EvictPod(),
+        BindPod(node_name="n"),
+    ):
+        assert isinstance(judged(command("slurm-syncer", POD, operation)), Refused), operation
+
+
+def test_nodeset_controller_may_create_only_nodeset_pods() -> None:
+    allowed = command("nodeset-controller", POD, CreateObject(object=nodeset_pod()))
+    assert judged(allowed) == Allowed()
+    unlabelled = command("nodeset-controller", POD, CreateObject(object=nodeset_pod(False)))
+    assert isinstance(judged(unlabelled), Refused)
+
+
+def test_nodeset_controller_may_delete_only_pods_that_carry_the_nodeset_label() -> None:
+    # The label is on the live object, so the executor reads it before deleting.
+    assert judged(command("nodeset-controller", POD, DeleteObject())) == Allowed(NODESET_LABEL)
+    assert isinstance(judged(command("nodeset-controller", NODE, DeleteObject())), Refused)
+
+
+def test_nodeset_controller_may_claim_nodes_and_write_nodeset_status() -> None:
+    claim = PatchObject(
+        patch_type="merge", patch={"metadata": {"annotations": {"nodeflow.dev/nodeset": None}}}
+    )
+    assert judged(command("nodeset-controller", NODE, claim)) == Allowed()
+    status = UpdateStatus(status={"replicas": 1})
+    assert judged(command("nodeset-controller", NODESET, status)) == Allowed()
+    assert isinstance(judged(command("nodeset-controller", NODE, CordonNode())), Refused)
+
+
+def test_a_json_patch_is_judged_by_its_paths() -> None:
+    annotation = PatchObject(
+        patch_type="json",
+        patch=[{"op": "add", "path": "/metadata/annotations/nodeflow.dev~1nodeset", "value": "a"}],
+    )
+    assert judged(command("nodeset-controller", NODE, annotation)) == Allowed()
+    taint = PatchObject(
+        patch_type="json", patch=[{"op": "add", "path": "/spec/taints", "value": []}]
+    )
+    assert isinstance(judged(command("nodeset-controller", NODE, taint)), Refused)
+
+
+# Every (operation, target) a command can take, to try each sender against.
+EVERY_OPERATION: list[tuple[CommandOperation, ObjectRef]] = [
+    (CreateObject(object=nodeset_pod()), POD),
+    (DeleteObject(), POD),
+    (DeleteObject(), NODE),
+    (PatchObject(patch_type="merge", patch={"spec": {"unschedulable": True}}), NODE),
+    (status_patch({"type": "SlurmDelete", "status": "True"}), POD),
+    (status_patch({"type": "SlurmNodeStateIdle", "status": "True"}), POD),
+    (CordonNode(), NODE),
+    (UncordonNode(), NODE),
+    (EvictPod(), POD),
+    (BindPod(node_name="n"), POD),
+    (NominatePod(node_name="n"), POD),
+    (UpdateStatus(status={}), NODESET),
+    (RecordEvent(reason="r", message="m"), POD),
+]
+
+# What each service may do among EVERY_OPERATION (by index), and nothing else.
+MAY: dict[str, set[int]] = {
+    "k8s-watcher": set(),
+    "metrics-exporter": set(),
+    "slurm-syncer": {5, 12},
+    "nodeset-controller": {0, 1, 4, 11, 12},
+    "maintenance-scheduler": {6, 7, 8, 12},
+    "topology-placer": {8, 9, 10, 12},
+}
+
+
+@pytest.mark.parametrize("sender", SERVICES)
+def test_each_service_may_do_exactly_what_its_policy_says(sender: str) -> None:
+    allowed = {
+        index
+        for index, (operation, target) in enumerate(EVERY_OPERATION)
+        if isinstance(judged(command(sender, target, operation)), Allowed)
+    }
+    assert allowed == MAY[sender]
+
+
+# Patch fragments, each touching one path: slurm-syncer may touch the first group only.
+ALLOWED_STATUS_PARTS: list[dict[str, Any]] = [
+    {"conditions": [{"type": "SlurmNodeStateIdle", "status": "True"}]},
+    {"conditions": [{"type": "SlurmNodeStateDrain", "$patch": "delete"}]},
+]
+FORBIDDEN_STATUS_PARTS: list[dict[str, Any]] = [
+    {"conditions": [{"type": "SlurmDelete", "status": "True"}]},
+    {"conditions": [{"type": "Ready", "status": "False"}]},
+    {"conditions": [{"status": "True"}]},
+    {"phase": "Failed"},
+    {"nominatedNodeName": "n"},
+    {"$retainKeys": ["phase"]},
+]
+
+
+@given(
+    allowed=st.lists(st.sampled_from(ALLOWED_STATUS_PARTS), max_size=3),
+    forbidden=st.lists(st.sampled_from(FORBIDDEN_STATUS_PARTS), max_size=3),
+)
+def test_slurm_syncer_status_patch_is_allowed_only_when_it_touches_nothing_else(
+    allowed: list[dict[str, Any]], forbidden: list[dict[str, Any]]
+) -> None:
+    status: dict[str, Any] = {}
+    for part in [*allowed, *forbidden]:
+        for key, value in part.items():
+            if key == "conditions":
+                status.setdefault("conditions", []).extend(value)
+            else:
+                status[key] = value
+    patch = PatchObject(patch_type="strategic", patch={"status": status}, subresource="status")
+    verdict = judged(command("slurm-syncer", POD, patch))
+    assert isinstance(verdict, Allowed) == (not forbidden)
+
+
+@given(
+    sender=st.sampled_from([s for s in SERVICES if s != "nodeset-controller"]),
+    kind=st.sampled_from([k.kind for k in WATCHED_KINDS]),
+    name=st.text(alphabet="abcdefgh-0123456789", min_size=1, max_size=20),
+    propagation=st.sampled_from([None, "Background", "Foreground", "Orphan"]),
+)
+def test_no_service_but_nodeset_controller_may_ever_delete_anything(
+    sender: str, kind: str, name: str, propagation: Any
+) -> None:
+    target = ObjectRef(api_version="v1", kind=kind, name=name, namespace="slurm")
+    verdict = judged(command(sender, target, DeleteObject(propagation_policy=propagation)))
+    assert isinstance(verdict, Refused)
