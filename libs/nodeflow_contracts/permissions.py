@@ -336,7 +336,20 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         _grant("uncordon", "Node"),
         _grant("patch", "Node", fields=(f"metadata.annotations[{NODE_CORDON_REASON_ANNOTATION}]",)),
         _grant("evict", "Pod"),
+        # Its finalizer and the progress it keeps on the request (so a restart resumes).
+        _grant(
+            "patch",
+            "NodeMaintenance",
+            fields=(
+                "metadata.finalizers",
+                "metadata.annotations[maintenance.nvidia.com/node-initial-state.unschedulable]",
+                "metadata.annotations[maintenance.nvidia.com/ready-time]",
+                "metadata.annotations[maintenance.nvidia.com/wait-pod-completion-start-time]",
+            ),
+        ),
         _grant("update-status", "NodeMaintenance"),
+        # Garbage collection of requests Ready for longer than maxNodeMaintenanceTimeSeconds.
+        _grant("delete", "NodeMaintenance"),
         _grant("record-event", "NodeMaintenance", "Node", "Pod"),
     ),
     # Gang and topology placement (issue #16): bind, nominate, preempt, report status.

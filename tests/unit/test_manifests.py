@@ -590,7 +590,7 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("", "events"): {"get", "create", "patch"},
     ("nodeflow.dev", "nodeslices"): {"get", "list", "watch", "create", "delete", "patch"},
     ("nodeflow.dev", "nodesets"): {"list", "watch", "patch"},
-    ("maintenance.nvidia.com", "nodemaintenances"): {"list", "watch", "patch"},
+    ("maintenance.nvidia.com", "nodemaintenances"): {"list", "watch", "patch", "delete"},
     ("maintenance.nvidia.com", "maintenanceoperatorconfigs"): {"list", "watch", "patch"},
     ("scheduling.sigs.k8s.io", "podgroups"): {"list", "watch", "patch"},
     ("scheduling.koordinator.sh", "clusternetworktopologies"): {"list", "watch", "patch"},
