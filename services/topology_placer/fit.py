@@ -1,0 +1,149 @@
+"""Which nodes may take a gang's pods, and how many each (its offer slots).
+
+Resources are counted in integer milli-units (the API server rounds every quantity up to
+1m), so a slot count is one integer division per resource. A node's free resources are its
+allocatable minus every pod bound to it and every pod nominated to it (a reservation another
+gang holds), except the gang's own pods, which are being placed again. The filters are
+nodeflow_kube's: taints and tolerations, nodeSelector and required node affinity; a cordoned
+or not-Ready node takes nothing.
+
+A GangGroup may mix pod shapes (a master and its workers). The placer offers slots for the
+largest request of each resource across the members and a node must pass the filters for
+every distinct member spec: for a homogeneous gang this is exact, for a mixed one it may
+under-count but never over-commit a node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from nodeflow_kube import (
+    node_affinity_matches,
+    node_allocatable,
+    pod_requests,
+    unschedulable_blocks,
+    untolerated_taint,
+)
+
+Obj = Mapping[str, Any]
+Milli = dict[str, int]
+
+
+def to_milli(resources: Mapping[str, Fraction]) -> Milli:
+    return {name: math.ceil(amount * 1000) for name, amount in resources.items()}
+
+
+def add_milli(total: Milli, extra: Mapping[str, int], sign: int = 1) -> None:
+    for name, amount in extra.items():
+        total[name] = total.get(name, 0) + sign * amount
+
+
+def largest_request(requests: Iterable[Mapping[str, int]]) -> Milli:
+    """The component-wise maximum of several requests: a conservative representative pod."""
+    largest: Milli = {}
+    for request in requests:
+        for name, amount in request.items():
+            if amount > largest.get(name, 0):
+                largest[name] = amount
+    return largest
+
+
+def pod_request_milli(pod: Obj) -> Milli:
+    spec = pod.get("spec")
+    return to_milli(pod_requests(spec if isinstance(spec, Mapping) else {}))
+
+
+def node_is_ready(node: Obj) -> bool:
+    """A node whose Ready condition is False or Unknown takes no new pods (fail closed); a
+    node that reports no conditions at all is taken as Ready, as a fresh node is."""
+    status = node.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(conditions, list):
+        return True
+    for condition in conditions:
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return True
+
+
+def node_is_cordoned(node: Obj) -> bool:
+    spec = node.get("spec")
+    return bool(spec.get("unschedulable")) if isinstance(spec, Mapping) else False
+
+
+def filter_reason(pod_spec: Obj, node: Obj) -> str | None:
+    """Why a node cannot take a pod of this spec regardless of resources, or None."""
+    if node_is_cordoned(node):
+        return "cordoned"
+    if not node_is_ready(node):
+        return "not ready"
+    if unschedulable_blocks(pod_spec, node):
+        return "cordoned"
+    taint = untolerated_taint(pod_spec, node)
+    if taint is not None:
+        return f"untolerated taint {taint.get('key')}"
+    if not node_affinity_matches(pod_spec, node):
+        return "node affinity"
+    return None
+
+
+@dataclass
+class NodeCapacity:
+    """A node, what it offers and what is already charged to it."""
+
+    name: str
+    node: Obj
+    allocatable: Milli
+    used: Milli
+
+    def free(self, resource: str) -> int:
+        return self.allocatable.get(resource, 0) - self.used.get(resource, 0)
+
+    def slots(self, request: Mapping[str, int]) -> int:
+        """How many pods of `request` fit in what is free (0 when any resource is short)."""
+        fitting: int | None = None
+        for resource, amount in request.items():
+            if amount <= 0:
+                continue
+            count = max(0, self.free(resource)) // amount
+            fitting = count if fitting is None else min(fitting, count)
+        return 0 if fitting is None else fitting
+
+
+def capacity_of(node: Obj, charged: Iterable[Mapping[str, int]]) -> NodeCapacity:
+    metadata = node.get("metadata")
+    name = str(metadata.get("name")) if isinstance(metadata, Mapping) else ""
+    used: Milli = {}
+    for request in charged:
+        add_milli(used, request)
+    return NodeCapacity(
+        name=name, node=node, allocatable=to_milli(node_allocatable(node)), used=used
+    )
+
+
+def offer_slots(
+    capacities: Iterable[NodeCapacity],
+    pod_specs: Iterable[Obj],
+    request: Mapping[str, int],
+) -> tuple[dict[str, int], dict[str, str]]:
+    """Offer slots per node for a gang, and why each node that offers none was left out."""
+    specs = list(pod_specs)
+    slots: dict[str, int] = {}
+    excluded: dict[str, str] = {}
+    for capacity in capacities:
+        reason = next(
+            (r for r in (filter_reason(spec, capacity.node) for spec in specs) if r), None
+        )
+        if reason is not None:
+            excluded[capacity.name] = reason
+            continue
+        count = capacity.slots(request)
+        if count > 0:
+            slots[capacity.name] = count
+        else:
+            excluded[capacity.name] = "insufficient resources"
+    return slots, excluded

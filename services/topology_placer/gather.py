@@ -1,0 +1,184 @@
+"""The topology gather: which nodes a whole gang goes to, and which rank to which node.
+
+1. Offer slots per node are summed up the domain tree; a layer's `podCountMultiple` floors
+   the slots of its domains to a multiple (a domain that can take 7 pods of a gang placed in
+   fours offers 4), and no domain offers more than the domain it lies in.
+2. MustGather at a layer restricts the search to that layer's domains (the deepest such
+   layer when several are listed); nothing fitting there means unschedulable.
+3. Within the scope, the deepest domain that fits the whole gang wins: layers are tried from
+   the nodes upwards, so a PreferGather gang lands in one block when one block can take it
+   and falls back to a spine, then to the cluster, layer by layer. A gang with no gather
+   rule is placed across the whole cluster.
+4. Among the domains of the winning layer: the tightest fit (fewest spare slots, binpack),
+   then the domain already holding most of the job's pods, then the path.
+5. Inside the winner, children are filled largest-first, so the gang uses as few domains as
+   it can at every level.
+6. Pods in rank order (network-topology-index, then unindexed by name in natural order) go
+   to the nodes in fill order, so every domain holds a contiguous run of ranks and
+   neighbouring ranks share the lowest domain possible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from topology_placer.gang import GatherRule
+from topology_placer.network import Domain, DomainPath, TopologyTree
+
+
+@dataclass(frozen=True)
+class Placement:
+    # (pod name, node name) in rank order.
+    assignments: tuple[tuple[str, str], ...]
+    domain: DomainPath
+    layer: str
+
+    @property
+    def node_of(self) -> dict[str, str]:
+        return dict(self.assignments)
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """Why no domain takes the gang, in numbers."""
+
+    message: str
+    desired: int
+    best_domain: str
+    best_slots: int
+
+
+@dataclass
+class DomainSlots:
+    slots: dict[DomainPath, int]
+    existing: dict[DomainPath, int]
+
+
+def sum_slots(
+    tree: TopologyTree,
+    node_slots: Mapping[str, int],
+    existing: Mapping[str, int],
+    multiples: Mapping[int, int],
+) -> DomainSlots:
+    """Offer slots and the job's existing pods of every domain, bottom-up; `multiples` maps a
+    depth to its podCountMultiple."""
+    slots: dict[DomainPath, int] = {}
+    held: dict[DomainPath, int] = {}
+    order: list[Domain] = []
+    frontier = [tree.root]
+    while frontier:
+        domain = frontier.pop()
+        order.append(domain)
+        frontier.extend(domain.children.values())
+    for domain in reversed(order):
+        if domain.node is not None:
+            raw = node_slots.get(domain.node, 0)
+            count = existing.get(domain.node, 0)
+        else:
+            raw = sum(slots[child.path] for child in domain.children.values())
+            count = sum(held[child.path] for child in domain.children.values())
+        multiple = multiples.get(domain.depth, 1)
+        slots[domain.path] = raw - raw % multiple
+        held[domain.path] = count
+    # A domain inside a floored one offers no more than it: a node of a block that offers 2
+    # cannot take 3 pods of the gang by itself. Top-down, parents before children.
+    for domain in order:
+        for child in domain.children.values():
+            slots[child.path] = min(slots[child.path], slots[domain.path])
+    return DomainSlots(slots=slots, existing=held)
+
+
+def _within(domain: Domain, depth: int) -> list[Domain]:
+    found: list[Domain] = []
+    frontier = [domain]
+    while frontier:
+        current = frontier.pop()
+        if current.depth == depth:
+            found.append(current)
+        elif current.depth < depth:
+            frontier.extend(current.children.values())
+    return found
+
+
+def _fill(domain: Domain, count: int, sums: DomainSlots, out: list[str]) -> None:
+    """Append `count` node names to `out`, filling children largest-first."""
+    if domain.node is not None:
+        out.extend([domain.node] * count)
+        return
+    children = sorted(
+        domain.children.values(),
+        key=lambda child: (-sums.slots[child.path], -sums.existing[child.path], child.path),
+    )
+    remaining = count
+    for child in children:
+        if remaining == 0:
+            break
+        take = min(sums.slots[child.path], remaining)
+        if take > 0:
+            _fill(child, take, sums, out)
+            remaining -= take
+
+
+def gather(
+    tree: TopologyTree,
+    pods_in_rank_order: Sequence[str],
+    rules: Sequence[GatherRule],
+    node_slots: Mapping[str, int],
+    existing: Mapping[str, int] | None = None,
+) -> Placement | NoFit:
+    """Place every pod of the gang, or say in numbers why it cannot be placed."""
+    desired = len(pods_in_rank_order)
+    spec = tree.spec
+    multiples: dict[int, int] = {}
+    must_depth: int | None = None
+    must_layer = ""
+    for rule in rules:
+        depth = spec.depth_of(rule.layer)
+        if depth is None:
+            known = ", ".join(layer.name for layer in spec.layers) or "none"
+            return NoFit(
+                message=f"gather layer {rule.layer} is not in ClusterNetworkTopology "
+                f"(layers: {known})",
+                desired=desired,
+                best_domain="",
+                best_slots=0,
+            )
+        multiples[depth] = max(multiples.get(depth, 1), rule.pod_count_multiple)
+        if rule.strategy == "MustGather" and (must_depth is None or depth > must_depth):
+            must_depth, must_layer = depth, spec.layer_name(depth)
+    sums = sum_slots(tree, node_slots, existing or {}, multiples)
+    scope = [tree.root] if must_depth is None else _within(tree.root, must_depth)
+    node_depth = len(spec.layers) + 1
+    lowest = node_depth if rules else 0
+    highest = 0 if must_depth is None else must_depth
+    for depth in range(lowest, highest - 1, -1):
+        candidates = [
+            domain
+            for top in scope
+            for domain in _within(top, depth)
+            if sums.slots[domain.path] >= desired
+        ]
+        if not candidates:
+            continue
+        winner = min(
+            candidates,
+            key=lambda d: (sums.slots[d.path], -sums.existing[d.path], d.path),
+        )
+        nodes: list[str] = []
+        _fill(winner, desired, sums, nodes)
+        return Placement(
+            assignments=tuple(zip(pods_in_rank_order, nodes, strict=True)),
+            domain=winner.path,
+            layer=spec.layer_name(depth),
+        )
+    best = min(scope, key=lambda d: (-sums.slots[d.path], d.path), default=tree.root)
+    best_slots = sums.slots.get(best.path, 0)
+    if must_depth is not None:
+        message = (
+            f"MustGather {must_layer}: no {must_layer} domain offers {desired} slots; "
+            f"best {best.display} offers {best_slots}"
+        )
+    else:
+        message = f"no topology domain offers {desired} slots; the cluster offers {best_slots}"
+    return NoFit(message=message, desired=desired, best_domain=best.display, best_slots=best_slots)
