@@ -126,8 +126,13 @@ def gather(
     rules: Sequence[GatherRule],
     node_slots: Mapping[str, int],
     existing: Mapping[str, int] | None = None,
+    within: DomainPath | None = None,
 ) -> Placement | NoFit:
-    """Place every pod of the gang, or say in numbers why it cannot be placed."""
+    """Place every pod of the gang, or say in numbers why it cannot be placed.
+
+    `within` confines the search to one domain (the rest of a partly bound gang stays in the
+    domain of its bound members; a preemption plan is costed domain by domain).
+    """
     desired = len(pods_in_rank_order)
     spec = tree.spec
     multiples: dict[int, int] = {}
@@ -149,9 +154,17 @@ def gather(
             must_depth, must_layer = depth, spec.layer_name(depth)
     sums = sum_slots(tree, node_slots, existing or {}, multiples)
     scope = [tree.root] if must_depth is None else _within(tree.root, must_depth)
-    node_depth = len(spec.layers) + 1
-    lowest = node_depth if rules else 0
     highest = 0 if must_depth is None else must_depth
+    if within is not None:
+        confined = tree.find(within)
+        if confined is None:
+            scope = []
+        elif confined.depth >= highest:
+            scope, highest = [confined], confined.depth
+        else:
+            scope = [d for d in scope if d.path[: len(within)] == within]
+    node_depth = len(spec.layers) + 1
+    lowest = node_depth if rules or within is not None else highest
     for depth in range(lowest, highest - 1, -1):
         candidates = [
             domain

@@ -133,6 +133,12 @@ class TopologyTree:
                 frontier.extend(domain.children.values())
         return sorted(found, key=lambda d: d.path)
 
+    def find(self, path: DomainPath) -> Domain | None:
+        domain: Domain | None = self.root
+        for part in path:
+            domain = None if domain is None else domain.children.get(part)
+        return domain
+
     def all_domains(self) -> Iterable[Domain]:
         frontier = [self.root]
         while frontier:
