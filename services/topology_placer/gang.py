@@ -68,7 +68,7 @@ class GatherRule:
     pod_count_multiple: int = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class GroupKey:
     namespace: str
     name: str
