@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nodeflow_contracts.placement import PlacementDecisionKind
 from topology_placer import pods as podfacts
 from topology_placer.fit import (
     Milli,
@@ -150,7 +151,7 @@ class Notice:
 @dataclass(frozen=True)
 class Decision:
     gang_group: tuple[GroupKey, ...]
-    kind: str
+    kind: PlacementDecisionKind
     reason: str
     message: str
     domain: str = ""
@@ -203,6 +204,8 @@ class Gang:
     specs: dict[GroupKey, PodGroupSpec] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     members: dict[GroupKey, list[Obj]] = field(default_factory=dict)
+    # uid of each PodGroup object that exists (Events go to the first).
+    uids: dict[GroupKey, str] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -407,6 +410,7 @@ def plan(state: ClusterState) -> Plan:
             gangs.append(gang)
         gang.members.setdefault(group, []).append(pod)
     for gang in gangs:
+        gang.uids = {k: podfacts.uid_of(group_objects[k]) for k in gang.keys if k in group_objects}
         missing = [k for k in gang.keys if k not in group_objects]
         if missing and not gang.errors:
             gang.errors.append(
@@ -633,17 +637,18 @@ def _preempt(
         )
     )
     first = gang.keys[0]
-    run.plan.actions.append(
-        Notice(
-            "PodGroup",
-            first.namespace,
-            first.name,
-            gang.specs[first].uid,
-            "Preempted",
-            message,
-            False,
+    if gang.uids.get(first):
+        run.plan.actions.append(
+            Notice(
+                "PodGroup",
+                first.namespace,
+                first.name,
+                gang.uids[first],
+                "Preempted",
+                message,
+                False,
+            )
         )
-    )
     return True
 
 
@@ -667,9 +672,11 @@ def _unschedulable(
             if restarted is not None:
                 starts.append(restarted)
     started = max(starts)
-    kind = (
-        "invalid" if state == "invalid" else ("waiting" if state == "waiting" else "unschedulable")
-    )
+    kind: PlacementDecisionKind = "unschedulable"
+    if state == "invalid":
+        kind = "invalid"
+    elif state == "waiting":
+        kind = "waiting"
     if state != "invalid" and run.state.now - started > waiting:
         reason = GANG_TIMEOUT
         message = f"gang {gang.id} waited more than {waiting:g}s: {message}"
@@ -687,18 +694,18 @@ def _unschedulable(
     run.plan.attempts.append(kind)
     if changed:
         first = gang.keys[0]
-        spec = gang.specs.get(first)
-        run.plan.actions.append(
-            Notice(
-                "PodGroup",
-                first.namespace,
-                first.name,
-                spec.uid if spec else "",
-                "FailedScheduling" if kind != "timed-out" else GANG_TIMEOUT,
-                message,
-                True,
+        if gang.uids.get(first):
+            run.plan.actions.append(
+                Notice(
+                    "PodGroup",
+                    first.namespace,
+                    first.name,
+                    gang.uids[first],
+                    "FailedScheduling" if kind != "timed-out" else GANG_TIMEOUT,
+                    message,
+                    True,
+                )
             )
-        )
         run.plan.actions.append(Decision(gang.keys, kind, reason, message))
 
 
