@@ -36,9 +36,9 @@ from topology_placer.fit import (
     Milli,
     NodeCapacity,
     add_milli,
-    capacity_of,
     filter_reason,
     largest_request,
+    node_allocatable_milli,
     offer_slots,
     pod_request_milli,
 )
@@ -311,44 +311,48 @@ class _Pass:
         self.tree = build_tree(
             spec, [(name, podfacts.labels_of(n)) for name, n in self.nodes.items()]
         )
-        self.charged: list[ChargedPod] = []
+        # Every pod charged to a node (bound, or only nominated), by uid.
+        self.charged: dict[str, ChargedPod] = {}
         for pod in state.pods:
             node = podfacts.node_name_of(pod)
+            key = podfacts.uid_of(pod) or f"{podfacts.namespace_of(pod)}/{podfacts.name_of(pod)}"
             if node and podfacts.occupies_node(pod):
-                self.charged.append(ChargedPod(pod, node, pod_request_milli(pod), False))
+                self.charged[key] = ChargedPod(pod, node, pod_request_milli(pod), False)
             elif podfacts.is_pending(pod) and podfacts.nominated_node_of(pod):
                 nominated = podfacts.nominated_node_of(pod)
-                self.charged.append(ChargedPod(pod, nominated, pod_request_milli(pod), True))
+                self.charged[key] = ChargedPod(pod, nominated, pod_request_milli(pod), True)
         self.used: dict[str, Milli] = {}
-        for item in self.charged:
+        for item in self.charged.values():
             add_milli(self.used.setdefault(item.node, {}), item.request)
+        self.allocatable = {name: node_allocatable_milli(n) for name, n in self.nodes.items()}
 
     def capacities_for(self, gang: Gang) -> dict[str, NodeCapacity]:
         """Every node's capacity with the gang's own nominations given back."""
-        own = {podfacts.uid_of(p) for p in gang.all_members}
-        used = {node: dict(amounts) for node, amounts in self.used.items()}
-        for item in self.charged:
-            if item.nominated_only and podfacts.uid_of(item.pod) in own:
-                add_milli(used[item.node], item.request, -1)
-        return {
-            name: NodeCapacity(
-                name=name,
-                node=node,
-                allocatable=capacity_of(node, ()).allocatable,
-                used=used.get(name, {}),
+        given_back: dict[str, Milli] = {}
+        for pod in gang.all_members:
+            item = self.charged.get(podfacts.uid_of(pod))
+            if item is not None and item.nominated_only:
+                add_milli(given_back.setdefault(item.node, {}), item.request)
+        capacities: dict[str, NodeCapacity] = {}
+        for name, node in self.nodes.items():
+            used = self.used.get(name, {})
+            if name in given_back:
+                used = dict(used)
+                add_milli(used, given_back[name], -1)
+            capacities[name] = NodeCapacity(
+                name=name, node=node, allocatable=self.allocatable[name], used=used
             )
-            for name, node in self.nodes.items()
-        }
+        return capacities
 
     def reserve(self, pod: Obj, node: str) -> None:
         """Charge a pod nominated this pass, so the next gang sees it."""
+        key = podfacts.uid_of(pod) or f"{podfacts.namespace_of(pod)}/{podfacts.name_of(pod)}"
+        previous = self.charged.get(key)
+        if previous is not None:
+            add_milli(self.used[previous.node], previous.request, -1)
         request = pod_request_milli(pod)
-        previous = podfacts.nominated_node_of(pod)
-        if previous and previous in self.used:
-            add_milli(self.used[previous], request, -1)
         add_milli(self.used.setdefault(node, {}), request)
-        self.charged = [c for c in self.charged if c.pod is not pod]
-        self.charged.append(ChargedPod(pod, node, request, True))
+        self.charged[key] = ChargedPod(pod, node, request, True)
 
 
 # --- the pass -----------------------------------------------------------------------------
@@ -581,7 +585,7 @@ def _preempt(
 ) -> bool | str | None:
     """True when a preemption was planned; else why not (None: nothing lower to evict)."""
     priority = gang.priority
-    if not any(podfacts.priority_of(c.pod) < priority for c in run.charged):
+    if not any(podfacts.priority_of(c.pod) < priority for c in run.charged.values()):
         return None
     ineligible = eligibility(ranked, priority, run.state.pods)
     if isinstance(ineligible, Ineligible):
@@ -592,7 +596,7 @@ def _preempt(
         if all(filter_reason(spec, capacity.node) is None for spec in pod_specs)
     }
     own = {podfacts.uid_of(p) for p in gang.all_members}
-    charged = [c for c in run.charged if podfacts.uid_of(c.pod) not in own]
+    charged = [c for c in run.charged.values() if podfacts.uid_of(c.pod) not in own]
     outcome = plan_preemption(
         tree=run.tree,
         pods_in_rank_order=names,

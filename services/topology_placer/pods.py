@@ -15,6 +15,9 @@ DISRUPTION_TARGET = "DisruptionTarget"
 
 
 def _mapping(value: object) -> Obj:
+    # Objects decoded from JSON are dicts; the dict check is much cheaper than the ABC's.
+    if type(value) is dict:
+        return value
     return value if isinstance(value, Mapping) else {}
 
 

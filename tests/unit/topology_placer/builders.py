@@ -3,6 +3,7 @@ reference's spine/block layout, gang pods, PodGroups and the ClusterNetworkTopol
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -12,6 +13,9 @@ NS = "default"
 SPINE = "network.topology.nvidia.com/spine"
 BLOCK = "network.topology.nvidia.com/block"
 SCHEDULER = "koord-scheduler"
+# Every built pod is a new object: its own uid, as the API server would give it (the placer
+# memoises parsed requests by uid and resourceVersion).
+_SERIAL = itertools.count()
 
 TOPOLOGY: dict[str, Any] = {
     "apiVersion": "scheduling.koordinator.sh/v1alpha1",
@@ -99,7 +103,7 @@ def pod(
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
-        "uid": f"uid-{namespace}-{name}",
+        "uid": f"uid-{namespace}-{name}-{next(_SERIAL)}",
         "resourceVersion": "1",
         "labels": labels,
         "annotations": annotations,
