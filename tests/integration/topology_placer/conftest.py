@@ -90,7 +90,7 @@ def gang_pod(name: str, group: str, gpus: int, index: int | None = None) -> dict
         },
         "spec": {
             "schedulerName": "nodeflow-placer",
-            "restartPolicy": "Never",
+            "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 1,
             "containers": [
                 {
