@@ -483,11 +483,7 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     pod_specs = list({_spec_signature(p): podfacts.spec(p) for p in ranked}.values())
     node_slots, _ = offer_slots(capacities.values(), pod_specs, request)
     bound_nodes = [podfacts.node_name_of(p) for p in gang.bound]
-    within = (
-        _lowest_common_domain(run.tree, bound_nodes)
-        if bound_nodes and any(needed.values())
-        else None
-    )
+    within = _confinement(run.tree, gang, bound_nodes, partial=any(needed.values()))
     # Phase 3: bind what is nominated and still fits.
     nominated = {podfacts.name_of(p): podfacts.nominated_node_of(p) for p in ranked}
     if all(nominated.values()):
@@ -536,6 +532,27 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     waiting_for_victims = isinstance(preempted, str) and "still terminating" in preempted
     # Phase 6: unschedulable (and the gang's waiting time).
     _unschedulable(run, gang, ranked, "unschedulable", message, clear=not waiting_for_victims)
+
+
+def _confinement(
+    tree: TopologyTree, gang: Gang, bound_nodes: Sequence[str], *, partial: bool
+) -> DomainPath | None:
+    """Where the rest of a gang with bound members may go. A gang still short of minMember
+    stays in the lowest domain holding its bound members (a failed bind re-plans inside it).
+    A satisfied gang's new or recreated members stay in its MustGather domain (Koordinator
+    lets them escape it, issue #3181); without MustGather they may go anywhere."""
+    common = _lowest_common_domain(tree, bound_nodes) if bound_nodes else None
+    if common is None:
+        return None
+    if partial:
+        return common
+    depths = [
+        tree.spec.depth_of(rule.layer) for rule in gang.rules if rule.strategy == "MustGather"
+    ]
+    must = max((d for d in depths if d is not None), default=None)
+    if must is None:
+        return None
+    return common[:must]
 
 
 def _minimum_subset(gang: Gang, ranked: Sequence[Obj], needed: Mapping[GroupKey, int]) -> list[Obj]:

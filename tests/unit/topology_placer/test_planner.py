@@ -370,3 +370,25 @@ def test_property_placement_never_exceeds_allocatable_and_gangs_are_whole(
         assert len(placed) in (0, size)
         if placed and must:
             assert len({_block(p["spec"]["nodeName"], nodes) for p in placed}) == 1
+
+
+def test_recreated_member_of_a_satisfied_must_gather_gang_stays_in_its_domain() -> None:
+    # n3 (another block) is the tighter fit, so only the confinement keeps w-2 in b1.
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1"), node("n3", "s2", "b3", gpus=4)]
+    groups = [pod_group("gang", 2, gather=BLOCK_MUST, status={"phase": "Running"})]
+    pods = [
+        pod("w-0", gpus=8, node_name="n1", phase="Running"),
+        pod("w-1", gpus=0, node_name="n2", phase="Running"),
+        # w-2 replaces a member that died.
+        pod("w-2", gpus=4),
+    ]
+    _, after = run(nodes, pods, groups, topology=TOPOLOGY)
+    assert _nodes_of(after)["w-2"] == "n2"
+
+
+def test_recreated_member_of_a_satisfied_gang_without_must_gather_may_go_anywhere() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n3", "s2", "b3")]
+    groups = [pod_group("gang", 1, status={"phase": "Running"})]
+    pods = [pod("w-0", gpus=8, node_name="n1", phase="Running"), pod("w-1", gpus=8)]
+    _, after = run(nodes, pods, groups, topology=TOPOLOGY)
+    assert _nodes_of(after)["w-1"] == "n3"
