@@ -51,8 +51,10 @@ class NoFit:
 
 @dataclass
 class DomainSlots:
-    slots: dict[DomainPath, int]
-    existing: dict[DomainPath, int]
+    """Offer slots and the job's existing pods of every domain, indexed by Domain.index."""
+
+    slots: list[int]
+    existing: list[int]
 
 
 def sum_slots(
@@ -63,29 +65,29 @@ def sum_slots(
 ) -> DomainSlots:
     """Offer slots and the job's existing pods of every domain, bottom-up; `multiples` maps a
     depth to its podCountMultiple."""
-    slots: dict[DomainPath, int] = {}
-    held: dict[DomainPath, int] = {}
-    order: list[Domain] = []
-    frontier = [tree.root]
-    while frontier:
-        domain = frontier.pop()
-        order.append(domain)
-        frontier.extend(domain.children.values())
-    for domain in reversed(order):
+    count = len(tree.order)
+    slots = [0] * count
+    held = [0] * count
+    for domain in reversed(tree.order):
+        index = domain.index
         if domain.node is not None:
             raw = node_slots.get(domain.node, 0)
-            count = existing.get(domain.node, 0)
+            held[index] = existing.get(domain.node, 0)
         else:
-            raw = sum(slots[child.path] for child in domain.children.values())
-            count = sum(held[child.path] for child in domain.children.values())
+            raw = 0
+            for child in domain.children.values():
+                raw += slots[child.index]
+                held[index] += held[child.index]
         multiple = multiples.get(domain.depth, 1)
-        slots[domain.path] = raw - raw % multiple
-        held[domain.path] = count
-    # A domain inside a floored one offers no more than it: a node of a block that offers 2
-    # cannot take 3 pods of the gang by itself. Top-down, parents before children.
-    for domain in order:
-        for child in domain.children.values():
-            slots[child.path] = min(slots[child.path], slots[domain.path])
+        slots[index] = raw - raw % multiple if multiple > 1 else raw
+    if multiples:
+        # A domain inside a floored one offers no more than it: a node of a block that offers
+        # 2 cannot take 3 pods of the gang by itself. Top-down, parents before children.
+        for domain in tree.order:
+            cap = slots[domain.index]
+            for child in domain.children.values():
+                if slots[child.index] > cap:
+                    slots[child.index] = cap
     return DomainSlots(slots=slots, existing=held)
 
 
@@ -108,13 +110,13 @@ def _fill(domain: Domain, count: int, sums: DomainSlots, out: list[str]) -> None
         return
     children = sorted(
         domain.children.values(),
-        key=lambda child: (-sums.slots[child.path], -sums.existing[child.path], child.path),
+        key=lambda child: (-sums.slots[child.index], -sums.existing[child.index], child.path),
     )
     remaining = count
     for child in children:
         if remaining == 0:
             break
-        take = min(sums.slots[child.path], remaining)
+        take = min(sums.slots[child.index], remaining)
         if take > 0:
             _fill(child, take, sums, out)
             remaining -= take
@@ -170,13 +172,13 @@ def gather(
             domain
             for top in scope
             for domain in _within(top, depth)
-            if sums.slots[domain.path] >= desired
+            if sums.slots[domain.index] >= desired
         ]
         if not candidates:
             continue
         winner = min(
             candidates,
-            key=lambda d: (sums.slots[d.path], -sums.existing[d.path], d.path),
+            key=lambda d: (sums.slots[d.index], -sums.existing[d.index], d.path),
         )
         nodes: list[str] = []
         _fill(winner, desired, sums, nodes)
@@ -185,8 +187,8 @@ def gather(
             domain=winner.path,
             layer=spec.layer_name(depth),
         )
-    best = min(scope, key=lambda d: (-sums.slots[d.path], d.path), default=tree.root)
-    best_slots = sums.slots.get(best.path, 0)
+    best = min(scope, key=lambda d: (-sums.slots[d.index], d.path), default=tree.root)
+    best_slots = sums.slots[best.index]
     if must_depth is not None:
         message = (
             f"MustGather {must_layer}: no {must_layer} domain offers {desired} slots; "

@@ -109,6 +109,8 @@ class Domain:
     children: dict[str, Domain] = field(default_factory=dict)
     node: str | None = None
     node_count: int = 0
+    # Position in TopologyTree.order: per-domain figures live in lists indexed by it.
+    index: int = 0
 
     @property
     def display(self) -> str:
@@ -121,6 +123,8 @@ class TopologyTree:
     root: Domain
     # Node name -> its leaf domain.
     leaves: dict[str, Domain]
+    # Every domain, parents before children (Domain.index is the position here).
+    order: list[Domain] = field(default_factory=list)
 
     def domains_at(self, depth: int) -> list[Domain]:
         found: list[Domain] = []
@@ -176,7 +180,14 @@ def build_tree(spec: TopologySpec, nodes: Iterable[tuple[str, Mapping[str, Any]]
         leaf = Domain(path=(*domain.path, name), depth=node_depth, node=name, node_count=1)
         domain.children[name] = leaf
         leaves[name] = leaf
-    return TopologyTree(spec=spec, root=root, leaves=leaves)
+    order: list[Domain] = []
+    frontier = [root]
+    while frontier:
+        current = frontier.pop()
+        current.index = len(order)
+        order.append(current)
+        frontier.extend(current.children.values())
+    return TopologyTree(spec=spec, root=root, leaves=leaves, order=order)
 
 
 def detail_status(tree: TopologyTree) -> list[dict[str, Any]]:
