@@ -71,6 +71,7 @@ def nodes() -> list[dict[str, Any]]:
                 "metadata": {
                     "name": name,
                     "uid": f"uid-{name}",
+                    "resourceVersion": "1",
                     "labels": {
                         "kubernetes.io/hostname": name,
                         SPINE: f"spine-{block // BLOCKS_PER_SPINE}",

@@ -96,9 +96,16 @@ def pod_request_milli(pod: Obj) -> Milli:
 _ALLOCATABLE_BY_CONTENT: dict[tuple[tuple[str, str], ...], Milli] = {}
 
 
+_ALLOCATABLE = _Memo()
+
+
 def node_allocatable_milli(node: Obj) -> Milli:
-    """The node's allocatable in milli-units. Nodes of one type report the same quantities,
-    so they are parsed once per distinct list, not once per node."""
+    """The node's allocatable in milli-units, parsed once per node version."""
+    return dict(_ALLOCATABLE.get(node, _allocatable_by_content))
+
+
+def _allocatable_by_content(node: Obj) -> Milli:
+    """Nodes of one type report the same quantities: parsed once per distinct list."""
     status = node.get("status")
     raw = status.get("allocatable") if isinstance(status, Mapping) else None
     if not isinstance(raw, Mapping):

@@ -164,13 +164,20 @@ def node_path(spec: TopologySpec, labels: Mapping[str, Any]) -> DomainPath:
 
 def build_tree(spec: TopologySpec, nodes: Iterable[tuple[str, Mapping[str, Any]]]) -> TopologyTree:
     """The domain tree of `(node name, node labels)`, nodes in name order under each domain."""
+    return build_tree_from_paths(spec, [(name, node_path(spec, labels)) for name, labels in nodes])
+
+
+def build_tree_from_paths(
+    spec: TopologySpec, paths: Iterable[tuple[str, DomainPath]]
+) -> TopologyTree:
+    """The domain tree of `(node name, node_path)`, nodes in name order under each domain."""
     root = Domain(path=(), depth=0)
     leaves: dict[str, Domain] = {}
     node_depth = len(spec.layers) + 1
-    for name, labels in sorted(nodes):
+    for name, path in sorted(paths):
         domain = root
         root.node_count += 1
-        for value in node_path(spec, labels):
+        for value in path:
             child = domain.children.get(value)
             if child is None:
                 child = Domain(path=(*domain.path, value), depth=domain.depth + 1)

@@ -56,10 +56,12 @@ from topology_placer.gather import NoFit, Placement, gather
 from topology_placer.network import (
     DEFAULT_TOPOLOGY_NAME,
     DomainPath,
+    TopologySpec,
     TopologySpecError,
     TopologyTree,
-    build_tree,
+    build_tree_from_paths,
     detail_status,
+    node_path,
     parse_topology,
 )
 from topology_placer.pods import PodRef, ref_of
@@ -308,9 +310,7 @@ class _Pass:
             self.topology_error = f"ClusterNetworkTopology {DEFAULT_TOPOLOGY_NAME}: {error}"
             spec = parse_topology(None)
         self.nodes = {podfacts.name_of(n): n for n in state.nodes if podfacts.name_of(n)}
-        self.tree = build_tree(
-            spec, [(name, podfacts.labels_of(n)) for name, n in self.nodes.items()]
-        )
+        self.tree = _tree_of(spec, self.nodes)
         # Every pod charged to a node (bound, or only nominated), by uid.
         self.charged: dict[str, ChargedPod] = {}
         for pod in state.pods:
@@ -353,6 +353,35 @@ class _Pass:
         request = pod_request_milli(pod)
         add_milli(self.used.setdefault(node, {}), request)
         self.charged[key] = ChargedPod(pod, node, request, True)
+
+
+# Memo of the last tree and of each node version's path: the tree only changes when nodes
+# come, go or are relabelled, and rebuilding 16k leaves every pass would be most of a pass.
+_PATHS: dict[tuple[str, str, TopologySpec], DomainPath] = {}
+_LAST_TREE: list[tuple[object, TopologyTree]] = []
+
+
+def _tree_of(spec: TopologySpec, nodes: Mapping[str, Obj]) -> TopologyTree:
+    if len(_PATHS) > 200_000:
+        _PATHS.clear()
+    paths: list[tuple[str, DomainPath]] = []
+    for name, node in nodes.items():
+        uid, version = podfacts.uid_of(node), podfacts.resource_version_of(node)
+        if not (uid and version):
+            paths.append((name, node_path(spec, podfacts.labels_of(node))))
+            continue
+        key = (uid, version, spec)
+        path = _PATHS.get(key)
+        if path is None:
+            path = _PATHS[key] = node_path(spec, podfacts.labels_of(node))
+        paths.append((name, path))
+    paths.sort()
+    memo_key = (spec, tuple(paths))
+    if _LAST_TREE and _LAST_TREE[0][0] == memo_key:
+        return _LAST_TREE[0][1]
+    tree = build_tree_from_paths(spec, paths)
+    _LAST_TREE[:] = [(memo_key, tree)]
+    return tree
 
 
 # --- the pass -----------------------------------------------------------------------------
