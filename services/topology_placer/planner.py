@@ -514,29 +514,8 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     bound_nodes = [podfacts.node_name_of(p) for p in gang.bound]
     within = _confinement(run.tree, gang, bound_nodes, partial=any(needed.values()))
     # Phase 3: bind what is nominated and still fits.
-    nominated = {podfacts.name_of(p): podfacts.nominated_node_of(p) for p in ranked}
-    if all(nominated.values()):
-        per_node: dict[str, int] = {}
-        for node in nominated.values():
-            per_node[node] = per_node.get(node, 0) + 1
-        if all(node_slots.get(node, 0) >= count for node, count in per_node.items()):
-            for pod in ranked:
-                run.plan.actions.append(Bind(ref_of(pod), nominated[podfacts.name_of(pod)]))
-            assignments = tuple(
-                (podfacts.name_of(p), nominated[podfacts.name_of(p)]) for p in ranked
-            )
-            run.plan.actions.append(
-                Decision(
-                    gang.keys,
-                    "bound",
-                    "Scheduled",
-                    f"binding {len(ranked)} pods to their nominated nodes",
-                    assignments=assignments,
-                )
-            )
-            run.plan.gang_states[gang.id] = "binding"
-            run.plan.attempts.append("bound")
-            return
+    if _bind_if_reserved(run, gang, ranked, node_slots):
+        return
     # Phase 4: gather.
     existing: dict[str, int] = {}
     for node in bound_nodes:
@@ -544,8 +523,11 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     names = [podfacts.name_of(p) for p in ranked]
     result = gather(run.tree, names, gang.rules, node_slots, existing, within)
     if isinstance(result, NoFit) and len(ranked) > sum(needed.values()) > 0:
-        # Not every pending member fits: place just enough to reach each minMember.
+        # Not every pending member fits: place just enough to reach each minMember, and bind
+        # them once those are reserved.
         subset = _minimum_subset(gang, ranked, needed)
+        if _bind_if_reserved(run, gang, subset, node_slots):
+            return
         subset_names = [podfacts.name_of(p) for p in subset]
         smaller = gather(run.tree, subset_names, gang.rules, node_slots, existing, within)
         if isinstance(smaller, Placement):
@@ -582,6 +564,34 @@ def _confinement(
     if must is None:
         return None
     return common[:must]
+
+
+def _bind_if_reserved(
+    run: _Pass, gang: Gang, pods: Sequence[Obj], node_slots: Mapping[str, int]
+) -> bool:
+    """Bind `pods` when every one is nominated and the nominated nodes still take them all."""
+    nominated = {podfacts.name_of(p): podfacts.nominated_node_of(p) for p in pods}
+    if not pods or not all(nominated.values()):
+        return False
+    per_node: dict[str, int] = {}
+    for node in nominated.values():
+        per_node[node] = per_node.get(node, 0) + 1
+    if any(node_slots.get(node, 0) < count for node, count in per_node.items()):
+        return False
+    for pod in pods:
+        run.plan.actions.append(Bind(ref_of(pod), nominated[podfacts.name_of(pod)]))
+    run.plan.actions.append(
+        Decision(
+            gang.keys,
+            "bound",
+            "Scheduled",
+            f"binding {len(pods)} pods to their nominated nodes",
+            assignments=tuple((name, node) for name, node in nominated.items()),
+        )
+    )
+    run.plan.gang_states[gang.id] = "binding"
+    run.plan.attempts.append("bound")
+    return True
 
 
 def _minimum_subset(gang: Gang, ranked: Sequence[Obj], needed: Mapping[GroupKey, int]) -> list[Obj]:

@@ -392,3 +392,14 @@ def test_recreated_member_of_a_satisfied_gang_without_must_gather_may_go_anywher
     pods = [pod("w-0", gpus=8, node_name="n1", phase="Running"), pod("w-1", gpus=8)]
     _, after = run(nodes, pods, groups, topology=TOPOLOGY)
     assert _nodes_of(after)["w-1"] == "n3"
+
+
+def test_when_not_all_members_fit_just_min_member_is_placed_then_bound() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1")]
+    groups = [pod_group("gang", 2)]
+    pods = [pod(f"w-{i}", gpus=8) for i in range(3)]
+    first, after = run(nodes, pods, groups, topology=TOPOLOGY)
+    assert {n.pod.name for n in _of(first, Nominate)} == {"w-0", "w-1"}
+    second, bound = run(nodes, after, groups, topology=TOPOLOGY)
+    assert {b.pod.name for b in _of(second, Bind)} == {"w-0", "w-1"}
+    assert _nodes_of(bound)["w-2"] == ""
