@@ -7,6 +7,7 @@ import json
 
 import msgspec
 from nats.aio.msg import Msg
+from prometheus_client import REGISTRY
 
 from nodeflow_contracts import subjects
 from nodeflow_contracts.placement import PlacementDecision
@@ -32,8 +33,14 @@ def _bound(stack: Stack, group: str) -> dict[str, str]:
     }
 
 
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 async def test_gang_of_four_is_bound_inside_one_block(stack: Stack) -> None:
     decisions: list[PlacementDecision] = []
+    placed_before = _sample("nodeflow_topology_placer_placement_attempts_total", result="placed")
+    passes_before = _sample("nodeflow_topology_placer_placement_seconds_count")
 
     async def collect(msg: Msg) -> None:
         decisions.append(msgspec.json.decode(msg.data, type=PlacementDecision))
@@ -64,6 +71,16 @@ async def test_gang_of_four_is_bound_inside_one_block(stack: Stack) -> None:
     await eventually(lambda: any(d.kind == "bound" for d in decisions), what="bound decision")
     nominated = next(d for d in decisions if d.kind == "nominated")
     assert nominated.layer == "BlockLayer"
+    # Metrics: the attempt, the passes, the gang by state, the topology's domains.
+    placed = _sample("nodeflow_topology_placer_placement_attempts_total", result="placed")
+    assert placed > placed_before
+    assert _sample("nodeflow_topology_placer_placement_seconds_count") > passes_before
+    await eventually(
+        lambda: _sample("nodeflow_topology_placer_gangs", state="bound") == 1,
+        what="the gang counted as bound",
+    )
+    assert _sample("nodeflow_topology_placer_topology_domains", layer="BlockLayer") == 4
+    assert _sample("nodeflow_topology_placer_topology_domains", layer="NodeTopologyLayer") == 8
 
 
 async def test_must_gather_failure_is_reported_in_numbers(stack: Stack) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from tests.integration.topology_placer.conftest import (
     NS,
     PODGROUPS,
@@ -131,6 +133,8 @@ async def test_high_priority_gang_preempts_a_low_priority_job(stack: Stack) -> N
         p["metadata"]["name"]: p["spec"]["nodeName"]
         for p in stack.sim.store.list("pods", namespace=NS).items
     }
+    preemptions = REGISTRY.get_sample_value("nodeflow_topology_placer_preemptions_total") or 0.0
+    victims = REGISTRY.get_sample_value("nodeflow_topology_placer_preemption_victims_total") or 0.0
     stack.sim.store.create(PODGROUPS, pod_group_object("hello-job", 2))
     for rank in (1, 2):
         high = gang_pod(f"preemptor-pod-{rank}", "hello-job", gpus=8)
@@ -167,3 +171,7 @@ async def test_high_priority_gang_preempts_a_low_priority_job(stack: Stack) -> N
     # The evicted victims were exactly the pods on the nodes the gang now holds.
     assert set(bound.values()) == {low_nodes[victim] for victim in conditions}
     assert all(gpus <= 8 for gpus in _gpus_by_node(stack).values())
+    after = REGISTRY.get_sample_value("nodeflow_topology_placer_preemptions_total") or 0.0
+    assert after == preemptions + 1
+    evicted = REGISTRY.get_sample_value("nodeflow_topology_placer_preemption_victims_total") or 0.0
+    assert evicted == victims + 2
