@@ -461,7 +461,9 @@ def plan(state: ClusterState) -> Plan:
     )
     for gang in gangs + solitary:
         if not gang.pending:
-            run.plan.gang_states[gang.id] = "bound"
+            # A PodGroup whose pods have not arrived yet waits; one whose pods all have
+            # nodes is bound.
+            run.plan.gang_states[gang.id] = "bound" if gang.bound else "waiting"
     for gang in ordered:
         _place_gang(run, gang, group_objects)
     _group_statuses(run, specs, group_objects, all_members)

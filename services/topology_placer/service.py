@@ -17,6 +17,7 @@ import time
 from collections import Counter as Tally
 from typing import Any
 
+import msgspec
 import structlog
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -57,6 +58,8 @@ class TopologyPlacer:
             bus, SERVICE, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds
         )
         self.recently_sent: dict[str, float] = {}
+        # Commands refused before: the count goes into a repeat's key ("<key>~<n>").
+        self.salt: dict[str, int] = {}
         self.outcomes: Tally[str] = Tally()
         self.passes = 0
         self.last_plan: Plan | None = None
@@ -112,8 +115,11 @@ class TopologyPlacer:
         metrics.OUTCOMES.labels(outcome.outcome).inc()
         if outcome.outcome not in ("applied", "already-applied"):
             # A refused command (a bind to a node that went away, a stale nomination) is
-            # re-planned from the state as it is now.
-            self.recently_sent.pop(outcome.idempotency_key, None)
+            # re-planned from the state as it is now. If the new plan is the same command, it
+            # needs a new key: JetStream would drop a repeat of the refused one as a duplicate.
+            base = outcome.idempotency_key.split("~", 1)[0]
+            self.recently_sent.pop(base, None)
+            self.salt[base] = self.salt.get(base, 0) + 1
             log.info(
                 "command.refused",
                 key=outcome.idempotency_key,
@@ -181,6 +187,8 @@ class TopologyPlacer:
         expired = [k for k, at in self.recently_sent.items() if now - at > self._timeout]
         for key in expired:
             del self.recently_sent[key]
+        if len(self.salt) > 100_000:
+            self.salt.clear()
         messages: list[OutgoingMessage] = []
         for out in outgoing:
             if out.key in self.recently_sent:
@@ -188,6 +196,9 @@ class TopologyPlacer:
             self.recently_sent[out.key] = now
             if out.command is not None:
                 command = out.command
+                salt = self.salt.get(out.key, 0)
+                if salt:
+                    command = msgspec.structs.replace(command, idempotency_key=f"{out.key}~{salt}")
                 messages.append(
                     OutgoingMessage(
                         subject=command.subject, message=command, msg_id=command.idempotency_key
