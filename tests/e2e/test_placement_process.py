@@ -182,3 +182,43 @@ async def test_must_gather_failure_shows_its_reason_through_kubectl(
     finally:
         process.send_signal(signal.SIGTERM)
         await asyncio.wait_for(process.wait(), 20)
+
+
+async def test_gang_group_applied_with_kubectl_is_bound_whole(stack: Stack, tmp_path: Path) -> None:
+    members = json.dumps(["default/master", "default/worker"])
+    groups = [pod_group_object("master", 1), pod_group_object("worker", 2)]
+    for group in groups:
+        group["metadata"]["annotations"]["gang.scheduling.koordinator.sh/groups"] = members
+    docs: list[dict[str, Any]] = [topology_object(), *groups]
+    docs.append(gang_pod("master-0", "master", gpus=8, index=0))
+    docs.append(gang_pod("worker-0", "worker", gpus=8, index=1))
+    await apply(stack, tmp_path, docs)
+    process = await start_placer(stack, free_port(), "e2e-placer-4")
+    try:
+        waiting = await eventually(
+            lambda: [
+                c.get("message", "")
+                for c in stack.pods("master")[0].get("status", {}).get("conditions") or []
+                if c.get("type") == "PodScheduled" and c.get("status") == "False"
+            ],
+            what="the GangGroup waits for its second worker",
+        )
+        assert waiting == [
+            "waiting for members: PodGroup default/worker has 1 of minMember 2 pods "
+            "(once-satisfied)"
+        ]
+        assert not any(p["spec"].get("nodeName") for p in stack.pods("master"))
+        await apply(stack, tmp_path, [gang_pod("worker-1", "worker", gpus=8, index=2)])
+        await eventually(
+            lambda: (
+                all(p["spec"].get("nodeName") for p in stack.pods("master") + stack.pods("worker"))
+                and len(stack.pods("worker")) == 2
+            ),
+            timeout=30,
+            what="the whole GangGroup bound",
+        )
+        phases = await kubectl(stack, "get", "podgroups", "-o", "jsonpath={.items[*].status.phase}")
+        assert set(phases.split()) <= {"Scheduled", "Running"}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.wait(), 20)
