@@ -209,13 +209,21 @@ async def test_gang_group_applied_with_kubectl_is_bound_whole(stack: Stack, tmp_
         ]
         assert not any(p["spec"].get("nodeName") for p in stack.pods("master"))
         await apply(stack, tmp_path, [gang_pod("worker-1", "worker", gpus=8, index=2)])
+
+        def everyone() -> list[dict[str, Any]]:
+            return stack.pods("master") + stack.pods("worker")
+
         await eventually(
-            lambda: (
-                all(p["spec"].get("nodeName") for p in stack.pods("master") + stack.pods("worker"))
-                and len(stack.pods("worker")) == 2
-            ),
+            lambda: len(everyone()) == 3 and all(p["spec"].get("nodeName") for p in everyone()),
             timeout=30,
             what="the whole GangGroup bound",
+        )
+        await eventually(
+            lambda: all(
+                stack.pod_group(name).get("status", {}).get("phase") in ("Scheduled", "Running")
+                for name in ("master", "worker")
+            ),
+            what="both PodGroups Scheduled or Running",
         )
         phases = await kubectl(stack, "get", "podgroups", "-o", "jsonpath={.items[*].status.phase}")
         assert set(phases.split()) <= {"Scheduled", "Running"}
