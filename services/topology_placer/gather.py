@@ -194,6 +194,11 @@ def gather(
             f"MustGather {must_layer}: no {must_layer} domain offers {desired} slots; "
             f"best {best.display} offers {best_slots}"
         )
+    elif within is not None:
+        message = (
+            f"no domain within {best.display}, where the gang's bound pods are, offers "
+            f"{desired} slots; it offers {best_slots}"
+        )
     else:
         message = f"no topology domain offers {desired} slots; the cluster offers {best_slots}"
     return NoFit(message=message, desired=desired, best_domain=best.display, best_slots=best_slots)

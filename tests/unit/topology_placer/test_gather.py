@@ -181,3 +181,14 @@ def test_property_ranks_are_contiguous_in_every_domain(
             ranks_by_domain.setdefault(key, []).append(rank)
         for ranks in ranks_by_domain.values():
             assert ranks == list(range(ranks[0], ranks[0] + len(ranks)))
+
+
+def test_within_confines_the_gang_and_names_the_domain_when_it_is_full() -> None:
+    slots = {f"node{i}": 2 for i in range(1, 9)}
+    placed = _placed(gather(_tree(reference_nodes()), _pods(2), (), slots, within=("s2", "b4")))
+    assert set(placed.node_of.values()) <= {"node7", "node8"}
+    full = gather(_tree(reference_nodes()), _pods(5), (), slots, within=("s2", "b4"))
+    assert isinstance(full, NoFit)
+    assert full.message == (
+        "no domain within s2/b4, where the gang's bound pods are, offers 5 slots; it offers 4"
+    )
