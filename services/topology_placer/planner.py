@@ -299,7 +299,6 @@ class _Pass:
         self.state = state
         self.now_text = podfacts.rfc3339(state.now)
         self.plan = Plan()
-        self.pods_by_name = {(podfacts.namespace_of(p), podfacts.name_of(p)): p for p in state.pods}
         self.topology = next(
             (t for t in state.topologies if podfacts.name_of(t) == DEFAULT_TOPOLOGY_NAME), None
         )
@@ -311,8 +310,15 @@ class _Pass:
             spec = parse_topology(None)
         self.nodes = {podfacts.name_of(n): n for n in state.nodes if podfacts.name_of(n)}
         self.tree = _tree_of(spec, self.nodes)
-        # Every pod charged to a node (bound, or only nominated), by uid.
+        # Every pod charged to a node (bound, or only nominated), by uid; what that uses of
+        # each node, and what each node offers. Filled by `account()`, only in a pass that
+        # has a gang to place.
         self.charged: dict[str, ChargedPod] = {}
+        self.used: dict[str, Milli] = {}
+        self.allocatable: dict[str, Milli] = {}
+
+    def account(self) -> None:
+        state = self.state
         for pod in state.pods:
             node = podfacts.node_name_of(pod)
             key = podfacts.uid_of(pod) or f"{podfacts.namespace_of(pod)}/{podfacts.name_of(pod)}"
@@ -321,7 +327,6 @@ class _Pass:
             elif podfacts.is_pending(pod) and podfacts.nominated_node_of(pod):
                 nominated = podfacts.nominated_node_of(pod)
                 self.charged[key] = ChargedPod(pod, nominated, pod_request_milli(pod), True)
-        self.used: dict[str, Milli] = {}
         for item in self.charged.values():
             add_milli(self.used.setdefault(item.node, {}), item.request)
         self.allocatable = {name: node_allocatable_milli(n) for name, n in self.nodes.items()}
@@ -464,6 +469,8 @@ def plan(state: ClusterState) -> Plan:
             # A PodGroup whose pods have not arrived yet waits; one whose pods all have
             # nodes is bound.
             run.plan.gang_states[gang.id] = "bound" if gang.bound else "waiting"
+    if ordered:
+        run.account()
     for gang in ordered:
         _place_gang(run, gang, group_objects)
     _group_statuses(run, specs, group_objects, all_members)
