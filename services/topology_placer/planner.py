@@ -316,6 +316,9 @@ class _Pass:
         self.charged: dict[str, ChargedPod] = {}
         self.used: dict[str, Milli] = {}
         self.allocatable: dict[str, Milli] = {}
+        self.group_objects: dict[GroupKey, Obj] = {}
+        # PodGroups whose gang timed out this pass: their scheduleStartTime starts again.
+        self.restarted: set[GroupKey] = set()
 
     def account(self) -> None:
         state = self.state
@@ -414,6 +417,7 @@ def plan(state: ClusterState) -> Plan:
         gangs.append(Gang(keys=keys, specs={k: specs[k] for k in keys if k in specs}))
     for key in sorted(errors, key=str):
         gangs.append(Gang(keys=(key,), errors=[errors[key]]))
+    run.group_objects = group_objects
     by_key = {key: gang for gang in gangs for key in gang.keys}
     solitary: list[Gang] = []
     all_members: dict[GroupKey, list[Obj]] = {}
@@ -732,15 +736,19 @@ def _unschedulable(
 ) -> None:
     reason = UNSCHEDULABLE
     waiting = min((s.waiting_seconds for s in gang.specs.values()), default=float("inf"))
-    # The wait starts with the gang's first pod and restarts when a timeout was reported.
-    starts = [min((podfacts.created_at(p) or run.state.now for p in ranked), default=run.state.now)]
-    for pod in ranked:
-        current = podfacts.condition(pod, podfacts.POD_SCHEDULED)
-        if current is not None and current.get("reason") == GANG_TIMEOUT:
-            restarted = podfacts.parse_time(current.get("lastTransitionTime"))
-            if restarted is not None:
-                starts.append(restarted)
-    started = max(starts)
+    # The wait runs from the PodGroups' scheduleStartTime (kept in Kubernetes, restarted when
+    # a timeout is reported), else from the gang's first pod.
+    recorded = [
+        podfacts.parse_time(podfacts.status(run.group_objects[key]).get("scheduleStartTime"))
+        for key in gang.keys
+        if key in run.group_objects
+    ]
+    known = [start for start in recorded if start is not None]
+    started = (
+        max(known)
+        if known
+        else min((podfacts.created_at(p) or run.state.now for p in ranked), default=run.state.now)
+    )
     kind: PlacementDecisionKind = "unschedulable"
     if state == "invalid":
         kind = "invalid"
@@ -751,6 +759,7 @@ def _unschedulable(
         message = f"gang {gang.id} waited more than {waiting:g}s: {message}"
         kind = "timed-out"
         clear = True
+        run.restarted.update(gang.keys)
     changed = [p for p in ranked if _condition_differs(p, reason, message)]
     for pod in changed:
         run.plan.actions.append(MarkUnschedulable(ref_of(pod), reason, message, run.now_text))
@@ -815,7 +824,13 @@ def _group_statuses(
         if spec is None:
             continue
         previous = podfacts.status(obj)
-        wanted = pod_group_status(spec.min_member, members.get(key, []), previous, run.state.now)
+        wanted = pod_group_status(
+            spec.min_member,
+            members.get(key, []),
+            previous,
+            run.state.now,
+            restart=key in run.restarted,
+        )
         if status_differs(wanted, previous):
             run.plan.actions.append(UpdateGroupStatus(key, spec.uid, wanted))
 

@@ -2,10 +2,12 @@
 scheduler-plugins does it (Koordinator reuses it).
 
 Pending while fewer than minMember pods exist; PreScheduling once they do and none has a
-node or a nomination; Scheduling while fewer than minMember are bound (scheduleStartTime is
-set on entry and kept); Scheduled once minMember are bound; Running once minMember run or
-have succeeded; Failed when a member failed and failed+running+succeeded reach minMember;
-Finished when minMember succeeded. `occupiedBy` names the owners of the members.
+node or a nomination; Scheduling while fewer than minMember are bound; Scheduled once
+minMember are bound; Running once minMember run or have succeeded; Failed when a member
+failed and failed+running+succeeded reach minMember; Finished when minMember succeeded.
+`occupiedBy` names the owners of the members. `scheduleStartTime` is set on entering
+Scheduling and kept; it is set again when the gang times out, as it marks when its wait
+began (the placer's timeouts count from it).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ PHASES = ("Pending", "PreScheduling", "Scheduling", "Scheduled", "Running", "Fin
 
 
 def pod_group_status(
-    min_member: int, members: Sequence[Obj], previous: Obj, now: float
+    min_member: int, members: Sequence[Obj], previous: Obj, now: float, *, restart: bool = False
 ) -> dict[str, Any]:
+    """The status; `restart`: the gang timed out, its wait (scheduleStartTime) starts now."""
     live = [pod for pod in members if not podfacts.is_deleting(pod)]
     scheduled = sum(1 for pod in live if podfacts.node_name_of(pod))
     running = sum(1 for pod in live if podfacts.phase_of(pod) == "Running")
@@ -54,9 +57,9 @@ def pod_group_status(
     if owners:
         status["occupiedBy"] = ",".join(owners)
     start = previous.get("scheduleStartTime")
-    if phase == "Scheduling":
-        status["scheduleStartTime"] = start if isinstance(start, str) else podfacts.rfc3339(now)
-    elif isinstance(start, str) and phase != "Pending":
+    if restart or (phase == "Scheduling" and not isinstance(start, str)):
+        status["scheduleStartTime"] = podfacts.rfc3339(now)
+    elif isinstance(start, str):
         status["scheduleStartTime"] = start
     return status
 

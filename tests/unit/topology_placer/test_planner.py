@@ -278,18 +278,22 @@ def test_gang_past_its_waiting_time_times_out_and_restarts_its_cycle() -> None:
         "gang default/gang waited more than 30s: waiting for members"
     )
     assert any(d.kind == "timed-out" for d in _of(late, Decision))
+    # The new cycle starts now, recorded in the PodGroup's scheduleStartTime.
+    (restart,) = _of(late, UpdateGroupStatus)
+    assert restart.status["scheduleStartTime"] == "2026-01-01T00:00:31Z"
+    groups[0]["status"] = restart.status
     for p in pods:
         p["status"]["conditions"] = [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "GangTimeout",
-                "lastTransitionTime": "2026-01-01T00:00:31Z",
-                "message": marks[0].message,
-            }
+            {"type": "PodScheduled", "status": "False", "reason": "GangTimeout", "message": "x"}
         ]
-    restarted = plan(state(reference_nodes(), pods, groups, now=created + 40))
-    assert _of(restarted, MarkUnschedulable)[0].reason == "Unschedulable"
+    # Within the new cycle the gang is back to waiting, and stays so (no flapping) ...
+    for now in (created + 40, created + 60):
+        again = plan(state(reference_nodes(), pods, groups, now=now))
+        assert _of(again, MarkUnschedulable)[0].reason == "Unschedulable"
+        assert not _of(again, UpdateGroupStatus)
+    # ... until the new cycle runs out too.
+    final = plan(state(reference_nodes(), pods, groups, now=created + 62))
+    assert _of(final, MarkUnschedulable)[0].reason == "GangTimeout"
 
 
 def test_invalid_pod_group_is_reported_with_the_bad_key() -> None:
