@@ -538,7 +538,7 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     if isinstance(result, NoFit) and len(ranked) > sum(needed.values()) > 0:
         # Not every pending member fits: place just enough to reach each minMember, and bind
         # them once those are reserved.
-        subset = _minimum_subset(gang, ranked, needed)
+        subset = _minimum_subset(ranked, needed)
         if _bind_if_reserved(run, gang, subset, node_slots):
             return
         subset_names = [podfacts.name_of(p) for p in subset]
@@ -607,7 +607,7 @@ def _bind_if_reserved(
     return True
 
 
-def _minimum_subset(gang: Gang, ranked: Sequence[Obj], needed: Mapping[GroupKey, int]) -> list[Obj]:
+def _minimum_subset(ranked: Sequence[Obj], needed: Mapping[GroupKey, int]) -> list[Obj]:
     left = dict(needed)
     chosen: list[Obj] = []
     for pod in ranked:
@@ -656,7 +656,8 @@ def _preempt(
     priority = gang.priority
     if not any(podfacts.priority_of(c.pod) < priority for c in run.charged.values()):
         return None
-    ineligible = eligibility(ranked, priority, run.state.pods)
+    preemptor = f"{gang.keys[0].namespace}/{gang.keys[0].name}"
+    ineligible = eligibility(ranked, priority, run.state.pods, preemptor)
     if isinstance(ineligible, Ineligible):
         return ineligible.message
     usable = {
@@ -681,7 +682,6 @@ def _preempt(
         return outcome.message
     trigger = ranked[0]
     scheduler = podfacts.scheduler_of(trigger)
-    preemptor = f"{gang.keys[0].namespace}/{gang.keys[0].name}"
     message = preemption_message(
         scheduler, preemptor, f"{podfacts.namespace_of(trigger)}/{podfacts.name_of(trigger)}"
     )

@@ -92,16 +92,33 @@ def preemption_message(scheduler: str, preemptor: str, trigger_pod: str) -> str:
 
 
 def eligibility(
-    members: Sequence[Obj], gang_priority: int, all_pods: Sequence[Obj]
+    members: Sequence[Obj], gang_priority: int, all_pods: Sequence[Obj], preemptor: str = ""
 ) -> Ineligible | None:
-    """Phase 1: why the gang may not preempt now, or None."""
+    """Phase 1: why the gang may not preempt now, or None.
+
+    Besides the reference's two rules, a victim this gang already preempted (its
+    DisruptionTarget names the preemptor) that still holds its node also blocks a new
+    preemption: the evictions may land before the members' nominations do, and a second
+    plan made in between would evict more jobs than needed."""
     for member in members:
         if podfacts.spec(member).get("preemptionPolicy") == "Never":
             return Ineligible(
                 f"pod {podfacts.name_of(member)} has preemptionPolicy Never: no preemption"
             )
     nominated = {podfacts.nominated_node_of(m) for m in members} - {""}
+    marker = f"preemptor: {preemptor}, " if preemptor else None
     for pod in all_pods:
+        if marker is not None and podfacts.occupies_node(pod):
+            disruption = podfacts.condition(pod, podfacts.DISRUPTION_TARGET)
+            if (
+                disruption is not None
+                and disruption.get("reason") == PREEMPTION_REASON
+                and marker in str(disruption.get("message") or "")
+            ):
+                return Ineligible(
+                    f"victim {podfacts.namespace_of(pod)}/{podfacts.name_of(pod)} of this "
+                    f"gang's preemption is still terminating on {podfacts.node_name_of(pod)}"
+                )
         node = podfacts.node_name_of(pod)
         if (
             node in nominated

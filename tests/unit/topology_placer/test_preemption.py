@@ -184,3 +184,28 @@ def test_property_preemption_never_evicts_equal_or_higher_priority_and_places_wh
             gpus = int(p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
             per_node[where] = per_node.get(where, 0) + gpus
     assert all(total <= 8 for total in per_node.values())
+
+
+def test_a_gang_does_not_preempt_again_while_its_victims_terminate() -> None:
+    # The evictions landed before the nominations: the victims carry the gang's
+    # DisruptionTarget and still hold their nodes, the members are not nominated yet.
+    message = preemption_message("koord-scheduler", "default/hello-job", "default/p-1")
+    marked = []
+    for i in (1, 2):
+        victim = pod(f"v-{i}", None, gpus=8, node_name=f"n{i}", deleting=True)
+        victim["status"]["conditions"] = [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": message,
+            }
+        ]
+        marked.append(victim)
+    others = [pod(f"o-{i}", None, gpus=8, node_name=f"n{i}") for i in (3, 4)]
+    nodes = [node(f"n{i}", "s1", "b1") for i in (1, 2, 3, 4)]
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    result, _ = run(nodes, [*marked, *others, *gang], [pod_group("hello-job", 2)])
+    assert not _of(result, Evict)
+    decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
+    assert "of this gang's preemption is still terminating" in decision.message
