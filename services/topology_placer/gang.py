@@ -21,6 +21,8 @@ Obj = Mapping[str, Any]
 
 POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
 GANG_PREFIX = "gang.scheduling.koordinator.sh/"
+# A gang declared on its pods alone (no PodGroup object): the pods' annotations carry it.
+NAME = GANG_PREFIX + "name"
 GROUPS = GANG_PREFIX + "groups"
 MODE = GANG_PREFIX + "mode"
 WAITING_TIME = GANG_PREFIX + "waiting-time"
@@ -202,7 +204,7 @@ def parse_pod_group(pod_group: Obj) -> PodGroupSpec:
     elif annotations.get(MIN_AVAILABLE) is not None:
         min_member = parse_int(annotations[MIN_AVAILABLE], key=MIN_AVAILABLE, minimum=1)
     else:
-        raise GangSpecError("spec.minMember is required")
+        raise GangSpecError(f"spec.minMember (or the annotation {MIN_AVAILABLE}) is required")
     total_number = min_member
     if annotations.get(TOTAL_NUMBER) is not None:
         # total-number below min-available reads as min-available (the anchor's floor).
@@ -249,14 +251,40 @@ def parse_pod_group(pod_group: Obj) -> PodGroupSpec:
 
 
 def pod_group_of(pod: Obj) -> GroupKey | None:
-    """The PodGroup a pod belongs to, by its membership label."""
+    """The gang a pod belongs to: its PodGroup by the membership label, else the gang its
+    `gang.scheduling.koordinator.sh/name` annotation declares."""
     metadata = pod.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     labels = metadata.get("labels")
     name = labels.get(POD_GROUP_LABEL) if isinstance(labels, Mapping) else None
     if not name:
+        name = _annotations(pod).get(NAME)
+    if not name:
         return None
     return GroupKey(str(metadata.get("namespace") or ""), str(name))
+
+
+def is_annotation_gang_member(pod: Obj) -> bool:
+    """A pod whose gang is declared by its annotations, not by a PodGroup."""
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    labelled = isinstance(labels, Mapping) and bool(labels.get(POD_GROUP_LABEL))
+    return not labelled and bool(_annotations(pod).get(NAME))
+
+
+def annotation_gang_object(pod: Obj) -> dict[str, Any]:
+    """The PodGroup an annotation gang stands for, read from one member's annotations
+    (`min-available` is then required, as for Koordinator's annotation gangs)."""
+    metadata = pod.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    return {
+        "metadata": {
+            "name": str(_annotations(pod).get(NAME)),
+            "namespace": str(metadata.get("namespace") or ""),
+            "annotations": dict(_annotations(pod)),
+        },
+        "spec": {},
+    }
 
 
 def topology_index(pod: Obj) -> int | None:

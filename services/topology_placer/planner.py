@@ -47,6 +47,8 @@ from topology_placer.gang import (
     GatherRule,
     GroupKey,
     PodGroupSpec,
+    annotation_gang_object,
+    is_annotation_gang_member,
     parse_pod_group,
     pod_group_of,
     rank_key,
@@ -412,6 +414,18 @@ def plan(state: ClusterState) -> Plan:
             specs[key] = parse_pod_group(obj)
         except GangSpecError as error:
             errors[key] = f"PodGroup {key}: {error}"
+    # Gangs declared by pod annotations alone: the first member (by name) speaks for them.
+    declared_by_pods: set[GroupKey] = set()
+    for pod in sorted(ours, key=podfacts.name_of):
+        declared = pod_group_of(pod)
+        if declared is None or not is_annotation_gang_member(pod) or declared in group_objects:
+            continue
+        if declared not in declared_by_pods:
+            declared_by_pods.add(declared)
+            try:
+                specs[declared] = parse_pod_group(annotation_gang_object(pod))
+            except GangSpecError as error:
+                errors[declared] = f"gang {declared} (pod annotations): {error}"
     gangs: list[Gang] = []
     for keys in _union_groups(specs):
         gangs.append(Gang(keys=keys, specs={k: specs[k] for k in keys if k in specs}))
@@ -453,7 +467,7 @@ def plan(state: ClusterState) -> Plan:
         gang.members.setdefault(group, []).append(pod)
     for gang in gangs:
         gang.uids = {k: podfacts.uid_of(group_objects[k]) for k in gang.keys if k in group_objects}
-        missing = [k for k in gang.keys if k not in group_objects]
+        missing = [k for k in gang.keys if k not in group_objects and k not in declared_by_pods]
         if missing and not gang.errors:
             gang.errors.append(
                 "GangGroup member PodGroup "

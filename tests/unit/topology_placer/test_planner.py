@@ -407,3 +407,33 @@ def test_when_not_all_members_fit_just_min_member_is_placed_then_bound() -> None
     second, bound = run(nodes, after, groups, topology=TOPOLOGY)
     assert {b.pod.name for b in _of(second, Bind)} == {"w-0", "w-1"}
     assert _nodes_of(bound)["w-2"] == ""
+
+
+def _annotated(name: str, gang: str, min_available: str | None) -> dict[str, Any]:
+    made = pod(name, None, gpus=8)
+    made["metadata"]["annotations"]["gang.scheduling.koordinator.sh/name"] = gang
+    if min_available is not None:
+        made["metadata"]["annotations"]["gang.scheduling.koordinator.sh/min-available"] = (
+            min_available
+        )
+    return made
+
+
+def test_a_gang_declared_by_pod_annotations_alone_is_placed_whole() -> None:
+    nodes = reference_nodes()
+    one = [_annotated("a-0", "ann", "2")]
+    waiting, _ = run(nodes, one, topology=TOPOLOGY)
+    assert not _of(waiting, Nominate)
+    assert "has 1 of minMember 2" in _of(waiting, MarkUnschedulable)[0].message
+    both = [*one, _annotated("a-1", "ann", "2")]
+    placed, _ = run(nodes, both, topology=TOPOLOGY)
+    assert {n.pod.name for n in _of(placed, Nominate)} == {"a-0", "a-1"}
+    assert not _of(placed, UpdateGroupStatus)
+
+
+def test_an_annotation_gang_without_min_available_is_invalid() -> None:
+    result, _ = run(reference_nodes(), [_annotated("a-0", "ann", None)], topology=TOPOLOGY)
+    assert (
+        "gang.scheduling.koordinator.sh/min-available) is required"
+        in _of(result, MarkUnschedulable)[0].message
+    )
