@@ -437,3 +437,18 @@ def test_an_annotation_gang_without_min_available_is_invalid() -> None:
         "gang.scheduling.koordinator.sh/min-available) is required"
         in _of(result, MarkUnschedulable)[0].message
     )
+
+
+def test_match_policy_decides_which_members_count_toward_min_member() -> None:
+    nodes = reference_nodes()
+    pods = [pod("w-0", gpus=8, node_name="node1", phase="Running"), pod("w-1", gpus=8)]
+    counted = {}
+    for policy in ("only-waiting", "waiting-and-running"):
+        groups = [
+            pod_group(
+                "gang", 2, annotations={"gang.scheduling.koordinator.sh/match-policy": policy}
+            )
+        ]
+        result, _ = run(nodes, pods, groups, topology=TOPOLOGY)
+        counted[policy] = result.gang_states["default/gang"]
+    assert counted == {"only-waiting": "waiting", "waiting-and-running": "nominated"}
