@@ -47,7 +47,14 @@ from nodeflow_bus import Bus, ensure_topology
 from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
 from nodeflow_runtime.natsd import NatsServerProcess
 from topology_placer.config import TopologyPlacerConfig
-from topology_placer.fit import Milli, NodeCapacity, capacity_of, offer_slots, pod_request_milli
+from topology_placer.fit import (
+    Milli,
+    NodeCapacity,
+    capacity_of,
+    filter_reason,
+    offer_slots,
+    pod_request_milli,
+)
 from topology_placer.gang import GatherRule
 from topology_placer.gather import Placement, gather
 from topology_placer.network import build_tree, parse_topology
@@ -205,12 +212,18 @@ async def main() -> None:
         node_name = p["spec"].get("nodeName")
         if node_name:
             charged.setdefault(node_name, []).append(pod_request_milli(p))
-    capacities: list[NodeCapacity] = [
-        capacity_of(n, charged.get(n["metadata"]["name"], [])) for n in all_nodes
-    ]
+    capacities: dict[str, NodeCapacity] = {
+        n["metadata"]["name"]: capacity_of(n, charged.get(n["metadata"]["name"], []))
+        for n in all_nodes
+    }
     gang_pods = [p for p in pods if not p["spec"].get("nodeName")]
     request = pod_request_milli(gang_pods[0])
-    slots, _ = offer_slots(capacities, [gang_pods[0]["spec"]], request)
+    usable = [
+        name
+        for name, capacity in capacities.items()
+        if filter_reason(gang_pods[0]["spec"], capacity.node) is None
+    ]
+    slots = offer_slots(capacities, usable, request)
     names = [p["metadata"]["name"] for p in gang_pods]
 
     decision, placed = median_seconds(lambda: gather(tree, names, RULES, slots), rounds)

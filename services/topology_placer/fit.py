@@ -190,24 +190,16 @@ def capacity_of(node: Obj, charged: Iterable[Mapping[str, int]]) -> NodeCapacity
 
 
 def offer_slots(
-    capacities: Iterable[NodeCapacity],
-    pod_specs: Iterable[Obj],
-    request: Mapping[str, int],
-) -> tuple[dict[str, int], dict[str, str]]:
-    """Offer slots per node for a gang, and why each node that offers none was left out."""
-    specs = list(pod_specs)
+    capacities: Mapping[str, NodeCapacity], usable: Iterable[str], request: Mapping[str, int]
+) -> dict[str, int]:
+    """Offer slots of the usable nodes (those that pass the filters) that can take at least
+    one pod of `request`."""
     slots: dict[str, int] = {}
-    excluded: dict[str, str] = {}
-    for capacity in capacities:
-        reason = next(
-            (r for r in (filter_reason(spec, capacity.node) for spec in specs) if r), None
-        )
-        if reason is not None:
-            excluded[capacity.name] = reason
+    for name in usable:
+        capacity = capacities.get(name)
+        if capacity is None:
             continue
         count = capacity.slots(request)
         if count > 0:
-            slots[capacity.name] = count
-        else:
-            excluded[capacity.name] = "insufficient resources"
-    return slots, excluded
+            slots[name] = count
+    return slots

@@ -319,6 +319,8 @@ class _Pass:
         self.used: dict[str, Milli] = {}
         self.allocatable: dict[str, Milli] = {}
         self.group_objects: dict[GroupKey, Obj] = {}
+        # Nodes that pass the filters, by the signature of a pod spec's filter fields.
+        self.passing: dict[str, set[str]] = {}
         # PodGroups whose gang timed out this pass: their scheduleStartTime starts again.
         self.restarted: set[GroupKey] = set()
 
@@ -335,6 +337,20 @@ class _Pass:
         for item in self.charged.values():
             add_milli(self.used.setdefault(item.node, {}), item.request)
         self.allocatable = {name: node_allocatable_milli(n) for name, n in self.nodes.items()}
+
+    def usable_nodes(self, specs_by_signature: Mapping[str, Obj]) -> set[str]:
+        """Nodes that pass the filters (cordon, readiness, taints, node affinity) for every
+        one of these pod specs; each spec's verdicts are worked out once per pass, as the
+        members of most gangs share their specs."""
+        usable: set[str] | None = None
+        for signature, spec in specs_by_signature.items():
+            passing = self.passing.get(signature)
+            if passing is None:
+                passing = self.passing[signature] = {
+                    name for name, node in self.nodes.items() if filter_reason(spec, node) is None
+                }
+            usable = set(passing) if usable is None else usable & passing
+        return usable or set()
 
     def capacities_for(self, gang: Gang) -> dict[str, NodeCapacity]:
         """Every node's capacity with the gang's own nominations given back."""
@@ -536,8 +552,10 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     capacities = run.capacities_for(gang)
     requests = [pod_request_milli(p) for p in ranked]
     request = largest_request(requests)
-    pod_specs = list({_spec_signature(p): podfacts.spec(p) for p in ranked}.values())
-    node_slots, _ = offer_slots(capacities.values(), pod_specs, request)
+    by_signature = {_spec_signature(p): podfacts.spec(p) for p in ranked}
+    pod_specs = list(by_signature.values())
+    usable = run.usable_nodes(by_signature)
+    node_slots = offer_slots(capacities, usable, request)
     bound_nodes = [podfacts.node_name_of(p) for p in gang.bound]
     within = _confinement(run.tree, gang, bound_nodes, partial=any(needed.values()))
     # Phase 3: bind what is nominated and still fits.
@@ -674,11 +692,7 @@ def _preempt(
     ineligible = eligibility(ranked, priority, run.state.pods, preemptor)
     if isinstance(ineligible, Ineligible):
         return ineligible.message
-    usable = {
-        name
-        for name, capacity in capacities.items()
-        if all(filter_reason(spec, capacity.node) is None for spec in pod_specs)
-    }
+    usable = run.usable_nodes({_spec_signature({"spec": spec}): spec for spec in pod_specs})
     own = {podfacts.uid_of(p) for p in gang.all_members}
     charged = [c for c in run.charged.values() if podfacts.uid_of(c.pod) not in own]
     outcome = plan_preemption(
