@@ -13,6 +13,7 @@ from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, K8sObjectEvent
 from nodeflow_contracts.maintenance import MaintenanceDecision
 from nodeflow_contracts.nodeset import NodeSetDecision
+from nodeflow_contracts.placement import PlacementDecision
 from nodeflow_contracts.slurm import SlurmNodeChanged, SlurmNodeCommand, SlurmPollResult
 from nodeflow_contracts.topology import stream_for_subject
 
@@ -140,6 +141,18 @@ MESSAGES: tuple[MessageSpec, ...] = (
         description=(
             "Every scheduling (or skip, with the budget that held it), cordon, eviction, wait "
             "for a Slurm job, timeout and cleanup of the maintenance-scheduler, by NodeMaintenance."
+        ),
+    ),
+    MessageSpec(
+        name="PlacementDecision",
+        subject_template="placement.v1.{namespace}.{group}.decision",
+        subscribe=subjects.PLACEMENT_DECISIONS,
+        payload=PlacementDecision,
+        publishers=("topology-placer",),
+        consumers=("metrics-exporter", "integrations"),
+        description=(
+            "Every gang outcome of topology-placer: nominated, bound (with the domain and each "
+            "pod's node), unschedulable or timed out (why, in numbers), preempted (the victims)."
         ),
     ),
 )

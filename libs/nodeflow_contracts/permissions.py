@@ -357,7 +357,14 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         _grant("bind", "Pod"),
         _grant("nominate", "Pod"),
         _grant("evict", "Pod"),
-        _grant("update-status", "PodGroup"),
+        # Why a gang waits (PodScheduled=False) and why a pod goes (DisruptionTarget).
+        _grant(
+            "patch",
+            "Pod",
+            subresource="status",
+            fields=("status.conditions[PodScheduled]", "status.conditions[DisruptionTarget]"),
+        ),
+        _grant("update-status", "PodGroup", "ClusterNetworkTopology"),
         _grant("record-event", "PodGroup", "Pod"),
     ),
     "metrics-exporter": (),

@@ -163,6 +163,14 @@ def maintenance_decision(namespace: str, name: str) -> str:
     return f"maintenance.{VERSION}.{token(namespace)}.{token(name)}.decision"
 
 
+PLACEMENT_DECISIONS = f"placement.{VERSION}.*.*.decision"
+
+
+def placement_decision(namespace: str, group: str) -> str:
+    """topology-placer's decision about the GangGroup named by one of its PodGroups."""
+    return f"placement.{VERSION}.{token(namespace)}.{token(group)}.decision"
+
+
 # --- Dead letters ----------------------------------------------------------------------------
 
 DEAD_LETTERS = "dlq.>"

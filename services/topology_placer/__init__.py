@@ -1,3 +1,4 @@
-"""The topology-placer service (see ../shared/DESIGN.md for what it owns)."""
+"""The topology-placer service: gang and network-topology placement, and job-level
+preemption, for the pods that name it as their scheduler."""
 
 SERVICE = "topology-placer"

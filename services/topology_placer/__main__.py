@@ -1,12 +1,13 @@
 """`python -m topology_placer`: run the topology-placer service."""
 
-from nodeflow_runtime.config import ServiceConfig
-from nodeflow_runtime.service import run_main, runtime_only
+from nodeflow_runtime.service import run_main
 from topology_placer import SERVICE
+from topology_placer.config import TopologyPlacerConfig
+from topology_placer.service import setup
 
 
 def main() -> None:
-    run_main(SERVICE, ServiceConfig, runtime_only)
+    run_main(SERVICE, TopologyPlacerConfig, setup)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,346 @@
+"""topology-placer: the placement decision for a 1,024-pod gang on a 16,384-node topology.
+
+The cluster: 16 spines x 16 blocks x 64 nodes, 8 GPUs a node; a third of the nodes already
+run a 4-GPU pod (bound, of another scheduler), so offer slots differ from node to node. The
+gang: one PodGroup of 1,024 pods of 4 GPUs each, `MustGather` at SpineLayer and
+`PreferGather` at BlockLayer, every pod with a network-topology-index.
+
+Figures (median of BENCH_PLACER_ROUNDS runs, default 5):
+
+* decision: `gather` on the gang -- offer slots summed up the tree, candidate domains,
+  binpack choice, fill and ranks -- from the per-node offer slots;
+* first pass: one whole planning pass (`planner.plan`) from raw objects: PodGroup and
+  annotation parsing, every node's capacity from the pods bound to it, the nodeflow_kube
+  filters on every node, the gather, the nominations and the PodGroup/topology status;
+* steady pass: the same pass again, as a running placer makes it: each pod's requests are
+  parsed once per resourceVersion, so only what changed is parsed again.
+
+Each is printed with its ratio to the target (100 ms): below 1.0 meets it.
+
+* end to end: 100 gangs of 8 eight-GPU pods (BENCH_PLACER_E2E_GANGS, default 100)
+  created at once on 1,000 simulated nodes (BENCH_PLACER_E2E_NODES), through the Kubernetes
+  API emulator, NATS, k8s-watcher and the placer (all in this process), timed until every
+  pod is bound: bound pods per second, beside the anchor's published 17.2 pods/s
+  (Koordinator's gang scenario, kind + kwok, 100 nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from clustersim.cluster.spec import ClusterSpec
+from clustersim.runner import SimulatorConfig, run_simulator
+from k8s_watcher.config import K8sWatcherConfig
+from k8s_watcher.service import K8sWatcher
+from nodeflow_bus import Bus, ensure_topology
+from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
+from nodeflow_runtime.natsd import NatsServerProcess
+from topology_placer.config import TopologyPlacerConfig
+from topology_placer.fit import (
+    Milli,
+    NodeCapacity,
+    capacity_of,
+    filter_reason,
+    offer_slots,
+    pod_request_milli,
+)
+from topology_placer.gang import GatherRule
+from topology_placer.gather import Placement, gather
+from topology_placer.network import build_tree, parse_topology
+from topology_placer.planner import ClusterState, Nominate, plan
+from topology_placer.service import TopologyPlacer
+
+TARGET_SECONDS = 0.100
+SPINES, BLOCKS_PER_SPINE, NODES_PER_BLOCK = 16, 16, 64
+GANG = 1024
+SPINE = "network.topology.nvidia.com/spine"
+BLOCK = "network.topology.nvidia.com/block"
+RULES = (GatherRule("SpineLayer", "MustGather"), GatherRule("BlockLayer", "PreferGather"))
+
+
+def topology() -> dict[str, Any]:
+    return {
+        "metadata": {"name": "default", "uid": "topo"},
+        "spec": {
+            "networkTopologySpec": [
+                {"topologyLayer": "SpineLayer", "labelKey": [SPINE]},
+                {
+                    "topologyLayer": "BlockLayer",
+                    "parentTopologyLayer": "SpineLayer",
+                    "labelKey": [BLOCK],
+                },
+                {"topologyLayer": "NodeTopologyLayer", "parentTopologyLayer": "BlockLayer"},
+            ]
+        },
+    }
+
+
+def nodes() -> list[dict[str, Any]]:
+    made = []
+    for index in range(SPINES * BLOCKS_PER_SPINE * NODES_PER_BLOCK):
+        block = index // NODES_PER_BLOCK
+        name = f"node-{index:05d}"
+        allocatable = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": "110"}
+        made.append(
+            {
+                "metadata": {
+                    "name": name,
+                    "uid": f"uid-{name}",
+                    "resourceVersion": "1",
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        SPINE: f"spine-{block // BLOCKS_PER_SPINE}",
+                        BLOCK: f"block-{block}",
+                    },
+                },
+                "spec": {},
+                "status": {
+                    "allocatable": allocatable,
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }
+        )
+    return made
+
+
+def pod(name: str, gpus: int, **extra: Any) -> dict[str, Any]:
+    labels = extra.pop("labels", {})
+    annotations = extra.pop("annotations", {})
+    spec = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "trainer",
+                "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": str(gpus)}},
+            }
+        ],
+        **extra,
+    }
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+        "status": {"phase": "Running" if spec.get("nodeName") else "Pending"},
+    }
+
+
+def cluster() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    rng = random.Random(16)
+    all_nodes = nodes()
+    busy = [
+        pod(f"busy-{i}", 4, nodeName=n["metadata"]["name"], schedulerName="default-scheduler")
+        for i, n in enumerate(all_nodes)
+        if rng.random() < 1 / 3
+    ]
+    gang = [
+        pod(
+            f"train-{rank}",
+            4,
+            schedulerName="nodeflow-placer",
+            labels={"pod-group.scheduling.sigs.k8s.io": "train"},
+            annotations={"gang.scheduling.koordinator.sh/network-topology-index": str(rank)},
+        )
+        for rank in range(GANG)
+    ]
+    group = {
+        "metadata": {
+            "name": "train",
+            "namespace": "default",
+            "uid": "uid-train",
+            "annotations": {
+                "gang.scheduling.koordinator.sh/network-topology-spec": json.dumps(
+                    {
+                        "gatherStrategy": [
+                            {"layer": "SpineLayer", "strategy": "MustGather"},
+                            {"layer": "BlockLayer", "strategy": "PreferGather"},
+                        ]
+                    }
+                )
+            },
+        },
+        "spec": {"minMember": GANG},
+        "status": {},
+    }
+    return all_nodes, busy + gang, group
+
+
+def median_seconds(run: Any, rounds: int) -> tuple[float, Any]:
+    samples, result = [], None
+    for _ in range(rounds):
+        started = time.perf_counter()
+        result = run()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples), result
+
+
+def line(what: str, seconds: float) -> None:
+    print(
+        f"   {what}: {seconds * 1000:.1f} ms, {seconds / TARGET_SECONDS:.2f}x the 100 ms target",
+        flush=True,
+    )
+
+
+async def main() -> None:
+    rounds = int(os.environ.get("BENCH_PLACER_ROUNDS", "5"))
+    all_nodes, pods, group = cluster()
+    print(
+        f"   {len(all_nodes)} nodes ({SPINES} spines x {BLOCKS_PER_SPINE} blocks x "
+        f"{NODES_PER_BLOCK}), {len(pods) - GANG} busy, a gang of {GANG} pods",
+        flush=True,
+    )
+    spec = parse_topology(topology())
+    tree = build_tree(spec, [(n["metadata"]["name"], n["metadata"]["labels"]) for n in all_nodes])
+    charged: dict[str, list[Milli]] = {}
+    for p in pods:
+        node_name = p["spec"].get("nodeName")
+        if node_name:
+            charged.setdefault(node_name, []).append(pod_request_milli(p))
+    capacities: dict[str, NodeCapacity] = {
+        n["metadata"]["name"]: capacity_of(n, charged.get(n["metadata"]["name"], []))
+        for n in all_nodes
+    }
+    gang_pods = [p for p in pods if not p["spec"].get("nodeName")]
+    request = pod_request_milli(gang_pods[0])
+    usable = [
+        name
+        for name, capacity in capacities.items()
+        if filter_reason(gang_pods[0]["spec"], capacity.node) is None
+    ]
+    slots = offer_slots(capacities, usable, request)
+    names = [p["metadata"]["name"] for p in gang_pods]
+
+    decision, placed = median_seconds(lambda: gather(tree, names, RULES, slots), rounds)
+    assert isinstance(placed, Placement), placed
+    line(f"decision (gather into {placed.layer} {'/'.join(placed.domain)})", decision)
+
+    state = ClusterState(
+        nodes=all_nodes,
+        pods=pods,
+        pod_groups=[group],
+        topologies=[topology()],
+        budgets=[],
+        now=time.time(),
+        scheduler_names=frozenset({"nodeflow-placer"}),
+    )
+    # The first pass parses every pod's requests; later passes find them memoised by uid and
+    # resourceVersion, as a running placer does for every pod that has not changed.
+    cold, result = median_seconds(lambda: plan(state), 1)
+    nominated = sum(1 for a in result.actions if isinstance(a, Nominate))
+    assert nominated == GANG, f"{nominated} of {GANG} nominated"
+    line(f"first pass (parse, fit on every node, gather, {nominated} nominations)", cold)
+    warm, _ = median_seconds(lambda: plan(state), max(1, rounds // 2))
+    line("steady pass (the same with every pod's requests already parsed)", warm)
+    await end_to_end(
+        int(os.environ.get("BENCH_PLACER_E2E_GANGS", "100")),
+        int(os.environ.get("BENCH_PLACER_E2E_NODES", "1000")),
+    )
+
+
+ANCHOR_PODS_PER_SECOND = 17.2
+E2E_GANG_SIZE = 8
+
+
+def e2e_objects(gangs: int) -> list[tuple[str, dict[str, Any]]]:
+    made: list[tuple[str, dict[str, Any]]] = []
+    for number in range(gangs):
+        name = f"gang-{number}"
+        made.append(
+            (
+                "podgroups.scheduling.sigs.k8s.io",
+                {
+                    "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+                    "kind": "PodGroup",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"minMember": E2E_GANG_SIZE},
+                },
+            )
+        )
+        for rank in range(E2E_GANG_SIZE):
+            body = pod(
+                f"{name}-{rank}",
+                8,
+                schedulerName="nodeflow-placer",
+                labels={"pod-group.scheduling.sigs.k8s.io": name},
+                annotations={"gang.scheduling.koordinator.sh/network-topology-index": str(rank)},
+            )
+            body["metadata"].pop("uid")
+            body["metadata"].pop("resourceVersion")
+            body["apiVersion"], body["kind"] = "v1", "Pod"
+            del body["status"]
+            made.append(("pods", body))
+    return made
+
+
+async def end_to_end(gangs: int, node_count: int) -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    total = gangs * E2E_GANG_SIZE
+    config = SimulatorConfig(
+        cluster=ClusterSpec(nodes=node_count), kubelet_delay=0.05, start_admin_server=False
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        server = NatsServerProcess(Path(tmp) / "nats")
+        await server.start()
+        try:
+            async with run_simulator(config) as sim:
+                bus = await Bus.connect(server.url)
+                await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
+                await ensure_topology(bus.js, consumers=CONSUMERS["k8s-watcher"])
+                watcher = await K8sWatcher.connect(
+                    K8sWatcherConfig(
+                        nats_url=(server.url,),
+                        kubeconfig=str(sim.kubeconfig_path),
+                        instance_id="bench-watcher",
+                        kube_qps=2000.0,
+                        kube_burst=4000,
+                    ),
+                    bus,
+                )
+                await watcher.start()
+                await watcher.wait_synced()
+                placer = TopologyPlacer(
+                    bus, TopologyPlacerConfig(nats_url=(server.url,), instance_id="bench-placer")
+                )
+                await placer.start()
+                await placer.lease.wait_until_leader(timeout=30)
+                started = time.perf_counter()
+                for resource, body in e2e_objects(gangs):
+                    sim.store.create(resource, body)
+                bound = 0
+                deadline = started + float(os.environ.get("BENCH_PLACER_E2E_BUDGET", "600"))
+                while time.perf_counter() < deadline:
+                    items = sim.store.list("pods", namespace="default").items
+                    bound = sum(1 for p in items if p["spec"].get("nodeName"))
+                    if bound >= total:
+                        break
+                    await asyncio.sleep(0.1)
+                seconds = time.perf_counter() - started
+                await placer.stop()
+                await watcher.stop(grace=2.0)
+                await bus.close()
+        finally:
+            await server.stop()
+    rate = bound / seconds if seconds else 0.0
+    state = "all bound" if bound >= total else f"only {bound} of {total} bound (budget spent)"
+    print(
+        f"   end to end: {gangs} gangs of {E2E_GANG_SIZE} on {node_count} nodes, {state} in "
+        f"{seconds:.1f} s: {rate:.1f} pods/s, {rate / ANCHOR_PODS_PER_SECOND:.2f}x the anchor's "
+        f"{ANCHOR_PODS_PER_SECOND} pods/s",
+        flush=True,
+    )

@@ -1,0 +1,308 @@
+"""PodGroups and Koordinator's gang annotations, read into typed specs.
+
+A PodGroup (`scheduling.sigs.k8s.io/v1alpha1`) names its members through the pod label
+`pod-group.scheduling.sigs.k8s.io`; annotations `gang.scheduling.koordinator.sh/*` on the
+PodGroup refine it (GangGroup membership, mode, waiting time, match policy, topology
+gather strategy). A value that does not parse is an error with the key and the value in its
+message, never a silent default: the gang is then reported unschedulable with that message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from nodeflow_kube import QuantityError, ResourceList, parse_resources
+
+Obj = Mapping[str, Any]
+
+POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
+GANG_PREFIX = "gang.scheduling.koordinator.sh/"
+# A gang declared on its pods alone (no PodGroup object): the pods' annotations carry it.
+NAME = GANG_PREFIX + "name"
+GROUPS = GANG_PREFIX + "groups"
+MODE = GANG_PREFIX + "mode"
+WAITING_TIME = GANG_PREFIX + "waiting-time"
+MATCH_POLICY = GANG_PREFIX + "match-policy"
+MATCH_POLICY_ALIAS = "pod-group.scheduling.sigs.k8s.io/match-policy"
+MIN_AVAILABLE = GANG_PREFIX + "min-available"
+TOTAL_NUMBER = GANG_PREFIX + "total-number"
+NETWORK_TOPOLOGY_SPEC = GANG_PREFIX + "network-topology-spec"
+NETWORK_TOPOLOGY_INDEX = GANG_PREFIX + "network-topology-index"
+
+DEFAULT_WAITING_SECONDS = 600.0
+
+GangMode = Literal["Strict", "NonStrict"]
+MatchPolicy = Literal["only-waiting", "waiting-and-running", "once-satisfied"]
+GatherStrategy = Literal["MustGather", "PreferGather"]
+
+_MODES: tuple[GangMode, ...] = ("Strict", "NonStrict")
+_MATCH_POLICIES: tuple[MatchPolicy, ...] = ("only-waiting", "waiting-and-running", "once-satisfied")
+_STRATEGIES: tuple[GatherStrategy, ...] = ("MustGather", "PreferGather")
+# Go's time.ParseDuration units, in seconds.
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
+
+
+_Option = TypeVar("_Option", bound=str)
+
+
+class GangSpecError(ValueError):
+    """A PodGroup or a member pod carries a value the placer cannot read."""
+
+
+@dataclass(frozen=True)
+class GatherRule:
+    layer: str
+    strategy: GatherStrategy
+    # Offer slots of a domain of this layer are floored to a multiple of this.
+    pod_count_multiple: int = 1
+
+
+@dataclass(frozen=True, order=True)
+class GroupKey:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PodGroupSpec:
+    key: GroupKey
+    uid: str
+    min_member: int
+    total_number: int
+    min_resources: ResourceList
+    mode: GangMode
+    waiting_seconds: float
+    match_policy: MatchPolicy
+    # Every PodGroup of the GangGroup, this one included, sorted.
+    gang_group: tuple[GroupKey, ...]
+    gather: tuple[GatherRule, ...]
+
+
+def _annotations(obj: Obj) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def parse_go_duration(value: str) -> float:
+    """Seconds in a Go duration string ("600s", "10m", "1h30m", "1.5s")."""
+    text = value.strip()
+    if not text:
+        raise ValueError("empty duration")
+    position, total = 0, 0.0
+    while position < len(text):
+        match = _DURATION_PART.match(text, position)
+        if match is None:
+            raise ValueError(f"not a Go duration: {value!r}")
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        position = match.end()
+    return total
+
+
+def parse_int(value: object, *, key: str, minimum: int) -> int:
+    """An integer field or annotation (annotations are strings), at least `minimum`."""
+    if isinstance(value, bool):
+        raise GangSpecError(f"{key}: {value!r} is not an integer")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        number = int(value)
+    else:
+        raise GangSpecError(f"{key}: {value!r} is not an integer")
+    if number < minimum:
+        raise GangSpecError(f"{key}: {number} is below the minimum {minimum}")
+    return number
+
+
+def parse_group_list(raw: str, own: GroupKey) -> tuple[GroupKey, ...]:
+    """The `groups` annotation: a JSON list of "namespace/name"; the group itself is always a
+    member, even when the list forgets it."""
+    try:
+        decoded = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise GangSpecError(f"{GROUPS}: not JSON ({error.msg}): {raw!r}") from None
+    if not isinstance(decoded, list):
+        raise GangSpecError(f'{GROUPS}: expected a JSON list of "namespace/name", got {raw!r}')
+    keys = {own}
+    for entry in decoded:
+        if not isinstance(entry, str) or entry.count("/") != 1 or "" in entry.split("/"):
+            raise GangSpecError(f'{GROUPS}: {entry!r} is not "namespace/name"')
+        namespace, name = entry.split("/")
+        keys.add(GroupKey(namespace, name))
+    return tuple(sorted(keys, key=str))
+
+
+def parse_gather_spec(raw: str) -> tuple[GatherRule, ...]:
+    """`network-topology-spec`: {"gatherStrategy": [{"layer", "strategy", "podCountMultiple"}]}."""
+    try:
+        decoded = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise GangSpecError(f"{NETWORK_TOPOLOGY_SPEC}: not JSON ({error.msg})") from None
+    if not isinstance(decoded, Mapping):
+        raise GangSpecError(f"{NETWORK_TOPOLOGY_SPEC}: expected an object with gatherStrategy")
+    entries = decoded.get("gatherStrategy", [])
+    if not isinstance(entries, list):
+        raise GangSpecError(f"{NETWORK_TOPOLOGY_SPEC}: gatherStrategy must be a list")
+    rules: list[GatherRule] = []
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            raise GangSpecError(f"{NETWORK_TOPOLOGY_SPEC}: {entry!r} is not an object")
+        layer = entry.get("layer")
+        if not isinstance(layer, str) or not layer:
+            raise GangSpecError(f"{NETWORK_TOPOLOGY_SPEC}: a rule has no layer: {entry!r}")
+        strategy = entry.get("strategy")
+        if strategy not in _STRATEGIES:
+            raise GangSpecError(
+                f"{NETWORK_TOPOLOGY_SPEC}: strategy {strategy!r} of layer {layer} is not "
+                "MustGather or PreferGather"
+            )
+        multiple = parse_int(
+            entry.get("podCountMultiple", 1),
+            key=f"{NETWORK_TOPOLOGY_SPEC} podCountMultiple of {layer}",
+            minimum=1,
+        )
+        rules.append(GatherRule(layer=layer, strategy=strategy, pod_count_multiple=multiple))
+    return tuple(rules)
+
+
+def _choice(value: object, key: str, allowed: Sequence[_Option], default: _Option) -> _Option:
+    if value is None:
+        return default
+    for option in allowed:
+        if value == option:
+            return option
+    raise GangSpecError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
+
+
+def parse_pod_group(pod_group: Obj) -> PodGroupSpec:
+    """A PodGroup object as a spec; raises GangSpecError naming the bad key and value."""
+    metadata = pod_group.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    key = GroupKey(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+    spec = pod_group.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    annotations = _annotations(pod_group)
+
+    if spec.get("minMember") is not None:
+        min_member = parse_int(spec["minMember"], key="spec.minMember", minimum=1)
+    elif annotations.get(MIN_AVAILABLE) is not None:
+        min_member = parse_int(annotations[MIN_AVAILABLE], key=MIN_AVAILABLE, minimum=1)
+    else:
+        raise GangSpecError(f"spec.minMember (or the annotation {MIN_AVAILABLE}) is required")
+    total_number = min_member
+    if annotations.get(TOTAL_NUMBER) is not None:
+        # total-number below min-available reads as min-available (the anchor's floor).
+        total_number = max(
+            min_member, parse_int(annotations[TOTAL_NUMBER], key=TOTAL_NUMBER, minimum=1)
+        )
+    try:
+        min_resources = parse_resources(spec.get("minResources") or {})
+    except QuantityError as error:
+        raise GangSpecError(f"spec.minResources: {error}") from None
+
+    waiting_seconds = DEFAULT_WAITING_SECONDS
+    if spec.get("scheduleTimeoutSeconds") is not None:
+        waiting_seconds = float(
+            parse_int(spec["scheduleTimeoutSeconds"], key="spec.scheduleTimeoutSeconds", minimum=1)
+        )
+    elif annotations.get(WAITING_TIME) is not None:
+        try:
+            waiting_seconds = parse_go_duration(str(annotations[WAITING_TIME]))
+        except ValueError as error:
+            raise GangSpecError(f"{WAITING_TIME}: {error}") from None
+        if waiting_seconds <= 0:
+            raise GangSpecError(f"{WAITING_TIME}: {annotations[WAITING_TIME]!r} is not positive")
+
+    mode = _choice(annotations.get(MODE), MODE, _MODES, "Strict")
+    policy_raw = annotations.get(MATCH_POLICY, annotations.get(MATCH_POLICY_ALIAS))
+    match_policy = _choice(policy_raw, MATCH_POLICY, _MATCH_POLICIES, "once-satisfied")
+    groups_raw = annotations.get(GROUPS)
+    gang_group = (key,) if groups_raw is None else parse_group_list(str(groups_raw), key)
+    gather_raw = annotations.get(NETWORK_TOPOLOGY_SPEC)
+    gather = () if gather_raw is None else parse_gather_spec(str(gather_raw))
+    return PodGroupSpec(
+        key=key,
+        uid=str(metadata.get("uid") or ""),
+        min_member=min_member,
+        total_number=total_number,
+        min_resources=min_resources,
+        mode=mode,
+        waiting_seconds=waiting_seconds,
+        match_policy=match_policy,
+        gang_group=gang_group,
+        gather=gather,
+    )
+
+
+def pod_group_of(pod: Obj) -> GroupKey | None:
+    """The gang a pod belongs to: its PodGroup by the membership label, else the gang its
+    `gang.scheduling.koordinator.sh/name` annotation declares."""
+    metadata = pod.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    labels = metadata.get("labels")
+    name = labels.get(POD_GROUP_LABEL) if isinstance(labels, Mapping) else None
+    if not name:
+        name = _annotations(pod).get(NAME)
+    if not name:
+        return None
+    return GroupKey(str(metadata.get("namespace") or ""), str(name))
+
+
+def is_annotation_gang_member(pod: Obj) -> bool:
+    """A pod whose gang is declared by its annotations, not by a PodGroup."""
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    labelled = isinstance(labels, Mapping) and bool(labels.get(POD_GROUP_LABEL))
+    return not labelled and bool(_annotations(pod).get(NAME))
+
+
+def annotation_gang_object(pod: Obj) -> dict[str, Any]:
+    """The PodGroup an annotation gang stands for, read from one member's annotations
+    (`min-available` is then required, as for Koordinator's annotation gangs)."""
+    metadata = pod.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    return {
+        "metadata": {
+            "name": str(_annotations(pod).get(NAME)),
+            "namespace": str(metadata.get("namespace") or ""),
+            "annotations": dict(_annotations(pod)),
+        },
+        "spec": {},
+    }
+
+
+def topology_index(pod: Obj) -> int | None:
+    """The pod's rank (`network-topology-index`), None when it has none."""
+    raw = _annotations(pod).get(NETWORK_TOPOLOGY_INDEX)
+    if raw is None:
+        return None
+    return parse_int(raw, key=f"{NETWORK_TOPOLOGY_INDEX} of a pod", minimum=0)
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sorts "pod-2" before "pod-10" (digits compare as numbers)."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part)
+        for part in re.findall(r"[0-9]+|[^0-9]+", name)
+    )
+
+
+def rank_key(index: int | None, name: str) -> tuple[int, int, tuple[tuple[int, int | str], ...]]:
+    """Rank order: indexed pods by index, then unindexed pods, each by name in natural order."""
+    return (0 if index is not None else 1, index or 0, natural_key(name))

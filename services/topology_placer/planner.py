@@ -1,0 +1,878 @@
+"""The whole placement pass as one pure function: cluster state in, actions out.
+
+`plan(state)` reads nodes, pods, PodGroups, the ClusterNetworkTopology and the
+PodDisruptionBudgets, and returns what should change. It remembers nothing between calls:
+the reservations are the pods' `status.nominatedNodeName`, kept in Kubernetes, so a
+restarted placer sees every reservation the killed one made and never books a node twice.
+
+Each GangGroup (PodGroups tied by the `groups` annotation; a pod of ours without a PodGroup
+is a gang of one) goes through named phases, highest priority first:
+
+1. read: every PodGroup parses, every PodGroup of the group exists, every rank parses;
+2. members: each PodGroup has minMember pods counted by its match policy (or was satisfied
+   once, under once-satisfied);
+3. bind: every pending member is nominated and the nominated nodes still take them: bind all;
+4. gather: otherwise place every pending member at once (or, failing that, just enough to
+   reach each minMember) and nominate them; a partly bound gang stays in the domain of its
+   bound members;
+5. preempt: when nothing fits, job-level preemption (preemption module);
+6. unschedulable: PodScheduled=False with the reason in numbers; in Strict mode the group
+   goes back whole (nominations cleared, a partly bound gang that was never satisfied is
+   evicted); past its waiting time the gang is reported timed out and its cycle restarts.
+
+PodGroup status and the ClusterNetworkTopology's detailStatus are derived each pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nodeflow_contracts.placement import PlacementDecisionKind
+from topology_placer import pods as podfacts
+from topology_placer.fit import (
+    Milli,
+    NodeCapacity,
+    add_milli,
+    filter_reason,
+    largest_request,
+    node_allocatable_milli,
+    offer_slots,
+    pod_request_milli,
+)
+from topology_placer.gang import (
+    GangSpecError,
+    GatherRule,
+    GroupKey,
+    PodGroupSpec,
+    annotation_gang_object,
+    is_annotation_gang_member,
+    parse_pod_group,
+    pod_group_of,
+    rank_key,
+    topology_index,
+)
+from topology_placer.gather import NoFit, Placement, gather
+from topology_placer.network import (
+    DEFAULT_TOPOLOGY_NAME,
+    DomainPath,
+    TopologySpec,
+    TopologySpecError,
+    TopologyTree,
+    build_tree_from_paths,
+    detail_status,
+    node_path,
+    parse_topology,
+)
+from topology_placer.pods import PodRef, ref_of
+from topology_placer.preemption import (
+    ChargedPod,
+    Ineligible,
+    NotHelpful,
+    eligibility,
+    plan_preemption,
+    preemption_message,
+)
+from topology_placer.status import pod_group_status, status_differs
+
+Obj = Mapping[str, Any]
+
+UNSCHEDULABLE = "Unschedulable"
+GANG_TIMEOUT = "GangTimeout"
+SATISFIED_PHASES = frozenset({"Scheduled", "Running", "Finished"})
+
+GangState = Literal[
+    "bound", "binding", "nominated", "waiting", "unschedulable", "preempting", "invalid"
+]
+
+
+# --- actions -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Nominate:
+    """Set (or with node "" clear) the pod's status.nominatedNodeName: the reservation."""
+
+    pod: PodRef
+    node: str
+
+
+@dataclass(frozen=True)
+class Bind:
+    pod: PodRef
+    node: str
+
+
+@dataclass(frozen=True)
+class MarkUnschedulable:
+    """Patch the pod's PodScheduled condition to False with this reason and message."""
+
+    pod: PodRef
+    reason: str
+    message: str
+    at: str
+
+
+@dataclass(frozen=True)
+class Evict:
+    """Mark the pod DisruptionTarget (reason PreemptionByScheduler) and evict it."""
+
+    pod: PodRef
+    reason: str
+    message: str
+    at: str
+
+
+@dataclass(frozen=True)
+class UpdateGroupStatus:
+    group: GroupKey
+    uid: str
+    status: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class UpdateTopologyStatus:
+    name: str
+    uid: str
+    detail_status: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A Kubernetes Event on a pod or PodGroup."""
+
+    kind: Literal["Pod", "PodGroup"]
+    namespace: str
+    name: str
+    uid: str
+    reason: str
+    message: str
+    warning: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    gang_group: tuple[GroupKey, ...]
+    kind: PlacementDecisionKind
+    reason: str
+    message: str
+    domain: str = ""
+    layer: str = ""
+    assignments: tuple[tuple[str, str], ...] = ()
+    victims: tuple[str, ...] = ()
+
+
+Action = (
+    Nominate
+    | Bind
+    | MarkUnschedulable
+    | Evict
+    | UpdateGroupStatus
+    | UpdateTopologyStatus
+    | Notice
+    | Decision
+)
+
+
+# --- state -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    nodes: Sequence[Obj]
+    pods: Sequence[Obj]
+    pod_groups: Sequence[Obj]
+    topologies: Sequence[Obj]
+    budgets: Sequence[Obj]
+    now: float
+    scheduler_names: frozenset[str]
+
+
+@dataclass
+class Plan:
+    actions: list[Action] = field(default_factory=list)
+    # GangGroup ("ns/a,ns/b") -> state this pass, for the gangs-by-state gauge.
+    gang_states: dict[str, GangState] = field(default_factory=dict)
+    # Placement attempts this pass by result (placed, unschedulable, preempted, ...).
+    attempts: list[str] = field(default_factory=list)
+    domains_by_layer: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Gang:
+    """One GangGroup as this pass sees it."""
+
+    keys: tuple[GroupKey, ...]
+    specs: dict[GroupKey, PodGroupSpec] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    members: dict[GroupKey, list[Obj]] = field(default_factory=dict)
+    # uid of each PodGroup object that exists (Events go to the first).
+    uids: dict[GroupKey, str] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return ",".join(str(k) for k in self.keys)
+
+    @property
+    def all_members(self) -> list[Obj]:
+        return [pod for key in self.keys for pod in self.members.get(key, [])]
+
+    @property
+    def pending(self) -> list[Obj]:
+        return [pod for pod in self.all_members if podfacts.is_pending(pod)]
+
+    @property
+    def bound(self) -> list[Obj]:
+        return [pod for pod in self.all_members if podfacts.occupies_node(pod)]
+
+    @property
+    def rules(self) -> tuple[GatherRule, ...]:
+        # The PodGroups of one GangGroup normally carry the same spec; the union honours all.
+        seen: dict[tuple[str, str, int], GatherRule] = {}
+        for spec in self.specs.values():
+            for rule in spec.gather:
+                seen.setdefault((rule.layer, rule.strategy, rule.pod_count_multiple), rule)
+        return tuple(seen.values())
+
+    @property
+    def strict(self) -> bool:
+        return all(spec.mode == "Strict" for spec in self.specs.values())
+
+    @property
+    def priority(self) -> int:
+        pending = self.pending
+        return min((podfacts.priority_of(p) for p in pending), default=0)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _union_groups(specs: Mapping[GroupKey, PodGroupSpec]) -> list[tuple[GroupKey, ...]]:
+    parent: dict[GroupKey, GroupKey] = {}
+
+    def find(key: GroupKey) -> GroupKey:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    for key, spec in specs.items():
+        for other in spec.gang_group:
+            parent[find(other)] = find(key)
+    groups: dict[GroupKey, list[GroupKey]] = {}
+    for key in parent:
+        groups.setdefault(find(key), []).append(key)
+    return sorted(tuple(sorted(keys, key=str)) for keys in groups.values())
+
+
+def _spec_signature(pod: Obj) -> str:
+    spec = podfacts.spec(pod)
+    relevant = {k: spec.get(k) for k in ("tolerations", "affinity", "nodeSelector")}
+    return json.dumps(relevant, sort_keys=True, default=str)
+
+
+def _lowest_common_domain(tree: TopologyTree, nodes: Sequence[str]) -> DomainPath | None:
+    paths = [tree.leaves[n].path[:-1] for n in nodes if n in tree.leaves]
+    if not paths:
+        return None
+    common: list[str] = []
+    for parts in zip(*paths, strict=False):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    return tuple(common)
+
+
+def _condition_differs(pod: Obj, reason: str, message: str) -> bool:
+    current = podfacts.condition(pod, podfacts.POD_SCHEDULED)
+    return (
+        current is None
+        or current.get("status") != "False"
+        or current.get("reason") != reason
+        or current.get("message") != message
+    )
+
+
+class _Pass:
+    """The mutable bookkeeping of one pass: capacities change as gangs are nominated."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.now_text = podfacts.rfc3339(state.now)
+        self.plan = Plan()
+        self.topology = next(
+            (t for t in state.topologies if podfacts.name_of(t) == DEFAULT_TOPOLOGY_NAME), None
+        )
+        self.topology_error = ""
+        try:
+            spec = parse_topology(self.topology)
+        except TopologySpecError as error:
+            self.topology_error = f"ClusterNetworkTopology {DEFAULT_TOPOLOGY_NAME}: {error}"
+            spec = parse_topology(None)
+        self.nodes = {podfacts.name_of(n): n for n in state.nodes if podfacts.name_of(n)}
+        self.tree = _tree_of(spec, self.nodes)
+        # Every pod charged to a node (bound, or only nominated), by uid; what that uses of
+        # each node, and what each node offers. Filled by `account()`, only in a pass that
+        # has a gang to place.
+        self.charged: dict[str, ChargedPod] = {}
+        self.used: dict[str, Milli] = {}
+        self.allocatable: dict[str, Milli] = {}
+        self.group_objects: dict[GroupKey, Obj] = {}
+        # Nodes that pass the filters, by the signature of a pod spec's filter fields.
+        self.passing: dict[str, set[str]] = {}
+        # PodGroups whose gang timed out this pass: their scheduleStartTime starts again.
+        self.restarted: set[GroupKey] = set()
+
+    def account(self) -> None:
+        state = self.state
+        for pod in state.pods:
+            node = podfacts.node_name_of(pod)
+            key = podfacts.uid_of(pod) or f"{podfacts.namespace_of(pod)}/{podfacts.name_of(pod)}"
+            if node and podfacts.occupies_node(pod):
+                self.charged[key] = ChargedPod(pod, node, pod_request_milli(pod), False)
+            elif podfacts.is_pending(pod) and podfacts.nominated_node_of(pod):
+                nominated = podfacts.nominated_node_of(pod)
+                self.charged[key] = ChargedPod(pod, nominated, pod_request_milli(pod), True)
+        for item in self.charged.values():
+            add_milli(self.used.setdefault(item.node, {}), item.request)
+        self.allocatable = {name: node_allocatable_milli(n) for name, n in self.nodes.items()}
+
+    def usable_nodes(self, specs_by_signature: Mapping[str, Obj]) -> set[str]:
+        """Nodes that pass the filters (cordon, readiness, taints, node affinity) for every
+        one of these pod specs; each spec's verdicts are worked out once per pass, as the
+        members of most gangs share their specs."""
+        usable: set[str] | None = None
+        for signature, spec in specs_by_signature.items():
+            passing = self.passing.get(signature)
+            if passing is None:
+                passing = self.passing[signature] = {
+                    name for name, node in self.nodes.items() if filter_reason(spec, node) is None
+                }
+            usable = set(passing) if usable is None else usable & passing
+        return usable or set()
+
+    def capacities_for(self, gang: Gang) -> dict[str, NodeCapacity]:
+        """Every node's capacity with the gang's own nominations given back."""
+        given_back: dict[str, Milli] = {}
+        for pod in gang.all_members:
+            item = self.charged.get(podfacts.uid_of(pod))
+            if item is not None and item.nominated_only:
+                add_milli(given_back.setdefault(item.node, {}), item.request)
+        capacities: dict[str, NodeCapacity] = {}
+        for name, node in self.nodes.items():
+            used = self.used.get(name, {})
+            if name in given_back:
+                used = dict(used)
+                add_milli(used, given_back[name], -1)
+            capacities[name] = NodeCapacity(
+                name=name, node=node, allocatable=self.allocatable[name], used=used
+            )
+        return capacities
+
+    def reserve(self, pod: Obj, node: str) -> None:
+        """Charge a pod nominated this pass, so the next gang sees it."""
+        key = podfacts.uid_of(pod) or f"{podfacts.namespace_of(pod)}/{podfacts.name_of(pod)}"
+        previous = self.charged.get(key)
+        if previous is not None:
+            add_milli(self.used[previous.node], previous.request, -1)
+        request = pod_request_milli(pod)
+        add_milli(self.used.setdefault(node, {}), request)
+        self.charged[key] = ChargedPod(pod, node, request, True)
+
+
+# Memo of the last tree and of each node version's path: the tree only changes when nodes
+# come, go or are relabelled, and rebuilding 16k leaves every pass would be most of a pass.
+_PATHS: dict[tuple[str, str, TopologySpec], DomainPath] = {}
+_LAST_TREE: list[tuple[object, TopologyTree]] = []
+
+
+def _tree_of(spec: TopologySpec, nodes: Mapping[str, Obj]) -> TopologyTree:
+    if len(_PATHS) > 200_000:
+        _PATHS.clear()
+    paths: list[tuple[str, DomainPath]] = []
+    for name, node in nodes.items():
+        uid, version = podfacts.uid_of(node), podfacts.resource_version_of(node)
+        if not (uid and version):
+            paths.append((name, node_path(spec, podfacts.labels_of(node))))
+            continue
+        key = (uid, version, spec)
+        path = _PATHS.get(key)
+        if path is None:
+            path = _PATHS[key] = node_path(spec, podfacts.labels_of(node))
+        paths.append((name, path))
+    paths.sort()
+    memo_key = (spec, tuple(paths))
+    if _LAST_TREE and _LAST_TREE[0][0] == memo_key:
+        return _LAST_TREE[0][1]
+    tree = build_tree_from_paths(spec, paths)
+    _LAST_TREE[:] = [(memo_key, tree)]
+    return tree
+
+
+# --- the pass -----------------------------------------------------------------------------
+
+
+def plan(state: ClusterState) -> Plan:
+    run = _Pass(state)
+    ours = [
+        p
+        for p in state.pods
+        if podfacts.scheduler_of(p) in state.scheduler_names and not podfacts.is_terminal(p)
+    ]
+    specs: dict[GroupKey, PodGroupSpec] = {}
+    errors: dict[GroupKey, str] = {}
+    group_objects: dict[GroupKey, Obj] = {}
+    for obj in state.pod_groups:
+        key = GroupKey(podfacts.namespace_of(obj), podfacts.name_of(obj))
+        group_objects[key] = obj
+        try:
+            specs[key] = parse_pod_group(obj)
+        except GangSpecError as error:
+            errors[key] = f"PodGroup {key}: {error}"
+    # Gangs declared by pod annotations alone: the first member (by name) speaks for them.
+    declared_by_pods: set[GroupKey] = set()
+    for pod in sorted(ours, key=podfacts.name_of):
+        declared = pod_group_of(pod)
+        if declared is None or not is_annotation_gang_member(pod) or declared in group_objects:
+            continue
+        if declared not in declared_by_pods:
+            declared_by_pods.add(declared)
+            try:
+                specs[declared] = parse_pod_group(annotation_gang_object(pod))
+            except GangSpecError as error:
+                errors[declared] = f"gang {declared} (pod annotations): {error}"
+    gangs: list[Gang] = []
+    for keys in _union_groups(specs):
+        gangs.append(Gang(keys=keys, specs={k: specs[k] for k in keys if k in specs}))
+    for key in sorted(errors, key=str):
+        gangs.append(Gang(keys=(key,), errors=[errors[key]]))
+    run.group_objects = group_objects
+    by_key = {key: gang for gang in gangs for key in gang.keys}
+    solitary: list[Gang] = []
+    all_members: dict[GroupKey, list[Obj]] = {}
+    for pod in state.pods:
+        group = pod_group_of(pod)
+        if group is not None:
+            all_members.setdefault(group, []).append(pod)
+    for pod in ours:
+        group = pod_group_of(pod)
+        if group is None:
+            # A pod of ours with no PodGroup is a gang of one, placed anywhere.
+            key = GroupKey(podfacts.namespace_of(pod), podfacts.name_of(pod))
+            lone = Gang(keys=(key,), members={key: [pod]})
+            lone.specs[key] = PodGroupSpec(
+                key=key,
+                uid="",
+                min_member=1,
+                total_number=1,
+                min_resources={},
+                mode="Strict",
+                waiting_seconds=float("inf"),
+                match_policy="once-satisfied",
+                gang_group=(key,),
+                gather=(),
+            )
+            solitary.append(lone)
+            continue
+        gang = by_key.get(group)
+        if gang is None:
+            gang = Gang(keys=(group,), errors=[f"PodGroup {group} does not exist"])
+            by_key[group] = gang
+            gangs.append(gang)
+        gang.members.setdefault(group, []).append(pod)
+    for gang in gangs:
+        gang.uids = {k: podfacts.uid_of(group_objects[k]) for k in gang.keys if k in group_objects}
+        missing = [k for k in gang.keys if k not in group_objects and k not in declared_by_pods]
+        if missing and not gang.errors:
+            gang.errors.append(
+                "GangGroup member PodGroup "
+                + ", ".join(str(k) for k in missing)
+                + " does not exist"
+            )
+    ordered = sorted(
+        [g for g in gangs + solitary if g.pending],
+        key=lambda g: (
+            -g.priority,
+            min((podfacts.created_at(p) or 0.0) for p in g.pending),
+            g.id,
+        ),
+    )
+    for gang in gangs + solitary:
+        if not gang.pending:
+            # A PodGroup whose pods have not arrived yet waits; one whose pods all have
+            # nodes is bound.
+            run.plan.gang_states[gang.id] = "bound" if gang.bound else "waiting"
+    if ordered:
+        run.account()
+    for gang in ordered:
+        _place_gang(run, gang, group_objects)
+    _group_statuses(run, specs, group_objects, all_members)
+    _topology_status(run)
+    return run.plan
+
+
+def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -> None:
+    # Phase 1: read.
+    pending = gang.pending
+    try:
+        ranked = sorted(pending, key=lambda p: rank_key(topology_index(p), podfacts.name_of(p)))
+    except GangSpecError as error:
+        gang.errors.append(str(error))
+        ranked = pending
+    if run.topology_error and gang.rules:
+        gang.errors.append(run.topology_error)
+    if gang.errors:
+        _unschedulable(run, gang, ranked, "invalid", "; ".join(gang.errors), clear=False)
+        return
+    # Phase 2: members.
+    needed: dict[GroupKey, int] = {}
+    for key in gang.keys:
+        spec = gang.specs[key]
+        members = gang.members.get(key, [])
+        waiting = [p for p in members if podfacts.is_pending(p)]
+        bound = [p for p in members if podfacts.occupies_node(p)]
+        previous = podfacts.status(group_objects.get(key, {}))
+        satisfied_once = spec.match_policy == "once-satisfied" and (
+            previous.get("phase") in SATISFIED_PHASES or len(bound) >= spec.min_member
+        )
+        counted = len(waiting) if spec.match_policy == "only-waiting" else len(waiting) + len(bound)
+        if satisfied_once:
+            needed[key] = 0
+        elif counted < spec.min_member:
+            message = (
+                f"waiting for members: PodGroup {key} has {counted} of minMember "
+                f"{spec.min_member} pods ({spec.match_policy})"
+            )
+            _unschedulable(run, gang, ranked, "waiting", message, clear=False)
+            return
+        else:
+            counted_bound = 0 if spec.match_policy == "only-waiting" else len(bound)
+            needed[key] = max(0, spec.min_member - counted_bound)
+    capacities = run.capacities_for(gang)
+    requests = [pod_request_milli(p) for p in ranked]
+    request = largest_request(requests)
+    by_signature = {_spec_signature(p): podfacts.spec(p) for p in ranked}
+    pod_specs = list(by_signature.values())
+    usable = run.usable_nodes(by_signature)
+    node_slots = offer_slots(capacities, usable, request)
+    bound_nodes = [podfacts.node_name_of(p) for p in gang.bound]
+    within = _confinement(run.tree, gang, bound_nodes, partial=any(needed.values()))
+    # Phase 3: bind what is nominated and still fits.
+    if _bind_if_reserved(run, gang, ranked, node_slots):
+        return
+    # Phase 4: gather.
+    existing: dict[str, int] = {}
+    for node in bound_nodes:
+        existing[node] = existing.get(node, 0) + 1
+    names = [podfacts.name_of(p) for p in ranked]
+    result = gather(run.tree, names, gang.rules, node_slots, existing, within)
+    if isinstance(result, NoFit) and len(ranked) > sum(needed.values()) > 0:
+        # Not every pending member fits: place just enough to reach each minMember, and bind
+        # them once those are reserved.
+        subset = _minimum_subset(ranked, needed)
+        if _bind_if_reserved(run, gang, subset, node_slots):
+            return
+        subset_names = [podfacts.name_of(p) for p in subset]
+        smaller = gather(run.tree, subset_names, gang.rules, node_slots, existing, within)
+        if isinstance(smaller, Placement):
+            result = smaller
+    if isinstance(result, Placement):
+        _nominate(run, gang, result)
+        return
+    # Phase 5: preempt.
+    preempted = _preempt(run, gang, ranked, names, capacities, request, pod_specs)
+    if preempted is True:
+        return
+    message = result.message if preempted is None else f"{result.message}; {preempted}"
+    waiting_for_victims = isinstance(preempted, str) and "still terminating" in preempted
+    # Phase 6: unschedulable (and the gang's waiting time).
+    _unschedulable(run, gang, ranked, "unschedulable", message, clear=not waiting_for_victims)
+
+
+def _confinement(
+    tree: TopologyTree, gang: Gang, bound_nodes: Sequence[str], *, partial: bool
+) -> DomainPath | None:
+    """Where the rest of a gang with bound members may go. A gang still short of minMember
+    stays in the lowest domain holding its bound members (a failed bind re-plans inside it).
+    A satisfied gang's new or recreated members stay in its MustGather domain (Koordinator
+    lets them escape it, issue #3181); without MustGather they may go anywhere."""
+    common = _lowest_common_domain(tree, bound_nodes) if bound_nodes else None
+    if common is None:
+        return None
+    if partial:
+        return common
+    depths = [
+        tree.spec.depth_of(rule.layer) for rule in gang.rules if rule.strategy == "MustGather"
+    ]
+    must = max((d for d in depths if d is not None), default=None)
+    if must is None:
+        return None
+    return common[:must]
+
+
+def _bind_if_reserved(
+    run: _Pass, gang: Gang, pods: Sequence[Obj], node_slots: Mapping[str, int]
+) -> bool:
+    """Bind `pods` when every one is nominated and the nominated nodes still take them all."""
+    nominated = {podfacts.name_of(p): podfacts.nominated_node_of(p) for p in pods}
+    if not pods or not all(nominated.values()):
+        return False
+    per_node: dict[str, int] = {}
+    for node in nominated.values():
+        per_node[node] = per_node.get(node, 0) + 1
+    if any(node_slots.get(node, 0) < count for node, count in per_node.items()):
+        return False
+    for pod in pods:
+        run.plan.actions.append(Bind(ref_of(pod), nominated[podfacts.name_of(pod)]))
+    run.plan.actions.append(
+        Decision(
+            gang.keys,
+            "bound",
+            "Scheduled",
+            f"binding {len(pods)} pods to their nominated nodes",
+            assignments=tuple((name, node) for name, node in nominated.items()),
+        )
+    )
+    run.plan.gang_states[gang.id] = "binding"
+    run.plan.attempts.append("bound")
+    return True
+
+
+def _minimum_subset(ranked: Sequence[Obj], needed: Mapping[GroupKey, int]) -> list[Obj]:
+    left = dict(needed)
+    chosen: list[Obj] = []
+    for pod in ranked:
+        key = pod_group_of(pod)
+        if key is not None and left.get(key, 0) > 0:
+            chosen.append(pod)
+            left[key] -= 1
+    return chosen
+
+
+def _nominate(run: _Pass, gang: Gang, placement: Placement) -> None:
+    node_of = placement.node_of
+    for pod in gang.pending:
+        node = node_of.get(podfacts.name_of(pod))
+        if node is None:
+            continue
+        if podfacts.nominated_node_of(pod) != node:
+            run.plan.actions.append(Nominate(ref_of(pod), node))
+        run.reserve(pod, node)
+    domain = "/".join(placement.domain) or "cluster"
+    run.plan.actions.append(
+        Decision(
+            gang.keys,
+            "nominated",
+            "Nominated",
+            f"{len(placement.assignments)} pods nominated in {placement.layer} {domain}",
+            domain=domain,
+            layer=placement.layer,
+            assignments=placement.assignments,
+        )
+    )
+    run.plan.gang_states[gang.id] = "nominated"
+    run.plan.attempts.append("placed")
+
+
+def _preempt(
+    run: _Pass,
+    gang: Gang,
+    ranked: Sequence[Obj],
+    names: Sequence[str],
+    capacities: Mapping[str, NodeCapacity],
+    request: Mapping[str, int],
+    pod_specs: Sequence[Obj],
+) -> bool | str | None:
+    """True when a preemption was planned; else why not (None: nothing lower to evict)."""
+    priority = gang.priority
+    if not any(podfacts.priority_of(c.pod) < priority for c in run.charged.values()):
+        return None
+    preemptor = f"{gang.keys[0].namespace}/{gang.keys[0].name}"
+    ineligible = eligibility(ranked, priority, run.state.pods, preemptor)
+    if isinstance(ineligible, Ineligible):
+        return ineligible.message
+    usable = run.usable_nodes({_spec_signature({"spec": spec}): spec for spec in pod_specs})
+    own = {podfacts.uid_of(p) for p in gang.all_members}
+    charged = [c for c in run.charged.values() if podfacts.uid_of(c.pod) not in own]
+    outcome = plan_preemption(
+        tree=run.tree,
+        pods_in_rank_order=names,
+        rules=gang.rules,
+        capacities=capacities,
+        usable_nodes=usable,
+        request=request,
+        charged=charged,
+        gang_priority=priority,
+        budgets=run.state.budgets,
+    )
+    if isinstance(outcome, NotHelpful):
+        return outcome.message
+    trigger = ranked[0]
+    scheduler = podfacts.scheduler_of(trigger)
+    message = preemption_message(
+        scheduler, preemptor, f"{podfacts.namespace_of(trigger)}/{podfacts.name_of(trigger)}"
+    )
+    victims = outcome.victim_pods
+    for victim in victims:
+        run.plan.actions.append(
+            Evict(ref_of(victim), "PreemptionByScheduler", message, run.now_text)
+        )
+    for cleared in outcome.cleared_nominations:
+        run.plan.actions.append(Nominate(ref_of(cleared), ""))
+    _nominate(run, gang, outcome.placement)
+    run.plan.attempts[-1] = "preempted"
+    run.plan.gang_states[gang.id] = "preempting"
+    victim_names = tuple(f"{podfacts.namespace_of(v)}/{podfacts.name_of(v)}" for v in victims)
+    run.plan.actions.append(
+        Decision(
+            gang.keys,
+            "preempted",
+            "Preempted",
+            f"evicting {len(victims)} pods of {len(outcome.victims)} lower-priority jobs "
+            f"(cost {outcome.cost}, budgets broken {outcome.broken_budgets})",
+            domain="/".join(outcome.placement.domain) or "cluster",
+            layer=outcome.placement.layer,
+            assignments=outcome.placement.assignments,
+            victims=victim_names,
+        )
+    )
+    first = gang.keys[0]
+    if gang.uids.get(first):
+        run.plan.actions.append(
+            Notice(
+                "PodGroup",
+                first.namespace,
+                first.name,
+                gang.uids[first],
+                "Preempted",
+                message,
+                False,
+            )
+        )
+    return True
+
+
+def _unschedulable(
+    run: _Pass,
+    gang: Gang,
+    ranked: Sequence[Obj],
+    state: GangState,
+    message: str,
+    *,
+    clear: bool,
+) -> None:
+    reason = UNSCHEDULABLE
+    waiting = min((s.waiting_seconds for s in gang.specs.values()), default=float("inf"))
+    # The wait runs from the PodGroups' scheduleStartTime (kept in Kubernetes, restarted when
+    # a timeout is reported), else from the gang's first pod.
+    recorded = [
+        podfacts.parse_time(podfacts.status(run.group_objects[key]).get("scheduleStartTime"))
+        for key in gang.keys
+        if key in run.group_objects
+    ]
+    known = [start for start in recorded if start is not None]
+    started = (
+        max(known)
+        if known
+        else min((podfacts.created_at(p) or run.state.now for p in ranked), default=run.state.now)
+    )
+    kind: PlacementDecisionKind = "unschedulable"
+    if state == "invalid":
+        kind = "invalid"
+    elif state == "waiting":
+        kind = "waiting"
+    if state != "invalid" and run.state.now - started > waiting:
+        reason = GANG_TIMEOUT
+        message = f"gang {gang.id} waited more than {waiting:g}s: {message}"
+        kind = "timed-out"
+        clear = True
+        run.restarted.update(gang.keys)
+    changed = [p for p in ranked if _condition_differs(p, reason, message)]
+    for pod in changed:
+        run.plan.actions.append(MarkUnschedulable(ref_of(pod), reason, message, run.now_text))
+    if gang.strict and clear:
+        for pod in ranked:
+            if podfacts.nominated_node_of(pod):
+                run.plan.actions.append(Nominate(ref_of(pod), ""))
+        _evict_partial_gang(run, gang, message)
+    run.plan.gang_states[gang.id] = state
+    run.plan.attempts.append(kind)
+    if changed:
+        first = gang.keys[0]
+        if gang.uids.get(first):
+            run.plan.actions.append(
+                Notice(
+                    "PodGroup",
+                    first.namespace,
+                    first.name,
+                    gang.uids[first],
+                    "FailedScheduling" if kind != "timed-out" else GANG_TIMEOUT,
+                    message,
+                    True,
+                )
+            )
+        run.plan.actions.append(Decision(gang.keys, kind, reason, message))
+
+
+def _evict_partial_gang(run: _Pass, gang: Gang, message: str) -> None:
+    """Strict mode: a gang that never reached minMember bound must not run in part."""
+    for key in gang.keys:
+        spec = gang.specs.get(key)
+        if spec is None:
+            return
+        bound = [p for p in gang.members.get(key, []) if podfacts.occupies_node(p)]
+        if len(bound) >= spec.min_member:
+            return
+    partial = [p for p in gang.bound if not podfacts.is_deleting(p)]
+    if not partial:
+        return
+    text = f"gang {gang.id} could not place the rest of its members: {message}"
+    for pod in partial:
+        run.plan.actions.append(Evict(ref_of(pod), "GangIncomplete", text, run.now_text))
+    run.plan.actions.append(
+        Decision(
+            gang.keys,
+            "gang-evicted",
+            "GangIncomplete",
+            text,
+            victims=tuple(f"{podfacts.namespace_of(p)}/{podfacts.name_of(p)}" for p in partial),
+        )
+    )
+
+
+def _group_statuses(
+    run: _Pass,
+    specs: Mapping[GroupKey, PodGroupSpec],
+    objects: Mapping[GroupKey, Obj],
+    members: Mapping[GroupKey, list[Obj]],
+) -> None:
+    for key, obj in sorted(objects.items(), key=lambda item: str(item[0])):
+        spec = specs.get(key)
+        if spec is None:
+            continue
+        previous = podfacts.status(obj)
+        wanted = pod_group_status(
+            spec.min_member,
+            members.get(key, []),
+            previous,
+            run.state.now,
+            restart=key in run.restarted,
+        )
+        if status_differs(wanted, previous):
+            run.plan.actions.append(UpdateGroupStatus(key, spec.uid, wanted))
+
+
+def _topology_status(run: _Pass) -> None:
+    for domain in run.tree.all_domains():
+        layer = run.tree.spec.layer_name(domain.depth)
+        run.plan.domains_by_layer[layer] = run.plan.domains_by_layer.get(layer, 0) + 1
+    if run.topology is None or run.topology_error:
+        return
+    wanted = detail_status(run.tree)
+    if podfacts.status(run.topology).get("detailStatus") != wanted:
+        run.plan.actions.append(
+            UpdateTopologyStatus(
+                podfacts.name_of(run.topology), podfacts.uid_of(run.topology), wanted
+            )
+        )

@@ -1,0 +1,232 @@
+"""`python -m topology_placer` as a real process on the placement stack, driven by kubectl:
+a gang applied with `kubectl apply` is nominated, the placer is killed with SIGKILL as soon
+as the nominations appear, and a new process finishes the gang inside one block from
+Kubernetes state alone, with no node booked twice; a MustGather gang that fits nowhere shows
+its reason in numbers through `kubectl get`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from nodeflow_runtime.natsd import free_port
+from tests.integration.topology_placer import conftest as placement_stack
+from tests.integration.topology_placer.conftest import (
+    BLOCK,
+    Stack,
+    eventually,
+    gang_pod,
+    pod_group_object,
+    topology_object,
+)
+
+stack = placement_stack.stack
+KUBECTL = shutil.which("kubectl")
+BLOCK_MUST = json.dumps({"gatherStrategy": [{"layer": "BlockLayer", "strategy": "MustGather"}]})
+
+
+@pytest.fixture(autouse=True)
+def require_kubectl() -> None:
+    if KUBECTL is None:
+        pytest.skip("kubectl not installed (apt-get install kubernetes-client)")
+
+
+async def kubectl(running: Stack, *args: str) -> str:
+    assert KUBECTL is not None
+    kubeconfig = Path(running.sim.kubeconfig_path)
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL,
+        f"--kubeconfig={kubeconfig}",
+        "--namespace=default",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "KUBECACHEDIR": str(kubeconfig.parent / "kubectl-cache")},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
+    return out.decode()
+
+
+async def start_placer(running: Stack, port: int, name: str) -> asyncio.subprocess.Process:
+    env = {
+        **os.environ,
+        "NATS_URL": running.nats_url,
+        "HTTP_HOST": "127.0.0.1",
+        "HTTP_PORT": str(port),
+        "INSTANCE_ID": name,
+        "LOG_LEVEL": "warning",
+        "LEADER_LEASE_TTL_SECONDS": "1.5",
+        "RESYNC_SECONDS": "0.5",
+        "DEBOUNCE_SECONDS": "0.02",
+        "IN_FLIGHT_TIMEOUT_SECONDS": "5",
+    }
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "topology_placer",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def wait_ready(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            assert time.monotonic() < deadline, "placer process not ready"
+            await asyncio.sleep(0.1)
+
+
+async def apply(running: Stack, tmp_path: Path, docs: list[dict[str, Any]]) -> None:
+    manifest = tmp_path / "gang.yaml"
+    manifest.write_text(yaml.safe_dump_all(docs))
+    await kubectl(running, "apply", "-f", str(manifest))
+
+
+async def test_placer_process_killed_mid_gang_finishes_it_in_one_block(
+    stack: Stack, tmp_path: Path
+) -> None:
+    docs = [topology_object(), pod_group_object("train", 4, BLOCK_MUST)]
+    docs += [gang_pod(f"train-{rank}", "train", gpus=4, index=rank) for rank in range(4)]
+    await apply(stack, tmp_path, docs)
+    first = await start_placer(stack, free_port(), "e2e-placer-1")
+    second: asyncio.subprocess.Process | None = None
+    try:
+        await eventually(
+            lambda: any(p["status"].get("nominatedNodeName") for p in stack.pods("train")),
+            what="the first placer's nominations",
+        )
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+        port = free_port()
+        second = await start_placer(stack, port, "e2e-placer-2")
+        await wait_ready(port)
+
+        def bound() -> dict[str, str]:
+            return {
+                p["metadata"]["name"]: p["spec"]["nodeName"]
+                for p in stack.pods("train")
+                if p["spec"].get("nodeName")
+            }
+
+        placed = await eventually(lambda: len(bound()) == 4 and bound(), timeout=30)
+        assert len({stack.node_labels(node)[BLOCK] for node in placed.values()}) == 1
+        per_node: dict[str, int] = {}
+        for node in placed.values():
+            per_node[node] = per_node.get(node, 0) + 4
+        assert all(gpus <= 8 for gpus in per_node.values())
+        await eventually(
+            lambda: (
+                stack.pod_group("train").get("status", {}).get("phase") in ("Scheduled", "Running")
+            ),
+            what="PodGroup phase",
+        )
+        shown = await kubectl(stack, "get", "podgroup", "train", "-o", "jsonpath={.status.phase}")
+        assert shown in ("Scheduled", "Running")
+    finally:
+        for process in (first, second):
+            if process is not None and process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(process.wait(), 20)
+
+
+async def test_must_gather_failure_shows_its_reason_through_kubectl(
+    stack: Stack, tmp_path: Path
+) -> None:
+    docs = [topology_object(), pod_group_object("big", 3, BLOCK_MUST)]
+    docs += [gang_pod(f"big-{rank}", "big", gpus=8) for rank in range(3)]
+    await apply(stack, tmp_path, docs)
+    process = await start_placer(stack, free_port(), "e2e-placer-3")
+    try:
+        expected = (
+            "MustGather BlockLayer: no BlockLayer domain offers 3 slots; "
+            "best spine-0/block-0 offers 2"
+        )
+
+        async def shown() -> str:
+            return await kubectl(
+                stack,
+                "get",
+                "pod",
+                "big-0",
+                "-o",
+                'jsonpath={.status.conditions[?(@.type=="PodScheduled")].message}',
+            )
+
+        deadline = time.monotonic() + 20
+        while (text := await shown()) != expected:
+            assert time.monotonic() < deadline, f"PodScheduled message: {text!r}"
+            await asyncio.sleep(0.2)
+        events = await kubectl(stack, "get", "events", "-o", "json")
+        reasons = {e["reason"] for e in json.loads(events)["items"]}
+        assert "FailedScheduling" in reasons
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.wait(), 20)
+
+
+async def test_gang_group_applied_with_kubectl_is_bound_whole(stack: Stack, tmp_path: Path) -> None:
+    members = json.dumps(["default/master", "default/worker"])
+    groups = [pod_group_object("master", 1), pod_group_object("worker", 2)]
+    for group in groups:
+        group["metadata"]["annotations"]["gang.scheduling.koordinator.sh/groups"] = members
+    docs: list[dict[str, Any]] = [topology_object(), *groups]
+    docs.append(gang_pod("master-0", "master", gpus=8, index=0))
+    docs.append(gang_pod("worker-0", "worker", gpus=8, index=1))
+    await apply(stack, tmp_path, docs)
+    process = await start_placer(stack, free_port(), "e2e-placer-4")
+    try:
+        waiting = await eventually(
+            lambda: [
+                c.get("message", "")
+                for c in stack.pods("master")[0].get("status", {}).get("conditions") or []
+                if c.get("type") == "PodScheduled" and c.get("status") == "False"
+            ],
+            what="the GangGroup waits for its second worker",
+        )
+        assert waiting == [
+            "waiting for members: PodGroup default/worker has 1 of minMember 2 pods "
+            "(once-satisfied)"
+        ]
+        assert not any(p["spec"].get("nodeName") for p in stack.pods("master"))
+        await apply(stack, tmp_path, [gang_pod("worker-1", "worker", gpus=8, index=2)])
+
+        def everyone() -> list[dict[str, Any]]:
+            return stack.pods("master") + stack.pods("worker")
+
+        await eventually(
+            lambda: len(everyone()) == 3 and all(p["spec"].get("nodeName") for p in everyone()),
+            timeout=30,
+            what="the whole GangGroup bound",
+        )
+        await eventually(
+            lambda: all(
+                stack.pod_group(name).get("status", {}).get("phase") in ("Scheduled", "Running")
+                for name in ("master", "worker")
+            ),
+            what="both PodGroups Scheduled or Running",
+        )
+        phases = await kubectl(stack, "get", "podgroups", "-o", "jsonpath={.items[*].status.phase}")
+        assert set(phases.split()) <= {"Scheduled", "Running"}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.wait(), 20)

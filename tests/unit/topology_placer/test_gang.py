@@ -1,0 +1,134 @@
+"""Rules of reading PodGroups and Koordinator's gang annotations."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.topology_placer.builders import pod, pod_group
+from topology_placer.gang import (
+    GROUPS,
+    MATCH_POLICY,
+    MATCH_POLICY_ALIAS,
+    MODE,
+    TOTAL_NUMBER,
+    WAITING_TIME,
+    GangSpecError,
+    GatherRule,
+    GroupKey,
+    parse_go_duration,
+    parse_pod_group,
+    pod_group_of,
+    rank_key,
+    topology_index,
+)
+
+
+def test_defaults_are_strict_once_satisfied_600_seconds_and_a_group_of_one() -> None:
+    spec = parse_pod_group(pod_group("gang", 4))
+    assert spec.min_member == 4
+    assert spec.total_number == 4
+    assert spec.mode == "Strict"
+    assert spec.match_policy == "once-satisfied"
+    assert spec.waiting_seconds == 600.0
+    assert spec.gang_group == (GroupKey("default", "gang"),)
+    assert spec.gather == ()
+
+
+def test_groups_annotation_forms_a_sorted_gang_group_that_includes_itself() -> None:
+    annotations = {GROUPS: '["default/worker"]'}
+    spec = parse_pod_group(pod_group("master", 1, annotations=annotations))
+    assert spec.gang_group == (GroupKey("default", "master"), GroupKey("default", "worker"))
+
+
+@pytest.mark.parametrize(
+    "raw", ["not json", '{"a": 1}', '["no-slash"]', '["a/b/c"]', "[1]", '["/x"]']
+)
+def test_bad_groups_annotation_is_an_error_naming_the_key(raw: str) -> None:
+    with pytest.raises(GangSpecError, match=GROUPS):
+        parse_pod_group(pod_group("g", 1, annotations={GROUPS: raw}))
+
+
+def test_schedule_timeout_seconds_wins_over_waiting_time() -> None:
+    group = pod_group("g", 1, timeout=30, annotations={WAITING_TIME: "10m"})
+    assert parse_pod_group(group).waiting_seconds == 30.0
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [("600s", 600.0), ("10m", 600.0), ("1h30m", 5400.0)])
+def test_waiting_time_is_a_go_duration(raw: str, seconds: float) -> None:
+    assert parse_pod_group(pod_group("g", 1, annotations={WAITING_TIME: raw})).waiting_seconds == (
+        seconds
+    )
+    assert parse_go_duration(raw) == seconds
+
+
+@pytest.mark.parametrize("raw", ["ten minutes", "0s", "", "5"])
+def test_bad_waiting_time_is_an_error_not_a_silent_default(raw: str) -> None:
+    with pytest.raises(GangSpecError, match=WAITING_TIME):
+        parse_pod_group(pod_group("g", 1, annotations={WAITING_TIME: raw}))
+
+
+def test_mode_and_match_policy_accept_only_their_values() -> None:
+    spec = parse_pod_group(
+        pod_group("g", 1, annotations={MODE: "NonStrict", MATCH_POLICY_ALIAS: "only-waiting"})
+    )
+    assert (spec.mode, spec.match_policy) == ("NonStrict", "only-waiting")
+    with pytest.raises(GangSpecError, match=MODE):
+        parse_pod_group(pod_group("g", 1, annotations={MODE: "strict-ish"}))
+    with pytest.raises(GangSpecError, match=MATCH_POLICY):
+        parse_pod_group(pod_group("g", 1, annotations={MATCH_POLICY: "whenever"}))
+
+
+def test_total_number_is_floored_at_min_member() -> None:
+    assert parse_pod_group(pod_group("g", 4, annotations={TOTAL_NUMBER: "2"})).total_number == 4
+    assert parse_pod_group(pod_group("g", 4, annotations={TOTAL_NUMBER: "6"})).total_number == 6
+    with pytest.raises(GangSpecError, match=TOTAL_NUMBER):
+        parse_pod_group(pod_group("g", 4, annotations={TOTAL_NUMBER: "six"}))
+
+
+def test_min_member_must_be_a_positive_integer() -> None:
+    with pytest.raises(GangSpecError, match=r"spec\.minMember"):
+        parse_pod_group(pod_group("g", 0))
+
+
+def test_network_topology_spec_reads_layers_strategies_and_multiples() -> None:
+    gather = [
+        {"layer": "BlockLayer", "strategy": "PreferGather"},
+        {"layer": "SpineLayer", "strategy": "MustGather", "podCountMultiple": 4},
+    ]
+    spec = parse_pod_group(pod_group("g", 1, gather=gather))
+    assert spec.gather == (
+        GatherRule("BlockLayer", "PreferGather", 1),
+        GatherRule("SpineLayer", "MustGather", 4),
+    )
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"layer": "BlockLayer", "strategy": "Gather"},
+        {"strategy": "MustGather"},
+        {"layer": "BlockLayer", "strategy": "MustGather", "podCountMultiple": 0},
+    ],
+)
+def test_bad_network_topology_spec_is_an_error(rule: dict[str, object]) -> None:
+    with pytest.raises(GangSpecError, match="network-topology-spec"):
+        parse_pod_group(pod_group("g", 1, gather=[rule]))
+
+
+def test_membership_is_the_pod_group_label_in_the_pods_namespace() -> None:
+    assert pod_group_of(pod("p", "gang", namespace="ml")) == GroupKey("ml", "gang")
+    assert pod_group_of(pod("p", None)) is None
+
+
+def test_rank_order_is_index_then_unindexed_by_natural_name() -> None:
+    pods = [("pod-10", None), ("pod-2", None), ("z", 1), ("a", 0)]
+    ordered = sorted(pods, key=lambda p: rank_key(p[1], p[0]))
+    assert [name for name, _ in ordered] == ["a", "z", "pod-2", "pod-10"]
+
+
+def test_bad_topology_index_is_an_error() -> None:
+    bad = pod("p", index=None)
+    bad["metadata"]["annotations"]["gang.scheduling.koordinator.sh/network-topology-index"] = "x"
+    with pytest.raises(GangSpecError, match="network-topology-index"):
+        topology_index(bad)
+    assert topology_index(pod("p", index=3)) == 3

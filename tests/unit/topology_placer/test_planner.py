@@ -1,0 +1,454 @@
+"""Rules of the placement pass: gang all-or-nothing, nominate-then-bind, reservations,
+fit, Strict/NonStrict, timeouts, messages, PodGroup and topology status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.topology_placer.builders import (
+    BLOCK,
+    TOPOLOGY,
+    node,
+    pod,
+    pod_group,
+    reference_nodes,
+)
+from tests.unit.topology_placer.simulate import apply, run, state
+from topology_placer.gang import GROUPS, MODE
+from topology_placer.planner import (
+    Bind,
+    Decision,
+    Evict,
+    MarkUnschedulable,
+    Nominate,
+    Notice,
+    Plan,
+    UpdateGroupStatus,
+    UpdateTopologyStatus,
+    plan,
+)
+
+BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
+BLOCK_PREFER = [{"layer": "BlockLayer", "strategy": "PreferGather"}]
+
+
+def _of(result: Plan, kind: type[Any]) -> list[Any]:
+    return [a for a in result.actions if isinstance(a, kind)]
+
+
+def _nodes_of(pods: list[dict[str, Any]], group: str = "gang") -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["status"].get("nominatedNodeName") or p["spec"].get("nodeName", "")
+        for p in pods
+        if p["metadata"]["labels"].get("pod-group.scheduling.sigs.k8s.io") == group
+    }
+
+
+def _block(name: str, nodes: list[dict[str, Any]]) -> str:
+    labels = next(n["metadata"]["labels"] for n in nodes if n["metadata"]["name"] == name)
+    return str(labels[BLOCK])
+
+
+def test_reference_example_four_pod_gang_lands_on_one_block() -> None:
+    nodes = reference_nodes()
+    # s1's nodes each already run a 4-GPU pod: they offer one slot each, s2's nodes two.
+    busy = [pod(f"busy{i}", None, gpus=4, node_name=f"node{i}", scheduler="x") for i in range(1, 5)]
+    gang = [pod(f"worker-{i}", gpus=4) for i in range(4)]
+    _, after = run(
+        nodes, busy + gang, [pod_group("gang", 4, gather=BLOCK_PREFER)], topology=TOPOLOGY
+    )
+    placed = _nodes_of(after)
+    assert len({_block(n, nodes) for n in placed.values()}) == 1
+    assert set(placed.values()) <= {"node5", "node6", "node7", "node8"}
+
+
+def test_nominate_first_then_bind_on_the_next_pass() -> None:
+    nodes = reference_nodes()
+    gang = [pod(f"w-{i}", gpus=8) for i in range(2)]
+    groups = [pod_group("gang", 2, gather=BLOCK_MUST)]
+    first, after = run(nodes, gang, groups, topology=TOPOLOGY)
+    assert len(_of(first, Nominate)) == 2
+    assert not _of(first, Bind)
+    second, bound = run(nodes, after, groups, topology=TOPOLOGY)
+    binds = _of(second, Bind)
+    assert {b.node for b in binds} == set(_nodes_of(after).values())
+    assert not _of(second, Nominate)
+    assert all(p["spec"].get("nodeName") for p in bound)
+
+
+def test_gang_waits_for_min_member_and_says_how_many_it_has() -> None:
+    result, _after = run(reference_nodes(), [pod("w-0")], [pod_group("gang", 3)], topology=TOPOLOGY)
+    assert not _of(result, Nominate)
+    marks = _of(result, MarkUnschedulable)
+    assert marks[0].message == (
+        "waiting for members: PodGroup default/gang has 1 of minMember 3 pods (once-satisfied)"
+    )
+    assert result.gang_states["default/gang"] == "waiting"
+
+
+def test_gang_group_is_all_or_nothing_across_its_pod_groups() -> None:
+    nodes = reference_nodes()
+    annotations = {GROUPS: '["default/master", "default/worker"]'}
+    groups = [
+        pod_group("master", 1, annotations=annotations, gather=BLOCK_MUST),
+        pod_group("worker", 4, annotations=annotations, gather=BLOCK_MUST),
+    ]
+    master = [pod("master-0", "master", gpus=8)]
+    workers = [pod(f"worker-{i}", "worker", gpus=8) for i in range(4)]
+    # A block holds 2 eight-GPU pods: the 5 pods of the GangGroup fit in none.
+    result, _ = run(nodes, master + workers, groups, topology=TOPOLOGY)
+    assert not _of(result, Nominate)
+    assert not _of(result, Bind)
+    message = _of(result, MarkUnschedulable)[0].message
+    assert (
+        message == "MustGather BlockLayer: no BlockLayer domain offers 5 slots; best s1/b1 offers 2"
+    )
+    # Without the MustGather, the same group is placed whole in one decision.
+    loose = [
+        pod_group("master", 1, annotations=annotations),
+        pod_group("worker", 4, annotations=annotations),
+    ]
+    placed, _after = run(nodes, master + workers, loose, topology=TOPOLOGY)
+    assert len(_of(placed, Nominate)) == 5
+    decisions = [d for d in _of(placed, Decision) if d.kind == "nominated"]
+    assert len(decisions) == 1
+    assert decisions[0].gang_group[0].name == "master"
+
+
+def test_nominations_are_reservations_so_a_restart_never_double_books() -> None:
+    nodes = reference_nodes()
+    groups = [pod_group("a", 2), pod_group("b", 2)]
+    a = [pod(f"a-{i}", "a", gpus=8, nominated=f"node{i + 1}") for i in range(2)]
+    b = [pod(f"b-{i}", "b", gpus=8) for i in range(2)]
+    # A fresh placer (no memory) sees a's nominations in the pods and keeps off those nodes.
+    _, after = run(nodes, a + b, groups, topology=TOPOLOGY)
+    assert set(_nodes_of(after, "b").values()).isdisjoint({"node1", "node2"})
+
+
+def test_bound_pods_and_other_schedulers_pods_are_charged_to_their_nodes() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1")]
+    other = pod("other", None, gpus=8, node_name="n1", scheduler="default-scheduler")
+    gang = [pod("w-0", gpus=8)]
+    _, after = run(nodes, [other, *gang], [pod_group("gang", 1)], topology=TOPOLOGY)
+    assert _nodes_of(after) == {"w-0": "n2"}
+
+
+def test_pods_of_other_schedulers_are_left_alone() -> None:
+    stranger = pod("s-0", "gang", scheduler="default-scheduler")
+    result, _ = run(reference_nodes(), [stranger], [pod_group("gang", 1)], topology=TOPOLOGY)
+    assert not _of(result, Nominate)
+    assert not _of(result, MarkUnschedulable)
+
+
+def test_cordoned_not_ready_tainted_and_unmatched_nodes_are_excluded() -> None:
+    nodes = [
+        node("cordoned", "s1", "b1", unschedulable=True),
+        node("down", "s1", "b1", ready=False),
+        node("tainted", "s1", "b1", taints=[{"key": "gpu", "effect": "NoSchedule"}]),
+        node("wrong-zone", "s1", "b1", labels={"zone": "b"}),
+        node("good", "s1", "b1", labels={"zone": "a"}),
+    ]
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "c"]}]}
+                ]
+            }
+        }
+    }
+    gang = [pod("w-0", gpus=8, affinity=affinity)]
+    _, after = run(nodes, gang, [pod_group("gang", 1)], topology=TOPOLOGY)
+    assert _nodes_of(after) == {"w-0": "good"}
+
+
+def test_gpus_fit_counts_requests_of_bound_and_nominated_pods() -> None:
+    nodes = [node("n1", "s1", "b1", gpus=8)]
+    bound = pod("x", None, gpus=4, node_name="n1", scheduler="x")
+    nominated = pod("y", "other", gpus=2, nominated="n1")
+    gang = [pod("w-0", gpus=4)]
+    groups = [pod_group("gang", 1), pod_group("other", 1)]
+    result, after = run(nodes, [bound, nominated, *gang], groups, topology=TOPOLOGY)
+    assert _nodes_of(after)["w-0"] == ""
+    assert any("offers 0" in m.message for m in _of(result, MarkUnschedulable))
+
+
+def test_ranks_are_kept_pod_2_lands_before_pod_10() -> None:
+    nodes = reference_nodes()
+    gang = [pod(f"pod-{i}", gpus=4) for i in (10, 2, 1, 0)]
+    _, after = run(nodes, gang, [pod_group("gang", 4, gather=BLOCK_MUST)], topology=TOPOLOGY)
+    placed = _nodes_of(after)
+    assert placed["pod-0"] == placed["pod-1"]
+    assert placed["pod-2"] == placed["pod-10"]
+    assert placed["pod-0"] != placed["pod-2"]
+
+
+def test_network_topology_index_orders_ranks() -> None:
+    nodes = reference_nodes()
+    gang = [pod(f"p-{c}", gpus=4, index=i) for i, c in enumerate("dcba")]
+    _, after = run(nodes, gang, [pod_group("gang", 4, gather=BLOCK_MUST)], topology=TOPOLOGY)
+    placed = _nodes_of(after)
+    assert placed["p-d"] == placed["p-c"]
+    assert placed["p-b"] == placed["p-a"]
+
+
+def test_failed_bind_replans_the_rest_inside_the_same_domain() -> None:
+    nodes = [
+        node("n1", "s1", "b1"),
+        node("n2", "s1", "b1"),
+        node("n3", "s2", "b3"),
+        node("n4", "s2", "b3"),
+    ]
+    groups = [pod_group("gang", 3)]
+    bound = [pod("w-0", gpus=8, node_name="n1", phase="Running")]
+    # w-1 was nominated to a node that has since gone (its bind failed with not-found).
+    lost = [pod("w-1", gpus=4, nominated="gone"), pod("w-2", gpus=4, nominated="gone")]
+    result, after = run(nodes, bound + lost, groups, topology=TOPOLOGY)
+    assert _nodes_of(after) == {"w-0": "n1", "w-1": "n2", "w-2": "n2"}
+    assert not _of(result, Evict)
+
+
+def test_strict_gang_that_cannot_complete_is_sent_back_whole() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n2", "s2", "b3")]
+    groups = [pod_group("gang", 3, gather=BLOCK_MUST)]
+    pods = [
+        pod("w-0", gpus=8, node_name="n1", phase="Running"),
+        pod("w-1", gpus=8, nominated="n2"),
+        pod("w-2", gpus=8, nominated="n2"),
+    ]
+    result, _ = run(nodes, pods, groups, topology=TOPOLOGY)
+    assert {a.pod.name for a in _of(result, Evict)} == {"w-0"}
+    assert {(a.pod.name, a.node) for a in _of(result, Nominate)} == {("w-1", ""), ("w-2", "")}
+    assert any(d.kind == "gang-evicted" for d in _of(result, Decision))
+
+
+def test_non_strict_gang_keeps_its_bound_members_and_nominations() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n2", "s2", "b3")]
+    groups = [pod_group("gang", 3, gather=BLOCK_MUST, annotations={MODE: "NonStrict"})]
+    pods = [
+        pod("w-0", gpus=8, node_name="n1", phase="Running"),
+        pod("w-1", gpus=8, nominated="n2"),
+        pod("w-2", gpus=8, nominated="n2"),
+    ]
+    result, _ = run(nodes, pods, groups, topology=TOPOLOGY)
+    assert not _of(result, Evict)
+    assert not _of(result, Nominate)
+
+
+def test_unschedulable_is_reported_once_with_an_event_and_a_decision() -> None:
+    nodes = [node("n1", "s1", "b1", gpus=4)]
+    groups = [pod_group("gang", 2)]
+    pods = [pod("w-0", gpus=8), pod("w-1", gpus=8)]
+    result = plan(state(nodes, pods, groups, topology=TOPOLOGY))
+    message = "no topology domain offers 2 slots; the cluster offers 0"
+    assert {m.message for m in _of(result, MarkUnschedulable)} == {message}
+    notices = _of(result, Notice)
+    assert notices[0].reason == "FailedScheduling" and notices[0].warning
+    assert [d.kind for d in _of(result, Decision)] == ["unschedulable"]
+    # The same verdict on the next pass changes nothing.
+    for p in pods:
+        p["status"]["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+            }
+        ]
+    again = plan(state(nodes, pods, groups, topology=TOPOLOGY))
+    assert not _of(again, MarkUnschedulable)
+    assert not _of(again, Notice)
+
+
+def test_gang_past_its_waiting_time_times_out_and_restarts_its_cycle() -> None:
+    groups = [pod_group("gang", 3, timeout=30)]
+    pods = [pod("w-0"), pod("w-1")]
+    for p in pods:
+        p["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    created = 1_767_225_600.0
+    early = plan(state(reference_nodes(), pods, groups, now=created + 10))
+    assert _of(early, MarkUnschedulable)[0].reason == "Unschedulable"
+    late = plan(state(reference_nodes(), pods, groups, now=created + 31))
+    marks = _of(late, MarkUnschedulable)
+    assert marks[0].reason == "GangTimeout"
+    assert marks[0].message.startswith(
+        "gang default/gang waited more than 30s: waiting for members"
+    )
+    assert any(d.kind == "timed-out" for d in _of(late, Decision))
+    # The new cycle starts now, recorded in the PodGroup's scheduleStartTime.
+    (restart,) = _of(late, UpdateGroupStatus)
+    assert restart.status["scheduleStartTime"] == "2026-01-01T00:00:31Z"
+    groups[0]["status"] = restart.status
+    for p in pods:
+        p["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "GangTimeout", "message": "x"}
+        ]
+    # Within the new cycle the gang is back to waiting, and stays so (no flapping) ...
+    for now in (created + 40, created + 60):
+        again = plan(state(reference_nodes(), pods, groups, now=now))
+        assert _of(again, MarkUnschedulable)[0].reason == "Unschedulable"
+        assert not _of(again, UpdateGroupStatus)
+    # ... until the new cycle runs out too.
+    final = plan(state(reference_nodes(), pods, groups, now=created + 62))
+    assert _of(final, MarkUnschedulable)[0].reason == "GangTimeout"
+
+
+def test_invalid_pod_group_is_reported_with_the_bad_key() -> None:
+    groups = [pod_group("gang", 1, annotations={MODE: "Sometimes"})]
+    result, _ = run(reference_nodes(), [pod("w-0")], groups)
+    assert (
+        "gang.scheduling.koordinator.sh/mode: 'Sometimes'"
+        in _of(result, MarkUnschedulable)[0].message
+    )
+    assert result.gang_states["default/gang"] == "invalid"
+
+
+def test_pod_group_status_follows_its_pods() -> None:
+    groups = [pod_group("gang", 2)]
+    pods = [pod("w-0", owner="job"), pod("w-1", owner="job")]
+    first = plan(state(reference_nodes(), pods, groups))
+    status = _of(first, UpdateGroupStatus)[0].status
+    assert status["phase"] == "PreScheduling"
+    assert status["occupiedBy"] == "default/job"
+    running = [pod(f"w-{i}", node_name="node1", phase="Running") for i in range(2)]
+    later = plan(state(reference_nodes(), running, groups))
+    assert _of(later, UpdateGroupStatus)[0].status["phase"] == "Running"
+
+
+def test_topology_detail_status_is_kept_true() -> None:
+    result = plan(state(reference_nodes(), [], topology=TOPOLOGY))
+    update = _of(result, UpdateTopologyStatus)[0]
+    assert update.name == "default"
+    assert update.detail_status[0]["nodeNum"] == 8
+    settled = dict(TOPOLOGY, status={"detailStatus": update.detail_status})
+    assert not _of(plan(state(reference_nodes(), [], topology=settled)), UpdateTopologyStatus)
+
+
+def test_apply_helper_binds_what_was_nominated() -> None:
+    # The simulation used by these tests applies a Bind as the API server's binding does.
+    nodes = [node("n1", "s1", "b1")]
+    pods = [pod("w-0", gpus=8, nominated="n1")]
+    result = plan(state(nodes, pods, [pod_group("gang", 1)]))
+    assert apply(pods, result)[0]["spec"]["nodeName"] == "n1"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    load=st.lists(st.tuples(st.integers(1, 8), st.sampled_from([1, 2, 4])), max_size=12),
+    gangs=st.lists(
+        st.tuples(st.integers(1, 5), st.sampled_from([1, 2, 4, 8])), min_size=1, max_size=4
+    ),
+    must=st.booleans(),
+)
+def test_property_placement_never_exceeds_allocatable_and_gangs_are_whole(
+    load: list[tuple[int, int]], gangs: list[tuple[int, int]], must: bool
+) -> None:
+    nodes = reference_nodes()
+    used: dict[str, int] = {}
+    pods: list[dict[str, Any]] = []
+    for k, (number, gpus) in enumerate(load):
+        name = f"node{number}"
+        if used.get(name, 0) + gpus <= 8:
+            used[name] = used.get(name, 0) + gpus
+            pods.append(pod(f"busy{k}", None, gpus=gpus, node_name=name, scheduler="x"))
+    groups = []
+    for g, (size, gpus) in enumerate(gangs):
+        groups.append(pod_group(f"g{g}", size, gather=BLOCK_MUST if must else None))
+        pods.extend(pod(f"g{g}-{i}", f"g{g}", gpus=gpus) for i in range(size))
+    after = pods
+    for _ in range(2):  # nominate, then bind
+        after = apply(after, plan(state(nodes, after, groups, topology=TOPOLOGY)))
+    per_node: dict[str, int] = {}
+    for p in after:
+        where = p["spec"].get("nodeName") or p["status"].get("nominatedNodeName")
+        if where:
+            gpus = int(p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+            per_node[where] = per_node.get(where, 0) + gpus
+    assert all(total <= 8 for total in per_node.values())
+    for g, (size, _) in enumerate(gangs):
+        members = [p for p in after if p["metadata"]["name"].startswith(f"g{g}-")]
+        placed = [p for p in members if p["spec"].get("nodeName")]
+        assert len(placed) in (0, size)
+        if placed and must:
+            assert len({_block(p["spec"]["nodeName"], nodes) for p in placed}) == 1
+
+
+def test_recreated_member_of_a_satisfied_must_gather_gang_stays_in_its_domain() -> None:
+    # n3 (another block) is the tighter fit, so only the confinement keeps w-2 in b1.
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1"), node("n3", "s2", "b3", gpus=4)]
+    groups = [pod_group("gang", 2, gather=BLOCK_MUST, status={"phase": "Running"})]
+    pods = [
+        pod("w-0", gpus=8, node_name="n1", phase="Running"),
+        pod("w-1", gpus=0, node_name="n2", phase="Running"),
+        # w-2 replaces a member that died.
+        pod("w-2", gpus=4),
+    ]
+    _, after = run(nodes, pods, groups, topology=TOPOLOGY)
+    assert _nodes_of(after)["w-2"] == "n2"
+
+
+def test_recreated_member_of_a_satisfied_gang_without_must_gather_may_go_anywhere() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n3", "s2", "b3")]
+    groups = [pod_group("gang", 1, status={"phase": "Running"})]
+    pods = [pod("w-0", gpus=8, node_name="n1", phase="Running"), pod("w-1", gpus=8)]
+    _, after = run(nodes, pods, groups, topology=TOPOLOGY)
+    assert _nodes_of(after)["w-1"] == "n3"
+
+
+def test_when_not_all_members_fit_just_min_member_is_placed_then_bound() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1")]
+    groups = [pod_group("gang", 2)]
+    pods = [pod(f"w-{i}", gpus=8) for i in range(3)]
+    first, after = run(nodes, pods, groups, topology=TOPOLOGY)
+    assert {n.pod.name for n in _of(first, Nominate)} == {"w-0", "w-1"}
+    second, bound = run(nodes, after, groups, topology=TOPOLOGY)
+    assert {b.pod.name for b in _of(second, Bind)} == {"w-0", "w-1"}
+    assert _nodes_of(bound)["w-2"] == ""
+
+
+def _annotated(name: str, gang: str, min_available: str | None) -> dict[str, Any]:
+    made = pod(name, None, gpus=8)
+    made["metadata"]["annotations"]["gang.scheduling.koordinator.sh/name"] = gang
+    if min_available is not None:
+        made["metadata"]["annotations"]["gang.scheduling.koordinator.sh/min-available"] = (
+            min_available
+        )
+    return made
+
+
+def test_a_gang_declared_by_pod_annotations_alone_is_placed_whole() -> None:
+    nodes = reference_nodes()
+    one = [_annotated("a-0", "ann", "2")]
+    waiting, _ = run(nodes, one, topology=TOPOLOGY)
+    assert not _of(waiting, Nominate)
+    assert "has 1 of minMember 2" in _of(waiting, MarkUnschedulable)[0].message
+    both = [*one, _annotated("a-1", "ann", "2")]
+    placed, _ = run(nodes, both, topology=TOPOLOGY)
+    assert {n.pod.name for n in _of(placed, Nominate)} == {"a-0", "a-1"}
+    assert not _of(placed, UpdateGroupStatus)
+
+
+def test_an_annotation_gang_without_min_available_is_invalid() -> None:
+    result, _ = run(reference_nodes(), [_annotated("a-0", "ann", None)], topology=TOPOLOGY)
+    assert (
+        "gang.scheduling.koordinator.sh/min-available) is required"
+        in _of(result, MarkUnschedulable)[0].message
+    )
+
+
+def test_match_policy_decides_which_members_count_toward_min_member() -> None:
+    nodes = reference_nodes()
+    pods = [pod("w-0", gpus=8, node_name="node1", phase="Running"), pod("w-1", gpus=8)]
+    counted = {}
+    for policy in ("only-waiting", "waiting-and-running"):
+        groups = [
+            pod_group(
+                "gang", 2, annotations={"gang.scheduling.koordinator.sh/match-policy": policy}
+            )
+        ]
+        result, _ = run(nodes, pods, groups, topology=TOPOLOGY)
+        counted[policy] = result.gang_states["default/gang"]
+    assert counted == {"only-waiting": "waiting", "waiting-and-running": "nominated"}

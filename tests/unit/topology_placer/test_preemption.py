@@ -1,0 +1,211 @@
+"""Rules of job-level preemption, through the placement pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
+from tests.unit.topology_placer.simulate import run, state
+from topology_placer.planner import Decision, Evict, Nominate, Plan, plan
+from topology_placer.preemption import broken_budgets, preemption_message
+
+BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
+
+
+def _of(result: Plan, kind: type[Any]) -> list[Any]:
+    return [a for a in result.actions if isinstance(a, kind)]
+
+
+def _two_nodes() -> list[dict[str, Any]]:
+    return [node("n1", "s1", "b1"), node("n2", "s1", "b1")]
+
+
+def _hello_job() -> list[dict[str, Any]]:
+    return [pod(f"preemptor-pod-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+
+
+def test_preemption_evicts_lower_priority_job_with_the_reference_message() -> None:
+    victims = [pod(f"victim-{i}", None, gpus=8, node_name=f"n{i}", owner="low") for i in (1, 2)]
+    result, _after = run(_two_nodes(), victims + _hello_job(), [pod_group("hello-job", 2)])
+    evicted = _of(result, Evict)
+    assert {e.pod.name for e in evicted} == {"victim-1", "victim-2"}
+    assert {e.reason for e in evicted} == {"PreemptionByScheduler"}
+    assert evicted[0].message == (
+        "koord-scheduler: preempting to accommodate higher priority pods, preemptor: "
+        "default/hello-job, triggerpod: default/preemptor-pod-1"
+    )
+    nominations = {(n.pod.name, n.node) for n in _of(result, Nominate)}
+    assert {name for name, _ in nominations} == {"preemptor-pod-1", "preemptor-pod-2"}
+    decision = next(d for d in _of(result, Decision) if d.kind == "preempted")
+    assert decision.victims == ("default/victim-1", "default/victim-2")
+    assert result.gang_states["default/hello-job"] == "preempting"
+
+
+def test_preemption_message_matches_the_reference() -> None:
+    assert preemption_message("koord-scheduler", "default/hello-job", "default/p-2") == (
+        "koord-scheduler: preempting to accommodate higher priority pods, "
+        "preemptor: default/hello-job, triggerpod: default/p-2"
+    )
+
+
+def test_preemption_policy_never_makes_the_gang_ineligible() -> None:
+    victims = [pod(f"v-{i}", None, gpus=8, node_name=f"n{i}") for i in (1, 2)]
+    gang = [
+        pod(f"p-{i}", "hello-job", gpus=8, priority=100, preemption_policy="Never") for i in (1, 2)
+    ]
+    result, _ = run(_two_nodes(), victims + gang, [pod_group("hello-job", 2)])
+    assert not _of(result, Evict)
+    decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
+    assert "preemptionPolicy Never" in decision.message
+
+
+def test_victims_still_terminating_block_a_second_preemption_and_keep_nominations() -> None:
+    terminating = [pod(f"v-{i}", None, gpus=8, node_name=f"n{i}", deleting=True) for i in (1, 2)]
+    other = pod("v-3", None, gpus=8, node_name="n3")
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100, nominated=f"n{i}") for i in (1, 2)]
+    nodes = [*_two_nodes(), node("n3", "s1", "b1")]
+    result, _ = run(nodes, [*terminating, other, *gang], [pod_group("hello-job", 2)])
+    assert not _of(result, Evict)
+    assert not _of(result, Nominate)
+    decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
+    assert "still terminating on nominated node" in decision.message
+
+
+def test_unneeded_victims_are_given_back() -> None:
+    nodes = [node("n1", "s1", "b1", gpus=8)]
+    small = [pod(f"v-{i}", None, gpus=2, node_name="n1", owner=f"job{i}") for i in range(4)]
+    gang = [pod("p-1", "hello-job", gpus=4, priority=100)]
+    result, _ = run(nodes, [*small, *gang], [pod_group("hello-job", 1)])
+    assert len(_of(result, Evict)) == 2
+
+
+def test_least_cost_evicts_the_lowest_priority_job() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n2", "s2", "b3")]
+    cheap = pod("cheap", None, gpus=8, node_name="n1", priority=1)
+    dear = pod("dear", None, gpus=8, node_name="n2", priority=50)
+    gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
+    result, _ = run(nodes, [cheap, dear, *gang], [pod_group("hello-job", 1)], topology=TOPOLOGY)
+    assert [e.pod.name for e in _of(result, Evict)] == ["cheap"]
+
+
+def test_victim_gang_is_evicted_whole() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n2", "s2", "b3")]
+    # The low gang spans both nodes; taking n1 evicts its member on n2 too.
+    low = [
+        pod("low-0", "low", gpus=8, node_name="n1", phase="Running"),
+        pod("low-1", "low", gpus=4, node_name="n2", phase="Running"),
+    ]
+    gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
+    groups = [pod_group("low", 2), pod_group("hello-job", 1)]
+    result, _ = run(nodes, [*low, *gang], groups, topology=TOPOLOGY)
+    assert {e.pod.name for e in _of(result, Evict)} == {"low-0", "low-1"}
+
+
+def test_plan_breaking_a_disruption_budget_is_used_only_when_no_other_exists() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n2", "s2", "b3")]
+    guarded = pod("guarded", None, gpus=8, node_name="n1", priority=1)
+    guarded["metadata"]["labels"] = {"app": "db"}
+    free = pod("free", None, gpus=8, node_name="n2", priority=5)
+    gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
+    budget = {
+        "metadata": {"name": "db", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    groups = [pod_group("hello-job", 1)]
+    result = plan(state(nodes, [guarded, free, *gang], groups, topology=TOPOLOGY, budgets=[budget]))
+    # The budget-breaking plan is cheaper (priority 1) but another plan exists.
+    assert [e.pod.name for e in _of(result, Evict)] == ["free"]
+    only = plan(state(nodes[:1], [guarded, *gang], groups, topology=TOPOLOGY, budgets=[budget]))
+    assert [e.pod.name for e in _of(only, Evict)] == ["guarded"]
+    decision = next(d for d in _of(only, Decision) if d.kind == "preempted")
+    assert "budgets broken 1" in decision.message
+    assert broken_budgets([guarded], [budget]) == 1
+
+
+def test_preemption_not_helpful_evicts_nothing() -> None:
+    nodes = [node("n1", "s1", "b1", gpus=4)]
+    victim = pod("v", None, gpus=4, node_name="n1")
+    gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
+    result, _ = run(nodes, [victim, *gang], [pod_group("hello-job", 1)])
+    assert not _of(result, Evict)
+    decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
+    assert "preemption not helpful" in decision.message
+
+
+def test_higher_or_equal_priority_pods_are_never_victims() -> None:
+    nodes = [node("n1", "s1", "b1")]
+    peer = pod("peer", None, gpus=8, node_name="n1", priority=100)
+    gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
+    result, _ = run(nodes, [peer, *gang], [pod_group("hello-job", 1)])
+    assert not _of(result, Evict)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    victims=st.lists(
+        st.tuples(st.integers(0, 3), st.sampled_from([2, 4, 8]), st.integers(0, 150)), max_size=8
+    ),
+    size=st.integers(1, 4),
+)
+def test_property_preemption_never_evicts_equal_or_higher_priority_and_places_whole(
+    victims: list[tuple[int, int, int]], size: int
+) -> None:
+    nodes = [node(f"n{i}", f"s{i // 2}", f"b{i // 2}") for i in range(4)]
+    running = [
+        pod(f"v{k}", None, gpus=gpus, node_name=f"n{n}", priority=priority)
+        for k, (n, gpus, priority) in enumerate(victims)
+    ]
+    # Victims may overcommit in this generator; keep only what fits on each node.
+    used: dict[str, int] = {}
+    kept = []
+    for p in running:
+        gpus = int(p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+        if used.get(p["spec"]["nodeName"], 0) + gpus <= 8:
+            used[p["spec"]["nodeName"]] = used.get(p["spec"]["nodeName"], 0) + gpus
+            kept.append(p)
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in range(size)]
+    result, after = run(nodes, kept + gang, [pod_group("hello-job", size)], topology=TOPOLOGY)
+    evicted = {e.pod.name for e in _of(result, Evict)}
+    assert all(p["spec"]["priority"] < 100 for p in kept if p["metadata"]["name"] in evicted)
+    nominated = [
+        p
+        for p in after
+        if p["metadata"]["name"].startswith("p-") and p["status"].get("nominatedNodeName")
+    ]
+    assert len(nominated) in (0, size)
+    per_node: dict[str, int] = {}
+    for p in after:
+        where = p["spec"].get("nodeName") or p["status"].get("nominatedNodeName")
+        if where:
+            gpus = int(p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+            per_node[where] = per_node.get(where, 0) + gpus
+    assert all(total <= 8 for total in per_node.values())
+
+
+def test_a_gang_does_not_preempt_again_while_its_victims_terminate() -> None:
+    # The evictions landed before the nominations: the victims carry the gang's
+    # DisruptionTarget and still hold their nodes, the members are not nominated yet.
+    message = preemption_message("koord-scheduler", "default/hello-job", "default/p-1")
+    marked = []
+    for i in (1, 2):
+        victim = pod(f"v-{i}", None, gpus=8, node_name=f"n{i}", deleting=True)
+        victim["status"]["conditions"] = [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": message,
+            }
+        ]
+        marked.append(victim)
+    others = [pod(f"o-{i}", None, gpus=8, node_name=f"n{i}") for i in (3, 4)]
+    nodes = [node(f"n{i}", "s1", "b1") for i in (1, 2, 3, 4)]
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    result, _ = run(nodes, [*marked, *others, *gang], [pod_group("hello-job", 2)])
+    assert not _of(result, Evict)
+    decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
+    assert "of this gang's preemption is still terminating" in decision.message
