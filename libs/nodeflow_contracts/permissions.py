@@ -77,8 +77,14 @@ BUS_GRANTS: dict[str, BusGrant] = {
         writes={
             **{kind.bucket: ALL_KEYS for kind in WATCHED_KINDS},
             APPLIED_COMMANDS_BUCKET: ALL_KEYS,
+            # One replica mirrors the cluster (the others only apply commands).
+            LEASES_BUCKET: ("k8s-watcher", "k8s-watcher.>"),
         },
-        reads_buckets=(*(kind.bucket for kind in WATCHED_KINDS), APPLIED_COMMANDS_BUCKET),
+        reads_buckets=(
+            *(kind.bucket for kind in WATCHED_KINDS),
+            APPLIED_COMMANDS_BUCKET,
+            LEASES_BUCKET,
+        ),
         reads_streams=("K8S_COMMANDS",),
     ),
     "slurm-syncer": BusGrant(

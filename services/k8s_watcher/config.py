@@ -42,6 +42,8 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
     # Delay between attempts of a command that failed for a passing reason (5xx, 429, PDB).
     command_retry_initial_seconds: float = 1.0
     command_retry_max_seconds: float = 30.0
+    # Every replica applies commands; one mirrors the cluster into KV, the holder of this lease.
+    leader_lease_ttl_seconds: float = 15.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -54,6 +56,8 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
             problems.append("COMMAND_CONCURRENCY must be >= 1")
         if self.list_page_size < 1:
             problems.append("LIST_PAGE_SIZE must be >= 1")
+        if self.leader_lease_ttl_seconds <= 0:
+            problems.append("LEADER_LEASE_TTL_SECONDS must be > 0")
         try:
             kinds = {info.kind for info in watched_kind_infos(self.watched_kinds)}
         except ValueError as exc:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CreateObject, K8sCommand, PatchObject
 from nodeflow_contracts.permissions import (
+    ADMIN_USER,
     COMMAND_POLICY,
     CommandGrant,
     field_allowed,
@@ -58,6 +59,10 @@ def authorize(cmd: K8sCommand, subject: str) -> Allowed | Refused:
     grants = COMMAND_POLICY.get(cmd.sender)
     if grants is None:
         return Refused(f"{cmd.sender!r} has no command policy")
+    if cmd.expires_at is None and cmd.sender != ADMIN_USER:
+        # A service's decision holds for a while only; without a deadline a command held by
+        # a crashed executor would be applied however late (operators' tools are exempt).
+        return Refused(f"a command of {cmd.sender} must carry a deadline (expires_at)")
     kind = target_kind(cmd)
     candidates = [g for g in grants if g.op == cmd.op and kind in g.kinds]
     if not candidates:

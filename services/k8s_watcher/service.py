@@ -18,7 +18,7 @@ from k8s_watcher.kinds import KindInfo, watched_kind_infos
 from k8s_watcher.kube import KubeClient, load_api_client
 from k8s_watcher.ratelimit import TokenBucket
 from k8s_watcher.sync import Stamp, StoredObject
-from nodeflow_bus import Bus, ConsumerOptions, PullConsumer
+from nodeflow_bus import Bus, ConsumerOptions, LeaderLease, PullConsumer
 from nodeflow_bus.declare import kv_stream_name
 from nodeflow_bus.kv_view import is_delete
 from nodeflow_bus.tasks import cancel_and_wait
@@ -97,6 +97,14 @@ def split_index(
 
 
 class K8sWatcher:
+    """The mirror (one informer per kind and namespace) and the command executor.
+
+    Every replica applies commands (they share the work queue); only one mirrors the cluster
+    into KV and events, the holder of the `k8s-watcher` lease (`setup`), since two mirrors
+    could write an older object over a newer one. A single instance (tests) runs both with
+    `start()`.
+    """
+
     def __init__(self, config: K8sWatcherConfig, bus: Bus, kube: KubeClient) -> None:
         self.config = config
         self.bus = bus
@@ -110,6 +118,8 @@ class K8sWatcher:
         )
         self.consumer: PullConsumer[K8sCommand] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        # Set when an informer dies (a bug: they retry forever); `supervise` raises it.
+        self._failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     @classmethod
     async def connect(cls, config: K8sWatcherConfig, bus: Bus) -> K8sWatcher:
@@ -122,6 +132,15 @@ class K8sWatcher:
         return cls(config, bus, kube)
 
     async def start(self) -> None:
+        """Mirror the cluster and apply commands: one instance doing all of it."""
+        await self.start_mirror()
+        await self.start_commands()
+
+    async def start_mirror(self) -> None:
+        """Informers for every watched kind, from the KV index (only what changed is
+        published again)."""
+        if self.informers:
+            return
         for kind in watched_kind_infos(self.config.watched_kinds):
             index = await load_index(self.bus, kind)
             namespaces = self.config.watched_namespaces if kind.namespaced else ()
@@ -140,9 +159,32 @@ class K8sWatcher:
                     )
                 )
         for informer in self.informers:
-            self._tasks.append(
-                asyncio.create_task(informer.run(), name=f"informer {informer.name}")
-            )
+            task = asyncio.create_task(informer.run(), name=f"informer {informer.name}")
+            task.add_done_callback(self._informer_ended)
+            self._tasks.append(task)
+        log.info("k8s_watcher.mirroring", informers=[i.name for i in self.informers])
+
+    async def stop_mirror(self) -> None:
+        tasks, self._tasks, self.informers = self._tasks, [], []
+        # One cancel() can be swallowed by nats-py's wait_for on Python 3.11.
+        await asyncio.gather(*(cancel_and_wait(task) for task in tasks))
+        if tasks:
+            log.info("k8s_watcher.mirror_stopped")
+
+    @property
+    def mirroring(self) -> bool:
+        return bool(self.informers)
+
+    def _informer_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._failed.done():
+            return
+        error = task.exception()
+        if error is not None:
+            failure = RuntimeError(f"{task.get_name()} failed")
+            failure.__cause__ = error
+            self._failed.set_exception(failure)
+
+    async def start_commands(self) -> None:
         self.consumer = PullConsumer(
             self.bus,
             COMMANDS_CONSUMER,
@@ -157,19 +199,14 @@ class K8sWatcher:
         )
         await self.consumer.start()
         log.info(
-            "k8s_watcher.started",
-            informers=[informer.name for informer in self.informers],
+            "k8s_watcher.applying_commands",
             qps=self.config.kube_qps,
             burst=self.config.kube_burst,
         )
 
     async def supervise(self) -> None:
         """Ends with the error of the first informer that died (a bug: they retry forever)."""
-        if self._tasks:
-            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                if not task.cancelled() and task.exception() is not None:
-                    raise RuntimeError(f"{task.get_name()} failed") from task.exception()
+        await asyncio.shield(self._failed)
 
     def not_ready_reason(self) -> str | None:
         reason = self.kube.health.not_ready_reason()
@@ -187,15 +224,56 @@ class K8sWatcher:
     async def stop(self, grace: float = 10.0) -> None:
         if self.consumer is not None:
             await self.consumer.stop(timeout=grace)
-        # One cancel() can be swallowed by nats-py's wait_for on Python 3.11.
-        await asyncio.gather(*(cancel_and_wait(task) for task in self._tasks))
+        await self.stop_mirror()
         await self.kube.close()
         log.info("k8s_watcher.stopped")
+
+
+class MirrorLeadership:
+    """Starts the mirror on gaining the `k8s-watcher` lease and stops it on losing it, one
+    transition at a time and off the lease's task (a start reads the KV index, which may take
+    seconds, and must not delay the lease's renewals)."""
+
+    def __init__(self, watcher: K8sWatcher) -> None:
+        self._watcher = watcher
+        # True/False: leadership gained/lost; None: the service is stopping.
+        self._transitions: asyncio.Queue[bool | None] = asyncio.Queue()
+
+    def on_leadership(self, leader: bool) -> None:
+        self._transitions.put_nowait(leader)
+
+    def finish(self) -> None:
+        self._transitions.put_nowait(None)
+
+    async def run(self) -> None:
+        while True:
+            leader = await self._transitions.get()
+            if leader is None:
+                return
+            if leader:
+                await self._watcher.start_mirror()
+            else:
+                await self._watcher.stop_mirror()
 
 
 async def setup(ctx: ServiceContext[K8sWatcherConfig]) -> None:
     watcher = await K8sWatcher.connect(ctx.config, ctx.bus)
     ctx.health.add_check("kubernetes", watcher.not_ready_reason)
-    await watcher.start()
-    ctx.on_stop(watcher.stop)
+    await watcher.start_commands()
+    mirror = MirrorLeadership(watcher)
+    lease = LeaderLease(
+        ctx.bus, SERVICE, holder=ctx.config.instance_id, ttl=ctx.config.leader_lease_ttl_seconds
+    )
+    lease.add_listener(mirror.on_leadership)
+    transitions = ctx.spawn(mirror.run(), name="k8s-watcher mirror leadership")
+    await lease.start()
+
+    async def stop(seconds_left: float) -> None:
+        await lease.stop()  # queues the loss of leadership: the mirror stops in order
+        mirror.finish()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(transitions), max(1.0, seconds_left / 2))
+        await watcher.stop(grace=max(1.0, seconds_left / 2))
+
+    ctx.on_stop(stop)
     ctx.spawn(watcher.supervise(), name="k8s-watcher informers")

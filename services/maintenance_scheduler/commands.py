@@ -36,7 +36,7 @@ from maintenance_scheduler.actions import (
 )
 from maintenance_scheduler.api import API_VERSION, NODE_MAINTENANCE_KIND, NodeMaintenance
 from nodeflow_contracts import k8s
-from nodeflow_contracts.k8s import K8sCommand, ObjectRef
+from nodeflow_contracts.k8s import K8sCommand, ObjectRef, deadline_after
 from nodeflow_contracts.maintenance import MaintenanceDecision
 from nodeflow_contracts.pod_protocol import NODE_CORDON_REASON_ANNOTATION
 
@@ -67,11 +67,17 @@ def node_ref(name: str, uid: str) -> ObjectRef:
     return ObjectRef(api_version="v1", kind="Node", name=name, uid=uid or None)
 
 
+# How long a command is worth applying: past it, a held command (a crashed k8s-watcher's) is
+# reported expired and the next round decides again from what is then true.
+COMMAND_LIFETIME_SECONDS = 60.0
+
+
 def _command(key: str, target: ObjectRef, operation: Any, reason: str, now: float) -> K8sCommand:
     return K8sCommand(
         idempotency_key=key,
         sender=SENDER,
         sent_at=now,
+        expires_at=deadline_after(COMMAND_LIFETIME_SECONDS, now=now),
         target=target,
         operation=operation,
         reason=reason[:1024],

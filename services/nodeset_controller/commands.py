@@ -22,6 +22,7 @@ from nodeflow_contracts.k8s import (
     PatchObject,
     RecordEvent,
     UpdateStatus,
+    deadline_after,
 )
 from nodeflow_contracts.nodeset import DecisionKind, NodeSetDecision
 from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION, NODESET_LABEL, SLURM_DELETE_CONDITION
@@ -124,11 +125,18 @@ def node_slot(name: str) -> str:
     return f"Node/{name}"
 
 
+# How long a command of ours is worth applying: as long as the service waits for its effect
+# before it plans again (the in-flight timeout's default). One held longer (a crashed
+# k8s-watcher's) is reported expired instead of applied over a newer decision.
+COMMAND_LIFETIME_SECONDS = 20.0
+
+
 def _command(key: str, target: ObjectRef, operation: Any, reason: str, now: float) -> K8sCommand:
     return K8sCommand(
         idempotency_key=key,
         sender=SENDER,
         sent_at=now,
+        expires_at=deadline_after(COMMAND_LIFETIME_SECONDS, now=now),
         target=target,
         operation=operation,
         reason=reason,

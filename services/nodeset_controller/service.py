@@ -27,6 +27,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import structlog
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -161,6 +162,7 @@ def aggregate_events(events: list[K8sCommand]) -> list[K8sCommand]:
                 idempotency_key=key,
                 sender=first.sender,
                 sent_at=first.sent_at,
+                expires_at=first.expires_at,
                 target=first.target,
                 operation=RecordEvent(
                     reason=first.operation.reason,
@@ -650,13 +652,8 @@ class NodeSetController:
             command = out.command
             salt = self._salt.get(command.idempotency_key, 0)
             if salt:
-                command = K8sCommand(
-                    idempotency_key=f"{command.idempotency_key}~{salt}",
-                    sender=command.sender,
-                    sent_at=command.sent_at,
-                    target=command.target,
-                    operation=command.operation,
-                    reason=command.reason,
+                command = msgspec.structs.replace(
+                    command, idempotency_key=f"{command.idempotency_key}~{salt}"
                 )
             if tracked:
                 self._forget(out.slot)

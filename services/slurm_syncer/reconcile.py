@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from nodeflow_contracts.k8s import K8sCommand, ObjectRef, PatchObject
+from nodeflow_contracts.k8s import K8sCommand, ObjectRef, PatchObject, deadline_after
 from nodeflow_contracts.pod_protocol import (
     POD_CORDON_ANNOTATION,
     POD_CORDON_FROM_NODE,
@@ -36,6 +36,13 @@ from slurm_syncer.drain import DrainPlan, decide_drain
 from slurm_syncer.nodestate import with_unconfirmed_not_responding
 from slurm_syncer.pods import PodFacts
 from slurm_syncer.reasons import DEFAULT_DRAIN_REASONS, DrainReasons
+
+# How long a pod command is worth applying. Conditions say what Slurm showed a moment ago: a
+# patch held past a few polls (a crashed k8s-watcher's) would show a stale state, so it is
+# reported expired and the next poll sends the current one. A cordon mark follows the node's
+# cordon, which changes rarely.
+CONDITIONS_LIFETIME_SECONDS = 15.0
+MARK_LIFETIME_SECONDS = 60.0
 
 PodCommandKind = Literal["conditions", "pod-cordon", "pod-uncordon"]
 # The ledger a kind of pod command is recorded in: a mark replaces an unmark and back.
@@ -170,6 +177,7 @@ class _Pass:
             ),
             sender=sender,
             sent_at=self.now,
+            expires_at=deadline_after(CONDITIONS_LIFETIME_SECONDS, now=self.now),
             target=_pod_ref(facts),
             operation=PatchObject(patch_type="strategic", patch=patch, subresource="status"),
             reason=f"Slurm node {cluster}/{facts.name} state changed",
@@ -185,6 +193,7 @@ class _Pass:
             idempotency_key=f"{sender}:{kind}:{facts.uid}:{facts.resource_version}:{attempt}",
             sender=sender,
             sent_at=self.now,
+            expires_at=deadline_after(MARK_LIFETIME_SECONDS, now=self.now),
             target=_pod_ref(facts),
             operation=PatchObject(patch_type="merge", patch=_mark_patch(kind)),
             reason=_mark_reason(kind, facts),

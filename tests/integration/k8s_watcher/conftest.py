@@ -41,6 +41,7 @@ from nodeflow_contracts.k8s import (
     K8sCommand,
     K8sObjectEvent,
     ObjectRef,
+    deadline_after,
 )
 from nodeflow_contracts.permissions import ADMIN_USER
 from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
@@ -203,7 +204,10 @@ class Harness:
         expires_at: float | None = None,
     ) -> K8sCommand:
         """Send as `sender` (the admin by default, whose policy allows everything) on
-        `bus` (the admin's by default), on the command's own subject unless told."""
+        `bus` (the admin's by default), on the command's own subject unless told. A service's
+        command gets a minute's deadline unless told, as the services' own do."""
+        if expires_at is None and sender != ADMIN_USER:
+            expires_at = deadline_after(60)
         cmd = K8sCommand(
             idempotency_key=key or uuid.uuid4().hex,
             sender=sender,

@@ -26,7 +26,7 @@ from nodeflow_contracts.k8s import (
     UncordonNode,
     UpdateStatus,
 )
-from nodeflow_contracts.permissions import ADMIN_USER, SERVICES
+from nodeflow_contracts.permissions import ADMIN_USER, COMMAND_POLICY, SERVICES
 from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from nodeflow_contracts.topology import WATCHED_KINDS
 
@@ -37,9 +37,16 @@ NODESET = ObjectRef(
 )
 
 
-def command(sender: str, target: ObjectRef, operation: CommandOperation) -> K8sCommand:
+def command(
+    sender: str, target: ObjectRef, operation: CommandOperation, expires_at: float | None = 61.0
+) -> K8sCommand:
     return K8sCommand(
-        idempotency_key="k", sender=sender, sent_at=1.0, target=target, operation=operation
+        idempotency_key="k",
+        sender=sender,
+        sent_at=1.0,
+        expires_at=expires_at,
+        target=target,
+        operation=operation,
     )
 
 
@@ -50,6 +57,26 @@ def judged(cmd: K8sCommand, subject: str | None = None) -> Allowed | Refused:
 def nodeset_pod(labelled: bool = True) -> dict[str, Any]:
     labels = {NODESET_LABEL: "workers"} if labelled else {}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": labels}}
+
+
+@pytest.mark.parametrize("sender", [s for s in SERVICES if COMMAND_POLICY[s]])
+def test_a_service_command_without_a_deadline_is_refused(sender: str) -> None:
+    allowed = COMMAND_POLICY[sender][0]
+    kind = sorted(allowed.kinds)[0]
+    target = ObjectRef(api_version="v1", kind=kind, name="x", namespace="slurm")
+    operation = RecordEvent(reason="R", message="m") if allowed.op == "record-event" else None
+    if operation is None:
+        operation = {"cordon": CordonNode(), "uncordon": UncordonNode(), "evict": EvictPod()}.get(
+            allowed.op, DeleteObject()
+        )
+    verdict = judged(command(sender, target, operation, expires_at=None))
+    assert isinstance(verdict, Refused)
+    assert "deadline" in verdict.reason
+
+
+def test_operators_commands_need_no_deadline() -> None:
+    verdict = judged(command(ADMIN_USER, POD, DeleteObject(), expires_at=None))
+    assert isinstance(verdict, Allowed)
 
 
 def test_a_command_whose_subject_op_differs_from_its_payload_is_refused() -> None:
