@@ -35,6 +35,7 @@ from nodeflow_contracts.k8s import (
     PatchObject,
     RecordEvent,
     UpdateStatus,
+    deadline_after,
 )
 from nodeflow_contracts.placement import PlacementDecision, PodAssignment
 from topology_placer.planner import (
@@ -81,6 +82,12 @@ def pod_target(pod: PodRef, *, with_rv: bool) -> ObjectRef:
     )
 
 
+# How long a placement command is worth applying: a nomination or bind held longer (a crashed
+# k8s-watcher's) may no longer fit what the cluster has become, so it is reported expired and
+# the next pass decides again.
+COMMAND_LIFETIME_SECONDS = 30.0
+
+
 def _command(
     key: str, target: ObjectRef, operation: CommandOperation, reason: str, now: float
 ) -> Outgoing:
@@ -90,6 +97,7 @@ def _command(
             idempotency_key=key,
             sender=SENDER,
             sent_at=now,
+            expires_at=deadline_after(COMMAND_LIFETIME_SECONDS, now=now),
             target=target,
             operation=operation,
             reason=reason[:1024],
