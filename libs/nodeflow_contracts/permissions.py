@@ -141,7 +141,8 @@ BUS_GRANTS: dict[str, BusGrant] = {
         subscribes=(subjects.K8S_OUTCOMES,),
     ),
     "metrics-exporter": BusGrant(
-        reads_buckets=(*_k8s("NodeSet"), SLURM_NODES_BUCKET, SLURM_CLUSTERS_BUCKET),
+        # Pods: the NodeSet pods' names and labels (nodes draining per NodeSet).
+        reads_buckets=(*_k8s("NodeSet", "Pod"), SLURM_NODES_BUCKET, SLURM_CLUSTERS_BUCKET),
         reads_streams=("COMMAND_OUTCOMES", "DECISIONS", "SLURM_EVENTS", "DEAD_LETTERS"),
         # K8S_COMMANDS is a work queue: a second consumer would take commands away from
         # k8s-watcher, so commands are counted from a plain subscription.
