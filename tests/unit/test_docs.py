@@ -26,7 +26,8 @@ SERVICE_PAGES = (
 CITED_ROOTS = ("services", "libs", "tests", "clustersim", "bench", "k8s", "proto", "tools", "docs")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 CITATION = re.compile(r"^(?:" + "|".join(CITED_ROOTS) + r")/[\w./-]+(?:::[\w.]+)?$")
-MARKDOWN_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s#]+)(?:#([^)\s]*))?\)")
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$", re.MULTILINE)
 # The specification we work from lives outside the repository; nothing in it may point there.
 # The names are assembled so that this file does not match its own check.
 _SPEC_FILES = (
@@ -87,6 +88,16 @@ def citation_problem(citation: str, root: Path = ROOT) -> str | None:
     return None
 
 
+def anchor_of(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    kept = re.sub(r"[^\w\- ]", "", heading.lower())
+    return kept.replace(" ", "-")
+
+
+def anchors_in(page: Path) -> set[str]:
+    return {anchor_of(heading) for heading in HEADING.findall(page.read_text())}
+
+
 def page_problems(page: Path, root: Path = ROOT) -> list[str]:
     """Every citation or relative link of a page that does not hold, and any pointer outside."""
     text = page.read_text()
@@ -94,11 +105,14 @@ def page_problems(page: Path, root: Path = ROOT) -> list[str]:
     for span in CODE_SPAN.findall(text):
         if CITATION.match(span) and (problem := citation_problem(span, root)) is not None:
             problems.append(f"{page.name}: {problem}")
-    for target in MARKDOWN_LINK.findall(text):
+    for target, anchor in MARKDOWN_LINK.findall(text):
         if "://" in target or target.startswith("mailto:"):
             continue
-        if not (page.parent / target).exists():
+        linked = page.parent / target
+        if not linked.exists():
             problems.append(f"{page.name}: link to missing {target}")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors_in(linked):
+            problems.append(f"{page.name}: link to missing section {target}#{anchor}")
     if OUTSIDE_SPEC.search(text):
         problems.append(f"{page.name}: points outside the repository")
     return problems
@@ -120,12 +134,16 @@ def test_a_page_citing_a_missing_test_or_file_is_caught(tmp_path: Path) -> None:
         "- `tests/unit/test_docs.py::test_that_was_never_written`\n"
         "- `services/no_such_service/planner.py`\n"
         "- [gone](missing.md)\n"
+        "- [no such section](page.md#nowhere)\n"
+        "## A section (here)\n"
+        "- [this section](page.md#a-section-here)\n"
     )
     problems = page_problems(page, ROOT)
-    assert len(problems) == 3
+    assert len(problems) == 4
     assert "test_that_was_never_written" in problems[0]
     assert "no file services/no_such_service/planner.py" in problems[1]
     assert "missing.md" in problems[2]
+    assert "page.md#nowhere" in problems[3]
 
 
 def test_a_class_member_is_found_inside_its_class_only() -> None:
@@ -138,7 +156,7 @@ def test_the_index_lists_every_page_and_every_service_has_one() -> None:
     index = (DOCS / "README.md").read_text()
     pages = {page.name for page in DOCS.glob("*.md")} - {"README.md"}
     assert set(SERVICE_PAGES) | {"protocols.md"} <= pages
-    linked = set(MARKDOWN_LINK.findall(index))
+    linked = {target for target, _ in MARKDOWN_LINK.findall(index)}
     assert pages <= linked
 
 
