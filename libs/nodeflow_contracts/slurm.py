@@ -9,7 +9,7 @@ import msgspec
 from nodeflow_contracts import subjects
 from nodeflow_contracts.pod_protocol import DEFAULT_DRAIN_REASON_PREFIX
 
-# Base states and flags as slinky-nodeset-controller.txt names them (pod condition suffixes).
+# Base states and flags as docs/protocols.md names them (pod condition suffixes).
 BASE_STATES: tuple[str, ...] = (
     "Allocated",
     "Down",

@@ -1,3 +1,3 @@
-"""The k8s-watcher service (see ../shared/DESIGN.md for what it owns)."""
+"""The k8s-watcher service (see docs/k8s-watcher.md for the rules it implements)."""
 
 SERVICE = "k8s-watcher"

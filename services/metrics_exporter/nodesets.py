@@ -1,4 +1,4 @@
-"""The NodeSet metrics of sunk-nodeset.txt, one gauge per status field.
+"""The NodeSet metrics, one gauge per status field (see docs/metrics-exporter.md).
 
 They are rendered from the KV view of NodeSet objects at scrape time, so a value is always the
 status currently stored, and a deleted NodeSet has no series at all.
@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 
 from nodeflow_contracts import subjects
 
-# metric name -> (status field, help text); names and meanings from sunk-nodeset.txt.
+# metric name -> (status field, help text); names and meanings in docs/metrics-exporter.md.
 NODESET_METRICS: tuple[tuple[str, str, str], ...] = (
     (
         "kube_sunk_nodeset_current",

@@ -1,3 +1,3 @@
-"""The nodeset-controller service (see ../shared/DESIGN.md for what it owns)."""
+"""The nodeset-controller service (see docs/nodeset-controller.md for the rules it implements)."""
 
 SERVICE = "nodeset-controller"

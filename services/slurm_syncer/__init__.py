@@ -1,3 +1,3 @@
-"""The slurm-syncer service (see ../shared/DESIGN.md for what it owns)."""
+"""The slurm-syncer service (see docs/slurm-syncer.md for the rules it implements)."""
 
 SERVICE = "slurm-syncer"

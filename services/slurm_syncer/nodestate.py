@@ -1,6 +1,6 @@
 """Slurm node JSON (v0.0.41) -> SlurmNodeState, with the derived states of the reference.
 
-slinky-nodeset-controller.txt: Busy = Allocated, Mixed or Completing; Drain = Drain and not
+See docs/slurm-syncer.md: Busy = Allocated, Mixed or Completing; Drain = Drain and not
 Undrain; Drained = Drain and not Busy; Draining = Drain and Busy. A node that cannot be read
 is Unknown with every derived state False (fail closed: never reported drained).
 """

@@ -17,7 +17,7 @@ from nodeflow_bus import Bus
 from nodeflow_contracts import subjects
 from tests.integration.metrics_exporter.conftest import eventually
 
-# The metrics of sunk-nodeset.txt and the status field each one reports.
+# The NodeSet metrics (docs/metrics-exporter.md) and the status field each one reports.
 REFERENCE_METRICS: dict[str, str] = {
     "kube_sunk_nodeset_current": "currentNumberScheduled",
     "kube_sunk_nodeset_misscheduled": "numberMisscheduled",

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from metrics_exporter.exporter import Exporter
 from tests.integration.nodeset_controller.conftest import Stack, eventually
 
-# sunk-nodeset.txt: each status field and the metric that reports it.
+# docs/metrics-exporter.md: each status field and the metric that reports it.
 STATUS_METRICS: dict[str, str] = {
     "currentNumberScheduled": "kube_sunk_nodeset_current",
     "numberMisscheduled": "kube_sunk_nodeset_misscheduled",
