@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from nodeflow_kube._fields import Obj, labels_of, mapping, name_of, sequence, text
+from nodeflow_kube.fields import Obj, labels_of, mapping, name_of, sequence, text
 
 IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT = "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"
 NODE_NAME_FIELD = "metadata.name"

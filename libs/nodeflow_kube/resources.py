@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 
-from nodeflow_kube._fields import Obj, mapping, sequence
+from nodeflow_kube.fields import Obj, mapping, sequence
 from nodeflow_kube.quantity import (
     ResourceList,
     add_resources,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from nodeflow_kube._fields import Obj, mapping, sequence, text
+from nodeflow_kube.fields import Obj, mapping, sequence, text
 
 NO_SCHEDULE = "NoSchedule"
 PREFER_NO_SCHEDULE = "PreferNoSchedule"

@@ -45,7 +45,7 @@ async def load_index(bus: Bus, kind: KindInfo, batch: int = 2000) -> dict[str, S
     index: dict[str, Stamp] = {}
     if info.state.messages == 0:
         return index
-    prefix = f"$KV.{bucket}."
+    prefix = subjects.kv_entry(bucket, "")
     subscription = await bus.js.pull_subscribe(
         f"{prefix}>",
         stream=stream,

@@ -11,11 +11,9 @@ import msgspec
 
 from k8s_watcher.kinds import KindInfo
 from nodeflow_bus import OutgoingMessage
+from nodeflow_bus.kv_writes import kv_delete, kv_put
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import K8sObjectEvent, WatchEventType
-
-KV_OPERATION = "KV-Operation"
-KV_DELETE = "DEL"
 
 _encoder = msgspec.json.Encoder()
 
@@ -182,23 +180,14 @@ def event_of(kind: KindInfo, change: Change) -> K8sObjectEvent:
     )
 
 
-def kv_subject(bucket: str, key: str) -> str:
-    return f"$KV.{bucket}.{key}"
-
-
 def messages_of(kind: KindInfo, bucket: str, changes: Iterable[Change]) -> list[OutgoingMessage]:
     """For each change: the KV write (put, or delete marker), then its event."""
     messages: list[OutgoingMessage] = []
     for change in changes:
-        subject = kv_subject(bucket, change.key)
         if change.type == "DELETED":
-            messages.append(
-                OutgoingMessage(subject=subject, message=b"", headers={KV_OPERATION: KV_DELETE})
-            )
+            messages.append(kv_delete(bucket, change.key))
         else:
-            messages.append(
-                OutgoingMessage(subject=subject, message=_encoder.encode(change.object))
-            )
+            messages.append(kv_put(bucket, change.key, _encoder.encode(change.object)))
         event = event_of(kind, change)
         messages.append(OutgoingMessage(subject=event.subject, message=event, msg_id=event.msg_id))
     return messages

@@ -12,8 +12,15 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
+
+from nodeflow_kube.fields import Obj as Obj
+from nodeflow_kube.fields import annotations_of as annotations_of
+from nodeflow_kube.fields import condition
+from nodeflow_kube.fields import mapping as mapping
+from nodeflow_kube.fields import meta as meta
+from nodeflow_kube.fields import parse_time as parse_time
+from nodeflow_kube.fields import rfc3339 as rfc3339
 
 API_GROUP: Final = "maintenance.nvidia.com"
 API_VERSION: Final = "maintenance.nvidia.com/v1alpha1"
@@ -62,43 +69,8 @@ REQUESTOR_ID_PATTERN: Final = re.compile(
 _INT32_MAX: Final = 2**31 - 1
 _PERCENT = re.compile(r"^(\d+)%$")
 
-Obj = Mapping[str, Any]
-
-
-def mapping(value: object) -> Obj:
-    return value if isinstance(value, Mapping) else {}
-
-
-def meta(obj: Obj) -> Obj:
-    return mapping(obj.get("metadata"))
-
-
-def annotations_of(obj: Obj) -> Obj:
-    return mapping(meta(obj).get("annotations"))
-
-
-def parse_time(value: object) -> float | None:
-    """RFC 3339 (as the API server writes it) -> seconds since the epoch; None if unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
-def rfc3339(at: float) -> str:
-    return datetime.fromtimestamp(int(at), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def find_condition(obj: Obj, kind: str) -> Obj | None:
-    for entry in mapping(obj.get("status")).get("conditions") or ():
-        if isinstance(entry, Mapping) and entry.get("type") == kind:
-            return entry
-    return None
+# The generic readers, here for this service's modules (one implementation: nodeflow_kube).
+find_condition = condition
 
 
 @dataclass(frozen=True)

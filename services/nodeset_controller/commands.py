@@ -26,11 +26,13 @@ from nodeflow_contracts.k8s import (
 )
 from nodeflow_contracts.nodeset import DecisionKind, NodeSetDecision
 from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION, NODESET_LABEL, SLURM_DELETE_CONDITION
+from nodeflow_kube.fields import (
+    rfc3339,
+)
 from nodeset_controller.objects import (
     NODESET_API_VERSION,
     NODESET_KIND,
     NODESLICE_KIND,
-    rfc3339,
 )
 from nodeset_controller.planner import (
     Action,

@@ -1,58 +1,25 @@
-"""Reading raw Kubernetes objects (the dicts k8s-watcher keeps in KV) without surprises:
-every accessor tolerates missing or malformed fields and returns a typed default."""
+"""What nodeset-controller reads of raw Kubernetes objects (the dicts k8s-watcher keeps in KV)
+beyond the generic tolerant readers of nodeflow_kube.fields: claims, addresses, pod phases."""
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import Any
 
 from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION
+from nodeflow_kube.fields import (
+    Obj,
+    annotations_of,
+    condition,
+    mapping,
+    meta,
+    sequence,
+)
 from nodeflow_kube.resources import node_allocatable as node_allocatable
 from nodeflow_kube.resources import pod_requests as pod_requests
-
-Obj = Mapping[str, Any]
 
 NODESET_API_VERSION = "nodeflow.dev/v1alpha1"
 NODESET_KIND = "NodeSet"
 NODESLICE_KIND = "NodeSlice"
-
-
-def mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def sequence(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def meta(obj: Obj) -> Mapping[str, Any]:
-    return mapping(obj.get("metadata"))
-
-
-def name_of(obj: Obj) -> str:
-    return str(meta(obj).get("name") or "")
-
-
-def namespace_of(obj: Obj) -> str:
-    return str(meta(obj).get("namespace") or "")
-
-
-def uid_of(obj: Obj) -> str:
-    return str(meta(obj).get("uid") or "")
-
-
-def resource_version_of(obj: Obj) -> str:
-    return str(meta(obj).get("resourceVersion") or "")
-
-
-def labels_of(obj: Obj) -> Mapping[str, Any]:
-    return mapping(meta(obj).get("labels"))
-
-
-def annotations_of(obj: Obj) -> Mapping[str, Any]:
-    return mapping(meta(obj).get("annotations"))
 
 
 def nodeset_key(namespace: str, name: str) -> str:
@@ -62,23 +29,6 @@ def nodeset_key(namespace: str, name: str) -> str:
 def claim_of(node: Obj) -> str | None:
     value = annotations_of(node).get(CLAIM_ANNOTATION)
     return value if isinstance(value, str) and value else None
-
-
-def parse_time(value: Any) -> float | None:
-    """Seconds since the epoch of an RFC 3339 timestamp; None when absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
-def rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(int(seconds), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def internal_ipv4(node: Obj) -> ipaddress.IPv4Address | None:
@@ -93,13 +43,6 @@ def internal_ipv4(node: Obj) -> ipaddress.IPv4Address | None:
             continue
         if isinstance(parsed, ipaddress.IPv4Address):
             return parsed
-    return None
-
-
-def condition(obj: Obj, kind: str) -> Mapping[str, Any] | None:
-    for entry in sequence(mapping(obj.get("status")).get("conditions")):
-        if mapping(entry).get("type") == kind:
-            return mapping(entry)
     return None
 
 

@@ -27,20 +27,22 @@ from nodeflow_contracts.pod_protocol import (
     DeleteReason,
 )
 from nodeflow_contracts.slurm import STALE_AFTER_POLLS, SlurmClusterStatus, SlurmNodeState
+from nodeflow_kube.fields import (
+    mapping,
+    name_of,
+    resource_version_of,
+    rfc3339,
+    sequence,
+    uid_of,
+)
 from nodeflow_kube.quantity import ResourceList
 from nodeset_controller import deletion, feasibility, ranking
 from nodeset_controller.naming import Collision, assign_names
 from nodeset_controller.objects import (
     claim_of,
     internal_ipv4,
-    mapping,
-    name_of,
     pod_is_terminal,
     pod_requests,
-    resource_version_of,
-    rfc3339,
-    sequence,
-    uid_of,
 )
 from nodeset_controller.podspec import build_pod, placement_spec, revision_hash, selector
 from nodeset_controller.podstate import PodState, pod_state

@@ -9,11 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, REVISION_LABEL, SLURM_CLUSTER_LABEL
+from nodeflow_kube.fields import (
+    mapping,
+    sequence,
+)
 from nodeset_controller.objects import (
     NODESET_API_VERSION,
     NODESET_KIND,
-    mapping,
-    sequence,
 )
 from nodeset_controller.spec import NodeSetSpec
 

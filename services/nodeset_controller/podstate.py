@@ -13,18 +13,20 @@ from nodeflow_contracts.pod_protocol import (
     slurm_state_condition,
 )
 from nodeflow_contracts.slurm import SlurmNodeState
-from nodeset_controller.objects import (
+from nodeflow_kube.fields import (
     condition,
     labels_of,
     meta,
     name_of,
     parse_time,
+    resource_version_of,
+    uid_of,
+)
+from nodeset_controller.objects import (
     pod_is_ready,
     pod_is_terminating,
     pod_node,
     pod_phase,
-    resource_version_of,
-    uid_of,
 )
 
 # Why Slurm runs no job on a pod's node although the node is not drained (see `runs_no_job`).

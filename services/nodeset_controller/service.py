@@ -41,6 +41,14 @@ from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeState
 from nodeflow_contracts.subjects import slurm_cluster_key
 from nodeflow_contracts.topology import SLURM_CLUSTERS_BUCKET
+from nodeflow_kube.fields import (
+    labels_of,
+    mapping,
+    name_of,
+    namespace_of,
+    resource_version_of,
+    uid_of,
+)
 from nodeflow_kube.quantity import ResourceList
 from nodeflow_runtime.service import ServiceContext
 from nodeset_controller import SERVICE, metrics
@@ -57,15 +65,9 @@ from nodeset_controller.commands import (
 )
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.objects import (
-    labels_of,
-    mapping,
-    name_of,
-    namespace_of,
     pod_node,
     pod_occupies_node,
     pod_requests,
-    resource_version_of,
-    uid_of,
 )
 from nodeset_controller.planner import (
     ClusterView,

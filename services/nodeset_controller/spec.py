@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
 from nodeflow_contracts.pod_protocol import DEFAULT_LOCK_TOLERATION_KEY
-from nodeflow_kube.quantity import QuantityError, parse_quantity
-from nodeset_controller.objects import (
+from nodeflow_kube.fields import (
     mapping,
     meta,
     name_of,
@@ -26,6 +25,7 @@ from nodeset_controller.objects import (
     sequence,
     uid_of,
 )
+from nodeflow_kube.quantity import QuantityError, parse_quantity
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PERCENT = re.compile(r"^(?P<value>\d+)%$")

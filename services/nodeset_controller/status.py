@@ -6,7 +6,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeset_controller.objects import mapping, sequence
+from nodeflow_kube.fields import (
+    mapping,
+    sequence,
+)
 
 INVALID_SPEC = "InvalidSpec"
 NAME_COLLISION = "NameCollision"

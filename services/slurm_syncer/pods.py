@@ -17,6 +17,7 @@ from nodeflow_contracts.pod_protocol import (
     SLURM_CLUSTER_LABEL,
     SLURM_DELETE_CONDITION,
 )
+from nodeflow_kube.fields import mapping
 
 Obj = Mapping[str, Any]
 
@@ -51,27 +52,23 @@ class PodFacts:
     conditions: tuple[Any, ...]
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def nodeset_of(pod: Obj) -> str | None:
-    label = _mapping(_mapping(pod.get("metadata")).get("labels")).get(NODESET_LABEL)
+    label = mapping(mapping(pod.get("metadata")).get("labels")).get(NODESET_LABEL)
     return label if isinstance(label, str) and label else None
 
 
 def cluster_of(pod: Obj, nodesets: ObjectLookup) -> str | None:
     """The Slurm cluster of a NodeSet pod: its NodeSet's spec.slurmCluster, else its label."""
-    metadata = _mapping(pod.get("metadata"))
+    metadata = mapping(pod.get("metadata"))
     nodeset = nodeset_of(pod)
     namespace = metadata.get("namespace")
     if nodeset and isinstance(namespace, str):
         owner = nodesets.get(f"{namespace}.{nodeset}")
         if owner is not None:
-            cluster = _mapping(owner.get("spec")).get("slurmCluster")
+            cluster = mapping(owner.get("spec")).get("slurmCluster")
             if isinstance(cluster, str) and cluster:
                 return cluster
-    label = _mapping(metadata.get("labels")).get(SLURM_CLUSTER_LABEL)
+    label = mapping(metadata.get("labels")).get(SLURM_CLUSTER_LABEL)
     return label if isinstance(label, str) and label else None
 
 
@@ -93,20 +90,20 @@ def pod_facts(pod: Obj, nodes: ObjectLookup, nodesets: ObjectLookup) -> PodFacts
     """Facts of a NodeSet pod; None for any other pod or one whose cluster is not known."""
     if nodeset_of(pod) is None:
         return None
-    metadata = _mapping(pod.get("metadata"))
+    metadata = mapping(pod.get("metadata"))
     namespace, name = metadata.get("namespace"), metadata.get("name")
     if not isinstance(namespace, str) or not isinstance(name, str) or not name:
         return None
     cluster = cluster_of(pod, nodesets)
     if cluster is None:
         return None
-    node_name = _mapping(pod.get("spec")).get("nodeName")
+    node_name = mapping(pod.get("spec")).get("nodeName")
     node_name = node_name if isinstance(node_name, str) and node_name else None
     node = nodes.get(node_key(node_name)) if node_name else None
-    node_annotations = _mapping(_mapping(_mapping(node).get("metadata")).get("annotations"))
+    node_annotations = mapping(mapping(mapping(node).get("metadata")).get("annotations"))
     cordon_reason = node_annotations.get(NODE_CORDON_REASON_ANNOTATION)
-    annotations = _mapping(metadata.get("annotations"))
-    raw_conditions = _mapping(pod.get("status")).get("conditions")
+    annotations = mapping(metadata.get("annotations"))
+    raw_conditions = mapping(pod.get("status")).get("conditions")
     conditions = tuple(raw_conditions) if isinstance(raw_conditions, list) else ()
     return PodFacts(
         key=subjects.object_key(namespace, name),
@@ -117,7 +114,7 @@ def pod_facts(pod: Obj, nodes: ObjectLookup, nodesets: ObjectLookup) -> PodFacts
         cluster=cluster,
         node_name=node_name,
         node_known=node is not None,
-        node_unschedulable=bool(_mapping(_mapping(node).get("spec")).get("unschedulable")),
+        node_unschedulable=bool(mapping(mapping(node).get("spec")).get("unschedulable")),
         node_cordon_reason=cordon_reason.strip()
         if isinstance(cordon_reason, str) and cordon_reason.strip()
         else None,

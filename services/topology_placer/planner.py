@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nodeflow_contracts.placement import PlacementDecisionKind
+from nodeflow_kube import fields
 from topology_placer import pods as podfacts
 from topology_placer.fit import (
     Milli,
@@ -285,7 +286,7 @@ def _lowest_common_domain(tree: TopologyTree, nodes: Sequence[str]) -> DomainPat
 
 
 def _condition_differs(pod: Obj, reason: str, message: str) -> bool:
-    current = podfacts.condition(pod, podfacts.POD_SCHEDULED)
+    current = fields.condition(pod, podfacts.POD_SCHEDULED)
     return (
         current is None
         or current.get("status") != "False"
@@ -299,10 +300,10 @@ class _Pass:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self.now_text = podfacts.rfc3339(state.now)
+        self.now_text = fields.rfc3339(state.now)
         self.plan = Plan()
         self.topology = next(
-            (t for t in state.topologies if podfacts.name_of(t) == DEFAULT_TOPOLOGY_NAME), None
+            (t for t in state.topologies if fields.name_of(t) == DEFAULT_TOPOLOGY_NAME), None
         )
         self.topology_error = ""
         try:
@@ -310,7 +311,7 @@ class _Pass:
         except TopologySpecError as error:
             self.topology_error = f"ClusterNetworkTopology {DEFAULT_TOPOLOGY_NAME}: {error}"
             spec = parse_topology(None)
-        self.nodes = {podfacts.name_of(n): n for n in state.nodes if podfacts.name_of(n)}
+        self.nodes = {fields.name_of(n): n for n in state.nodes if fields.name_of(n)}
         self.tree = _tree_of(spec, self.nodes)
         # Every pod charged to a node (bound, or only nominated), by uid; what that uses of
         # each node, and what each node offers. Filled by `account()`, only in a pass that
@@ -328,7 +329,7 @@ class _Pass:
         state = self.state
         for pod in state.pods:
             node = podfacts.node_name_of(pod)
-            key = podfacts.uid_of(pod) or f"{podfacts.namespace_of(pod)}/{podfacts.name_of(pod)}"
+            key = fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}"
             if node and podfacts.occupies_node(pod):
                 self.charged[key] = ChargedPod(pod, node, pod_request_milli(pod), False)
             elif podfacts.is_pending(pod) and podfacts.nominated_node_of(pod):
@@ -356,7 +357,7 @@ class _Pass:
         """Every node's capacity with the gang's own nominations given back."""
         given_back: dict[str, Milli] = {}
         for pod in gang.all_members:
-            item = self.charged.get(podfacts.uid_of(pod))
+            item = self.charged.get(fields.uid_of(pod))
             if item is not None and item.nominated_only:
                 add_milli(given_back.setdefault(item.node, {}), item.request)
         capacities: dict[str, NodeCapacity] = {}
@@ -372,7 +373,7 @@ class _Pass:
 
     def reserve(self, pod: Obj, node: str) -> None:
         """Charge a pod nominated this pass, so the next gang sees it."""
-        key = podfacts.uid_of(pod) or f"{podfacts.namespace_of(pod)}/{podfacts.name_of(pod)}"
+        key = fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}"
         previous = self.charged.get(key)
         if previous is not None:
             add_milli(self.used[previous.node], previous.request, -1)
@@ -392,14 +393,14 @@ def _tree_of(spec: TopologySpec, nodes: Mapping[str, Obj]) -> TopologyTree:
         _PATHS.clear()
     paths: list[tuple[str, DomainPath]] = []
     for name, node in nodes.items():
-        uid, version = podfacts.uid_of(node), podfacts.resource_version_of(node)
+        uid, version = fields.uid_of(node), fields.resource_version_of(node)
         if not (uid and version):
-            paths.append((name, node_path(spec, podfacts.labels_of(node))))
+            paths.append((name, node_path(spec, fields.labels_of(node))))
             continue
         key = (uid, version, spec)
         path = _PATHS.get(key)
         if path is None:
-            path = _PATHS[key] = node_path(spec, podfacts.labels_of(node))
+            path = _PATHS[key] = node_path(spec, fields.labels_of(node))
         paths.append((name, path))
     paths.sort()
     memo_key = (spec, tuple(paths))
@@ -424,7 +425,7 @@ def plan(state: ClusterState) -> Plan:
     errors: dict[GroupKey, str] = {}
     group_objects: dict[GroupKey, Obj] = {}
     for obj in state.pod_groups:
-        key = GroupKey(podfacts.namespace_of(obj), podfacts.name_of(obj))
+        key = GroupKey(fields.namespace_of(obj), fields.name_of(obj))
         group_objects[key] = obj
         try:
             specs[key] = parse_pod_group(obj)
@@ -432,7 +433,7 @@ def plan(state: ClusterState) -> Plan:
             errors[key] = f"PodGroup {key}: {error}"
     # Gangs declared by pod annotations alone: the first member (by name) speaks for them.
     declared_by_pods: set[GroupKey] = set()
-    for pod in sorted(ours, key=podfacts.name_of):
+    for pod in sorted(ours, key=fields.name_of):
         declared = pod_group_of(pod)
         if declared is None or not is_annotation_gang_member(pod) or declared in group_objects:
             continue
@@ -459,7 +460,7 @@ def plan(state: ClusterState) -> Plan:
         group = pod_group_of(pod)
         if group is None:
             # A pod of ours with no PodGroup is a gang of one, placed anywhere.
-            key = GroupKey(podfacts.namespace_of(pod), podfacts.name_of(pod))
+            key = GroupKey(fields.namespace_of(pod), fields.name_of(pod))
             lone = Gang(keys=(key,), members={key: [pod]})
             lone.specs[key] = PodGroupSpec(
                 key=key,
@@ -482,7 +483,7 @@ def plan(state: ClusterState) -> Plan:
             gangs.append(gang)
         gang.members.setdefault(group, []).append(pod)
     for gang in gangs:
-        gang.uids = {k: podfacts.uid_of(group_objects[k]) for k in gang.keys if k in group_objects}
+        gang.uids = {k: fields.uid_of(group_objects[k]) for k in gang.keys if k in group_objects}
         missing = [k for k in gang.keys if k not in group_objects and k not in declared_by_pods]
         if missing and not gang.errors:
             gang.errors.append(
@@ -516,7 +517,7 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     # Phase 1: read.
     pending = gang.pending
     try:
-        ranked = sorted(pending, key=lambda p: rank_key(topology_index(p), podfacts.name_of(p)))
+        ranked = sorted(pending, key=lambda p: rank_key(topology_index(p), fields.name_of(p)))
     except GangSpecError as error:
         gang.errors.append(str(error))
         ranked = pending
@@ -565,7 +566,7 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     existing: dict[str, int] = {}
     for node in bound_nodes:
         existing[node] = existing.get(node, 0) + 1
-    names = [podfacts.name_of(p) for p in ranked]
+    names = [fields.name_of(p) for p in ranked]
     result = gather(run.tree, names, gang.rules, node_slots, existing, within)
     if isinstance(result, NoFit) and len(ranked) > sum(needed.values()) > 0:
         # Not every pending member fits: place just enough to reach each minMember, and bind
@@ -573,7 +574,7 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
         subset = _minimum_subset(ranked, needed)
         if _bind_if_reserved(run, gang, subset, node_slots):
             return
-        subset_names = [podfacts.name_of(p) for p in subset]
+        subset_names = [fields.name_of(p) for p in subset]
         smaller = gather(run.tree, subset_names, gang.rules, node_slots, existing, within)
         if isinstance(smaller, Placement):
             result = smaller
@@ -615,7 +616,7 @@ def _bind_if_reserved(
     run: _Pass, gang: Gang, pods: Sequence[Obj], node_slots: Mapping[str, int]
 ) -> bool:
     """Bind `pods` when every one is nominated and the nominated nodes still take them all."""
-    nominated = {podfacts.name_of(p): podfacts.nominated_node_of(p) for p in pods}
+    nominated = {fields.name_of(p): podfacts.nominated_node_of(p) for p in pods}
     if not pods or not all(nominated.values()):
         return False
     per_node: dict[str, int] = {}
@@ -624,7 +625,7 @@ def _bind_if_reserved(
     if any(node_slots.get(node, 0) < count for node, count in per_node.items()):
         return False
     for pod in pods:
-        run.plan.actions.append(Bind(ref_of(pod), nominated[podfacts.name_of(pod)]))
+        run.plan.actions.append(Bind(ref_of(pod), nominated[fields.name_of(pod)]))
     run.plan.actions.append(
         Decision(
             gang.keys,
@@ -653,7 +654,7 @@ def _minimum_subset(ranked: Sequence[Obj], needed: Mapping[GroupKey, int]) -> li
 def _nominate(run: _Pass, gang: Gang, placement: Placement) -> None:
     node_of = placement.node_of
     for pod in gang.pending:
-        node = node_of.get(podfacts.name_of(pod))
+        node = node_of.get(fields.name_of(pod))
         if node is None:
             continue
         if podfacts.nominated_node_of(pod) != node:
@@ -693,8 +694,8 @@ def _preempt(
     if isinstance(ineligible, Ineligible):
         return ineligible.message
     usable = run.usable_nodes({_spec_signature({"spec": spec}): spec for spec in pod_specs})
-    own = {podfacts.uid_of(p) for p in gang.all_members}
-    charged = [c for c in run.charged.values() if podfacts.uid_of(c.pod) not in own]
+    own = {fields.uid_of(p) for p in gang.all_members}
+    charged = [c for c in run.charged.values() if fields.uid_of(c.pod) not in own]
     outcome = plan_preemption(
         tree=run.tree,
         pods_in_rank_order=names,
@@ -711,7 +712,7 @@ def _preempt(
     trigger = ranked[0]
     scheduler = podfacts.scheduler_of(trigger)
     message = preemption_message(
-        scheduler, preemptor, f"{podfacts.namespace_of(trigger)}/{podfacts.name_of(trigger)}"
+        scheduler, preemptor, f"{fields.namespace_of(trigger)}/{fields.name_of(trigger)}"
     )
     victims = outcome.victim_pods
     for victim in victims:
@@ -723,7 +724,7 @@ def _preempt(
     _nominate(run, gang, outcome.placement)
     run.plan.attempts[-1] = "preempted"
     run.plan.gang_states[gang.id] = "preempting"
-    victim_names = tuple(f"{podfacts.namespace_of(v)}/{podfacts.name_of(v)}" for v in victims)
+    victim_names = tuple(f"{fields.namespace_of(v)}/{fields.name_of(v)}" for v in victims)
     run.plan.actions.append(
         Decision(
             gang.keys,
@@ -767,7 +768,7 @@ def _unschedulable(
     # The wait runs from the PodGroups' scheduleStartTime (kept in Kubernetes, restarted when
     # a timeout is reported), else from the gang's first pod.
     recorded = [
-        podfacts.parse_time(podfacts.status(run.group_objects[key]).get("scheduleStartTime"))
+        fields.parse_time(podfacts.status(run.group_objects[key]).get("scheduleStartTime"))
         for key in gang.keys
         if key in run.group_objects
     ]
@@ -836,7 +837,7 @@ def _evict_partial_gang(run: _Pass, gang: Gang, message: str) -> None:
             "gang-evicted",
             "GangIncomplete",
             text,
-            victims=tuple(f"{podfacts.namespace_of(p)}/{podfacts.name_of(p)}" for p in partial),
+            victims=tuple(f"{fields.namespace_of(p)}/{fields.name_of(p)}" for p in partial),
         )
     )
 
@@ -872,7 +873,5 @@ def _topology_status(run: _Pass) -> None:
     wanted = detail_status(run.tree)
     if podfacts.status(run.topology).get("detailStatus") != wanted:
         run.plan.actions.append(
-            UpdateTopologyStatus(
-                podfacts.name_of(run.topology), podfacts.uid_of(run.topology), wanted
-            )
+            UpdateTopologyStatus(fields.name_of(run.topology), fields.uid_of(run.topology), wanted)
         )

@@ -4,53 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
-Obj = Mapping[str, Any]
+from nodeflow_kube.fields import (
+    Obj,
+    mapping,
+    meta,
+    name_of,
+    namespace_of,
+    parse_time,
+    resource_version_of,
+    uid_of,
+)
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 POD_SCHEDULED = "PodScheduled"
 DISRUPTION_TARGET = "DisruptionTarget"
 
 
-def _mapping(value: object) -> Obj:
-    # Objects decoded from JSON are dicts; the dict check is much cheaper than the ABC's.
-    if type(value) is dict:
-        return value
-    return value if isinstance(value, Mapping) else {}
-
-
-def metadata(obj: Obj) -> Obj:
-    return _mapping(obj.get("metadata"))
-
-
 def spec(obj: Obj) -> Obj:
-    return _mapping(obj.get("spec"))
+    return mapping(obj.get("spec"))
 
 
 def status(obj: Obj) -> Obj:
-    return _mapping(obj.get("status"))
-
-
-def name_of(obj: Obj) -> str:
-    return str(metadata(obj).get("name") or "")
-
-
-def namespace_of(obj: Obj) -> str:
-    return str(metadata(obj).get("namespace") or "")
-
-
-def uid_of(obj: Obj) -> str:
-    return str(metadata(obj).get("uid") or "")
-
-
-def resource_version_of(obj: Obj) -> str:
-    return str(metadata(obj).get("resourceVersion") or "")
-
-
-def labels_of(obj: Obj) -> Obj:
-    return _mapping(metadata(obj).get("labels"))
+    return mapping(obj.get("status"))
 
 
 def node_name_of(pod: Obj) -> str:
@@ -70,7 +46,7 @@ def is_terminal(pod: Obj) -> bool:
 
 
 def is_deleting(obj: Obj) -> bool:
-    return metadata(obj).get("deletionTimestamp") is not None
+    return meta(obj).get("deletionTimestamp") is not None
 
 
 def priority_of(pod: Obj) -> int:
@@ -93,36 +69,16 @@ def occupies_node(pod: Obj) -> bool:
     return bool(node_name_of(pod)) and not is_terminal(pod)
 
 
-def condition(pod: Obj, kind: str) -> Obj | None:
-    for entry in status(pod).get("conditions") or []:
-        if isinstance(entry, Mapping) and entry.get("type") == kind:
-            return entry
-    return None
-
-
 def owner_name(pod: Obj) -> str:
     """The controller that owns the pod (its job), or the pod itself."""
-    for owner in metadata(pod).get("ownerReferences") or []:
+    for owner in meta(pod).get("ownerReferences") or []:
         if isinstance(owner, Mapping) and owner.get("name"):
             return str(owner["name"])
     return name_of(pod)
 
 
-def parse_time(raw: object) -> float | None:
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def created_at(obj: Obj) -> float | None:
-    return parse_time(metadata(obj).get("creationTimestamp"))
+    return parse_time(meta(obj).get("creationTimestamp"))
 
 
 @dataclass(frozen=True)

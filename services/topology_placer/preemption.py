@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeflow_kube import requirement_matches
+from nodeflow_kube import fields, requirement_matches
 from topology_placer import pods as podfacts
 from topology_placer.fit import Milli, NodeCapacity
 from topology_placer.gang import GatherRule, pod_group_of
@@ -103,20 +103,20 @@ def eligibility(
     for member in members:
         if podfacts.spec(member).get("preemptionPolicy") == "Never":
             return Ineligible(
-                f"pod {podfacts.name_of(member)} has preemptionPolicy Never: no preemption"
+                f"pod {fields.name_of(member)} has preemptionPolicy Never: no preemption"
             )
     nominated = {podfacts.nominated_node_of(m) for m in members} - {""}
     marker = f"preemptor: {preemptor}, " if preemptor else None
     for pod in all_pods:
         if marker is not None and podfacts.occupies_node(pod):
-            disruption = podfacts.condition(pod, podfacts.DISRUPTION_TARGET)
+            disruption = fields.condition(pod, podfacts.DISRUPTION_TARGET)
             if (
                 disruption is not None
                 and disruption.get("reason") == PREEMPTION_REASON
                 and marker in str(disruption.get("message") or "")
             ):
                 return Ineligible(
-                    f"victim {podfacts.namespace_of(pod)}/{podfacts.name_of(pod)} of this "
+                    f"victim {fields.namespace_of(pod)}/{fields.name_of(pod)} of this "
                     f"gang's preemption is still terminating on {podfacts.node_name_of(pod)}"
                 )
         node = podfacts.node_name_of(pod)
@@ -126,7 +126,7 @@ def eligibility(
             and podfacts.priority_of(pod) < gang_priority
         ):
             return Ineligible(
-                f"victim {podfacts.namespace_of(pod)}/{podfacts.name_of(pod)} is still "
+                f"victim {fields.namespace_of(pod)}/{fields.name_of(pod)} is still "
                 f"terminating on nominated node {node}"
             )
     return None
@@ -136,7 +136,7 @@ def _unit_key(pod: Obj) -> str:
     group = pod_group_of(pod)
     if group is not None:
         return f"podgroup {group}"
-    return f"job {podfacts.namespace_of(pod)}/{podfacts.owner_name(pod)}"
+    return f"job {fields.namespace_of(pod)}/{podfacts.owner_name(pod)}"
 
 
 def victim_units(
@@ -201,12 +201,12 @@ def broken_budgets(victims: Sequence[Obj], budgets: Sequence[Obj]) -> int:
             continue
         allowed = podfacts.status(budget).get("disruptionsAllowed", 0)
         allowed = allowed if isinstance(allowed, int) else 0
-        namespace = podfacts.namespace_of(budget)
+        namespace = fields.namespace_of(budget)
         hits = sum(
             1
             for pod in victims
-            if podfacts.namespace_of(pod) == namespace
-            and _selector_matches(selector, podfacts.labels_of(pod))
+            if fields.namespace_of(pod) == namespace
+            and _selector_matches(selector, fields.labels_of(pod))
         )
         if hits > allowed:
             broken += 1

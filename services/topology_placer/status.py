@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nodeflow_kube import fields
 from topology_placer import pods as podfacts
 
 Obj = Mapping[str, Any]
@@ -53,12 +54,12 @@ def pod_group_status(
         "succeeded": succeeded,
         "failed": failed,
     }
-    owners = sorted({f"{podfacts.namespace_of(p)}/{podfacts.owner_name(p)}" for p in live})
+    owners = sorted({f"{fields.namespace_of(p)}/{podfacts.owner_name(p)}" for p in live})
     if owners:
         status["occupiedBy"] = ",".join(owners)
     start = previous.get("scheduleStartTime")
     if restart or (phase == "Scheduling" and not isinstance(start, str)):
-        status["scheduleStartTime"] = podfacts.rfc3339(now)
+        status["scheduleStartTime"] = fields.rfc3339(now)
     elif isinstance(start, str):
         status["scheduleStartTime"] = start
     return status

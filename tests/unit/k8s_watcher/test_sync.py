@@ -6,8 +6,6 @@ from typing import Any
 
 from k8s_watcher.kinds import watched_kind_infos
 from k8s_watcher.sync import (
-    KV_DELETE,
-    KV_OPERATION,
     Change,
     Stamp,
     apply_to_index,
@@ -18,6 +16,8 @@ from k8s_watcher.sync import (
     watch_changes,
     watch_error,
 )
+from nodeflow_bus.kv_view import KV_OPERATION
+from nodeflow_bus.kv_writes import KV_DELETE
 from nodeflow_contracts.k8s import K8sObjectEvent
 
 POD = next(info for info in watched_kind_infos() if info.kind == "Pod")

@@ -13,7 +13,9 @@ from nodeflow_contracts.pod_protocol import (
     slurm_state_condition,
 )
 from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeState
-from nodeset_controller.objects import rfc3339
+from nodeflow_kube.fields import (
+    rfc3339,
+)
 from nodeset_controller.podstate import PodState, pod_state
 from nodeset_controller.spec import Defaults
 

@@ -24,8 +24,10 @@ from nodeflow_contracts.k8s import (
 )
 from nodeflow_contracts.pod_protocol import SLURM_DELETE_CONDITION
 from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeState
+from nodeflow_kube.fields import (
+    rfc3339,
+)
 from nodeset_controller.config import NodeSetControllerConfig
-from nodeset_controller.objects import rfc3339
 from nodeset_controller.service import NodeSetController
 
 V = TypeVar("V")
