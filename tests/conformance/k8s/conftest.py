@@ -92,7 +92,9 @@ class Kube:
         content_type: str = "application/json",
         accept: str = "application/json",
     ) -> tuple[int, Any]:
-        """A raw API call through the ApiClient; returns (HTTP status, decoded JSON body)."""
+        """A raw API call through the ApiClient; returns (HTTP status, decoded JSON body), or
+        the body as text where it is not JSON (a real API server answers a path outside every
+        API group with a plain `404 page not found`)."""
         try:
             response = await self.api.call_api(
                 path,
@@ -104,10 +106,10 @@ class Kube:
                 auth_settings=["BearerToken"],
             )
         except client.ApiException as exc:
-            return exc.status, json.loads(exc.body) if exc.body else None
+            return exc.status, _decoded(exc.body)
         raw = await response.read()
         status = response.status
-        return status, json.loads(raw) if raw else None
+        return status, _decoded(raw)
 
     async def watch(
         self,
@@ -141,6 +143,15 @@ class Kube:
         finally:
             response.close()
         return events
+
+
+def _decoded(body: str | bytes | None) -> Any:
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode() if isinstance(body, bytes) else body
 
 
 async def _client_for(kubeconfig: Path) -> client.ApiClient:

@@ -25,6 +25,7 @@ def gadget_crd(group: str, extra_rules: list[dict[str, Any]] | None = None) -> d
         "properties": {
             "owner": {
                 "type": "string",
+                "maxLength": 64,
                 "x-kubernetes-validations": [
                     {"rule": "self == oldSelf", "message": "owner is immutable"}
                 ],
@@ -33,19 +34,24 @@ def gadget_crd(group: str, extra_rules: list[dict[str, Any]] | None = None) -> d
             "max": {"type": "integer"},
             "mode": {
                 "type": "string",
+                "maxLength": 64,
                 "x-kubernetes-validations": [{"rule": "self == oldSelf"}],
             },
             "ports": {
                 "type": "array",
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["name"],
+                # A real API server refuses rules whose estimated cost is unbounded: lists and
+                # strings that rules read carry maxItems and maxLength.
+                "maxItems": 16,
                 "items": {
                     "type": "object",
                     "required": ["name"],
                     "properties": {
-                        "name": {"type": "string"},
+                        "name": {"type": "string", "maxLength": 64},
                         "protocol": {
                             "type": "string",
+                            "maxLength": 16,
                             "x-kubernetes-validations": [
                                 {
                                     "rule": "self == oldSelf",
