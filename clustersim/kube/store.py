@@ -614,10 +614,17 @@ class Store:
             )
         if not info.kind:
             causes.append(Cause("FieldValueRequired", "Required value", "spec.names.kind"))
-        for i, version in enumerate(spec.get("versions") or []):
-            schema = ((version or {}).get("schema") or {}).get("openAPIV3Schema")
-            if isinstance(schema, dict):
-                causes.extend(compile_errors(schema, f"spec.versions[{i}].schema.openAPIV3Schema"))
+        versions = spec.get("versions") or []
+        schemas = [((v or {}).get("schema") or {}).get("openAPIV3Schema") for v in versions]
+        if schemas and isinstance(schemas[0], dict) and all(s == schemas[0] for s in schemas):
+            # kube-apiserver validates the internal form, where a schema every version shares
+            # is hoisted to spec.validation: its causes name that path.
+            causes.extend(compile_errors(schemas[0], "spec.validation.openAPIV3Schema"))
+        else:
+            for i, schema in enumerate(schemas):
+                if isinstance(schema, dict):
+                    path = f"spec.versions[{i}].schema.openAPIV3Schema"
+                    causes.extend(compile_errors(schema, path))
         if causes:
             raise errors.invalid(
                 "CustomResourceDefinition", obj["metadata"]["name"], causes, "apiextensions.k8s.io"
