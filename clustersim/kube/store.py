@@ -670,6 +670,7 @@ class Store:
             return obj
         causes = []
         if info.key == "pods":
+            _default_toleration_seconds(obj)
             causes = _pod_causes(obj, old)
         elif info.key == "jobs.batch":
             causes = _job_causes(obj, old)
@@ -1368,6 +1369,9 @@ class Store:
             self._refresh_pdbs(ns)
         elif key == "poddisruptionbudgets.policy" and new is not None:
             self._refresh_pdbs(new["metadata"]["namespace"])
+        elif key == "namespaces" and new is not None and old is None:
+            name = new["metadata"]["name"]
+            self.create("configmaps", root_ca_configmap(name), name)
         elif key == "customresourcedefinitions.apiextensions.k8s.io":
             if new is not None and not new["metadata"].get("deletionTimestamp"):
                 crd_info = crd_resource_infos(new)
@@ -1380,6 +1384,56 @@ class Store:
 
 
 # --------------------------------------------------------------------- pure helpers
+
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+_ROOT_CA_DESCRIPTION = (
+    "Contains a CA bundle that can be used to verify the kube-apiserver when using internal "
+    "endpoints such as the internal service IP or kubernetes.default.svc. No other usage is "
+    "guaranteed across distributions of Kubernetes clusters."
+)
+_NODE_PROBLEM_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+DEFAULT_TOLERATION_SECONDS = 300
+
+
+def _default_toleration_seconds(pod: Obj) -> None:
+    """The DefaultTolerationSeconds admission plugin, on by default: a pod that does not
+    tolerate the not-ready or unreachable NoExecute taint gets a 300 s toleration of it, so the
+    taint manager evicts it five minutes after its node stops answering (on create and update)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    tolerations = spec.get("tolerations") or []
+    for taint in _NODE_PROBLEM_TAINTS:
+        tolerated = any(
+            isinstance(t, dict)
+            and t.get("key", "") in (taint, "")
+            and t.get("effect", "") in ("NoExecute", "")
+            for t in tolerations
+        )
+        if not tolerated:
+            tolerations.append(
+                {
+                    "key": taint,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+                }
+            )
+    spec["tolerations"] = tolerations
+
+
+def root_ca_configmap(namespace: str) -> Obj:
+    """What kube-controller-manager's root CA publisher writes into every namespace. The
+    emulator serves plain HTTP and has no CA, so the bundle is empty, as that controller
+    publishes it when it is given none."""
+    return {
+        "metadata": {
+            "name": ROOT_CA_CONFIGMAP,
+            "namespace": namespace,
+            "annotations": {"kubernetes.io/description": _ROOT_CA_DESCRIPTION},
+        },
+        "data": {"ca.crt": ""},
+    }
 
 
 def _rules_unless_blocked(
@@ -1620,6 +1674,7 @@ def _pdb_causes(obj: Obj) -> list[Cause]:
 
 __all__ = [
     "DEFAULT_NAMESPACES",
+    "ROOT_CA_CONFIGMAP",
     "AlreadyExists",
     "ApiError",
     "Conflict",
