@@ -1246,11 +1246,25 @@ class Store:
             return
         pods = list(self._objects["pods"].get(namespace, {}).values())
         for pdb in list(budgets.values()):
-            new_status = compute_pdb_status(pdb, pods)
-            if new_status != pdb.get("status"):
+            new_status = compute_pdb_status(pdb, pods, self._controller_scale)
+            if new_status is not None and new_status != pdb.get("status"):
                 new = deep_copy(pdb)
                 new["status"] = new_status
                 self._write_status(info, new, pdb)
+
+    def _controller_scale(self, ref: Mapping[str, Any], namespace: str) -> int | None:
+        """The disruption controller's finder for a pod's controller: the desired replicas of
+        the owner's scale subresource, or None when the owner has no scale or is not there."""
+        group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+        for info in self._infos.values():
+            if info.group != group or info.kind != ref.get("kind") or info.scale is None:
+                continue
+            owner = self._objects[info.key].get(namespace if info.namespaced else "", {})
+            obj = owner.get(str(ref.get("name")))
+            if obj is None or obj["metadata"].get("uid") != ref.get("uid"):
+                return None
+            return int(_get_path(obj, info.scale.spec_replicas_path) or 0)
+        return None
 
     # ----------------------------------------------------------------- scale
 
@@ -1472,24 +1486,68 @@ def _resolve_int_or_percent(value: Any, total: int, round_up: bool) -> int:
     return int(value)
 
 
-def compute_pdb_status(pdb: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Obj:
-    """The status the disruption controller maintains for a PodDisruptionBudget."""
+ControllerScale = Callable[[Mapping[str, Any], str], int | None]
+
+
+def _no_controllers(ref: Mapping[str, Any], namespace: str) -> int | None:
+    return None
+
+
+def _expected_scale(
+    pods: Iterable[Mapping[str, Any]], controller_scale: ControllerScale
+) -> int | None:
+    """The sum of the desired replicas of the pods' controllers, each counted once. Pods
+    without a controller do not count (the real controller warns UnmanagedPods); a controller
+    it cannot scale makes the status incomputable (None: the status stays as it was)."""
+    scales: dict[str, int] = {}
+    for pod in pods:
+        meta = pod["metadata"]
+        ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+        if ref is None or ref.get("uid") in scales:
+            continue
+        scale = controller_scale(ref, str(meta.get("namespace", "")))
+        if scale is None:
+            return None
+        scales[str(ref.get("uid"))] = scale
+    return sum(scales.values())
+
+
+def compute_pdb_status(
+    pdb: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    controller_scale: ControllerScale = _no_controllers,
+) -> Obj | None:
+    """The status the disruption controller maintains for a PodDisruptionBudget, or None where
+    it cannot compute one. An integer minAvailable counts the selected pods; maxUnavailable and a
+    percentage minAvailable count the replicas of the pods' controllers (scale subresource), so
+    pods without a controller give an expected count of 0 and no disruption allowed."""
     spec = pdb.get("spec") or {}
     selector = LabelSelector.from_match(spec.get("selector")) if spec.get("selector") else None
     matching = [
         p for p in pods if selector is not None and selector.matches(p["metadata"].get("labels"))
     ]
-    expected = len(matching)
     healthy = sum(1 for p in matching if _pod_is_healthy(p))
-    if "minAvailable" in spec:
-        desired = _resolve_int_or_percent(spec["minAvailable"], expected, round_up=True)
-    elif "maxUnavailable" in spec:
-        desired = max(0, expected - _resolve_int_or_percent(spec["maxUnavailable"], expected, True))
+    min_available = spec.get("minAvailable")
+    if min_available is not None and not isinstance(min_available, str):
+        expected = len(matching)
+        desired = int(min_available)
+    elif min_available is not None or "maxUnavailable" in spec:
+        scaled = _expected_scale(matching, controller_scale)
+        if scaled is None:
+            return None
+        expected = scaled
+        if min_available is not None:
+            desired = _resolve_int_or_percent(min_available, expected, round_up=True)
+        else:
+            unavailable = _resolve_int_or_percent(spec["maxUnavailable"], expected, True)
+            desired = max(0, expected - unavailable)
     else:
+        expected = len(matching)
         desired = expected
+    allowed = healthy - desired if expected > 0 else 0
     status: Obj = {
         "observedGeneration": pdb["metadata"].get("generation", 1),
-        "disruptionsAllowed": max(0, healthy - desired),
+        "disruptionsAllowed": max(0, allowed),
         "currentHealthy": healthy,
         "desiredHealthy": desired,
         "expectedPods": expected,
