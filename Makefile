@@ -76,11 +76,15 @@ test-real-slurm: venv
 # kube-apiserver, kube-controller-manager and kube-scheduler v1.36 and KWOK, built from their Go
 # modules (needs Go 1.26 and the Go module proxy) and cached in /var/tmp/nodeflow-kube, so only
 # the first build on a machine is slow. The suite gets what the emulator's conformance fixture
-# is: the API server with its controllers, no scheduler, no node and no CRD installed yet.
+# is: the API server with its controllers, no scheduler, no CRD installed yet, and only the two
+# KWOK nodes its tests bind pods to (KWOK keeps them Ready and leaves the pods alone).
 test-real-kube: venv tools
 	@mkdir -p .run
-	export KUBE_STATE=$(CURDIR)/.run/real-kube KUBE_NODES=0 KUBE_SCHEDULER=0 KUBE_CRDS=0 && \
-	  { tools/kube/real_kube.sh start > .run/real-kube.env || { tools/kube/real_kube.sh stop; exit 1; }; } && \
+	export KUBE_STATE=$(CURDIR)/.run/real-kube KUBE_NODES=0 KUBE_SCHEDULER=0 KUBE_CRDS=0 \
+	  KUBE_POD_STAGES=0 && \
+	  { { tools/kube/real_kube.sh start > .run/real-kube.env && \
+	      tools/kube/real_kube.sh named-nodes node-a node-b; } || \
+	    { tools/kube/real_kube.sh stop; exit 1; }; } && \
 	  set -a && . ./.run/real-kube.env && set +a && \
 	  status=0; NODEFLOW_CONFORMANCE_KUBECONFIG=$$NODEFLOW_KUBE_KUBECONFIG \
 	    $(VENV)/bin/pytest -q -p no:cacheprovider tests/conformance/k8s || status=$$?; \

@@ -28,6 +28,9 @@ KUBE_TOPOLOGY="${KUBE_TOPOLOGY:-}"
 # `crds` add them later.
 KUBE_SCHEDULER="${KUBE_SCHEDULER:-1}"
 KUBE_CRDS="${KUBE_CRDS:-1}"
+# KUBE_POD_STAGES=0: KWOK keeps its nodes Ready but leaves pods alone, as the emulator's bare
+# API server does (the conformance suite binds pods and sets their status itself).
+KUBE_POD_STAGES="${KUBE_POD_STAGES:-1}"
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -248,6 +251,19 @@ install_crds() {
     "${kubectl[@]}" wait --for=condition=Established --timeout=120s crd --all >/dev/null
 }
 
+# Plain KWOK nodes of these names (no GPU, no topology): pods bound to a node that does not
+# exist are deleted by the pod garbage collector, so tests that bind pods by name get real ones.
+named_nodes() {
+    local name kubectl=(kubectl --kubeconfig="$KUBE_STATE/kubeconfig")
+    for name in "$@"; do
+        "${kubectl[@]}" create -f - >/dev/null <<EOF
+{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "$name",
+ "annotations": {"kwok.x-k8s.io/node": "fake"}, "labels": {"kubernetes.io/hostname": "$name"}}}
+EOF
+    done
+    "${kubectl[@]}" wait --for=condition=Ready --timeout=120s "${@/#/node/}" >/dev/null
+}
+
 start_scheduler() {
     launch kube-scheduler "$KUBE_BIN/kube-scheduler" \
         --kubeconfig="$KUBE_STATE/scheduler.kubeconfig" --secure-port=0 --leader-elect=false
@@ -329,7 +345,16 @@ EOF
     if [[ "$KUBE_SCHEDULER" == 1 ]]; then
         start_scheduler
     fi
-    launch kwok "$KWOK_BIN/kwok" --config="$KWOK_BIN/stages.yaml" \
+    local stages="$KWOK_BIN/stages.yaml"
+    if [[ "$KUBE_POD_STAGES" != 1 ]]; then
+        stages="$KUBE_STATE/node-stages.yaml"
+        python3 - "$KWOK_BIN/stages.yaml" >"$stages" <<'PY'
+import sys
+docs = open(sys.argv[1]).read().split("\n---\n")
+print("\n---\n".join(d for d in docs if "kind: Pod\n" not in d))
+PY
+    fi
+    launch kwok "$KWOK_BIN/kwok" --config="$stages" \
         --kubeconfig="$KUBE_STATE/kubeconfig" \
         --manage-nodes-with-annotation-selector="kwok.x-k8s.io/node=fake" \
         --node-lease-duration-seconds=40 --cidr=10.128.0.0/12
@@ -378,9 +403,13 @@ start) start ;;
 stop) stop ;;
 nodes) add_nodes "${2:-$KUBE_NODES}" "${3:-$KUBE_TOPOLOGY}" ;;
 scheduler) start_scheduler ;;
+named-nodes)
+    shift
+    named_nodes "$@"
+    ;;
 crds) install_crds ;;
 *)
-    echo "usage: $0 build|start|stop|nodes [count [topology]]|scheduler|crds" >&2
+    echo "usage: $0 build|start|stop|nodes [count [topology]]|named-nodes name...|scheduler|crds" >&2
     exit 2
     ;;
 esac

@@ -152,7 +152,13 @@ async def test_orphan_deletion_keeps_dependents_without_owner_reference(kube: Ku
         return not child.metadata.owner_references
 
     await eventually(orphaned)
-    assert not await exists(lambda: kube.core.read_namespaced_config_map("owner", kube.namespace))
+
+    async def owner_gone() -> bool:
+        # The garbage collector orphans the dependent first, then lifts the owner's finalizer.
+        read = kube.core.read_namespaced_config_map
+        return not await exists(lambda: read("owner", kube.namespace))
+
+    await eventually(owner_gone)
 
 
 async def test_foreground_deletion_removes_dependents_before_owner(kube: Kube) -> None:
@@ -291,6 +297,29 @@ async def controller(kube: Kube) -> AsyncIterator[Controller]:
         await kube.request("DELETE", f"{crds}/replicators.{group}")
 
 
+def nudging(
+    kube: Kube, names: list[str], check: Callable[[], Awaitable[bool]]
+) -> Callable[[], Awaitable[bool]]:
+    """`check`, touching a pod's annotation every 40 polls while it fails. The real disruption
+    controller learns a kind created moments ago only on its 30 s discovery refresh, and retries
+    a budget whose sync failed before that with a growing backoff, unless one of its pods
+    changes: the touch makes it sync again once it knows the kind."""
+    polls = 0
+
+    async def check_or_touch() -> bool:
+        nonlocal polls
+        if await check():
+            return True
+        polls += 1
+        if polls % 40 == 0:
+            await kube.core.patch_namespaced_pod(
+                names[0], kube.namespace, {"metadata": {"annotations": {"touch": str(polls)}}}
+            )
+        return False
+
+    return check_or_touch
+
+
 async def ready_pods(
     kube: Kube, count: int, labels: dict[str, str], owner: dict[str, Any] | None = None
 ) -> list[str]:
@@ -331,8 +360,7 @@ async def test_eviction_honours_pod_disruption_budget(kube: Kube, controller: Co
         pdb = await kube.policy.read_namespaced_pod_disruption_budget("ev", kube.namespace)
         return bool(pdb.status and pdb.status.disruptions_allowed == 1)
 
-    # The disruption controller discovers a new kind's scale subresource on its next resync.
-    await eventually(allows_one, timeout=60.0)
+    await eventually(nudging(kube, names, allows_one), timeout=90.0)
     status, body = await evict(kube, names[0])
     assert status == 201, body
     evicted = await kube.core.read_namespaced_pod(names[0], kube.namespace)
@@ -353,7 +381,7 @@ async def test_eviction_with_percent_min_available(kube: Kube, controller: Contr
         pdb = await kube.policy.read_namespaced_pod_disruption_budget("pct", kube.namespace)
         return bool(pdb.status and pdb.status.disruptions_allowed == 2)
 
-    await eventually(allows_two, timeout=60.0)
+    await eventually(nudging(kube, names, allows_two), timeout=90.0)
     assert (await evict(kube, names[0]))[0] == 201
     await eventually(lambda: _allowed(kube, "pct", 1))
     assert (await evict(kube, names[1]))[0] == 201
