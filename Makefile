@@ -59,6 +59,7 @@ test: venv tools
 	$(PY) -m nodeflow_contracts.proto_gen --check proto
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-real-slurm; fi
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-real-kube; fi
 
 # The Slurm conformance suite, slurm-syncer's real-Slurm tests and the NodeSet safe deletion
 # (whole stack) against a real Slurm 24.11 (slurmctld, four slurmd, slurmrestd with JWT) in a
