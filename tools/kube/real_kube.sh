@@ -160,6 +160,7 @@ build() {
     }
     build_etcd
     build_kwok
+    kwok_stages
     build_kubernetes
     log "binaries: $KUBE_BIN $ETCD_BIN $KWOK_BIN"
 }
@@ -271,7 +272,6 @@ start_scheduler() {
 
 start() {
     build
-    kwok_stages
     if compgen -G "$KUBE_STATE/pids/*" >/dev/null; then
         log "stopping the control plane left in $KUBE_STATE"
         stop
