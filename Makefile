@@ -78,7 +78,8 @@ test-real-slurm: venv
 # modules (needs Go 1.26 and the Go module proxy) and cached in /var/tmp/nodeflow-kube, so only
 # the first build on a machine is slow. The suite gets what the emulator's conformance fixture
 # is: the API server with its controllers, no scheduler, no CRD installed yet, and only the two
-# KWOK nodes its tests bind pods to (KWOK keeps them Ready and leaves the pods alone).
+# KWOK nodes its tests bind pods to (KWOK keeps them Ready and leaves the pods alone). Then the
+# scheduler, our CRDs, KWOK's pod stages and the simulator's 16 GPU nodes join for tests/realkube.
 test-real-kube: venv tools
 	@mkdir -p .run
 	export KUBE_STATE=$(CURDIR)/.run/real-kube KUBE_NODES=0 KUBE_SCHEDULER=0 KUBE_CRDS=0 \
@@ -89,6 +90,9 @@ test-real-kube: venv tools
 	  set -a && . ./.run/real-kube.env && set +a && \
 	  status=0; NODEFLOW_CONFORMANCE_KUBECONFIG=$$NODEFLOW_KUBE_KUBECONFIG \
 	    $(VENV)/bin/pytest -q -p no:cacheprovider tests/conformance/k8s || status=$$?; \
+	  { tools/kube/real_kube.sh scheduler && tools/kube/real_kube.sh crds && \
+	    tools/kube/real_kube.sh kwok-pods && tools/kube/real_kube.sh nodes 16 && \
+	    $(VENV)/bin/pytest -q -p no:cacheprovider tests/realkube; } || status=1; \
 	  tools/kube/real_kube.sh stop; exit $$status
 
 bench: venv

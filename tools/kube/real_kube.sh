@@ -265,6 +265,29 @@ EOF
     "${kubectl[@]}" wait --for=condition=Ready --timeout=120s "${@/#/node/}" >/dev/null
 }
 
+# KWOK with every stage, or (pod_stages=0) with the node stages only.
+start_kwok() {
+    local pod_stages="$1" stages="$KWOK_BIN/stages.yaml"
+    if [[ "$pod_stages" != 1 ]]; then
+        stages="$KUBE_STATE/node-stages.yaml"
+        python3 - "$KWOK_BIN/stages.yaml" >"$stages" <<'PY'
+import sys
+docs = open(sys.argv[1]).read().split("\n---\n")
+print("\n---\n".join(d for d in docs if "kind: Pod\n" not in d))
+PY
+    fi
+    launch kwok "$KWOK_BIN/kwok" --config="$stages" \
+        --kubeconfig="$KUBE_STATE/kubeconfig" \
+        --manage-nodes-with-annotation-selector="kwok.x-k8s.io/node=fake" \
+        --node-lease-duration-seconds=40 --cidr=10.128.0.0/12
+}
+
+# Restart KWOK with its pod stages (after a run with KUBE_POD_STAGES=0).
+kwok_with_pods() {
+    stop_component kwok
+    start_kwok 1
+}
+
 start_scheduler() {
     launch kube-scheduler "$KUBE_BIN/kube-scheduler" \
         --kubeconfig="$KUBE_STATE/scheduler.kubeconfig" --secure-port=0 --leader-elect=false
@@ -345,19 +368,7 @@ EOF
     if [[ "$KUBE_SCHEDULER" == 1 ]]; then
         start_scheduler
     fi
-    local stages="$KWOK_BIN/stages.yaml"
-    if [[ "$KUBE_POD_STAGES" != 1 ]]; then
-        stages="$KUBE_STATE/node-stages.yaml"
-        python3 - "$KWOK_BIN/stages.yaml" >"$stages" <<'PY'
-import sys
-docs = open(sys.argv[1]).read().split("\n---\n")
-print("\n---\n".join(d for d in docs if "kind: Pod\n" not in d))
-PY
-    fi
-    launch kwok "$KWOK_BIN/kwok" --config="$stages" \
-        --kubeconfig="$KUBE_STATE/kubeconfig" \
-        --manage-nodes-with-annotation-selector="kwok.x-k8s.io/node=fake" \
-        --node-lease-duration-seconds=40 --cidr=10.128.0.0/12
+    start_kwok "$KUBE_POD_STAGES"
 
     # A namespace's default service account (the service account controller) is what pods need
     # before they can be created.
@@ -380,19 +391,24 @@ export NODEFLOW_KUBE_CA=$KUBE_STATE/pki/ca.crt
 EOF
 }
 
+stop_component() {
+    local name="$1" pid
+    pid="$(cat "$KUBE_STATE/pids/$name" 2>/dev/null)" || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 20); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.5
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$KUBE_STATE/pids/$name"
+}
+
 # TERM every component (in the reverse order of start), KILL what is left after 10 s; then
 # remove the state: tokens, keys and etcd data belong to this one run.
 stop() {
-    local name pid
+    local name
     for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
-        pid="$(cat "$KUBE_STATE/pids/$name" 2>/dev/null)" || continue
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 1 20); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.5
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-        rm -f "$KUBE_STATE/pids/$name"
+        stop_component "$name"
     done
     rm -rf "$KUBE_STATE"
 }
@@ -403,13 +419,14 @@ start) start ;;
 stop) stop ;;
 nodes) add_nodes "${2:-$KUBE_NODES}" "${3:-$KUBE_TOPOLOGY}" ;;
 scheduler) start_scheduler ;;
+kwok-pods) kwok_with_pods ;;
 named-nodes)
     shift
     named_nodes "$@"
     ;;
 crds) install_crds ;;
 *)
-    echo "usage: $0 build|start|stop|nodes [count [topology]]|named-nodes name...|scheduler|crds" >&2
+    echo "usage: $0 build|start|stop|nodes [count [topology]]|named-nodes name...|scheduler|kwok-pods|crds" >&2
     exit 2
     ;;
 esac
