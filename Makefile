@@ -11,7 +11,7 @@ NODES ?= 16
 # Empty: the simulator's default shape, which grows with NODES.
 TOPOLOGY ?=
 
-.PHONY: venv tools run stop test test-real-slurm lint typecheck proto proto-check bench clean
+.PHONY: venv tools run stop test test-real-slurm test-real-kube lint typecheck proto proto-check bench clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -59,6 +59,7 @@ test: venv tools
 	$(PY) -m nodeflow_contracts.proto_gen --check proto
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-real-slurm; fi
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-real-kube; fi
 
 # The Slurm conformance suite, slurm-syncer's real-Slurm tests and the NodeSet safe deletion
 # (whole stack) against a real Slurm 24.11 (slurmctld, four slurmd, slurmrestd with JWT) in a
@@ -71,6 +72,28 @@ test-real-slurm: venv
 	    tests/integration/slurm_syncer/test_real_slurm.py \
 	    tests/integration/nodeset_controller/test_real_slurm.py || status=$$?; \
 	  tools/slurm/real_slurm.sh stop; exit $$status
+
+# The Kubernetes conformance suite against a real control plane on loopback: etcd 3.6,
+# kube-apiserver, kube-controller-manager and kube-scheduler v1.36 and KWOK, built from their Go
+# modules (needs Go 1.26 and the Go module proxy) and cached in /var/tmp/nodeflow-kube, so only
+# the first build on a machine is slow. The suite gets what the emulator's conformance fixture
+# is: the API server with its controllers, no scheduler, no CRD installed yet, and only the two
+# KWOK nodes its tests bind pods to (KWOK keeps them Ready and leaves the pods alone). Then the
+# scheduler, our CRDs, KWOK's pod stages and the simulator's 16 GPU nodes join for tests/realkube.
+test-real-kube: venv tools
+	@mkdir -p .run
+	export KUBE_STATE=$(CURDIR)/.run/real-kube KUBE_NODES=0 KUBE_SCHEDULER=0 KUBE_CRDS=0 \
+	  KUBE_POD_STAGES=0 && \
+	  { { tools/kube/real_kube.sh start > .run/real-kube.env && \
+	      tools/kube/real_kube.sh named-nodes node-a node-b; } || \
+	    { tools/kube/real_kube.sh stop; exit 1; }; } && \
+	  set -a && . ./.run/real-kube.env && set +a && \
+	  status=0; NODEFLOW_CONFORMANCE_KUBECONFIG=$$NODEFLOW_KUBE_KUBECONFIG \
+	    $(VENV)/bin/pytest -q -p no:cacheprovider tests/conformance/k8s || status=$$?; \
+	  { tools/kube/real_kube.sh scheduler && tools/kube/real_kube.sh crds && \
+	    tools/kube/real_kube.sh kwok-pods && tools/kube/real_kube.sh nodes 16 && \
+	    $(VENV)/bin/pytest -q -p no:cacheprovider tests/realkube; } || status=1; \
+	  tools/kube/real_kube.sh stop; exit $$status
 
 bench: venv
 	$(PY) -m bench $(BENCH)

@@ -8,6 +8,7 @@ It covers the expression forms CRD validation rules commonly use, evaluated over
 * operators ``! - * / % + - < <= > >= == != in && || ?:``
 * functions ``size(x)`` / ``x.size()``, ``x.startsWith(s)``, ``x.endsWith(s)``,
   ``x.contains(s)``, ``x.matches(re)``, ``int(x)``, ``string(x)``, ``double(x)``,
+  ``'...'.format([args])`` with ``%s``, ``%d`` and ``%%``,
   and the macros ``x.all(v, p)``, ``x.exists(v, p)``, ``x.exists_one(v, p)``
 
 Anything else is rejected by ``compile_rule`` with ``CelUnsupported`` so that a CRD using it is
@@ -264,6 +265,32 @@ def _string_method(name: str, target: Any, arg: Any) -> Any:
     return _regex(arg).search(target) is not None
 
 
+_FORMAT_VERB = re.compile(r"%(.)", re.DOTALL)
+
+
+def _format(target: Any, args: Any) -> str:
+    """The strings extension's ``'...'.format([args])`` for the verbs messages use: ``%s``
+    (any value, as ``string()`` renders it), ``%d`` (an integer) and ``%%``."""
+    if not isinstance(target, str) or not isinstance(args, list):
+        raise CelEvalError(f"no such overload: {_type_name(target)}.format({_type_name(args)})")
+    remaining = list(args)
+
+    def verb(match: re.Match[str]) -> str:
+        kind = match.group(1)
+        if kind == "%":
+            return "%"
+        if not remaining:
+            raise CelEvalError("format: not enough arguments")
+        value = remaining.pop(0)
+        if kind == "s":
+            return value if isinstance(value, str) else _convert("string", value)
+        if kind == "d" and isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        raise CelEvalError(f"format: %{kind} does not accept {_type_name(value)}")
+
+    return _FORMAT_VERB.sub(verb, target)
+
+
 @lru_cache(maxsize=256)
 def _regex(pattern: str) -> re.Pattern[str]:
     try:
@@ -433,6 +460,9 @@ class _Parser:
         if name in _STRING_METHODS and len(args) == 1:
             arg = args[0]
             return lambda env: _string_method(name, target(env), arg(env))
+        if name == "format" and len(args) == 1:
+            values = args[0]
+            return lambda env: _format(target(env), values(env))
         raise CelUnsupported(f"unsupported function: .{name}() with {len(args)} argument(s)")
 
     def macro(self, target: Node, name: str) -> Node:

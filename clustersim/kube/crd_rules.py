@@ -11,12 +11,15 @@
   (validation ratcheting, on by default since 1.30).
 * A failed rule becomes a cause at the node's field path (plus the rule's ``fieldPath``) with
   the rule's ``reason`` (default ``FieldValueInvalid``) and ``messageExpression``, ``message``
-  or ``failed rule: <rule>`` as detail.  1.32 prints the schema type, not the value, in
-  ``Invalid value: "string": ...``.
+  or ``failed rule: <rule>`` as detail.  As kube-apiserver 1.36 does, the cause shows the
+  value that failed (``Invalid value: "node-b": ...``, numbers and booleans bare) unless it is
+  an object or a list (``Invalid value: ...``); a rule that cannot be evaluated still names the
+  schema type (``Invalid value: "string": ... evaluating rule``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -211,16 +214,33 @@ def _detail(rule: dict[str, Any], env: dict[str, Any]) -> str:
     return f"failed rule: {rule['rule'].strip()}"
 
 
+def _bad_value(kind: str, value: Any, type_name: str) -> str:
+    """apimachinery's field.Error rendering of a failed rule's value: objects and lists are
+    omitted, strings quoted, numbers and booleans bare, anything else as JSON."""
+    if type_name in ("object", "array"):
+        return kind
+    if isinstance(value, bool):
+        return f"{kind}: {'true' if value else 'false'}"
+    if isinstance(value, int):
+        return f"{kind}: {value}"
+    if isinstance(value, float):
+        return f"{kind}: {int(value) if value.is_integer() else value}"
+    return f"{kind}: {json.dumps(value, separators=(',', ':'))}"
+
+
 def _failure(rule: dict[str, Any], env: dict[str, Any], type_name: str, field: str) -> Cause:
     detail = _detail(rule, env)
     reason = rule.get("reason") or "FieldValueInvalid"
+    value = env["self"]
     if reason == "FieldValueForbidden":
         return Cause(reason, f"Forbidden: {detail}", field)
     if reason == "FieldValueRequired":
         return Cause(reason, f"Required value: {detail}", field)
     if reason == "FieldValueDuplicate":
-        return Cause(reason, f'Duplicate value: "{type_name}"', field)
-    return Cause("FieldValueInvalid", f'Invalid value: "{type_name}": {detail}', field)
+        return Cause(reason, _bad_value("Duplicate value", value, type_name), field)
+    return Cause(
+        "FieldValueInvalid", f"{_bad_value('Invalid value', value, type_name)}: {detail}", field
+    )
 
 
 def _field_path(path: str, relative: Any) -> str:

@@ -131,6 +131,16 @@ def error_response(err: ApiError) -> web.Response:
     return response
 
 
+def serves_group(store: Store, group: str) -> bool:
+    return any(info.group == group for info in store.resources())
+
+
+def page_not_found() -> web.Response:
+    """kube-apiserver's answer under /apis/<group> for a group it does not serve: no API
+    handler is behind the path, so its mux answers in plain text, not with a Status."""
+    return web.Response(status=404, text="404 page not found\n")
+
+
 def success_status(info: ResourceInfo, obj: Obj) -> Obj:
     return {
         "kind": "Status",
@@ -407,6 +417,8 @@ class ApiHandler:
 
     async def grouped(self, request: web.Request) -> web.StreamResponse:
         m = request.match_info
+        if not serves_group(self.store, m["group"]):
+            return page_not_found()
         return await self._dispatch(request, m["group"], m["version"], m["rest"])
 
     async def _dispatch(
@@ -949,10 +961,12 @@ def build_app(store: Store, faults: Faults | None = None) -> web.Application:
         for entry in api_groups(store):
             if entry["name"] == name:
                 return json_response({"kind": "APIGroup", "apiVersion": "v1", **entry})
-        raise NotFound("the server could not find the requested resource")
+        return page_not_found()
 
     async def group_version(request: web.Request) -> web.Response:
         m = request.match_info
+        if not serves_group(store, m["group"]):
+            return page_not_found()
         listing = resource_list(store, m["group"], m["version"])
         if not listing["resources"]:
             raise NotFound("the server could not find the requested resource")

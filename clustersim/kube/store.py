@@ -614,10 +614,17 @@ class Store:
             )
         if not info.kind:
             causes.append(Cause("FieldValueRequired", "Required value", "spec.names.kind"))
-        for i, version in enumerate(spec.get("versions") or []):
-            schema = ((version or {}).get("schema") or {}).get("openAPIV3Schema")
-            if isinstance(schema, dict):
-                causes.extend(compile_errors(schema, f"spec.versions[{i}].schema.openAPIV3Schema"))
+        versions = spec.get("versions") or []
+        schemas = [((v or {}).get("schema") or {}).get("openAPIV3Schema") for v in versions]
+        if schemas and isinstance(schemas[0], dict) and all(s == schemas[0] for s in schemas):
+            # kube-apiserver validates the internal form, where a schema every version shares
+            # is hoisted to spec.validation: its causes name that path.
+            causes.extend(compile_errors(schemas[0], "spec.validation.openAPIV3Schema"))
+        else:
+            for i, schema in enumerate(schemas):
+                if isinstance(schema, dict):
+                    path = f"spec.versions[{i}].schema.openAPIV3Schema"
+                    causes.extend(compile_errors(schema, path))
         if causes:
             raise errors.invalid(
                 "CustomResourceDefinition", obj["metadata"]["name"], causes, "apiextensions.k8s.io"
@@ -663,6 +670,7 @@ class Store:
             return obj
         causes = []
         if info.key == "pods":
+            _default_toleration_seconds(obj)
             causes = _pod_causes(obj, old)
         elif info.key == "jobs.batch":
             causes = _job_causes(obj, old)
@@ -1238,11 +1246,25 @@ class Store:
             return
         pods = list(self._objects["pods"].get(namespace, {}).values())
         for pdb in list(budgets.values()):
-            new_status = compute_pdb_status(pdb, pods)
-            if new_status != pdb.get("status"):
+            new_status = compute_pdb_status(pdb, pods, self._controller_scale)
+            if new_status is not None and new_status != pdb.get("status"):
                 new = deep_copy(pdb)
                 new["status"] = new_status
                 self._write_status(info, new, pdb)
+
+    def _controller_scale(self, ref: Mapping[str, Any], namespace: str) -> int | None:
+        """The disruption controller's finder for a pod's controller: the desired replicas of
+        the owner's scale subresource, or None when the owner has no scale or is not there."""
+        group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+        for info in self._infos.values():
+            if info.group != group or info.kind != ref.get("kind") or info.scale is None:
+                continue
+            owner = self._objects[info.key].get(namespace if info.namespaced else "", {})
+            obj = owner.get(str(ref.get("name")))
+            if obj is None or obj["metadata"].get("uid") != ref.get("uid"):
+                return None
+            return int(_get_path(obj, info.scale.spec_replicas_path) or 0)
+        return None
 
     # ----------------------------------------------------------------- scale
 
@@ -1361,6 +1383,9 @@ class Store:
             self._refresh_pdbs(ns)
         elif key == "poddisruptionbudgets.policy" and new is not None:
             self._refresh_pdbs(new["metadata"]["namespace"])
+        elif key == "namespaces" and new is not None and old is None:
+            name = new["metadata"]["name"]
+            self.create("configmaps", root_ca_configmap(name), name)
         elif key == "customresourcedefinitions.apiextensions.k8s.io":
             if new is not None and not new["metadata"].get("deletionTimestamp"):
                 crd_info = crd_resource_infos(new)
@@ -1373,6 +1398,56 @@ class Store:
 
 
 # --------------------------------------------------------------------- pure helpers
+
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+_ROOT_CA_DESCRIPTION = (
+    "Contains a CA bundle that can be used to verify the kube-apiserver when using internal "
+    "endpoints such as the internal service IP or kubernetes.default.svc. No other usage is "
+    "guaranteed across distributions of Kubernetes clusters."
+)
+_NODE_PROBLEM_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+DEFAULT_TOLERATION_SECONDS = 300
+
+
+def _default_toleration_seconds(pod: Obj) -> None:
+    """The DefaultTolerationSeconds admission plugin, on by default: a pod that does not
+    tolerate the not-ready or unreachable NoExecute taint gets a 300 s toleration of it, so the
+    taint manager evicts it five minutes after its node stops answering (on create and update)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    tolerations = spec.get("tolerations") or []
+    for taint in _NODE_PROBLEM_TAINTS:
+        tolerated = any(
+            isinstance(t, dict)
+            and t.get("key", "") in (taint, "")
+            and t.get("effect", "") in ("NoExecute", "")
+            for t in tolerations
+        )
+        if not tolerated:
+            tolerations.append(
+                {
+                    "key": taint,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+                }
+            )
+    spec["tolerations"] = tolerations
+
+
+def root_ca_configmap(namespace: str) -> Obj:
+    """What kube-controller-manager's root CA publisher writes into every namespace. The
+    emulator serves plain HTTP and has no CA, so the bundle is empty, as that controller
+    publishes it when it is given none."""
+    return {
+        "metadata": {
+            "name": ROOT_CA_CONFIGMAP,
+            "namespace": namespace,
+            "annotations": {"kubernetes.io/description": _ROOT_CA_DESCRIPTION},
+        },
+        "data": {"ca.crt": ""},
+    }
 
 
 def _rules_unless_blocked(
@@ -1411,24 +1486,68 @@ def _resolve_int_or_percent(value: Any, total: int, round_up: bool) -> int:
     return int(value)
 
 
-def compute_pdb_status(pdb: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Obj:
-    """The status the disruption controller maintains for a PodDisruptionBudget."""
+ControllerScale = Callable[[Mapping[str, Any], str], int | None]
+
+
+def _no_controllers(ref: Mapping[str, Any], namespace: str) -> int | None:
+    return None
+
+
+def _expected_scale(
+    pods: Iterable[Mapping[str, Any]], controller_scale: ControllerScale
+) -> int | None:
+    """The sum of the desired replicas of the pods' controllers, each counted once. Pods
+    without a controller do not count (the real controller warns UnmanagedPods); a controller
+    it cannot scale makes the status incomputable (None: the status stays as it was)."""
+    scales: dict[str, int] = {}
+    for pod in pods:
+        meta = pod["metadata"]
+        ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+        if ref is None or ref.get("uid") in scales:
+            continue
+        scale = controller_scale(ref, str(meta.get("namespace", "")))
+        if scale is None:
+            return None
+        scales[str(ref.get("uid"))] = scale
+    return sum(scales.values())
+
+
+def compute_pdb_status(
+    pdb: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    controller_scale: ControllerScale = _no_controllers,
+) -> Obj | None:
+    """The status the disruption controller maintains for a PodDisruptionBudget, or None where
+    it cannot compute one. An integer minAvailable counts the selected pods; maxUnavailable and a
+    percentage minAvailable count the replicas of the pods' controllers (scale subresource), so
+    pods without a controller give an expected count of 0 and no disruption allowed."""
     spec = pdb.get("spec") or {}
     selector = LabelSelector.from_match(spec.get("selector")) if spec.get("selector") else None
     matching = [
         p for p in pods if selector is not None and selector.matches(p["metadata"].get("labels"))
     ]
-    expected = len(matching)
     healthy = sum(1 for p in matching if _pod_is_healthy(p))
-    if "minAvailable" in spec:
-        desired = _resolve_int_or_percent(spec["minAvailable"], expected, round_up=True)
-    elif "maxUnavailable" in spec:
-        desired = max(0, expected - _resolve_int_or_percent(spec["maxUnavailable"], expected, True))
+    min_available = spec.get("minAvailable")
+    if min_available is not None and not isinstance(min_available, str):
+        expected = len(matching)
+        desired = int(min_available)
+    elif min_available is not None or "maxUnavailable" in spec:
+        scaled = _expected_scale(matching, controller_scale)
+        if scaled is None:
+            return None
+        expected = scaled
+        if min_available is not None:
+            desired = _resolve_int_or_percent(min_available, expected, round_up=True)
+        else:
+            unavailable = _resolve_int_or_percent(spec["maxUnavailable"], expected, True)
+            desired = max(0, expected - unavailable)
     else:
+        expected = len(matching)
         desired = expected
+    allowed = healthy - desired if expected > 0 else 0
     status: Obj = {
         "observedGeneration": pdb["metadata"].get("generation", 1),
-        "disruptionsAllowed": max(0, healthy - desired),
+        "disruptionsAllowed": max(0, allowed),
         "currentHealthy": healthy,
         "desiredHealthy": desired,
         "expectedPods": expected,
@@ -1613,6 +1732,7 @@ def _pdb_causes(obj: Obj) -> list[Cause]:
 
 __all__ = [
     "DEFAULT_NAMESPACES",
+    "ROOT_CA_CONFIGMAP",
     "AlreadyExists",
     "ApiError",
     "Conflict",

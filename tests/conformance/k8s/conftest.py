@@ -22,7 +22,7 @@ import pytest
 from kubernetes_asyncio import client, config
 
 from clustersim.kube.server import serve
-from clustersim.kube.store import Store
+from clustersim.kube.store import ROOT_CA_CONFIGMAP, Store
 
 KUBECONFIG_ENV = "NODEFLOW_CONFORMANCE_KUBECONFIG"
 
@@ -40,6 +40,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if "emulator_only" not in item.keywords]
+
+
+def created_by_tests(names: list[str]) -> list[str]:
+    """Names without the ConfigMap kube-controller-manager publishes in every namespace (the
+    emulator publishes it too): a test asserting on a collection asserts on its own objects."""
+    return [name for name in names if name != ROOT_CA_CONFIGMAP]
+
+
+async def _settled(kube: Kube) -> None:
+    """A new namespace on a real cluster gets the root CA ConfigMap a moment after it exists;
+    tests start once it is there, so no controller writes into their namespace mid-test."""
+    for _ in range(200):
+        try:
+            await kube.core.read_namespaced_config_map(ROOT_CA_CONFIGMAP, kube.namespace)
+            return
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{ROOT_CA_CONFIGMAP} never published in {kube.namespace}")
 
 
 @dataclass
@@ -92,7 +112,9 @@ class Kube:
         content_type: str = "application/json",
         accept: str = "application/json",
     ) -> tuple[int, Any]:
-        """A raw API call through the ApiClient; returns (HTTP status, decoded JSON body)."""
+        """A raw API call through the ApiClient; returns (HTTP status, decoded JSON body), or
+        the body as text where it is not JSON (a real API server answers a path outside every
+        API group with a plain `404 page not found`)."""
         try:
             response = await self.api.call_api(
                 path,
@@ -104,10 +126,10 @@ class Kube:
                 auth_settings=["BearerToken"],
             )
         except client.ApiException as exc:
-            return exc.status, json.loads(exc.body) if exc.body else None
+            return exc.status, _decoded(exc.body)
         raw = await response.read()
         status = response.status
-        return status, json.loads(raw) if raw else None
+        return status, _decoded(raw)
 
     async def watch(
         self,
@@ -143,6 +165,15 @@ class Kube:
         return events
 
 
+def _decoded(body: str | bytes | None) -> Any:
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode() if isinstance(body, bytes) else body
+
+
 async def _client_for(kubeconfig: Path) -> client.ApiClient:
     configuration = client.Configuration()
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
@@ -157,6 +188,7 @@ async def kube(tmp_path: Path) -> AsyncIterator[Kube]:
         kube = Kube(api, Path(external), "", None)
         ns = await kube.core.create_namespace({"metadata": {"generateName": "conformance-"}})
         kube.namespace = ns.metadata.name
+        await _settled(kube)
         try:
             yield kube
         finally:

@@ -101,10 +101,14 @@ def widget_crd(group: str) -> dict[str, Any]:
 async def widgets(kube: Kube) -> AsyncIterator[Widgets]:
     group = f"w{uuid.uuid4().hex[:6]}.example.com"
     await kube.ext.create_custom_resource_definition(widget_crd(group))
+    # Served once discovery lists the version and a list answers: a real API server answers
+    # 429 "storage is (re)initializing" while the new resource's watch cache fills.
     for _ in range(100):
         status, _ = await kube.request("GET", f"/apis/{group}/v1")
         if status == 200:
-            break
+            status, _ = await kube.request("GET", f"/apis/{group}/v1/widgets")
+            if status == 200:
+                break
         await asyncio.sleep(0.1)
     try:
         yield Widgets(group, "widgets", "Widget")

@@ -49,9 +49,20 @@ async def test_group_discovery(kube: Kube) -> None:
 
 
 async def test_unknown_resource_is_404(kube: Kube) -> None:
-    status, body = await kube.request("GET", "/apis/nope.example.com/v1/things")
+    status, body = await kube.request("GET", "/api/v1/nopes")
     assert status == 404
     assert body["kind"] == "Status"
+    assert body["reason"] == "NotFound"
+    status, body = await kube.request("GET", "/apis/batch/v1/nopes")
+    assert (status, body["kind"]) == (404, "Status")
+
+
+async def test_unknown_group_is_a_plain_404(kube: Kube) -> None:
+    # No API handler serves the group: the server's mux answers in text, not with a Status.
+    for path in ("/apis/nope.example.com/v1/things", "/apis/nope.example.com/v1"):
+        status, body = await kube.request("GET", path)
+        assert status == 404
+        assert body == "404 page not found\n"
 
 
 async def test_pod_list_as_table_has_status_columns(kube: Kube) -> None:

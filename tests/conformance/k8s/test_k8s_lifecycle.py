@@ -4,7 +4,8 @@ PodDisruptionBudgets."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -151,7 +152,13 @@ async def test_orphan_deletion_keeps_dependents_without_owner_reference(kube: Ku
         return not child.metadata.owner_references
 
     await eventually(orphaned)
-    assert not await exists(lambda: kube.core.read_namespaced_config_map("owner", kube.namespace))
+
+    async def owner_gone() -> bool:
+        # The garbage collector orphans the dependent first, then lifts the owner's finalizer.
+        read = kube.core.read_namespaced_config_map
+        return not await exists(lambda: read("owner", kube.namespace))
+
+    await eventually(owner_gone)
 
 
 async def test_foreground_deletion_removes_dependents_before_owner(kube: Kube) -> None:
@@ -211,11 +218,116 @@ async def evict(kube: Kube, name: str) -> tuple[int, Any]:
     )
 
 
-async def ready_pods(kube: Kube, count: int, labels: dict[str, str]) -> list[str]:
+def replicator_crd(group: str) -> dict[str, Any]:
+    """A minimal workload kind with a scale subresource, as NodeSet has: the disruption
+    controller reads a controller's desired replicas through it."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"replicators.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "replicators", "singular": "replicator", "kind": "Replicator"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                        },
+                    },
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+Controller = Callable[[int], Awaitable[dict[str, Any]]]
+
+
+@pytest.fixture
+async def controller(kube: Kube) -> AsyncIterator[Controller]:
+    """Makes a Replicator of `replicas` and returns the controller reference its pods carry."""
+    group = f"r{uuid.uuid4().hex[:6]}.example.com"
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    status, body = await kube.request("POST", crds, replicator_crd(group))
+    assert status == 201, body
+    base = f"/apis/{group}/v1/namespaces/{kube.namespace}/replicators"
+
+    async def served() -> bool:
+        return (await kube.request("GET", base))[0] == 200
+
+    await eventually(served, timeout=30.0)
+
+    async def make(replicas: int) -> dict[str, Any]:
+        name = f"rep-{uuid.uuid4().hex[:6]}"
+        status, created = await kube.request(
+            "POST",
+            base,
+            {
+                "apiVersion": f"{group}/v1",
+                "kind": "Replicator",
+                "metadata": {"name": name},
+                "spec": {"replicas": replicas},
+            },
+        )
+        assert status == 201, created
+        return {
+            "apiVersion": f"{group}/v1",
+            "kind": "Replicator",
+            "name": name,
+            "uid": created["metadata"]["uid"],
+            "controller": True,
+        }
+
+    try:
+        yield make
+    finally:
+        await kube.request("DELETE", f"{crds}/replicators.{group}")
+
+
+def nudging(
+    kube: Kube, names: list[str], check: Callable[[], Awaitable[bool]]
+) -> Callable[[], Awaitable[bool]]:
+    """`check`, touching a pod's annotation every 40 polls while it fails. The real disruption
+    controller learns a kind created moments ago only on its 30 s discovery refresh, and retries
+    a budget whose sync failed before that with a growing backoff, unless one of its pods
+    changes: the touch makes it sync again once it knows the kind."""
+    polls = 0
+
+    async def check_or_touch() -> bool:
+        nonlocal polls
+        if await check():
+            return True
+        polls += 1
+        if polls % 40 == 0:
+            await kube.core.patch_namespaced_pod(
+                names[0], kube.namespace, {"metadata": {"annotations": {"touch": str(polls)}}}
+            )
+        return False
+
+    return check_or_touch
+
+
+async def ready_pods(
+    kube: Kube, count: int, labels: dict[str, str], owner: dict[str, Any] | None = None
+) -> list[str]:
     names = []
     for i in range(count):
         name = f"{labels['app']}-{i}"
-        await kube.core.create_namespaced_pod(kube.namespace, pod(name, labels))
+        meta = {"ownerReferences": [owner]} if owner else {}
+        await kube.core.create_namespaced_pod(kube.namespace, pod(name, labels, **meta))
         await bind(kube, name, "node-a")
         await make_running_ready(kube, name)
         names.append(name)
@@ -240,15 +352,15 @@ async def test_pdb_status_tracks_healthy_pods(kube: Kube) -> None:
     await eventually(settled)
 
 
-async def test_eviction_honours_pod_disruption_budget(kube: Kube) -> None:
-    names = await ready_pods(kube, 2, {"app": "ev"})
+async def test_eviction_honours_pod_disruption_budget(kube: Kube, controller: Controller) -> None:
+    names = await ready_pods(kube, 2, {"app": "ev"}, await controller(2))
     await create_pdb(kube, "ev", {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "ev"}}})
 
     async def allows_one() -> bool:
         pdb = await kube.policy.read_namespaced_pod_disruption_budget("ev", kube.namespace)
         return bool(pdb.status and pdb.status.disruptions_allowed == 1)
 
-    await eventually(allows_one)
+    await eventually(nudging(kube, names, allows_one), timeout=90.0)
     status, body = await evict(kube, names[0])
     assert status == 201, body
     evicted = await kube.core.read_namespaced_pod(names[0], kube.namespace)
@@ -259,8 +371,8 @@ async def test_eviction_honours_pod_disruption_budget(kube: Kube) -> None:
     assert any(c["reason"] == "DisruptionBudget" for c in body["details"]["causes"])
 
 
-async def test_eviction_with_percent_min_available(kube: Kube) -> None:
-    names = await ready_pods(kube, 4, {"app": "pct"})
+async def test_eviction_with_percent_min_available(kube: Kube, controller: Controller) -> None:
+    names = await ready_pods(kube, 4, {"app": "pct"}, await controller(4))
     await create_pdb(
         kube, "pct", {"minAvailable": "50%", "selector": {"matchLabels": {"app": "pct"}}}
     )
@@ -269,12 +381,33 @@ async def test_eviction_with_percent_min_available(kube: Kube) -> None:
         pdb = await kube.policy.read_namespaced_pod_disruption_budget("pct", kube.namespace)
         return bool(pdb.status and pdb.status.disruptions_allowed == 2)
 
-    await eventually(allows_two)
+    await eventually(nudging(kube, names, allows_two), timeout=90.0)
     assert (await evict(kube, names[0]))[0] == 201
     await eventually(lambda: _allowed(kube, "pct", 1))
     assert (await evict(kube, names[1]))[0] == 201
     await eventually(lambda: _allowed(kube, "pct", 0))
     assert (await evict(kube, names[2]))[0] == 429
+
+
+async def test_budget_counting_controllers_allows_nothing_for_pods_without_one(
+    kube: Kube,
+) -> None:
+    # maxUnavailable counts the replicas of the pods' controllers; pods without a controller
+    # count for none, so nothing may be evicted (the real controller warns UnmanagedPods).
+    names = await ready_pods(kube, 2, {"app": "orphan"})
+    await create_pdb(
+        kube, "orphan", {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "orphan"}}}
+    )
+
+    async def computed() -> bool:
+        pdb = await kube.policy.read_namespaced_pod_disruption_budget("orphan", kube.namespace)
+        return bool(pdb.status and pdb.status.current_healthy == 2)
+
+    await eventually(computed, timeout=30.0)
+    pdb = await kube.policy.read_namespaced_pod_disruption_budget("orphan", kube.namespace)
+    assert (pdb.status.expected_pods, pdb.status.disruptions_allowed) == (0, 0)
+    status, body = await evict(kube, names[0])
+    assert status == 429, body
 
 
 async def _allowed(kube: Kube, name: str, expected: int) -> bool:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.k8s.conftest import Kube
+from tests.conformance.k8s.conftest import Kube, created_by_tests
 
 
 def _names(body: dict[str, object]) -> list[str]:
     items = body["items"]
     assert isinstance(items, list)
-    return [item["metadata"]["name"] for item in items]
+    return created_by_tests([item["metadata"]["name"] for item in items])
 
 
 async def _configmaps(kube: Kube, *query: tuple[str, str]) -> tuple[int, dict[str, object]]:

@@ -103,7 +103,14 @@ async def test_strategic_merge_patch_delete_directive_removes_list_item(kube: Ku
     )
     assert status == 200, body
     assert body["metadata"]["labels"] == {"b": "2"}
-    assert [t["key"] for t in body["spec"]["tolerations"]] == ["x", "y"]
+    # The patch replaces the list (tolerations have no merge key); the DefaultTolerationSeconds
+    # admission plugin then adds back the not-ready and unreachable tolerations.
+    assert [t["key"] for t in body["spec"]["tolerations"]] == [
+        "x",
+        "y",
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ]
 
 
 async def test_json_patch_operations_apply_in_order(kube: Kube) -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.conformance.k8s.conftest import Kube
+from tests.conformance.k8s.conftest import Kube, created_by_tests
 
 
 async def test_watch_from_list_version_streams_added_modified_deleted(kube: Kube) -> None:
@@ -25,9 +25,10 @@ async def test_watch_from_list_version_streams_added_modified_deleted(kube: Kube
 
 async def test_watch_without_resource_version_starts_with_current_objects(kube: Kube) -> None:
     await kube.core.create_namespaced_config_map(kube.namespace, {"metadata": {"name": "pre"}})
-    events = await kube.watch(f"/api/v1/namespaces/{kube.namespace}/configmaps", [], count=1)
-    assert events[0]["type"] == "ADDED"
-    assert events[0]["object"]["metadata"]["name"] == "pre"
+    # Two objects exist: the test's and the namespace's root CA ConfigMap.
+    events = await kube.watch(f"/api/v1/namespaces/{kube.namespace}/configmaps", [], count=2)
+    assert [e["type"] for e in events] == ["ADDED", "ADDED"]
+    assert created_by_tests([e["object"]["metadata"]["name"] for e in events]) == ["pre"]
 
 
 async def test_watch_delivers_live_events(kube: Kube) -> None:

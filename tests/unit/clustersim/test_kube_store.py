@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -169,11 +170,23 @@ def test_job_gets_selector_and_template_labels() -> None:
     assert job["spec"]["completions"] == 1 and job["spec"]["parallelism"] == 1
 
 
-def _ready(name: str) -> dict[str, Any]:
+OWNER = {"apiVersion": "x/v1", "kind": "Replicator", "name": "r", "uid": "u1", "controller": True}
+
+
+def _ready(name: str, owned: bool = True) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "labels": {"app": "a"}},
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"app": "a"},
+            **({"ownerReferences": [OWNER]} if owned else {}),
+        },
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
     }
+
+
+def _three_replicas(ref: Mapping[str, Any], namespace: str) -> int | None:
+    return 3 if ref["uid"] == "u1" else None
 
 
 @pytest.mark.parametrize(
@@ -191,10 +204,28 @@ def test_pdb_status_computation(spec: dict[str, Any], allowed: int, desired: int
         "metadata": {"name": "b", "generation": 1},
         "spec": {**spec, "selector": {"matchLabels": {"app": "a"}}},
     }
-    status = compute_pdb_status(pdb, [_ready("p1"), _ready("p2"), _ready("p3")])
+    status = compute_pdb_status(pdb, [_ready("p1"), _ready("p2"), _ready("p3")], _three_replicas)
+    assert status is not None
     assert status["expectedPods"] == 3 and status["currentHealthy"] == 3
     assert status["desiredHealthy"] == desired
     assert status["disruptionsAllowed"] == allowed
+
+
+@pytest.mark.parametrize("spec", [{"maxUnavailable": 1}, {"minAvailable": "50%"}])
+def test_pdb_counting_controller_replicas_ignores_pods_without_controller(
+    spec: dict[str, Any],
+) -> None:
+    pdb = {
+        "metadata": {"name": "b", "generation": 1},
+        "spec": {**spec, "selector": {"matchLabels": {"app": "a"}}},
+    }
+    orphans = [_ready("p1", owned=False), _ready("p2", owned=False)]
+    status = compute_pdb_status(pdb, orphans, _three_replicas)
+    assert status is not None
+    assert (status["expectedPods"], status["currentHealthy"]) == (0, 2)
+    assert status["disruptionsAllowed"] == 0
+    # A controller without a scale subresource: no status can be computed (left as it was).
+    assert compute_pdb_status(pdb, [_ready("p1")], lambda ref, ns: None) is None
 
 
 def test_crd_creation_registers_resource_and_validates() -> None:
