@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from maintenance_scheduler.api import rfc3339
 from maintenance_scheduler.skyhook import stages
@@ -77,6 +77,8 @@ class CreateJob:
     stage: str
     node: str
     name: str
+    # The stage's retries so far: a retried stage's create is a new command.
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ class CreateMaintenance:
     skyhook: Skyhook
     node: str
     name: str
+    # The interrupts it is for (`package|version` ...): a later interrupt is a new request.
+    purpose: str = ""
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,7 @@ class DeleteMaintenance:
     skyhook: str
     node: str
     name: str
+    uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -127,11 +132,13 @@ class SkyhookDecisionNote:
     """An audit line on maintenance.v1.skyhook.<name>.decision."""
 
     skyhook: str
-    kind: str
+    kind: Literal["stage", "batch", "fail-job", "maintenance"]
     message: str
+    reason: str = ""
     node: str = ""
     package: str = ""
     stage: str = ""
+    compartment: str = ""
 
 
 SkyhookAction = (
@@ -154,6 +161,8 @@ class World:
     jobs: Mapping[str, JobFacts]
     # NodeMaintenance phase (Ready condition reason) by name; absent: no request.
     maintenances: Mapping[str, str]
+    # NodeMaintenance uid by name (for a delete that cannot hit a newer request).
+    maintenance_uids: Mapping[str, str] = field(default_factory=dict)
     # Nodes whose last patch is not yet visible: left as they are this round.
     settling: frozenset[str] = frozenset()
 
@@ -245,6 +254,7 @@ def step_node(
     maintenance = maintenance_name(skyhook.name, node)
     maintenance_phase = world.maintenances.get(maintenance)
     needs_maintenance = False
+    interrupts: list[str] = []
     busy = False  # a package of a serial Skyhook is under way
     spec_names = {p.name for p in skyhook.packages}
     work: list[tuple[Package | None, str]] = [(p, p.name) for p in _package_order(skyhook)]
@@ -281,9 +291,22 @@ def step_node(
                 target = job_name(skyhook.name, name, new.version, new.stage, node)
                 if target not in world.jobs:
                     spec_package = package or _uninstall_package(new)
-                    result.actions.append(CreateJob(skyhook, spec_package, new.stage, node, target))
+                    result.actions.append(
+                        CreateJob(skyhook, spec_package, new.stage, node, target, new.restarts)
+                    )
         if outcome.fail_job and job is not None and new is not None:
             result.actions.append(FailJob(skyhook.name, job.name, new.message))
+            result.decisions.append(
+                SkyhookDecisionNote(
+                    skyhook.name,
+                    "fail-job",
+                    new.message,
+                    reason="image-not-pullable",
+                    node=node,
+                    package=name,
+                    stage=new.stage,
+                )
+            )
         if new is None:
             result.entries.pop(name, None)
         else:
@@ -292,6 +315,7 @@ def step_node(
                 busy = True
             if new.state == stages.IN_PROGRESS and new.stage in ("interrupt", "post-interrupt"):
                 needs_maintenance = True
+                interrupts.append(new.key)
         if outcome.event and new is not entry:
             shown = new or entry
             result.decisions.append(
@@ -299,15 +323,41 @@ def step_node(
                     skyhook.name,
                     "stage",
                     f"{name} on {node}: {outcome.event}",
+                    reason=outcome.event.split(":")[0].replace(" ", "-"),
                     node=node,
                     package=name,
                     stage=shown.stage if shown is not None else "",
                 )
             )
     if needs_maintenance and may_start and maintenance_phase is None:
-        result.actions.append(CreateMaintenance(skyhook, node, maintenance))
+        result.actions.append(
+            CreateMaintenance(skyhook, node, maintenance, ",".join(sorted(interrupts)))
+        )
+        result.decisions.append(
+            SkyhookDecisionNote(
+                skyhook.name,
+                "maintenance",
+                f"NodeMaintenance {maintenance} requested for the interrupt of "
+                f"{', '.join(sorted(interrupts))} on {node}",
+                reason="requested",
+                node=node,
+            )
+        )
     if not needs_maintenance and maintenance_phase is not None:
-        result.actions.append(DeleteMaintenance(skyhook.name, node, maintenance))
+        result.actions.append(
+            DeleteMaintenance(
+                skyhook.name, node, maintenance, world.maintenance_uids.get(maintenance, "")
+            )
+        )
+        result.decisions.append(
+            SkyhookDecisionNote(
+                skyhook.name,
+                "maintenance",
+                f"NodeMaintenance {maintenance} released: no interrupt left on {node}",
+                reason="released",
+                node=node,
+            )
+        )
     return result
 
 
@@ -467,12 +517,17 @@ def _plan_skyhook(
             selected.update(decided.batch)
             if decided.evaluated:
                 verdict = "failed" if decided.batch_failed else "succeeded"
+                if decided.strategy is None:
+                    verdict = "done"  # no strategy judges it (interruptionBudget)
                 plan.decisions.append(
                     SkyhookDecisionNote(
                         skyhook.name,
                         "batch",
                         f"compartment {name}: batch {decided.state.current_batch - 1} {verdict}"
-                        f" ({decided.state.consecutive_failures} consecutive failures)",
+                        f" ({decided.state.consecutive_failures} consecutive failures)"
+                        + (", rollout stopped" if decided.state.should_stop else ""),
+                        reason="stopped" if decided.state.should_stop else verdict,
+                        compartment=name,
                     )
                 )
             if decided.state.should_stop and decided.strategy is not None:

@@ -1,0 +1,231 @@
+"""The Skyhook controller on the whole local stack: the simulator's API, Job controller and
+kubelet, real NATS, k8s-watcher, and maintenance-scheduler's Skyhook controller."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import pytest
+
+from maintenance_scheduler.config import MaintenanceSchedulerConfig
+from maintenance_scheduler.skyhook.api import node_state_annotation, status_key
+from maintenance_scheduler.skyhook.service import SkyhookController
+from nodeflow_bus import Bus
+from nodeflow_contracts.maintenance import SkyhookDecision
+from nodeflow_runtime.natsd import NatsServerProcess
+from tests.integration.maintenance_scheduler.conftest import (
+    FAST_BUS,
+    NS,
+    Stack,
+    eventually,
+    run_stack,
+)
+
+SKYHOOKS = "skyhooks.skyhook.nvidia.com"
+POLICIES = "deploymentpolicies.skyhook.nvidia.com"
+API_VERSION = "skyhook.nvidia.com/v1alpha1"
+
+
+class SkyhookStack:
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.controller: SkyhookController | None = None
+        self.buses: list[Bus] = []
+        self.decisions: list[SkyhookDecision] = []
+        self.generation = 0
+
+    async def start(self, **overrides: Any) -> SkyhookController:
+        self.generation += 1
+        settings: dict[str, Any] = {
+            "nats_url": (self.stack.nats_url,),
+            "instance_id": f"sky-{self.generation}",
+            "leader_lease_ttl_seconds": 1.5,
+            "resync_seconds": 0.5,
+            "debounce_seconds": 0.02,
+            "in_flight_timeout_seconds": 5.0,
+            "skyhook_namespace": NS,
+            **overrides,
+        }
+        bus = await Bus.connect(self.stack.nats_url, options=FAST_BUS)
+        self.buses.append(bus)
+        controller = SkyhookController(bus, MaintenanceSchedulerConfig(**settings))
+        await controller.start()
+        await controller.lease.wait_until_leader(timeout=10)
+        self.controller = controller
+        return controller
+
+    async def kill(self) -> None:
+        controller, self.controller = self.controller, None
+        assert controller is not None
+        if controller._task is not None:
+            controller._task.cancel()
+        await controller.lease.stop(release=False)
+        await self.buses.pop().nc.close()
+
+    async def stop(self) -> None:
+        if self.controller is not None:
+            await self.controller.stop()
+            self.controller = None
+        while self.buses:
+            await self.buses.pop().close()
+
+    # --- objects -----------------------------------------------------------------------------
+
+    def policy(self, name: str, strategy: dict[str, Any]) -> None:
+        self.stack.sim.store.create(
+            POLICIES,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "DeploymentPolicy",
+                "metadata": {"name": name},
+                "spec": {"default": {"budget": {"percent": 100}, "strategy": strategy}},
+            },
+        )
+
+    def skyhook(self, name: str, packages: dict[str, Any], **spec: Any) -> None:
+        self.stack.sim.store.create(
+            SKYHOOKS,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Skyhook",
+                "metadata": {"name": name},
+                "spec": {"packages": packages, **spec},
+            },
+        )
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.stack.sim.store.get(SKYHOOKS, name)
+
+    def status(self, name: str) -> str:
+        return str((self.get(name).get("status") or {}).get("status") or "")
+
+    def jobs(self, skyhook: str) -> list[dict[str, Any]]:
+        selector = f"skyhook.nvidia.com/name={skyhook}"
+        return list(self.stack.sim.store.list("jobs.batch", NS, label_selector=selector).items)
+
+
+@pytest.fixture
+async def sky(nats_server: NatsServerProcess) -> AsyncIterator[SkyhookStack]:
+    async with run_stack(nats_server.url) as stack:
+        running = SkyhookStack(stack)
+
+        async def on_decision(msg: Any) -> None:
+            running.decisions.append(msgspec.json.decode(msg.data, type=SkyhookDecision))
+
+        subscription = await stack.bus.nc.subscribe(
+            "maintenance.v1.skyhook.*.decision", cb=on_decision
+        )
+        try:
+            yield running
+        finally:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+            await running.stop()
+
+
+TWO_PACKAGES = {
+    "driver": {"version": "1.0.0", "image": "registry.local/driver"},
+    "tuning": {
+        "version": "2.0.0",
+        "image": "registry.local/tuning",
+        "dependsOn": {"driver": "1.0.0"},
+    },
+}
+
+
+def condition_true(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for entry in (job.get("status") or {}).get("conditions") or []:
+        if entry.get("type") == kind and entry.get("status") == "True":
+            return dict(entry)
+    return None
+
+
+async def test_two_package_skyhook_reaches_complete_with_one_job_per_stage_and_node(
+    sky: SkyhookStack,
+) -> None:
+    await sky.start()
+    sky.policy("exp", {"exponential": {"initialBatch": 1, "growthFactor": 2}})
+    sky.skyhook("gpu-init", TWO_PACKAGES, deploymentPolicy="exp")
+    await eventually(
+        lambda: sky.status("gpu-init") == "complete", timeout=60, what="Skyhook complete"
+    )
+    nodes = sky.stack.node_names()
+    jobs = sky.jobs("gpu-init")
+    per_stage = Counter(
+        (
+            j["metadata"]["labels"]["skyhook.nvidia.com/package"],
+            j["metadata"]["labels"]["skyhook.nvidia.com/stage"],
+            j["metadata"]["labels"]["skyhook.nvidia.com/node"],
+        )
+        for j in jobs
+    )
+    assert len(per_stage) == 2 * 2 * len(nodes)
+    assert set(per_stage.values()) == {1}
+    assert all(condition_true(j, "Complete") for j in jobs)
+    job = jobs[0]
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["ttlSecondsAfterFinished"] == 86400
+    assert job["spec"]["podReplacementPolicy"] == "Failed"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "Skyhook"
+    status = sky.get("gpu-init")["status"]
+    assert status["completeNodes"] == f"{len(nodes)}/{len(nodes)}"
+    node = sky.stack.node(nodes[0])
+    assert node["metadata"]["labels"][status_key("gpu-init")] == "complete"
+    state = node["metadata"]["annotations"][node_state_annotation("gpu-init")]
+    assert '"state":"complete"' in state
+    # The rollout went one node first, then two, then the rest.
+    started = [
+        d.node
+        for d in sky.decisions
+        if d.kind == "stage" and d.reason == "started" and d.package == "driver"
+    ]
+    assert sorted(started) == nodes
+
+
+async def test_unpullable_image_goes_erroring_within_the_grace_naming_the_image(
+    sky: SkyhookStack,
+) -> None:
+    await sky.start(skyhook_image_pull_grace_seconds=1.0)
+    packages = {"driver": {"version": "1.0.0-unpullable", "image": "registry.local/missing"}}
+    one_node = {"matchLabels": {"kubernetes.io/hostname": sky.stack.node_names()[0]}}
+    sky.skyhook("broken", packages, interruptionBudget={"count": 1}, nodeSelectors=one_node)
+    await eventually(lambda: sky.status("broken") == "erroring", timeout=30, what="erroring")
+    (job,) = sky.jobs("broken")
+
+    def job_failed() -> dict[str, Any] | None:
+        (current,) = sky.jobs("broken")
+        return condition_true(current, "Failed")
+
+    failed = await eventually(job_failed, timeout=20, what="Job Failed")
+    assert failed["reason"] == "DeadlineExceeded"
+    node = job["metadata"]["labels"]["skyhook.nvidia.com/node"]
+    state = sky.stack.node(node)["metadata"]["annotations"][node_state_annotation("broken")]
+    assert "registry.local/missing:1.0.0-unpullable could not be pulled" in state
+    await eventually(
+        lambda: any(d.kind == "fail-job" for d in sky.decisions), timeout=10, what="decision"
+    )
+    # Nothing retries by itself: one Job, kept for its logs.
+    assert len(sky.jobs("broken")) == 1
+
+
+async def test_controller_killed_mid_rollout_resumes_with_no_duplicate_job(
+    sky: SkyhookStack,
+) -> None:
+    await sky.start()
+    sky.policy("lin", {"linear": {"initialBatch": 1, "delta": 1}})
+    sky.skyhook("resume", TWO_PACKAGES, deploymentPolicy="lin")
+    await eventually(lambda: len(sky.jobs("resume")) >= 3, timeout=30, what="some Jobs")
+    await sky.kill()
+    await sky.start()
+    await eventually(lambda: sky.status("resume") == "complete", timeout=60, what="complete")
+    creates = Counter(
+        o.target.name
+        for o in sky.stack.outcomes
+        if o.op == "create" and o.target.kind == "Job" and o.outcome == "applied"
+    )
+    assert set(creates.values()) == {1}
+    assert len(sky.jobs("resume")) == 2 * 2 * len(sky.stack.node_names())
