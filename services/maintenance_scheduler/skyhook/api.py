@@ -97,6 +97,8 @@ class LabelSelector:
     expressions: tuple[Expression, ...] = ()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
+        if not self.match_labels and not self.expressions:
+            return True
         return all(labels.get(k) == v for k, v in self.match_labels) and all(
             e.matches(labels) for e in self.expressions
         )

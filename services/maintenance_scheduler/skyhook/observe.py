@@ -93,3 +93,21 @@ def maintenance_phase(request: Obj) -> str:
     """The Ready condition's reason (the request's phase); "Pending" before it has one."""
     ready = find_condition(request, "Ready")
     return str(ready.get("reason") or "Pending") if ready is not None else "Pending"
+
+
+class NodeViews:
+    """node_view of each Node, kept while its resourceVersion does not change: a round reads
+    only the nodes that changed since the last one."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, tuple[str, NodeView]] = {}
+
+    def read(self, nodes: Mapping[str, Obj]) -> list[NodeView]:
+        views: dict[str, tuple[str, NodeView]] = {}
+        for key, node in nodes.items():
+            rv = str(meta(node).get("resourceVersion") or "")
+            cached = self._views.get(key)
+            view = cached[1] if cached is not None and cached[0] == rv and rv else node_view(node)
+            views[key] = (rv, view)
+        self._views = views
+        return [view for _, view in views.values()]

@@ -189,23 +189,43 @@ class RoundPlan:
 # --- node status -----------------------------------------------------------------------------
 
 
-def node_status(skyhook: Skyhook, entries: Mapping[str, PackageState], readable: bool) -> str:
+Wanted = tuple[dict[str, str], frozenset[str]]
+
+
+def wanted_versions(skyhook: Skyhook) -> Wanted:
+    return {p.name: p.version for p in skyhook.packages}, frozenset(
+        p.name for p in skyhook.packages
+    )
+
+
+def node_status(
+    skyhook: Skyhook,
+    entries: Mapping[str, PackageState],
+    readable: bool,
+    wanted_names: Wanted | None = None,
+) -> str:
     """complete: every package complete at its version and nothing left to uninstall."""
     if not readable:
         return UNKNOWN
-    wanted = {p.name: p.version for p in skyhook.packages}
-    states = [e.state for e in entries.values()]
-    if stages.ERRORING in states:
-        return ERRORING
-    done = all(
-        (e := entries.get(name)) is not None and e.version == version and e.state == stages.COMPLETE
-        for name, version in wanted.items()
-    ) and set(entries) <= set(wanted)
-    if done:
-        return COMPLETE
-    if stages.IN_PROGRESS in states:
-        return IN_PROGRESS
-    return WAITING
+    wanted, names = wanted_names or wanted_versions(skyhook)
+    if not entries:
+        return COMPLETE if not wanted else WAITING
+    in_progress = False
+    for present in entries.values():
+        if present.state == stages.ERRORING:
+            return ERRORING
+        if present.state == stages.IN_PROGRESS:
+            in_progress = True
+    if not in_progress and entries.keys() <= names:
+        done = True
+        for name, version in wanted.items():
+            entry = entries.get(name)
+            if entry is None or entry.version != version or entry.state != stages.COMPLETE:
+                done = False
+                break
+        if done:
+            return COMPLETE
+    return IN_PROGRESS if in_progress else WAITING
 
 
 def _package_order(skyhook: Skyhook) -> list[Package]:
@@ -247,6 +267,7 @@ def step_node(
     may_start: bool,
     now: float,
     pull_grace_seconds: float,
+    order: Sequence[Package] | None = None,
 ) -> NodeStep:
     """Advance every package of one node; with `may_start` False, Job endings are recorded
     but no new Job or maintenance request is made."""
@@ -257,7 +278,8 @@ def step_node(
     interrupts: list[str] = []
     busy = False  # a package of a serial Skyhook is under way
     spec_names = {p.name for p in skyhook.packages}
-    work: list[tuple[Package | None, str]] = [(p, p.name) for p in _package_order(skyhook)]
+    packages = order if order is not None else _package_order(skyhook)
+    work: list[tuple[Package | None, str]] = [(p, p.name) for p in packages]
     work += [(None, name) for name in sorted(entries) if name not in spec_names]
     for package, name in work:
         entry = result.entries.get(name)
@@ -466,14 +488,15 @@ def _plan_skyhook(
         and n.labels.get(IGNORE_NODE_LABEL, "").lower() != "true"
     ]
     annotation = node_state_annotation(skyhook.name)
+    wanted = wanted_versions(skyhook)
     entries_of: dict[str, dict[str, PackageState]] = {}
     readable_of: dict[str, bool] = {}
     before: dict[str, str] = {}
     blocked_by: dict[str, str] = {}
     for node in targets:
-        entries, readable = parse_node_state(node.annotations.get(annotation))
-        entries_of[node.name], readable_of[node.name] = entries, readable
-        status = node_status(skyhook, entries, readable)
+        parsed, readable = parse_node_state(node.annotations.get(annotation))
+        entries_of[node.name], readable_of[node.name] = parsed, readable
+        status = node_status(skyhook, parsed, readable, wanted)
         if status in (WAITING, UNKNOWN) and readable:
             blocker = _blocked_by_priority(skyhook, node.name, earlier)
             if blocker:
@@ -542,68 +565,62 @@ def _plan_skyhook(
                 )
     summary = SkyhookRound(skyhook.name, UNKNOWN)
     after: dict[str, str] = {}
+    final_entries: dict[str, Mapping[str, PackageState]] = {}
     node_by_name = {n.name: n for n in targets}
+    order = _package_order(skyhook)
+    key = status_key(skyhook.name)
     for node in targets:
-        entries = entries_of[node.name]
-        status = before[node.name]
-        working = (
-            node.name in selected
-            and readable_of[node.name]
-            and node.name not in blocked_by
-            and node.name not in world.settling
-        )
-        if working:
+        name = node.name
+        entries: Mapping[str, PackageState] = entries_of[name]
+        status = before[name]
+        usable = readable_of[name] and name not in world.settling
+        working = usable and name in selected and name not in blocked_by
+        # A node outside the batch with a stage under way still records its Job's end (the
+        # rollout paused or stopped); a node with nothing started, or done, has nothing to do.
+        unfinished = usable and bool(entries) and status != COMPLETE
+        if working or unfinished:
             step = step_node(
                 skyhook,
-                node.name,
+                name,
                 entries,
                 world,
-                may_start=may_start,
+                may_start=may_start and working,
                 now=now,
                 pull_grace_seconds=pull_grace_seconds,
+                order=order,
             )
-            plan.actions.extend(step.actions)
+            if working:
+                plan.actions.extend(step.actions)
+            else:
+                plan.actions.extend(
+                    a for a in step.actions if isinstance(a, FailJob | DeleteMaintenance)
+                )
             plan.decisions.extend(step.decisions)
-            status = node_status(skyhook, step.entries, True)
+            status = node_status(skyhook, step.entries, True, wanted)
             if status == WAITING and step.entries:
                 status = IN_PROGRESS
-            entries = step.entries
-            if status != COMPLETE:
-                priorities.setdefault(node.name, now)
-        elif readable_of[node.name] and node.name not in world.settling:
-            # A node outside the batch still records the end of a Job it ran (pause, stop).
-            step = step_node(
-                skyhook,
-                node.name,
-                entries,
-                world,
-                may_start=False,
-                now=now,
-                pull_grace_seconds=pull_grace_seconds,
-            )
-            plan.actions.extend(
-                a for a in step.actions if isinstance(a, FailJob | DeleteMaintenance)
-            )
-            entries = step.entries
-            status = node_status(skyhook, entries, True)
-            if status in (WAITING, UNKNOWN) and node.name in blocked_by:
+            if status in (WAITING, UNKNOWN) and name in blocked_by:
                 status = BLOCKED
+            if working and status != COMPLETE:
+                priorities.setdefault(name, now)
+            changed = step.entries != entries
+            entries = step.entries
+        else:
+            changed = False
         if status == COMPLETE:
-            priorities.pop(node.name, None)
-        after[node.name] = status
-        rendered = render_node_state(entries) if entries else ""
-        current = node.annotations.get(annotation, "")
-        current_status = node.annotations.get(status_key(skyhook.name), "")
-        label_status = node.labels.get(status_key(skyhook.name), "")
-        if (
-            readable_of[node.name]
-            and node.name not in world.settling
-            and (rendered != current or status != current_status or status != label_status)
-        ):
-            plan.actions.append(PatchNode(skyhook.name, node_by_name[node.name], rendered, status))
+            priorities.pop(name, None)
+        after[name] = status
+        if entries:
+            final_entries[name] = entries
+        if usable:
+            shown = (node.annotations.get(key, ""), node.labels.get(key, ""))
+            marked = bool(entries) or any(shown)
+            if changed or (marked and shown != (status, status)):
+                rendered = render_node_state(entries) if entries else ""
+                plan.actions.append(PatchNode(skyhook.name, node, rendered, status))
         for entry in entries.values():
-            key = (entry.name, entry.version, entry.state)
-            summary.package_states[key] = summary.package_states.get(key, 0) + 1
+            state_key = (entry.name, entry.version, entry.state)
+            summary.package_states[state_key] = summary.package_states.get(state_key, 0) + 1
             stage_key = (entry.name, entry.version, entry.stage)
             summary.package_stages[stage_key] = summary.package_stages.get(stage_key, 0) + 1
     for name in list(priorities):
@@ -637,8 +654,8 @@ def _plan_skyhook(
         "status": overall,
         "nodeStatus": dict(sorted(after.items())),
         "nodeState": {
-            name: {e.key: e.to_json() for e in entries_of_after.values()}
-            for name, entries_of_after in _final_entries(plan, skyhook, entries_of).items()
+            name: {e.key: e.as_json for e in entries.values()}
+            for name, entries in sorted(final_entries.items())
         },
         "completeNodes": f"{complete_nodes}/{len(statuses)}",
         "nodesInProgress": sum(1 for s in statuses if s == IN_PROGRESS),
@@ -662,17 +679,6 @@ def _plan_skyhook(
     if _status_differs(skyhook.status, new_status):
         plan.actions.append(SetSkyhookStatus(skyhook, new_status))
     return summary
-
-
-def _final_entries(
-    plan: RoundPlan, skyhook: Skyhook, entries_of: Mapping[str, Mapping[str, PackageState]]
-) -> dict[str, Mapping[str, PackageState]]:
-    """Node states after this round's patches (the last patch of a node wins)."""
-    final: dict[str, Mapping[str, PackageState]] = dict(entries_of)
-    for action in plan.actions:
-        if isinstance(action, PatchNode) and action.skyhook == skyhook.name:
-            final[action.node.name] = parse_node_state(action.node_state)[0]
-    return {k: v for k, v in sorted(final.items()) if v}
 
 
 def _rfc3339(at: float | str) -> str:

@@ -141,7 +141,7 @@ def evaluate_batch(
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RolloutNode:
     name: str
     labels: Mapping[str, str]
@@ -161,6 +161,8 @@ def assign_compartments(
     """Compartment name -> its nodes (ordered by creation time, then name). A node matching
     several compartments goes to the safest strategy, then the smallest ceiling, then the
     first name; a node matching none goes to the default compartment."""
+    if not policy.compartments:
+        return {DEFAULT_COMPARTMENT: sorted(nodes, key=lambda n: (n.created, n.name))}
     matched: dict[str, list[RolloutNode]] = {c.name: [] for c in policy.compartments}
     candidates: dict[str, list[Compartment]] = {}
     for node in nodes:

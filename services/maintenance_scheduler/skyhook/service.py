@@ -37,7 +37,7 @@ from maintenance_scheduler.skyhook.api import (
     parse_skyhook,
 )
 from maintenance_scheduler.skyhook.commands import KEY_PREFIX, command_for, decision_for
-from maintenance_scheduler.skyhook.observe import job_facts, maintenance_phase, node_view
+from maintenance_scheduler.skyhook.observe import NodeViews, job_facts, maintenance_phase
 from maintenance_scheduler.skyhook.plan import (
     PatchNode,
     RoundPlan,
@@ -87,6 +87,7 @@ class SkyhookController:
         self._by_key: dict[str, tuple[str, str]] = {}  # command key -> ("node"|"status", name)
         self._sent: dict[str, float] = {}  # command key / decision id -> sent at
         self._parsed: dict[str, tuple[str, Skyhook]] = {}
+        self._node_views = NodeViews()
         self._wake = asyncio.Event()
         self._subscription: Subscription | None = None
         self._task: asyncio.Task[None] | None = None
@@ -223,7 +224,7 @@ class SkyhookController:
         for obj in self.policies.as_dict().values():
             policy = parse_deployment_policy(obj)
             policies[policy.name] = policy
-        nodes = [node_view(n) for n in self.nodes.as_dict().values()]
+        nodes = self._node_views.read(self.nodes.as_dict())
         settling: set[str] = set()
         for node in nodes:
             sent = self._node_sent.get(node.name)

@@ -9,6 +9,7 @@ truth of its completion: Complete advances, Failed marks the package erroring.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -59,6 +60,7 @@ class PackageState:
         return f"{self.name}|{self.version}"
 
     def to_json(self) -> dict[str, Any]:
+        """The annotation's form (a fresh dict; `as_json` is the shared, memoised one)."""
         data: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
@@ -71,16 +73,38 @@ class PackageState:
             data["message"] = self.message
         return data
 
+    @functools.cached_property
+    def as_json(self) -> Mapping[str, Any]:
+        return self.to_json()
+
 
 NodeState = Mapping[str, PackageState]  # package name -> its entry
+
+
+_PARSED: dict[str, tuple[dict[str, PackageState], bool]] = {}
+_PARSED_LIMIT = 50_000
 
 
 def parse_node_state(raw: str | None) -> tuple[dict[str, PackageState], bool]:
     """The annotation's entries by package name, and whether it was readable. An unreadable
     annotation yields no entries (and `False`): the caller must not act on the node, since it
-    cannot know which stages already ran there."""
+    cannot know which stages already ran there.
+
+    Results are memoised by the annotation's text (most nodes keep theirs from one round to
+    the next): callers must not change the dict they get."""
     if not raw:
         return {}, True
+    cached = _PARSED.get(raw)
+    if cached is not None:
+        return cached
+    if len(_PARSED) >= _PARSED_LIMIT:
+        _PARSED.clear()
+    parsed = _parse_node_state(raw)
+    _PARSED[raw] = parsed
+    return parsed
+
+
+def _parse_node_state(raw: str) -> tuple[dict[str, PackageState], bool]:
     try:
         data = json.loads(raw)
     except ValueError:
