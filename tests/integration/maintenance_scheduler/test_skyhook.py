@@ -229,3 +229,80 @@ async def test_controller_killed_mid_rollout_resumes_with_no_duplicate_job(
     )
     assert set(creates.values()) == {1}
     assert len(sky.jobs("resume")) == 2 * 2 * len(sky.stack.node_names())
+
+
+async def rounds_pass(sky: SkyhookStack, count: int) -> None:
+    """Wait until the controller has made `count` more rounds (on the resync at the latest)."""
+    controller = sky.controller
+    assert controller is not None
+    target = controller.rounds + count
+    await eventually(lambda: controller.rounds >= target, timeout=30, what=f"{count} rounds")
+
+
+async def test_failed_batches_stop_the_rollout_after_failure_threshold(sky: SkyhookStack) -> None:
+    await sky.start()
+    sky.policy(
+        "strict", {"exponential": {"initialBatch": 1, "growthFactor": 2, "failureThreshold": 1}}
+    )
+    packages = {"driver": {"version": "1.0.0-fail", "image": "registry.local/driver"}}
+    sky.skyhook("stopper", packages, deploymentPolicy="strict")
+
+    def stopped() -> bool:
+        status = sky.get("stopper").get("status") or {}
+        batch = (status.get("compartmentStatuses") or {}).get("__default__", {})
+        return bool((batch.get("batchState") or {}).get("shouldStop"))
+
+    await eventually(stopped, timeout=30, what="shouldStop")
+    status = sky.get("stopper")["status"]
+    assert status["status"] == "erroring"
+    assert any(c["type"] == "RolloutStopped" for c in status["conditions"])
+    await rounds_pass(sky, 3)
+    (job,) = sky.jobs("stopper")  # nothing started after the failed batch
+    node = job["metadata"]["labels"]["skyhook.nvidia.com/node"]
+    state = sky.stack.node(node)["metadata"]["annotations"][node_state_annotation("stopper")]
+    assert "BackoffLimitExceeded" in state
+    waiting = [n for n, s in status["nodeStatus"].items() if s == "waiting"]
+    assert len(waiting) == len(sky.stack.node_names()) - 1
+
+
+async def test_an_oom_stage_says_oomkilled(sky: SkyhookStack) -> None:
+    await sky.start()
+    one_node = {"matchLabels": {"kubernetes.io/hostname": sky.stack.node_names()[0]}}
+    packages = {"hungry": {"version": "1.0.0-oom", "image": "registry.local/hungry"}}
+    sky.skyhook("oom", packages, nodeSelectors=one_node)
+    await eventually(lambda: sky.status("oom") == "erroring", timeout=30, what="erroring")
+    node = sky.stack.node_names()[0]
+    state = sky.stack.node(node)["metadata"]["annotations"][node_state_annotation("oom")]
+    assert "OOMKilled" in state
+
+
+async def test_pause_starts_no_new_stage_and_resume_finishes(sky: SkyhookStack) -> None:
+    await sky.start()
+    sky.skyhook("pausable", TWO_PACKAGES, interruptionBudget={"count": 1})
+    await eventually(lambda: sky.jobs("pausable"), timeout=30, what="a first Job")
+    sky.stack.sim.store.patch(
+        SKYHOOKS,
+        "pausable",
+        {"metadata": {"annotations": {"skyhook.nvidia.com/pause": "true"}}},
+        "application/merge-patch+json",
+    )
+    await eventually(lambda: sky.status("pausable") == "paused", timeout=30, what="paused")
+
+    def all_finished() -> bool:
+        return all(
+            condition_true(j, "Complete") or condition_true(j, "Failed")
+            for j in sky.jobs("pausable")
+        )
+
+    await eventually(all_finished, timeout=30, what="running stages finished")
+    before = len(sky.jobs("pausable"))
+    await rounds_pass(sky, 3)
+    assert len(sky.jobs("pausable")) == before
+    sky.stack.sim.store.patch(
+        SKYHOOKS,
+        "pausable",
+        {"metadata": {"annotations": {"skyhook.nvidia.com/pause": None}}},
+        "application/merge-patch+json",
+    )
+    await eventually(lambda: sky.status("pausable") == "complete", timeout=90, what="complete")
+    assert len(sky.jobs("pausable")) == 2 * 2 * len(sky.stack.node_names())
