@@ -5,6 +5,9 @@ podFailurePolicy cannot end a Job whose image never pulls."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
 from typing import Any
 
 import pytest
@@ -198,3 +201,37 @@ async def test_pods_log_shows_the_stage_output(sim: Simulator) -> None:
         assert f"busybox started on {pod.spec.node_name}: apply" in text
         assert "SKYHOOK_STAGE=apply" in text
         assert "exited with code 0 (Completed)" in text
+
+
+async def run_kubectl(sim: Simulator, *args: str) -> str:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        if os.environ.get("CI") == "true":
+            raise AssertionError("kubectl is required under CI")
+        pytest.skip("kubectl not installed")
+    proc = await asyncio.create_subprocess_exec(
+        kubectl,
+        f"--kubeconfig={sim.kubeconfig_path}",
+        f"--namespace={NS}",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "KUBECACHEDIR": str(sim.kubeconfig_path.parent / "kubectl-cache")},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}{out.decode()}"
+    return out.decode()
+
+
+async def test_kubectl_logs_and_describe_job_show_the_stage(sim: Simulator) -> None:
+    body = job_body("stage")
+    body["spec"]["template"]["spec"]["containers"][0]["args"] = ["config"]
+    async with sim.api_client() as api:
+        batch = client.BatchV1Api(api)
+        await batch.create_namespaced_job(NS, body)
+        await finished(batch, "stage", "Complete")
+    logs = await run_kubectl(sim, "logs", "job/stage")
+    assert "busybox started on" in logs and ": config" in logs
+    described = await run_kubectl(sim, "describe", "job", "stage")
+    assert "1 Succeeded" in described
+    assert "Complete" in described
