@@ -97,11 +97,10 @@ class LabelSelector:
     expressions: tuple[Expression, ...] = ()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        if not self.match_labels and not self.expressions:
-            return True
-        return all(labels.get(k) == v for k, v in self.match_labels) and all(
-            e.matches(labels) for e in self.expressions
-        )
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        return all(expression.matches(labels) for expression in self.expressions)
 
     def canonical(self) -> str:
         parts = [f"{k}={v}" for k, v in self.match_labels]

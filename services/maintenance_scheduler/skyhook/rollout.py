@@ -141,7 +141,8 @@ def evaluate_batch(
     )
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: thousands are made every round, and a frozen dataclass's __init__ is slow.
+@dataclass(slots=True)
 class RolloutNode:
     name: str
     labels: Mapping[str, str]
