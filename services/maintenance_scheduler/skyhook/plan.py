@@ -163,6 +163,8 @@ class World:
     maintenances: Mapping[str, str]
     # NodeMaintenance uid by name (for a delete that cannot hit a newer request).
     maintenance_uids: Mapping[str, str] = field(default_factory=dict)
+    # The (skyhook, node) each of our NodeMaintenances is for, by name (from its labels).
+    maintenance_owners: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Nodes whose last patch is not yet visible: left as they are this round.
     settling: frozenset[str] = frozenset()
 
@@ -184,6 +186,8 @@ class RoundPlan:
     actions: list[SkyhookAction] = field(default_factory=list)
     decisions: list[SkyhookDecisionNote] = field(default_factory=list)
     rounds: list[SkyhookRound] = field(default_factory=list)
+    # NodeMaintenances an interrupt still needs (or may need: the node could not be read).
+    kept_maintenances: set[str] = field(default_factory=set)
 
 
 # --- node status -----------------------------------------------------------------------------
@@ -256,6 +260,7 @@ class NodeStep:
     entries: dict[str, PackageState]
     actions: list[SkyhookAction]
     decisions: list[SkyhookDecisionNote]
+    maintenance_needed: bool = False
 
 
 def step_node(
@@ -365,21 +370,7 @@ def step_node(
                 node=node,
             )
         )
-    if not needs_maintenance and maintenance_phase is not None:
-        result.actions.append(
-            DeleteMaintenance(
-                skyhook.name, node, maintenance, world.maintenance_uids.get(maintenance, "")
-            )
-        )
-        result.decisions.append(
-            SkyhookDecisionNote(
-                skyhook.name,
-                "maintenance",
-                f"NodeMaintenance {maintenance} released: no interrupt left on {node}",
-                reason="released",
-                node=node,
-            )
-        )
+    result.maintenance_needed = needs_maintenance
     return result
 
 
@@ -469,7 +460,31 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
                 all(s == COMPLETE for s in summary.node_status.values()),
             )
         )
+    # A request no interrupt needs any more goes, whoever left it: the round that finished
+    # post-interrupt, one whose delete was lost, or a Skyhook deleted mid-interrupt.
+    for name, (owner, node) in sorted(world.maintenance_owners.items()):
+        if name in plan.kept_maintenances:
+            continue
+        plan.actions.append(
+            DeleteMaintenance(owner, node, name, world.maintenance_uids.get(name, ""))
+        )
+        plan.decisions.append(
+            SkyhookDecisionNote(
+                owner,
+                "maintenance",
+                f"NodeMaintenance {name} released: no interrupt left on {node}",
+                reason="released",
+                node=node,
+            )
+        )
     return plan
+
+
+def _interrupt_under_way(entries: Mapping[str, PackageState]) -> bool:
+    return any(
+        e.stage in ("interrupt", "post-interrupt") and e.state != stages.COMPLETE
+        for e in entries.values()
+    )
 
 
 def _plan_skyhook(
@@ -596,6 +611,8 @@ def _plan_skyhook(
                     a for a in step.actions if isinstance(a, FailJob | DeleteMaintenance)
                 )
             plan.decisions.extend(step.decisions)
+            if step.maintenance_needed:
+                plan.kept_maintenances.add(maintenance_name(skyhook.name, name))
             status = node_status(skyhook, step.entries, True, wanted)
             if status == WAITING and step.entries:
                 status = IN_PROGRESS
@@ -607,6 +624,9 @@ def _plan_skyhook(
             entries = step.entries
         else:
             changed = False
+            # Not looked at this round: a request it may still be using stays.
+            if not usable or _interrupt_under_way(entries):
+                plan.kept_maintenances.add(maintenance_name(skyhook.name, name))
         if status == COMPLETE:
             priorities.pop(name, None)
         after[name] = status

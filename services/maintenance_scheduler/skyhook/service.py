@@ -31,6 +31,7 @@ from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.skyhook import metrics
 from maintenance_scheduler.skyhook.api import (
     NAME_LABEL,
+    NODE_LABEL,
     DeploymentPolicy,
     Skyhook,
     parse_deployment_policy,
@@ -246,6 +247,7 @@ class SkyhookController:
             jobs[name] = job_facts(obj, pods)
         phases: dict[str, str] = {}
         uids: dict[str, str] = {}
+        owners: dict[str, tuple[str, str]] = {}
         for obj in self.requests.as_dict().values():
             metadata = meta(obj)
             if metadata.get("namespace") != self.namespace:
@@ -253,8 +255,10 @@ class SkyhookController:
             if NAME_LABEL not in mapping(metadata.get("labels")):
                 continue
             name = str(metadata.get("name") or "")
+            labels = mapping(metadata.get("labels"))
             phases[name] = maintenance_phase(obj)
             uids[name] = str(metadata.get("uid") or "")
+            owners[name] = (str(labels.get(NAME_LABEL)), str(labels.get(NODE_LABEL) or ""))
         return World(
             skyhooks=skyhooks,
             policies=policies,
@@ -262,6 +266,7 @@ class SkyhookController:
             jobs=jobs,
             maintenances=phases,
             maintenance_uids=uids,
+            maintenance_owners=owners,
             settling=frozenset(settling),
         )
 

@@ -99,6 +99,7 @@ class FakeCluster:
     policies: dict[str, DeploymentPolicy] = field(default_factory=dict)
     jobs: dict[str, JobFacts] = field(default_factory=dict)
     maintenances: dict[str, str] = field(default_factory=dict)
+    maintenance_owners: dict[str, tuple[str, str]] = field(default_factory=dict)
     created: Counter[str] = field(default_factory=Counter)
     # Job name -> what it does when it ends ("complete" or "failed").
     fate: dict[str, Literal["complete", "failed"]] = field(default_factory=dict)
@@ -114,6 +115,7 @@ class FakeCluster:
             nodes=list(self.nodes.values()),
             jobs=dict(self.jobs),
             maintenances=dict(self.maintenances),
+            maintenance_owners=dict(self.maintenance_owners),
         )
 
     def round(self) -> RoundPlan:
@@ -147,8 +149,10 @@ class FakeCluster:
                 )
             elif isinstance(action, CreateMaintenance):
                 self.maintenances[action.name] = "Pending"
+                self.maintenance_owners[action.name] = (action.skyhook.name, action.node)
             elif isinstance(action, DeleteMaintenance):
                 self.maintenances.pop(action.name, None)
+                self.maintenance_owners.pop(action.name, None)
             elif isinstance(action, SetSkyhookStatus):
                 self.skyhooks = [
                     replace(s, status=dict(action.status)) if s.name == action.skyhook.name else s
@@ -405,3 +409,40 @@ def test_no_job_is_ever_created_twice_nor_on_unreadable_nodes_nor_while_paused(
                     request = maintenance_name("gpu-init", action.node)
                     assert before_maintenances.get(request) is not None
     assert max(cluster.created.values(), default=1) == 1
+
+
+def test_a_left_over_maintenance_request_is_released_once_no_interrupt_needs_it() -> None:
+    """The request of a node whose interrupt is over goes even when the round that finished
+    it lost its delete, or when its Skyhook is gone -- a cordoned node is never left behind."""
+    packages = {
+        "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
+    }
+    cluster = FakeCluster(skyhooks=[skyhook(packages=packages)], nodes=cluster_nodes(1))
+    run_until_settled(cluster)
+    assert cluster.status()["status"] == "complete"
+    request = maintenance_name("gpu-init", "node-00")
+    # A request left over from a lost delete, on a complete node:
+    cluster.maintenances[request] = "Ready"
+    cluster.maintenance_owners[request] = ("gpu-init", "node-00")
+    plan = cluster.round()
+    assert [a.name for a in plan.actions if isinstance(a, DeleteMaintenance)] == [request]
+    # ... and one of a Skyhook that no longer exists:
+    cluster.maintenances["skyhook-gone-node-00-x"] = "Ready"
+    cluster.maintenance_owners["skyhook-gone-node-00-x"] = ("gone", "node-00")
+    plan = cluster.round()
+    assert [a.name for a in plan.actions if isinstance(a, DeleteMaintenance)] == [
+        "skyhook-gone-node-00-x"
+    ]
+
+
+def test_a_request_is_kept_while_the_node_state_cannot_be_read() -> None:
+    nodes = cluster_nodes(1)
+    nodes["node-00"] = replace(
+        nodes["node-00"], annotations={node_state_annotation("gpu-init"): "{broken"}
+    )
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=nodes)
+    request = maintenance_name("gpu-init", "node-00")
+    cluster.maintenances[request] = "Ready"
+    cluster.maintenance_owners[request] = ("gpu-init", "node-00")
+    plan = cluster.round()
+    assert not [a for a in plan.actions if isinstance(a, DeleteMaintenance)]
