@@ -550,7 +550,13 @@ def _plan_skyhook(
             )
             state = BatchState.from_status((raw or {}).get("batchState"))
             compartment = compartment_of(policy, name)
-            decided = plan_compartment(compartment, members, state, may_start=may_start)
+            decided = plan_compartment(
+                compartment,
+                members,
+                state,
+                may_start=may_start,
+                fresh=not isinstance((raw or {}).get("batchState"), Mapping),
+            )
             compartments.append(decided)
             selected.update(decided.batch)
             if decided.evaluated:
@@ -683,6 +689,8 @@ def _plan_skyhook(
         "nodePriority": {k: _rfc3339(v) for k, v in sorted(priorities.items())}
         if not reset
         else {},
+        # On completion (resetBatchStateOnCompletion) the batch state is dropped: the next
+        # rollout starts from the first batch, with what is done as its checkpoint.
         "compartmentStatuses": {
             c.name: {
                 "matched": c.matched,
@@ -690,7 +698,7 @@ def _plan_skyhook(
                 "inProgress": c.in_progress,
                 "completed": c.completed,
                 "progressPercent": c.progress_percent,
-                "batchState": (BatchState() if reset else c.state).to_status(),
+                **({} if reset else {"batchState": c.state.to_status()}),
             }
             for c in compartments
         },

@@ -221,8 +221,10 @@ def plan_compartment(
     state: BatchState,
     *,
     may_start: bool = True,
+    fresh: bool = False,
 ) -> CompartmentPlan:
-    """Evaluate the finished batch (when no node is in progress), then pick the nodes to work
+    """Evaluate the finished batch (when no node is in progress; not when `fresh`, the batch
+    state just made), then pick the nodes to work
     on: those in progress, else the sticky ones, else a new batch in PICK_ORDER -- no new one
     when the rollout stopped or `may_start` is False (paused)."""
     strategy = compartment.strategy
@@ -233,7 +235,11 @@ def plan_compartment(
     failed = sum(1 for n in nodes if n.status == ERRORING)
     blocked = sum(1 for n in nodes if n.status == BLOCKED)
     evaluated = batch_failed = False
-    if not in_progress:
+    if fresh:
+        # No batch state yet (a new rollout, or a person cleared it to resume a stopped one):
+        # what is already done is the checkpoint, not a batch to judge.
+        state = replace(state, completed_nodes=completed, failed_nodes=failed)
+    elif not in_progress:
         delta_completed = completed - state.completed_nodes
         delta_failed = failed - state.failed_nodes
         if delta_completed < 0 or delta_failed < 0:

@@ -202,7 +202,10 @@ def test_two_package_skyhook_over_exponential_policy_reaches_complete_one_job_pe
     assert status["conditions"][0]["type"] == "Ready"
     assert status["conditions"][0]["status"] == "True"
     # batch state reset on completion (resetBatchStateOnCompletion defaults to true)
-    assert status["compartmentStatuses"]["__default__"]["batchState"]["currentBatch"] == 1
+    assert "batchState" not in status["compartmentStatuses"]["__default__"]
+    # ... and a later round judges no phantom batch.
+    plan = cluster.round()
+    assert not plan.actions and not plan.decisions
 
 
 def test_dependencies_run_before_their_dependents_on_each_node() -> None:
@@ -446,3 +449,25 @@ def test_a_request_is_kept_while_the_node_state_cannot_be_read() -> None:
     cluster.maintenance_owners[request] = ("gpu-init", "node-00")
     plan = cluster.round()
     assert not [a for a in plan.actions if isinstance(a, DeleteMaintenance)]
+
+
+def test_clearing_the_batch_state_resumes_a_stopped_rollout() -> None:
+    cluster = FakeCluster(
+        skyhooks=[skyhook(policy="exp")],
+        nodes=cluster_nodes(8),
+        policies={"exp": exponential_policy(failure_threshold=1)},
+        fail_images=("ghcr.io/x/driver",),
+    )
+    run_until_settled(cluster)
+    assert cluster.status()["compartmentStatuses"]["__default__"]["batchState"]["shouldStop"]
+    assert [len(b) for b in cluster.batches] == [1]
+    # A person fixes the image and clears the batch state.
+    cluster.fail_images = ()
+    status = {k: v for k, v in cluster.status().items() if k != "compartmentStatuses"}
+    cluster.skyhooks = [replace(cluster.skyhooks[0], status=status)]
+    run_until_settled(cluster)
+    status = cluster.status()
+    # The failed node stays erroring (its Job kept); the other seven complete.
+    assert status["nodeStatus"]["node-00"] == "erroring"
+    assert sum(1 for s in status["nodeStatus"].values() if s == "complete") == 7
+    assert [len(b) for b in cluster.batches] == [1, 1, 2, 4]
