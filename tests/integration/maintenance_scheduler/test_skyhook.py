@@ -11,14 +11,19 @@ from typing import Any
 import msgspec
 import pytest
 
+from k8s_watcher.kinds import CREATABLE_KINDS, DELETABLE_KINDS
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.skyhook.api import node_state_annotation, status_key
+from maintenance_scheduler.skyhook.jobs import maintenance_name
 from maintenance_scheduler.skyhook.service import SkyhookController
 from nodeflow_bus import Bus
+from nodeflow_contracts import k8s
+from nodeflow_contracts.k8s import K8sCommand
 from nodeflow_contracts.maintenance import SkyhookDecision
 from nodeflow_runtime.natsd import NatsServerProcess
 from tests.integration.maintenance_scheduler.conftest import (
     FAST_BUS,
+    NODE_MAINTENANCES,
     NS,
     Stack,
     eventually,
@@ -306,3 +311,72 @@ async def test_pause_starts_no_new_stage_and_resume_finishes(sky: SkyhookStack) 
     )
     await eventually(lambda: sky.status("pausable") == "complete", timeout=90, what="complete")
     assert len(sky.jobs("pausable")) == 2 * 2 * len(sky.stack.node_names())
+
+
+@contextlib.asynccontextmanager
+async def node_maintenance_writes(sky: SkyhookStack) -> AsyncIterator[None]:
+    """k8s-watcher does not yet create or delete NodeMaintenance objects for anyone (its
+    CREATABLE_KINDS/DELETABLE_KINDS), so these commands come back `forbidden`. Until it does,
+    this plays that one part for the test, applying exactly the commands the controller sent;
+    once k8s-watcher allows them it does nothing."""
+    if "NodeMaintenance" in CREATABLE_KINDS and "NodeMaintenance" in DELETABLE_KINDS:
+        yield
+        return
+    store = sky.stack.sim.store
+
+    async def on_command(msg: Any) -> None:
+        command = msgspec.json.decode(msg.data, type=K8sCommand)
+        if command.target.kind != "NodeMaintenance":
+            return
+        with contextlib.suppress(Exception):
+            if isinstance(command.operation, k8s.CreateObject):
+                store.create(NODE_MAINTENANCES, dict(command.operation.object))
+            elif isinstance(command.operation, k8s.DeleteObject):
+                store.delete(NODE_MAINTENANCES, command.target.name, namespace=NS)
+
+    subscription = await sky.stack.bus.nc.subscribe("cmd.k8s.v1.>", cb=on_command)
+    try:
+        yield
+    finally:
+        await subscription.unsubscribe()
+
+
+async def test_interrupt_runs_only_once_its_node_maintenance_is_ready_then_releases_it(
+    sky: SkyhookStack,
+) -> None:
+    stack = sky.stack
+    node = stack.node_names()[0]
+    stack.run_pod("training", node, labels={"app": "training"})
+    await eventually(
+        lambda: (stack.pod("training") or {}).get("status", {}).get("phase") == "Running"
+    )
+    await stack.start_scheduler()
+    await sky.start()
+    packages = {
+        "kernel": {
+            "version": "1.0.0",
+            "image": "registry.local/kernel",
+            "interrupt": {"type": "reboot"},
+        }
+    }
+    async with node_maintenance_writes(sky):
+        sky.skyhook(
+            "rebooter",
+            packages,
+            nodeSelectors={"matchLabels": {"kubernetes.io/hostname": node}},
+            podNonInterruptLabels={"matchLabels": {"app": "training"}},
+        )
+        request = maintenance_name("rebooter", node)
+        await eventually(
+            lambda: stack.phase(request) == "WaitForPodCompletion", timeout=30, what="waiting"
+        )
+        assert stack.unschedulable(node)  # cordoned through the maintenance request
+        await rounds_pass(sky, 3)
+        stages = {j["metadata"]["labels"]["skyhook.nvidia.com/stage"] for j in sky.jobs("rebooter")}
+        assert "interrupt" not in stages  # the training pod still runs: no interrupt yet
+        stack.sim.store.delete("pods", "training", namespace=NS)
+        await eventually(lambda: sky.status("rebooter") == "complete", timeout=60, what="complete")
+        stages = {j["metadata"]["labels"]["skyhook.nvidia.com/stage"] for j in sky.jobs("rebooter")}
+        assert stages == {"apply", "config", "interrupt", "post-interrupt"}
+        await eventually(lambda: stack.get_request(request) is None, timeout=30, what="released")
+        await eventually(lambda: not stack.unschedulable(node), timeout=30, what="uncordoned")
