@@ -22,10 +22,12 @@ from nodeflow_contracts.k8s import K8sCommand
 from nodeflow_contracts.maintenance import SkyhookDecision
 from nodeflow_runtime.natsd import NatsServerProcess
 from tests.integration.maintenance_scheduler.conftest import (
+    CLUSTER,
     FAST_BUS,
     NODE_MAINTENANCES,
     NS,
     Stack,
+    condition,
     eventually,
     run_stack,
 )
@@ -380,3 +382,93 @@ async def test_interrupt_runs_only_once_its_node_maintenance_is_ready_then_relea
         assert stages == {"apply", "config", "interrupt", "post-interrupt"}
         await eventually(lambda: stack.get_request(request) is None, timeout=30, what="released")
         await eventually(lambda: not stack.unschedulable(node), timeout=30, what="uncordoned")
+
+
+SLURM_LABELS = {"nodeflow.dev/nodeset": "compute", "nodeflow.dev/slurm-cluster": CLUSTER}
+
+
+def pod_condition(stack: Stack, pod: str, kind: str) -> bool:
+    found = condition(stack.pod(pod) or {}, kind)
+    return found is not None and found.get("status") == "True"
+
+
+async def test_reboot_interrupt_on_a_node_running_a_slurm_job_waits_for_the_job(
+    sky: SkyhookStack,
+) -> None:
+    stack = sky.stack
+    node = stack.node_names()[0]
+    stack.run_pod("slurm-a", node, labels=SLURM_LABELS, cpu="1")
+    await eventually(lambda: pod_condition(stack, "slurm-a", "SlurmNodeStateIdle"), what="idle")
+    job = stack.run_job("slurm-a")
+    await eventually(
+        lambda: (
+            pod_condition(stack, "slurm-a", "SlurmNodeStateAllocated")
+            or pod_condition(stack, "slurm-a", "SlurmNodeStateMixed")
+        ),
+        what="a Slurm job runs on the node",
+    )
+    await stack.start_scheduler()
+    await sky.start()
+    packages = {
+        "firmware": {
+            "version": "3.0.0",
+            "image": "registry.local/fw",
+            "interrupt": {"type": "reboot"},
+        }
+    }
+    async with node_maintenance_writes(sky):
+        sky.skyhook("fw", packages, nodeSelectors={"matchLabels": {"kubernetes.io/hostname": node}})
+        request = maintenance_name("fw", node)
+        await eventually(lambda: stack.phase(request) == "Draining", timeout=30, what="Draining")
+        # Slurm drains the node first; the NodeSet pod stays while the job runs.
+        await eventually(
+            lambda: any(d.kind == "waiting-for-slurm" for d in stack.decisions),
+            timeout=30,
+            what="waiting for Slurm",
+        )
+        await rounds_pass(sky, 3)
+        stages = {j["metadata"]["labels"]["skyhook.nvidia.com/stage"] for j in sky.jobs("fw")}
+        assert "interrupt" not in stages
+        assert stack.pod("slurm-a") is not None
+        stack.cancel_job(job)
+        await eventually(lambda: sky.status("fw") == "complete", timeout=60, what="complete")
+        assert stack.pod("slurm-a") is None  # evicted only after Slurm let it go
+        await eventually(lambda: stack.get_request(request) is None, timeout=30, what="released")
+
+
+@pytest.fixture
+async def sky16(nats_server: NatsServerProcess) -> AsyncIterator[SkyhookStack]:
+    async with run_stack(nats_server.url, nodes=16) as stack:
+        running = SkyhookStack(stack)
+        try:
+            yield running
+        finally:
+            await running.stop()
+
+
+async def test_sixteen_nodes_exponential_policy_batches_1_2_4_then_the_rest(
+    sky16: SkyhookStack,
+) -> None:
+    sky = sky16
+    await sky.start()
+    sky.policy("exp", {"exponential": {"initialBatch": 1, "growthFactor": 2}})
+    sky.skyhook("wide", TWO_PACKAGES, deploymentPolicy="exp")
+    batches: list[tuple[int, int]] = []
+
+    def track() -> bool:
+        status = sky.get("wide").get("status") or {}
+        batch = ((status.get("compartmentStatuses") or {}).get("__default__") or {}).get(
+            "batchState"
+        ) or {}
+        seen = (int(batch.get("currentBatch") or 0), int(batch.get("lastBatchSize") or 0))
+        if seen[1] and (not batches or batches[-1] != seen):
+            batches.append(seen)
+        return status.get("status") == "complete"
+
+    await eventually(track, timeout=120, interval=0.02, what="complete")
+    jobs = sky.jobs("wide")
+    assert len(jobs) == 2 * 2 * 16
+    assert len({j["metadata"]["name"] for j in jobs}) == len(jobs)
+    assert all(condition_true(j, "Complete") for j in jobs)
+    sizes = [size for _, size in batches]
+    assert sizes[:3] == [1, 2, 4]
