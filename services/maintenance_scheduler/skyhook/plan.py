@@ -280,6 +280,7 @@ def step_node(
     maintenance = maintenance_name(skyhook.name, node)
     maintenance_phase = world.maintenances.get(maintenance)
     needs_maintenance = False
+    keeps_maintenance = False
     interrupts: list[str] = []
     busy = False  # a package of a serial Skyhook is under way
     spec_names = {p.name for p in skyhook.packages}
@@ -340,9 +341,13 @@ def step_node(
             result.entries[name] = new
             if new.state != stages.COMPLETE:
                 busy = True
-            if new.state == stages.IN_PROGRESS and new.stage in ("interrupt", "post-interrupt"):
-                needs_maintenance = True
-                interrupts.append(new.key)
+            if new.stage in ("interrupt", "post-interrupt") and new.state != stages.COMPLETE:
+                # A failed interrupt keeps the node out of service (fail closed) until the
+                # stage is retried or the package changes.
+                keeps_maintenance = True
+                if new.state == stages.IN_PROGRESS:
+                    needs_maintenance = True
+                    interrupts.append(new.key)
         if outcome.event and new is not entry:
             shown = new or entry
             result.decisions.append(
@@ -370,7 +375,7 @@ def step_node(
                 node=node,
             )
         )
-    result.maintenance_needed = needs_maintenance
+    result.maintenance_needed = keeps_maintenance
     return result
 
 

@@ -471,3 +471,18 @@ def test_clearing_the_batch_state_resumes_a_stopped_rollout() -> None:
     assert status["nodeStatus"]["node-00"] == "erroring"
     assert sum(1 for s in status["nodeStatus"].values() if s == "complete") == 7
     assert [len(b) for b in cluster.batches] == [1, 1, 2, 4]
+
+
+def test_a_failed_interrupt_keeps_the_node_under_maintenance() -> None:
+    packages = {
+        "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
+    }
+    cluster = FakeCluster(skyhooks=[skyhook(packages=packages)], nodes=cluster_nodes(1))
+    request = maintenance_name("gpu-init", "node-00")
+    for _ in range(20):
+        plan = cluster.round()
+        for action in plan.actions:
+            if isinstance(action, CreateJob) and action.stage == "interrupt":
+                cluster.fate[action.name] = "failed"
+    assert cluster.status()["nodeStatus"] == {"node-00": "erroring"}
+    assert request in cluster.maintenances  # still cordoned and drained
