@@ -159,6 +159,16 @@ class SkyhookController:
         if outcome.sender != SENDER or not outcome.idempotency_key.startswith(KEY_PREFIX):
             return
         if outcome.outcome in APPLIED:
+            tracked = self._by_key.get(outcome.idempotency_key)
+            if tracked is not None and outcome.outcome != "retrying":
+                what, name = tracked
+                held = self._node_sent if what == "node" else self._status_sent
+                sent = held.get(name)
+                # A write that changed nothing leaves the resourceVersion as it was: KV will
+                # show no change to wait for.
+                if sent is not None and outcome.resource_version == sent[0]:
+                    held.pop(name, None)
+                    self._wake.set()
             return
         # Not applied: the same state may decide it again; what it held is released.
         self._sent.pop(outcome.idempotency_key, None)
