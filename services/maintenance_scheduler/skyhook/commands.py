@@ -3,7 +3,8 @@
 Idempotency keys come from the state the action was decided on, so a restarted controller
 sending the same action again is deduplicated, never applied twice:
   create   Job              key: Job name + attempt (its name is deterministic)
-  patch    Job              spec.activeDeadlineSeconds, to fail a Job whose image never pulls
+  patch    Job              spec.activeDeadlineSeconds, to fail a Job whose image never pulls;
+                            spec.ttlSecondsAfterFinished removed from a failed Job
   patch    Node             nodeState_<skyhook> annotation, status_<skyhook> annotation+label
   create   NodeMaintenance  for an interrupt
   delete   NodeMaintenance  after post-interrupt (uid precondition)
@@ -30,6 +31,7 @@ from maintenance_scheduler.skyhook.plan import (
     CreateMaintenance,
     DeleteMaintenance,
     FailJob,
+    KeepFailedJob,
     PatchNode,
     SetPolicyFinalizer,
     SetSkyhookStatus,
@@ -96,6 +98,17 @@ def command_for(
                 patch={"spec": {"activeDeadlineSeconds": FAIL_DEADLINE_SECONDS}},
             ),
             action.message,
+            now,
+        )
+    if isinstance(action, KeepFailedJob):
+        target = ObjectRef(
+            api_version="batch/v1", kind="Job", name=action.name, namespace=namespace
+        )
+        return _command(
+            f"keep:{action.name}:{action.attempt}",
+            target,
+            k8s.PatchObject(patch_type="merge", patch={"spec": {"ttlSecondsAfterFinished": None}}),
+            "a failed stage Job stays for its logs until deleted",
             now,
         )
     if isinstance(action, PatchNode):

@@ -68,7 +68,14 @@ def job_facts(job: Obj, pods: Sequence[Obj]) -> JobFacts:
     failed = _true(job, "Failed")
     if failed is not None:
         reason = "OOMKilled" if oom_killed(pods) else str(failed.get("reason") or "Failed")
-        return JobFacts(name, "failed", reason=reason, message=str(failed.get("message") or ""))
+        ttl = mapping(job.get("spec")).get("ttlSecondsAfterFinished")
+        return JobFacts(
+            name,
+            "failed",
+            reason=reason,
+            message=str(failed.get("message") or ""),
+            ttl_seconds=ttl if isinstance(ttl, int) else None,
+        )
     if _true(job, "Complete") is not None:
         return JobFacts(name, "complete")
     stuck = pull_stuck(pods)

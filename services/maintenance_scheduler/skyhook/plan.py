@@ -91,6 +91,16 @@ class FailJob:
 
 
 @dataclass(frozen=True)
+class KeepFailedJob:
+    """Drop a failed Job's ttlSecondsAfterFinished: it stays, with its logs, until the
+    controller or a person deletes it (deleting it retries the stage)."""
+
+    skyhook: str
+    name: str
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
 class PatchNode:
     skyhook: str
     node: NodeView
@@ -144,6 +154,7 @@ class SkyhookDecisionNote:
 SkyhookAction = (
     CreateJob
     | FailJob
+    | KeepFailedJob
     | PatchNode
     | CreateMaintenance
     | DeleteMaintenance
@@ -322,6 +333,9 @@ def step_node(
                     result.actions.append(
                         CreateJob(skyhook, spec_package, new.stage, node, target, new.restarts)
                     )
+        if job is not None and job.outcome == "failed" and job.ttl_seconds is not None:
+            attempt = entry.restarts if entry is not None else 0
+            result.actions.append(KeepFailedJob(skyhook.name, job.name, attempt))
         if outcome.fail_job and job is not None and new is not None:
             result.actions.append(FailJob(skyhook.name, job.name, new.message))
             result.decisions.append(
@@ -619,7 +633,7 @@ def _plan_skyhook(
                 plan.actions.extend(step.actions)
             else:
                 plan.actions.extend(
-                    a for a in step.actions if isinstance(a, FailJob | DeleteMaintenance)
+                    a for a in step.actions if isinstance(a, FailJob | KeepFailedJob)
                 )
             plan.decisions.extend(step.decisions)
             if step.maintenance_needed:

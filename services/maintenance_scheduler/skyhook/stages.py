@@ -153,6 +153,8 @@ class JobFacts:
     # ImagePullBackOff), and which image; None when it is not stuck.
     pull_stuck_since: float | None = None
     pull_image: str = ""
+    # spec.ttlSecondsAfterFinished: a failed Job keeps none, so its logs stay.
+    ttl_seconds: int | None = None
 
 
 @dataclass(frozen=True)

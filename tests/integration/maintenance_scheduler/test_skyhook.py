@@ -215,7 +215,12 @@ async def test_unpullable_image_goes_erroring_within_the_grace_naming_the_image(
     await eventually(
         lambda: any(d.kind == "fail-job" for d in sky.decisions), timeout=10, what="decision"
     )
-    # Nothing retries by itself: one Job, kept for its logs.
+    # Nothing retries by itself: one Job, kept for its logs (no TTL deletes a failed one).
+    await eventually(
+        lambda: "ttlSecondsAfterFinished" not in sky.jobs("broken")[0]["spec"],
+        timeout=10,
+        what="failed Job kept",
+    )
     assert len(sky.jobs("broken")) == 1
 
 

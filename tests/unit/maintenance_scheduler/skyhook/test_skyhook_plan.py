@@ -25,6 +25,7 @@ from maintenance_scheduler.skyhook.plan import (
     CreateMaintenance,
     DeleteMaintenance,
     FailJob,
+    KeepFailedJob,
     NodeView,
     PatchNode,
     RoundPlan,
@@ -486,3 +487,15 @@ def test_a_failed_interrupt_keeps_the_node_under_maintenance() -> None:
                 cluster.fate[action.name] = "failed"
     assert cluster.status()["nodeStatus"] == {"node-00": "erroring"}
     assert request in cluster.maintenances  # still cordoned and drained
+
+
+def test_a_failed_job_loses_its_ttl_so_it_stays_for_its_logs() -> None:
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=cluster_nodes(1))
+    cluster.round()
+    (job,) = cluster.jobs
+    failed = JobFacts(job, "failed", reason="BackoffLimitExceeded", ttl_seconds=86400)
+    plan = plan_round(replace(cluster.world(), jobs={job: failed}), now=T0 + 5)
+    assert [a.name for a in plan.actions if isinstance(a, KeepFailedJob)] == [job]
+    kept = JobFacts(job, "failed", reason="BackoffLimitExceeded", ttl_seconds=None)
+    plan = plan_round(replace(cluster.world(), jobs={job: kept}), now=T0 + 6)
+    assert not [a for a in plan.actions if isinstance(a, KeepFailedJob)]
