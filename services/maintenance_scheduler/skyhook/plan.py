@@ -499,13 +499,6 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
     return plan
 
 
-def _interrupt_under_way(entries: Mapping[str, PackageState]) -> bool:
-    return any(
-        e.stage in ("interrupt", "post-interrupt") and e.state != stages.COMPLETE
-        for e in entries.values()
-    )
-
-
 def _plan_skyhook(
     skyhook: Skyhook,
     world: World,
@@ -609,6 +602,7 @@ def _plan_skyhook(
     node_by_name = {n.name: n for n in targets}
     order = _package_order(skyhook)
     key = status_key(skyhook.name)
+    shared: dict[int, tuple[Mapping[str, PackageState], int]] = {}
     for node in targets:
         name = node.name
         entries: Mapping[str, PackageState] = entries_of[name]
@@ -649,8 +643,9 @@ def _plan_skyhook(
             entries = step.entries
         else:
             changed = False
-            # Not looked at this round: a request it may still be using stays.
-            if not usable or _interrupt_under_way(entries):
+            # Not looked at this round (a usable node here has nothing started or is
+            # complete): a request it may still be using stays.
+            if not usable:
                 plan.kept_maintenances.add(maintenance_name(skyhook.name, name))
         if status == COMPLETE:
             priorities.pop(name, None)
@@ -663,11 +658,19 @@ def _plan_skyhook(
             if changed or (marked and shown != (status, status)):
                 rendered = render_node_state(entries) if entries else ""
                 plan.actions.append(PatchNode(skyhook.name, node, rendered, status))
+        if entries:
+            # Nodes in the same state share one parsed dict: count dicts, expand once below.
+            seen = shared.get(id(entries))
+            if seen is None:
+                shared[id(entries)] = (entries, 1)
+            else:
+                shared[id(entries)] = (entries, seen[1] + 1)
+    for entries, count in shared.values():
         for entry in entries.values():
             state_key = (entry.name, entry.version, entry.state)
-            summary.package_states[state_key] = summary.package_states.get(state_key, 0) + 1
+            summary.package_states[state_key] = summary.package_states.get(state_key, 0) + count
             stage_key = (entry.name, entry.version, entry.stage)
-            summary.package_stages[stage_key] = summary.package_stages.get(stage_key, 0) + 1
+            summary.package_stages[stage_key] = summary.package_stages.get(stage_key, 0) + count
     for name in list(priorities):
         if name not in node_by_name:
             priorities.pop(name)
