@@ -2,11 +2,12 @@
 
 Names are deterministic -- one Job per (skyhook, package, version, stage, node), one request
 per (skyhook, node) -- so a restarted controller re-creating them is refused as already
-existing, never a second Job for a stage.
+existing, never a second Job for a stage. They are memoised: every round asks for the same.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -48,6 +49,7 @@ def _slug(text: str, length: int) -> str:
     return _NOT_DNS.sub("-", text.lower())[:length].strip("-") or "x"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def job_name(skyhook: str, package: str, version: str, stage: str, node: str) -> str:
     """<= 63 characters (the job-name label), readable, unique by a digest of every part."""
     digest = _digest(skyhook, package, version, stage, node)[:8]
@@ -55,11 +57,13 @@ def job_name(skyhook: str, package: str, version: str, stage: str, node: str) ->
     return "-".join(parts)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def resource_id(skyhook: str, package: str, version: str, node: str) -> str:
     """Ties every stage Job of one rollout of one package on one node together."""
     return _digest(skyhook, package, version, node)[:20]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def maintenance_name(skyhook: str, node: str) -> str:
     digest = _digest(skyhook, node)[:8]
     return f"skyhook-{_slug(skyhook, 20)}-{_slug(node, 24)}-{digest}"
