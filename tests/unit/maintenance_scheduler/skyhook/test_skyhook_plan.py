@@ -3,6 +3,7 @@ that applies its actions (Jobs complete or fail on the next round, patches land)
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -499,3 +500,28 @@ def test_a_failed_job_loses_its_ttl_so_it_stays_for_its_logs() -> None:
     kept = JobFacts(job, "failed", reason="BackoffLimitExceeded", ttl_seconds=None)
     plan = plan_round(replace(cluster.world(), jobs={job: kept}), now=T0 + 6)
     assert not [a for a in plan.actions if isinstance(a, KeepFailedJob)]
+
+
+def test_a_new_version_runs_upgrade_and_a_removed_package_uninstall() -> None:
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=cluster_nodes(2))
+    run_until_settled(cluster)
+    assert cluster.status()["status"] == "complete"
+    status = cluster.status()
+    changed = skyhook(packages={"driver": {"version": "1.1.0", "image": "ghcr.io/x/driver"}})
+    cluster.skyhooks = [replace(changed, status=status)]
+    stages: list[tuple[str, str, str]] = []
+    for _ in range(20):
+        plan = cluster.round()
+        stages += [
+            (a.package.name, a.package.version, a.stage)
+            for a in plan.actions
+            if isinstance(a, CreateJob) and a.node == "node-00"
+        ]
+    assert sorted(stages) == [
+        ("driver", "1.1.0", "config"),
+        ("driver", "1.1.0", "upgrade"),
+        ("tuning", "1.0.0", "uninstall"),
+    ]
+    assert cluster.status()["status"] == "complete"
+    state = cluster.nodes["node-00"].annotations[node_state_annotation("gpu-init")]
+    assert list(json.loads(state)) == ["driver|1.1.0"]
