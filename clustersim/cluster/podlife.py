@@ -1,9 +1,11 @@
 """What a simulated container does, and the pod statuses a kubelet would report for it.
 
 Image suffix decides the outcome: `:unpullable` never pulls (ErrImagePull, then
-ImagePullBackOff), `:fail` exits 1, `:oom` is OOMKilled (exit 137); any other image runs for
-the configured runtime and exits 0 when the pod is finite (owned by a Job, or restartPolicy
-is not Always), or runs until deleted. The annotation `RUNTIME_ANNOTATION` overrides the
+ImagePullBackOff), `:fail` exits 1, `:oom` is OOMKilled (exit 137), `:sleep` runs until it is
+killed (a hung stage, for deadlines); any other image runs for the configured runtime and
+exits 0 when the pod is finite (owned by a Job, or restartPolicy is not Always), or runs
+until deleted. The suffix may also end a longer tag after a dash (`:1.0.0-unpullable`), so a
+semantic version can carry it. The annotation `RUNTIME_ANNOTATION` overrides the
 runtime of one pod. A deleted pod's containers exit on SIGTERM after the kubelet's stop time
 (as slurmd does), or after `STOP_ANNOTATION` seconds for one pod; one that takes longer than
 the pod's grace period is killed when the grace ends.
@@ -32,15 +34,21 @@ class Outcome(enum.Enum):
     RUN_FOREVER = "run_forever"
 
 
+_SUFFIXES = {
+    "unpullable": Outcome.UNPULLABLE,
+    "fail": Outcome.FAIL,
+    "oom": Outcome.OOM,
+    "sleep": Outcome.RUN_FOREVER,
+}
+
+
 def image_outcome(image: str, finite: bool) -> Outcome:
     """Behaviour of one container image; `finite` pods finish, others run forever."""
     tag = image.rsplit("/", 1)[-1].rpartition(":")[2] if ":" in image.rsplit("/", 1)[-1] else ""
-    if tag == "unpullable":
-        return Outcome.UNPULLABLE
-    if tag == "fail":
-        return Outcome.FAIL
-    if tag == "oom":
-        return Outcome.OOM
+    suffix = tag.rpartition("-")[2]
+    outcome = _SUFFIXES.get(tag) or _SUFFIXES.get(suffix)
+    if outcome is not None:
+        return outcome
     return Outcome.SUCCEED if finite else Outcome.RUN_FOREVER
 
 

@@ -111,7 +111,7 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         namespaced=True,
         short_names=("po",),
         categories=("all",),
-        subresources=frozenset({"status", "eviction", "binding"}),
+        subresources=frozenset({"status", "eviction", "binding", "log"}),
         reset_status_on_create=True,
         return_deleted_object=True,
     ),

@@ -213,6 +213,16 @@ def _api_resource(info: ResourceInfo) -> list[Obj]:
                 "verbs": ["create"],
             }
         )
+    if "log" in info.subresources:
+        out.append(
+            {
+                "name": f"{info.plural}/log",
+                "singularName": "",
+                "namespaced": True,
+                "kind": "Pod",
+                "verbs": ["get"],
+            }
+        )
     if "binding" in info.subresources:
         out.append(
             {
@@ -359,6 +369,41 @@ def _parse_target(store: Store, group: str, version: str, rest: str) -> tuple[Ta
     return Target(info, version, namespace, name, sub), watch_path
 
 
+def pod_log(pod: Obj, container: str | None) -> str:
+    """pods/log: what a simulated container printed -- its command and, once it ended, its
+    exit code -- so `kubectl logs` (and `kubectl logs job/<name>`) show a stage's output."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    containers = spec.get("containers") or []
+    chosen = [c for c in containers if container in (None, c.get("name"))]
+    if not chosen:
+        raise BadRequest(f"container {container} is not valid for pod {pod['metadata']['name']}")
+    if container is None and len(containers) > 1:
+        raise BadRequest(
+            f"a container name must be specified for pod {pod['metadata']['name']}, choose one "
+            f"of: [{' '.join(str(c.get('name')) for c in containers)}]"
+        )
+    found = chosen[0]
+    states = {c.get("name"): c.get("state") or {} for c in status.get("containerStatuses") or []}
+    state = states.get(found.get("name")) or {}
+    if "running" not in state and "terminated" not in state:
+        reason = (state.get("waiting") or {}).get("reason", "ContainerCreating")
+        raise BadRequest(
+            f'container "{found.get("name")}" in pod "{pod["metadata"]["name"]}" is waiting to '
+            f"start: {reason}"
+        )
+    command = " ".join(str(a) for a in [*(found.get("command") or []), *(found.get("args") or [])])
+    env = " ".join(f"{e.get('name')}={e.get('value', '')}" for e in found.get("env") or [])
+    lines = [
+        f"{found.get('image')} started on {spec.get('nodeName')}: {command or '(entrypoint)'}",
+    ]
+    if env:
+        lines.append(f"environment: {env}")
+    if "terminated" in state:
+        ended = state["terminated"]
+        lines.append(f"exited with code {ended.get('exitCode')} ({ended.get('reason')})")
+    return "\n".join(lines) + "\n"
+
+
 def _bool_param(request: web.Request, name: str) -> bool:
     return request.query.get(name, "").lower() in ("true", "1")
 
@@ -462,6 +507,10 @@ class ApiHandler:
         if target.subresource == "scale":
             return json_response(self.store.get_scale(target.info, target.name, target.namespace))
         obj = self.store.peek(target.info, target.name, target.namespace)
+        if target.subresource == "log":
+            return web.Response(
+                text=pod_log(obj, request.query.get("container")), content_type="text/plain"
+            )
         if wants_table(request):
             return json_response(
                 tables.table(

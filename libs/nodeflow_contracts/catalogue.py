@@ -11,7 +11,7 @@ import msgspec
 
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, K8sObjectEvent
-from nodeflow_contracts.maintenance import MaintenanceDecision
+from nodeflow_contracts.maintenance import MaintenanceDecision, SkyhookDecision
 from nodeflow_contracts.nodeset import NodeSetDecision
 from nodeflow_contracts.placement import PlacementDecision
 from nodeflow_contracts.slurm import SlurmNodeChanged, SlurmNodeCommand, SlurmPollResult
@@ -153,6 +153,19 @@ MESSAGES: tuple[MessageSpec, ...] = (
         description=(
             "Every gang outcome of topology-placer: nominated, bound (with the domain and each "
             "pod's node), unschedulable or timed out (why, in numbers), preempted (the victims)."
+        ),
+    ),
+    MessageSpec(
+        name="SkyhookDecision",
+        subject_template="maintenance.v1.skyhook.{skyhook}.decision",
+        subscribe="maintenance.v1.skyhook.*.decision",
+        payload=SkyhookDecision,
+        publishers=("maintenance-scheduler",),
+        consumers=("metrics-exporter", "integrations"),
+        description=(
+            "Every package stage started, finished, failed or retried on a node, every rollout "
+            "batch judged (and a rollout stopped), every Job failed by the controller and every "
+            "NodeMaintenance requested or released by maintenance-scheduler's Skyhook controller."
         ),
     ),
 )

@@ -46,3 +46,36 @@ class MaintenanceDecision(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def subject(self) -> str:
         return subjects.maintenance_decision(self.namespace, self.name)
+
+
+SkyhookDecisionKind = Literal[
+    # A package stage on a node began, ended, failed or was retried.
+    "stage",
+    # A rollout batch of a compartment was judged (and maybe stopped the rollout).
+    "batch",
+    # The controller failed a Job itself (its image never pulled within the grace).
+    "fail-job",
+    # A NodeMaintenance was requested for an interrupt, or released after it.
+    "maintenance",
+]
+
+
+class SkyhookDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """A decision of maintenance-scheduler's Skyhook controller, on
+    `maintenance.v1.skyhook.<skyhook>.decision`."""
+
+    decision_id: str
+    skyhook: str
+    kind: SkyhookDecisionKind
+    # Short machine-readable reason, e.g. `apply-complete`, `BackoffLimitExceeded`.
+    reason: str
+    message: str
+    decided_at: float
+    node: str = ""
+    package: str = ""
+    stage: str = ""
+    compartment: str = ""
+
+    @property
+    def subject(self) -> str:
+        return subjects.maintenance_decision("skyhook", self.skyhook)

@@ -42,6 +42,9 @@ from nodeflow_contracts.topology import (
     WATCHED_KINDS,
 )
 
+# The label every Skyhook stage Job carries (its Skyhook's name).
+SKYHOOK_NAME_LABEL = "skyhook.nvidia.com/name"
+
 # Operators' tools and tests: every subject (the JetStream API included), and every command
 # (sent as this sender). Never given to a service.
 ADMIN_USER = "nodeflow-admin"
@@ -115,7 +118,14 @@ BUS_GRANTS: dict[str, BusGrant] = {
     ),
     "maintenance-scheduler": BusGrant(
         publishes=("maintenance.v1.>", subjects.k8s_sender_commands("maintenance-scheduler")),
-        writes={LEASES_BUCKET: ("maintenance-scheduler", "maintenance-scheduler.>")},
+        # Two controllers, two leases: NodeMaintenance and Skyhook.
+        writes={
+            LEASES_BUCKET: (
+                "maintenance-scheduler",
+                "maintenance-scheduler.>",
+                "maintenance-scheduler-skyhook",
+            )
+        },
         reads_buckets=(
             *_k8s(
                 "Node",
@@ -124,6 +134,8 @@ BUS_GRANTS: dict[str, BusGrant] = {
                 "PodDisruptionBudget",
                 "NodeMaintenance",
                 "MaintenanceOperatorConfig",
+                "Skyhook",
+                "DeploymentPolicy",
             ),
             SLURM_NODES_BUCKET,
             SLURM_CLUSTERS_BUCKET,
@@ -355,9 +367,29 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
             ),
         ),
         _grant("update-status", "NodeMaintenance"),
-        # Garbage collection of requests Ready for longer than maxNodeMaintenanceTimeSeconds.
+        # Garbage collection of requests Ready for longer than maxNodeMaintenanceTimeSeconds,
+        # and the Skyhook controller's own requests once their interrupts are done.
         _grant("delete", "NodeMaintenance"),
         _grant("record-event", "NodeMaintenance", "Node", "Pod"),
+        # Skyhook: a Job per package stage and node (labelled with its Skyhook), failing one
+        # stuck pulling its image and keeping a failed one with its logs; a NodeMaintenance
+        # before an interrupt; the per-node state; the Skyhook's status; the policy in use.
+        _grant("create", "Job", required_label=SKYHOOK_NAME_LABEL),
+        _grant(
+            "patch", "Job", fields=("spec.activeDeadlineSeconds", "spec.ttlSecondsAfterFinished")
+        ),
+        _grant("create", "NodeMaintenance"),
+        _grant(
+            "patch",
+            "Node",
+            fields=(
+                "metadata.annotations[skyhook.nvidia.com/nodeState_*]",
+                "metadata.annotations[skyhook.nvidia.com/status_*]",
+                "metadata.labels[skyhook.nvidia.com/status_*]",
+            ),
+        ),
+        _grant("update-status", "Skyhook"),
+        _grant("patch", "DeploymentPolicy", fields=("metadata.finalizers",)),
     ),
     # Gang and topology placement (issue #16): bind, nominate, preempt, report status.
     "topology-placer": (

@@ -107,6 +107,20 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
         namespaced=True,
     ),
     WatchedKind(
+        kind="Skyhook",
+        group="skyhook.nvidia.com",
+        version="v1alpha1",
+        plural="skyhooks",
+        namespaced=False,
+    ),
+    WatchedKind(
+        kind="DeploymentPolicy",
+        group="skyhook.nvidia.com",
+        version="v1alpha1",
+        plural="deploymentpolicies",
+        namespaced=False,
+    ),
+    WatchedKind(
         kind="PodGroup",
         group="scheduling.sigs.k8s.io",
         version="v1alpha1",

@@ -29,3 +29,14 @@ class MaintenanceSchedulerConfig(ServiceConfig, kw_only=True):
     slurm_state_max_age_seconds: Annotated[float, Meta(ge=0)] = 0.0
     # Most messages published in one batch (JetStream acks outstanding).
     publish_window: Annotated[int, Meta(ge=1)] = 256
+    # The Skyhook controller (skyhook.nvidia.com): node packages as batch/v1 Jobs.
+    skyhook_enabled: bool = True
+    # Namespace of the stage Jobs and of the NodeMaintenance requests of interrupts.
+    skyhook_namespace: str = "nodeflow-system"
+    # A stage whose image has not pulled (ErrImagePull/ImagePullBackOff) this long after its
+    # pod was created is failed, and its package marked erroring, naming the image.
+    skyhook_image_pull_grace_seconds: Annotated[float, Meta(ge=0)] = 120.0
+    # activeDeadlineSeconds of a stage Job when its package sets no stageTimeout; 0: none.
+    skyhook_stage_timeout_seconds: Annotated[int, Meta(ge=0)] = 3600
+    # drainSpec.timeoutSeconds of the NodeMaintenance an interrupt requests.
+    skyhook_drain_timeout_seconds: Annotated[int, Meta(ge=0)] = 600

@@ -56,6 +56,7 @@ from maintenance_scheduler.reconcile import (
     set_phase,
 )
 from maintenance_scheduler.scheduler import NodeInfo, ScheduleResult, schedule
+from maintenance_scheduler.skyhook.service import SkyhookController
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
 from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import codec, subjects
@@ -611,3 +612,9 @@ async def setup(ctx: ServiceContext[MaintenanceSchedulerConfig]) -> None:
     ctx.health.add_check("kv", scheduler.not_ready_reason)
     await scheduler.start()
     ctx.on_stop(scheduler.stop)
+    if ctx.config.skyhook_enabled:
+        # The second controller: Skyhook packages, whose interrupts go through the first.
+        skyhook = SkyhookController(ctx.bus, ctx.config)
+        ctx.health.add_check("skyhook-kv", skyhook.not_ready_reason)
+        await skyhook.start()
+        ctx.on_stop(skyhook.stop)

@@ -53,6 +53,8 @@ CRD_NAMES = {
     "maintenanceoperatorconfigs.maintenance.nvidia.com",
     "podgroups.scheduling.sigs.k8s.io",
     "clusternetworktopologies.scheduling.koordinator.sh",
+    "skyhooks.skyhook.nvidia.com",
+    "deploymentpolicies.skyhook.nvidia.com",
 }
 # Short names of built-in resources (kubectl api-resources); a CRD must not shadow them.
 BUILTIN_SHORT_NAMES = {
@@ -590,10 +592,19 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("", "events"): {"get", "create", "patch"},
     ("nodeflow.dev", "nodeslices"): {"get", "list", "watch", "create", "delete", "patch"},
     ("nodeflow.dev", "nodesets"): {"list", "watch", "patch"},
-    ("maintenance.nvidia.com", "nodemaintenances"): {"list", "watch", "patch", "delete"},
+    ("maintenance.nvidia.com", "nodemaintenances"): {
+        "get",
+        "list",
+        "watch",
+        "patch",
+        "create",
+        "delete",
+    },
     ("maintenance.nvidia.com", "maintenanceoperatorconfigs"): {"list", "watch", "patch"},
     ("scheduling.sigs.k8s.io", "podgroups"): {"list", "watch", "patch"},
     ("scheduling.koordinator.sh", "clusternetworktopologies"): {"list", "watch", "patch"},
+    ("skyhook.nvidia.com", "skyhooks"): {"list", "watch", "patch"},
+    ("skyhook.nvidia.com", "deploymentpolicies"): {"list", "watch", "patch"},
     **{(name.split(".", 1)[1], name.split(".", 1)[0] + "/status"): {"patch"} for name in CRD_NAMES},
 }
 
@@ -1021,7 +1032,7 @@ def test_kubectl_kustomize_builds_the_deployment() -> None:
     kinds = Counter(obj["kind"] for obj in built)
     assert kinds == Counter(
         {
-            "CustomResourceDefinition": 6,
+            "CustomResourceDefinition": 8,
             "Deployment": 6,
             "ServiceAccount": 6,
             "Service": 8,

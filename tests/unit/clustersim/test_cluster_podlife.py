@@ -47,6 +47,10 @@ def pod(*images: str, restart: str = "Always", job: bool = False, **meta: Any) -
         ("registry:5000/app", True, Outcome.SUCCEED),
         ("app:1.0", False, Outcome.RUN_FOREVER),
         ("failing/app", False, Outcome.RUN_FOREVER),
+        ("app:sleep", True, Outcome.RUN_FOREVER),
+        ("repo/pkg:1.0.0-unpullable", True, Outcome.UNPULLABLE),
+        ("repo/pkg:1.0.0-oom", True, Outcome.OOM),
+        ("repo/pkg:1.0.0-rc1", True, Outcome.SUCCEED),
     ],
 )
 def test_image_outcome(image: str, finite: bool, outcome: Outcome) -> None:

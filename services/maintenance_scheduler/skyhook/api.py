@@ -1,0 +1,573 @@
+"""The skyhook.nvidia.com/v1alpha1 API as the controller reads it (pure).
+
+Skyhook and DeploymentPolicy are parsed field for field as NVIDIA's Skyhook operator defines
+them (names, defaults, validation), so its manifests mean the same here. Parsing never
+raises: what its webhook would have refused is reported as `problems`, and the controller
+starts nothing for an object with problems.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+API_GROUP: Final = "skyhook.nvidia.com"
+API_VERSION: Final = "skyhook.nvidia.com/v1alpha1"
+SKYHOOK_KIND: Final = "Skyhook"
+POLICY_KIND: Final = "DeploymentPolicy"
+
+PAUSE_ANNOTATION: Final = "skyhook.nvidia.com/pause"
+DISABLE_ANNOTATION: Final = "skyhook.nvidia.com/disable"
+IGNORE_NODE_LABEL: Final = "skyhook.nvidia.com/ignore"
+# A DeploymentPolicy named by a Skyhook carries this finalizer, so it cannot go while in use.
+POLICY_FINALIZER: Final = "skyhook.nvidia.com/deploymentpolicy-in-use"
+DEFAULT_COMPARTMENT: Final = "__default__"
+DEFAULT_PRIORITY: Final = 200
+
+# Job labels, so the proposal's `kubectl get jobs -l ...` queries work.
+NAME_LABEL: Final = "skyhook.nvidia.com/name"
+PACKAGE_LABEL: Final = "skyhook.nvidia.com/package"
+NODE_LABEL: Final = "skyhook.nvidia.com/node"
+STAGE_LABEL: Final = "skyhook.nvidia.com/stage"
+RESOURCE_ID_LABEL: Final = "skyhook.nvidia.com/resource-id"
+
+
+def node_state_annotation(skyhook: str) -> str:
+    return f"skyhook.nvidia.com/nodeState_{skyhook}"
+
+
+def status_key(skyhook: str) -> str:
+    """The node label and annotation holding the node's status for one Skyhook."""
+    return f"skyhook.nvidia.com/status_{skyhook}"
+
+
+InterruptType = Literal["service", "reboot", "noop", "restartAllServices"]
+INTERRUPT_TYPES: Final[tuple[str, ...]] = ("service", "reboot", "noop", "restartAllServices")
+StrategyKind = Literal["fixed", "linear", "exponential"]
+# Safer first: overlapping compartments resolve to the safer strategy.
+STRATEGY_SAFETY: Final[Mapping[str, int]] = {"fixed": 0, "linear": 1, "exponential": 2}
+Sequencing = Literal["node", "all"]
+
+PACKAGE_NAME = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
+SEMVER = re.compile(
+    r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+
+Obj = Mapping[str, Any]
+
+
+def mapping(value: object) -> Obj:
+    return value if isinstance(value, Mapping) else {}
+
+
+def meta(obj: Obj) -> Obj:
+    return mapping(obj.get("metadata"))
+
+
+# --- label selectors (metav1.LabelSelector) --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expression:
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "In":
+            return present and labels[self.key] in self.values
+        if self.operator == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return present
+        return not present
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """An empty selector matches every node, as metav1.LabelSelectorAsSelector does."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    expressions: tuple[Expression, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        return all(expression.matches(labels) for expression in self.expressions)
+
+    def canonical(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.match_labels]
+        parts += [f"{e.key} {e.operator} {sorted(e.values)}" for e in self.expressions]
+        return ",".join(sorted(parts))
+
+
+def parse_label_selector(raw: object, where: str, problems: list[str]) -> LabelSelector:
+    data = mapping(raw)
+    labels = mapping(data.get("matchLabels"))
+    match_labels = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+    expressions: list[Expression] = []
+    for index, entry in enumerate(data.get("matchExpressions") or ()):
+        item = mapping(entry)
+        operator = item.get("operator")
+        key = str(item.get("key") or "")
+        values = frozenset(str(v) for v in item.get("values") or ())
+        if not key:
+            problems.append(f"{where}.matchExpressions[{index}]: key is required")
+            continue
+        if operator in ("In", "NotIn"):
+            if not values:
+                problems.append(f"{where}.matchExpressions[{index}]: {operator} needs values")
+                continue
+            expressions.append(Expression(key, operator, values))
+        elif operator in ("Exists", "DoesNotExist"):
+            if values:
+                problems.append(f"{where}.matchExpressions[{index}]: {operator} takes no values")
+                continue
+            expressions.append(Expression(key, operator))
+        else:
+            problems.append(f"{where}.matchExpressions[{index}]: unknown operator {operator!r}")
+    return LabelSelector(match_labels, tuple(expressions))
+
+
+# --- DeploymentPolicy ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Exactly one of percent (1-100) or count (>= 1)."""
+
+    percent: int | None = None
+    count: int | None = None
+
+    def ceiling(self, matched: int) -> int:
+        """count, or max(1, floor(matched x percent / 100)); 0 when nothing matched."""
+        if self.count is not None:
+            return self.count
+        if self.percent is None or matched == 0:
+            return 0
+        return max(1, matched * self.percent // 100)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    kind: StrategyKind = "fixed"
+    initial_batch: int = 1
+    delta: int = 1
+    growth_factor: int = 2
+    batch_threshold: int = 100
+    # None: consecutive failed batches never stop the rollout.
+    failure_threshold: int | None = None
+    safety_limit: int = 50
+
+
+@dataclass(frozen=True)
+class Compartment:
+    name: str
+    selector: LabelSelector
+    budget: Budget
+    strategy: Strategy | None = None
+
+
+@dataclass(frozen=True)
+class DeploymentPolicy:
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    default: Compartment = field(
+        default_factory=lambda: Compartment(DEFAULT_COMPARTMENT, LabelSelector(), Budget(100))
+    )
+    compartments: tuple[Compartment, ...] = ()
+    reset_batch_state_on_completion: bool = True
+    finalizers: tuple[str, ...] = ()
+    deleting: bool = False
+    problems: tuple[str, ...] = ()
+
+
+def _int_field(
+    data: Obj, name: str, where: str, problems: list[str], *, low: int, high: int | None = None
+) -> int | None:
+    if name not in data or data[name] is None:
+        return None
+    value = data[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        problems.append(f"{where}.{name}: must be an integer, got {value!r}")
+        return None
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        problems.append(f"{where}.{name}: must be {bound}, got {value}")
+        return None
+    return value
+
+
+def parse_budget(raw: object, where: str, problems: list[str]) -> Budget:
+    data = mapping(raw)
+    percent = _int_field(data, "percent", where, problems, low=1, high=100)
+    count = _int_field(data, "count", where, problems, low=1)
+    has_percent = data.get("percent") is not None
+    has_count = data.get("count") is not None
+    if has_percent == has_count:
+        problems.append(f"{where}: exactly one of percent or count must be set")
+        return Budget(percent=100)
+    if (has_percent and percent is None) or (has_count and count is None):
+        return Budget(percent=100)
+    return Budget(percent=percent, count=count)
+
+
+def parse_strategy(raw: object, where: str, problems: list[str]) -> Strategy | None:
+    data = mapping(raw)
+    kinds = [k for k in ("fixed", "linear", "exponential") if data.get(k) is not None]
+    if len(kinds) != 1:
+        problems.append(f"{where}: exactly one of fixed, linear, or exponential must be set")
+        return None
+    kind: StrategyKind = kinds[0]  # type: ignore[assignment]
+    params = mapping(data[kind])
+    here = f"{where}.{kind}"
+    known = {"initialBatch", "batchThreshold", "failureThreshold", "safetyLimit"}
+    known |= {"linear": {"delta"}, "exponential": {"growthFactor"}}.get(kind, set())
+    for name in params:
+        if name not in known:
+            problems.append(f"{here}.{name}: not a field of a {kind} strategy")
+    strategy = Strategy(kind=kind)
+    values = {
+        "initial_batch": _int_field(params, "initialBatch", here, problems, low=1),
+        "batch_threshold": _int_field(params, "batchThreshold", here, problems, low=1, high=100),
+        "safety_limit": _int_field(params, "safetyLimit", here, problems, low=1, high=100),
+        "delta": _int_field(params, "delta", here, problems, low=1) if kind == "linear" else None,
+        "growth_factor": (
+            _int_field(params, "growthFactor", here, problems, low=2)
+            if kind == "exponential"
+            else None
+        ),
+    }
+    chosen: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
+    failure = _int_field(params, "failureThreshold", here, problems, low=1)
+    return Strategy(
+        kind=kind,
+        initial_batch=chosen.get("initial_batch", strategy.initial_batch),
+        delta=chosen.get("delta", strategy.delta),
+        growth_factor=chosen.get("growth_factor", strategy.growth_factor),
+        batch_threshold=chosen.get("batch_threshold", strategy.batch_threshold),
+        failure_threshold=failure,
+        safety_limit=chosen.get("safety_limit", strategy.safety_limit),
+    )
+
+
+def parse_deployment_policy(obj: Obj) -> DeploymentPolicy:
+    metadata = meta(obj)
+    spec = mapping(obj.get("spec"))
+    problems: list[str] = []
+    default_raw = mapping(spec.get("default"))
+    if not default_raw:
+        problems.append("spec.default: required")
+    default = Compartment(
+        DEFAULT_COMPARTMENT,
+        LabelSelector(),
+        parse_budget(default_raw.get("budget"), "spec.default.budget", problems),
+        parse_strategy(default_raw.get("strategy"), "spec.default.strategy", problems)
+        if default_raw.get("strategy") is not None
+        else Strategy(),
+    )
+    compartments: list[Compartment] = []
+    names: set[str] = set()
+    selectors: dict[str, str] = {}
+    for index, entry in enumerate(spec.get("compartments") or ()):
+        item = mapping(entry)
+        where = f"spec.compartments[{index}]"
+        name = str(item.get("name") or "")
+        if not name:
+            problems.append(f"{where}.name: required")
+        elif name == DEFAULT_COMPARTMENT:
+            problems.append(f"{where}.name: {DEFAULT_COMPARTMENT!r} is reserved")
+        elif name in names:
+            problems.append(f"{where}.name: {name!r} is used twice")
+        names.add(name)
+        if item.get("selector") is None:
+            problems.append(f"{where}.selector: required")
+        selector = parse_label_selector(item.get("selector"), f"{where}.selector", problems)
+        canonical = selector.canonical()
+        if canonical in selectors:
+            problems.append(
+                f"{where}.selector: identical to compartment {selectors[canonical]!r}'s"
+            )
+        selectors[canonical] = name
+        strategy = (
+            parse_strategy(item.get("strategy"), f"{where}.strategy", problems)
+            if item.get("strategy") is not None
+            else None
+        )
+        compartments.append(
+            Compartment(
+                name,
+                selector,
+                parse_budget(item.get("budget"), f"{where}.budget", problems),
+                strategy,
+            )
+        )
+    reset = spec.get("resetBatchStateOnCompletion")
+    return DeploymentPolicy(
+        name=str(metadata.get("name") or ""),
+        uid=str(metadata.get("uid") or ""),
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        default=default,
+        compartments=tuple(compartments),
+        reset_batch_state_on_completion=reset if isinstance(reset, bool) else True,
+        finalizers=tuple(str(f) for f in metadata.get("finalizers") or ()),
+        deleting=bool(metadata.get("deletionTimestamp")),
+        problems=tuple(problems),
+    )
+
+
+# --- Skyhook ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    type: InterruptType
+    services: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu_request: str
+    cpu_limit: str
+    memory_request: str
+    memory_limit: str
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    image: str
+    interrupt: Interrupt | None = None
+    depends_on: tuple[tuple[str, str], ...] = ()
+    config_map: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    resources: Resources | None = None
+    # activeDeadlineSeconds of each stage Job; None: no deadline.
+    stage_timeout_seconds: int | None = None
+
+    @property
+    def key(self) -> str:
+        """The node-state key of this package, as the anchor writes it: `name|version`."""
+        return f"{self.name}|{self.version}"
+
+    @property
+    def image_ref(self) -> str:
+        return f"{self.image}:{self.version}"
+
+
+@dataclass(frozen=True)
+class Skyhook:
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    generation: int = 0
+    node_selector: LabelSelector = LabelSelector()
+    packages: tuple[Package, ...] = ()
+    interruption_budget: Budget | None = None
+    deployment_policy: str = ""
+    pod_non_interrupt_labels: LabelSelector | None = None
+    additional_tolerations: tuple[Mapping[str, Any], ...] = ()
+    priority: int = DEFAULT_PRIORITY
+    serial: bool = False
+    sequencing: Sequencing = "node"
+    paused: bool = False
+    disabled: bool = False
+    problems: tuple[str, ...] = ()
+    status: Obj = field(default_factory=dict)
+
+    def package(self, name: str) -> Package | None:
+        for package in self.packages:
+            if package.name == name:
+                return package
+        return None
+
+
+def _pairs(raw: object) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in mapping(raw).items()))
+
+
+def _parse_resources(raw: object, where: str, problems: list[str]) -> Resources | None:
+    data = mapping(raw)
+    if not data:
+        return None
+    names = ("cpuRequest", "cpuLimit", "memoryRequest", "memoryLimit")
+    present = [n for n in names if data.get(n) is not None]
+    if len(present) != len(names):
+        problems.append(f"{where}: set all of {', '.join(names)} or none")
+        return None
+    for name in names:
+        if not _QUANTITY.match(str(data[name])):
+            problems.append(f"{where}.{name}: {data[name]!r} is not a quantity")
+            return None
+    return Resources(*(str(data[n]) for n in names))
+
+
+def _parse_package(name: str, raw: object, problems: list[str]) -> Package | None:
+    data = mapping(raw)
+    where = f"spec.packages.{name}"
+    if not PACKAGE_NAME.match(name):
+        problems.append(f"{where}: name must match {PACKAGE_NAME.pattern}")
+    version = str(data.get("version") or "")
+    if not version:
+        problems.append(f"{where}.version: required")
+    elif not SEMVER.match(version):
+        problems.append(f"{where}.version: {version!r} is not a semantic version")
+    image = str(data.get("image") or "")
+    if not image:
+        problems.append(f"{where}.image: required")
+    else:
+        last = image.rsplit("/", 1)[-1]
+        if ":" in last:
+            tag = last.rpartition(":")[2]
+            if tag != version:
+                problems.append(
+                    f"{where}.image: tag {tag!r} differs from version {version!r} "
+                    "(the version is the tag)"
+                )
+            image = image[: len(image) - len(tag) - 1]
+    interrupt: Interrupt | None = None
+    if data.get("interrupt") is not None:
+        raw_interrupt = mapping(data.get("interrupt"))
+        kind = raw_interrupt.get("type")
+        if kind not in INTERRUPT_TYPES:
+            problems.append(
+                f"{where}.interrupt.type: {kind!r} is not one of {', '.join(INTERRUPT_TYPES)}"
+            )
+        else:
+            services = tuple(str(s) for s in raw_interrupt.get("services") or ())
+            if kind == "service" and not services:
+                problems.append(f"{where}.interrupt.services: a service interrupt names services")
+            interrupt = Interrupt(kind, services)
+    timeout = _int_field(data, "stageTimeout", where, problems, low=1)
+    return Package(
+        name=name,
+        version=version,
+        image=image,
+        interrupt=interrupt,
+        depends_on=_pairs(data.get("dependsOn")),
+        config_map=_pairs(data.get("configMap")),
+        env=tuple(
+            (str(mapping(e).get("name")), str(mapping(e).get("value") or ""))
+            for e in data.get("env") or ()
+            if mapping(e).get("name")
+        ),
+        resources=_parse_resources(data.get("resources"), f"{where}.resources", problems),
+        stage_timeout_seconds=timeout,
+    )
+
+
+def dependency_cycle(packages: Mapping[str, Package]) -> list[str] | None:
+    """A cycle among dependsOn edges (package names, first repeated), or None."""
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+    stack: list[str] = []
+
+    def visit(name: str) -> list[str] | None:
+        state[name] = 1
+        stack.append(name)
+        for dependency, _ in packages[name].depends_on:
+            if dependency not in packages:
+                continue
+            if state.get(dependency) == 1:
+                return [*stack[stack.index(dependency) :], dependency]
+            if dependency not in state and (found := visit(dependency)):
+                return found
+        stack.pop()
+        state[name] = 2
+        return None
+
+    for name in sorted(packages):
+        if name not in state and (found := visit(name)):
+            return found
+    return None
+
+
+def parse_skyhook(obj: Obj) -> Skyhook:
+    metadata = meta(obj)
+    spec = mapping(obj.get("spec"))
+    annotations = mapping(metadata.get("annotations"))
+    problems: list[str] = []
+    packages: dict[str, Package] = {}
+    for name, raw in sorted(mapping(spec.get("packages")).items()):
+        package = _parse_package(str(name), raw, problems)
+        if package is not None:
+            packages[package.name] = package
+    for package in packages.values():
+        for dependency, version in package.depends_on:
+            other = packages.get(dependency)
+            if other is None:
+                problems.append(
+                    f"spec.packages.{package.name}.dependsOn: {dependency!r} is not a package"
+                )
+            elif other.version != version:
+                problems.append(
+                    f"spec.packages.{package.name}.dependsOn: {dependency} {version} is not "
+                    f"the version in this Skyhook ({other.version})"
+                )
+    if (cycle := dependency_cycle(packages)) is not None:
+        problems.append(f"spec.packages: dependsOn cycle {' -> '.join(cycle)}")
+    budget: Budget | None = None
+    raw_budget = mapping(spec.get("interruptionBudget"))
+    policy = str(spec.get("deploymentPolicy") or "")
+    if any(raw_budget.get(k) is not None for k in ("percent", "count")):
+        if policy:
+            problems.append("spec: interruptionBudget and deploymentPolicy are mutually exclusive")
+        budget = parse_budget(raw_budget, "spec.interruptionBudget", problems)
+    priority = _int_field(spec, "priority", "spec", problems, low=1)
+    sequencing = spec.get("sequencing") or "node"
+    if sequencing not in ("node", "all"):
+        problems.append(f"spec.sequencing: {sequencing!r} is not one of node, all")
+        sequencing = "node"
+    non_interrupt = (
+        parse_label_selector(
+            spec.get("podNonInterruptLabels"), "spec.podNonInterruptLabels", problems
+        )
+        if spec.get("podNonInterruptLabels")
+        else None
+    )
+    return Skyhook(
+        name=str(metadata.get("name") or ""),
+        uid=str(metadata.get("uid") or ""),
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        generation=int(metadata.get("generation") or 0),
+        node_selector=parse_label_selector(
+            spec.get("nodeSelectors"), "spec.nodeSelectors", problems
+        ),
+        packages=tuple(packages[n] for n in sorted(packages)),
+        interruption_budget=budget,
+        deployment_policy=policy,
+        pod_non_interrupt_labels=non_interrupt,
+        additional_tolerations=tuple(
+            dict(mapping(t)) for t in spec.get("additionalTolerations") or ()
+        ),
+        priority=priority if priority is not None else DEFAULT_PRIORITY,
+        serial=bool(spec.get("serial")),
+        sequencing=sequencing,  # type: ignore[arg-type]
+        paused=str(annotations.get(PAUSE_ANNOTATION, "")).lower() == "true",
+        disabled=str(annotations.get(DISABLE_ANNOTATION, "")).lower() == "true",
+        problems=tuple(problems),
+        status=dict(mapping(obj.get("status"))),
+    )
+
+
+def policy_for(
+    skyhook: Skyhook, policies: Mapping[str, DeploymentPolicy]
+) -> DeploymentPolicy | None:
+    """The policy that shapes the Skyhook's rollout: its named policy, or one built from its
+    interruptionBudget (a fixed strategy whose batch is the budget's ceiling; 100% without).
+    None when the named policy does not exist."""
+    if skyhook.deployment_policy:
+        return policies.get(skyhook.deployment_policy)
+    budget = skyhook.interruption_budget or Budget(percent=100)
+    return DeploymentPolicy(
+        name="",
+        default=Compartment(DEFAULT_COMPARTMENT, LabelSelector(), budget, None),
+    )

@@ -1,0 +1,217 @@
+"""Skyhook actions -> k8s-watcher commands, and decision notes -> SkyhookDecision (pure).
+
+Idempotency keys come from the state the action was decided on, so a restarted controller
+sending the same action again is deduplicated, never applied twice:
+  create   Job              key: Job name + attempt (its name is deterministic)
+  patch    Job              spec.activeDeadlineSeconds, to fail a Job whose image never pulls;
+                            spec.ttlSecondsAfterFinished removed from a failed Job
+  patch    Node             nodeState_<skyhook> annotation, status_<skyhook> annotation+label
+  create   NodeMaintenance  for an interrupt
+  delete   NodeMaintenance  after post-interrupt (uid precondition)
+  update-status  Skyhook    (resourceVersion precondition: a stale status is refused)
+  patch    DeploymentPolicy its in-use finalizer (resourceVersion precondition)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from maintenance_scheduler.commands import COMMAND_LIFETIME_SECONDS, SENDER, canonical, digest
+from maintenance_scheduler.skyhook.api import (
+    API_VERSION,
+    POLICY_FINALIZER,
+    POLICY_KIND,
+    SKYHOOK_KIND,
+    node_state_annotation,
+    status_key,
+)
+from maintenance_scheduler.skyhook.jobs import build_job, build_maintenance
+from maintenance_scheduler.skyhook.plan import (
+    CreateJob,
+    CreateMaintenance,
+    DeleteMaintenance,
+    FailJob,
+    KeepFailedJob,
+    PatchNode,
+    SetPolicyFinalizer,
+    SetSkyhookStatus,
+    SkyhookAction,
+    SkyhookDecisionNote,
+)
+from nodeflow_contracts import k8s
+from nodeflow_contracts.k8s import K8sCommand, ObjectRef, deadline_after
+from nodeflow_contracts.maintenance import SkyhookDecision
+
+KEY_PREFIX: Final = "skyhook:"
+# Ends a Job at once: its startTime is long past one second when the grace of a stuck image
+# pull is over.
+FAIL_DEADLINE_SECONDS: Final = 1
+
+
+def _command(key: str, target: ObjectRef, operation: Any, reason: str, now: float) -> K8sCommand:
+    return K8sCommand(
+        idempotency_key=KEY_PREFIX + key,
+        sender=SENDER,
+        sent_at=now,
+        expires_at=deadline_after(COMMAND_LIFETIME_SECONDS, now=now),
+        target=target,
+        operation=operation,
+        reason=reason[:1024],
+    )
+
+
+def command_for(
+    action: SkyhookAction,
+    now: float,
+    *,
+    namespace: str,
+    default_stage_timeout_seconds: int,
+    drain_timeout_seconds: int,
+) -> K8sCommand:
+    if isinstance(action, CreateJob):
+        body = build_job(
+            action.skyhook,
+            action.package,
+            action.stage,
+            action.node,
+            namespace=namespace,
+            default_stage_timeout_seconds=default_stage_timeout_seconds,
+        )
+        target = ObjectRef(
+            api_version="batch/v1", kind="Job", name=action.name, namespace=namespace
+        )
+        return _command(
+            f"job:{action.skyhook.uid}:{action.name}:{action.attempt}",
+            target,
+            k8s.CreateObject(object=body),
+            f"{action.package.name} {action.package.version} {action.stage} on {action.node}",
+            now,
+        )
+    if isinstance(action, FailJob):
+        target = ObjectRef(
+            api_version="batch/v1", kind="Job", name=action.name, namespace=namespace
+        )
+        return _command(
+            f"fail:{action.name}:{digest(action.message)}",
+            target,
+            k8s.PatchObject(
+                patch_type="merge",
+                patch={"spec": {"activeDeadlineSeconds": FAIL_DEADLINE_SECONDS}},
+            ),
+            action.message,
+            now,
+        )
+    if isinstance(action, KeepFailedJob):
+        target = ObjectRef(
+            api_version="batch/v1", kind="Job", name=action.name, namespace=namespace
+        )
+        return _command(
+            f"keep:{action.name}:{action.attempt}",
+            target,
+            k8s.PatchObject(patch_type="merge", patch={"spec": {"ttlSecondsAfterFinished": None}}),
+            "a failed stage Job stays for its logs until deleted",
+            now,
+        )
+    if isinstance(action, PatchNode):
+        node = action.node
+        annotations: dict[str, Any] = {
+            node_state_annotation(action.skyhook): action.node_state or None,
+            status_key(action.skyhook): action.status,
+        }
+        patch = {
+            "metadata": {
+                "annotations": annotations,
+                "labels": {status_key(action.skyhook): action.status},
+            }
+        }
+        return _command(
+            f"node:{action.skyhook}:{node.uid}:{node.resource_version}:{digest(canonical(patch))}",
+            ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+            k8s.PatchObject(patch_type="merge", patch=patch),
+            f"Skyhook {action.skyhook}: node {action.status}",
+            now,
+        )
+    if isinstance(action, CreateMaintenance):
+        body = build_maintenance(
+            action.skyhook,
+            action.node,
+            namespace=namespace,
+            drain_timeout_seconds=drain_timeout_seconds,
+        )
+        return _command(
+            f"nm:{action.skyhook.uid}:{action.name}:{digest(action.purpose)}",
+            ObjectRef(
+                api_version="maintenance.nvidia.com/v1alpha1",
+                kind="NodeMaintenance",
+                name=action.name,
+                namespace=namespace,
+            ),
+            k8s.CreateObject(object=body),
+            f"Skyhook {action.skyhook.name}: interrupt of {action.purpose} on {action.node}",
+            now,
+        )
+    if isinstance(action, DeleteMaintenance):
+        return _command(
+            f"nm-delete:{action.name}:{action.uid}",
+            ObjectRef(
+                api_version="maintenance.nvidia.com/v1alpha1",
+                kind="NodeMaintenance",
+                name=action.name,
+                namespace=namespace,
+                uid=action.uid or None,
+            ),
+            k8s.DeleteObject(),
+            f"Skyhook {action.skyhook}: interrupts on {action.node} done",
+            now,
+        )
+    if isinstance(action, SetSkyhookStatus):
+        skyhook = action.skyhook
+        return _command(
+            f"status:{skyhook.uid}:{skyhook.resource_version}:{digest(canonical(action.status))}",
+            ObjectRef(
+                api_version=API_VERSION,
+                kind=SKYHOOK_KIND,
+                name=skyhook.name,
+                uid=skyhook.uid or None,
+                resource_version=skyhook.resource_version or None,
+            ),
+            k8s.UpdateStatus(status=dict(action.status)),
+            f"status {action.status.get('status')}",
+            now,
+        )
+    assert isinstance(action, SetPolicyFinalizer)
+    policy = action.policy
+    others = [f for f in policy.finalizers if f != POLICY_FINALIZER]
+    finalizers = [*others, POLICY_FINALIZER] if action.present else others
+    return _command(
+        f"policy:{policy.uid}:{policy.resource_version}:{action.present}",
+        ObjectRef(
+            api_version=API_VERSION,
+            kind=POLICY_KIND,
+            name=policy.name,
+            uid=policy.uid or None,
+            resource_version=policy.resource_version or None,
+        ),
+        k8s.PatchObject(patch_type="merge", patch={"metadata": {"finalizers": finalizers or None}}),
+        "in use by a Skyhook" if action.present else "no Skyhook uses it",
+        now,
+    )
+
+
+def decision_for(note: SkyhookDecisionNote, now: float, basis: str) -> SkyhookDecision:
+    """`basis` is the state the note was decided on (so the same state yields the same id)."""
+    decision_id = KEY_PREFIX + digest(
+        note.skyhook, note.kind, note.node, note.package, note.stage, note.message, basis
+    )
+    return SkyhookDecision(
+        decision_id=decision_id,
+        skyhook=note.skyhook,
+        kind=note.kind,
+        reason=note.reason or note.kind,
+        message=note.message[:2048],
+        decided_at=now,
+        node=note.node,
+        package=note.package,
+        stage=note.stage,
+        compartment=note.compartment,
+    )

@@ -1,0 +1,243 @@
+"""The batch/v1 Job of one stage and the NodeMaintenance of one interrupt (pure builders).
+
+Names are deterministic -- one Job per (skyhook, package, version, stage, node), one request
+per (skyhook, node) -- so a restarted controller re-creating them is refused as already
+existing, never a second Job for a stage. They are memoised: every round asks for the same.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from maintenance_scheduler.skyhook.api import (
+    API_VERSION,
+    NAME_LABEL,
+    NODE_LABEL,
+    PACKAGE_LABEL,
+    RESOURCE_ID_LABEL,
+    SKYHOOK_KIND,
+    STAGE_LABEL,
+    Expression,
+    LabelSelector,
+    Package,
+    Skyhook,
+)
+
+MANAGED_BY: Final = "nodeflow-maintenance-scheduler"
+PACKAGE_ANNOTATION: Final = "skyhook.nvidia.com/package"
+SUCCEEDED_TTL_SECONDS: Final = 86400
+# Package pods survive the node being NotReady or unreachable for as long as it takes: the
+# interrupt (a reboot) makes it so on purpose.
+UNBOUNDED_TOLERATIONS: Final[tuple[Mapping[str, Any], ...]] = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+)
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()
+
+
+def _slug(text: str, length: int) -> str:
+    return _NOT_DNS.sub("-", text.lower())[:length].strip("-") or "x"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def job_name(skyhook: str, package: str, version: str, stage: str, node: str) -> str:
+    """<= 63 characters (the job-name label), readable, unique by a digest of every part."""
+    digest = _digest(skyhook, package, version, stage, node)[:8]
+    parts = (_slug(skyhook, 12), _slug(package, 12), _slug(stage, 14), _slug(node, 12), digest)
+    return "-".join(parts)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def resource_id(skyhook: str, package: str, version: str, node: str) -> str:
+    """Ties every stage Job of one rollout of one package on one node together."""
+    return _digest(skyhook, package, version, node)[:20]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def maintenance_name(skyhook: str, node: str) -> str:
+    digest = _digest(skyhook, node)[:8]
+    return f"skyhook-{_slug(skyhook, 20)}-{_slug(node, 24)}-{digest}"
+
+
+def requestor_id(skyhook: str) -> str:
+    return f"{skyhook}.skyhook.nvidia.com"[:63].rstrip(".-")
+
+
+def job_labels(
+    skyhook: str, package: Package | str, stage: str, node: str, version: str
+) -> dict[str, str]:
+    name = package.name if isinstance(package, Package) else package
+    return {
+        NAME_LABEL: skyhook,
+        PACKAGE_LABEL: name,
+        NODE_LABEL: node,
+        STAGE_LABEL: stage,
+        RESOURCE_ID_LABEL: resource_id(skyhook, name, version, node),
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+
+
+def build_job(
+    skyhook: Skyhook,
+    package: Package,
+    stage: str,
+    node: str,
+    *,
+    namespace: str,
+    default_stage_timeout_seconds: int,
+) -> dict[str, Any]:
+    """parallelism 1, completions 1, backoffLimit 0 (the controller decides retries),
+    podReplacementPolicy Failed (no two pods racing for the node's host paths), the pod
+    pinned to its node; an eviction (DisruptionTarget) is not a package failure."""
+    name = job_name(skyhook.name, package.name, package.version, stage, node)
+    labels = job_labels(skyhook.name, package, stage, node, package.version)
+    env = [
+        {"name": "SKYHOOK_NAME", "value": skyhook.name},
+        {"name": "SKYHOOK_PACKAGE", "value": package.name},
+        {"name": "SKYHOOK_VERSION", "value": package.version},
+        {"name": "SKYHOOK_STAGE", "value": stage},
+        {"name": "SKYHOOK_NODE", "value": node},
+        {"name": "SKYHOOK_RESOURCE_ID", "value": labels[RESOURCE_ID_LABEL]},
+    ]
+    args = [stage]
+    if stage in ("interrupt", "post-interrupt") and package.interrupt is not None:
+        env.append({"name": "SKYHOOK_INTERRUPT", "value": package.interrupt.type})
+        args += [package.interrupt.type, *package.interrupt.services]
+    env += [{"name": k, "value": v} for k, v in package.env]
+    container: dict[str, Any] = {
+        "name": package.name,
+        "image": package.image_ref,
+        "args": args,
+        "env": env,
+    }
+    if package.resources is not None:
+        container["resources"] = {
+            "requests": {
+                "cpu": package.resources.cpu_request,
+                "memory": package.resources.memory_request,
+            },
+            "limits": {
+                "cpu": package.resources.cpu_limit,
+                "memory": package.resources.memory_limit,
+            },
+        }
+    timeout = package.stage_timeout_seconds or default_stage_timeout_seconds
+    spec: dict[str, Any] = {
+        "parallelism": 1,
+        "completions": 1,
+        "backoffLimit": 0,
+        "ttlSecondsAfterFinished": SUCCEEDED_TTL_SECONDS,
+        "podReplacementPolicy": "Failed",
+        "podFailurePolicy": {
+            "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+        },
+        "template": {
+            "metadata": {"labels": dict(labels)},
+            "spec": {
+                "nodeName": node,
+                "restartPolicy": "Never",
+                "tolerations": [dict(t) for t in UNBOUNDED_TOLERATIONS]
+                + [dict(t) for t in skyhook.additional_tolerations],
+                "containers": [container],
+            },
+        },
+    }
+    if timeout:
+        spec["activeDeadlineSeconds"] = timeout
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {
+                PACKAGE_ANNOTATION: json.dumps(
+                    {
+                        "name": package.name,
+                        "version": package.version,
+                        "skyhook": skyhook.name,
+                        "stage": stage,
+                        "image": package.image_ref,
+                    },
+                    sort_keys=True,
+                )
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": SKYHOOK_KIND,
+                    "name": skyhook.name,
+                    "uid": skyhook.uid,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def selector_string(selector: LabelSelector) -> str:
+    """The string form NodeMaintenance's podSelector fields take."""
+    parts = [f"{k}={v}" for k, v in selector.match_labels]
+    for expression in selector.expressions:
+        parts.append(_expression_string(expression))
+    return ",".join(parts)
+
+
+def _expression_string(expression: Expression) -> str:
+    values = ",".join(sorted(expression.values))
+    if expression.operator == "In":
+        return f"{expression.key} in ({values})"
+    if expression.operator == "NotIn":
+        return f"{expression.key} notin ({values})"
+    if expression.operator == "Exists":
+        return expression.key
+    return f"!{expression.key}"
+
+
+def build_maintenance(
+    skyhook: Skyhook, node: str, *, namespace: str, drain_timeout_seconds: int
+) -> dict[str, Any]:
+    """Cordon, wait for the podNonInterruptLabels pods, drain everything but Skyhook's own
+    package pods -- through the maintenance budgets and the Slurm-first drain."""
+    spec: dict[str, Any] = {
+        "requestorID": requestor_id(skyhook.name),
+        "nodeName": node,
+        "cordon": True,
+        "drainSpec": {
+            "force": True,
+            "deleteEmptyDir": True,
+            "podSelector": f"!{NAME_LABEL}",
+            "timeoutSeconds": drain_timeout_seconds,
+        },
+    }
+    if skyhook.pod_non_interrupt_labels is not None:
+        spec["waitForPodCompletion"] = {
+            "podSelector": selector_string(skyhook.pod_non_interrupt_labels),
+            "timeoutSeconds": 0,
+        }
+    return {
+        "apiVersion": "maintenance.nvidia.com/v1alpha1",
+        "kind": "NodeMaintenance",
+        "metadata": {
+            "name": maintenance_name(skyhook.name, node),
+            "namespace": namespace,
+            "labels": {
+                NAME_LABEL: skyhook.name,
+                NODE_LABEL: node,
+                "app.kubernetes.io/managed-by": MANAGED_BY,
+            },
+        },
+        "spec": spec,
+    }

@@ -1,0 +1,120 @@
+"""Raw Kubernetes objects (as k8s-watcher mirrors them into KV) -> the facts the plan reads.
+
+Pure. A Job's Complete/Failed condition is the truth of its stage; its pods only add what the
+Job does not say: a container OOM-killed (the reason shown instead of BackoffLimitExceeded),
+and an image that does not pull (which no Job condition ever reports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from maintenance_scheduler.api import find_condition, mapping, meta, parse_time
+from maintenance_scheduler.skyhook.plan import NodeView
+from maintenance_scheduler.skyhook.stages import JobFacts
+
+PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+
+Obj = Mapping[str, Any]
+
+
+def _true(obj: Obj, kind: str) -> Obj | None:
+    found = find_condition(obj, kind)
+    return found if found is not None and found.get("status") == "True" else None
+
+
+def _container_statuses(pod: Obj) -> list[Obj]:
+    status = mapping(pod.get("status"))
+    return [
+        mapping(c)
+        for c in [
+            *(status.get("initContainerStatuses") or ()),
+            *(status.get("containerStatuses") or ()),
+        ]
+    ]
+
+
+def oom_killed(pods: Sequence[Obj]) -> bool:
+    for pod in pods:
+        for container in _container_statuses(pod):
+            terminated = mapping(mapping(container.get("state")).get("terminated"))
+            last = mapping(mapping(container.get("lastState")).get("terminated"))
+            if "OOMKilled" in (terminated.get("reason"), last.get("reason")):
+                return True
+    return False
+
+
+def pull_stuck(pods: Sequence[Obj]) -> tuple[float, str] | None:
+    """(since when, image) for the oldest live pod whose container cannot pull its image."""
+    found: tuple[float, str] | None = None
+    for pod in pods:
+        if meta(pod).get("deletionTimestamp"):
+            continue
+        if mapping(pod.get("status")).get("phase") not in (None, "Pending"):
+            continue
+        created = parse_time(meta(pod).get("creationTimestamp"))
+        if created is None:
+            continue
+        for container in _container_statuses(pod):
+            waiting = mapping(mapping(container.get("state")).get("waiting"))
+            if waiting.get("reason") in PULL_FAILURES and (found is None or created < found[0]):
+                found = (created, str(container.get("image") or ""))
+    return found
+
+
+def job_facts(job: Obj, pods: Sequence[Obj]) -> JobFacts:
+    name = str(meta(job).get("name") or "")
+    failed = _true(job, "Failed")
+    if failed is not None:
+        reason = "OOMKilled" if oom_killed(pods) else str(failed.get("reason") or "Failed")
+        ttl = mapping(job.get("spec")).get("ttlSecondsAfterFinished")
+        return JobFacts(
+            name,
+            "failed",
+            reason=reason,
+            message=str(failed.get("message") or ""),
+            ttl_seconds=ttl if isinstance(ttl, int) else None,
+        )
+    if _true(job, "Complete") is not None:
+        return JobFacts(name, "complete")
+    stuck = pull_stuck(pods)
+    if stuck is None:
+        return JobFacts(name, "running")
+    return JobFacts(name, "running", pull_stuck_since=stuck[0], pull_image=stuck[1])
+
+
+def node_view(node: Obj) -> NodeView:
+    metadata = meta(node)
+    return NodeView(
+        name=str(metadata.get("name") or ""),
+        uid=str(metadata.get("uid") or ""),
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        labels={str(k): str(v) for k, v in mapping(metadata.get("labels")).items()},
+        annotations={str(k): str(v) for k, v in mapping(metadata.get("annotations")).items()},
+        created=parse_time(metadata.get("creationTimestamp")) or 0.0,
+    )
+
+
+def maintenance_phase(request: Obj) -> str:
+    """The Ready condition's reason (the request's phase); "Pending" before it has one."""
+    ready = find_condition(request, "Ready")
+    return str(ready.get("reason") or "Pending") if ready is not None else "Pending"
+
+
+class NodeViews:
+    """node_view of each Node, kept while its resourceVersion does not change: a round reads
+    only the nodes that changed since the last one."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, tuple[str, NodeView]] = {}
+
+    def read(self, nodes: Mapping[str, Obj]) -> list[NodeView]:
+        views: dict[str, tuple[str, NodeView]] = {}
+        for key, node in nodes.items():
+            rv = str(meta(node).get("resourceVersion") or "")
+            cached = self._views.get(key)
+            view = cached[1] if cached is not None and cached[0] == rv and rv else node_view(node)
+            views[key] = (rv, view)
+        self._views = views
+        return [view for _, view in views.values()]

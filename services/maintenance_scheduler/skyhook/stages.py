@@ -1,0 +1,279 @@
+"""One package on one node: which stage runs next, and what its Job's end means (pure).
+
+Stages: apply -> config, or with an interrupt apply -> config -> interrupt -> post-interrupt;
+a version change starts at upgrade instead of apply; a package removed from the Skyhook runs
+uninstall. The node's state for a Skyhook is the annotation `nodeState_<skyhook>`:
+{"name|version": {name, version, image, stage, state, restarts}}. The Job of a stage is the
+truth of its completion: Complete advances, Failed marks the package erroring.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final, Literal
+
+from maintenance_scheduler.skyhook.api import Package
+
+Stage = Literal["apply", "config", "interrupt", "post-interrupt", "upgrade", "uninstall"]
+STAGES: Final[tuple[str, ...]] = (
+    "apply",
+    "config",
+    "interrupt",
+    "post-interrupt",
+    "upgrade",
+    "uninstall",
+)
+# Package states, as the anchor names them.
+COMPLETE: Final = "complete"
+IN_PROGRESS: Final = "in_progress"
+ERRORING: Final = "erroring"
+SKIPPED: Final = "skipped"
+UNKNOWN: Final = "unknown"
+PACKAGE_STATES: Final = (COMPLETE, IN_PROGRESS, SKIPPED, ERRORING, UNKNOWN)
+
+
+def stages_of(package: Package, *, upgrading: bool = False) -> tuple[str, ...]:
+    first = "upgrade" if upgrading else "apply"
+    if package.interrupt is None:
+        return (first, "config")
+    return (first, "config", "interrupt", "post-interrupt")
+
+
+@dataclass(frozen=True)
+class PackageState:
+    """One entry of the node-state annotation."""
+
+    name: str
+    version: str
+    image: str
+    stage: str
+    state: str
+    restarts: int = 0
+    # Why the package is erroring (the Job's reason, OOMKilled, the image that never pulled).
+    message: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}|{self.version}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The annotation's form (a fresh dict; `as_json` is the shared, memoised one)."""
+        data: dict[str, Any] = {
+            "name": self.name,
+            "version": self.version,
+            "image": self.image,
+            "stage": self.stage,
+            "state": self.state,
+            "restarts": self.restarts,
+        }
+        if self.message:
+            data["message"] = self.message
+        return data
+
+    @functools.cached_property
+    def as_json(self) -> Mapping[str, Any]:
+        return self.to_json()
+
+
+NodeState = Mapping[str, PackageState]  # package name -> its entry
+
+
+_PARSED: dict[str, tuple[dict[str, PackageState], bool]] = {}
+_PARSED_LIMIT = 50_000
+
+
+def parse_node_state(raw: str | None) -> tuple[dict[str, PackageState], bool]:
+    """The annotation's entries by package name, and whether it was readable. An unreadable
+    annotation yields no entries (and `False`): the caller must not act on the node, since it
+    cannot know which stages already ran there.
+
+    Results are memoised by the annotation's text (most nodes keep theirs from one round to
+    the next): callers must not change the dict they get."""
+    if not raw:
+        return {}, True
+    cached = _PARSED.get(raw)
+    if cached is not None:
+        return cached
+    if len(_PARSED) >= _PARSED_LIMIT:
+        _PARSED.clear()
+    parsed = _parse_node_state(raw)
+    _PARSED[raw] = parsed
+    return parsed
+
+
+def _parse_node_state(raw: str) -> tuple[dict[str, PackageState], bool]:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {}, False
+    if not isinstance(data, Mapping):
+        return {}, False
+    entries: dict[str, PackageState] = {}
+    for value in data.values():
+        if not isinstance(value, Mapping):
+            return {}, False
+        name, version = value.get("name"), value.get("version")
+        stage, state = value.get("stage"), value.get("state")
+        if not all(isinstance(v, str) and v for v in (name, version, stage, state)):
+            return {}, False
+        restarts = value.get("restarts", 0)
+        entries[str(name)] = PackageState(
+            name=str(name),
+            version=str(version),
+            image=str(value.get("image") or ""),
+            stage=str(stage),
+            state=str(state),
+            restarts=restarts if isinstance(restarts, int) else 0,
+            message=str(value.get("message") or ""),
+        )
+    return entries, True
+
+
+def render_node_state(entries: Mapping[str, PackageState]) -> str:
+    return json.dumps(
+        {e.key: e.to_json() for e in sorted(entries.values(), key=lambda e: e.name)},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the Job of one stage says: `running` (no final condition yet), `complete`, or
+    `failed` with its reason (OOMKilled from the pod when a container was OOM-killed)."""
+
+    name: str
+    outcome: Literal["running", "complete", "failed"]
+    reason: str = ""
+    message: str = ""
+    # Since when a container of its pod has been unable to pull its image (ErrImagePull or
+    # ImagePullBackOff), and which image; None when it is not stuck.
+    pull_stuck_since: float | None = None
+    pull_image: str = ""
+    # spec.ttlSecondsAfterFinished: a failed Job keeps none, so its logs stay.
+    ttl_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """The package's new entry (None: remove it) and what to do for it."""
+
+    entry: PackageState | None
+    # Run (create, idempotently) the Job of entry.stage now.
+    run_job: bool = False
+    # Fail the Job of entry.stage: its image never pulled within the grace.
+    fail_job: bool = False
+    # The package's interrupt is over: the node's maintenance request may go.
+    interrupt_done: bool = False
+    # A stage ended (for the decision log); "" when nothing moved.
+    event: str = ""
+
+
+def _start(package: Package, previous: PackageState | None) -> PackageState:
+    upgrading = previous is not None and previous.version != package.version
+    return PackageState(
+        name=package.name,
+        version=package.version,
+        image=package.image,
+        stage=stages_of(package, upgrading=upgrading)[0],
+        state=IN_PROGRESS,
+    )
+
+
+def next_stage(package: Package, entry: PackageState) -> str | None:
+    order = stages_of(package, upgrading=entry.stage == "upgrade")
+    if entry.stage not in order:
+        return None
+    index = order.index(entry.stage)
+    return order[index + 1] if index + 1 < len(order) else None
+
+
+def step_package(
+    package: Package | None,
+    entry: PackageState | None,
+    job: JobFacts | None,
+    *,
+    now: float,
+    pull_grace_seconds: float,
+) -> StepOutcome:
+    """Advance one package on one node by what its current stage's Job shows.
+
+    `package` None means the package left the Skyhook: an installed one is uninstalled.
+    `job` is the Job of `entry.stage` at `entry.version` (None: there is none). Whether the
+    node may start a stage at all (batch, pause, dependencies, the interrupt's maintenance
+    request) is the caller's decision: `run_job` only says the stage's Job should exist.
+    """
+    if package is None:
+        if entry is None:
+            return StepOutcome(None)
+        if entry.stage != "uninstall":
+            return StepOutcome(replace(entry, stage="uninstall", state=IN_PROGRESS), run_job=True)
+        package_done = job is not None and job.outcome == "complete"
+        if package_done:
+            return StepOutcome(None, event="uninstalled")
+        return _follow_job(entry, job, now=now, pull_grace_seconds=pull_grace_seconds)
+    if entry is None or entry.version != package.version:
+        return StepOutcome(_start(package, entry), run_job=True, event="started")
+    if entry.state == COMPLETE:
+        return StepOutcome(entry)
+    if job is not None and job.outcome == "complete":
+        following = next_stage(package, entry)
+        was_interrupt = entry.stage == "post-interrupt"
+        if following is None:
+            return StepOutcome(
+                replace(entry, state=COMPLETE, message=""),
+                interrupt_done=was_interrupt,
+                event=f"{entry.stage} complete",
+            )
+        return StepOutcome(
+            replace(entry, stage=following, state=IN_PROGRESS, message=""),
+            run_job=True,
+            event=f"{entry.stage} complete",
+        )
+    return _follow_job(entry, job, now=now, pull_grace_seconds=pull_grace_seconds)
+
+
+def _follow_job(
+    entry: PackageState, job: JobFacts | None, *, now: float, pull_grace_seconds: float
+) -> StepOutcome:
+    if job is None:
+        if entry.state == ERRORING:
+            # The failed Job is gone (a person deleted it, or its TTL ran out): try again.
+            return StepOutcome(
+                replace(entry, state=IN_PROGRESS, restarts=entry.restarts + 1, message=""),
+                run_job=True,
+                event="retry",
+            )
+        return StepOutcome(replace(entry, state=IN_PROGRESS), run_job=True)
+    if job.outcome == "failed":
+        # A message written when the controller failed the Job itself (the image) is kept.
+        message = (
+            entry.message
+            if entry.state == ERRORING and entry.message
+            else (
+                f"{entry.stage} Job {job.name} failed: {job.reason}"
+                + (f": {job.message}" if job.message else "")
+            )
+        )
+        changed = entry.state != ERRORING
+        return StepOutcome(
+            replace(entry, state=ERRORING, message=message),
+            event=f"{entry.stage} failed: {job.reason}" if changed else "",
+        )
+    if entry.state == ERRORING:
+        # Already failed by us (the image); the Job's own Failed condition follows.
+        return StepOutcome(entry)
+    if job.pull_stuck_since is not None and now - job.pull_stuck_since >= pull_grace_seconds:
+        message = (
+            f"image {job.pull_image} could not be pulled for {int(now - job.pull_stuck_since)}s "
+            f"({entry.stage} Job {job.name} failed)"
+        )
+        return StepOutcome(
+            replace(entry, state=ERRORING, message=message),
+            fail_job=True,
+            event=f"{entry.stage} failed: image {job.pull_image} not pullable",
+        )
+    return StepOutcome(replace(entry, state=IN_PROGRESS))

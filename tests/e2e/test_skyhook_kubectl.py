@@ -1,0 +1,151 @@
+"""`python -m maintenance_scheduler` as a real process on the whole stack, its Skyhook
+controller driven with kubectl the way a Skyhook user would: apply a DeploymentPolicy and a
+Skyhook, watch the printer columns reach complete, find the stage Jobs by label, read a
+stage's logs through its Job, and see the policy held by its finalizer while in use."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from typing import Any
+
+import pytest
+import yaml
+
+from nodeflow_runtime.natsd import free_port
+from tests.e2e.test_maintenance_kubectl import kubectl, require_kubectl, wait_ready
+from tests.integration.maintenance_scheduler import conftest as whole_stack
+from tests.integration.maintenance_scheduler.conftest import Stack
+
+pytestmark = pytest.mark.slow
+
+stack = whole_stack.stack
+__all__ = ["require_kubectl", "stack"]
+
+MANIFESTS = """
+apiVersion: skyhook.nvidia.com/v1alpha1
+kind: DeploymentPolicy
+metadata:
+  name: doubling
+spec:
+  default:
+    budget:
+      percent: 100
+    strategy:
+      exponential:
+        initialBatch: 1
+        growthFactor: 2
+---
+apiVersion: skyhook.nvidia.com/v1alpha1
+kind: Skyhook
+metadata:
+  name: gpu-init
+spec:
+  deploymentPolicy: doubling
+  priority: 100
+  packages:
+    driver:
+      version: 1.0.0
+      image: registry.local/driver
+    tuning:
+      version: 2.0.0
+      image: registry.local/tuning
+      dependsOn:
+        driver: 1.0.0
+"""
+
+
+async def start_process(running: Stack, port: int) -> asyncio.subprocess.Process:
+    env = {
+        **os.environ,
+        "NATS_URL": running.nats_url,
+        "HTTP_HOST": "127.0.0.1",
+        "HTTP_PORT": str(port),
+        "INSTANCE_ID": "e2e-skyhook",
+        "LOG_LEVEL": "warning",
+        "OPERATOR_NAMESPACE": "default",
+        "SKYHOOK_NAMESPACE": "default",
+        "LEADER_LEASE_TTL_SECONDS": "1.5",
+        "RESYNC_SECONDS": "0.5",
+        "DEBOUNCE_SECONDS": "0.02",
+    }
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "maintenance_scheduler",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def test_skyhook_rollout_with_kubectl(stack: Stack) -> None:
+    port = free_port()
+    process = await start_process(stack, port)
+    try:
+        await wait_ready(port)
+        documents: list[dict[str, Any]] = list(yaml.safe_load_all(MANIFESTS))
+        await kubectl(stack, "apply", "-f", "-", stdin=yaml.safe_dump_all(documents))
+
+        async def status() -> str:
+            return (
+                await kubectl(
+                    stack, "get", "skyhooks", "gpu-init", "-o", "jsonpath={.status.status}"
+                )
+            ).strip()
+
+        deadline = time.monotonic() + 90
+        while await status() != "complete":
+            assert time.monotonic() < deadline, "the Skyhook never completed"
+            await asyncio.sleep(0.3)
+        nodes = len(stack.node_names())
+        table = await kubectl(stack, "get", "skyhooks")
+        header, row = table.strip().splitlines()[:2]
+        assert header.split()[:3] == ["NAME", "STATUS", "PRIORITY"]
+        assert row.split()[:3] == ["gpu-init", "complete", "100"]
+        assert f"{nodes}/{nodes}" in row
+        assert "driver:1.0.0,tuning:2.0.0" in row and "doubling" in row
+
+        jobs = await kubectl(
+            stack,
+            "get",
+            "jobs",
+            "-n",
+            "default",
+            "-l",
+            "skyhook.nvidia.com/name=gpu-init",
+            "-o",
+            "name",
+        )
+        names = jobs.split()
+        assert len(names) == 2 * 2 * nodes
+        node = stack.node_names()[0]
+        on_node = await kubectl(
+            stack,
+            "get",
+            "jobs",
+            "-n",
+            "default",
+            "-o",
+            "name",
+            "-l",
+            f"skyhook.nvidia.com/node={node},skyhook.nvidia.com/package=tuning,"
+            "skyhook.nvidia.com/stage=config",
+        )
+        (config_job,) = on_node.split()
+        logs = await kubectl(stack, "logs", "-n", "default", config_job)
+        assert "registry.local/tuning:2.0.0 started on" in logs and ": config" in logs
+
+        # The policy is in use: its deletion waits on the finalizer.
+        await kubectl(stack, "delete", "deploymentpolicies", "doubling", "--wait=false")
+        policy = await kubectl(stack, "get", "deploymentpolicies", "doubling", "-o", "yaml")
+        assert "skyhook.nvidia.com/deploymentpolicy-in-use" in policy
+        assert "deletionTimestamp" in policy
+        await kubectl(stack, "delete", "skyhooks", "gpu-init")
+        await kubectl(stack, "wait", "--for=delete", "deploymentpolicies/doubling", "--timeout=40s")
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 20)

@@ -1,0 +1,527 @@
+"""One round of the Skyhook controller, run round after round against a small fake cluster
+that applies its actions (Jobs complete or fail on the next round, patches land)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from maintenance_scheduler.skyhook.api import (
+    POLICY_FINALIZER,
+    DeploymentPolicy,
+    Skyhook,
+    node_state_annotation,
+    parse_deployment_policy,
+    parse_skyhook,
+    status_key,
+)
+from maintenance_scheduler.skyhook.jobs import maintenance_name
+from maintenance_scheduler.skyhook.plan import (
+    CreateJob,
+    CreateMaintenance,
+    DeleteMaintenance,
+    FailJob,
+    KeepFailedJob,
+    NodeView,
+    PatchNode,
+    RoundPlan,
+    SetPolicyFinalizer,
+    SetSkyhookStatus,
+    World,
+    plan_round,
+)
+from maintenance_scheduler.skyhook.stages import JobFacts, PackageState, render_node_state
+
+T0 = 1_000_000.0
+
+
+def skyhook(
+    name: str = "gpu-init",
+    packages: dict[str, Any] | None = None,
+    *,
+    policy: str = "",
+    annotations: dict[str, str] | None = None,
+    priority: int | None = None,
+    sequencing: str | None = None,
+    selector: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+) -> Skyhook:
+    spec: dict[str, Any] = {
+        "packages": packages
+        if packages is not None
+        else {
+            "driver": {"version": "1.0.0", "image": "ghcr.io/x/driver"},
+            "tuning": {
+                "version": "1.0.0",
+                "image": "ghcr.io/x/tuning",
+                "dependsOn": {"driver": "1.0.0"},
+            },
+        }
+    }
+    if policy:
+        spec["deploymentPolicy"] = policy
+    if priority is not None:
+        spec["priority"] = priority
+    if sequencing is not None:
+        spec["sequencing"] = sequencing
+    if selector is not None:
+        spec["nodeSelectors"] = selector
+    return parse_skyhook(
+        {
+            "metadata": {"name": name, "uid": f"uid-{name}", "annotations": annotations or {}},
+            "spec": spec,
+            "status": status or {},
+        }
+    )
+
+
+def exponential_policy(failure_threshold: int | None = None) -> DeploymentPolicy:
+    strategy: dict[str, Any] = {"initialBatch": 1, "growthFactor": 2}
+    if failure_threshold is not None:
+        strategy["failureThreshold"] = failure_threshold
+    return parse_deployment_policy(
+        {
+            "metadata": {"name": "exp", "finalizers": [POLICY_FINALIZER]},
+            "spec": {
+                "default": {"budget": {"percent": 100}, "strategy": {"exponential": strategy}}
+            },
+        }
+    )
+
+
+@dataclass
+class FakeCluster:
+    skyhooks: list[Skyhook]
+    nodes: dict[str, NodeView]
+    policies: dict[str, DeploymentPolicy] = field(default_factory=dict)
+    jobs: dict[str, JobFacts] = field(default_factory=dict)
+    maintenances: dict[str, str] = field(default_factory=dict)
+    maintenance_owners: dict[str, tuple[str, str]] = field(default_factory=dict)
+    created: Counter[str] = field(default_factory=Counter)
+    # Job name -> what it does when it ends ("complete" or "failed").
+    fate: dict[str, Literal["complete", "failed"]] = field(default_factory=dict)
+    fail_images: tuple[str, ...] = ()
+    batches: list[set[str]] = field(default_factory=list)
+    started_nodes: set[str] = field(default_factory=set)
+    now: float = T0
+
+    def world(self) -> World:
+        return World(
+            skyhooks=self.skyhooks,
+            policies=self.policies,
+            nodes=list(self.nodes.values()),
+            jobs=dict(self.jobs),
+            maintenances=dict(self.maintenances),
+            maintenance_owners=dict(self.maintenance_owners),
+        )
+
+    def round(self) -> RoundPlan:
+        self.now += 1
+        # Jobs created last round end now; maintenance requests become Ready.
+        for name, job in list(self.jobs.items()):
+            if job.outcome == "running":
+                self.jobs[name] = replace(job, outcome=self.fate.get(name, "complete"))
+        for name in self.maintenances:
+            self.maintenances[name] = "Ready"
+        plan = plan_round(self.world(), now=self.now)
+        started: set[str] = set()
+        for action in plan.actions:
+            if isinstance(action, CreateJob):
+                self.created[action.name] += 1
+                self.jobs[action.name] = JobFacts(name=action.name, outcome="running")
+                if action.package.image in self.fail_images:
+                    self.fate[action.name] = "failed"
+                if action.node not in self.started_nodes:
+                    started.add(action.node)
+                    self.started_nodes.add(action.node)
+            elif isinstance(action, PatchNode):
+                node = action.node
+                annotations = dict(self.nodes[node.name].annotations)
+                labels = dict(self.nodes[node.name].labels)
+                annotations[node_state_annotation(action.skyhook)] = action.node_state
+                annotations[status_key(action.skyhook)] = action.status
+                labels[status_key(action.skyhook)] = action.status
+                self.nodes[node.name] = replace(
+                    self.nodes[node.name], annotations=annotations, labels=labels
+                )
+            elif isinstance(action, CreateMaintenance):
+                self.maintenances[action.name] = "Pending"
+                self.maintenance_owners[action.name] = (action.skyhook.name, action.node)
+            elif isinstance(action, DeleteMaintenance):
+                self.maintenances.pop(action.name, None)
+                self.maintenance_owners.pop(action.name, None)
+            elif isinstance(action, SetSkyhookStatus):
+                self.skyhooks = [
+                    replace(s, status=dict(action.status)) if s.name == action.skyhook.name else s
+                    for s in self.skyhooks
+                ]
+        if started:
+            self.batches.append(started)
+        return plan
+
+    def status(self, name: str = "gpu-init") -> dict[str, Any]:
+        return dict(next(s for s in self.skyhooks if s.name == name).status)
+
+
+def cluster_nodes(count: int, labels: dict[str, str] | None = None) -> dict[str, NodeView]:
+    return {
+        f"node-{i:02d}": NodeView(
+            f"node-{i:02d}", f"uid-{i}", "1", dict(labels or {}), {}, created=float(i)
+        )
+        for i in range(count)
+    }
+
+
+def run_until_settled(cluster: FakeCluster, rounds: int = 80) -> None:
+    for _ in range(rounds):
+        plan = cluster.round()
+        if not plan.actions:
+            return
+
+
+def test_two_package_skyhook_over_exponential_policy_reaches_complete_one_job_per_stage_node() -> (
+    None
+):
+    cluster = FakeCluster(
+        skyhooks=[skyhook(policy="exp")],
+        nodes=cluster_nodes(7),
+        policies={"exp": exponential_policy()},
+    )
+    run_until_settled(cluster)
+    status = cluster.status()
+    assert status["status"] == "complete"
+    assert status["completeNodes"] == "7/7"
+    # one Job per (package, stage, node), never two
+    assert len(cluster.created) == 2 * 2 * 7
+    assert set(cluster.created.values()) == {1}
+    # exponential batches: 1, 2, 4
+    assert [len(b) for b in cluster.batches] == [1, 2, 4]
+    assert status["conditions"][0]["type"] == "Ready"
+    assert status["conditions"][0]["status"] == "True"
+    # batch state reset on completion (resetBatchStateOnCompletion defaults to true)
+    assert "batchState" not in status["compartmentStatuses"]["__default__"]
+    # ... and a later round judges no phantom batch.
+    plan = cluster.round()
+    assert not plan.actions and not plan.decisions
+
+
+def test_dependencies_run_before_their_dependents_on_each_node() -> None:
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=cluster_nodes(1))
+    order: list[tuple[str, str]] = []
+    for _ in range(20):
+        plan = cluster.round()
+        order += [(a.package.name, a.stage) for a in plan.actions if isinstance(a, CreateJob)]
+    assert order == [
+        ("driver", "apply"),
+        ("driver", "config"),
+        ("tuning", "apply"),
+        ("tuning", "config"),
+    ]
+
+
+def test_interrupt_stage_runs_only_once_the_node_maintenance_is_ready_and_is_released_after() -> (
+    None
+):
+    packages = {
+        "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
+    }
+    cluster = FakeCluster(skyhooks=[skyhook(packages=packages)], nodes=cluster_nodes(1))
+    request = maintenance_name("gpu-init", "node-00")
+    seen_interrupt_with: list[str | None] = []
+    released = False
+    for _ in range(20):
+        before = dict(cluster.maintenances)
+        plan = cluster.round()
+        for action in plan.actions:
+            if isinstance(action, CreateJob) and action.stage == "interrupt":
+                seen_interrupt_with.append(before.get(request) and "Ready")
+            if isinstance(action, DeleteMaintenance):
+                released = True
+    assert seen_interrupt_with == ["Ready"]
+    assert released and request not in cluster.maintenances
+    assert cluster.status()["status"] == "complete"
+
+
+def test_failed_batches_stop_the_rollout_after_failure_threshold() -> None:
+    cluster = FakeCluster(
+        skyhooks=[skyhook(policy="exp")],
+        nodes=cluster_nodes(16),
+        policies={"exp": exponential_policy(failure_threshold=2)},
+        fail_images=("ghcr.io/x/driver",),
+    )
+    run_until_settled(cluster)
+    status = cluster.status()
+    batch = status["compartmentStatuses"]["__default__"]["batchState"]
+    assert batch["shouldStop"] is True
+    assert batch["consecutiveFailures"] == 2
+    # batch 1 (1 node) failed, so batch 2 shrank to 1 node, which failed too: then nothing.
+    assert [len(b) for b in cluster.batches] == [1, 1]
+    assert status["status"] == "erroring"
+    assert any(c["type"] == "RolloutStopped" for c in status["conditions"])
+    assert status["nodeStatus"]["node-15"] == "waiting"
+
+
+def test_pause_starts_no_new_stage_and_resume_finishes() -> None:
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=cluster_nodes(2))
+    cluster.round()  # driver apply created on both nodes
+    cluster.skyhooks = [replace(cluster.skyhooks[0], paused=True)]
+    creates_while_paused = 0
+    for _ in range(5):
+        plan = cluster.round()
+        creates_while_paused += sum(isinstance(a, CreateJob) for a in plan.actions)
+    assert creates_while_paused == 0
+    assert cluster.status()["status"] == "paused"
+    cluster.skyhooks = [replace(cluster.skyhooks[0], paused=False)]
+    run_until_settled(cluster)
+    assert cluster.status()["status"] == "complete"
+    assert set(cluster.created.values()) == {1}
+
+
+def test_unreadable_node_state_is_left_alone_fail_closed() -> None:
+    nodes = cluster_nodes(1)
+    nodes["node-00"] = replace(
+        nodes["node-00"], annotations={node_state_annotation("gpu-init"): "{broken"}
+    )
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=nodes)
+    plan = cluster.round()
+    assert not [a for a in plan.actions if isinstance(a, CreateJob | PatchNode)]
+    assert cluster.status()["nodeStatus"] == {"node-00": "unknown"}
+
+
+def test_missing_deployment_policy_sets_condition_and_starts_nothing() -> None:
+    cluster = FakeCluster(skyhooks=[skyhook(policy="gone")], nodes=cluster_nodes(2))
+    plan = cluster.round()
+    assert not [a for a in plan.actions if isinstance(a, CreateJob)]
+    conditions = {c["type"]: c for c in cluster.status()["conditions"]}
+    assert conditions["DeploymentPolicyNotFound"]["status"] == "True"
+
+
+def test_policy_in_use_gets_the_finalizer_and_loses_it_when_unused() -> None:
+    bare = replace(exponential_policy(), finalizers=())
+    used = FakeCluster(skyhooks=[skyhook(policy="exp")], nodes={}, policies={"exp": bare})
+    assert [
+        (a.policy.name, a.present)
+        for a in used.round().actions
+        if isinstance(a, SetPolicyFinalizer)
+    ] == [("exp", True)]
+    unused = FakeCluster(skyhooks=[skyhook()], nodes={}, policies={"exp": exponential_policy()})
+    assert [
+        (a.policy.name, a.present)
+        for a in unused.round().actions
+        if isinstance(a, SetPolicyFinalizer)
+    ] == [("exp", False)]
+
+
+def test_priority_lower_first_then_name_per_node() -> None:
+    first = skyhook("zz-first", priority=10)
+    second = skyhook("aa-second", priority=20)
+    cluster = FakeCluster(skyhooks=[second, first], nodes=cluster_nodes(1))
+    plan = cluster.round()
+    assert {a.skyhook.name for a in plan.actions if isinstance(a, CreateJob)} == {"zz-first"}
+    assert cluster.status("aa-second")["nodeStatus"] == {"node-00": "blocked"}
+    run_until_settled(cluster)
+    assert cluster.status("zz-first")["status"] == "complete"
+    assert cluster.status("aa-second")["status"] == "complete"
+
+
+def test_sequencing_all_holds_later_skyhooks_until_every_node_is_complete() -> None:
+    packages = {"driver": {"version": "1.0.0", "image": "ghcr.io/x/driver"}}
+    done = render_node_state(
+        {"driver": PackageState("driver", "1.0.0", "ghcr.io/x/driver", "config", "complete")}
+    )
+    nodes = cluster_nodes(2)
+    # `first` is complete on node-01, not yet on node-00.
+    nodes["node-01"] = replace(nodes["node-01"], annotations={node_state_annotation("first"): done})
+    for sequencing, second_starts_on_node_01 in (("all", False), ("node", True)):
+        first = skyhook("first", packages, priority=10, sequencing=sequencing)
+        second = skyhook("second", packages, priority=20)
+        world = World([first, second], {}, list(nodes.values()), {}, {})
+        plan = plan_round(world, now=T0)
+        second_nodes = {
+            a.node for a in plan.actions if isinstance(a, CreateJob) and a.skyhook.name == "second"
+        }
+        assert second_nodes == ({"node-01"} if second_starts_on_node_01 else set())
+
+
+def test_unpullable_image_fails_the_job_after_the_grace() -> None:
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=cluster_nodes(1))
+    cluster.round()
+    job = next(iter(cluster.jobs))
+    stuck = JobFacts(job, "running", pull_stuck_since=T0, pull_image="ghcr.io/x/driver:1.0.0")
+    world = replace(cluster.world(), jobs={job: stuck})
+    early = plan_round(world, now=T0 + 60, pull_grace_seconds=120)
+    assert not [a for a in early.actions if isinstance(a, FailJob)]
+    late = plan_round(world, now=T0 + 121, pull_grace_seconds=120)
+    failed = [a for a in late.actions if isinstance(a, FailJob)]
+    assert [a.name for a in failed] == [job]
+    assert "ghcr.io/x/driver:1.0.0" in failed[0].message
+    patch = next(a for a in late.actions if isinstance(a, PatchNode))
+    assert patch.status == "erroring"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    paused=st.booleans(),
+    disabled=st.booleans(),
+    broken=st.sets(st.integers(0, 5)),
+    fates=st.lists(st.sampled_from(("complete", "failed")), min_size=1, max_size=6),
+    rounds=st.integers(1, 25),
+)
+def test_no_job_is_ever_created_twice_nor_on_unreadable_nodes_nor_while_paused(
+    paused: bool,
+    disabled: bool,
+    broken: set[int],
+    fates: list[Literal["complete", "failed"]],
+    rounds: int,
+) -> None:
+    nodes = cluster_nodes(6)
+    for index in broken:
+        name = f"node-{index:02d}"
+        nodes[name] = replace(nodes[name], annotations={node_state_annotation("gpu-init"): "["})
+    packages = {
+        "driver": {"version": "1.0.0", "image": "ghcr.io/x/driver"},
+        "kernel": {
+            "version": "1.0.0",
+            "image": "ghcr.io/x/kernel",
+            "interrupt": {"type": "reboot"},
+        },
+    }
+    annotations = {}
+    if paused:
+        annotations["skyhook.nvidia.com/pause"] = "true"
+    if disabled:
+        annotations["skyhook.nvidia.com/disable"] = "true"
+    cluster = FakeCluster(
+        skyhooks=[skyhook(packages=packages, policy="exp", annotations=annotations)],
+        nodes=nodes,
+        policies={"exp": exponential_policy(failure_threshold=3)},
+    )
+    for index in range(rounds):
+        before_maintenances = dict(cluster.maintenances)
+        # Jobs created in this round fail or complete by the fates list.
+        plan = cluster.round()
+        for action in plan.actions:
+            if isinstance(action, CreateJob):
+                cluster.fate[action.name] = fates[index % len(fates)]
+                assert not paused and not disabled
+                assert int(action.node[-2:]) not in broken
+                if action.stage == "interrupt":
+                    request = maintenance_name("gpu-init", action.node)
+                    assert before_maintenances.get(request) is not None
+    assert max(cluster.created.values(), default=1) == 1
+
+
+def test_a_left_over_maintenance_request_is_released_once_no_interrupt_needs_it() -> None:
+    """The request of a node whose interrupt is over goes even when the round that finished
+    it lost its delete, or when its Skyhook is gone -- a cordoned node is never left behind."""
+    packages = {
+        "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
+    }
+    cluster = FakeCluster(skyhooks=[skyhook(packages=packages)], nodes=cluster_nodes(1))
+    run_until_settled(cluster)
+    assert cluster.status()["status"] == "complete"
+    request = maintenance_name("gpu-init", "node-00")
+    # A request left over from a lost delete, on a complete node:
+    cluster.maintenances[request] = "Ready"
+    cluster.maintenance_owners[request] = ("gpu-init", "node-00")
+    plan = cluster.round()
+    assert [a.name for a in plan.actions if isinstance(a, DeleteMaintenance)] == [request]
+    # ... and one of a Skyhook that no longer exists:
+    cluster.maintenances["skyhook-gone-node-00-x"] = "Ready"
+    cluster.maintenance_owners["skyhook-gone-node-00-x"] = ("gone", "node-00")
+    plan = cluster.round()
+    assert [a.name for a in plan.actions if isinstance(a, DeleteMaintenance)] == [
+        "skyhook-gone-node-00-x"
+    ]
+
+
+def test_a_request_is_kept_while_the_node_state_cannot_be_read() -> None:
+    nodes = cluster_nodes(1)
+    nodes["node-00"] = replace(
+        nodes["node-00"], annotations={node_state_annotation("gpu-init"): "{broken"}
+    )
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=nodes)
+    request = maintenance_name("gpu-init", "node-00")
+    cluster.maintenances[request] = "Ready"
+    cluster.maintenance_owners[request] = ("gpu-init", "node-00")
+    plan = cluster.round()
+    assert not [a for a in plan.actions if isinstance(a, DeleteMaintenance)]
+
+
+def test_clearing_the_batch_state_resumes_a_stopped_rollout() -> None:
+    cluster = FakeCluster(
+        skyhooks=[skyhook(policy="exp")],
+        nodes=cluster_nodes(8),
+        policies={"exp": exponential_policy(failure_threshold=1)},
+        fail_images=("ghcr.io/x/driver",),
+    )
+    run_until_settled(cluster)
+    assert cluster.status()["compartmentStatuses"]["__default__"]["batchState"]["shouldStop"]
+    assert [len(b) for b in cluster.batches] == [1]
+    # A person fixes the image and clears the batch state.
+    cluster.fail_images = ()
+    status = {k: v for k, v in cluster.status().items() if k != "compartmentStatuses"}
+    cluster.skyhooks = [replace(cluster.skyhooks[0], status=status)]
+    run_until_settled(cluster)
+    status = cluster.status()
+    # The failed node stays erroring (its Job kept); the other seven complete.
+    assert status["nodeStatus"]["node-00"] == "erroring"
+    assert sum(1 for s in status["nodeStatus"].values() if s == "complete") == 7
+    assert [len(b) for b in cluster.batches] == [1, 1, 2, 4]
+
+
+def test_a_failed_interrupt_keeps_the_node_under_maintenance() -> None:
+    packages = {
+        "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
+    }
+    cluster = FakeCluster(skyhooks=[skyhook(packages=packages)], nodes=cluster_nodes(1))
+    request = maintenance_name("gpu-init", "node-00")
+    for _ in range(20):
+        plan = cluster.round()
+        for action in plan.actions:
+            if isinstance(action, CreateJob) and action.stage == "interrupt":
+                cluster.fate[action.name] = "failed"
+    assert cluster.status()["nodeStatus"] == {"node-00": "erroring"}
+    assert request in cluster.maintenances  # still cordoned and drained
+
+
+def test_a_failed_job_loses_its_ttl_so_it_stays_for_its_logs() -> None:
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=cluster_nodes(1))
+    cluster.round()
+    (job,) = cluster.jobs
+    failed = JobFacts(job, "failed", reason="BackoffLimitExceeded", ttl_seconds=86400)
+    plan = plan_round(replace(cluster.world(), jobs={job: failed}), now=T0 + 5)
+    assert [a.name for a in plan.actions if isinstance(a, KeepFailedJob)] == [job]
+    kept = JobFacts(job, "failed", reason="BackoffLimitExceeded", ttl_seconds=None)
+    plan = plan_round(replace(cluster.world(), jobs={job: kept}), now=T0 + 6)
+    assert not [a for a in plan.actions if isinstance(a, KeepFailedJob)]
+
+
+def test_a_new_version_runs_upgrade_and_a_removed_package_uninstall() -> None:
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=cluster_nodes(2))
+    run_until_settled(cluster)
+    assert cluster.status()["status"] == "complete"
+    status = cluster.status()
+    changed = skyhook(packages={"driver": {"version": "1.1.0", "image": "ghcr.io/x/driver"}})
+    cluster.skyhooks = [replace(changed, status=status)]
+    stages: list[tuple[str, str, str]] = []
+    for _ in range(20):
+        plan = cluster.round()
+        stages += [
+            (a.package.name, a.package.version, a.stage)
+            for a in plan.actions
+            if isinstance(a, CreateJob) and a.node == "node-00"
+        ]
+    assert sorted(stages) == [
+        ("driver", "1.1.0", "config"),
+        ("driver", "1.1.0", "upgrade"),
+        ("tuning", "1.0.0", "uninstall"),
+    ]
+    assert cluster.status()["status"] == "complete"
+    state = cluster.nodes["node-00"].annotations[node_state_annotation("gpu-init")]
+    assert list(json.loads(state)) == ["driver|1.1.0"]
