@@ -110,10 +110,7 @@ class Stack(InProcessStack):
         settings: dict[str, Any] = {
             "nats_url": (self.nats_url,),
             "instance_id": f"placer-it-{generation}",
-            "leader_lease_ttl_seconds": 1.5,
-            "resync_seconds": 0.5,
-            "debounce_seconds": 0.02,
-            "in_flight_timeout_seconds": 5.0,
+            **shared.CONTROLLER_TIMINGS,
             **overrides,
         }
         return TopologyPlacer(bus, TopologyPlacerConfig(**settings))
