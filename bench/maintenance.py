@@ -19,18 +19,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from bench._stack import InProcessStack, run_inprocess_stack, scratch_nats_server
 from clustersim.cluster.spec import ClusterSpec
-from clustersim.runner import SimulatorConfig, run_simulator
-from k8s_watcher.config import K8sWatcherConfig
-from k8s_watcher.service import K8sWatcher
+from clustersim.runner import SimulatorConfig
 from maintenance_scheduler.api import (
     API_VERSION,
     IntOrPercent,
@@ -41,10 +37,8 @@ from maintenance_scheduler.api import (
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.scheduler import NodeInfo, schedule
 from maintenance_scheduler.service import MaintenanceScheduler
-from nodeflow_bus import Bus, BusOptions, ensure_topology
-from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
+from nodeflow_bus import Bus, BusOptions
 from nodeflow_runtime.logs import configure_logging
-from nodeflow_runtime.natsd import NatsServerProcess
 
 ROUND_TARGET_MS = 50.0
 NODE_MAINTENANCES = "nodemaintenances.maintenance.nvidia.com"
@@ -180,118 +174,106 @@ async def through_ready(requests: int, node_count: int) -> None:
     parallel, unavailable_percent = 25, 3
     unavailable_limit = node_count * unavailable_percent // 100
     options = BusOptions(name="bench-maintenance", initial_connect_deadline=10.0)
-    with tempfile.TemporaryDirectory() as tmp:
-        nats = NatsServerProcess(Path(tmp) / "nats")
-        await nats.start()
-        config = SimulatorConfig(
-            cluster=ClusterSpec(nodes=node_count),
-            kubelet_delay=0.01,
-            slurm_clusters=("sim",),
-            start_admin_server=False,
+    config = SimulatorConfig(
+        cluster=ClusterSpec(nodes=node_count),
+        kubelet_delay=0.01,
+        slurm_clusters=("sim",),
+        start_admin_server=False,
+    )
+    watcher_settings = {
+        "instance_id": "bench-watcher",
+        "kube_qps": 2000.0,
+        "kube_burst": 4000,
+        "command_retry_initial_seconds": 0.1,
+        "command_retry_max_seconds": 1.0,
+    }
+    async with (
+        scratch_nats_server() as nats,
+        run_inprocess_stack(
+            nats.url,
+            config,
+            InProcessStack,
+            watcher_settings=watcher_settings,
+            bus_options=options,
+        ) as stack,
+    ):
+        sim = stack.sim
+        sim.store.create(
+            CONFIGS,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "MaintenanceOperatorConfig",
+                "metadata": {"name": "default", "namespace": NS},
+                "spec": {
+                    "maxParallelOperations": parallel,
+                    "maxUnavailable": f"{unavailable_percent}%",
+                },
+            },
         )
-        try:
-            async with run_simulator(config) as sim:
-                bus = await Bus.connect(nats.url, options=options)
-                await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
-                await ensure_topology(bus.js, consumers=CONSUMERS["k8s-watcher"])
-                watcher = await K8sWatcher.connect(
-                    K8sWatcherConfig(
-                        nats_url=(nats.url,),
-                        kubeconfig=str(sim.kubeconfig_path),
-                        instance_id="bench-watcher",
-                        kube_qps=2000.0,
-                        kube_burst=4000,
-                        command_retry_initial_seconds=0.1,
-                        command_retry_max_seconds=1.0,
-                    ),
-                    bus,
-                )
-                await watcher.start()
-                await watcher.wait_synced()
-                sim.store.create(
-                    CONFIGS,
-                    {
-                        "apiVersion": API_VERSION,
-                        "kind": "MaintenanceOperatorConfig",
-                        "metadata": {"name": "default", "namespace": NS},
-                        "spec": {
-                            "maxParallelOperations": parallel,
-                            "maxUnavailable": f"{unavailable_percent}%",
-                        },
+        service_bus = await Bus.connect(nats.url, options=options)
+        service = MaintenanceScheduler(
+            service_bus,
+            MaintenanceSchedulerConfig(
+                nats_url=(nats.url,), instance_id="bench", operator_namespace=NS
+            ),
+        )
+        checker = InvariantChecker(sim.store, parallel, unavailable_limit)
+        sim.store.add_listener(checker.on_change)
+        await service.start()
+        await service.lease.wait_until_leader(timeout=20)
+        nodes = sorted(n["metadata"]["name"] for n in sim.store.list("nodes").items)
+        # Nodes cordoned by someone else: they spend the unavailability budget, and
+        # the last requests target them (those spend none, and stay cordoned after).
+        pre_cordoned = [nodes[1 + 5 * k] for k in range(PRE_CORDONED)]
+        for name in pre_cordoned:
+            sim.store.patch(
+                "nodes",
+                name,
+                {"spec": {"unschedulable": True}},
+                "application/merge-patch+json",
+            )
+        targets = [nodes[(i * 5) % len(nodes)] for i in range(requests - PRE_CORDONED)]
+        targets += pre_cordoned
+        started = time.perf_counter()
+        for i in range(requests):
+            sim.store.create(
+                NODE_MAINTENANCES,
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "NodeMaintenance",
+                    "metadata": {"name": f"bench-{i}", "namespace": NS},
+                    "spec": {
+                        "requestorID": f"team-{i % 5}.example.com",
+                        "nodeName": targets[i],
+                        "drainSpec": {"force": True},
                     },
-                )
-                service_bus = await Bus.connect(nats.url, options=options)
-                service = MaintenanceScheduler(
-                    service_bus,
-                    MaintenanceSchedulerConfig(
-                        nats_url=(nats.url,), instance_id="bench", operator_namespace=NS
-                    ),
-                )
-                checker = InvariantChecker(sim.store, parallel, unavailable_limit)
-                sim.store.add_listener(checker.on_change)
-                await service.start()
-                await service.lease.wait_until_leader(timeout=20)
-                nodes = sorted(n["metadata"]["name"] for n in sim.store.list("nodes").items)
-                # Nodes cordoned by someone else: they spend the unavailability budget, and
-                # the last requests target them (those spend none, and stay cordoned after).
-                pre_cordoned = [nodes[1 + 5 * k] for k in range(PRE_CORDONED)]
-                for name in pre_cordoned:
-                    sim.store.patch(
-                        "nodes",
-                        name,
-                        {"spec": {"unschedulable": True}},
-                        "application/merge-patch+json",
-                    )
-                targets = [nodes[(i * 5) % len(nodes)] for i in range(requests - PRE_CORDONED)]
-                targets += pre_cordoned
-                started = time.perf_counter()
-                for i in range(requests):
-                    sim.store.create(
-                        NODE_MAINTENANCES,
-                        {
-                            "apiVersion": API_VERSION,
-                            "kind": "NodeMaintenance",
-                            "metadata": {"name": f"bench-{i}", "namespace": NS},
-                            "spec": {
-                                "requestorID": f"team-{i % 5}.example.com",
-                                "nodeName": targets[i],
-                                "drainSpec": {"force": True},
-                            },
-                        },
-                    )
-                deadline = time.monotonic() + 900
-                while True:
-                    left = sim.store.list(NODE_MAINTENANCES, namespace=NS).items
-                    for obj in left:
-                        ready = [
-                            c
-                            for c in (obj.get("status") or {}).get("conditions") or []
-                            if c.get("type") == "Ready" and c.get("reason") == "Ready"
-                        ]
-                        if ready and not obj["metadata"].get("deletionTimestamp"):
-                            sim.store.delete(
-                                NODE_MAINTENANCES, obj["metadata"]["name"], namespace=NS
-                            )
-                    cordoned = [
-                        n
-                        for n in sim.store.list("nodes").items
-                        if n["spec"].get("unschedulable")
-                        and n["metadata"]["name"] not in pre_cordoned
-                    ]
-                    if not left and not cordoned:
-                        break
-                    if time.monotonic() > deadline:
-                        print(f"   NOT SETTLED: {len(left)} requests left", flush=True)
-                        break
-                    await asyncio.sleep(0.1)
-                seconds = time.perf_counter() - started
-                await service.stop()
-                await service_bus.close()
-                await watcher.stop(grace=2.0)
-                await bus.close()
-        finally:
-            with contextlib.suppress(Exception):
-                await nats.stop()
+                },
+            )
+        deadline = time.monotonic() + 900
+        while True:
+            left = sim.store.list(NODE_MAINTENANCES, namespace=NS).items
+            for obj in left:
+                ready = [
+                    c
+                    for c in (obj.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "Ready" and c.get("reason") == "Ready"
+                ]
+                if ready and not obj["metadata"].get("deletionTimestamp"):
+                    sim.store.delete(NODE_MAINTENANCES, obj["metadata"]["name"], namespace=NS)
+            cordoned = [
+                n
+                for n in sim.store.list("nodes").items
+                if n["spec"].get("unschedulable") and n["metadata"]["name"] not in pre_cordoned
+            ]
+            if not left and not cordoned:
+                break
+            if time.monotonic() > deadline:
+                print(f"   NOT SETTLED: {len(left)} requests left", flush=True)
+                break
+            await asyncio.sleep(0.1)
+        seconds = time.perf_counter() - started
+        await service.stop()
+        await service_bus.close()
     verdict = "ok" if not checker.violations else f"VIOLATED ({checker.violations[:3]})"
     print(
         f"   {requests} requests through Ready and deletion on {node_count} nodes: "

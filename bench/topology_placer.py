@@ -32,20 +32,14 @@ import logging
 import os
 import random
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import structlog
 
+from bench._stack import InProcessStack, run_inprocess_stack, scratch_nats_server
 from clustersim.cluster.spec import ClusterSpec
-from clustersim.runner import SimulatorConfig, run_simulator
-from k8s_watcher.config import K8sWatcherConfig
-from k8s_watcher.service import K8sWatcher
-from nodeflow_bus import Bus, ensure_topology
-from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
-from nodeflow_runtime.natsd import NatsServerProcess
+from clustersim.runner import SimulatorConfig
 from topology_placer.config import TopologyPlacerConfig
 from topology_placer.fit import (
     Milli,
@@ -294,48 +288,32 @@ async def end_to_end(gangs: int, node_count: int) -> None:
     config = SimulatorConfig(
         cluster=ClusterSpec(nodes=node_count), kubelet_delay=0.05, start_admin_server=False
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        server = NatsServerProcess(Path(tmp) / "nats")
-        await server.start()
-        try:
-            async with run_simulator(config) as sim:
-                bus = await Bus.connect(server.url)
-                await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
-                await ensure_topology(bus.js, consumers=CONSUMERS["k8s-watcher"])
-                watcher = await K8sWatcher.connect(
-                    K8sWatcherConfig(
-                        nats_url=(server.url,),
-                        kubeconfig=str(sim.kubeconfig_path),
-                        instance_id="bench-watcher",
-                        kube_qps=2000.0,
-                        kube_burst=4000,
-                    ),
-                    bus,
-                )
-                await watcher.start()
-                await watcher.wait_synced()
-                placer = TopologyPlacer(
-                    bus, TopologyPlacerConfig(nats_url=(server.url,), instance_id="bench-placer")
-                )
-                await placer.start()
-                await placer.lease.wait_until_leader(timeout=30)
-                started = time.perf_counter()
-                for resource, body in e2e_objects(gangs):
-                    sim.store.create(resource, body)
-                bound = 0
-                deadline = started + float(os.environ.get("BENCH_PLACER_E2E_BUDGET", "600"))
-                while time.perf_counter() < deadline:
-                    items = sim.store.list("pods", namespace="default").items
-                    bound = sum(1 for p in items if p["spec"].get("nodeName"))
-                    if bound >= total:
-                        break
-                    await asyncio.sleep(0.1)
-                seconds = time.perf_counter() - started
-                await placer.stop()
-                await watcher.stop(grace=2.0)
-                await bus.close()
-        finally:
-            await server.stop()
+    watcher_settings = {"instance_id": "bench-watcher", "kube_qps": 2000.0, "kube_burst": 4000}
+    async with (
+        scratch_nats_server() as server,
+        run_inprocess_stack(
+            server.url, config, InProcessStack, watcher_settings=watcher_settings
+        ) as stack,
+    ):
+        sim, bus = stack.sim, stack.bus
+        placer = TopologyPlacer(
+            bus, TopologyPlacerConfig(nats_url=(server.url,), instance_id="bench-placer")
+        )
+        await placer.start()
+        await placer.lease.wait_until_leader(timeout=30)
+        started = time.perf_counter()
+        for resource, body in e2e_objects(gangs):
+            sim.store.create(resource, body)
+        bound = 0
+        deadline = started + float(os.environ.get("BENCH_PLACER_E2E_BUDGET", "600"))
+        while time.perf_counter() < deadline:
+            items = sim.store.list("pods", namespace="default").items
+            bound = sum(1 for p in items if p["spec"].get("nodeName"))
+            if bound >= total:
+                break
+            await asyncio.sleep(0.1)
+        seconds = time.perf_counter() - started
+        await placer.stop()
     rate = bound / seconds if seconds else 0.0
     state = "all bound" if bound >= total else f"only {bound} of {total} bound (budget spent)"
     print(

@@ -30,10 +30,9 @@ from typing import Any
 import msgspec
 import structlog
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
-from nodeflow_bus.tasks import cancel_and_wait
+from nodeflow_bus.leader_loop import LeaderLoop
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.codec import ContractDecodeError
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, RecordEvent
@@ -217,8 +216,16 @@ class NodeSetController:
         self._all_dirty = True
         self._wake = asyncio.Event()
         self._wake_at: dict[str, float] = {}
-        self._subscription: Subscription | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._leader_loop = LeaderLoop(
+            bus,
+            self.lease,
+            self._views(),
+            outcomes_subject=subjects.K8S_OUTCOMES,
+            on_outcome=self._on_outcome,
+            on_leadership=self._on_leadership,
+            loop=self._run,
+            name="nodeset-controller loop",
+        )
         self.stats = Stats()
         self.last_plan_at = 0.0
 
@@ -231,23 +238,10 @@ class NodeSetController:
         self.slices.add_listener(self._on_slice)
         self.slurm.add_listener(self._on_slurm)
         self.slurm_clusters.add_listener(self._on_slurm_cluster)
-        for view in self._views():
-            await view.start()
-        self._subscription = await self.bus.nc.subscribe(subjects.K8S_OUTCOMES, cb=self._on_outcome)
-        self.lease.add_listener(self._on_leadership)
-        await self.lease.start()
-        self._task = asyncio.create_task(self._run(), name="nodeset-controller loop")
+        await self._leader_loop.start()
 
     async def stop(self, grace: float = 5.0) -> None:
-        if self._task is not None:
-            # One cancel() can be swallowed by nats-py's wait_for on Python 3.11.
-            await cancel_and_wait(self._task)
-        if self._subscription is not None:
-            with contextlib.suppress(Exception):
-                await self._subscription.unsubscribe()
-        await self.lease.stop()
-        for view in reversed(self._views()):
-            await view.stop()
+        await self._leader_loop.stop()
 
     def _views(self) -> tuple[KVView[Any], ...]:
         return (

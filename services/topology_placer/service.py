@@ -20,10 +20,9 @@ from typing import Any
 import msgspec
 import structlog
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
-from nodeflow_bus.tasks import cancel_and_wait
+from nodeflow_bus.leader_loop import LeaderLoop
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.codec import ContractDecodeError
 from nodeflow_contracts.k8s import CommandOutcome
@@ -64,29 +63,26 @@ class TopologyPlacer:
         self.passes = 0
         self.last_plan: Plan | None = None
         self._wake = asyncio.Event()
-        self._subscription: Subscription | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._leader_loop = LeaderLoop(
+            bus,
+            self.lease,
+            tuple(self.views.values()),
+            outcomes_subject=subjects.K8S_OUTCOMES,
+            on_outcome=self._on_outcome,
+            on_leadership=self._on_leadership,
+            loop=self._run,
+            name="topology-placer loop",
+        )
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         for view in self.views.values():
             view.add_listener(self._on_change)
-            await view.start()
-        self._subscription = await self.bus.nc.subscribe(subjects.K8S_OUTCOMES, cb=self._on_outcome)
-        self.lease.add_listener(self._on_leadership)
-        await self.lease.start()
-        self._task = asyncio.create_task(self._run(), name="topology-placer loop")
+        await self._leader_loop.start()
 
     async def stop(self, grace: float = 5.0) -> None:
-        if self._task is not None:
-            await cancel_and_wait(self._task)
-        if self._subscription is not None:
-            with contextlib.suppress(Exception):
-                await self._subscription.unsubscribe()
-        await self.lease.stop()
-        for view in self.views.values():
-            await view.stop()
+        await self._leader_loop.stop()
 
     def views_ready(self) -> bool:
         return all(view.ready.is_set() for view in self.views.values())

@@ -6,25 +6,20 @@ deletion uncordons the node."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import signal
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import yaml
 
 from nodeflow_runtime.natsd import free_port
+from tests.e2e import processes
 from tests.integration.maintenance_scheduler import conftest as whole_stack
 from tests.integration.maintenance_scheduler.conftest import Stack, eventually
 
 pytestmark = pytest.mark.slow
 
-KUBECTL = shutil.which("kubectl")
 stack = whole_stack.stack
 
 # The reference README's example, verbatim but for the node name (its `wokrer-01` is a typo
@@ -55,65 +50,14 @@ spec:
 
 @pytest.fixture(autouse=True)
 def require_kubectl() -> None:
-    if KUBECTL is None:
+    if processes.KUBECTL is None:
         pytest.skip("kubectl not installed (apt-get install kubernetes-client)")
 
 
-async def kubectl(running: Stack, *args: str, stdin: str | None = None, check: bool = True) -> str:
-    assert KUBECTL is not None
-    kubeconfig = Path(running.sim.kubeconfig_path)
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        f"--kubeconfig={kubeconfig}",
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "KUBECACHEDIR": str(kubeconfig.parent / "kubectl-cache")},
-    )
-    out, err = await asyncio.wait_for(
-        proc.communicate(stdin.encode() if stdin is not None else None), 60
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed: {err.decode()}{out.decode()}")
-    return out.decode() + ("" if check else err.decode())
-
-
 async def start_process(running: Stack, port: int) -> asyncio.subprocess.Process:
-    env = {
-        **os.environ,
-        "NATS_URL": running.nats_url,
-        "HTTP_HOST": "127.0.0.1",
-        "HTTP_PORT": str(port),
-        "INSTANCE_ID": "e2e-maintenance",
-        "LOG_LEVEL": "warning",
-        "OPERATOR_NAMESPACE": "default",
-        "LEADER_LEASE_TTL_SECONDS": "1.5",
-        "RESYNC_SECONDS": "0.5",
-        "DEBOUNCE_SECONDS": "0.02",
-    }
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "maintenance_scheduler",
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+    return await processes.start_service(
+        "maintenance_scheduler", running, port, "e2e-maintenance", OPERATOR_NAMESPACE="default"
     )
-
-
-async def wait_ready(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while True:
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            assert time.monotonic() < deadline, "maintenance-scheduler process not ready"
-            await asyncio.sleep(0.1)
 
 
 async def test_reference_example_manifest_goes_to_ready_with_kubectl(stack: Stack) -> None:
@@ -125,14 +69,14 @@ async def test_reference_example_manifest_goes_to_ready_with_kubectl(stack: Stac
     port = free_port()
     process = await start_process(stack, port)
     try:
-        await wait_ready(port)
+        await processes.wait_ready(port, "maintenance-scheduler process", timeout=30)
         manifest: dict[str, Any] = yaml.safe_load(REFERENCE_EXAMPLE)
         manifest["spec"]["nodeName"] = node
-        await kubectl(stack, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+        await processes.kubectl(stack, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
 
         async def phase() -> str:
             return (
-                await kubectl(
+                await processes.kubectl(
                     stack,
                     "get",
                     "nodemaintenances.maintenance.nvidia.com",
@@ -148,7 +92,9 @@ async def test_reference_example_manifest_goes_to_ready_with_kubectl(stack: Stac
         while await phase() != "Ready":
             assert time.monotonic() < deadline, "the example never became Ready"
             await asyncio.sleep(0.3)
-        table = await kubectl(stack, "get", "nodemaintenances.maintenance.nvidia.com", "-A")
+        table = await processes.kubectl(
+            stack, "get", "nodemaintenances.maintenance.nvidia.com", "-A"
+        )
         header, row = table.strip().splitlines()[:2]
         assert header.split()[:7] == [
             "NAMESPACE",
@@ -171,7 +117,7 @@ async def test_reference_example_manifest_goes_to_ready_with_kubectl(stack: Stac
         assert stack.pod("cpu-only") is not None
 
         # The API server refuses a change of an immutable field (CEL rule in the CRD).
-        refused = await kubectl(
+        refused = await processes.kubectl(
             stack,
             "patch",
             "nodemaintenances.maintenance.nvidia.com",
@@ -185,7 +131,7 @@ async def test_reference_example_manifest_goes_to_ready_with_kubectl(stack: Stac
         )
         assert "Value is immutable" in refused
 
-        await kubectl(
+        await processes.kubectl(
             stack,
             "delete",
             "nodemaintenances.maintenance.nvidia.com",
@@ -197,13 +143,7 @@ async def test_reference_example_manifest_goes_to_ready_with_kubectl(stack: Stac
         )
         await eventually(lambda: not stack.unschedulable(node), what="node uncordoned")
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await processes.stop_processes(process)
 
 
 PDB = """
@@ -226,12 +166,12 @@ async def test_process_killed_mid_drain_resumes_without_a_second_eviction(stack:
     await eventually(
         lambda: (stack.pod("guarded") or {}).get("status", {}).get("phase") == "Running"
     )
-    await kubectl(stack, "apply", "-f", "-", stdin=PDB)
+    await processes.kubectl(stack, "apply", "-f", "-", stdin=PDB)
     port = free_port()
     process = await start_process(stack, port)
     second: asyncio.subprocess.Process | None = None
     try:
-        await wait_ready(port)
+        await processes.wait_ready(port, "maintenance-scheduler process", timeout=30)
         manifest = {
             "apiVersion": "maintenance.nvidia.com/v1alpha1",
             "kind": "NodeMaintenance",
@@ -242,7 +182,7 @@ async def test_process_killed_mid_drain_resumes_without_a_second_eviction(stack:
                 "drainSpec": {"force": True, "timeoutSeconds": 0},
             },
         }
-        await kubectl(stack, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+        await processes.kubectl(stack, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
         # The PodDisruptionBudget holds the drain: k8s-watcher reports the 429 as retrying.
         await eventually(
             lambda: any(o.op == "evict" and o.outcome == "retrying" for o in stack.outcomes),
@@ -253,19 +193,12 @@ async def test_process_killed_mid_drain_resumes_without_a_second_eviction(stack:
         process.send_signal(signal.SIGKILL)
         await process.wait()
         second = await start_process(stack, port)
-        await wait_ready(port)
-        await kubectl(stack, "delete", "poddisruptionbudget", "guard", "-n", "default")
+        await processes.wait_ready(port, "maintenance-scheduler process", timeout=30)
+        await processes.kubectl(stack, "delete", "poddisruptionbudget", "guard", "-n", "default")
         await eventually(lambda: stack.phase("held") == "Ready", timeout=60, what="Ready")
         assert stack.pod("guarded") is None
         uid = guarded["metadata"]["uid"]
         await eventually(lambda: stack.evictions_applied(uid), what="eviction outcome")
         assert len(stack.evictions_applied(uid)) == 1
     finally:
-        for proc in (process, second):
-            if proc is not None and proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(proc.wait(), 10)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+        await processes.stop_processes(process, second)

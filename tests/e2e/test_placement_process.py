@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import yaml
 
 from nodeflow_runtime.natsd import free_port
+from tests.e2e import processes
 from tests.integration.topology_placer import conftest as placement_stack
 from tests.integration.topology_placer.conftest import (
     BLOCK,
@@ -32,68 +29,23 @@ from tests.integration.topology_placer.conftest import (
 )
 
 stack = placement_stack.stack
-KUBECTL = shutil.which("kubectl")
 BLOCK_MUST = json.dumps({"gatherStrategy": [{"layer": "BlockLayer", "strategy": "MustGather"}]})
 
 
 @pytest.fixture(autouse=True)
 def require_kubectl() -> None:
-    if KUBECTL is None:
+    if processes.KUBECTL is None:
         pytest.skip("kubectl not installed (apt-get install kubernetes-client)")
 
 
 async def kubectl(running: Stack, *args: str) -> str:
-    assert KUBECTL is not None
-    kubeconfig = Path(running.sim.kubeconfig_path)
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        f"--kubeconfig={kubeconfig}",
-        "--namespace=default",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "KUBECACHEDIR": str(kubeconfig.parent / "kubectl-cache")},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
-    return out.decode()
+    return await processes.kubectl(running, "--namespace=default", *args)
 
 
 async def start_placer(running: Stack, port: int, name: str) -> asyncio.subprocess.Process:
-    env = {
-        **os.environ,
-        "NATS_URL": running.nats_url,
-        "HTTP_HOST": "127.0.0.1",
-        "HTTP_PORT": str(port),
-        "INSTANCE_ID": name,
-        "LOG_LEVEL": "warning",
-        "LEADER_LEASE_TTL_SECONDS": "1.5",
-        "RESYNC_SECONDS": "0.5",
-        "DEBOUNCE_SECONDS": "0.02",
-        "IN_FLIGHT_TIMEOUT_SECONDS": "5",
-    }
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "topology_placer",
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+    return await processes.start_service(
+        "topology_placer", running, port, name, IN_FLIGHT_TIMEOUT_SECONDS="5"
     )
-
-
-async def wait_ready(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while True:
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            assert time.monotonic() < deadline, "placer process not ready"
-            await asyncio.sleep(0.1)
 
 
 async def apply(running: Stack, tmp_path: Path, docs: list[dict[str, Any]]) -> None:
@@ -119,7 +71,7 @@ async def test_placer_process_killed_mid_gang_finishes_it_in_one_block(
         await first.wait()
         port = free_port()
         second = await start_placer(stack, port, "e2e-placer-2")
-        await wait_ready(port)
+        await processes.wait_ready(port, "placer process")
 
         def bound() -> dict[str, str]:
             return {
@@ -143,10 +95,7 @@ async def test_placer_process_killed_mid_gang_finishes_it_in_one_block(
         shown = await kubectl(stack, "get", "podgroup", "train", "-o", "jsonpath={.status.phase}")
         assert shown in ("Scheduled", "Running")
     finally:
-        for process in (first, second):
-            if process is not None and process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-                await asyncio.wait_for(process.wait(), 20)
+        await processes.stop_processes(first, second, grace=20)
 
 
 async def test_must_gather_failure_shows_its_reason_through_kubectl(
@@ -180,8 +129,7 @@ async def test_must_gather_failure_shows_its_reason_through_kubectl(
         reasons = {e["reason"] for e in json.loads(events)["items"]}
         assert "FailedScheduling" in reasons
     finally:
-        process.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(process.wait(), 20)
+        await processes.stop_processes(process, grace=20)
 
 
 async def test_gang_group_applied_with_kubectl_is_bound_whole(stack: Stack, tmp_path: Path) -> None:
@@ -228,5 +176,4 @@ async def test_gang_group_applied_with_kubectl_is_bound_whole(stack: Stack, tmp_
         phases = await kubectl(stack, "get", "podgroups", "-o", "jsonpath={.items[*].status.phase}")
         assert set(phases.split()) <= {"Scheduled", "Running"}
     finally:
-        process.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(process.wait(), 20)
+        await processes.stop_processes(process, grace=20)

@@ -6,9 +6,7 @@ scheduler, Slurm emulator), real NATS, k8s-watcher, slurm-syncer and maintenance
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,22 +14,19 @@ from typing import Any
 import msgspec
 import pytest
 
+from bench._stack import InProcessStack, run_inprocess_stack
 from clustersim.cluster.spec import ClusterSpec
-from clustersim.runner import Simulator, SimulatorConfig, run_simulator
-from clustersim.slurm import JobRequest
-from k8s_watcher.config import K8sWatcherConfig
-from k8s_watcher.service import K8sWatcher
+from clustersim.runner import Simulator, SimulatorConfig
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.service import MaintenanceScheduler
-from nodeflow_bus import Backoff, Bus, BusOptions, ensure_topology
+from nodeflow_bus import Bus
 from nodeflow_contracts.k8s import CommandOutcome
 from nodeflow_contracts.maintenance import MaintenanceDecision
-from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
 from nodeflow_runtime.natsd import NatsServerProcess
-from slurm_syncer.auth import token_source
-from slurm_syncer.client import ClientOptions, SlurmClient
-from slurm_syncer.settings import ClusterSettings
-from slurm_syncer.syncer import Syncer, SyncerOptions
+from slurm_syncer.client import SlurmClient
+from slurm_syncer.syncer import SyncerOptions
+from tests.fixtures import stack as shared
+from tests.fixtures.stack import ServiceSlot, condition, sleep_job
 
 NS = "default"
 CLUSTER = "sim"
@@ -39,20 +34,7 @@ NODE_MAINTENANCES = "nodemaintenances.maintenance.nvidia.com"
 CONFIGS = "maintenanceoperatorconfigs.maintenance.nvidia.com"
 API_VERSION = "maintenance.nvidia.com/v1alpha1"
 
-FAST_BUS = BusOptions(
-    name="maintenance-it",
-    connect_timeout=1.0,
-    reconnect_wait=0.1,
-    initial_connect_deadline=5.0,
-    request_timeout=2.0,
-)
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for entry in (obj.get("status") or {}).get("conditions") or []:
-        if entry.get("type") == kind:
-            return dict(entry)
-    return None
+FAST_BUS = shared.fast_bus("maintenance-it")
 
 
 def phase_of(obj: dict[str, Any] | None) -> str:
@@ -63,82 +45,45 @@ def phase_of(obj: dict[str, Any] | None) -> str:
 async def eventually(
     predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = ""
 ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout}s: {what or predicate}")
-        await asyncio.sleep(interval)
-
-
-def sleep_job(node: str) -> JobRequest:
-    return JobRequest(
-        name="work",
-        script="#!/bin/bash\nsleep infinity\n",
-        partition=None,
-        current_working_directory="/tmp",
-        environment=("PATH=/bin",),
-        time_limit_minutes=None,
-        time_limit_infinite=True,
-        required_nodes=(node,),
-        minimum_nodes=1,
-        cpus_per_node=1,
-        exclusive=False,
-    )
+    return await shared.until(predicate, timeout, interval, what)
 
 
 @dataclass
-class Stack:
-    sim: Simulator
-    bus: Bus
-    nats_url: str
-    watcher: K8sWatcher
-    syncer: Syncer
-    scheduler: MaintenanceScheduler | None = None
-    scheduler_buses: list[Bus] = field(default_factory=list)
-    generation: int = 0
+class Stack(InProcessStack):
     decisions: list[MaintenanceDecision] = field(default_factory=list)
     outcomes: list[CommandOutcome] = field(default_factory=list)
+    schedulers: ServiceSlot[MaintenanceScheduler] = field(init=False)
 
-    async def start_scheduler(self, **overrides: Any) -> MaintenanceScheduler:
-        self.generation += 1
+    def __post_init__(self) -> None:
+        self.schedulers = ServiceSlot(self.nats_url, FAST_BUS, self._build_scheduler)
+
+    @property
+    def scheduler(self) -> MaintenanceScheduler | None:
+        return self.schedulers.current
+
+    def _build_scheduler(
+        self, bus: Bus, generation: int, overrides: dict[str, Any]
+    ) -> MaintenanceScheduler:
         settings: dict[str, Any] = {
             "nats_url": (self.nats_url,),
-            "instance_id": f"it-{self.generation}",
+            "instance_id": f"it-{generation}",
             "operator_namespace": NS,
-            "leader_lease_ttl_seconds": 1.5,
-            "resync_seconds": 0.5,
-            "debounce_seconds": 0.02,
-            "in_flight_timeout_seconds": 5.0,
+            **shared.CONTROLLER_TIMINGS,
             "eviction_retry_initial_seconds": 0.2,
             "eviction_retry_max_seconds": 1.0,
             **overrides,
         }
-        bus = await Bus.connect(self.nats_url, options=FAST_BUS)
-        self.scheduler_buses.append(bus)
-        scheduler = MaintenanceScheduler(bus, MaintenanceSchedulerConfig(**settings))
-        await scheduler.start()
-        await scheduler.lease.wait_until_leader(timeout=10)
-        self.scheduler = scheduler
-        return scheduler
+        return MaintenanceScheduler(bus, MaintenanceSchedulerConfig(**settings))
+
+    async def start_scheduler(self, **overrides: Any) -> MaintenanceScheduler:
+        return await self.schedulers.start(overrides)
 
     async def kill_scheduler(self) -> None:
         """Stop abruptly: no lease release, the connection just goes away."""
-        scheduler, self.scheduler = self.scheduler, None
-        assert scheduler is not None
-        if scheduler._task is not None:
-            scheduler._task.cancel()
-        await scheduler.lease.stop(release=False)
-        await self.scheduler_buses.pop().nc.close()
+        await self.schedulers.kill()
 
     async def stop_scheduler(self) -> None:
-        scheduler, self.scheduler = self.scheduler, None
-        if scheduler is not None:
-            await scheduler.stop()
-        while self.scheduler_buses:
-            await self.scheduler_buses.pop().close()
+        await self.schedulers.stop()
 
     # --- the cluster -------------------------------------------------------------------------
 
@@ -244,16 +189,7 @@ class Stack:
 
 
 def simulator_slurm(sim: Simulator) -> dict[str, SlurmClient]:
-    settings = ClusterSettings(
-        name=CLUSTER, url=sim.slurm_url, user="slurm", jwt_key_file=sim.jwt_key_file
-    )
-    client = SlurmClient(
-        CLUSTER,
-        sim.slurm_url,
-        token_source(settings, lifespan=3600, margin=60),
-        ClientOptions(timeout_seconds=5.0, attempts=2, backoff=Backoff(initial=0.05, maximum=0.2)),
-    )
-    return {CLUSTER: client}
+    return shared.simulator_slurm(sim, CLUSTER)
 
 
 @contextlib.asynccontextmanager
@@ -265,30 +201,19 @@ async def run_stack(nats_url: str, *, nodes: int = 4) -> AsyncIterator[Stack]:
         slurm_driver_interval=0.1,
         start_admin_server=False,
     )
-    async with run_simulator(config) as sim:
-        bus = await Bus.connect(nats_url, options=FAST_BUS)
-        await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
-        for service in ("k8s-watcher", "slurm-syncer"):
-            await ensure_topology(bus.js, consumers=CONSUMERS[service])
-        watcher = await K8sWatcher.connect(
-            K8sWatcherConfig(
-                nats_url=(nats_url,),
-                kubeconfig=str(sim.kubeconfig_path),
-                instance_id="it-watcher",
-                kube_qps=2000.0,
-                kube_burst=2000,
-                command_concurrency=32,
-                command_retry_initial_seconds=0.1,
-                command_retry_max_seconds=0.5,
-            ),
-            bus,
-        )
-        await watcher.start()
-        await watcher.wait_synced()
-        clients = simulator_slurm(sim)
-        syncer = Syncer(bus, clients, SyncerOptions(poll_interval=0.2, resend_after=3.0))
-        await syncer.start()
-        running = Stack(sim=sim, bus=bus, nats_url=nats_url, watcher=watcher, syncer=syncer)
+    async with run_inprocess_stack(
+        nats_url,
+        config,
+        Stack,
+        watcher_settings={
+            **shared.WATCHER_SETTINGS,
+            "instance_id": "it-watcher",
+            "command_retry_max_seconds": 0.5,
+        },
+        bus_options=FAST_BUS,
+        slurm_clients=simulator_slurm,
+        syncer_options=SyncerOptions(poll_interval=0.2, resend_after=3.0),
+    ) as running:
 
         async def on_decision(msg: Any) -> None:
             running.decisions.append(msgspec.json.decode(msg.data, type=MaintenanceDecision))
@@ -299,8 +224,8 @@ async def run_stack(nats_url: str, *, nodes: int = 4) -> AsyncIterator[Stack]:
                 running.outcomes.append(outcome)
 
         subscriptions = [
-            await bus.nc.subscribe("maintenance.v1.*.*.decision", cb=on_decision),
-            await bus.nc.subscribe("outcome.k8s.v1.>", cb=on_outcome),
+            await running.bus.nc.subscribe("maintenance.v1.*.*.decision", cb=on_decision),
+            await running.bus.nc.subscribe("outcome.k8s.v1.>", cb=on_outcome),
         ]
         try:
             yield running
@@ -309,11 +234,6 @@ async def run_stack(nats_url: str, *, nodes: int = 4) -> AsyncIterator[Stack]:
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
             await running.stop_scheduler()
-            await syncer.stop()
-            for client in clients.values():
-                await client.close()
-            await watcher.stop(grace=2.0)
-            await bus.close()
 
 
 @pytest.fixture

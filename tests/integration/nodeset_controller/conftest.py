@@ -7,33 +7,24 @@ so a test can also kill and restart it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from bench._stack import InProcessStack, run_inprocess_stack
 from clustersim.cluster.spec import ClusterSpec
-from clustersim.runner import Simulator, SimulatorConfig, run_simulator
-from clustersim.slurm import JobRequest
-from k8s_watcher.config import K8sWatcherConfig
-from k8s_watcher.service import K8sWatcher
-from nodeflow_bus import Backoff, Bus, BusOptions, ensure_topology
-from nodeflow_contracts.topology import (
-    CONSUMERS,
-    KV_BUCKETS,
-    STREAMS,
-)
+from clustersim.runner import Simulator, SimulatorConfig
+from nodeflow_bus import Bus
 from nodeflow_runtime.natsd import NatsServerProcess
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.service import NodeSetController
-from slurm_syncer.auth import token_source
-from slurm_syncer.client import ClientOptions, SlurmClient
-from slurm_syncer.settings import ClusterSettings
-from slurm_syncer.syncer import Syncer, SyncerOptions
+from slurm_syncer.client import SlurmClient
+from slurm_syncer.syncer import SyncerOptions
+from tests.fixtures import stack as shared
+from tests.fixtures.stack import ServiceSlot, condition, sleep_job
 
 NS = "default"
 CLUSTER = "sim"
@@ -41,13 +32,7 @@ NODESETS = "nodesets.nodeflow.dev"
 SLICES = "nodeslices.nodeflow.dev"
 SLURM_DELETE = "SlurmDelete"
 
-FAST_BUS = BusOptions(
-    name="nodeset-it",
-    connect_timeout=1.0,
-    reconnect_wait=0.1,
-    initial_connect_deadline=5.0,
-    request_timeout=2.0,
-)
+FAST_BUS = shared.fast_bus("nodeset-it")
 
 
 def template(env: str = "v1", cpu: str = "1") -> dict[str, Any]:
@@ -79,83 +64,44 @@ def nodeset_object(name: str, replicas: int | None, **spec: Any) -> dict[str, An
     }
 
 
-def sleep_job(node: str, seconds: str = "infinity") -> JobRequest:
-    return JobRequest(
-        name="work",
-        script=f"#!/bin/bash\nsleep {seconds}\n",
-        partition=None,
-        current_working_directory="/tmp",
-        environment=("PATH=/bin",),
-        time_limit_minutes=None,
-        time_limit_infinite=True,
-        required_nodes=(node,),
-        minimum_nodes=1,
-        cpus_per_node=1,
-        exclusive=False,
-    )
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for entry in (obj.get("status") or {}).get("conditions") or []:
-        if entry.get("type") == kind:
-            return dict(entry)
-    return None
-
-
 def is_ready(pod: dict[str, Any]) -> bool:
     ready = condition(pod, "Ready")
     return ready is not None and ready.get("status") == "True"
 
 
 @dataclass
-class Stack:
-    sim: Simulator
-    bus: Bus
-    nats_url: str
-    watcher: K8sWatcher
-    syncer: Syncer
-    controller: NodeSetController | None = None
-    controller_buses: list[Bus] = field(default_factory=list)
-    generation: int = 0
+class Stack(InProcessStack):
+    controllers: ServiceSlot[NodeSetController] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.controllers = ServiceSlot(self.nats_url, FAST_BUS, self._build_controller)
 
     # --- the controller ----------------------------------------------------------------------
 
-    async def start_controller(self, **overrides: Any) -> NodeSetController:
-        self.generation += 1
+    @property
+    def controller(self) -> NodeSetController | None:
+        return self.controllers.current
+
+    def _build_controller(
+        self, bus: Bus, generation: int, overrides: dict[str, Any]
+    ) -> NodeSetController:
         settings: dict[str, Any] = {
             "nats_url": (self.nats_url,),
-            "instance_id": f"it-{self.generation}",
-            "leader_lease_ttl_seconds": 1.5,
-            "resync_seconds": 0.5,
-            "debounce_seconds": 0.02,
-            "in_flight_timeout_seconds": 5.0,
+            "instance_id": f"it-{generation}",
+            **shared.CONTROLLER_TIMINGS,
             **overrides,
         }
-        config = NodeSetControllerConfig(**settings)
-        bus = await Bus.connect(self.nats_url, options=FAST_BUS)
-        self.controller_buses.append(bus)
-        controller = NodeSetController(bus, config)
-        await controller.start()
-        await controller.lease.wait_until_leader(timeout=10)
-        self.controller = controller
-        return controller
+        return NodeSetController(bus, NodeSetControllerConfig(**settings))
+
+    async def start_controller(self, **overrides: Any) -> NodeSetController:
+        return await self.controllers.start(overrides)
 
     async def kill_controller(self) -> None:
         """Stop abruptly: no lease release, the connection just goes away."""
-        controller, self.controller = self.controller, None
-        assert controller is not None
-        if controller._task is not None:
-            controller._task.cancel()
-        await controller.lease.stop(release=False)
-        bus = self.controller_buses.pop()
-        await bus.nc.close()
+        await self.controllers.kill()
 
     async def stop_controller(self) -> None:
-        controller, self.controller = self.controller, None
-        if controller is not None:
-            await controller.stop()
-        while self.controller_buses:
-            await self.controller_buses.pop().close()
+        await self.controllers.stop()
 
     # --- the cluster -------------------------------------------------------------------------
 
@@ -218,28 +164,12 @@ class Stack:
 async def eventually(
     predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05, what: str = ""
 ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout}s: {what or predicate}")
-        await asyncio.sleep(interval)
+    return await shared.until(predicate, timeout, interval, what)
 
 
 def simulator_slurm(sim: Simulator) -> dict[str, SlurmClient]:
     """The syncer's clients by default: the simulator's own Slurm emulator."""
-    settings = ClusterSettings(
-        name=CLUSTER, url=sim.slurm_url, user="slurm", jwt_key_file=sim.jwt_key_file
-    )
-    client = SlurmClient(
-        CLUSTER,
-        sim.slurm_url,
-        token_source(settings, lifespan=3600, margin=60),
-        ClientOptions(timeout_seconds=5.0, attempts=2, backoff=Backoff(initial=0.05, maximum=0.2)),
-    )
-    return {CLUSTER: client}
+    return shared.simulator_slurm(sim, CLUSTER)
 
 
 @contextlib.asynccontextmanager
@@ -260,39 +190,20 @@ async def run_stack(
         slurm_driver_interval=0.1,
         start_admin_server=False,
     )
-    async with run_simulator(config) as sim:
-        if prepare is not None:
-            prepare(sim)
-        bus = await Bus.connect(nats_url, options=FAST_BUS)
-        await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
-        for service in ("k8s-watcher", "slurm-syncer"):
-            await ensure_topology(bus.js, consumers=CONSUMERS[service])
-        watcher_config = K8sWatcherConfig(
-            nats_url=(nats_url,),
-            kubeconfig=str(sim.kubeconfig_path),
-            instance_id="it-watcher",
-            kube_qps=2000.0,
-            kube_burst=2000,
-            command_concurrency=32,
-            command_retry_initial_seconds=0.1,
-            command_retry_max_seconds=1.0,
-        )
-        watcher = await K8sWatcher.connect(watcher_config, bus)
-        await watcher.start()
-        await watcher.wait_synced()
-        clients = slurm_clients(sim)
-        syncer = Syncer(bus, clients, SyncerOptions(poll_interval=poll_interval, resend_after=3.0))
-        await syncer.start()
-        running = Stack(sim=sim, bus=bus, nats_url=nats_url, watcher=watcher, syncer=syncer)
+    async with run_inprocess_stack(
+        nats_url,
+        config,
+        Stack,
+        watcher_settings={**shared.WATCHER_SETTINGS, "instance_id": "it-watcher"},
+        bus_options=FAST_BUS,
+        slurm_clients=slurm_clients,
+        syncer_options=SyncerOptions(poll_interval=poll_interval, resend_after=3.0),
+        prepare=prepare,
+    ) as running:
         try:
             yield running
         finally:
             await running.stop_controller()
-            await syncer.stop()
-            for client in clients.values():
-                await client.close()
-            await watcher.stop(grace=2.0)
-            await bus.close()
 
 
 @pytest.fixture

@@ -7,22 +7,20 @@ stack.start_placer()` so it can also kill and restart it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from bench._stack import InProcessStack, run_inprocess_stack
 from clustersim.cluster.spec import ClusterSpec, TopologyShape
-from clustersim.runner import Simulator, SimulatorConfig, run_simulator
-from k8s_watcher.config import K8sWatcherConfig
-from k8s_watcher.service import K8sWatcher
-from nodeflow_bus import Bus, BusOptions, ensure_topology
-from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
+from clustersim.runner import SimulatorConfig
+from nodeflow_bus import Bus
 from nodeflow_runtime.natsd import NatsServerProcess
+from tests.fixtures import stack as shared
+from tests.fixtures.stack import ServiceSlot
 from topology_placer.config import TopologyPlacerConfig
 from topology_placer.service import TopologyPlacer
 
@@ -35,13 +33,7 @@ BLOCK = "network.topology.nvidia.com/block"
 # 2 spines x 2 blocks x 2 nodes, 8 GPUs a node.
 SHAPE = TopologyShape(spines=2, blocks_per_spine=2, nodes_per_block=2)
 
-FAST_BUS = BusOptions(
-    name="placer-it",
-    connect_timeout=1.0,
-    reconnect_wait=0.1,
-    initial_connect_deadline=5.0,
-    request_timeout=2.0,
-)
+FAST_BUS = shared.fast_bus("placer-it")
 
 
 def topology_object() -> dict[str, Any]:
@@ -104,49 +96,34 @@ def gang_pod(name: str, group: str, gpus: int, index: int | None = None) -> dict
 
 
 @dataclass
-class Stack:
-    sim: Simulator
-    bus: Bus
-    nats_url: str
-    watcher: K8sWatcher
-    placer: TopologyPlacer | None = None
-    placer_buses: list[Bus] = field(default_factory=list)
-    generation: int = 0
+class Stack(InProcessStack):
+    placers: ServiceSlot[TopologyPlacer] = field(init=False)
 
-    async def start_placer(self, **overrides: Any) -> TopologyPlacer:
-        self.generation += 1
+    def __post_init__(self) -> None:
+        self.placers = ServiceSlot(self.nats_url, FAST_BUS, self._build_placer)
+
+    @property
+    def placer(self) -> TopologyPlacer | None:
+        return self.placers.current
+
+    def _build_placer(self, bus: Bus, generation: int, overrides: dict[str, Any]) -> TopologyPlacer:
         settings: dict[str, Any] = {
             "nats_url": (self.nats_url,),
-            "instance_id": f"placer-it-{self.generation}",
-            "leader_lease_ttl_seconds": 1.5,
-            "resync_seconds": 0.5,
-            "debounce_seconds": 0.02,
-            "in_flight_timeout_seconds": 5.0,
+            "instance_id": f"placer-it-{generation}",
+            **shared.CONTROLLER_TIMINGS,
             **overrides,
         }
-        bus = await Bus.connect(self.nats_url, options=FAST_BUS)
-        self.placer_buses.append(bus)
-        placer = TopologyPlacer(bus, TopologyPlacerConfig(**settings))
-        await placer.start()
-        await placer.lease.wait_until_leader(timeout=10)
-        self.placer = placer
-        return placer
+        return TopologyPlacer(bus, TopologyPlacerConfig(**settings))
+
+    async def start_placer(self, **overrides: Any) -> TopologyPlacer:
+        return await self.placers.start(overrides)
 
     async def kill_placer(self) -> None:
         """Stop abruptly: no lease release, the connection just goes away."""
-        placer, self.placer = self.placer, None
-        assert placer is not None
-        if placer._task is not None:
-            placer._task.cancel()
-        await placer.lease.stop(release=False)
-        await self.placer_buses.pop().nc.close()
+        await self.placers.kill()
 
     async def stop_placer(self) -> None:
-        placer, self.placer = self.placer, None
-        if placer is not None:
-            await placer.stop()
-        while self.placer_buses:
-            await self.placer_buses.pop().close()
+        await self.placers.stop()
 
     def pods(self, group: str) -> list[dict[str, Any]]:
         return [
@@ -172,14 +149,7 @@ class Stack:
 async def eventually(
     predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = ""
 ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout}s: {what or predicate}")
-        await asyncio.sleep(interval)
+    return await shared.until(predicate, timeout, interval, what)
 
 
 @contextlib.asynccontextmanager
@@ -190,32 +160,17 @@ async def run_stack(nats_url: str) -> AsyncIterator[Stack]:
         slurm_driver_interval=1.0,
         start_admin_server=False,
     )
-    async with run_simulator(config) as sim:
-        bus = await Bus.connect(nats_url, options=FAST_BUS)
-        await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
-        await ensure_topology(bus.js, consumers=CONSUMERS["k8s-watcher"])
-        watcher = await K8sWatcher.connect(
-            K8sWatcherConfig(
-                nats_url=(nats_url,),
-                kubeconfig=str(sim.kubeconfig_path),
-                instance_id="placer-it-watcher",
-                kube_qps=2000.0,
-                kube_burst=2000,
-                command_concurrency=32,
-                command_retry_initial_seconds=0.1,
-                command_retry_max_seconds=1.0,
-            ),
-            bus,
-        )
-        await watcher.start()
-        await watcher.wait_synced()
-        running = Stack(sim=sim, bus=bus, nats_url=nats_url, watcher=watcher)
+    async with run_inprocess_stack(
+        nats_url,
+        config,
+        Stack,
+        watcher_settings={**shared.WATCHER_SETTINGS, "instance_id": "placer-it-watcher"},
+        bus_options=FAST_BUS,
+    ) as running:
         try:
             yield running
         finally:
             await running.stop_placer()
-            await watcher.stop(grace=2.0)
-            await bus.close()
 
 
 @pytest.fixture

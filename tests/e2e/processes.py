@@ -1,0 +1,105 @@
+"""Services as real processes (`python -m <service>`) on an in-process stack, and kubectl
+against its simulator: start one with test timings, wait until its /readyz answers 200, stop
+it with SIGTERM (SIGKILL if it does not exit within the grace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+from bench._stack import InProcessStack
+
+KUBECTL = shutil.which("kubectl")
+
+# Short lease, resync and debounce so that a restarted process takes over within seconds.
+TEST_TIMINGS = {
+    "LOG_LEVEL": "warning",
+    "LEADER_LEASE_TTL_SECONDS": "1.5",
+    "RESYNC_SECONDS": "0.5",
+    "DEBOUNCE_SECONDS": "0.02",
+}
+
+
+async def start_service(
+    module: str, running: InProcessStack, port: int, instance_id: str, **settings: str
+) -> asyncio.subprocess.Process:
+    """`python -m module` on the stack's NATS, its HTTP server on 127.0.0.1:`port`;
+    `settings` are further environment variables."""
+    env = {
+        **os.environ,
+        "NATS_URL": running.nats_url,
+        "HTTP_HOST": "127.0.0.1",
+        "HTTP_PORT": str(port),
+        "INSTANCE_ID": instance_id,
+        **TEST_TIMINGS,
+        **settings,
+    }
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def wait_ready(port: int, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            assert time.monotonic() < deadline, f"{what} not ready"
+            await asyncio.sleep(0.1)
+
+
+async def stop_processes(
+    *processes: asyncio.subprocess.Process | None, grace: float = 10.0
+) -> None:
+    """SIGTERM each process still running; SIGKILL one that has not exited after `grace` s."""
+    for process in processes:
+        if process is None or process.returncode is not None:
+            continue
+        process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), grace)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def kubectl(
+    running: InProcessStack, *args: str, stdin: str | None = None, check: bool = True
+) -> str:
+    """kubectl against the stack's simulator: its output, and with `check=False` its errors
+    too instead of failing the test on a non-zero exit."""
+    assert KUBECTL is not None
+    kubeconfig = Path(running.sim.kubeconfig_path)
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL,
+        f"--kubeconfig={kubeconfig}",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "KUBECACHEDIR": str(kubeconfig.parent / "kubectl-cache")},
+    )
+    out, err = await asyncio.wait_for(
+        proc.communicate(stdin.encode() if stdin is not None else None), 60
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {err.decode()}{out.decode()}")
+    return out.decode() + ("" if check else err.decode())
