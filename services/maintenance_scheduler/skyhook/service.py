@@ -22,7 +22,6 @@ from typing import Any
 
 import structlog
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from maintenance_scheduler import SERVICE
 from maintenance_scheduler.api import mapping, meta
@@ -48,7 +47,7 @@ from maintenance_scheduler.skyhook.plan import (
 )
 from maintenance_scheduler.skyhook.stages import JobFacts
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
-from nodeflow_bus.tasks import cancel_and_wait
+from nodeflow_bus.leader_loop import LeaderLoop
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.codec import ContractDecodeError
 from nodeflow_contracts.k8s import CommandOutcome
@@ -90,8 +89,16 @@ class SkyhookController:
         self._parsed: dict[str, tuple[str, Skyhook]] = {}
         self._node_views = NodeViews()
         self._wake = asyncio.Event()
-        self._subscription: Subscription | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._leader_loop = LeaderLoop(
+            bus,
+            self.lease,
+            self.views,
+            outcomes_subject=subjects.K8S_OUTCOMES,
+            on_outcome=self._on_outcome,
+            on_leadership=self._on_leadership,
+            loop=self._run,
+            name="skyhook controller loop",
+        )
         self.rounds = 0
         self.last_plan: RoundPlan | None = None
 
@@ -102,22 +109,10 @@ class SkyhookController:
         for view in self.views:
             if view is not self.pods:
                 view.add_listener(self._on_change)
-        for view in self.views:
-            await view.start()
-        self._subscription = await self.bus.nc.subscribe(subjects.K8S_OUTCOMES, cb=self._on_outcome)
-        self.lease.add_listener(self._on_leadership)
-        await self.lease.start()
-        self._task = asyncio.create_task(self._run(), name="skyhook controller loop")
+        await self._leader_loop.start()
 
     async def stop(self, grace: float = 5.0) -> None:
-        if self._task is not None:
-            await cancel_and_wait(self._task)
-        if self._subscription is not None:
-            with contextlib.suppress(Exception):
-                await self._subscription.unsubscribe()
-        await self.lease.stop()
-        for view in reversed(self.views):
-            await view.stop()
+        await self._leader_loop.stop()
 
     def not_ready_reason(self) -> str | None:
         return None if all(v.ready.is_set() for v in self.views) else "Skyhook KV views loading"

@@ -68,8 +68,9 @@ class SkyhookStack:
     async def kill(self) -> None:
         controller, self.controller = self.controller, None
         assert controller is not None
-        if controller._task is not None:
-            controller._task.cancel()
+        task = controller._leader_loop.task
+        if task is not None:
+            task.cancel()
         await controller.lease.stop(release=False)
         await self.buses.pop().nc.close()
 
