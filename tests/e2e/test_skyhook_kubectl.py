@@ -6,8 +6,6 @@ stage's logs through its Job, and see the policy held by its finalizer while in 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import time
 from typing import Any
 
@@ -15,7 +13,9 @@ import pytest
 import yaml
 
 from nodeflow_runtime.natsd import free_port
-from tests.e2e.test_maintenance_kubectl import kubectl, require_kubectl, wait_ready
+from tests.e2e import processes
+from tests.e2e.processes import kubectl
+from tests.e2e.test_maintenance_kubectl import require_kubectl
 from tests.integration.maintenance_scheduler import conftest as whole_stack
 from tests.integration.maintenance_scheduler.conftest import Stack
 
@@ -58,26 +58,13 @@ spec:
 
 
 async def start_process(running: Stack, port: int) -> asyncio.subprocess.Process:
-    env = {
-        **os.environ,
-        "NATS_URL": running.nats_url,
-        "HTTP_HOST": "127.0.0.1",
-        "HTTP_PORT": str(port),
-        "INSTANCE_ID": "e2e-skyhook",
-        "LOG_LEVEL": "warning",
-        "OPERATOR_NAMESPACE": "default",
-        "SKYHOOK_NAMESPACE": "default",
-        "LEADER_LEASE_TTL_SECONDS": "1.5",
-        "RESYNC_SECONDS": "0.5",
-        "DEBOUNCE_SECONDS": "0.02",
-    }
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
+    return await processes.start_service(
         "maintenance_scheduler",
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+        running,
+        port,
+        "e2e-skyhook",
+        OPERATOR_NAMESPACE="default",
+        SKYHOOK_NAMESPACE="default",
     )
 
 
@@ -85,7 +72,7 @@ async def test_skyhook_rollout_with_kubectl(stack: Stack) -> None:
     port = free_port()
     process = await start_process(stack, port)
     try:
-        await wait_ready(port)
+        await processes.wait_ready(port, "maintenance-scheduler process", timeout=30)
         documents: list[dict[str, Any]] = list(yaml.safe_load_all(MANIFESTS))
         await kubectl(stack, "apply", "-f", "-", stdin=yaml.safe_dump_all(documents))
 
@@ -146,6 +133,4 @@ async def test_skyhook_rollout_with_kubectl(stack: Stack) -> None:
         await kubectl(stack, "delete", "skyhooks", "gpu-init")
         await kubectl(stack, "wait", "--for=delete", "deploymentpolicies/doubling", "--timeout=40s")
     finally:
-        if process.returncode is None:
-            process.terminate()
-            await asyncio.wait_for(process.wait(), 20)
+        await processes.stop_processes(process)
