@@ -246,9 +246,12 @@ class Recorder:
     PodGroups through the Kubernetes API and polls Slurm's jobs; records every violation of
     the rules in this module's docstring."""
 
-    def __init__(self, kube: Kube, slurm: Slurm) -> None:
+    def __init__(
+        self, kube: Kube, slurm: Slurm, gang_settle_seconds: float = GANG_SETTLE_SECONDS
+    ) -> None:
         self.kube = kube
         self.slurm = slurm
+        self.gang_settle_seconds = gang_settle_seconds
         self.violations: list[Violation] = []
         self.pods: dict[str, dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
@@ -509,12 +512,10 @@ class Recorder:
                 del self.partial_since[name]
             for name, what in partial.items():
                 since = self.partial_since.setdefault(name, now)
-                if now - since > GANG_SETTLE_SECONDS and name not in self.partial_reported:
+                settle = self.gang_settle_seconds
+                if now - since > settle and name not in self.partial_reported:
                     self.partial_reported.add(name)
-                    self.record(
-                        "partial-gang",
-                        f"PodGroup {name}: {what} for over {GANG_SETTLE_SECONDS:.0f} s",
-                    )
+                    self.record("partial-gang", f"PodGroup {name}: {what} for over {settle:g} s")
             await asyncio.sleep(0.25)
 
     # --- Slurm ------------------------------------------------------------------------
@@ -720,8 +721,10 @@ class Monkey:
 
 
 @contextlib.asynccontextmanager
-async def recording(stack: Stack) -> AsyncIterator[Recorder]:
-    recorder = Recorder(stack.kube, stack.slurm)
+async def recording(
+    stack: Stack, gang_settle_seconds: float = GANG_SETTLE_SECONDS
+) -> AsyncIterator[Recorder]:
+    recorder = Recorder(stack.kube, stack.slurm, gang_settle_seconds)
     await recorder.start()
     try:
         yield recorder
