@@ -319,6 +319,8 @@ class Recorder:
             handler(kind, obj)
 
     def record(self, rule: str, detail: str) -> None:
+        if any(v.rule == rule and v.detail == detail for v in self.violations):
+            return  # the same broken state seen again on a later event
         violation = Violation(rule, detail)
         print(f"recorder: VIOLATION {violation}", flush=True)
         self.violations.append(violation)
