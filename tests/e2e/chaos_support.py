@@ -627,10 +627,11 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def launched_stack(
-    run_dir: Path, nodes: int, topology: str, extra_env: dict[str, str] | None = None
+    run_dir: Path, nodes: int, topology: str, settings: dict[str, str] | None = None
 ) -> AsyncIterator[Stack]:
-    """`python -m nodeflow_runtime.launcher` with CHAOS_ENV; stopped with SIGINT at the end
-    (and killed if it overstays)."""
+    """`python -m nodeflow_runtime.launcher` with `settings` in its environment (CHAOS_ENV
+    unless given; {} keeps every service default); stopped with SIGINT at the end (and killed
+    if it overstays)."""
     launcher = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -647,7 +648,11 @@ async def launched_stack(
         "warning",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, **CHAOS_ENV, **(extra_env or {}), "PYTHONUNBUFFERED": "1"},
+        env={
+            **os.environ,
+            **(CHAOS_ENV if settings is None else settings),
+            "PYTHONUNBUFFERED": "1",
+        },
     )
     output = LauncherOutput(launcher)
     try:
