@@ -608,8 +608,15 @@ class Stack:
     slurm: Slurm
 
     def child_pid(self, name: str) -> int:
-        children = json.loads((self.run_dir / "children.json").read_text())
-        return int(children[name]["pid"])
+        # The launcher rewrites children.json at each restart: a read mid-write is retried.
+        for _ in range(50):
+            try:
+                children = json.loads((self.run_dir / "children.json").read_text())
+            except json.JSONDecodeError:
+                time.sleep(0.02)
+                continue
+            return int(children[name]["pid"])
+        raise AssertionError("children.json unreadable")
 
     async def service_ready(self, service: str) -> bool:
         try:
@@ -684,12 +691,15 @@ class Kill:
 
 
 class Monkey:
-    """kill -9 of the named services and nats-server, one at a time, each after a seeded
-    random pause; waits for the launcher to bring the victim back before the next kill."""
+    """kill -9 of the named services and nats-server, each after a seeded random pause. After
+    a kill it mostly waits for the launcher to bring the victim back before the next one, but
+    with probability `overlap` it strikes again while the victim is still restarting (so a
+    service may come back to a dead NATS, or NATS die under a service's start)."""
 
-    def __init__(self, stack: Stack, rng: random.Random) -> None:
+    def __init__(self, stack: Stack, rng: random.Random, overlap: float = 0.3) -> None:
         self.stack = stack
         self.rng = rng
+        self.overlap = overlap
         self.kills: list[Kill] = []
         self.half_done = asyncio.Event()
 
@@ -697,32 +707,51 @@ class Monkey:
     def last_kill(self) -> float:
         return self.kills[-1].at if self.kills else time.monotonic()
 
-    async def kill(self, target: str) -> Kill:
+    def strike(self, target: str) -> tuple[Kill, int]:
+        """kill -9 `target` now; returns the kill and the launcher's line count at that moment."""
         seen = len(self.stack.output.lines)
         pid = self.stack.child_pid(target)
         os.kill(pid, signal.SIGKILL)
         kill = Kill(target, time.monotonic())
         print(f"chaos: kill -9 {target} (pid {pid})", flush=True)
         self.kills.append(kill)
+        return kill, seen
+
+    async def until_back(self, kill: Kill, seen: int) -> Kill:
         output = self.stack.output
-        if target == NATS:
+        if kill.target == NATS:
             seen = await output.wait_for("nats-server restarted", seen, timeout=90)
             await wait_until(self.stack.all_ready, 90, "every service ready after NATS restarted")
         else:
-            await output.wait_for(f"{target} ready again", seen, timeout=120)
+            await output.wait_for(f"{kill.target} ready again", seen, timeout=120)
         kill.back_at = time.monotonic()
-        print(f"chaos: {target} back after {kill.recovery:.1f} s", flush=True)
+        print(f"chaos: {kill.target} back after {kill.recovery:.1f} s", flush=True)
         return kill
+
+    async def kill(self, target: str) -> Kill:
+        """kill -9 `target` and wait until it is back."""
+        return await self.until_back(*self.strike(target))
 
     async def run(self, targets: Iterable[str], pause: tuple[float, float]) -> list[Kill]:
         order = list(targets)
         self.rng.shuffle(order)
-        print(f"chaos: kills in order {order}", flush=True)
-        for index, target in enumerate(order):
-            await asyncio.sleep(self.rng.uniform(*pause))
-            await self.kill(target)
-            if index + 1 >= len(order) / 2:
-                self.half_done.set()
+        overlapping = [self.rng.random() < self.overlap for _ in order]
+        print(f"chaos: kills in order {order}, next one without waiting: {overlapping}")
+        recoveries: list[asyncio.Task[Kill]] = []
+        try:
+            for index, target in enumerate(order):
+                await asyncio.sleep(self.rng.uniform(*pause))
+                recovery = asyncio.create_task(self.until_back(*self.strike(target)))
+                recoveries.append(recovery)
+                if not overlapping[index]:
+                    await recovery
+                if index + 1 >= len(order) / 2:
+                    self.half_done.set()
+            await asyncio.gather(*recoveries)
+        finally:
+            for recovery in recoveries:
+                recovery.cancel()
+            await asyncio.gather(*recoveries, return_exceptions=True)
         self.half_done.set()
         return self.kills
 
