@@ -353,6 +353,7 @@ class Recorder:
         except (aiohttp.ClientError, RuntimeError, TimeoutError) as exc:
             self.record("busy-pod-deleted", f"{pod_name}: Slurm unreadable at deletion: {exc!r}")
             return
+        # The chaos tests' jobs run on one node each, so `nodes` is a plain name, not a range.
         running = [
             job
             for job, (states, nodes) in jobs.items()
