@@ -1,0 +1,152 @@
+"""Chaos on NodeMaintenance drains, the whole stack as `make run` starts it (8 nodes): three
+requests under a MaintenanceOperatorConfig of maxParallelOperations 1 and maxUnavailable 1,
+each node running a pod to drain, while maintenance-scheduler, k8s-watcher and nats-server are
+killed with kill -9 at seeded random points (CHAOS_SEED=<seed> replays a run); the recorder
+holds the budgets, and every request reaches Ready and releases its node."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.chaos_support import (
+    NATS,
+    NODE_MAINTENANCES,
+    OPERATOR_CONFIGS,
+    OPERATOR_NAMESPACE,
+    PODS,
+    Monkey,
+    Recorder,
+    Stack,
+    chaos_seed,
+    condition,
+    launched_stack,
+    recording,
+    summary,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+TOPOLOGY = "spines=1,blocks_per_spine=2,nodes_per_block=4"
+REQUESTOR = "chaos.nodeflow.dev"
+
+
+def workload(name: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "workload"}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "work",
+                    "image": "work:1",
+                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"}},
+                }
+            ],
+        },
+    }
+
+
+def maintenance(name: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "maintenance.nvidia.com/v1alpha1",
+        "kind": "NodeMaintenance",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "requestorID": REQUESTOR,
+            "nodeName": node,
+            "cordon": True,
+            "drainSpec": {"force": True, "timeoutSeconds": 0, "deleteEmptyDir": True},
+        },
+    }
+
+
+async def operator_config(stack: Stack) -> None:
+    await stack.kube.create(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+    )
+    await stack.kube.create(
+        OPERATOR_CONFIGS,
+        {
+            "apiVersion": "maintenance.nvidia.com/v1alpha1",
+            "kind": "MaintenanceOperatorConfig",
+            "metadata": {"name": "default", "namespace": OPERATOR_NAMESPACE},
+            "spec": {"maxParallelOperations": 1, "maxUnavailable": 1},
+        },
+    )
+
+
+def phase(recorder: Recorder, name: str) -> str:
+    obj = recorder.maintenances.get(name)
+    return str((condition(obj, "Ready") or {}).get("reason") or "") if obj else "gone"
+
+
+async def test_chaos_node_maintenance_drain_keeps_the_budgets(tmp_path: Path) -> None:
+    rng = random.Random(chaos_seed())
+    async with (
+        launched_stack(tmp_path / "run", 8, TOPOLOGY) as stack,
+        recording(stack) as recorder,
+    ):
+        await operator_config(stack)
+
+        async def config_seen() -> bool:
+            return recorder.operator_config is not None
+
+        await wait_until(config_seen, 30, "the MaintenanceOperatorConfig watched")
+        targets = rng.sample(sorted(recorder.nodes), 3)
+        for index, node in enumerate(targets):
+            await stack.kube.create(PODS, workload(f"work-{index}", node))
+
+        async def workloads_running() -> bool:
+            return all(
+                (recorder.pods.get(f"work-{i}") or {}).get("status", {}).get("phase") == "Running"
+                for i in range(len(targets))
+            )
+
+        await wait_until(workloads_running, 60, "the workloads Running")
+        requests = [f"upgrade-{index}" for index in range(len(targets))]
+        for name, node in zip(requests, targets, strict=True):
+            await stack.kube.create(NODE_MAINTENANCES, maintenance(name, node))
+        monkey = Monkey(stack, rng)
+        chaos = asyncio.create_task(
+            monkey.run(["maintenance-scheduler", "k8s-watcher", NATS], pause=(0.3, 2.5))
+        )
+
+        # The requestor's side: each request that reaches Ready is done with and deleted,
+        # which lets the next one start.
+        finished: list[str] = []
+        while len(finished) < len(requests):
+
+            async def one_ready() -> bool:
+                return any(phase(recorder, n) == "Ready" for n in requests if n not in finished)
+
+            await wait_until(one_ready, 120, f"a NodeMaintenance Ready after {finished}")
+            done = next(n for n in requests if n not in finished and phase(recorder, n) == "Ready")
+            await stack.kube.delete(f"{NODE_MAINTENANCES}/{done}")
+            finished.append(done)
+        kills = await chaos
+
+        def released() -> bool:
+            return (
+                not recorder.maintenances
+                and not recorder.unavailable_nodes()
+                and not any(recorder.pods.get(f"work-{i}") for i in range(len(targets)))
+            )
+
+        took = await recorder.converged(released, monkey.last_kill, "every node maintained")
+        print(
+            f"maintenance converged {took:.1f} s after the last kill (order {finished}, at most "
+            f"{recorder.most_in_maintenance} in maintenance and {recorder.most_unavailable_nodes} "
+            f"unavailable); {summary(kills)}"
+        )
+        assert recorder.most_in_maintenance == 1
+        recorder.assert_quiescent()
