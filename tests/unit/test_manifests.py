@@ -1176,12 +1176,15 @@ def test_dockerfile_installs_from_the_lock_file_and_runs_as_non_root() -> None:
     text = (ROOT / "Dockerfile").read_text()
     instructions = [line for line in text.splitlines() if line and not line.startswith("#")]
     froms = [line.split()[1] for line in instructions if line.startswith("FROM ")]
-    assert froms and all(image == "python:3.11-slim" for image in froms)
+    # An exact Python patch release on an exact Debian release, never a floating tag.
+    assert froms and all(re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", i) for i in froms)
     assert "uv sync --frozen --no-dev" in text
     assert "COPY pyproject.toml uv.lock" in text
-    (user,) = [line.split()[1] for line in instructions if line.startswith("USER ")]
-    uid = user.split(":")[0]
-    assert uid.isdigit() and int(uid) > 0
+    users = [line.split()[1] for line in instructions if line.startswith("USER ")]
+    assert len(users) == 2, "the simulator and the runtime stage each set a user"
+    for user in users:
+        uid = user.split(":")[0]
+        assert uid.isdigit() and int(uid) > 0
     assert text.rstrip().splitlines()[-1].startswith("CMD") or instructions[-1].startswith("CMD")
     for line in instructions:
         if line.startswith(("ENV", "ARG")):
@@ -1193,6 +1196,33 @@ def test_dockerfile_installs_from_the_lock_file_and_runs_as_non_root() -> None:
         "pyproject.toml", "uv.lock", "README.md", "libs", "services", "clustersim", "k8s/crds",
     }  # fmt: skip
     assert "COPY k8s/crds /usr/share/nodeflow/crds" in text
+
+
+def dockerfile_stages() -> dict[str, list[str]]:
+    """Each stage's instructions (continuation lines joined), by its `AS` name."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    stages: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("FROM "):
+            current = stages.setdefault(line.split()[-1], [])
+        if line and not line.startswith("#"):
+            current.append(line)
+    return stages
+
+
+def test_the_runtime_image_carries_no_simulator() -> None:
+    stages = dockerfile_stages()
+    assert list(stages)[-1] == "runtime", "the default (last) stage must be the runtime image"
+    runtime = stages["runtime"]
+    assert not any("clustersim" in line or "k8s/crds" in line for line in runtime)
+    (copy_env,) = [line for line in runtime if line.startswith("COPY --from=build")]
+    source = copy_env.split()[2]
+    pruned = [line for line in stages["build"] if source in line and "rm -rf" in line]
+    assert pruned and "site-packages/clustersim" in pruned[0]
+    assert compose()["services"]["clustersim"]["build"]["target"] == "simulator"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "build --target runtime" in makefile and 'push "$(IMAGE)"' in makefile
 
 
 # --- production overlay: network policies, monitoring --------------------------------------
