@@ -1325,3 +1325,12 @@ def test_network_policies_deny_by_default_and_allow_only_the_needed_flows() -> N
     for deployment in deployments.values():
         labels = deployment["spec"]["template"]["metadata"]["labels"]
         assert labels["app.kubernetes.io/component"] == "service"
+
+
+def test_production_spreads_each_service_over_nodes() -> None:
+    for deployment in of_kind(kustomize_build(PRODUCTION), "Deployment"):
+        (spread,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert spread["topologyKey"] == "kubernetes.io/hostname"
+        assert spread["matchLabelKeys"] == ["app.kubernetes.io/name"]
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert spread["labelSelector"]["matchLabels"].items() <= pod_labels.items()
