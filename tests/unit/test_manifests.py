@@ -716,7 +716,7 @@ def test_deployments_probe_healthz_and_readyz_with_resources_and_locked_down() -
 
 
 def test_services_get_nats_credentials_from_their_own_secret() -> None:
-    objects = deployed_objects()
+    objects = kustomize_build(DEV)
     secrets = by_name(objects, "Secret")
     for name, deployment in by_name(objects, "Deployment").items():
         env = env_of(container_of(deployment))
@@ -738,7 +738,7 @@ def test_services_get_nats_credentials_from_their_own_secret() -> None:
 
 
 def test_only_slurm_syncer_mounts_the_slurm_token() -> None:
-    objects = deployed_objects()
+    objects = kustomize_build(DEV)
     for name, deployment in by_name(objects, "Deployment").items():
         volumes = deployment["spec"]["template"]["spec"]["volumes"]
         secret_volumes = [v["secret"]["secretName"] for v in volumes if "secret" in v]
@@ -1086,6 +1086,8 @@ def test_kubectl_kustomize_builds_the_deployment() -> None:
 def test_the_base_ships_no_secret_and_only_our_own_crds() -> None:
     built = kustomize_build(BASE)
     assert of_kind(built, "Secret") == []
+    syncer = container_of(by_name(built, "Deployment")["slurm-syncer"])
+    assert not any(name.startswith("SLURM_") for name in env_of(syncer)), "no simulator wiring"
     crd_names = {obj["metadata"]["name"] for obj in of_kind(built, "CustomResourceDefinition")}
     assert crd_names == {"nodesets.nodeflow.dev", "nodeslices.nodeflow.dev"}
 
