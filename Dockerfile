@@ -1,8 +1,13 @@
 # syntax=docker/dockerfile:1
-# One image for the six Nodeflow services (and the dev-only cluster simulator); the command
-# picks the service: `python -m <package>`. Dependencies come only from uv.lock.
+# One image for the six Nodeflow services; the command picks the service: `python -m <package>`.
+# Dependencies come only from uv.lock. The default (last) stage is the runtime image, without
+# the cluster simulator; `--target simulator` builds the dev-only simulator image that
+# docker-compose.yml runs.
+#   make image IMAGE=registry.example.com/nodeflow:0.1.0   (docker or podman; build and push)
+# The base is pinned to an exact Python patch release on an exact Debian release; pin it by
+# digest too where you build (`docker buildx imagetools inspect python:3.11.14-slim-bookworm`).
 
-FROM python:3.11-slim AS build
+FROM python:3.11.14-slim-bookworm AS build
 # Same uv as the Makefile; never let uv download a Python of its own.
 ENV UV_VERSION=0.13.9 \
     UV_PYTHON_DOWNLOADS=never \
@@ -19,15 +24,31 @@ COPY services ./services
 COPY clustersim ./clustersim
 # --no-editable installs the project into the environment, so /src is not needed at run time.
 RUN uv sync --frozen --no-dev --no-editable
+# The runtime environment: the same, without the simulator package.
+RUN cp -a /opt/nodeflow /opt/nodeflow-runtime \
+ && rm -rf /opt/nodeflow-runtime/lib/python3.11/site-packages/clustersim
 
-FROM python:3.11-slim
+FROM python:3.11.14-slim-bookworm AS simulator
 RUN groupadd --system --gid 10001 nodeflow \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin nodeflow \
  && install -d -o 10001 -g 10001 -m 0750 /run/nodeflow
 COPY --from=build /opt/nodeflow /opt/nodeflow
-# The CRDs, for the dev-only simulator's API emulator (`python -m clustersim --crd-dir ...`).
+# The CRDs, for the simulator's API emulator (`python -m clustersim --crd-dir ...`).
 COPY k8s/crds /usr/share/nodeflow/crds
+ENV PATH=/opt/nodeflow/bin:${PATH} \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HTTP_PORT=8080
+USER 10001:10001
+EXPOSE 8080
+CMD ["python", "-m", "clustersim", "--crd-dir", "/usr/share/nodeflow/crds"]
+
+FROM python:3.11.14-slim-bookworm AS runtime
+RUN groupadd --system --gid 10001 nodeflow \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin nodeflow
+COPY --from=build /opt/nodeflow-runtime /opt/nodeflow
 ENV PATH=/opt/nodeflow/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

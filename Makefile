@@ -11,7 +11,9 @@ NODES ?= 16
 # Empty: the simulator's default shape, which grows with NODES.
 TOPOLOGY ?=
 
-.PHONY: venv tools run stop test test-real-slurm test-real-kube lint typecheck proto proto-check bench clean
+IMAGE ?= ghcr.io/nodeflow/nodeflow:0.1.0
+
+.PHONY: image venv tools run stop test test-real-slurm test-real-kube lint typecheck proto proto-check bench clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -97,6 +99,12 @@ test-real-kube: venv tools
 
 bench: venv
 	$(PY) -m bench $(BENCH)
+
+# Build the runtime image (no simulator) and push it to the registry IMAGE names, with docker or
+# podman, whichever is installed: `make image IMAGE=registry.example.com/nodeflow:0.1.0`.
+image:
+	@engine=$$(command -v docker || command -v podman) || { echo "neither docker nor podman found"; exit 1; }; \
+	  $$engine build --target runtime -t "$(IMAGE)" . && $$engine push "$(IMAGE)"
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .run .mypy_cache .ruff_cache .pytest_cache

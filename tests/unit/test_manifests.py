@@ -98,15 +98,53 @@ def objects_under(*parts: str) -> list[Obj]:
     return found
 
 
+BASE = K8S / "base"
+DEV = K8S / "overlays" / "dev"
+PRODUCTION = K8S / "overlays" / "production"
+THIRD_PARTY_CRDS = K8S / "third-party-crds"
+THIRD_PARTY_CRD_NAMES = {
+    "nodemaintenances.maintenance.nvidia.com",
+    "maintenanceoperatorconfigs.maintenance.nvidia.com",
+    "podgroups.scheduling.sigs.k8s.io",
+    "clusternetworktopologies.scheduling.koordinator.sh",
+    "skyhooks.skyhook.nvidia.com",
+    "deploymentpolicies.skyhook.nvidia.com",
+}
+
+
 def deployed_objects() -> list[Obj]:
-    """What `kubectl apply -k k8s/` creates, read from the files the kustomizations list."""
-    return [obj for path in kustomize_resource_files(K8S) for obj in load_docs(path)]
+    """What `kubectl apply -k k8s/overlays/dev/` creates, read from the files the kustomizations
+    list, less the objects their `$patch: delete` patches drop."""
+    return kustomized_objects(DEV)
+
+
+def kustomized_objects(directory: Path) -> list[Obj]:
+    dropped = deleted_by_patches(directory)
+    return [
+        obj
+        for path in kustomize_resource_files(directory)
+        for obj in load_docs(path)
+        if (obj.get("kind"), obj.get("metadata", {}).get("name")) not in dropped
+    ]
+
+
+def deleted_by_patches(directory: Path) -> set[tuple[str, str]]:
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    dropped: set[tuple[str, str]] = set()
+    for entry in kustomization.get("patches", []):
+        patch = yaml.safe_load(entry.get("patch", "")) or {}
+        if patch.get("$patch") == "delete":
+            dropped.add((patch["kind"], patch["metadata"]["name"]))
+    for entry in kustomization.get("resources", []):
+        if (directory / entry).is_dir():
+            dropped |= deleted_by_patches((directory / entry).resolve())
+    return dropped
 
 
 def kustomize_resource_files(directory: Path) -> Iterator[Path]:
     kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
     for entry in kustomization.get("resources", []):
-        target = directory / entry
+        target = (directory / entry).resolve()
         if target.is_dir():
             yield from kustomize_resource_files(target)
         else:
@@ -691,7 +729,7 @@ def test_deployments_probe_healthz_and_readyz_with_resources_and_locked_down() -
 
 
 def test_services_get_nats_credentials_from_their_own_secret() -> None:
-    objects = deployed_objects()
+    objects = kustomize_build(DEV)
     secrets = by_name(objects, "Secret")
     for name, deployment in by_name(objects, "Deployment").items():
         env = env_of(container_of(deployment))
@@ -713,7 +751,7 @@ def test_services_get_nats_credentials_from_their_own_secret() -> None:
 
 
 def test_only_slurm_syncer_mounts_the_slurm_token() -> None:
-    objects = deployed_objects()
+    objects = kustomize_build(DEV)
     for name, deployment in by_name(objects, "Deployment").items():
         volumes = deployment["spec"]["template"]["spec"]["volumes"]
         secret_volumes = [v["secret"]["secretName"] for v in volumes if "secret" in v]
@@ -727,7 +765,7 @@ def test_only_slurm_syncer_mounts_the_slurm_token() -> None:
 
 def effective_labels(obj: Obj) -> dict[str, str]:
     """Labels after kustomize adds the top-level kustomization's common labels."""
-    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
     labels = dict(obj["metadata"].get("labels", {}))
     for entry in kustomization.get("labels", []):
         labels.update(entry["pairs"])
@@ -996,10 +1034,14 @@ async def test_nats_publish_permissions_follow_ownership(tmp_path: Path) -> None
 
 
 def test_every_manifest_is_listed_by_a_kustomization() -> None:
-    listed = set(kustomize_resource_files(K8S)) | set(kustomize_resource_files(K8S / "monitoring"))
+    listed = {
+        path
+        for root in (DEV, PRODUCTION, THIRD_PARTY_CRDS, K8S / "monitoring")
+        for path in kustomize_resource_files(root)
+    }
     for path in listed:
         assert path.is_file(), f"{path} is listed but missing"
-    owned = [K8S / "namespace.yaml"] + [
+    owned = [BASE / "namespace.yaml"] + [
         p
         for d in ("crds", "nats", "services", "rbac", "credentials-sample", "monitoring")
         for p in (K8S / d).glob("*.yaml")
@@ -1028,11 +1070,11 @@ def kustomize_build(directory: Path) -> list[Obj]:
 
 
 def test_kubectl_kustomize_builds_the_deployment() -> None:
-    built = kustomize_build(K8S)
+    built = kustomize_build(DEV)
     kinds = Counter(obj["kind"] for obj in built)
     assert kinds == Counter(
         {
-            "CustomResourceDefinition": 8,
+            "CustomResourceDefinition": 2,  # ours; the third-party ones install separately
             "Deployment": 6,
             "ServiceAccount": 6,
             "Service": 8,
@@ -1052,6 +1094,28 @@ def test_kubectl_kustomize_builds_the_deployment() -> None:
         assert namespace == (None if obj["kind"] in cluster_scoped else NAMESPACE), obj["kind"]
     monitors = kustomize_build(K8S / "monitoring")
     assert {m["metadata"]["namespace"] for m in monitors} == {NAMESPACE}
+
+
+def test_the_base_ships_no_secret_and_only_our_own_crds() -> None:
+    built = kustomize_build(BASE)
+    assert of_kind(built, "Secret") == []
+    syncer = container_of(by_name(built, "Deployment")["slurm-syncer"])
+    assert not any(name.startswith("SLURM_") for name in env_of(syncer)), "no simulator wiring"
+    crd_names = {obj["metadata"]["name"] for obj in of_kind(built, "CustomResourceDefinition")}
+    assert crd_names == {"nodesets.nodeflow.dev", "nodeslices.nodeflow.dev"}
+
+
+def test_third_party_crds_install_apart_from_the_app_and_are_never_pruned() -> None:
+    built = kustomize_build(THIRD_PARTY_CRDS)
+    assert {obj["metadata"]["name"] for obj in built} == THIRD_PARTY_CRD_NAMES
+    for crd in built:
+        annotations = crd["metadata"]["annotations"]
+        assert annotations["helm.sh/resource-policy"] == "keep"
+        assert "Prune=false" in annotations["argocd.argoproj.io/sync-options"]
+        assert annotations["kustomize.toolkit.fluxcd.io/prune"] == "disabled"
+    for overlay in (DEV, PRODUCTION):
+        app_crds = of_kind(kustomize_build(overlay), "CustomResourceDefinition")
+        assert THIRD_PARTY_CRD_NAMES.isdisjoint(c["metadata"]["name"] for c in app_crds)
 
 
 # --- docker-compose and Dockerfile ----------------------------------------------------------
@@ -1127,12 +1191,15 @@ def test_dockerfile_installs_from_the_lock_file_and_runs_as_non_root() -> None:
     text = (ROOT / "Dockerfile").read_text()
     instructions = [line for line in text.splitlines() if line and not line.startswith("#")]
     froms = [line.split()[1] for line in instructions if line.startswith("FROM ")]
-    assert froms and all(image == "python:3.11-slim" for image in froms)
+    # An exact Python patch release on an exact Debian release, never a floating tag.
+    assert froms and all(re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", i) for i in froms)
     assert "uv sync --frozen --no-dev" in text
     assert "COPY pyproject.toml uv.lock" in text
-    (user,) = [line.split()[1] for line in instructions if line.startswith("USER ")]
-    uid = user.split(":")[0]
-    assert uid.isdigit() and int(uid) > 0
+    users = [line.split()[1] for line in instructions if line.startswith("USER ")]
+    assert len(users) == 2, "the simulator and the runtime stage each set a user"
+    for user in users:
+        uid = user.split(":")[0]
+        assert uid.isdigit() and int(uid) > 0
     assert text.rstrip().splitlines()[-1].startswith("CMD") or instructions[-1].startswith("CMD")
     for line in instructions:
         if line.startswith(("ENV", "ARG")):
@@ -1144,3 +1211,141 @@ def test_dockerfile_installs_from_the_lock_file_and_runs_as_non_root() -> None:
         "pyproject.toml", "uv.lock", "README.md", "libs", "services", "clustersim", "k8s/crds",
     }  # fmt: skip
     assert "COPY k8s/crds /usr/share/nodeflow/crds" in text
+
+
+def dockerfile_stages() -> dict[str, list[str]]:
+    """Each stage's instructions (continuation lines joined), by its `AS` name."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    stages: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("FROM "):
+            current = stages.setdefault(line.split()[-1], [])
+        if line and not line.startswith("#"):
+            current.append(line)
+    return stages
+
+
+def test_the_runtime_image_carries_no_simulator() -> None:
+    stages = dockerfile_stages()
+    assert list(stages)[-1] == "runtime", "the default (last) stage must be the runtime image"
+    runtime = stages["runtime"]
+    assert not any("clustersim" in line or "k8s/crds" in line for line in runtime)
+    (copy_env,) = [line for line in runtime if line.startswith("COPY --from=build")]
+    source = copy_env.split()[2]
+    pruned = [line for line in stages["build"] if source in line and "rm -rf" in line]
+    assert pruned and "site-packages/clustersim" in pruned[0]
+    assert compose()["services"]["clustersim"]["build"]["target"] == "simulator"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "build --target runtime" in makefile and 'push "$(IMAGE)"' in makefile
+
+
+# --- production overlay: network policies, monitoring --------------------------------------
+
+
+METRIC_NAME = re.compile(r"\b(?:nodeflow|kube_sunk)_[a-z_]+\b")
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def exported_metric_names() -> set[str]:
+    """Every series name a service or lib defines: the quoted names in their sources."""
+    names: set[str] = set()
+    for source in [*(ROOT / "services").rglob("*.py"), *(ROOT / "libs").rglob("*.py")]:
+        names.update(re.findall(r"[\"']((?:nodeflow|kube_sunk)_[a-z_]+)[\"']", source.read_text()))
+    return names
+
+
+def is_exported(name: str, exported: set[str]) -> bool:
+    """prometheus_client appends `_total` to a Counter's name and the histogram suffixes to a
+    Histogram's, so the series may carry a suffix its definition does not."""
+    suffixes = (*HISTOGRAM_SUFFIXES, "_total")
+    base = next((name.removesuffix(s) for s in suffixes if name.endswith(s)), name)
+    return name in exported or base in exported
+
+
+def test_every_metric_the_alert_rules_use_is_exported() -> None:
+    exported = exported_metric_names()
+    (rules,) = of_kind(kustomize_build(PRODUCTION), "PrometheusRule")
+    used = {
+        name
+        for group in rules["spec"]["groups"]
+        for rule in group["rules"]
+        for name in METRIC_NAME.findall(rule["expr"])
+    }
+    assert used, "the alert rules use no Nodeflow series"
+    assert sorted(n for n in used if not is_exported(n, exported)) == []
+
+
+def test_every_metric_the_dashboards_use_is_exported() -> None:
+    exported = exported_metric_names()
+    used: set[str] = set()
+    for dashboard in (K8S / "grafana").glob("*.json"):
+        used.update(METRIC_NAME.findall(dashboard.read_text()))
+    assert used, "the dashboards use no Nodeflow series"
+    assert sorted(n for n in used if not is_exported(n, exported)) == []
+
+
+def test_every_alert_rule_has_a_runbook_and_a_severity() -> None:
+    (rules,) = of_kind(kustomize_build(PRODUCTION), "PrometheusRule")
+    alerts = {rule["alert"]: rule for group in rules["spec"]["groups"] for rule in group["rules"]}
+    assert {
+        "NodeflowSlurmPollStale",
+        "NodeflowSlurmNodesUnreadable",
+        "NodeflowPublishFailures",
+        "NodeflowDeadLettersGrowing",
+        "NodeflowNodeSetUnavailable",
+        "NodeflowMaintenanceStuck",
+        "NodeflowRolloutStopped",
+    } <= set(alerts)
+    for rule in alerts.values():
+        assert rule["annotations"]["runbook"].strip() and rule["labels"]["severity"]
+
+
+def test_service_monitors_honor_labels_and_carry_the_selected_label() -> None:
+    built = kustomize_build(PRODUCTION)
+    monitors = of_kind(built, "ServiceMonitor")
+    assert {m["metadata"]["name"] for m in monitors} == set(SERVICES)
+    for monitoring_object in [*monitors, *of_kind(built, "PrometheusRule")]:
+        assert monitoring_object["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    for monitor in monitors:
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["honorLabels"] is True
+
+
+def allowed_ports(policies: list[Obj], direction: str, pod_labels: dict[str, str]) -> set[int]:
+    ports: set[int] = set()
+    for policy in policies:
+        selector = policy["spec"]["podSelector"].get("matchLabels", {})
+        if not selector.items() <= pod_labels.items():
+            continue
+        for rule in policy["spec"].get(direction, []):
+            ports.update(p["port"] for p in rule.get("ports", []))
+    return ports
+
+
+def test_network_policies_deny_by_default_and_allow_only_the_needed_flows() -> None:
+    built = kustomize_build(PRODUCTION)
+    policies = of_kind(built, "NetworkPolicy")
+    deny = by_name(policies, "NetworkPolicy")["default-deny"]
+    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    nats = {"app.kubernetes.io/name": "nats"}
+    assert allowed_ports(policies, "ingress", nats) == {4222, 6222}
+    assert allowed_ports(policies, "egress", nats) == {53, 6222}
+    for name in SERVICES:
+        pod = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "service"}
+        extra = {"k8s-watcher": {443, 6443}, "slurm-syncer": {6820}}.get(name, set())
+        assert allowed_ports(policies, "egress", pod) == {53, 4222} | extra, name
+        assert allowed_ports(policies, "ingress", pod) == {8080}, name
+    deployments = by_name(built, "Deployment")
+    for deployment in deployments.values():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/component"] == "service"
+
+
+def test_production_spreads_each_service_over_nodes() -> None:
+    for deployment in of_kind(kustomize_build(PRODUCTION), "Deployment"):
+        (spread,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert spread["topologyKey"] == "kubernetes.io/hostname"
+        assert spread["matchLabelKeys"] == ["app.kubernetes.io/name"]
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert spread["labelSelector"]["matchLabels"].items() <= pod_labels.items()
