@@ -211,14 +211,6 @@ async def main() -> None:
             recording(stack) as recorder,
         ):
             await stack.kube.create(
-                "/api/v1/namespaces",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": OPERATOR_NAMESPACE},
-                },
-            )
-            await stack.kube.create(
                 OPERATOR_CONFIGS,
                 {
                     "apiVersion": "maintenance.nvidia.com/v1alpha1",

@@ -46,6 +46,7 @@ from nodeflow_runtime.envfile import update_env_file
 log = structlog.get_logger("clustersim.runner")
 
 CRD_KIND = "CustomResourceDefinition"
+INSTALL_NAMESPACE = "nodeflow-system"
 DEFAULT_CRD_DIR = Path(__file__).resolve().parents[1] / "k8s" / "crds"
 TOKEN_LIFESPAN_SECONDS = 7 * 24 * 3600
 
@@ -330,6 +331,13 @@ async def run_simulator(config: SimulatorConfig | None = None) -> AsyncIterator[
             run_dir.mkdir(parents=True, exist_ok=True)
         store = Store()
         crds = apply_crds(store, config.crd_dir) if config.crd_dir is not None else []
+        # Our install's namespace, as `kubectl apply -k k8s/` would have made it: the services'
+        # own objects (maintenance-scheduler's MaintenanceOperatorConfig `default`, the Skyhook
+        # stage Jobs) live there.
+        store.create(
+            "namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": INSTALL_NAMESPACE}},
+        )
         nodes = NodeAdmin(store, config.cluster_spec())
         nodes.register_all()
 

@@ -159,6 +159,15 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         return_deleted_object=True,
     ),
     ResourceInfo(
+        group="scheduling.k8s.io",
+        versions=("v1",),
+        plural="priorityclasses",
+        kind="PriorityClass",
+        singular="priorityclass",
+        namespaced=False,
+        short_names=("pc",),
+    ),
+    ResourceInfo(
         group="coordination.k8s.io",
         versions=("v1",),
         plural="leases",

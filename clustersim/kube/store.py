@@ -96,6 +96,12 @@ Obj = dict[str, Any]
 _T = TypeVar("_T")
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# The PriorityClasses every cluster has from the start.
+SYSTEM_PRIORITY_CLASSES = {
+    "system-cluster-critical": 2000000000,
+    "system-node-critical": 2000001000,
+}
+PREEMPT_LOWER = "PreemptLowerPriority"
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _DNS_SUBDOMAIN_MAX = 253
 
@@ -295,6 +301,17 @@ class Store:
             self.register(info)
         for ns in namespaces:
             self.create("namespaces", {"metadata": {"name": ns}})
+        for name, value in SYSTEM_PRIORITY_CLASSES.items():
+            self.create(
+                "priorityclasses",
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": name},
+                    "value": value,
+                    "description": "Used for system critical pods that must run in the cluster.",
+                },
+            )
 
     # ----------------------------------------------------------------- registry
 
@@ -671,6 +688,8 @@ class Store:
         causes = []
         if info.key == "pods":
             _default_toleration_seconds(obj)
+            if old is None:
+                self._admit_priority(obj)
             causes = _pod_causes(obj, old)
         elif info.key == "jobs.batch":
             causes = _job_causes(obj, old)
@@ -679,6 +698,43 @@ class Store:
         if causes:
             raise errors.invalid(info.kind, name, causes, info.group)
         return obj
+
+    def _admit_priority(self, pod: Obj) -> None:
+        """The Priority admission plugin, on by default: a new pod's `priorityClassName`
+        resolves to `spec.priority` and `spec.preemptionPolicy` from its PriorityClass (the
+        globalDefault class, else 0, when it names none); a pod naming a class that does not
+        exist is refused, and so is one whose own `spec.priority` differs from its class's."""
+        spec = pod.setdefault("spec", {})
+        name = spec.get("priorityClassName")
+        classes = self._objects.get("priorityclasses.scheduling.k8s.io", {}).get("", {})
+        chosen: Obj | None = None
+        if name:
+            chosen = classes.get(name)
+            if chosen is None:
+                raise errors.Forbidden(
+                    f'pods "{pod["metadata"].get("name", "")}" is forbidden: no PriorityClass '
+                    f"with name {name} was found",
+                    kind="pods",
+                    name=str(pod["metadata"].get("name", "")),
+                )
+        else:
+            defaults = [c for c in classes.values() if c.get("globalDefault")]
+            if defaults:
+                chosen = min(defaults, key=lambda c: int(c.get("value") or 0))
+                spec["priorityClassName"] = chosen["metadata"]["name"]
+        value = int(chosen.get("value") or 0) if chosen is not None else 0
+        given = spec.get("priority")
+        if given is not None and given != value:
+            raise errors.Forbidden(
+                f'pods "{pod["metadata"].get("name", "")}" is forbidden: the integer value of '
+                f"priority ({given}) must not be provided in pod spec; priority admission "
+                f"controller computed {value} from the given PriorityClass name",
+                kind="pods",
+                name=str(pod["metadata"].get("name", "")),
+            )
+        spec["priority"] = value
+        policy = chosen.get("preemptionPolicy") if chosen is not None else None
+        spec["preemptionPolicy"] = policy or spec.get("preemptionPolicy") or PREEMPT_LOWER
 
     # ----------------------------------------------------------------- read
 

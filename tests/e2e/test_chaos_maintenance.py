@@ -71,10 +71,6 @@ def maintenance(name: str, node: str) -> dict[str, Any]:
 
 async def operator_config(stack: Stack) -> None:
     await stack.kube.create(
-        "/api/v1/namespaces",
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
-    )
-    await stack.kube.create(
         OPERATOR_CONFIGS,
         {
             "apiVersion": "maintenance.nvidia.com/v1alpha1",

@@ -120,10 +120,6 @@ async def test_recorder_catches_every_rule_broken_on_purpose(tmp_path: Path) -> 
 
         # Maintenance budgets of 1, broken by hand.
         await kube.create(
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
-        )
-        await kube.create(
             OPERATOR_CONFIGS,
             {
                 "apiVersion": "maintenance.nvidia.com/v1alpha1",

@@ -312,3 +312,10 @@ async def test_node_affinity_and_taints_respected(sim: Simulator) -> None:
         await asyncio.sleep(0.2)
         elsewhere = await core.read_namespaced_pod("elsewhere", NS)
         assert elsewhere.spec.node_name is None
+
+
+async def test_the_install_namespace_exists_as_after_kubectl_apply(sim: Simulator) -> None:
+    """maintenance-scheduler reads its MaintenanceOperatorConfig from nodeflow-system."""
+    async with sim.api_client() as api:
+        namespace = await client.CoreV1Api(api).read_namespace("nodeflow-system")
+        assert namespace.status.phase == "Active"

@@ -114,12 +114,23 @@ async def test_gang_group_of_two_pod_groups_is_bound_together(stack: Stack) -> N
 
 async def test_high_priority_gang_preempts_a_low_priority_job(stack: Stack) -> None:
     stack.sim.store.create(TOPOLOGIES, topology_object())
+    # Priorities come from PriorityClasses, resolved by the API server's admission.
+    for name, value in (("batch-low", 1), ("training-high", 1000)):
+        stack.sim.store.create(
+            "priorityclasses",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
     # Every node is taken by a long-running low-priority pod (placed by the default scheduler).
     for index in range(8):
         low = gang_pod(f"low-{index}", "low", gpus=8)
         low["metadata"]["labels"] = {"app": "low"}
         low["spec"]["schedulerName"] = "default-scheduler"
-        low["spec"]["priority"] = 1
+        low["spec"]["priorityClassName"] = "batch-low"
         stack.sim.store.create("pods", low)
     await eventually(
         lambda: all(
@@ -138,7 +149,7 @@ async def test_high_priority_gang_preempts_a_low_priority_job(stack: Stack) -> N
     stack.sim.store.create(PODGROUPS, pod_group_object("hello-job", 2))
     for rank in (1, 2):
         high = gang_pod(f"preemptor-pod-{rank}", "hello-job", gpus=8)
-        high["spec"]["priority"] = 1000
+        high["spec"]["priorityClassName"] = "training-high"
         stack.sim.store.create("pods", high)
     conditions: dict[str, dict[str, Any]] = {}
 
