@@ -32,12 +32,14 @@ from maintenance_scheduler.api import (
     IntOrPercent,
     OperatorConfig,
     parse_node_maintenance,
-    rfc3339,
 )
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.scheduler import NodeInfo, schedule
 from maintenance_scheduler.service import MaintenanceScheduler
 from nodeflow_bus import Bus, BusOptions
+from nodeflow_kube.fields import (
+    rfc3339,
+)
 from nodeflow_runtime.logs import configure_logging
 
 ROUND_TARGET_MS = 50.0

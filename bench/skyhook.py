@@ -22,7 +22,6 @@ from typing import Any
 
 from clustersim.cluster.spec import ClusterSpec
 from clustersim.runner import SimulatorConfig, run_simulator
-from maintenance_scheduler.api import rfc3339
 from maintenance_scheduler.skyhook.api import (
     node_state_annotation,
     parse_deployment_policy,
@@ -33,6 +32,9 @@ from maintenance_scheduler.skyhook.jobs import build_job, job_name
 from maintenance_scheduler.skyhook.observe import NodeViews
 from maintenance_scheduler.skyhook.plan import World, plan_round
 from maintenance_scheduler.skyhook.stages import JobFacts, PackageState, render_node_state
+from nodeflow_kube.fields import (
+    rfc3339,
+)
 
 NODES = 4_000
 COMPLETE_NODES = 1_000

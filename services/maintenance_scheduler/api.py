@@ -14,13 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from nodeflow_kube.fields import Obj as Obj
-from nodeflow_kube.fields import annotations_of as annotations_of
-from nodeflow_kube.fields import condition
-from nodeflow_kube.fields import mapping as mapping
-from nodeflow_kube.fields import meta as meta
-from nodeflow_kube.fields import parse_time as parse_time
-from nodeflow_kube.fields import rfc3339 as rfc3339
+from nodeflow_kube.fields import Obj, condition, mapping, meta, parse_time
 
 API_GROUP: Final = "maintenance.nvidia.com"
 API_VERSION: Final = "maintenance.nvidia.com/v1alpha1"
@@ -68,9 +62,6 @@ REQUESTOR_ID_PATTERN: Final = re.compile(
 )
 _INT32_MAX: Final = 2**31 - 1
 _PERCENT = re.compile(r"^(\d+)%$")
-
-# The generic readers, here for this service's modules (one implementation: nodeflow_kube).
-find_condition = condition
 
 
 @dataclass(frozen=True)
@@ -233,9 +224,9 @@ def parse_node_maintenance(obj: Obj) -> NodeMaintenance:
             eviction_filters=tuple(filters),
         )
 
-    ready = find_condition(obj, READY_CONDITION)
+    ready = condition(obj, READY_CONDITION)
     phase = str(ready.get("reason") or "") if ready else UNINITIALIZED
-    failed = find_condition(obj, REQUESTOR_FAILED_CONDITION)
+    failed = condition(obj, REQUESTOR_FAILED_CONDITION)
     finalizers = tuple(str(f) for f in metadata.get("finalizers") or () if isinstance(f, str))
     annotations = {
         str(k): str(v) for k, v in mapping(metadata.get("annotations")).items() if v is not None

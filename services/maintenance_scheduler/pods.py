@@ -7,13 +7,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from maintenance_scheduler.api import mapping, meta
 from nodeflow_contracts.pod_protocol import (
     NODESET_LABEL,
     SLURM_CLUSTER_LABEL,
     SLURM_STATE_CONDITION_PREFIX,
 )
 from nodeflow_contracts.slurm import BASE_STATES, SlurmClusterStatus
+from nodeflow_kube.fields import (
+    mapping,
+    meta,
+)
 
 MIRROR_ANNOTATION: Final = "kubernetes.io/config.mirror"
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})

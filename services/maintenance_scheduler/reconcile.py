@@ -47,12 +47,14 @@ from maintenance_scheduler.api import (
     WAIT_START_ANNOTATION,
     NodeMaintenance,
     OperatorConfig,
-    mapping,
-    rfc3339,
 )
 from maintenance_scheduler.drain import DrainPlan, drain_progress, plan_drain
 from maintenance_scheduler.pods import PodFacts
 from maintenance_scheduler.selector import SelectorError, parse_selector
+from nodeflow_kube.fields import (
+    mapping,
+    rfc3339,
+)
 
 # Our value of the node's cordon-reason annotation starts with this, so an uncordon only
 # ever removes a reason we wrote.

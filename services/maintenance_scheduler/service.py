@@ -38,9 +38,6 @@ from maintenance_scheduler.api import (
     SCHEDULED,
     NodeMaintenance,
     OperatorConfig,
-    find_condition,
-    mapping,
-    meta,
     parse_node_maintenance,
     parse_operator_config,
 )
@@ -65,6 +62,11 @@ from nodeflow_contracts.maintenance import MaintenanceDecision
 from nodeflow_contracts.pod_protocol import NODE_CORDON_REASON_ANNOTATION
 from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeflow_contracts.topology import SLURM_CLUSTERS_BUCKET
+from nodeflow_kube.fields import (
+    condition,
+    mapping,
+    meta,
+)
 from nodeflow_runtime.service import ServiceContext
 
 log = structlog.get_logger("maintenance_scheduler")
@@ -116,7 +118,7 @@ def next_eviction_attempt(
 
 def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     metadata = meta(node)
-    ready = find_condition(node, "Ready")
+    ready = condition(node, "Ready")
     return NodeFacts(
         name=str(metadata.get("name") or ""),
         uid=str(metadata.get("uid") or ""),
@@ -561,7 +563,7 @@ class MaintenanceScheduler:
                     add_command(command)
                 if step.drain_timed_out and isinstance(action, SetStatus):
                     message = str(
-                        (find_condition({"status": action.status}, "Ready") or {}).get("message")
+                        (condition({"status": action.status}, "Ready") or {}).get("message")
                     )
                     if message.startswith("drain timed out") and not (
                         action.request.ready_message.startswith("drain timed out")

@@ -20,7 +20,6 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from nodeflow_contracts.pod_protocol import (
@@ -31,6 +30,7 @@ from nodeflow_contracts.pod_protocol import (
     slurm_state_condition,
 )
 from nodeflow_contracts.slurm import SlurmNodeState
+from nodeflow_kube.fields import rfc3339
 
 TRUE = "True"
 
@@ -80,10 +80,6 @@ def desired_conditions(state: SlurmNodeState | None, unknown: Wanted) -> dict[st
     for flag in state.flags:
         conditions[slurm_state_condition(flag)] = Wanted(state.reason)
     return conditions
-
-
-def rfc3339(now: float) -> str:
-    return datetime.fromtimestamp(int(now), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def current_conditions(pod_conditions: Iterable[Any]) -> dict[str, Mapping[str, Any]]:

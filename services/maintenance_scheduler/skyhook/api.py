@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from nodeflow_kube.fields import Obj, mapping, meta
+
 API_GROUP: Final = "skyhook.nvidia.com"
 API_VERSION: Final = "skyhook.nvidia.com/v1alpha1"
 SKYHOOK_KIND: Final = "Skyhook"
@@ -57,16 +59,6 @@ SEMVER = re.compile(
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
-
-Obj = Mapping[str, Any]
-
-
-def mapping(value: object) -> Obj:
-    return value if isinstance(value, Mapping) else {}
-
-
-def meta(obj: Obj) -> Obj:
-    return mapping(obj.get("metadata"))
 
 
 # --- label selectors (metav1.LabelSelector) --------------------------------------------------

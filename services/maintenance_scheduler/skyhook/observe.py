@@ -10,9 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from maintenance_scheduler.api import find_condition, mapping, meta, parse_time
 from maintenance_scheduler.skyhook.plan import NodeView
 from maintenance_scheduler.skyhook.stages import JobFacts
+from nodeflow_kube.fields import (
+    condition,
+    mapping,
+    meta,
+    parse_time,
+)
 
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
 
@@ -20,7 +25,7 @@ Obj = Mapping[str, Any]
 
 
 def _true(obj: Obj, kind: str) -> Obj | None:
-    found = find_condition(obj, kind)
+    found = condition(obj, kind)
     return found if found is not None and found.get("status") == "True" else None
 
 
@@ -98,7 +103,7 @@ def node_view(node: Obj) -> NodeView:
 
 def maintenance_phase(request: Obj) -> str:
     """The Ready condition's reason (the request's phase); "Pending" before it has one."""
-    ready = find_condition(request, "Ready")
+    ready = condition(request, "Ready")
     return str(ready.get("reason") or "Pending") if ready is not None else "Pending"
 
 

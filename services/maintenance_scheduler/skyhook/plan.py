@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from maintenance_scheduler.api import rfc3339
 from maintenance_scheduler.skyhook import stages
 from maintenance_scheduler.skyhook.api import (
     DEFAULT_COMPARTMENT,
@@ -52,6 +51,9 @@ from maintenance_scheduler.skyhook.stages import (
     parse_node_state,
     render_node_state,
     step_package,
+)
+from nodeflow_kube.fields import (
+    rfc3339,
 )
 
 MAINTENANCE_READY = "Ready"

@@ -24,7 +24,6 @@ import structlog
 from nats.aio.msg import Msg
 
 from maintenance_scheduler import SERVICE
-from maintenance_scheduler.api import mapping, meta
 from maintenance_scheduler.commands import SENDER
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.skyhook import metrics
@@ -51,6 +50,10 @@ from nodeflow_bus.leader_loop import LeaderLoop
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.codec import ContractDecodeError
 from nodeflow_contracts.k8s import CommandOutcome
+from nodeflow_kube.fields import (
+    mapping,
+    meta,
+)
 
 log = structlog.get_logger("maintenance_scheduler.skyhook")
 

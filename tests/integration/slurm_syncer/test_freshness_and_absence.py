@@ -17,7 +17,7 @@ from nodeflow_contracts.pod_protocol import (
 )
 from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeflow_contracts.topology import SLURM_CLUSTERS_BUCKET
-from slurm_syncer.conditions import rfc3339
+from nodeflow_kube.fields import rfc3339
 from slurm_syncer.syncer import Syncer, SyncerOptions
 from tests.integration.slurm_syncer.conftest import (
     CLUSTER,

@@ -9,11 +9,13 @@ from maintenance_scheduler.api import (
     FINALIZER,
     NodeMaintenance,
     parse_node_maintenance,
-    rfc3339,
 )
 from maintenance_scheduler.pods import PodFacts, pod_facts
 from maintenance_scheduler.reconcile import NodeFacts
 from maintenance_scheduler.scheduler import NodeInfo
+from nodeflow_kube.fields import (
+    rfc3339,
+)
 
 T0 = 1_800_000_000.0
 

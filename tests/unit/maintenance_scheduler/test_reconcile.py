@@ -18,14 +18,16 @@ from maintenance_scheduler.api import (
     READY_TIME_ANNOTATION,
     WAIT_START_ANNOTATION,
     OperatorConfig,
-    find_condition,
-    rfc3339,
 )
 from maintenance_scheduler.reconcile import (
     CORDON_REASON_PREFIX,
     Step,
     garbage_collect,
     reconcile_request,
+)
+from nodeflow_kube.fields import (
+    condition,
+    rfc3339,
 )
 from tests.unit.maintenance_scheduler.builders import T0, nm, node_facts, pod
 
@@ -41,7 +43,7 @@ def new_phase(step: Step) -> str | None:
     writes = only(step, SetStatus)
     if not writes:
         return None
-    ready = find_condition({"status": writes[-1].status}, "Ready")
+    ready = condition({"status": writes[-1].status}, "Ready")
     return None if ready is None else str(ready["reason"])
 
 
@@ -55,7 +57,7 @@ def test_rule_new_request_becomes_pending_with_event() -> None:
 def test_rule_pending_on_missing_node_says_so_with_event() -> None:
     step = reconcile_request(nm("r", "ghost", phase="Pending"), None, [], [], T0)
     write = only(step, SetStatus)[0]
-    ready = find_condition({"status": write.status}, "Ready")
+    ready = condition({"status": write.status}, "Ready")
     assert ready is not None and ready["reason"] == "Pending"
     assert ready["message"] == "node ghost does not exist"
     assert [e.reason for e in only(step, Event)] == ["NodeNotFound"]
@@ -170,7 +172,7 @@ def test_rule_drain_no_second_eviction_of_a_terminating_pod() -> None:
 def test_rule_drain_done_goes_ready() -> None:
     step = reconcile_request(draining(), CORDONED, [], [], T0 + 1)
     assert new_phase(step) == "Ready"
-    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    ready = condition({"status": only(step, SetStatus)[0].status}, "Ready")
     assert ready is not None and ready["status"] == "True"
 
 
@@ -183,7 +185,7 @@ def test_rule_drain_timeout_is_reported_not_silently_retried() -> None:
     step = reconcile_request(draining(), CORDONED, [pod("a")], [], T0 + 101)
     assert step.drain_timed_out
     assert "DrainTimeout" in [e.reason for e in only(step, Event)]
-    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    ready = condition({"status": only(step, SetStatus)[0].status}, "Ready")
     assert ready is not None and str(ready["message"]).startswith("drain timed out after 100s")
     # Still retrying: the eviction is sent again.
     assert [e.pod.name for e in only(step, EvictPod)] == ["a"]
@@ -194,7 +196,7 @@ def test_rule_slurm_first_past_timeout_reports_jobs_instead_of_evicting() -> Non
     busy = pod("slurm-0", slurm=("Allocated", "Drain"))
     step = reconcile_request(draining(), CORDONED, [busy], [], T0 + 101)
     assert only(step, EvictPod) == []
-    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    ready = condition({"status": only(step, SetStatus)[0].status}, "Ready")
     assert ready is not None and "jobs still run on Slurm nodes slurm-0" in str(ready["message"])
     assert "waiting-for-slurm" in [d.kind for d in step.decisions]
 
@@ -318,7 +320,7 @@ def test_rule_gc_never_deletes_requestor_failed_or_ignored() -> None:
 def test_rule_invalid_request_stays_pending_with_message_and_event() -> None:
     step = reconcile_request(nm("r", "n1", requestor="x"), NODE, [], [], T0)
     assert new_phase(step) == "Pending"
-    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    ready = condition({"status": only(step, SetStatus)[0].status}, "Ready")
     assert ready is not None and str(ready["message"]).startswith("invalid spec: ")
     assert [e.reason for e in only(step, Event)] == ["InvalidSpec", "ConditionChanged"]
 
@@ -334,5 +336,5 @@ def test_rule_slurm_first_without_cordon_says_nothing_drains_slurm() -> None:
     request = draining(cordon=False)
     step = reconcile_request(request, NODE, [pod("slurm-0", slurm=("Idle",))], [], T0 + 1)
     assert only(step, EvictPod) == []
-    ready = find_condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    ready = condition({"status": only(step, SetStatus)[0].status}, "Ready")
     assert ready is not None and "spec.cordon is false" in str(ready["message"])

@@ -7,7 +7,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maintenance_scheduler.api import parse_node_maintenance, rfc3339
+from maintenance_scheduler.api import (
+    parse_node_maintenance,
+)
 from maintenance_scheduler.skyhook.api import parse_skyhook
 from maintenance_scheduler.skyhook.commands import command_for, decision_for
 from maintenance_scheduler.skyhook.jobs import build_job, build_maintenance, job_name
@@ -20,6 +22,9 @@ from maintenance_scheduler.skyhook.plan import (
     SkyhookDecisionNote,
 )
 from nodeflow_contracts import k8s
+from nodeflow_kube.fields import (
+    rfc3339,
+)
 
 T0 = 1_800_000_000.0
 
