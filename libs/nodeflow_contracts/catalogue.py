@@ -133,8 +133,8 @@ MESSAGES: tuple[MessageSpec, ...] = (
     ),
     MessageSpec(
         name="MaintenanceDecision",
-        subject_template="maintenance.v1.{namespace}.{name}.decision",
-        subscribe="maintenance.v1.*.*.decision",
+        subject_template="maintenance.v1.nodemaintenance.{namespace}.{name}.decision",
+        subscribe=subjects.MAINTENANCE_DECISIONS,
         payload=MaintenanceDecision,
         publishers=("maintenance-scheduler",),
         consumers=("metrics-exporter", "integrations"),
@@ -158,7 +158,7 @@ MESSAGES: tuple[MessageSpec, ...] = (
     MessageSpec(
         name="SkyhookDecision",
         subject_template="maintenance.v1.skyhook.{skyhook}.decision",
-        subscribe="maintenance.v1.skyhook.*.decision",
+        subscribe=subjects.SKYHOOK_DECISIONS,
         payload=SkyhookDecision,
         publishers=("maintenance-scheduler",),
         consumers=("metrics-exporter", "integrations"),

@@ -1,5 +1,5 @@
 """maintenance-scheduler decisions, published for audit on
-`maintenance.v1.<namespace>.<name>.decision` (the NodeMaintenance's namespace and name)."""
+`maintenance.v1.nodemaintenance.<namespace>.<name>.decision` (the NodeMaintenance's namespace and name)."""
 
 from __future__ import annotations
 
@@ -78,4 +78,4 @@ class SkyhookDecision(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def subject(self) -> str:
-        return subjects.maintenance_decision("skyhook", self.skyhook)
+        return subjects.skyhook_decision(self.skyhook)

@@ -159,8 +159,20 @@ def nodeset_decision(namespace: str, name: str) -> str:
     return f"nodeset.{VERSION}.{token(namespace)}.{token(name)}.decision"
 
 
+# NodeMaintenance decisions carry five tokens and Skyhook decisions four, so neither wildcard
+# matches the other's subjects, whatever a namespace is called.
+MAINTENANCE_DECISIONS = f"maintenance.{VERSION}.nodemaintenance.*.*.decision"
+SKYHOOK_DECISIONS = f"maintenance.{VERSION}.skyhook.*.decision"
+
+
 def maintenance_decision(namespace: str, name: str) -> str:
-    return f"maintenance.{VERSION}.{token(namespace)}.{token(name)}.decision"
+    """maintenance-scheduler's decision about one NodeMaintenance."""
+    return f"maintenance.{VERSION}.nodemaintenance.{token(namespace)}.{token(name)}.decision"
+
+
+def skyhook_decision(skyhook: str) -> str:
+    """The Skyhook controller's decision about one Skyhook (cluster-scoped: no namespace)."""
+    return f"maintenance.{VERSION}.skyhook.{token(skyhook)}.decision"
 
 
 PLACEMENT_DECISIONS = f"placement.{VERSION}.*.*.decision"

@@ -224,7 +224,7 @@ async def run_stack(nats_url: str, *, nodes: int = 4) -> AsyncIterator[Stack]:
                 running.outcomes.append(outcome)
 
         subscriptions = [
-            await running.bus.nc.subscribe("maintenance.v1.*.*.decision", cb=on_decision),
+            await running.bus.nc.subscribe("maintenance.v1.nodemaintenance.*.*.decision", cb=on_decision),
             await running.bus.nc.subscribe("outcome.k8s.v1.>", cb=on_outcome),
         ]
         try:

@@ -198,7 +198,7 @@ async def test_decisions_by_kind_and_reason(
         await bus.publish(decision.subject, decision)
     # Sources without a contract in nodeflow_contracts yet are counted leniently.
     await bus.publish(
-        "maintenance.v1.team-a.nm-1.decision",
+        "maintenance.v1.nodemaintenance.team-a.nm-1.decision",
         msgspec.json.encode({"kind": "cordon", "reason": "NodeCordoned", "node": "gpu-0"}),
     )
     await bus.publish("placement.v1.team-a.gang.decision", msgspec.json.encode({"score": 3}))

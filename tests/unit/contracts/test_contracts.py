@@ -133,3 +133,24 @@ def test_every_durable_consumer_is_listed_as_a_consumer_of_what_it_reads() -> No
                     # reserved for services whose messages have not landed yet.
                     continue
                 assert any(service in spec.consumers for spec in readers), (service, wanted)
+
+
+@given(
+    namespace=st.sampled_from(["skyhook", "default", "team-a"]),
+    name=st.sampled_from(["gpu-init", "nm-1", "skyhook"]),
+)
+def test_rule_no_subscription_of_one_message_receives_another(namespace: str, name: str) -> None:
+    """A subscriber decodes what its wildcard matches as its own payload; a subject another
+    message kind can also take (a NodeMaintenance in a namespace called `skyhook` once collided
+    with Skyhook decisions) would send good messages to the dead-letter subject."""
+    examples = {
+        spec.name: spec.subject_template.format(
+            namespace=namespace, name=name, skyhook=name, group=name, cluster=name, node=name
+        )
+        for spec in MESSAGES
+        if spec.subject_template.endswith(".decision")
+    }
+    for spec in MESSAGES:
+        for other, subject in examples.items():
+            if other != spec.name:
+                assert not subject_matches(spec.subscribe, subject), (spec.name, subject)

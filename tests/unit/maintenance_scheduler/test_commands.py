@@ -88,5 +88,5 @@ def test_rule_only_the_policy_ops_are_used() -> None:
 
 def test_rule_decision_subject_names_the_request() -> None:
     decision = decision_message(Decision(REQUEST, "evict", "Evict", "evict pod default/a"), T0)
-    assert decision.subject == "maintenance.v1.default.r.decision"
+    assert decision.subject == "maintenance.v1.nodemaintenance.default.r.decision"
     assert decision.requestor == REQUEST.requestor_id
