@@ -1,5 +1,6 @@
 """maintenance-scheduler decisions, published for audit on
-`maintenance.v1.nodemaintenance.<namespace>.<name>.decision` (the NodeMaintenance's namespace and name)."""
+`maintenance.v1.nodemaintenance.<namespace>.<name>.decision` (the NodeMaintenance's namespace
+and name) and `maintenance.v1.skyhook.<skyhook>.decision`."""
 
 from __future__ import annotations
 

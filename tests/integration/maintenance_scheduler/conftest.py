@@ -22,6 +22,7 @@ from maintenance_scheduler.service import MaintenanceScheduler
 from nodeflow_bus import Bus
 from nodeflow_contracts.k8s import CommandOutcome
 from nodeflow_contracts.maintenance import MaintenanceDecision
+from nodeflow_contracts.subjects import MAINTENANCE_DECISIONS
 from nodeflow_runtime.natsd import NatsServerProcess
 from slurm_syncer.client import SlurmClient
 from slurm_syncer.syncer import SyncerOptions
@@ -224,7 +225,7 @@ async def run_stack(nats_url: str, *, nodes: int = 4) -> AsyncIterator[Stack]:
                 running.outcomes.append(outcome)
 
         subscriptions = [
-            await running.bus.nc.subscribe("maintenance.v1.nodemaintenance.*.*.decision", cb=on_decision),
+            await running.bus.nc.subscribe(MAINTENANCE_DECISIONS, cb=on_decision),
             await running.bus.nc.subscribe("outcome.k8s.v1.>", cb=on_outcome),
         ]
         try:
