@@ -105,7 +105,7 @@ async def test_a_command_handled_for_longer_than_the_ack_wait_is_not_redelivered
     deliveries: list[Delivery] = []
     finished = asyncio.Event()
 
-    async def long_api_call(_: bytes, delivery: Delivery) -> None:
+    async def long_api_call(_payload: bytes, delivery: Delivery) -> None:
         deliveries.append(delivery)
         # Longer than the ack wait: only the consumer's in-progress heartbeats keep it held.
         for _ in range(3):

@@ -26,8 +26,8 @@ class Replica:
         self._reader: asyncio.Task[None] | None = None
 
     async def start_reading(self) -> None:
-        self._reader = asyncio.create_task(self._read())
-        await eventually(lambda: bool(self.holder) or self._reader.done(), timeout=30)
+        reader = self._reader = asyncio.create_task(self._read())
+        await eventually(lambda: bool(self.holder) or reader.done(), timeout=30)
         assert self.holder, "the replica exited before naming itself"
 
     async def _read(self) -> None:

@@ -88,7 +88,7 @@ async def test_an_outage_fails_a_batch_within_one_publish_budget(
         return await real_publish(subject, payload, **kwargs)
 
     # publish_batch sends the window with publish_async; only its retries go through publish.
-    bus.js.publish = counted  # type: ignore[method-assign]
+    bus.js.publish = counted  # type: ignore[method-assign,assignment]
     with pytest.raises(BatchPublishError) as raised:
         await bus.publish_batch(batch)
     assert sorted(raised.value.failures) == list(range(20))

@@ -6,12 +6,13 @@ from __future__ import annotations
 import msgspec
 from prometheus_client import CollectorRegistry
 
-from metrics_exporter.exporter import SLURM_NODES_BUCKET, Exporter
+from metrics_exporter.exporter import Exporter
 from nodeflow_bus import Bus
 from nodeflow_contracts import codec
 from nodeflow_contracts.k8s import CommandOutcome, DeleteObject, K8sCommand, ObjectRef
 from nodeflow_contracts.nodeset import NodeSetDecision
 from nodeflow_contracts.slurm import SlurmNodeState, SlurmPollResult
+from nodeflow_contracts.topology import SLURM_NODES_BUCKET
 from tests.integration.metrics_exporter.conftest import Clock, eventually
 
 POD = ObjectRef(api_version="v1", kind="Pod", name="gpus-worker-3", namespace="team-a", uid="u3")

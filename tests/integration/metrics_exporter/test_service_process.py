@@ -15,10 +15,11 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from metrics_exporter.exporter import NODESETS_BUCKET, SLURM_NODES_BUCKET
+from metrics_exporter.exporter import NODESETS_BUCKET
 from nodeflow_bus import Bus
 from nodeflow_contracts import codec
 from nodeflow_contracts.slurm import SlurmNodeState
+from nodeflow_contracts.topology import SLURM_NODES_BUCKET
 from nodeflow_runtime.natsd import NatsServerProcess, free_port
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

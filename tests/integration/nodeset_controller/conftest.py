@@ -24,7 +24,8 @@ from nodeset_controller.service import NodeSetController
 from slurm_syncer.client import SlurmClient
 from slurm_syncer.syncer import SyncerOptions
 from tests.fixtures import stack as shared
-from tests.fixtures.stack import ServiceSlot, condition, sleep_job
+from tests.fixtures.stack import ServiceSlot, sleep_job
+from tests.fixtures.stack import condition as condition  # re-exported for the tests here
 
 NS = "default"
 CLUSTER = "sim"

@@ -58,12 +58,16 @@ async def test_metrics_equal_nodeset_status_through_scale_out_and_scale_in(stack
 
         for replicas in (3, 4, 1, 0):
             stack.patch_nodeset("gpu", {"replicas": replicas})
-            await eventually(
-                lambda r=replicas: (
+
+            def scaled(r: int = replicas) -> bool:
+                return (
                     len(stack.ready_pods("gpu")) == r == len(stack.pods("gpu"))
                     and stack.status("gpu").get("numberReady", 0) == r
                     and stack.status("gpu").get("currentNumberScheduled", 0) == r
-                ),
+                )
+
+            await eventually(
+                scaled,
                 timeout=30,
                 what=f"scaled to {replicas}",
             )

@@ -24,8 +24,10 @@ async def test_rule_stale_slurm_state_is_unknown_on_the_whole_stack(stack: Stack
     victim = names[0]
     stack.sim.slurm["sim"].cluster.update_node(victim, "root", ["DRAIN"], "maintenance", None)
     await eventually(lambda: stack.status("gpu").get("numberDrain") == 1, what="drained seen")
-    clients = stack.syncer.clusters
-    await stack.syncer.stop()
+    syncer = stack.syncer
+    assert syncer is not None
+    clients = syncer.clusters
+    await syncer.stop()
     # The syncer is gone: after the maximum age its states are unknown (numberDrain drops).
     await eventually(lambda: stack.status("gpu").get("numberDrain") == 0, what="went stale")
     stack.patch_nodeset("gpu", {"replicas": 1})

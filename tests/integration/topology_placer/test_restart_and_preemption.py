@@ -160,8 +160,14 @@ async def test_high_priority_gang_preempts_a_low_priority_job(stack: Stack) -> N
                     conditions[pod["metadata"]["name"]] = condition
 
     await stack.start_placer()
+
+    def preemptor_bound() -> dict[str, str] | bool:
+        record()  # the victims' conditions, seen before they are deleted
+        pods = _bound(stack, "hello-job")
+        return len(pods) == 2 and pods
+
     bound = await eventually(
-        lambda: (record(), len(_bound(stack, "hello-job")) == 2)[1] and _bound(stack, "hello-job"),
+        preemptor_bound,
         timeout=30.0,
         what="the preemptor gang bound",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nodeflow_contracts import proto_gen
+from nodeflow_contracts.catalogue import MESSAGES
 
 PROTO = Path(__file__).resolve().parents[3] / "proto"
 
@@ -29,4 +30,4 @@ def test_asyncapi_lists_every_publisher_and_consumer() -> None:
     operations = document["operations"]
     assert operations["k8s-watcher.receive.K8sCommand"]["action"] == "receive"
     assert operations["nodeset-controller.send.NodeSetDecision"]["action"] == "send"
-    assert set(document["channels"]) == {spec.name for spec in proto_gen.MESSAGES}
+    assert set(document["channels"]) == {spec.name for spec in MESSAGES}

@@ -64,11 +64,13 @@ def test_a_service_command_without_a_deadline_is_refused(sender: str) -> None:
     allowed = COMMAND_POLICY[sender][0]
     kind = sorted(allowed.kinds)[0]
     target = ObjectRef(api_version="v1", kind=kind, name="x", namespace="slurm")
-    operation = RecordEvent(reason="R", message="m") if allowed.op == "record-event" else None
-    if operation is None:
-        operation = {"cordon": CordonNode(), "uncordon": UncordonNode(), "evict": EvictPod()}.get(
-            allowed.op, DeleteObject()
-        )
+    by_op: dict[str, CommandOperation] = {
+        "record-event": RecordEvent(reason="R", message="m"),
+        "cordon": CordonNode(),
+        "uncordon": UncordonNode(),
+        "evict": EvictPod(),
+    }
+    operation = by_op.get(allowed.op, DeleteObject())
     verdict = judged(command(sender, target, operation, expires_at=None))
     assert isinstance(verdict, Refused)
     assert "deadline" in verdict.reason

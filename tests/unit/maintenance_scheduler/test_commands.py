@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from maintenance_scheduler.actions import (
+    Action,
     CordonNode,
     Decision,
     DeleteRequest,
@@ -71,7 +72,7 @@ def test_rule_eviction_key_is_the_pod_and_attempt() -> None:
 
 
 def test_rule_only_the_policy_ops_are_used() -> None:
-    actions = [
+    actions: list[Action] = [
         SetStatus(REQUEST, {}),
         PatchRequest(REQUEST, finalizers=()),
         CordonNode(REQUEST, "n1", "u", "1", "why"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from maintenance_scheduler.api import DrainSpec
 from maintenance_scheduler.drain import drain_progress, filter_matches, plan_drain
@@ -13,7 +14,7 @@ from tests.unit.maintenance_scheduler.builders import T0, pod
 GPU_FILTERS = ("nvidia.com/gpu-*", "nvidia.com/rdma*")
 
 
-def names(pods: list[object]) -> list[str]:
+def names(pods: Sequence[object]) -> list[str]:
     return [getattr(p, "name", None) or p.pod.name for p in pods]  # type: ignore[attr-defined]
 
 

@@ -14,6 +14,7 @@ from nodeflow_contracts.pod_protocol import (
     SLURM_NOT_REGISTERED_REASON,
 )
 from nodeflow_contracts.slurm import BASE_STATES, FLAGS, SlurmNodeState
+from nodeflow_kube.fields import rfc3339
 from slurm_syncer.conditions import (
     Wanted,
     cluster_unreachable,
@@ -21,7 +22,6 @@ from slurm_syncer.conditions import (
     desired_conditions,
     node_not_registered,
     patch_digest,
-    rfc3339,
     unknown_because,
 )
 from slurm_syncer.nodestate import unknown_state
