@@ -47,12 +47,19 @@ proto-check: venv
 
 # kubectl drives the emulator in the conformance tests; Debian's kubernetes-client provides it
 # where the machine has none and we are root (as CI is). Otherwise the kubectl tests skip, or
-# fail under CI=true.
-tools:
+# fail under CI=true. helm (for the chart tests) is built from its Go module, cached by version
+# in /var/tmp/nodeflow-helm, and linked into .tools/bin where the tests look for it.
+tools: $(TOOLS)/bin/helm
+	@$(TOOLS)/bin/helm version --short >/dev/null
 	@command -v kubectl >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && apt-get install -y -qq kubernetes-client; \
 	  else echo "kubectl not found: the kubectl conformance tests will not run"; fi; }
+
+# Rebuilt only when the script (and with it the pinned version) changes.
+$(TOOLS)/bin/helm: tools/helm/build_helm.sh
+	@mkdir -p $(TOOLS)/bin
+	ln -sf "$$(tools/helm/build_helm.sh)" $@
 
 test: venv tools
 	$(VENV)/bin/ruff check .
