@@ -324,6 +324,47 @@ def test_chart_nats_config_is_accepted_by_nats_server(
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("mutual", [False, True], ids=["server-tls", "mutual-tls"])
+def test_chart_nats_tls_config_is_accepted_by_nats_server(mutual: bool, tmp_path: Path) -> None:
+    settings: dict[str, Any] = {"nats.tls.enabled": True, "nats.replicas": 1}
+    if mutual:
+        settings["nats.tls.clientSecretName"] = "nodeflow-nats-client-tls"
+    text = nats_conf(render(settings=settings))
+    assert ("verify: true" in text) is mutual
+    assert "\ncluster {" not in text  # one server: no routes to itself
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=nats-0.nats-headless.nodeflow-system.svc",
+         "-keyout", str(tmp_path / "tls.key"), "-out", str(tmp_path / "tls.crt")],
+        capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    shutil.copy(tmp_path / "tls.crt", tmp_path / "ca.crt")
+    config = tmp_path / "nats.conf"
+    config.write_text(text.replace("/etc/nats-tls/", f"{tmp_path}/"))
+    env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": "nats-0"}
+    env |= {password_variable(u)[1:]: f"pw-{u}" for u in (*SERVICES, ADMIN_USER)}
+    result = subprocess.run(
+        [str(nats_server_binary()), "-c", str(config), "-t"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    # The test proves the certificate is read: without it the server refuses the config.
+    (tmp_path / "tls.key").unlink()
+    refused = subprocess.run(
+        [str(nats_server_binary()), "-c", str(config), "-t"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert refused.returncode != 0
+
+
 def test_nats_tls_gives_every_service_the_ca_and_the_server_its_certificate(
     chart_production: list[Obj],
 ) -> None:
