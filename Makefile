@@ -48,9 +48,9 @@ proto-check: venv
 # kubectl drives the emulator in the conformance tests; Debian's kubernetes-client provides it
 # where the machine has none and we are root (as CI is). Otherwise the kubectl tests skip, or
 # fail under CI=true. helm (for the chart tests) is built from its Go module, cached by version
-# in /var/tmp/nodeflow-helm, and linked into .tools/bin where the tests look for it.
+# in /var/tmp/nodeflow-helm, and linked into .tools/bin where the tests look for it; without Go
+# the chart tests skip (fail under CI=true).
 tools: $(TOOLS)/bin/helm
-	@$(TOOLS)/bin/helm version --short >/dev/null
 	@command -v kubectl >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && apt-get install -y -qq kubernetes-client; \
@@ -59,7 +59,9 @@ tools: $(TOOLS)/bin/helm
 # Rebuilt only when the script (and with it the pinned version) changes.
 $(TOOLS)/bin/helm: tools/helm/build_helm.sh
 	@mkdir -p $(TOOLS)/bin
-	ln -sf "$$(tools/helm/build_helm.sh)" $@
+	@if command -v go >/dev/null || [ "$$CI" = "true" ]; then \
+	  helm="$$(tools/helm/build_helm.sh)" && ln -sf "$$helm" $@ && $@ version --short; \
+	else echo "go not found: helm is not built and the Helm chart tests will not run"; fi
 
 test: venv tools
 	$(VENV)/bin/ruff check .

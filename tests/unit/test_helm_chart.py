@@ -95,8 +95,11 @@ def render(
 
 
 def key_of(obj: Obj) -> tuple[str, str, str | None]:
+    """Kind, name and namespace; a Role's or RoleBinding's name is left out (the permissions
+    they grant in each namespace are compared instead)."""
     meta = obj["metadata"]
-    return obj["kind"], meta["name"], meta.get("namespace")
+    name = "" if obj["kind"] in ("Role", "RoleBinding") else meta["name"]
+    return obj["kind"], name, meta.get("namespace")
 
 
 def env_names(container: Obj) -> set[str]:
@@ -390,6 +393,17 @@ def test_chart_renders_the_kinds_and_names_the_production_overlay_installs(
     overlay: list[Obj], chart_like_overlay: list[Obj]
 ) -> None:
     assert sorted(map(key_of, chart_like_overlay)) == sorted(map(key_of, overlay))
+    # CRDs and the Namespace go through templates (the third-party CRDs are annotated on the
+    # way): they arrive with the overlay's spec and annotations.
+    for kind in ("CustomResourceDefinition", "Namespace"):
+        expected, rendered = by_name(overlay, kind), by_name(chart_like_overlay, kind)
+        for name, want in expected.items():
+            got = rendered[name]
+            assert got.get("spec") == want.get("spec"), name
+            annotations = want["metadata"].get("annotations", {}).items()
+            assert annotations <= got["metadata"].get("annotations", {}).items(), name
+            labels = want["metadata"].get("labels", {}).items()
+            assert labels <= got["metadata"].get("labels", {}).items(), name
 
 
 def test_chart_workloads_match_the_overlay(
