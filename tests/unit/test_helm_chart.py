@@ -541,7 +541,23 @@ def test_a_slurm_cluster_without_a_signing_key_secret_fails_to_render() -> None:
         "--set-string", "slurm.clusters[0].url=https://east:6820",
     )  # fmt: skip
     assert result.returncode != 0
-    assert "jwtKeySecret is required" in result.stderr
+    assert "jwtKeySecret" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("image.pullPolicy", "Sometimes"),
+        ("slurm.clusters", [{"name": "East_1", "url": "https://e", "jwtKeySecret": "k"}]),
+        ("nats.replicas", 0),
+        ("services.metrics-exporter.replicas", "two"),
+        ("thirdPartyCRDs.volcano", True),
+    ],
+)
+def test_values_schema_refuses_invalid_values(setting: str, value: Any) -> None:
+    result = run_helm("template", RELEASE, str(CHART), *values_args((), {setting: value}))
+    assert result.returncode != 0, setting
+    assert "values don't meet the specifications of the schema" in result.stderr
 
 
 def test_third_party_crds_are_opt_in_and_kept_by_helm(

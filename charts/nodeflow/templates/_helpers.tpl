@@ -108,3 +108,9 @@ slurm-syncer's clusters: SLURM_CLUSTERS, then per cluster its URL, the JWT signi
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* Pod template labels: without the chart version, so a chart upgrade alone rolls no pod. */}}
+{{- define "nodeflow.podLabels" -}}
+app.kubernetes.io/part-of: nodeflow
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
