@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,15 @@ def env_value(container: Obj, name: str) -> str | None:
             value: str | None = item.get("value")
             return value
     return None
+
+
+def secret_refs(container: Obj) -> dict[str, Obj]:
+    """The Secret and key each variable read from a Secret comes from."""
+    return {
+        item["name"]: item["valueFrom"]["secretKeyRef"]
+        for item in container.get("env", [])
+        if "secretKeyRef" in item.get("valueFrom", {})
+    }
 
 
 def pod_spec(workload: Obj) -> Obj:
@@ -293,7 +303,7 @@ def nats_conf(objects: list[Obj]) -> str:
 
 def test_chart_nats_accounts_equal_the_permissions_table(chart_production: list[Obj]) -> None:
     printed = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "python"), "-m", "nodeflow_contracts.permissions"],
+        [sys.executable, "-m", "nodeflow_contracts.permissions"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -438,6 +448,7 @@ def test_chart_workloads_match_the_overlay(
                     "resources",
                 ):
                     assert got_c.get(field) == want_c.get(field), (name, field)
+                assert secret_refs(got_c) == secret_refs(want_c), name
                 for variable in ("NATS_REPLICAS", "HTTP_PORT", "LOG_LEVEL", "COMMAND_NAMESPACES"):
                     assert env_value(got_c, variable) == env_value(want_c, variable), variable
                 if env_value(want_c, "NATS_URL") is not None:

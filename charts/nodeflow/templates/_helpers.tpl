@@ -31,10 +31,14 @@ metrics-exporter:
 {{- end -}}
 {{- end -}}
 
-{{/* The NATS user whose password a Secret holds: <service> or nodeflow-admin. */}}
+{{/*
+The Secret of a NATS user (a service, or nodeflow-admin): nodeflow-<service>-nats and
+nodeflow-admin-nats unless nats.credentials.secretNames names another.
+*/}}
 {{- define "nodeflow.natsSecret" -}}
 {{- $user := .user -}}
-{{- index .root.Values.nats.credentials.secretNames $user | default (printf "nodeflow-%s-nats" $user) -}}
+{{- $default := printf "%s-nats" (ternary $user (printf "nodeflow-%s" $user) (eq $user "nodeflow-admin")) -}}
+{{- index .root.Values.nats.credentials.secretNames $user | default $default -}}
 {{- end -}}
 
 {{/* `gpu-east` -> `GPU_EAST`, as slurm-syncer names a cluster's variables. */}}
