@@ -315,6 +315,20 @@ def test_chart_nats_accounts_equal_the_permissions_table(chart_production: list[
     assert render_accounts(password_variable) == printed
 
 
+def config_settings(text: str) -> list[str]:
+    """A nats-server config's lines, without comments and without its tls block (where the
+    certificate files are mounted is each install's own choice)."""
+    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    kept = re.sub(r"\ntls \{.*?\n\}", "", "\n".join(line for line in lines if line), flags=re.S)
+    return kept.splitlines()
+
+
+def test_chart_nats_config_has_the_overlays_settings(
+    overlay: list[Obj], chart_like_overlay: list[Obj]
+) -> None:
+    assert config_settings(nats_conf(chart_like_overlay)) == config_settings(nats_conf(overlay))
+
+
 def test_chart_nats_config_is_accepted_by_nats_server(
     chart_defaults: list[Obj], tmp_path: Path
 ) -> None:
