@@ -286,6 +286,37 @@ def test_restricted_check_refuses_what_the_standard_refuses(chart_defaults: list
     assert len(restricted_violations(pod)) == 6
 
 
+def test_pull_secrets_storage_class_and_log_level_reach_the_pods() -> None:
+    objects = render(
+        settings={
+            "imagePullSecrets": [{"name": "registry-login"}],
+            "nats.storage.storageClassName": "fast-ssd",
+            "nats.storage.size": "50Gi",
+            "logLevel": "debug",
+        }
+    )
+    for deployment in of_kind(objects, "Deployment"):
+        assert pod_spec(deployment)["imagePullSecrets"] == [{"name": "registry-login"}]
+        assert env_value(container_of(deployment), "LOG_LEVEL") == "debug"
+    (statefulset,) = of_kind(objects, "StatefulSet")
+    (claim,) = statefulset["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+
+
+def test_one_nats_server_has_no_routes_and_no_disruption_budget() -> None:
+    objects = render(settings={"nats.replicas": 1})
+    assert "nats" not in by_name(objects, "PodDisruptionBudget")
+    assert "\ncluster {" not in nats_conf(objects)
+    for deployment in of_kind(objects, "Deployment"):
+        container = container_of(deployment)
+        assert (
+            env_value(container, "NATS_URL")
+            == "nats://nats-0.nats-headless.nodeflow-system.svc:4222"
+        )
+        assert env_value(container, "NATS_REPLICAS") == "1"
+
+
 def test_image_digest_wins_over_the_tag() -> None:
     digest = "sha256:" + "a" * 64
     objects = render(settings={"image.repository": "registry.example/nf", "image.digest": digest})
