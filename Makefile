@@ -47,12 +47,21 @@ proto-check: venv
 
 # kubectl drives the emulator in the conformance tests; Debian's kubernetes-client provides it
 # where the machine has none and we are root (as CI is). Otherwise the kubectl tests skip, or
-# fail under CI=true.
-tools:
+# fail under CI=true. helm (for the chart tests) is built from its Go module, cached by version
+# in /var/tmp/nodeflow-helm, and linked into .tools/bin where the tests look for it; without Go
+# the chart tests skip (fail under CI=true).
+tools: $(TOOLS)/bin/helm
 	@command -v kubectl >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && apt-get install -y -qq kubernetes-client; \
 	  else echo "kubectl not found: the kubectl conformance tests will not run"; fi; }
+
+# Rebuilt only when the script (and with it the pinned version) changes.
+$(TOOLS)/bin/helm: tools/helm/build_helm.sh
+	@mkdir -p $(TOOLS)/bin
+	@if command -v go >/dev/null || [ "$$CI" = "true" ]; then \
+	  helm="$$(tools/helm/build_helm.sh)" && ln -sf "$$helm" $@ && $@ version --short; \
+	else echo "go not found: helm is not built and the Helm chart tests will not run"; fi
 
 test: venv tools
 	$(VENV)/bin/ruff check .
@@ -81,7 +90,8 @@ test-real-slurm: venv
 # the first build on a machine is slow. The suite gets what the emulator's conformance fixture
 # is: the API server with its controllers, no scheduler, no CRD installed yet, and only the two
 # KWOK nodes its tests bind pods to (KWOK keeps them Ready and leaves the pods alone). Then the
-# scheduler, our CRDs, KWOK's pod stages and the simulator's 16 GPU nodes join for tests/realkube.
+# scheduler, our CRDs, KWOK's pod stages and the simulator's 16 GPU nodes join for tests/realkube
+# (which also dry-runs the Helm chart's render on the API server, hence `tools`).
 test-real-kube: venv tools
 	@mkdir -p .run
 	export KUBE_STATE=$(CURDIR)/.run/real-kube KUBE_NODES=0 KUBE_SCHEDULER=0 KUBE_CRDS=0 \
