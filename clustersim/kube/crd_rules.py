@@ -1,14 +1,15 @@
 """CRD ``x-kubernetes-validations`` (CEL rules), enforced the way kube-apiserver 1.32 does.
 
 * ``compile_errors(schema, path)`` checks every rule of a CRD version's schema when the CRD is
-  written; a rule outside the emulator's CEL subset (see ``clustersim.kube.cel``) is refused
-  with a 422 cause naming the rule, never silently skipped.
+  written; a rule the CEL library (see ``clustersim.kube.cel``) cannot compile, or whose result
+  is not a bool, is refused with a 422 cause naming the rule, never silently skipped.
 * ``rule_causes(new, old, schema)`` evaluates the rules on a custom object write.  ``self`` is
   the value at the schema node that declares the rule; rules are skipped where the value is
-  absent.  Transition rules (those reading ``oldSelf``) run only on update, and only where the
-  old value correlates (object properties, map keys, ``x-kubernetes-list-type: map`` items).
-  Rules without ``oldSelf`` whose value did not change on update are not re-checked
-  (validation ratcheting, on by default since 1.30).
+  absent; values of ``type: number`` nodes are doubles, as in kube-apiserver.  Transition rules
+  (those reading ``oldSelf``) run only on update, and only where the old value correlates
+  (object properties, map keys, ``x-kubernetes-list-type: map`` items).  Rules without
+  ``oldSelf`` whose value did not change on update are not re-checked (validation ratcheting,
+  on by default since 1.30).
 * A failed rule becomes a cause at the node's field path (plus the rule's ``fieldPath``) with
   the rule's ``reason`` (default ``FieldValueInvalid``) and ``messageExpression``, ``message``
   or ``failed rule: <rule>`` as detail.  As kube-apiserver 1.36 does, the cause shows the
@@ -23,7 +24,7 @@ import json
 import re
 from typing import Any
 
-from clustersim.kube.cel import CelEvalError, CelUnsupported, Compiled, cel_equal, compile_rule
+from clustersim.kube.cel import CelCompileError, CelEvalError, Compiled, compile_rule
 from clustersim.kube.errors import Cause
 
 Schema = dict[str, Any]
@@ -65,32 +66,31 @@ def _compile_one(rule: Any, path: str, correlatable: bool, causes: list[Cause]) 
     source = rule["rule"]
     try:
         compiled = compile_rule(source)
-    except CelUnsupported as exc:
-        causes.append(_unsupported(f"{path}.rule", source, exc))
+    except CelCompileError as exc:
+        causes.append(_invalid(f"{path}.rule", source, f"compilation failed: {exc}"))
         return
+    if compiled.result_type not in ("bool", "dyn"):
+        causes.append(_invalid(f"{path}.rule", source, "cel expression must evaluate to a bool"))
     if "oldSelf" in compiled.variables and not correlatable:
         causes.append(
-            Cause(
-                "FieldValueInvalid",
-                f'Invalid value: "{source}": oldSelf cannot be used on the uncorrelatable '
-                "portion of the schema",
+            _invalid(
                 f"{path}.rule",
+                source,
+                "oldSelf cannot be used on the uncorrelatable portion of the schema",
             )
         )
     if rule.get("optionalOldSelf"):
         causes.append(
-            _unsupported(
+            _invalid(
                 f"{path}.optionalOldSelf",
                 source,
-                CelUnsupported("optionalOldSelf (optional types) is not supported"),
+                "optionalOldSelf is not supported by clustersim (it would bind oldSelf to "
+                "an optional value on create)",
             )
         )
     expression = rule.get("messageExpression")
     if isinstance(expression, str):
-        try:
-            compile_rule(expression)
-        except CelUnsupported as exc:
-            causes.append(_unsupported(f"{path}.messageExpression", expression, exc))
+        _compile_message_expression(expression, f"{path}.messageExpression", causes)
     reason = rule.get("reason")
     if reason is not None and reason not in _REASONS:
         supported = ", ".join(f'"{r}"' for r in _REASONS)
@@ -103,13 +103,19 @@ def _compile_one(rule: Any, path: str, correlatable: bool, causes: list[Cause]) 
         )
 
 
-def _unsupported(path: str, source: str, exc: CelUnsupported) -> Cause:
-    return Cause(
-        "FieldValueInvalid",
-        f'Invalid value: "{source}": compilation failed: {exc} '
-        "(clustersim's CEL evaluator supports a subset of CEL; see clustersim/kube/cel.py)",
-        path,
-    )
+def _compile_message_expression(expression: str, path: str, causes: list[Cause]) -> None:
+    try:
+        compiled = compile_rule(expression)
+    except CelCompileError as exc:
+        causes.append(_invalid(path, expression, f"messageExpression compilation failed: {exc}"))
+        return
+    if compiled.result_type not in ("string", "dyn"):
+        causes.append(_invalid(path, expression, "must evaluate to a string"))
+
+
+def _invalid(path: str, source: str, why: str) -> Cause:
+    quoted = json.dumps(source, ensure_ascii=False)
+    return Cause("FieldValueInvalid", f"Invalid value: {quoted}: {why}", path)
 
 
 # --------------------------------------------------------------------------- object write
@@ -163,14 +169,17 @@ def _apply_rules(
     value: Any, old: Any, schema: Schema, rules: list[Any], path: str, causes: list[Cause]
 ) -> None:
     type_name = str(schema.get("type", ""))
+    env = {"self": _as_cel(value, schema), "oldSelf": None}
+    if old is not _ABSENT:
+        env["oldSelf"] = _as_cel(old, schema)
+    unchanged = old is not _ABSENT and _equal(env)
     for rule in rules:
         compiled = compile_rule(rule["rule"])
         transition = "oldSelf" in compiled.variables
         if transition and old is _ABSENT:
             continue
-        if not transition and old is not _ABSENT and cel_equal(value, old):
+        if not transition and unchanged:
             continue  # ratcheting: an unchanged value is not re-validated
-        env = {"self": value, "oldSelf": None if old is _ABSENT else old}
         field = _field_path(path, rule.get("fieldPath"))
         try:
             result = compiled.evaluate(env)
@@ -196,6 +205,32 @@ def _apply_rules(
             )
             continue
         causes.append(_failure(rule, env, type_name, field))
+
+
+def _equal(env: dict[str, Any]) -> bool:
+    """CEL's equality of ``self`` and ``oldSelf`` (no bool/int confusion, ``1 == 1.0``)."""
+    try:
+        return compile_rule("self == oldSelf").evaluate(env) is True
+    except CelEvalError:
+        return False  # a value CEL cannot hold is never taken as unchanged
+
+
+def _as_cel(value: Any, schema: Schema) -> Any:
+    """``value`` as kube-apiserver hands it to CEL: integers at ``type: number`` nodes are
+    doubles (JSON does not tell ``1`` from ``1.0``; the schema does)."""
+    if not isinstance(schema, dict):
+        return value
+    if schema.get("type") == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, dict):
+        props: dict[str, Schema] = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        fallback: Schema = additional if isinstance(additional, dict) else {}
+        return {key: _as_cel(item, props.get(key, fallback)) for key, item in value.items()}
+    if isinstance(value, list):
+        items = schema.get("items")
+        return [_as_cel(item, items) for item in value] if isinstance(items, dict) else value
+    return value
 
 
 def _detail(rule: dict[str, Any], env: dict[str, Any]) -> str:
