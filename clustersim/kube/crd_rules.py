@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from clustersim.kube.cel import CelCompileError, CelEvalError, Compiled, compile_rule
@@ -37,85 +38,121 @@ _FIELD_PATH_RE = re.compile(r"\.([A-Za-z0-9_\-$]+)|\['([^']*)'\]")
 
 
 def compile_errors(schema: Schema, path: str) -> list[Cause]:
-    """Causes for every rule in ``schema`` (at CRD field ``path``) that cannot be enforced."""
-    causes: list[Cause] = []
-    _compile_node(schema, path, True, causes)
-    return causes
+    """Causes for every rule in ``schema`` (at CRD field ``path``) that cannot be enforced.
+    As kube-apiserver, a schema with structural errors in its rules (an unsupported
+    ``reason``, a rule without ``rule``) gets no CEL compilation errors, only the structural
+    ones and ``oldSelf`` used where nothing correlates."""
+    found = _Found([], [], [])
+    _compile_node(schema, path, None, found)
+    if found.structural:
+        return found.structural + found.uncorrelated
+    return found.uncorrelated + found.compilation
 
 
-def _compile_node(schema: Schema, path: str, correlatable: bool, causes: list[Cause]) -> None:
+@dataclass(frozen=True)
+class _Found:
+    structural: list[Cause]
+    uncorrelated: list[Cause]
+    compilation: list[Cause]
+
+
+def _compile_node(schema: Schema, path: str, uncorrelatable_at: str | None, causes: _Found) -> None:
+    """``uncorrelatable_at`` is the path of the list above ``schema`` whose items have no old
+    value to compare with (any list but ``x-kubernetes-list-type: map``), if there is one."""
     if not isinstance(schema, dict):
         return
     for i, rule in enumerate(schema.get("x-kubernetes-validations") or []):
-        _compile_one(rule, f"{path}.x-kubernetes-validations[{i}]", correlatable, causes)
+        _compile_one(rule, f"{path}.x-kubernetes-validations[{i}]", uncorrelatable_at, causes)
     for name, sub in (schema.get("properties") or {}).items():
-        _compile_node(sub, f"{path}.properties[{name}]", correlatable, causes)
+        _compile_node(sub, f"{path}.properties[{name}]", uncorrelatable_at, causes)
     additional = schema.get("additionalProperties")
     if isinstance(additional, dict):
-        _compile_node(additional, f"{path}.additionalProperties", correlatable, causes)
+        _compile_node(additional, f"{path}.additionalProperties", uncorrelatable_at, causes)
     items = schema.get("items")
     if isinstance(items, dict):
-        keyed = schema.get("x-kubernetes-list-type") == "map"
-        _compile_node(items, f"{path}.items", correlatable and keyed, causes)
+        if uncorrelatable_at is None and schema.get("x-kubernetes-list-type") != "map":
+            uncorrelatable_at = path
+        _compile_node(items, f"{path}.items", uncorrelatable_at, causes)
 
 
-def _compile_one(rule: Any, path: str, correlatable: bool, causes: list[Cause]) -> None:
+def _compile_one(rule: Any, path: str, uncorrelatable_at: str | None, found: _Found) -> None:
     if not isinstance(rule, dict) or not isinstance(rule.get("rule"), str):
-        causes.append(Cause("FieldValueRequired", "Required value", f"{path}.rule"))
+        found.structural.append(Cause("FieldValueRequired", "Required value", f"{path}.rule"))
         return
-    source = rule["rule"]
-    try:
-        compiled = compile_rule(source)
-    except CelCompileError as exc:
-        causes.append(_invalid(f"{path}.rule", source, f"compilation failed: {exc}"))
-        return
-    if compiled.result_type not in ("bool", "dyn"):
-        causes.append(_invalid(f"{path}.rule", source, "cel expression must evaluate to a bool"))
-    if "oldSelf" in compiled.variables and not correlatable:
-        causes.append(
-            _invalid(
-                f"{path}.rule",
-                source,
-                "oldSelf cannot be used on the uncorrelatable portion of the schema",
-            )
-        )
-    if rule.get("optionalOldSelf"):
-        causes.append(
-            _invalid(
-                f"{path}.optionalOldSelf",
-                source,
-                "optionalOldSelf is not supported by clustersim (it would bind oldSelf to "
-                "an optional value on create)",
-            )
-        )
-    expression = rule.get("messageExpression")
-    if isinstance(expression, str):
-        _compile_message_expression(expression, f"{path}.messageExpression", causes)
     reason = rule.get("reason")
     if reason is not None and reason not in _REASONS:
-        supported = ", ".join(f'"{r}"' for r in _REASONS)
-        causes.append(
+        supported = ", ".join(f'"{r}"' for r in sorted(_REASONS))
+        found.structural.append(
             Cause(
                 "FieldValueNotSupported",
                 f'Unsupported value: "{reason}": supported values: {supported}',
                 f"{path}.reason",
             )
         )
+    source = rule["rule"]
+    shown = _rule_value(rule)
+    causes = found.compilation
+    try:
+        compiled = compile_rule(source)
+    except CelCompileError as exc:
+        causes.append(_invalid(f"{path}.rule", shown, f"compilation failed: {exc}"))
+        return
+    if compiled.result_type not in ("bool", "dyn"):
+        causes.append(_invalid(f"{path}.rule", shown, "cel expression must evaluate to a bool"))
+    if "oldSelf" in compiled.variables and uncorrelatable_at is not None:
+        why = "oldSelf cannot be used on the uncorrelatable portion of the schema within"
+        found.uncorrelated.append(
+            _invalid(f"{path}.rule", _go_json(source), f"{why} {uncorrelatable_at}")
+        )
+    if rule.get("optionalOldSelf"):
+        causes.append(
+            _invalid(
+                f"{path}.optionalOldSelf",
+                shown,
+                "optionalOldSelf is not supported by clustersim (it would bind oldSelf to "
+                "an optional value on create)",
+            )
+        )
+    expression = rule.get("messageExpression")
+    if isinstance(expression, str):
+        _compile_message_expression(expression, shown, f"{path}.messageExpression", causes)
 
 
-def _compile_message_expression(expression: str, path: str, causes: list[Cause]) -> None:
+def _compile_message_expression(
+    expression: str, shown: str, path: str, causes: list[Cause]
+) -> None:
     try:
         compiled = compile_rule(expression)
     except CelCompileError as exc:
-        causes.append(_invalid(path, expression, f"messageExpression compilation failed: {exc}"))
+        causes.append(_invalid(path, shown, f"messageExpression compilation failed: {exc}"))
         return
     if compiled.result_type not in ("string", "dyn"):
-        causes.append(_invalid(path, expression, "must evaluate to a string"))
+        causes.append(_invalid(path, shown, "messageExpression must evaluate to a string"))
 
 
-def _invalid(path: str, source: str, why: str) -> Cause:
-    quoted = json.dumps(source, ensure_ascii=False)
-    return Cause("FieldValueInvalid", f"Invalid value: {quoted}: {why}", path)
+def _go_json(value: Any) -> str:
+    """``value`` as Go's encoding/json writes it (compact, HTML characters escaped)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _rule_value(rule: dict[str, Any]) -> str:
+    """The invalid value kube-apiserver shows for a rule that cannot be compiled: the whole
+    rule, as Go's JSON of its ValidationRule struct."""
+    return _go_json(
+        {
+            "Rule": rule.get("rule", ""),
+            "Message": rule.get("message", ""),
+            "MessageExpression": rule.get("messageExpression", ""),
+            "Reason": rule.get("reason"),
+            "FieldPath": rule.get("fieldPath", ""),
+            "OptionalOldSelf": rule.get("optionalOldSelf"),
+        }
+    )
+
+
+def _invalid(path: str, shown: str, why: str) -> Cause:
+    return Cause("FieldValueInvalid", f"Invalid value: {shown}: {why}", path)
 
 
 # --------------------------------------------------------------------------- object write
