@@ -1,5 +1,6 @@
-"""Patch algorithms: JSON merge patch (RFC 7386), Kubernetes strategic merge patch and JSON
-patch (RFC 6902).  All functions are pure: they never mutate their inputs.
+"""Patch algorithms: JSON merge patch (RFC 7386, json-merge-patch), JSON patch (RFC 6902,
+jsonpatch) and Kubernetes strategic merge patch (ours: no Python library merges lists by the
+Go structs' ``patchMergeKey``).  All functions are pure: they never mutate their inputs.
 
 Strategic merge uses the patch metadata of the built-in types: lists whose field name is in
 ``MERGE_KEYS`` are merged by that key (``conditions`` by ``type``, ``containers`` by ``name``,
@@ -13,6 +14,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from typing import Any
+
+import json_merge_patch  # type: ignore[import-untyped]
+import jsonpatch
+import jsonpointer
 
 from clustersim.kube.errors import BadRequest, Invalid, UnsupportedMediaType
 
@@ -48,15 +53,8 @@ APPLY_PATCH = "application/apply-patch+yaml"
 
 def merge_patch(target: JSON, patch: JSON) -> JSON:
     """RFC 7386: objects merge recursively, ``null`` deletes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result: dict[str, Any] = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
+    # The library merges into its first argument and keeps the patch's values: copy both.
+    return json_merge_patch.merge(copy.deepcopy(target), copy.deepcopy(patch))
 
 
 def strategic_merge_patch(target: JSON, patch: JSON) -> JSON:
@@ -134,117 +132,36 @@ def _smp_list(field: str, current: Any, patch: list[Any]) -> list[Any]:
     return merged
 
 
-# --- RFC 6902 ---------------------------------------------------------------------------------
-
-
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise BadRequest(f"invalid JSON pointer {path!r}")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def _index(container: list[Any], token: str, *, allow_end: bool) -> int:
-    if token == "-" and allow_end:
-        return len(container)
-    if not token.isdigit() or (len(token) > 1 and token.startswith("0")):
-        raise Invalid(f"invalid array index {token!r}")
-    idx = int(token)
-    limit = len(container) if allow_end else len(container) - 1
-    if idx > limit:
-        raise Invalid(f"array index {idx} out of bounds")
-    return idx
-
-
-def _parent(doc: Any, tokens: list[str], path: str) -> Any:
-    current = doc
-    for token in tokens[:-1]:
-        if isinstance(current, dict):
-            if token not in current:
-                raise Invalid(f"jsonpatch: path {path!r} does not exist")
-            current = current[token]
-        elif isinstance(current, list):
-            current = current[_index(current, token, allow_end=False)]
-        else:
-            raise Invalid(f"jsonpatch: path {path!r} does not exist")
-    return current
-
-
-def _get(doc: Any, path: str) -> Any:
-    tokens = _pointer(path)
-    if not tokens:
-        return doc
-    parent = _parent(doc, tokens, path)
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise Invalid(f"jsonpatch: path {path!r} does not exist")
-        return parent[last]
-    if isinstance(parent, list):
-        return parent[_index(parent, last, allow_end=False)]
-    raise Invalid(f"jsonpatch: path {path!r} does not exist")
-
-
-def _add(doc: Any, path: str, value: Any) -> Any:
-    tokens = _pointer(path)
-    if not tokens:
-        return value
-    parent = _parent(doc, tokens, path)
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        parent[last] = value
-    elif isinstance(parent, list):
-        parent.insert(_index(parent, last, allow_end=True), value)
-    else:
-        raise Invalid(f"jsonpatch: cannot add at {path!r}")
-    return doc
-
-
-def _remove(doc: Any, path: str) -> Any:
-    tokens = _pointer(path)
-    if not tokens:
-        raise Invalid("jsonpatch: cannot remove the whole document")
-    parent = _parent(doc, tokens, path)
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise Invalid(f"jsonpatch: remove operation does not apply: {path!r} missing")
-        del parent[last]
-    elif isinstance(parent, list):
-        parent.pop(_index(parent, last, allow_end=False))
-    else:
-        raise Invalid(f"jsonpatch: cannot remove {path!r}")
-    return doc
-
-
 def json_patch(target: JSON, operations: JSON) -> JSON:
-    """Apply RFC 6902 operations; a failed ``test`` or a missing path is 422 Invalid."""
-    if not isinstance(operations, list):
+    """Apply RFC 6902 operations.  As kube-apiserver: a body that is not a list of objects is
+    400 Bad Request; an operation that cannot apply (a failed ``test``, a missing path, an
+    unknown ``op``) is 422 Invalid with the library's message, and nothing is applied."""
+    if not isinstance(operations, list) or not all(isinstance(op, dict) for op in operations):
         raise BadRequest("json patch must be a list of operations")
-    doc = copy.deepcopy(target)
-    for op in operations:
-        if not isinstance(op, dict) or "op" not in op or "path" not in op:
-            raise BadRequest(f"invalid json patch operation {op!r}")
-        kind, path = op["op"], op["path"]
-        if kind == "add":
-            doc = _add(doc, path, copy.deepcopy(op.get("value")))
-        elif kind == "remove":
-            doc = _remove(doc, path)
-        elif kind == "replace":
-            _get(doc, path)
-            doc = _add(_remove(doc, path), path, copy.deepcopy(op.get("value")))
-        elif kind == "move":
-            value = _get(doc, op["from"])
-            doc = _add(_remove(doc, op["from"]), path, value)
-        elif kind == "copy":
-            doc = _add(doc, path, copy.deepcopy(_get(doc, op["from"])))
-        elif kind == "test":
-            if _get(doc, path) != op.get("value"):
-                raise Invalid(f"jsonpatch: test operation failed at {path!r}")
-        else:
-            raise BadRequest(f"unknown json patch operation {kind!r}")
-    return doc
+    document = copy.deepcopy(target)
+    try:
+        for operation in copy.deepcopy(operations):
+            step = jsonpatch.JsonPatch([_as_kube_apiserver_applies(document, operation)])
+            document = step.apply(document, in_place=True)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+        raise Invalid(f"the JSON patch could not be applied: {exc}") from exc
+    return document
+
+
+def _as_kube_apiserver_applies(document: JSON, operation: dict[str, Any]) -> dict[str, Any]:
+    """kube-apiserver's JSON patch (evanphx/json-patch v4) lets ``replace`` set an object
+    member that does not exist, where RFC 6902 (and the library) refuse: it becomes ``add``."""
+    path = operation.get("path")
+    if operation.get("op") != "replace" or not isinstance(path, str) or not path:
+        return operation
+    try:
+        parts = jsonpointer.JsonPointer(path).parts
+        parent = jsonpointer.JsonPointer.from_parts(parts[:-1]).resolve(document)
+    except jsonpointer.JsonPointerException:
+        return operation  # the library reports the bad path
+    if isinstance(parent, dict) and parts[-1] not in parent:
+        return {**operation, "op": "add"}
+    return operation
 
 
 def apply_patch(target: JSON, patch: JSON, patch_type: str, *, strategic: bool) -> JSON:

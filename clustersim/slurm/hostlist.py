@@ -1,93 +1,41 @@
-"""Slurm hostlist strings: `a-[001-003,005]` <-> `["a-001", "a-002", "a-003", "a-005"]`."""
+"""Slurm hostlist strings: `a-[001-003,005]` <-> `["a-001", "a-002", "a-003", "a-005"]`, through
+python-hostlist, held to what Slurm 24.11's `scontrol show hostnames` / `show hostlistsorted`
+print (see tests/unit/clustersim/test_slurm_hostlist.py)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
-_BRACKETS = re.compile(r"^(.*?)\[([^\]]+)\](.*)$")
+import hostlist  # type: ignore[import-untyped]
 
 
-def expand(hostlist: str) -> list[str]:
-    """Expand a comma separated hostlist expression (one bracket group per name)."""
-    names: list[str] = []
-    for part in _split_top_level(hostlist):
-        match = _BRACKETS.match(part)
-        if not match:
-            names.append(part)
-            continue
-        prefix, ranges, suffix = match.groups()
-        for item in ranges.split(","):
-            low, _, high = item.partition("-")
-            width = len(low)
-            for number in range(int(low), int(high or low) + 1):
-                names.append(f"{prefix}{number:0{width}d}{suffix}")
-    return names
+class InvalidHostlist(ValueError):
+    """Not a hostlist Slurm accepts (unbalanced brackets, a reversed or non-numeric range)."""
+
+
+def expand(expression: str) -> list[str]:
+    """Every name of a hostlist expression, in order, duplicates kept, as Slurm expands it
+    (several bracket groups in one name included: `node[1-2]-rack[1-2]`)."""
+    try:
+        names = hostlist.expand_hostlist(expression, allow_duplicates=True)
+    except hostlist.BadHostlist as exc:
+        raise InvalidHostlist(f"invalid hostlist {expression!r}: {exc}") from exc
+    return [name.strip() for name in names if name.strip()]
 
 
 def compress(names: Iterable[str]) -> str:
-    """Compress names into a hostlist expression, in the order Slurm prints them."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    plain: list[str] = []
-    order: list[tuple[str, int] | str] = []
+    """Names as a sorted hostlist expression, as Slurm prints a job's nodes.
+
+    Slurm only ranges the number that ends a name, and groups in one dimension
+    (`node1-rack[1-2],node2-rack[1-2]`, never `node[1-2]-rack[1-2]`).  python-hostlist's
+    ``collect_hostlist`` repeats its pass until every dimension is grouped, so this makes one
+    pass (``collect_hostlist_1``), with names that do not end in a digit set aside as its
+    already-collected right-hand parts.
+    """
+    entries: list[tuple[str, str]] = []
     for name in names:
-        match = _NUMBERED.match(name)
-        if not match:
-            plain.append(name)
-            order.append(name)
-            continue
-        prefix, digits = match.groups()
-        key = (prefix, len(digits) if digits.startswith("0") else 0)
-        if key not in groups:
-            groups[key] = []
-            order.append(key)
-        groups[key].append(int(digits))
-    parts: list[str] = []
-    for entry in order:
-        if isinstance(entry, str):
-            parts.append(entry)
-            continue
-        prefix, width = entry
-        numbers = sorted(set(groups[entry]))
-        if len(numbers) == 1:
-            parts.append(f"{prefix}{numbers[0]:0{width}d}")
-            continue
-        parts.append(f"{prefix}[{_ranges(numbers, width)}]")
-    return ",".join(parts)
-
-
-def _ranges(numbers: list[int], width: int) -> str:
-    spans: list[str] = []
-    start = previous = numbers[0]
-    for number in [*numbers[1:], None]:
-        if number is not None and number == previous + 1:
-            previous = number
-            continue
-        if start == previous:
-            spans.append(f"{start:0{width}d}")
-        else:
-            spans.append(f"{start:0{width}d}-{previous:0{width}d}")
-        if number is not None:
-            start = previous = number
-    return ",".join(spans)
-
-
-def _split_top_level(hostlist: str) -> list[str]:
-    parts: list[str] = []
-    depth = 0
-    current = ""
-    for char in hostlist:
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        if char == "," and depth == 0:
-            if current:
-                parts.append(current)
-            current = ""
-            continue
-        current += char
-    if current:
-        parts.append(current)
-    return parts
+        if any(char in name for char in "[],"):
+            raise InvalidHostlist(f"invalid host name {name!r}")
+        entries.append((name, "") if name[-1:].isdigit() else ("", name))
+    collected, _ = hostlist.collect_hostlist_1(entries)
+    return ",".join(left + right for left, right in collected)

@@ -180,11 +180,14 @@ def _str_list(data: dict[str, Any], key: str) -> list[str]:
 
 
 def _csv(data: dict[str, Any], key: str) -> list[str]:
-    from clustersim.slurm.hostlist import expand
+    from clustersim.slurm.hostlist import InvalidHostlist, expand
 
     items: list[str] = []
     for item in _str_list(data, key):
-        items.extend(expand(item))
+        try:
+            items.extend(expand(item))
+        except InvalidHostlist as exc:
+            raise _parse_error(key, str(exc)) from exc
     return items
 
 

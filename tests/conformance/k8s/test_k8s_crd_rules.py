@@ -394,3 +394,161 @@ async def test_type_errors_block_the_rules(kube: Kube, gadgets: str) -> None:
     causes = body["details"]["causes"]
     assert causes[0]["field"] == "spec.min" and causes[0]["reason"] == "FieldValueTypeInvalid"
     assert any("some validation rules were not checked" in c["message"] for c in causes[1:])
+
+
+# --------------------------------------------------------------------------- CEL errors
+
+
+def probe_crd(group: str, spec_properties: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"probes.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "probes", "singular": "probe", "kind": "Probe"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {"type": "object", "properties": spec_properties}
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+PROBE_SCHEMA = "spec.validation.openAPIV3Schema.properties[spec]"
+
+
+async def test_rules_that_do_not_compile_or_are_not_bool_are_refused_with_the_rule(
+    kube: Kube,
+) -> None:
+    name_rules = [
+        {"rule": "size(self)"},
+        {"rule": "self == 'a'", "messageExpression": "size(self)"},
+        {"rule": "self.min <"},
+    ]
+    crd = probe_crd(
+        f"p{uuid.uuid4().hex[:6]}.example.com",
+        {
+            "name": {"type": "string", "maxLength": 8, "x-kubernetes-validations": name_rules},
+            "tags": {
+                "type": "array",
+                "maxItems": 4,
+                "items": {
+                    "type": "string",
+                    "maxLength": 8,
+                    "x-kubernetes-validations": [{"rule": "self == oldSelf"}],
+                },
+            },
+        },
+    )
+    status, body = await kube.request("POST", CRDS, crd)
+    assert status == 422, body
+    causes = {c["field"]: (c["reason"], c["message"]) for c in body["details"]["causes"]}
+    rules = f"{PROBE_SCHEMA}.properties[name].x-kubernetes-validations"
+    empty = (
+        '"Message":"","MessageExpression":"","Reason":null,"FieldPath":"","OptionalOldSelf":null'
+    )
+    assert causes[f"{rules}[0].rule"] == (
+        "FieldValueInvalid",
+        f'Invalid value: {{"Rule":"size(self)",{empty}}}: cel expression must evaluate to a bool',
+    )
+    assert causes[f"{rules}[1].messageExpression"] == (
+        "FieldValueInvalid",
+        'Invalid value: {"Rule":"self == \'a\'","Message":"","MessageExpression":"size(self)",'
+        '"Reason":null,"FieldPath":"","OptionalOldSelf":null}: '
+        "messageExpression must evaluate to a string",
+    )
+    _, message = causes[f"{rules}[2].rule"]
+    assert message.startswith(
+        f'Invalid value: {{"Rule":"self.min \\u003c",{empty}}}: compilation failed: '
+        "ERROR: <input>:1:11: Syntax error: mismatched input '<EOF>' expecting"
+    ), message
+
+    # Structural errors come alone: with them, kube-apiserver does not compile the rules.
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "name"
+    ]["x-kubernetes-validations"].append({"rule": "true", "reason": "Bogus"})
+    status, body = await kube.request("POST", CRDS, crd)
+    assert status == 422, body
+    causes = {c["field"]: (c["reason"], c["message"]) for c in body["details"]["causes"]}
+    tags = f"{PROBE_SCHEMA}.properties[tags]"
+    assert sorted(causes) == [
+        f"{rules}[3].reason",
+        f"{tags}.items.x-kubernetes-validations[0].rule",
+    ]
+    assert causes[f"{rules}[3].reason"] == (
+        "FieldValueNotSupported",
+        'Unsupported value: "Bogus": supported values: "FieldValueDuplicate", '
+        '"FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired"',
+    )
+    assert causes[f"{tags}.items.x-kubernetes-validations[0].rule"] == (
+        "FieldValueInvalid",
+        'Invalid value: "self == oldSelf": oldSelf cannot be used on the uncorrelatable '
+        f"portion of the schema within {tags}",
+    )
+
+
+async def test_runtime_error_and_number_values_in_rules(kube: Kube) -> None:
+    group = f"p{uuid.uuid4().hex[:6]}.example.com"
+    crd = probe_crd(
+        group,
+        {
+            "labels": {
+                "type": "object",
+                "maxProperties": 8,
+                "additionalProperties": {"type": "string", "maxLength": 8},
+                "x-kubernetes-validations": [{"rule": "self['missing'] == 'x'"}],
+            },
+            # JSON's 1 is a double here: double + double applies.
+            "ratio": {
+                "type": "number",
+                "x-kubernetes-validations": [{"rule": "self + 0.5 <= 1.5"}],
+            },
+        },
+    )
+    status, body = await kube.request("POST", CRDS, crd)
+    assert status == 201, body
+    await _wait_served(kube, group, "v1")
+    base = f"/apis/{group}/v1/namespaces/{kube.namespace}/probes"
+    try:
+
+        async def create(spec: dict[str, Any]) -> tuple[int, Any]:
+            probe = {"apiVersion": f"{group}/v1", "kind": "Probe", "spec": spec}
+            probe["metadata"] = {"name": kube.unique("p")}
+            return await kube.request("POST", base, probe)
+
+        status, body = await create({"labels": {"a": "b"}})
+        assert status == 422, body
+        assert body["details"]["causes"] == [
+            {
+                "reason": "FieldValueInvalid",
+                "message": 'Invalid value: "object": no such key: missing evaluating rule: '
+                "self['missing'] == 'x'",
+                "field": "spec.labels",
+            }
+        ]
+        status, body = await create({"ratio": 1})
+        assert status == 201, body
+        status, body = await create({"ratio": 2})
+        assert status == 422, body
+        assert body["details"]["causes"] == [
+            {
+                "reason": "FieldValueInvalid",
+                "message": "Invalid value: 2: failed rule: self + 0.5 <= 1.5",
+                "field": "spec.ratio",
+            }
+        ]
+    finally:
+        await kube.request("DELETE", f"{CRDS}/probes.{group}")

@@ -147,6 +147,51 @@ async def test_json_patch_failed_test_is_rejected(kube: Kube) -> None:
     assert body["kind"] == "Status"
 
 
+async def test_json_patch_remove_of_a_missing_path_is_rejected_as_invalid(kube: Kube) -> None:
+    await kube.core.create_namespaced_config_map(
+        kube.namespace, {"metadata": {"name": "jm"}, "data": {"a": "1"}}
+    )
+    status, body = await kube.request(
+        "PATCH",
+        f"/api/v1/namespaces/{kube.namespace}/configmaps/jm",
+        [{"op": "add", "path": "/data/b", "value": "2"}, {"op": "remove", "path": "/data/x"}],
+        content_type=JSON_PATCH,
+    )
+    assert status == 422, body
+    assert body["kind"] == "Status"
+    stored = await kube.core.read_namespaced_config_map("jm", kube.namespace)
+    assert stored.data == {"a": "1"}  # nothing of a failed patch applies
+
+
+async def test_json_patch_replace_of_a_missing_member_adds_it(kube: Kube) -> None:
+    """Unlike RFC 6902, kube-apiserver's JSON patch sets an object member `replace` names."""
+    await kube.core.create_namespaced_config_map(
+        kube.namespace, {"metadata": {"name": "jr"}, "data": {"a": "1"}}
+    )
+    status, body = await kube.request(
+        "PATCH",
+        f"/api/v1/namespaces/{kube.namespace}/configmaps/jr",
+        [{"op": "replace", "path": "/data/b", "value": "2"}],
+        content_type=JSON_PATCH,
+    )
+    assert status == 200, body
+    assert body["data"] == {"a": "1", "b": "2"}
+
+
+async def test_json_patch_body_that_is_not_a_list_is_bad_request(kube: Kube) -> None:
+    await kube.core.create_namespaced_config_map(
+        kube.namespace, {"metadata": {"name": "jb"}, "data": {"a": "1"}}
+    )
+    status, body = await kube.request(
+        "PATCH",
+        f"/api/v1/namespaces/{kube.namespace}/configmaps/jb",
+        {"op": "remove", "path": "/data/a"},
+        content_type=JSON_PATCH,
+    )
+    assert status == 400, body
+    assert body["reason"] == "BadRequest"
+
+
 async def test_patch_with_stale_resource_version_is_conflict(kube: Kube) -> None:
     cm = await kube.core.create_namespaced_config_map(
         kube.namespace, {"metadata": {"name": "prv"}, "data": {"a": "1"}}

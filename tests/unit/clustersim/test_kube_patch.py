@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clustersim.kube.errors import Invalid, UnsupportedMediaType
+from clustersim.kube.errors import BadRequest, Invalid, UnsupportedMediaType
 from clustersim.kube.patch import (
     STRATEGIC_MERGE_PATCH,
     apply_patch,
@@ -59,8 +60,6 @@ def test_merge_patch_with_null_free_patch_contains_patch(
 
 @given(objects, patches)
 def test_merge_patch_does_not_mutate_inputs(target: dict[str, Any], patch: Any) -> None:
-    import copy
-
     before_target, before_patch = copy.deepcopy(target), copy.deepcopy(patch)
     merge_patch(target, patch)
     assert target == before_target and patch == before_patch
@@ -158,7 +157,7 @@ def test_json_patch_array_operations_and_escaping() -> None:
     "ops",
     [
         [{"op": "remove", "path": "/missing"}],
-        [{"op": "replace", "path": "/missing", "value": 1}],
+        [{"op": "replace", "path": "/list/0", "value": 1}],
         [{"op": "test", "path": "/a", "value": 2}],
         [{"op": "add", "path": "/list/9", "value": 1}],
     ],
@@ -166,3 +165,64 @@ def test_json_patch_array_operations_and_escaping() -> None:
 def test_json_patch_failures_are_invalid(ops: list[dict[str, Any]]) -> None:
     with pytest.raises(Invalid):
         json_patch({"a": 1, "list": []}, ops)
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [{"op": "bogus", "path": "/a"}],
+        [{"op": "add", "path": "/a"}],  # no value
+        [{"op": "move", "path": "/b"}],  # no from
+        [{"op": "add", "path": "a", "value": 1}],  # not a JSON pointer
+        [{"op": "add", "path": "/a/b", "value": 1}],  # into a number
+        [{"op": "test", "path": "/a", "value": True}],  # true is not 1
+    ],
+)
+def test_json_patch_operations_that_cannot_apply_are_invalid(ops: list[dict[str, Any]]) -> None:
+    with pytest.raises(Invalid):
+        json_patch({"a": 1, "list": []}, ops)
+
+
+@pytest.mark.parametrize("body", [{"op": "add", "path": "/a", "value": 1}, ["add"], "x"])
+def test_json_patch_body_that_is_not_a_list_of_operations_is_bad_request(body: Any) -> None:
+    with pytest.raises(BadRequest):
+        json_patch({"a": 1}, body)
+
+
+@given(
+    objects,
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "op": st.just("add"),
+                "path": st.sampled_from(["/a", "/b/c", "/d"]),
+                "value": documents,
+            }
+        ),
+        max_size=3,
+    ),
+)
+def test_json_patch_does_not_mutate_inputs(
+    target: dict[str, Any], ops: list[dict[str, Any]]
+) -> None:
+    before_target, before_ops = copy.deepcopy(target), copy.deepcopy(ops)
+    try:
+        result = json_patch(target, ops)
+    except Invalid:
+        result = None
+    assert target == before_target and ops == before_ops
+    if result is not None and ops:
+        assert result is not target
+
+
+def test_json_patch_replace_of_a_missing_member_adds_it_as_kube_apiserver_does() -> None:
+    ops = [{"op": "replace", "path": "/data/b", "value": "2"}]
+    assert json_patch({"data": {"a": "1"}}, ops) == {"data": {"a": "1", "b": "2"}}
+
+
+def test_json_patch_failing_late_applies_nothing() -> None:
+    target = {"a": 1}
+    ops = [{"op": "add", "path": "/b", "value": 2}, {"op": "test", "path": "/a", "value": 9}]
+    with pytest.raises(Invalid):
+        json_patch(target, ops)
+    assert target == {"a": 1}

@@ -156,6 +156,20 @@ async def test_submit_rejects_bad_bodies(sim: RunningSlurm) -> None:
     assert status == 500 and body["errors"][0]["error_number"] == 2000
 
 
+async def test_submit_required_nodes_are_a_hostlist_and_a_bad_one_is_a_parse_error(
+    sim: RunningSlurm,
+) -> None:
+    job = {"script": "sleep 1", "required_nodes": ["n-[1]"]}
+    status, body = await call(sim, "POST", API + "/job/submit", {"job": job})
+    assert status == 200 and body["result"]["error_code"] == 0, body
+    status, body = await call(sim, "GET", f"{API}/job/{body['job_id']}")
+    assert body["jobs"][0]["required_nodes"] == "n-1"
+    job = {"script": "sleep 1", "required_nodes": ["n-[2-1]"]}
+    status, body = await call(sim, "POST", API + "/job/submit", {"job": job})
+    assert status == 400 and body["errors"][0]["error_number"] == 9001, body
+    assert "n-[2-1]" in body["errors"][0]["description"] + body["errors"][0].get("source", "")
+
+
 async def test_faults(sim: RunningSlurm) -> None:
     sim.emulator.set_faults(down="503")
     assert (await call(sim, "GET", API + "/ping"))[0] == 503
