@@ -309,17 +309,17 @@ async def test_rbac_of_k8s_rbac_grants_every_request_k8s_watchers_code_makes(
         async def allowed(verb: str, group: str, resource: str) -> bool:
             plural, _, subresource = resource.partition("/")
             review = await authorization.create_self_subject_access_review(
-                {
-                    "spec": {
-                        "resourceAttributes": {
-                            "verb": verb,
-                            "group": group,
-                            "resource": plural,
-                            "subresource": subresource,
-                            "namespace": "default",
-                        }
-                    }
-                }
+                client.V1SelfSubjectAccessReview(
+                    spec=client.V1SelfSubjectAccessReviewSpec(
+                        resource_attributes=client.V1ResourceAttributes(
+                            verb=verb,
+                            group=group,
+                            resource=plural,
+                            subresource=subresource,
+                            namespace="default",
+                        )
+                    )
+                )
             )
             return bool(review.status.allowed)
 
