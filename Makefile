@@ -10,6 +10,9 @@ PY := $(VENV)/bin/python
 NODES ?= 16
 # Empty: the simulator's default shape, which grows with NODES.
 TOPOLOGY ?=
+# sim: the simulator's Kubernetes API emulator. real: a real control plane on loopback
+# (tools/kube/real_kube.sh: needs Go; the first build takes about 35 minutes, then is cached).
+KUBE ?= sim
 
 IMAGE ?= ghcr.io/nodeflow/nodeflow:0.1.0
 
@@ -27,7 +30,7 @@ $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 venv: $(VENV)/.synced
 
 run: venv
-	$(PY) -m nodeflow_runtime.launcher --nodes $(NODES) --topology "$(TOPOLOGY)"
+	$(PY) -m nodeflow_runtime.launcher --nodes $(NODES) --topology "$(TOPOLOGY)" --kube $(KUBE)
 
 stop:
 	$(PY) -m nodeflow_runtime.launcher --stop
