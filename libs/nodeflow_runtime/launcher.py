@@ -467,12 +467,17 @@ async def stop_process(child: Child) -> None:
 
 
 def real_kube_environment(run_dir: Path, args: argparse.Namespace) -> dict[str, str]:
-    """real_kube.sh's settings: its state under the run dir, the simulator's nodes."""
+    """real_kube.sh's settings: its state under the run dir, the simulator's nodes, and
+    every part of the control plane (whatever the caller's environment says: `make
+    test-real-kube` exports the settings of a bare control plane for the conformance suite)."""
     return {
         **os.environ,
         "KUBE_STATE": str(run_dir / "real-kube"),
         "KUBE_NODES": str(args.nodes),
         "KUBE_TOPOLOGY": args.topology,
+        "KUBE_SCHEDULER": "1",
+        "KUBE_CRDS": "1",
+        "KUBE_POD_STAGES": "1",
         "PYTHON": sys.executable,
     }
 
