@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client, config
 
@@ -65,7 +66,14 @@ class PodFollower:
                     await self._watch()
             except WatchExpired:
                 log.info("pod watch expired; listing again")
-            except (client.ApiException, OSError, ValueError, TimeoutError) as exc:
+            except (
+                client.ApiException,
+                aiohttp.ClientError,
+                OSError,
+                ValueError,
+                KeyError,
+                TimeoutError,
+            ) as exc:
                 failures += 1
                 delay = RETRY.delay(failures)
                 log.warning("pod list/watch failed", error=str(exc), retry_in=delay)
@@ -93,6 +101,8 @@ class PodFollower:
             resource_version=self._resource_version,
             allow_watch_bookmarks=True,
             timeout_seconds=WATCH_TIMEOUT_SECONDS,
+            # The client's own deadline after the server's, so the server ends the watch.
+            _request_timeout=WATCH_TIMEOUT_SECONDS + 30,
             _preload_content=False,
         )
         async with response:
