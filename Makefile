@@ -84,7 +84,9 @@ test-real-slurm: venv
 # the first build on a machine is slow. The suite gets what the emulator's conformance fixture
 # is: the API server with its controllers, no scheduler, no CRD installed yet, and only the two
 # KWOK nodes its tests bind pods to (KWOK keeps them Ready and leaves the pods alone). Then the
-# scheduler, our CRDs, KWOK's pod stages and the simulator's 16 GPU nodes join for tests/realkube.
+# scheduler, our CRDs, KWOK's pod stages and the simulator's 16 GPU nodes join for tests/realkube
+# (deploy artifacts by server dry run, k8s-watcher as its ServiceAccount, the Slurm bridge, the
+# whole stack, make run KUBE=real).
 test-real-kube: venv tools
 	@mkdir -p .run
 	export KUBE_STATE=$(CURDIR)/.run/real-kube KUBE_NODES=0 KUBE_SCHEDULER=0 KUBE_CRDS=0 \
