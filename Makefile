@@ -10,6 +10,9 @@ PY := $(VENV)/bin/python
 NODES ?= 16
 # Empty: the simulator's default shape, which grows with NODES.
 TOPOLOGY ?=
+# sim: the simulator's Kubernetes API emulator. real: a real control plane on loopback
+# (tools/kube/real_kube.sh: needs Go; the first build takes about 35 minutes, then is cached).
+KUBE ?= sim
 
 IMAGE ?= ghcr.io/nodeflow/nodeflow:0.1.0
 
@@ -27,7 +30,7 @@ $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 venv: $(VENV)/.synced
 
 run: venv
-	$(PY) -m nodeflow_runtime.launcher --nodes $(NODES) --topology "$(TOPOLOGY)"
+	$(PY) -m nodeflow_runtime.launcher --nodes $(NODES) --topology "$(TOPOLOGY)" --kube $(KUBE)
 
 stop:
 	$(PY) -m nodeflow_runtime.launcher --stop
@@ -91,7 +94,8 @@ test-real-slurm: venv
 # is: the API server with its controllers, no scheduler, no CRD installed yet, and only the two
 # KWOK nodes its tests bind pods to (KWOK keeps them Ready and leaves the pods alone). Then the
 # scheduler, our CRDs, KWOK's pod stages and the simulator's 16 GPU nodes join for tests/realkube
-# (which also dry-runs the Helm chart's render on the API server, hence `tools`).
+# (deploy artifacts and the Helm chart's render by server dry run, k8s-watcher as its
+# ServiceAccount, the Slurm bridge, the whole stack, make run KUBE=real).
 test-real-kube: venv tools
 	@mkdir -p .run
 	export KUBE_STATE=$(CURDIR)/.run/real-kube KUBE_NODES=0 KUBE_SCHEDULER=0 KUBE_CRDS=0 \

@@ -9,6 +9,11 @@ Writes `<run-dir>/kubeconfig` and updates `<run-dir>/env` (KUBECONFIG, KUBE_API_
 SLURM_CLUSTERS, SLURM_URL, SLURM_TOKEN_FILE, SLURM_JWT_KEY_FILE, SLURM_USER, SIM_ADMIN_URL, and
 per cluster SLURM_<CLUSTER>_URL, _TOKEN_FILE, _JWT_KEY_FILE and _USER);
 `GET /_sim/readyz` on the Kubernetes port answers once everything is up.
+
+With `--follow-kubeconfig PATH` it emulates Slurm only, beside the real Kubernetes API server
+that kubeconfig names (tools/kube/real_kube.sh): the NodeSet pods there register and lose
+their Slurm nodes (clustersim.bridge). The env file then holds that KUBECONFIG, and is written
+once the bridge has applied its first list of pods.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 
 import structlog
 
+from clustersim.bridge import run_slurm_bridge
 from clustersim.cluster.spec import (
     ClusterSpec,
     SpecError,
@@ -65,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kube-port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--admin-port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--crd-dir", type=Path, default=DEFAULT_CRD_DIR)
+    parser.add_argument(
+        "--follow-kubeconfig",
+        type=Path,
+        help="emulate Slurm only, registering the NodeSet pods of this real API server",
+    )
     parser.add_argument("--log-level", default="info")
     return parser
 
@@ -97,11 +108,24 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
     )
 
 
-async def run(config: SimulatorConfig) -> None:
+def stop_on_signals() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+async def run_bridge(config: SimulatorConfig, kubeconfig: Path) -> None:
+    stop = stop_on_signals()
+    async with run_slurm_bridge(config, kubeconfig) as bridge:
+        log.info("clustersim following a real API server", kube=bridge.kube_url)
+        await stop.wait()
+        log.info("clustersim stopping")
+
+
+async def run(config: SimulatorConfig) -> None:
+    stop = stop_on_signals()
     async with run_simulator(config) as sim:
         log.info(
             "clustersim running",
@@ -123,7 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SpecError, OSError) as exc:
         print(f"clustersim: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(run(config))
+    if args.follow_kubeconfig is not None:
+        asyncio.run(run_bridge(config, args.follow_kubeconfig))
+    else:
+        asyncio.run(run(config))
     return 0
 
 

@@ -153,24 +153,12 @@ class Simulator:
 
     def env(self) -> dict[str, str]:
         """The KEY=value pairs written to `<run-dir>/env`."""
-        values = {
+        return {
             "KUBECONFIG": str(self.kubeconfig_path),
             "KUBE_API_URL": self.kube_url,
-            "SLURM_CLUSTERS": ",".join(self.config.slurm_clusters),
-            "SLURM_URL": self.slurm_url,
-            "SLURM_TOKEN_FILE": str(self.token_file),
-            "SLURM_JWT_KEY_FILE": str(self.jwt_key_file),
-            "SLURM_USER": self.config.slurm_user,
+            **slurm_env(self.config, self.slurm, self.token_file, self.jwt_key_file),
             "SIM_ADMIN_URL": self.admin_url,
         }
-        # Per-cluster keys in the form slurm-syncer reads: SLURM_<CLUSTER>_URL and so on.
-        for name, running in self.slurm.items():
-            prefix = f"SLURM_{_env_suffix(name)}_"
-            values[prefix + "URL"] = running.url
-            values[prefix + "TOKEN_FILE"] = str(self.token_file)
-            values[prefix + "JWT_KEY_FILE"] = str(self.jwt_key_file)
-            values[prefix + "USER"] = self.config.slurm_user
-        return values
 
     # ---------------------------------------------------------------- admin helpers
 
@@ -219,6 +207,61 @@ class Simulator:
             yield api
         finally:
             await api.close()
+
+
+def slurm_env(
+    config: SimulatorConfig, slurm: dict[str, RunningSlurm], token_file: Path, jwt_key_file: Path
+) -> dict[str, str]:
+    """The Slurm half of `<run-dir>/env`: the default cluster's SLURM_URL and friends, and
+    per cluster the SLURM_<CLUSTER>_URL, _TOKEN_FILE, _JWT_KEY_FILE and _USER slurm-syncer
+    reads."""
+    values = {
+        "SLURM_CLUSTERS": ",".join(config.slurm_clusters),
+        "SLURM_URL": slurm[config.default_slurm_cluster].url,
+        "SLURM_TOKEN_FILE": str(token_file),
+        "SLURM_JWT_KEY_FILE": str(jwt_key_file),
+        "SLURM_USER": config.slurm_user,
+    }
+    for name, running in slurm.items():
+        prefix = f"SLURM_{_env_suffix(name)}_"
+        values[prefix + "URL"] = running.url
+        values[prefix + "TOKEN_FILE"] = str(token_file)
+        values[prefix + "JWT_KEY_FILE"] = str(jwt_key_file)
+        values[prefix + "USER"] = config.slurm_user
+    return values
+
+
+async def start_slurm_emulators(
+    stack: contextlib.AsyncExitStack, config: SimulatorConfig, run_dir: Path
+) -> dict[str, RunningSlurm]:
+    """One emulated slurmctld+slurmrestd per configured cluster, stopped with `stack`, all
+    signing with one key (`<run-dir>/slurm/jwt_hs256.key`), and a token for the Slurm user
+    in `<run-dir>/slurm/token` (both 0600)."""
+    slurm_dir = run_dir / "slurm"
+    slurm_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_bytes(32)  # one key for every emulated cluster: one token file
+    slurm: dict[str, RunningSlurm] = {}
+    for name in config.slurm_clusters:
+        slurm[name] = await stack.enter_async_context(
+            run_slurm_emulator(
+                name,
+                key_path=slurm_dir / f"{name}.jwt_hs256.key",
+                key=key,
+                slurm_user=config.slurm_user,
+                driver_interval=config.slurm_driver_interval,
+                # As tools/slurm/real_slurm.sh configures Slurm: a NodeSet pod that comes
+                # back re-registers its node even when it was drained before it went away.
+                return_to_service=2,
+            )
+        )
+    (slurm_dir / "jwt_hs256.key").write_bytes(key)
+    os.chmod(slurm_dir / "jwt_hs256.key", 0o600)
+    token = slurm[config.default_slurm_cluster].mint_token(
+        config.slurm_user, TOKEN_LIFESPAN_SECONDS
+    )
+    (slurm_dir / "token").write_text(token + "\n", encoding="utf-8")
+    os.chmod(slurm_dir / "token", 0o600)
+    return slurm
 
 
 def _env_suffix(name: str) -> str:
@@ -341,29 +384,9 @@ async def run_simulator(config: SimulatorConfig | None = None) -> AsyncIterator[
         nodes = NodeAdmin(store, config.cluster_spec())
         nodes.register_all()
 
-        slurm_dir = run_dir / "slurm"
-        slurm_dir.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_bytes(32)  # one key for every emulated cluster: one token file
-        slurm: dict[str, RunningSlurm] = {}
-        for name in config.slurm_clusters:
-            slurm[name] = await stack.enter_async_context(
-                run_slurm_emulator(
-                    name,
-                    key_path=slurm_dir / f"{name}.jwt_hs256.key",
-                    key=key,
-                    slurm_user=config.slurm_user,
-                    driver_interval=config.slurm_driver_interval,
-                    # As tools/slurm/real_slurm.sh configures Slurm: a NodeSet pod that comes
-                    # back re-registers its node even when it was drained before it went away.
-                    return_to_service=2,
-                )
-            )
+        slurm = await start_slurm_emulators(stack, config, run_dir)
         sim = Simulator(config, store, run_dir, nodes, slurm)
         sim.crds = crds
-        (slurm_dir / "jwt_hs256.key").write_bytes(key)
-        os.chmod(slurm_dir / "jwt_hs256.key", 0o600)
-        sim.token_file.write_text(sim.slurm_token() + "\n", encoding="utf-8")
-        os.chmod(sim.token_file, 0o600)
 
         sinks: dict[str, SlurmNodeSink] = {name: r.emulator for name, r in slurm.items()}
         actors: list[Controller[Any]] = [

@@ -101,17 +101,16 @@ def slurmd_should_run(pod: Obj | None) -> bool:
     return is_pod_ready(pod)
 
 
-class SlurmNodeWiring(Controller[PodKey]):
-    name = "slurm-wiring"
-    watched = ("pods",)
+class SlurmdRegistry:
+    """Which NodeSet pods have a registered slurmd, in which cluster, and the register/lose
+    calls to the emulated slurmctlds. The same for the simulator's own store
+    (SlurmNodeWiring) and for the pods of a real API server (clustersim.bridge)."""
 
     def __init__(
         self,
-        store: Store,
         clusters: Callable[[str], SlurmNodeSink | None] | Mapping[str, SlurmNodeSink],
         default_cluster: str,
     ) -> None:
-        super().__init__(store)
         self._clusters = clusters
         self.default_cluster = default_cluster
         self._registered: dict[PodKey, tuple[str, str]] = {}  # pod -> (uid, cluster)
@@ -121,42 +120,31 @@ class SlurmNodeWiring(Controller[PodKey]):
             return self._clusters.get(name)
         return self._clusters(name)
 
-    def keys_for(self, resource: str, event: str, obj: Obj, old: Obj | None) -> Iterable[PodKey]:
-        for candidate in (obj, old):
-            if candidate is not None and NODESET_LABEL in (
-                candidate["metadata"].get("labels") or {}
-            ):
-                return (pod_key(obj),)
-        return ()
+    def registered(self) -> set[PodKey]:
+        return set(self._registered)
 
-    def initial_keys(self) -> Iterable[PodKey]:
-        return [pod_key(p) for p in self.store.list("pods", label_selector=NODESET_LABEL).items]
+    def will_register(self, key: PodKey, pod: Obj | None) -> bool:
+        """Whether `apply(key, pod, ...)` registers a slurmd (so it needs the pod's node)."""
+        if pod is None or not slurmd_should_run(pod):
+            return False
+        registered = self._registered.get(key)
+        return registered is None or registered[0] != pod["metadata"]["uid"]
 
-    def reconcile(self, key: PodKey) -> float | None:
-        namespace, name = key
-        try:
-            pod: Obj | None = self.store.peek("pods", name, namespace)
-        except NotFound:
-            pod = None
+    def apply(self, key: PodKey, pod: Obj | None, node: Obj | None) -> None:
+        """Bring the Slurm side in line with the pod (None: gone, or not a NodeSet pod):
+        a slurmd that stopped, or belongs to an earlier pod of the same name, is lost; one
+        that should run and is not registered registers (with `node`, the pod's node)."""
         if pod is not None and NODESET_LABEL not in (pod["metadata"].get("labels") or {}):
             pod = None
         registered = self._registered.get(key)
         uid = pod["metadata"]["uid"] if pod is not None else None
         if registered is not None and (registered[0] != uid or not slurmd_should_run(pod)):
-            self._lose(key, name, registered[1])
+            self._lose(key, key[1], registered[1])
             registered = None
         if registered is None and pod is not None and slurmd_should_run(pod):
-            self._register(key, pod)
-        return None
+            self._register(key, pod, node)
 
-    def _register(self, key: PodKey, pod: Obj) -> None:
-        node: Obj | None = None
-        node_name = pod["spec"].get("nodeName")
-        if node_name:
-            try:
-                node = self.store.peek("nodes", node_name)
-            except NotFound:
-                node = None
+    def _register(self, key: PodKey, pod: Obj, node: Obj | None) -> None:
         reg = registration_for(pod, node, self.default_cluster)
         cluster = self.cluster(reg.cluster)
         if cluster is None:
@@ -185,3 +173,51 @@ class SlurmNodeWiring(Controller[PodKey]):
             log.info("slurm node already gone", cluster=cluster_name, node=name, error=str(exc))
             return
         log.info("slurm node lost", cluster=cluster_name, node=name)
+
+
+class SlurmNodeWiring(Controller[PodKey]):
+    name = "slurm-wiring"
+    watched = ("pods",)
+
+    def __init__(
+        self,
+        store: Store,
+        clusters: Callable[[str], SlurmNodeSink | None] | Mapping[str, SlurmNodeSink],
+        default_cluster: str,
+    ) -> None:
+        super().__init__(store)
+        self.registry = SlurmdRegistry(clusters, default_cluster)
+
+    @property
+    def default_cluster(self) -> str:
+        return self.registry.default_cluster
+
+    def cluster(self, name: str) -> SlurmNodeSink | None:
+        return self.registry.cluster(name)
+
+    def keys_for(self, resource: str, event: str, obj: Obj, old: Obj | None) -> Iterable[PodKey]:
+        for candidate in (obj, old):
+            if candidate is not None and NODESET_LABEL in (
+                candidate["metadata"].get("labels") or {}
+            ):
+                return (pod_key(obj),)
+        return ()
+
+    def initial_keys(self) -> Iterable[PodKey]:
+        return [pod_key(p) for p in self.store.list("pods", label_selector=NODESET_LABEL).items]
+
+    def reconcile(self, key: PodKey) -> float | None:
+        namespace, name = key
+        try:
+            pod: Obj | None = self.store.peek("pods", name, namespace)
+        except NotFound:
+            pod = None
+        node: Obj | None = None
+        node_name = (pod or {}).get("spec", {}).get("nodeName")
+        if node_name and self.registry.will_register(key, pod):
+            try:
+                node = self.store.peek("nodes", node_name)
+            except NotFound:
+                node = None
+        self.registry.apply(key, pod, node)
+        return None

@@ -7,6 +7,13 @@ each start, in .run/credentials/, mode 0600) with the allow lists of
 nodeflow_contracts.permissions, and the operators' `nodeflow-admin`; nobody anonymous. Each
 service is told only its own user and password file.
 
+With `--kube real` (`make run KUBE=real`) Kubernetes is a real control plane instead of the
+simulator's API emulator: tools/kube/real_kube.sh builds (or reuses) etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler and KWOK, starts them on loopback with the simulator's
+nodes as KWOK nodes and our CRDs installed, and the simulator runs only its Slurm emulator,
+registering the Slurm nodes of the NodeSet pods there (`clustersim --follow-kubeconfig`).
+The control plane is stopped last, with the stack, and by `make stop`.
+
 Then it supervises them as a Deployment would: a service that exits is started again with
 exponential backoff (a line on stderr says so), with the environment it was first started
 with, and so is nats-server, on the same port, store and users; the simulator keeps running
@@ -56,6 +63,10 @@ DEFAULT_NATS_PORT = 4222
 READY_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 30.0
 SIMULATOR = "clustersim"
+KUBE_BACKENDS = ("sim", "real")
+REAL_KUBE_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "kube" / "real_kube.sh"
+# The namespace the services keep their own objects in, as the emulator starts with it.
+INSTALL_NAMESPACE = "nodeflow-system"
 # Restarts as Kubernetes spaces a crash-looping container's: 1 s, 2 s, 4 s, ... up to 30 s;
 # a process that ran for STABLE_RUN_SECONDS before it died starts the sequence again.
 RESTART_BACKOFF = Backoff(initial=1.0, factor=2.0, maximum=30.0)
@@ -169,6 +180,7 @@ class Stack:
         # Set once stopping begins: the supervisors then restart nothing.
         self.stopping = asyncio.Event()
         self.password_files: dict[str, Path] = {}
+        self.real_kubeconfig: Path | None = None
 
     async def start_child(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
         log_file = self.logs / f"{name}.log"
@@ -257,7 +269,10 @@ class Stack:
             f"operators: {ADMIN_USER})"
         )
 
-        if not self.args.no_sim:
+        if self.args.kube == "real":
+            self.real_kubeconfig = await start_real_kube(self.run_dir, self.args)
+            await self.start_simulator()
+        elif not self.args.no_sim:
             await self.start_simulator()
 
         shared_env = {
@@ -296,13 +311,26 @@ class Stack:
         ]
         if self.args.topology:
             argv += ["--topology", self.args.topology]
+        if self.real_kubeconfig is not None:
+            argv += ["--follow-kubeconfig", str(self.real_kubeconfig)]
         child = await self.start_child("clustersim", argv, dict(os.environ))
+        # Each mode writes its env file once it is up: the emulator with its API's URL, the
+        # Slurm bridge (real Kubernetes) with the Slurm URLs after its first list of pods.
+        ready_key = "SLURM_URL" if self.real_kubeconfig is not None else "KUBE_API_URL"
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while "KUBE_API_URL" not in read_env_file(self.env_file):
+        while ready_key not in read_env_file(self.env_file):
             if child.process.returncode is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the cluster simulator did not start:\n{tail(child.log_file)}")
             await asyncio.sleep(0.2)
-        child.url = read_env_file(self.env_file)["KUBE_API_URL"].rstrip("/")
+        env = read_env_file(self.env_file)
+        if self.real_kubeconfig is not None:
+            print(
+                f"Slurm emulator    {env['SLURM_URL']}  (following the NodeSet pods of "
+                f"{env['KUBE_API_URL']})"
+            )
+            print(f"real Kubernetes   {env['KUBE_API_URL']}  (kubeconfig {self.real_kubeconfig})")
+            return
+        child.url = env["KUBE_API_URL"].rstrip("/")
         await self.wait_ready(child, "/_sim/readyz")
         print(f"cluster simulator {child.url}  (kubeconfig {self.run_dir / 'kubeconfig'})")
 
@@ -418,6 +446,8 @@ class Stack:
             await asyncio.gather(*(stop_process(child) for child in group))
         if self.nats is not None:
             await self.nats.stop()
+        if self.args.kube == "real":
+            await stop_real_kube(self.run_dir)
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "children.json").unlink()
 
@@ -434,6 +464,71 @@ async def stop_process(child: Child) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         await process.wait()
+
+
+def real_kube_environment(run_dir: Path, args: argparse.Namespace) -> dict[str, str]:
+    """real_kube.sh's settings: its state under the run dir, the simulator's nodes, and
+    every part of the control plane (whatever the caller's environment says: `make
+    test-real-kube` exports the settings of a bare control plane for the conformance suite)."""
+    return {
+        **os.environ,
+        "KUBE_STATE": str(run_dir / "real-kube"),
+        "KUBE_NODES": str(args.nodes),
+        "KUBE_TOPOLOGY": args.topology,
+        "KUBE_SCHEDULER": "1",
+        "KUBE_CRDS": "1",
+        "KUBE_POD_STAGES": "1",
+        "PYTHON": sys.executable,
+    }
+
+
+def exported(lines: str) -> dict[str, str]:
+    """The `export KEY=value` lines a script printed."""
+    values = {}
+    for line in lines.splitlines():
+        key, sep, value = line.removeprefix("export ").partition("=")
+        if line.startswith("export ") and sep:
+            values[key] = value
+    return values
+
+
+async def start_real_kube(run_dir: Path, args: argparse.Namespace) -> Path:
+    """Build (or reuse) and start the real control plane; its admin kubeconfig. Its progress
+    (and on a first build, how long each binary took) goes to the terminal."""
+    report("starting the real control plane (tools/kube/real_kube.sh; the first build takes long)")
+    process = await asyncio.create_subprocess_exec(
+        str(REAL_KUBE_SCRIPT),
+        "start",
+        env=real_kube_environment(run_dir, args),
+        stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    out, _ = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"tools/kube/real_kube.sh start failed (exit {process.returncode})")
+    kubeconfig = Path(exported(out.decode())["NODEFLOW_KUBE_KUBECONFIG"])
+    # The services' own namespace, which the emulator starts with.
+    namespace = await asyncio.create_subprocess_exec(
+        "kubectl",
+        f"--kubeconfig={kubeconfig}",
+        "create",
+        "namespace",
+        INSTALL_NAMESPACE,
+        stdout=asyncio.subprocess.DEVNULL,
+    )
+    if await namespace.wait() != 0:
+        raise RuntimeError(f"could not create the namespace {INSTALL_NAMESPACE}")
+    return kubeconfig
+
+
+async def stop_real_kube(run_dir: Path) -> None:
+    state = run_dir / "real-kube"
+    if not state.exists():
+        return
+    process = await asyncio.create_subprocess_exec(
+        str(REAL_KUBE_SCRIPT), "stop", env={**os.environ, "KUBE_STATE": str(state)}
+    )
+    await process.wait()
 
 
 def report(line: str) -> None:
@@ -512,6 +607,10 @@ def stop_running_stack(run_dir: Path) -> int:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child["pid"], signal.SIGKILL)
         children.unlink()
+    # A real control plane (`--kube real`) whose launcher died: its components run in
+    # sessions of their own, with their pids in its state directory.
+    if (run_dir / "real-kube").exists():
+        asyncio.run(stop_real_kube(run_dir))
     with contextlib.suppress(FileNotFoundError):
         pid_file.unlink()
     print("stack stopped")
@@ -539,6 +638,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nats-port", type=int, default=DEFAULT_NATS_PORT)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-sim", action="store_true", help="use KUBECONFIG/SLURM_* from env")
+    parser.add_argument(
+        "--kube",
+        choices=KUBE_BACKENDS,
+        default="sim",
+        help="sim: the simulator's API emulator; real: kube-apiserver and friends on loopback "
+        "(tools/kube/real_kube.sh, needs Go), with the simulator's Slurm emulator",
+    )
     parser.add_argument("--stop", action="store_true", help="stop a stack started elsewhere")
     parser.add_argument(
         "--write-compose-env",
