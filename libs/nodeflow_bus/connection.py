@@ -227,6 +227,13 @@ class Bus:
                 f"{options.initial_connect_deadline}s (last error: {self._last_error}); "
                 f"credentials: {self._credentials!r}; tls: {self._tls!r}"
             ) from exc
+        if self._plaintext_despite_tls(self._nc):
+            await self._nc.close()
+            raise NotConnectedError(
+                f"TLS is configured ({self._tls!r}) but the NATS server at "
+                f"{self._nc.connected_url.netloc if self._nc.connected_url else self._servers} "
+                "does not require it: refusing a plaintext connection"
+            )
         self._js = self._nc.jetstream(timeout=options.request_timeout)
         log.info(
             "nats.connected",
@@ -306,9 +313,22 @@ class Bus:
             log.warning("nats.disconnected", servers=self._servers)
         await self._set_state("disconnected")
 
+    def _plaintext_despite_tls(self, nc: NatsClient) -> bool:
+        """nats-py upgrades to TLS only when the server's INFO says `tls_required`: a server
+        that allows plain clients (or one that pretends to be ours) would otherwise get our
+        traffic in clear although TLS is configured."""
+        if not self._tls.required_for(self._servers):
+            return False
+        return not nc._server_info.get("tls_required", False)
+
     async def _on_reconnected(self) -> None:
         nc = self._nc
         url = nc.connected_url.netloc if nc is not None and nc.connected_url else None
+        if nc is not None and self._plaintext_despite_tls(nc):
+            # Fail closed: no message goes over a connection that should have been encrypted.
+            log.error("nats.plaintext_refused", server=url, tls=self._tls)
+            await nc.close()
+            return
         log.info("nats.reconnected", server=url)
         await self._set_state("connected")
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
 import pytest
 
 from nodeflow_bus import Bus, NatsTls, NotConnectedError
+from nodeflow_runtime.natsd import NatsServerProcess, free_port
 from tests.fixtures.nats import TEST_BUS_OPTIONS
 from tests.fixtures.tls import Pki, make_pki, tls_nats_server
 
@@ -81,3 +83,37 @@ async def test_nats_mutual_tls_refuses_a_client_without_certificate(
         with pytest.raises(NotConnectedError) as raised:
             await Bus.connect(url, options=FAILING_OPTIONS, tls=NatsTls(ca_file=pki.ca_cert))
     assert "last error: None" not in str(raised.value)
+
+
+async def test_nats_tls_configured_refuses_a_server_without_tls(tmp_path: Path, pki: Pki) -> None:
+    # nats-py upgrades only when the server asks for TLS; a plain server must not get our
+    # traffic in clear because the client was told to use TLS.
+    async with NatsServerProcess(tmp_path / "plain") as server:
+        with pytest.raises(NotConnectedError, match="refusing a plaintext connection"):
+            await Bus.connect(server.url, options=FAILING_OPTIONS, tls=NatsTls(ca_file=pki.ca_cert))
+        plain = await Bus.connect(server.url, options=TEST_BUS_OPTIONS)  # no TLS asked: fine
+        await plain.close()
+
+
+async def test_nats_tls_reconnect_to_a_plaintext_server_is_refused(
+    tmp_path: Path, pki: Pki
+) -> None:
+    port = free_port()
+    states: list[str] = []
+    closed = asyncio.Event()
+
+    def record(state: str) -> None:
+        states.append(state)
+        if state == "closed":
+            closed.set()
+
+    async with tls_nats_server(tmp_path / "tls", pki, verify_clients=False, port=port) as url:
+        bus = await Bus.connect(url, options=TEST_BUS_OPTIONS, tls=NatsTls(ca_file=pki.ca_cert))
+        bus.add_state_listener(record)
+    # The same address now answers without TLS: the bus closes instead of talking in clear.
+    async with NatsServerProcess(tmp_path / "plain", port=port):
+        try:
+            await asyncio.wait_for(closed.wait(), 30.0)
+        finally:
+            await bus.close()
+    assert "connected" not in states
