@@ -45,6 +45,7 @@ from nodeflow_bus.errors import (
 from nodeflow_bus.kv_view import Change, ChangesOverflowError, KVView
 from nodeflow_bus.lease import LeaderLease, LeaseRecord
 from nodeflow_bus.scheduler import KeyedScheduler
+from nodeflow_bus.tls import NatsTls, TlsConfigError
 
 __all__ = [
     "MSG_ID_HEADER",
@@ -65,6 +66,7 @@ __all__ = [
     "KeyedScheduler",
     "LeaderLease",
     "LeaseRecord",
+    "NatsTls",
     "NotConnectedError",
     "OutgoingMessage",
     "PermanentError",
@@ -73,6 +75,7 @@ __all__ = [
     "RetryableError",
     "Secret",
     "Settlement",
+    "TlsConfigError",
     "TopologyReport",
     "attempt_msg_id",
     "ensure_topology",

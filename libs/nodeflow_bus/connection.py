@@ -24,6 +24,7 @@ from nodeflow_bus import metrics
 from nodeflow_bus.backoff import Backoff
 from nodeflow_bus.credentials import Credentials
 from nodeflow_bus.errors import BatchPublishError, NotConnectedError, PublishError
+from nodeflow_bus.tls import NatsTls
 from nodeflow_contracts import codec, topology
 from nodeflow_contracts.permissions import inbox_prefix
 
@@ -154,9 +155,16 @@ class Bus:
     tell readiness, `add_state_listener` reports transitions (KV views use it to resync).
     """
 
-    def __init__(self, servers: Sequence[str], credentials: Credentials, options: BusOptions):
+    def __init__(
+        self,
+        servers: Sequence[str],
+        credentials: Credentials,
+        options: BusOptions,
+        tls: NatsTls | None = None,
+    ):
         self._servers = list(servers)
         self._credentials = credentials
+        self._tls = tls or NatsTls()
         self.options = options
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
@@ -176,10 +184,15 @@ class Bus:
         *,
         credentials: Credentials | None = None,
         options: BusOptions | None = None,
+        tls: NatsTls | None = None,
     ) -> Bus:
-        """Connect (retrying the first connection with backoff, up to the optional deadline)."""
+        """Connect (retrying the first connection with backoff, up to the optional deadline).
+
+        `tls`: the CA, client certificate and server name; TLS is used when it names a CA or
+        a certificate, or a server URL is `tls://`.
+        """
         server_list = [servers] if isinstance(servers, str) else list(servers)
-        bus = cls(server_list, credentials or Credentials(), options or BusOptions())
+        bus = cls(server_list, credentials or Credentials(), options or BusOptions(), tls)
         await bus._connect_first()
         return bus
 
@@ -204,6 +217,7 @@ class Bus:
             # Per-user inboxes: NATS lets each service read its own replies only.
             inbox_prefix=inbox_prefix(self._credentials.user),
             **self._credentials.connect_options(),
+            **self._tls.connect_options(self._servers),
         )
         try:
             self._nc = await asyncio.wait_for(connecting, options.initial_connect_deadline)
@@ -211,13 +225,21 @@ class Bus:
             raise NotConnectedError(
                 f"cannot connect to NATS at {self._servers} within "
                 f"{options.initial_connect_deadline}s (last error: {self._last_error}); "
-                f"credentials: {self._credentials!r}"
+                f"credentials: {self._credentials!r}; tls: {self._tls!r}"
             ) from exc
+        if self._plaintext_despite_tls(self._nc):
+            await self._nc.close()
+            raise NotConnectedError(
+                f"TLS is configured ({self._tls!r}) but the NATS server at "
+                f"{self._nc.connected_url.netloc if self._nc.connected_url else self._servers} "
+                "does not require it: refusing a plaintext connection"
+            )
         self._js = self._nc.jetstream(timeout=options.request_timeout)
         log.info(
             "nats.connected",
             server=str(self._nc.connected_url.netloc) if self._nc.connected_url else None,
             credentials=self._credentials,
+            tls=self._tls.required_for(self._servers),
         )
         await self._set_state("connected")
 
@@ -291,9 +313,22 @@ class Bus:
             log.warning("nats.disconnected", servers=self._servers)
         await self._set_state("disconnected")
 
+    def _plaintext_despite_tls(self, nc: NatsClient) -> bool:
+        """nats-py upgrades to TLS only when the server's INFO says `tls_required`: a server
+        that allows plain clients (or one that pretends to be ours) would otherwise get our
+        traffic in clear although TLS is configured."""
+        if not self._tls.required_for(self._servers):
+            return False
+        return not nc._server_info.get("tls_required", False)
+
     async def _on_reconnected(self) -> None:
         nc = self._nc
         url = nc.connected_url.netloc if nc is not None and nc.connected_url else None
+        if nc is not None and self._plaintext_despite_tls(nc):
+            # Fail closed: no message goes over a connection that should have been encrypted.
+            log.error("nats.plaintext_refused", server=url, tls=self._tls)
+            await nc.close()
+            return
         log.info("nats.reconnected", server=url)
         await self._set_state("connected")
 

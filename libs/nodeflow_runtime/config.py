@@ -18,6 +18,8 @@ from urllib.parse import urlsplit, urlunsplit
 import msgspec
 from msgspec import Meta
 
+from nodeflow_bus.tls import NatsTls
+
 C = TypeVar("C", bound="ServiceConfig")
 
 _SECRET_FIELD = re.compile(r"(password|token|secret|seed)(?!_file)", re.IGNORECASE)
@@ -39,6 +41,14 @@ class ServiceConfig(msgspec.Struct, kw_only=True):
     # Servers that store each stream and KV bucket: 1 for one nats-server, 3 for a JetStream
     # cluster of three (nothing is lost when one of them dies).
     nats_replicas: Annotated[int, Meta(ge=1, le=5)] = 1
+    # Client TLS to NATS (paths; empty = unset). TLS is used when a CA or a certificate is
+    # given or a URL is tls://; without a CA the system trust store verifies the server.
+    # The certificate and key (mutual TLS) come together or not at all.
+    nats_tls_ca_file: str = ""
+    nats_tls_cert_file: str = ""
+    nats_tls_key_file: str = ""
+    # The name to verify in the server certificate when it is not the URL's host.
+    nats_tls_server_name: str = ""
     http_host: str = "0.0.0.0"
     http_port: Annotated[int, Meta(ge=0, le=65535)] = 8080
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -52,6 +62,17 @@ class ServiceConfig(msgspec.Struct, kw_only=True):
     def __post_init__(self) -> None:
         if not self.instance_id:
             self.instance_id = unique_instance_id(socket.gethostname())
+        # Raised here so that load_config names the pair at start, not the handshake later.
+        self.nats_tls()
+
+    def nats_tls(self) -> NatsTls:
+        """The NATS client TLS settings (raises TlsConfigError, a ValueError, if unusable)."""
+        return NatsTls.from_paths(
+            ca_file=self.nats_tls_ca_file,
+            cert_file=self.nats_tls_cert_file,
+            key_file=self.nats_tls_key_file,
+            server_name=self.nats_tls_server_name,
+        )
 
 
 def unique_instance_id(host: str) -> str:

@@ -118,6 +118,7 @@ async def run_service(
                 list(config.nats_url),
                 credentials=credentials or Credentials(),
                 options=BusOptions(name=f"{name}/{config.instance_id}"),
+                tls=config.nats_tls(),
             )
         )
         stop_wait = asyncio.create_task(stop_requested.wait())
@@ -181,10 +182,14 @@ def run_main(name: str, config_type: type[C], setup: Setup[C]) -> None:
     try:
         config = load_config(config_type)
         credentials = Credentials.from_env()
+        tls = config.nats_tls()
+        if tls.required_for(config.nats_url):
+            # Unreadable or mismatched certificate files are bad configuration (exit 2).
+            tls.ssl_context()
     except ConfigError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_CONFIG) from None
-    except OSError as exc:  # a NATS_*_FILE that cannot be read
+    except OSError as exc:  # a NATS_*_FILE that cannot be read, or a bad certificate
         print(f"{name}: invalid configuration: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_CONFIG) from None
     raise SystemExit(asyncio.run(run_service(name, config, setup, credentials)))

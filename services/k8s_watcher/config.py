@@ -16,6 +16,11 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
     kube_context: str = ""
     # Namespaces to mirror; empty mirrors all namespaces with one cluster-wide watch per kind.
     watched_namespaces: tuple[str, ...] = ()
+    # Namespaces commands may act in (comma list); empty: all. A command on a namespaced object
+    # elsewhere is refused (policy.py), so a service whose NATS password leaked cannot reach
+    # beyond the namespaces that hold NodeSets and their workloads; the production RBAC grants
+    # pod writes in those namespaces only. Cluster-scoped objects (Nodes) are not affected.
+    command_namespaces: tuple[str, ...] = ()
     # Kinds to mirror (e.g. "Node,Pod"); empty mirrors every kind of topology.WATCHED_KINDS.
     watched_kinds: tuple[str, ...] = ()
     # Label selector per kind: LABEL_SELECTORS="Pod=app=gpu;tier!=test,Node=pool=a100".

@@ -11,7 +11,8 @@ is final: a failed precondition (409) is `conflict` and never retried, the sende
 again from fresh state.
 
 Before any of that, a command is judged (policy.py): one whose subject disagrees with its
-payload, or that its sender's policy does not allow, is reported `forbidden` and
+payload, that acts in a namespace outside COMMAND_NAMESPACES (when set), or that its sender's
+policy does not allow, is reported `forbidden` and
 dead-lettered with the reason; one whose deadline passed before it could be applied is
 reported `expired` and not applied.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime
 
 import msgspec
@@ -101,8 +103,11 @@ class CommandExecutor:
         bus: Bus,
         max_deliver: int,
         instance_id: str,
+        command_namespaces: Collection[str] = (),
     ) -> None:
         self.kube = kube
+        # Empty: every namespace (policy.authorize).
+        self.command_namespaces = frozenset(command_namespaces)
         self.bus = bus
         self.applied = AppliedCommands(bus)
         self.max_deliver = max_deliver
@@ -110,7 +115,7 @@ class CommandExecutor:
 
     async def handle(self, cmd: K8sCommand, delivery: Delivery) -> None:
         attempt = delivery.num_delivered
-        verdict = authorize(cmd, delivery.subject)
+        verdict = authorize(cmd, delivery.subject, self.command_namespaces)
         if isinstance(verdict, Refused):
             await self._report(cmd, "forbidden", attempt, message=verdict.reason)
             # Never retried: the dead letter keeps the command and the reason for an audit.

@@ -4,13 +4,16 @@ the sender's policy (nodeflow_contracts.permissions.COMMAND_POLICY).
 NATS lets each service publish only under `cmd.k8s.v1.<its name>.>`; the subject therefore
 names the sender, and a payload that claims another sender or another operation than its
 subject is refused. The policy then says which operations on which kinds, touching which
-fields, that sender may ask for.
+fields, that sender may ask for. When k8s-watcher is limited to some namespaces
+(COMMAND_NAMESPACES), a command on a namespaced object outside them is refused whoever sends it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
+from k8s_watcher.kinds import resolve_kind
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CreateObject, K8sCommand, PatchObject
 from nodeflow_contracts.permissions import (
@@ -44,8 +47,26 @@ def target_kind(cmd: K8sCommand) -> str:
     return cmd.target.kind
 
 
-def authorize(cmd: K8sCommand, subject: str) -> Allowed | Refused:
-    """Subject against payload, then the sender's policy."""
+def command_namespace(cmd: K8sCommand) -> str | None:
+    """The namespace the command writes in (None: a cluster-scoped object), as commands.py
+    builds the call: a create in its object's namespace, else the target's, else `default`."""
+    operation = cmd.operation
+    if isinstance(operation, CreateObject):
+        obj = operation.object
+        kind = resolve_kind(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        if kind is not None and not kind.namespaced:
+            return None
+        metadata = obj.get("metadata")
+        namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+        return str(namespace or cmd.target.namespace or "default")
+    return cmd.target.namespace
+
+
+def authorize(
+    cmd: K8sCommand, subject: str, command_namespaces: Collection[str] = ()
+) -> Allowed | Refused:
+    """Subject against payload, then the namespace limit (empty: none), then the sender's
+    policy."""
     parsed = subjects.parse_k8s_command(subject)
     if parsed is None:
         return Refused(f"{subject!r} is not a cmd.k8s.v1.<sender>.<op> subject")
@@ -56,6 +77,13 @@ def authorize(cmd: K8sCommand, subject: str) -> Allowed | Refused:
         return Refused(
             f"subject names sender {subject_sender!r}, the payload claims {cmd.sender!r}",
         )
+    if command_namespaces:
+        namespace = command_namespace(cmd)
+        if namespace is not None and namespace not in command_namespaces:
+            return Refused(
+                f"namespace {namespace!r} is outside the namespaces k8s-watcher acts in "
+                f"(COMMAND_NAMESPACES={','.join(sorted(command_namespaces))})"
+            )
     grants = COMMAND_POLICY.get(cmd.sender)
     if grants is None:
         return Refused(f"{cmd.sender!r} has no command policy")

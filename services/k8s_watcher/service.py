@@ -115,6 +115,7 @@ class K8sWatcher:
             bus=bus,
             max_deliver=COMMANDS_CONSUMER.max_deliver,
             instance_id=config.instance_id,
+            command_namespaces=config.command_namespaces,
         )
         self.consumer: PullConsumer[K8sCommand] | None = None
         self._tasks: list[asyncio.Task[None]] = []

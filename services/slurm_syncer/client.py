@@ -3,14 +3,18 @@
 Every answer is checked: the HTTP status, that the body is a JSON object, and its `errors`
 list, since slurmrestd can answer 200 with an error inside. Connection failures, timeouts and
 5xx answers are retried with backoff; a refused token is replaced once (a fresh mint, or the
-token file read again) before the refusal is reported.
+token file read again) before the refusal is reported. An `https://` slurmrestd is verified
+against the cluster's CA file, or the system trust store without one; a certificate that does
+not verify is a connection failure (unreachable), never an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -79,6 +83,14 @@ def describe_errors(errors: list[Any]) -> str:
     return "; ".join(parts) or "no error detail"
 
 
+def slurm_ssl_context(ca_file: Path | None) -> ssl.SSLContext:
+    """Verify slurmrestd (hostname included) against `ca_file`, or the system store when None.
+    Raises OSError/ssl.SSLError when the file cannot be read or holds no certificate."""
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 def is_retryable_status(status: int) -> bool:
     return status >= 500 or status in (408, 429)
 
@@ -106,18 +118,22 @@ class SlurmClient:
         base_url: str,
         tokens: TokenSource,
         options: ClientOptions | None = None,
+        *,
+        ca_file: Path | None = None,
     ) -> None:
         self.cluster = cluster
         self.base_url = base_url.rstrip("/")
         self.tokens = tokens
         self.options = options or ClientOptions()
+        # Built now, so that an unreadable CA file stops the service at start.
+        self._ssl = slurm_ssl_context(ca_file)
         self._session: aiohttp.ClientSession | None = None
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.options.timeout_seconds),
-                connector=aiohttp.TCPConnector(limit=self.options.max_connections),
+                connector=aiohttp.TCPConnector(limit=self.options.max_connections, ssl=self._ssl),
             )
         return self._session
 

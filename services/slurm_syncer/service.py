@@ -38,7 +38,7 @@ def build_clients(config: SlurmSyncerConfig) -> dict[str, SlurmClient]:
             lifespan=config.slurm_token_lifespan_seconds,
             margin=config.slurm_token_refresh_margin_seconds,
         )
-        clients[name] = SlurmClient(name, settings.url, tokens, options)
+        clients[name] = SlurmClient(name, settings.url, tokens, options, ca_file=settings.ca_file)
     return clients
 
 

@@ -3,10 +3,11 @@
 Clusters are listed in SLURM_CLUSTERS (comma separated). Each cluster's settings come from
 `SLURM_<CLUSTER>_<SETTING>` (the cluster name upper-cased, non-alphanumerics as `_`, which is
 what the simulator writes to .run/env, e.g. SLURM_SIM_URL), falling back to the cluster-less
-`SLURM_<SETTING>`: URL, TOKEN, TOKEN_FILE, JWT_KEY_FILE, USER. A cluster authenticates with a
-static token (TOKEN or TOKEN_FILE) or with a signing key (JWT_KEY_FILE) from which the syncer
-mints its own short-lived tokens; a signing key wins when both are given, since it never
-expires.
+`SLURM_<SETTING>`: URL, TOKEN, TOKEN_FILE, JWT_KEY_FILE, USER, CA_FILE. A cluster authenticates
+with a static token (TOKEN or TOKEN_FILE) or with a signing key (JWT_KEY_FILE) from which the
+syncer mints its own short-lived tokens; a signing key wins when both are given, since it never
+expires. An `https://` URL is verified against CA_FILE when set, else the system trust store;
+a CA_FILE with a plain `http://` URL is refused (the operator meant TLS and would not get it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from nodeflow_contracts.pod_protocol import DEFAULT_DRAIN_REASON_PREFIX
 from nodeflow_runtime.config import ConfigError, ServiceConfig
 from slurm_syncer.nodestate import DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS
 
-PER_CLUSTER_SETTINGS = ("URL", "TOKEN", "TOKEN_FILE", "JWT_KEY_FILE", "USER")
+PER_CLUSTER_SETTINGS = ("URL", "TOKEN", "TOKEN_FILE", "JWT_KEY_FILE", "USER", "CA_FILE")
 
 
 class SlurmSyncerConfig(ServiceConfig, kw_only=True):
@@ -78,12 +79,14 @@ class ClusterSettings:
     token: str | None = None
     token_file: Path | None = None
     jwt_key_file: Path | None = None
+    # The CA that signs slurmrestd's certificate (https only); None: the system trust store.
+    ca_file: Path | None = None
 
     def __repr__(self) -> str:  # never print the token
         return (
             f"ClusterSettings(name={self.name!r}, url={self.url!r}, user={self.user!r}, "
             f"token={'<hidden>' if self.token else None}, token_file={self.token_file}, "
-            f"jwt_key_file={self.jwt_key_file})"
+            f"jwt_key_file={self.jwt_key_file}, ca_file={self.ca_file})"
         )
 
 
@@ -112,8 +115,15 @@ def cluster_settings(
         token = _setting(environ, "TOKEN", cluster)
         token_file = _setting(environ, "TOKEN_FILE", cluster)
         key_file = _setting(environ, "JWT_KEY_FILE", cluster)
+        ca_file = _setting(environ, "CA_FILE", cluster)
         if url is None:
             problems.append(f"cluster {cluster!r}: set SLURM_{suffix}_URL or SLURM_URL")
+            continue
+        if ca_file is not None and not url.lower().startswith("https://"):
+            problems.append(
+                f"cluster {cluster!r}: a CA file (SLURM_{suffix}_CA_FILE or SLURM_CA_FILE) "
+                f"needs an https:// URL, got {url!r}"
+            )
             continue
         if not (token or token_file or key_file):
             problems.append(
@@ -128,6 +138,7 @@ def cluster_settings(
             token=token,
             token_file=Path(token_file) if token_file else None,
             jwt_key_file=Path(key_file) if key_file else None,
+            ca_file=Path(ca_file) if ca_file else None,
         )
     if problems:
         raise ConfigError("invalid Slurm configuration: " + "; ".join(problems))

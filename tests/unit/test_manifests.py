@@ -30,7 +30,10 @@ from nats.errors import Error as NatsError
 from clustersim.kube.schema import prepare_custom_object, prune, validate
 from nodeflow_contracts.permissions import ADMIN_USER, nats_publish_allow
 from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET, WATCHED_KINDS, subject_matches
+from nodeflow_runtime.config import ServiceConfig, load_config
 from nodeflow_runtime.natsd import free_port, nats_server_binary
+from slurm_syncer.settings import SlurmSyncerConfig, cluster_settings
+from tests.fixtures.tls import make_pki
 
 Obj = dict[str, Any]
 
@@ -1349,3 +1352,141 @@ def test_production_spreads_each_service_over_nodes() -> None:
         assert spread["matchLabelKeys"] == ["app.kubernetes.io/name"]
         pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
         assert spread["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+
+
+# --- production: TLS and per-namespace RBAC -------------------------------------------------
+
+
+def secret_mount_of(deployment: Obj, path: str) -> tuple[Obj, str]:
+    """The secret volume mounted over `path` in the pod, and `path` relative to the mount."""
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    for mount in container.get("volumeMounts", []):
+        prefix = mount["mountPath"].rstrip("/") + "/"
+        if path.startswith(prefix):
+            volumes = {volume["name"]: volume for volume in spec["volumes"]}
+            return volumes[mount["name"]]["secret"], path[len(prefix) :]
+    raise AssertionError(f"nothing is mounted over {path}")
+
+
+def test_production_services_dial_nats_over_tls_with_the_ca_of_nats_tls() -> None:
+    for name, deployment in by_name(kustomize_build(PRODUCTION), "Deployment").items():
+        env = env_of(container_of(deployment))
+        urls = env["NATS_URL"].split(",")
+        assert urls == nats_pod_urls(4222, scheme="tls"), name
+        secret, key = secret_mount_of(deployment, env["NATS_TLS_CA_FILE"])
+        assert secret["secretName"] == "nats-tls" and key == "ca.crt", name
+        # The CA only: the server's private key is never mounted into a service.
+        assert secret["items"] == [{"key": "ca.crt", "path": "ca.crt"}], name
+        plain = {k: v for k, v in env.items() if isinstance(v, str) and k.startswith("NATS_")}
+        tls = load_config(ServiceConfig, plain).nats_tls()
+        assert tls.required_for(urls) and tls.ca_file is not None, name
+
+
+def test_production_nats_serves_tls_from_the_nats_tls_secret(tmp_path: Path) -> None:
+    built = kustomize_build(PRODUCTION)
+    (statefulset,) = of_kind(built, "StatefulSet")
+    spec = statefulset["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["command"] == ["nats-server", "--config", "/etc/nats/nats-production.conf"]
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    sources = volumes[mounts["/etc/nats"]]["projected"]["sources"]
+    assert [s["configMap"]["name"] for s in sources] == ["nats-config", "nats-tls-config"]
+    assert volumes[mounts["/etc/nats-tls"]]["secret"]["secretName"] == "nats-tls"
+    configs = by_name(built, "ConfigMap")
+    production = configs["nats-tls-config"]["data"]["nats-production.conf"]
+    assert production.startswith("include nats.conf\n")
+    for key in ("ca.crt", "tls.crt", "tls.key"):
+        assert f"/etc/nats-tls/{key}\n" in production
+    # nats-server itself loads the pair, with the mounted files stood in for by test ones.
+    pki = make_pki(tmp_path / "pki")
+    mounted = tmp_path / "nats-tls"
+    mounted.mkdir()
+    for key, source in (
+        ("ca.crt", pki.ca_cert),
+        ("tls.crt", pki.server_cert),
+        ("tls.key", pki.server_key),
+    ):
+        (mounted / key).write_bytes(source.read_bytes())
+    (tmp_path / "nats.conf").write_text(configs["nats-config"]["data"]["nats.conf"])
+    config = tmp_path / "nats-production.conf"
+    config.write_text(production.replace("/etc/nats-tls/", f"{mounted}/"))
+    passwords = {s: f"pw-{s}" for s in (*SERVICES, ADMIN_USER)}
+    result = subprocess.run(
+        [str(nats_server_binary()), "-c", str(config), "-t"],
+        env=nats_env(passwords),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def rule_grants(rules: list[Obj]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+WRITE_VERBS = {"create", "delete", "patch", "update"}
+
+
+def test_production_k8s_watcher_writes_only_in_its_command_namespaces() -> None:
+    built = kustomize_build(PRODUCTION)
+    watcher = env_of(container_of(by_name(built, "Deployment")["k8s-watcher"]))
+    command_namespaces = set(watcher["COMMAND_NAMESPACES"].split(","))
+    assert NAMESPACE in command_namespaces and len(command_namespaces) >= 2
+    roles = of_kind(built, "Role")
+    bindings = of_kind(built, "RoleBinding")
+    assert {r["metadata"]["namespace"] for r in roles} == command_namespaces
+    assert {b["metadata"]["namespace"] for b in bindings} == command_namespaces
+    (first, *others) = [rule_grants(role["rules"]) for role in roles]
+    assert all(grants == first for grants in others), "every namespace gets the same writes"
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "Role"
+        role_names = {
+            r["metadata"]["name"]
+            for r in roles
+            if r["metadata"]["namespace"] == binding["metadata"]["namespace"]
+        }
+        assert binding["roleRef"]["name"] in role_names
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "k8s-watcher", "namespace": NAMESPACE}
+        ]
+    (cluster_role,) = of_kind(built, "ClusterRole")
+    cluster_grants = rule_grants(cluster_role["rules"])
+    # Cluster-wide writes: Nodes, Events, the cluster-scoped custom resources only.
+    scoped = {
+        (crd["spec"]["group"], crd["spec"]["names"]["plural"])
+        for crd in crds().values()
+        if crd["spec"]["scope"] == "Cluster"
+    }
+    cluster_wide = {("", "nodes"), ("", "events")} | scoped
+    for group, resource, verb in cluster_grants:
+        if verb in WRITE_VERBS or "/" in resource:
+            assert (group, resource.split("/")[0]) in cluster_wide, (group, resource, verb)
+    assert not any(resource.startswith("pods/") for _, resource, _ in cluster_grants)
+    # Nothing the code uses is lost: the ClusterRole and a Role together grant what the base's
+    # ClusterRole (which test_rbac holds equal to the code's needs) grants.
+    (base_role,) = of_kind(kustomize_build(BASE), "ClusterRole")
+    assert cluster_grants | first == rule_grants(base_role["rules"])
+    assert not cluster_grants & first
+
+
+def test_production_slurm_syncer_uses_https_with_a_ca_from_a_secret() -> None:
+    syncer = by_name(kustomize_build(PRODUCTION), "Deployment")["slurm-syncer"]
+    env = {k: v for k, v in env_of(container_of(syncer)).items() if isinstance(v, str)}
+    config = load_config(SlurmSyncerConfig, env)
+    assert config.slurm_clusters
+    for name, settings in cluster_settings(config.slurm_clusters, env).items():
+        assert settings.url.startswith("https://"), name
+        assert settings.ca_file is not None and settings.jwt_key_file is not None, name
+        for path in (settings.ca_file, settings.jwt_key_file):
+            secret, _ = secret_mount_of(syncer, str(path))
+            assert secret["secretName"].startswith("nodeflow-slurm-"), name
