@@ -239,7 +239,7 @@ async def main() -> None:
     nominated = sum(1 for a in result.actions if isinstance(a, Nominate))
     assert nominated == GANG, f"{nominated} of {GANG} nominated"
     line(f"first pass (parse, fit on every node, gather, {nominated} nominations)", cold)
-    warm, _ = median_seconds(lambda: plan(state), max(1, rounds // 2))
+    warm, _ = median_seconds(lambda: plan(state), rounds)
     line("steady pass (the same with every pod's requests already parsed)", warm)
     await end_to_end(
         int(os.environ.get("BENCH_PLACER_E2E_GANGS", "100")),
