@@ -30,7 +30,7 @@ import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from nodeflow_contracts.placement import PlacementDecisionKind
 from nodeflow_kube import fields
@@ -306,6 +306,49 @@ def _condition_differs(pod: Obj, reason: str, message: str) -> bool:
     )
 
 
+class PodFacts(NamedTuple):
+    """What one version of a pod tells every pass: its gang, its scheduler, whether it has
+    finished, the node it is charged to (and whether only by nomination) and its request."""
+
+    key: str
+    group: GroupKey | None
+    scheduler: str
+    terminal: bool
+    charge: tuple[str, bool] | None
+    request: Mapping[str, int]
+
+
+_POD_FACTS: dict[tuple[object, object], PodFacts] = {}
+
+
+def pod_facts(pod: Obj) -> PodFacts:
+    """The pod's facts, memoised by (uid, resourceVersion) like its request: the API server
+    gives every change (binding, nomination, phase, deletion) a new resourceVersion. A pod
+    without both is read afresh. Bounded: dropped past 400,000 versions."""
+    metadata = pod.get("metadata")
+    if type(metadata) is dict:
+        uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+        if uid and version:
+            found = _POD_FACTS.get((uid, version))
+            if found is None:
+                if len(_POD_FACTS) >= 400_000:
+                    _POD_FACTS.clear()
+                found = _POD_FACTS[(uid, version)] = _read_pod_facts(pod)
+            return found
+    return _read_pod_facts(pod)
+
+
+def _read_pod_facts(pod: Obj) -> PodFacts:
+    return PodFacts(
+        key=fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}",
+        group=pod_group_of(pod),
+        scheduler=podfacts.scheduler_of(pod),
+        terminal=podfacts.is_terminal(pod),
+        charge=podfacts.charged_node(pod),
+        request=pod_request_shared(pod),
+    )
+
+
 class _NodeIndex:
     """What the nodes alone decide, shared by every pass while the nodes stay the same
     versions in the same order: their facts by name, the nodes that pass the filters for each
@@ -363,6 +406,7 @@ class _Pass:
             self.topology_error = f"ClusterNetworkTopology {DEFAULT_TOPOLOGY_NAME}: {error}"
             spec = parse_topology(None)
         # One read of every node, memoised per node version (see fit.node_facts).
+        self.pod_facts = [pod_facts(pod) for pod in state.pods]
         self.nodes = _node_index([node_facts(node) for node in state.nodes])
         self.facts = self.nodes.facts
         self.tree = _tree_of(spec, self.nodes.facts_in_order, self.facts)
@@ -378,12 +422,10 @@ class _Pass:
     def account(self) -> None:
         state = self.state
         charged, used = self.charged, self.used
-        for pod in state.pods:
-            charge = podfacts.charged_node(pod)
-            if charge is None:
-                continue
-            key = fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}"
-            charged[key] = ChargedPod(pod, charge[0], pod_request_shared(pod), charge[1])
+        for pod, facts in zip(state.pods, self.pod_facts, strict=True):
+            charge = facts.charge
+            if charge is not None:
+                charged[facts.key] = ChargedPod(pod, charge[0], facts.request, charge[1])
         for item in charged.values():
             node_used = used.get(item.node)
             if node_used is None:
@@ -453,12 +495,19 @@ class _Pass:
             count = slots_in(allocatable, {}, request)
             if count > 0:
                 slots.update(dict.fromkeys(names & untouched, count))
+        # Most charged nodes carry the same few pod shapes: one division per distinct
+        # (allocatable, use) pair.
+        known: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
         for name in usable - untouched:
+            allocatable = self.facts[name].allocatable
             used = self.used.get(name, {})
             if name in given_back:
                 used = dict(used)
                 add_milli(used, given_back[name], -1)
-            count = slots_in(self.facts[name].allocatable, used, request)
+            shape = (id(allocatable), tuple(used.items()))
+            count = known.get(shape)
+            if count is None:
+                count = known[shape] = slots_in(allocatable, used, request)
             if count > 0:
                 slots[name] = count
         return slots
@@ -522,11 +571,11 @@ def plan(state: ClusterState) -> Plan:
     ours: list[Obj] = []
     all_members: dict[GroupKey, list[Obj]] = {}
     group_of: dict[int, GroupKey | None] = {}
-    for pod in state.pods:
-        group = pod_group_of(pod)
+    for pod, facts in zip(state.pods, run.pod_facts, strict=True):
+        group = facts.group
         if group is not None:
             all_members.setdefault(group, []).append(pod)
-        if podfacts.scheduler_of(pod) in state.scheduler_names and not podfacts.is_terminal(pod):
+        if facts.scheduler in state.scheduler_names and not facts.terminal:
             ours.append(pod)
             group_of[id(pod)] = group
     specs: dict[GroupKey, PodGroupSpec] = {}

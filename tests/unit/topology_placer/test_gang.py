@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.unit.topology_placer.builders import pod, pod_group
@@ -91,7 +93,7 @@ def test_min_member_must_be_a_positive_integer() -> None:
 
 
 def test_network_topology_spec_reads_layers_strategies_and_multiples() -> None:
-    gather = [
+    gather: list[dict[str, Any]] = [
         {"layer": "BlockLayer", "strategy": "PreferGather"},
         {"layer": "SpineLayer", "strategy": "MustGather", "podCountMultiple": 4},
     ]
