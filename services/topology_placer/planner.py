@@ -505,11 +505,11 @@ class _Pass:
                 used = dict(used)
                 add_milli(used, given_back[name], -1)
             shape = (id(allocatable), tuple(used.items()))
-            count = known.get(shape)
-            if count is None:
-                count = known[shape] = slots_in(allocatable, used, request)
-            if count > 0:
-                slots[name] = count
+            fitting = known.get(shape)
+            if fitting is None:
+                fitting = known[shape] = slots_in(allocatable, used, request)
+            if fitting > 0:
+                slots[name] = fitting
         return slots
 
     def reserve(self, pod: Obj, node: str) -> None:
