@@ -153,15 +153,17 @@ async def test_high_priority_gang_preempts_a_low_priority_job(stack: Stack) -> N
         stack.sim.store.create("pods", high)
     conditions: dict[str, dict[str, Any]] = {}
 
-    def record() -> None:
+    def record_and_bound() -> dict[str, str] | bool:
+        # The victims' conditions are kept as seen: the evicted pods go away.
         for pod in stack.sim.store.list("pods", namespace=NS).items:
             for condition in pod.get("status", {}).get("conditions") or []:
                 if condition.get("type") == "DisruptionTarget":
                     conditions[pod["metadata"]["name"]] = condition
+        return len(_bound(stack, "hello-job")) == 2 and _bound(stack, "hello-job")
 
     await stack.start_placer()
     bound = await eventually(
-        lambda: (record(), len(_bound(stack, "hello-job")) == 2)[1] and _bound(stack, "hello-job"),
+        record_and_bound,
         timeout=30.0,
         what="the preemptor gang bound",
     )

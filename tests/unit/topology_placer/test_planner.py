@@ -452,3 +452,67 @@ def test_match_policy_decides_which_members_count_toward_min_member() -> None:
         result, _ = run(nodes, pods, groups, topology=TOPOLOGY)
         counted[policy] = result.gang_states["default/gang"]
     assert counted == {"only-waiting": "waiting", "waiting-and-running": "nominated"}
+
+
+def _status_after(result: Plan, group: dict[str, Any]) -> dict[str, Any]:
+    """The PodGroup's status once the pass's update is written (unchanged when none is)."""
+    updates = [
+        u for u in _of(result, UpdateGroupStatus) if u.group.name == group["metadata"]["name"]
+    ]
+    if updates:
+        group["status"] = updates[-1].status
+    return dict(group["status"])
+
+
+def test_pod_group_phase_goes_scheduling_then_scheduled_with_its_schedule_start_time() -> None:
+    group = pod_group("gang", 2)
+    start = 1_767_225_600.0 + 60
+    pods = [pod(f"w-{i}", owner="job") for i in range(2)]
+    # Pass 1: nothing nominated yet (the pass computes status from the pods it was given).
+    first, pods = run(reference_nodes(), pods, [group], now=start)
+    assert _status_after(first, group)["phase"] == "PreScheduling"
+    assert "scheduleStartTime" not in group["status"]
+    assert all(p["status"].get("nominatedNodeName") for p in pods)
+    # Pass 2: members are nominated, none bound: Scheduling, and its wait starts now.
+    second, pods = run(reference_nodes(), pods, [group], now=start + 5)
+    status = _status_after(second, group)
+    assert status["phase"] == "Scheduling"
+    assert status["scheduled"] == 0
+    assert status["scheduleStartTime"] == "2026-01-01T00:01:05Z"
+    assert all(p["spec"].get("nodeName") for p in pods)
+    # Pass 3: minMember bound, not yet running: Scheduled; scheduleStartTime is kept.
+    third, pods = run(reference_nodes(), pods, [group], now=start + 9)
+    status = _status_after(third, group)
+    assert status["phase"] == "Scheduled"
+    assert status["scheduled"] == 2
+    assert status["scheduleStartTime"] == "2026-01-01T00:01:05Z"
+
+
+def test_pod_group_is_scheduling_while_fewer_than_min_member_are_bound() -> None:
+    group = pod_group("gang", 2)
+    pods = [pod("w-0", node_name="node1", phase="Running"), pod("w-1")]
+    result = plan(state(reference_nodes(), pods, [group]))
+    status = _status_after(result, group)
+    assert (status["phase"], status["scheduled"], status["running"]) == ("Scheduling", 1, 1)
+    assert status["scheduleStartTime"] == "2026-01-01T00:01:00Z"
+
+
+def test_pod_group_fails_when_a_member_failed_and_finishes_when_min_member_succeeded() -> None:
+    group = pod_group("gang", 2)
+    failed = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("w-1", node_name="node2", phase="Failed"),
+    ]
+    status = _status_after(plan(state(reference_nodes(), failed, [group])), group)
+    assert (status["phase"], status["running"], status["failed"]) == ("Failed", 1, 1)
+    finished = [pod(f"w-{i}", node_name=f"node{i + 1}", phase="Succeeded") for i in range(2)]
+    status = _status_after(plan(state(reference_nodes(), finished, [group])), group)
+    assert (status["phase"], status["succeeded"]) == ("Finished", 2)
+    # One success short of minMember, the rest still running: Running, not Finished.
+    mixed = [
+        pod("w-0", node_name="node1", phase="Succeeded"),
+        pod("w-1", node_name="node2", phase="Running"),
+    ]
+    assert _status_after(plan(state(reference_nodes(), mixed, [group])), group)["phase"] == (
+        "Running"
+    )
