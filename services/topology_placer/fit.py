@@ -236,14 +236,14 @@ class NodeFacts:
     tainted: bool
 
 
-_NODE_FACTS: dict[tuple[str, str], NodeFacts] = {}
+_NODE_FACTS: dict[tuple[object, object], NodeFacts] = {}
 
 
 def node_facts(node: Obj) -> NodeFacts:
     """The node's facts, memoised by (uid, resourceVersion); a node without both is read
     afresh every time. Bounded: the memo is dropped when it grows past 200,000 versions."""
     metadata = node.get("metadata")
-    key: tuple[str, str] | None = None
+    key: tuple[object, object] | None = None
     if type(metadata) is dict:
         uid, version = metadata.get("uid"), metadata.get("resourceVersion")
         if uid and version:
@@ -257,6 +257,22 @@ def node_facts(node: Obj) -> NodeFacts:
             _NODE_FACTS.clear()
         _NODE_FACTS[key] = facts
     return facts
+
+
+def facts_of_nodes(nodes: Iterable[Obj]) -> list[NodeFacts]:
+    """`node_facts` of every node, with the memo lookup inlined: a pass reads 16k nodes."""
+    memo = _NODE_FACTS
+    found_facts: list[NodeFacts] = []
+    append = found_facts.append
+    for node in nodes:
+        metadata = node.get("metadata")
+        if type(metadata) is dict:
+            found = memo.get((metadata.get("uid"), metadata.get("resourceVersion")))
+            if found is not None:
+                append(found)
+                continue
+        append(node_facts(node))
+    return found_facts
 
 
 def _read_node_facts(node: Obj) -> NodeFacts:

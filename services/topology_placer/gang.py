@@ -303,6 +303,9 @@ def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     )
 
 
-def rank_key(index: int | None, name: str) -> tuple[int, int, tuple[tuple[int, int | str], ...]]:
+RankKey = tuple[int, int, tuple[tuple[int, int | str], ...]]
+
+
+def rank_key(index: int | None, name: str) -> RankKey:
     """Rank order: indexed pods by index, then unindexed pods, each by name in natural order."""
     return (0 if index is not None else 1, index or 0, natural_key(name))

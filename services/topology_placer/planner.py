@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, NamedTuple
@@ -40,9 +41,9 @@ from topology_placer.fit import (
     NodeCapacity,
     NodeFacts,
     add_milli,
+    facts_of_nodes,
     filter_reason,
     largest_request,
-    node_facts,
     pod_request_shared,
     slots_in,
 )
@@ -51,6 +52,7 @@ from topology_placer.gang import (
     GatherRule,
     GroupKey,
     PodGroupSpec,
+    RankKey,
     annotation_gang_object,
     is_annotation_gang_member,
     parse_pod_group,
@@ -226,11 +228,11 @@ class Gang:
 
     @cached_property
     def pending(self) -> list[Obj]:
-        return [pod for pod in self.all_members if podfacts.is_pending(pod)]
+        return [pod for pod in self.all_members if pod_facts(pod).pending]
 
     @cached_property
     def bound(self) -> list[Obj]:
-        return [pod for pod in self.all_members if podfacts.occupies_node(pod)]
+        return [pod for pod in self.all_members if pod_facts(pod).occupies]
 
     @property
     def rules(self) -> tuple[GatherRule, ...]:
@@ -248,7 +250,7 @@ class Gang:
     @property
     def priority(self) -> int:
         pending = self.pending
-        return min((podfacts.priority_of(p) for p in pending), default=0)
+        return min((pod_facts(p).priority for p in pending), default=0)
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -311,11 +313,20 @@ class PodFacts(NamedTuple):
     finished, the node it is charged to (and whether only by nomination) and its request."""
 
     key: str
+    ref: PodRef
     group: GroupKey | None
+    annotation_member: bool
     scheduler: str
     terminal: bool
+    pending: bool
+    occupies: bool
     charge: tuple[str, bool] | None
     request: Mapping[str, int]
+    priority: int
+    created: float | None
+    # Its rank order key, or why its network-topology-index does not parse.
+    rank: RankKey | None
+    rank_error: str
 
 
 _POD_FACTS: dict[tuple[object, object], PodFacts] = {}
@@ -338,14 +349,44 @@ def pod_facts(pod: Obj) -> PodFacts:
     return _read_pod_facts(pod)
 
 
+def facts_of_pods(pods: Iterable[Obj]) -> list[PodFacts]:
+    """`pod_facts` of every pod, with the memo lookup inlined: a pass reads every pod."""
+    memo = _POD_FACTS
+    found_facts: list[PodFacts] = []
+    append = found_facts.append
+    for pod in pods:
+        metadata = pod.get("metadata")
+        if type(metadata) is dict:
+            found = memo.get((metadata.get("uid"), metadata.get("resourceVersion")))
+            if found is not None:
+                append(found)
+                continue
+        append(pod_facts(pod))
+    return found_facts
+
+
 def _read_pod_facts(pod: Obj) -> PodFacts:
+    rank: RankKey | None = None
+    rank_error = ""
+    try:
+        rank = rank_key(topology_index(pod), fields.name_of(pod))
+    except GangSpecError as error:
+        rank_error = str(error)
     return PodFacts(
         key=fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}",
+        ref=ref_of(pod),
         group=pod_group_of(pod),
+        annotation_member=is_annotation_gang_member(pod),
         scheduler=podfacts.scheduler_of(pod),
         terminal=podfacts.is_terminal(pod),
+        pending=podfacts.is_pending(pod),
+        occupies=podfacts.occupies_node(pod),
         charge=podfacts.charged_node(pod),
         request=pod_request_shared(pod),
+        priority=podfacts.priority_of(pod),
+        created=podfacts.created_at(pod),
+        rank=rank,
+        rank_error=rank_error,
     )
 
 
@@ -360,6 +401,8 @@ class _NodeIndex:
         # Nodes that pass the filters, by the signature of a pod spec's filter fields.
         self.passing: dict[str, set[str]] = {}
         self._by_allocatable: list[tuple[Milli, set[str]]] | None = None
+        # The domain tree by topology spec (see _tree_of).
+        self.trees: dict[TopologySpec, TopologyTree] = {}
 
     def by_allocatable(self) -> list[tuple[Milli, set[str]]]:
         """Node names grouped by their (shared) allocatable."""
@@ -406,10 +449,13 @@ class _Pass:
             self.topology_error = f"ClusterNetworkTopology {DEFAULT_TOPOLOGY_NAME}: {error}"
             spec = parse_topology(None)
         # One read of every node, memoised per node version (see fit.node_facts).
-        self.pod_facts = [pod_facts(pod) for pod in state.pods]
-        self.nodes = _node_index([node_facts(node) for node in state.nodes])
+        self.pod_facts = facts_of_pods(state.pods)
+        self.nodes = _node_index(facts_of_nodes(state.nodes))
         self.facts = self.nodes.facts
-        self.tree = _tree_of(spec, self.nodes.facts_in_order, self.facts)
+        tree = self.nodes.trees.get(spec)
+        if tree is None:
+            tree = self.nodes.trees[spec] = _tree_of(spec, self.nodes.facts_in_order, self.facts)
+        self.tree = tree
         # Every pod charged to a node (bound, or only nominated), by uid; what that uses of
         # each node, and what each node offers. Filled by `account()`, only in a pass that
         # has a gang to place.
@@ -433,17 +479,18 @@ class _Pass:
             else:
                 add_milli(node_used, item.request)
 
-    def usable_nodes(self, specs_by_signature: Mapping[str, Obj]) -> set[str]:
+    def usable_nodes(self, specs_by_signature: Mapping[str, Obj]) -> AbstractSet[str]:
         """Nodes that pass the filters (cordon, readiness, taints, node affinity) for every
-        one of these pod specs; each spec's verdicts are worked out once per pass, as the
-        members of most gangs share their specs."""
-        usable: set[str] | None = None
+        one of these pod specs; each spec's verdicts are worked out once while the nodes stay
+        the same, as the members of most gangs share their specs. Read only: it may be the
+        node index's own set."""
+        usable: AbstractSet[str] | None = None
         for signature, spec in specs_by_signature.items():
             passing = self.nodes.passing.get(signature)
             if passing is None:
                 passing = self.nodes.passing[signature] = self._passing(spec)
-            usable = set(passing) if usable is None else usable & passing
-        return usable or set()
+            usable = passing if usable is None else usable & passing
+        return frozenset() if usable is None else usable
 
     def _passing(self, spec: Obj) -> set[str]:
         # The filters answer for a schedulable node without taints from the cordon and
@@ -483,7 +530,7 @@ class _Pass:
         return capacities
 
     def offer_slots(
-        self, gang: Gang, usable: set[str], request: Mapping[str, int]
+        self, gang: Gang, usable: AbstractSet[str], request: Mapping[str, int]
     ) -> dict[str, int]:
         """fit.offer_slots over `capacities_for(gang)`, without building a capacity per node:
         nodes nothing is charged to offer what their allocatable does, worked out once per
@@ -514,13 +561,12 @@ class _Pass:
 
     def reserve(self, pod: Obj, node: str) -> None:
         """Charge a pod nominated this pass, so the next gang sees it."""
-        key = fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}"
-        previous = self.charged.get(key)
+        facts = pod_facts(pod)
+        previous = self.charged.get(facts.key)
         if previous is not None:
             add_milli(self.used[previous.node], previous.request, -1)
-        request = pod_request_shared(pod)
-        add_milli(self.used.setdefault(node, {}), request)
-        self.charged[key] = ChargedPod(pod, node, request, True)
+        add_milli(self.used.setdefault(node, {}), facts.request)
+        self.charged[facts.key] = ChargedPod(pod, node, facts.request, True)
 
 
 # Memo of the last tree and of each node version's path (by topology spec): the tree only
@@ -590,7 +636,8 @@ def plan(state: ClusterState) -> Plan:
             errors[key] = f"PodGroup {key}: {error}"
     # Gangs declared by pod annotations alone: the first member (by name) speaks for them.
     declared_by_pods: set[GroupKey] = set()
-    for pod in sorted(filter(is_annotation_gang_member, ours), key=fields.name_of):
+    annotation_members = [p for p in ours if pod_facts(p).annotation_member]
+    for pod in sorted(annotation_members, key=fields.name_of):
         declared = pod_group_of(pod)
         if declared is None or declared in group_objects:
             continue
@@ -647,7 +694,7 @@ def plan(state: ClusterState) -> Plan:
         [g for g in gangs + solitary if g.pending],
         key=lambda g: (
             -g.priority,
-            min((podfacts.created_at(p) or 0.0) for p in g.pending),
+            min((pod_facts(p).created or 0.0) for p in g.pending),
             g.id,
         ),
     )
@@ -668,11 +715,14 @@ def plan(state: ClusterState) -> Plan:
 def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -> None:
     # Phase 1: read.
     pending = gang.pending
-    try:
-        ranked = sorted(pending, key=lambda p: rank_key(topology_index(p), fields.name_of(p)))
-    except GangSpecError as error:
-        gang.errors.append(str(error))
+    facts = [pod_facts(p) for p in pending]
+    rank_error = next((f.rank_error for f in facts if f.rank_error), "")
+    if rank_error:
+        gang.errors.append(rank_error)
         ranked = pending
+    else:
+        keys = [f.rank for f in facts if f.rank is not None]
+        ranked = [pending[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
     if run.topology_error and gang.rules:
         gang.errors.append(run.topology_error)
     if gang.errors:
@@ -683,8 +733,8 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     for key in gang.keys:
         spec = gang.specs[key]
         members = gang.members.get(key, [])
-        waiting = [p for p in members if podfacts.is_pending(p)]
-        bound = [p for p in members if podfacts.occupies_node(p)]
+        waiting = [p for p in members if pod_facts(p).pending]
+        bound = [p for p in members if pod_facts(p).occupies]
         previous = podfacts.status(group_objects.get(key, {}))
         satisfied_once = spec.match_policy == "once-satisfied" and (
             previous.get("phase") in SATISFIED_PHASES or len(bound) >= spec.min_member
@@ -776,7 +826,7 @@ def _bind_if_reserved(
     if any(node_slots.get(node, 0) < count for node, count in per_node.items()):
         return False
     for pod in pods:
-        run.plan.actions.append(Bind(ref_of(pod), nominated[fields.name_of(pod)]))
+        run.plan.actions.append(Bind(pod_facts(pod).ref, nominated[fields.name_of(pod)]))
     run.plan.actions.append(
         Decision(
             gang.keys,
@@ -809,7 +859,7 @@ def _nominate(run: _Pass, gang: Gang, placement: Placement) -> None:
         if node is None:
             continue
         if podfacts.nominated_node_of(pod) != node:
-            run.plan.actions.append(Nominate(ref_of(pod), node))
+            run.plan.actions.append(Nominate(pod_facts(pod).ref, node))
         run.reserve(pod, node)
     domain = "/".join(placement.domain) or "cluster"
     run.plan.actions.append(

@@ -25,6 +25,7 @@ Phases, as Koordinator's PostFilter, with two of its gaps closed:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -141,7 +142,7 @@ def _unit_key(pod: Obj) -> str:
 
 
 def victim_units(
-    charged: Sequence[ChargedPod], gang_priority: int, usable_nodes: set[str]
+    charged: Sequence[ChargedPod], gang_priority: int, usable_nodes: AbstractSet[str]
 ) -> list[VictimUnit]:
     """Phase 2: bound lower-priority jobs with a pod on a usable node, each whole."""
     by_key: dict[str, VictimUnit] = {}
@@ -251,7 +252,7 @@ def plan_preemption(
     pods_in_rank_order: Sequence[str],
     rules: Sequence[GatherRule],
     capacities: Mapping[str, NodeCapacity],
-    usable_nodes: set[str],
+    usable_nodes: AbstractSet[str],
     request: Mapping[str, int],
     charged: Sequence[ChargedPod],
     gang_priority: int,
@@ -302,7 +303,7 @@ def _best_plan(
     pods_in_rank_order: Sequence[str],
     rules: Sequence[GatherRule],
     capacities: Mapping[str, NodeCapacity],
-    usable_nodes: set[str],
+    usable_nodes: AbstractSet[str],
     request: Mapping[str, int],
     units: Sequence[VictimUnit],
     cleared: Mapping[str, list[ChargedPod]],
