@@ -320,7 +320,8 @@ class PodFacts(NamedTuple):
     terminal: bool
     pending: bool
     occupies: bool
-    charge: tuple[str, bool] | None
+    # What it is charged to its node by (None: nothing), made once per version.
+    charged: ChargedPod | None
     request: Mapping[str, int]
     priority: int
     created: float | None
@@ -368,6 +369,8 @@ def facts_of_pods(pods: Iterable[Obj]) -> list[PodFacts]:
 def _read_pod_facts(pod: Obj) -> PodFacts:
     rank: RankKey | None = None
     rank_error = ""
+    charge = podfacts.charged_node(pod)
+    request = pod_request_shared(pod)
     try:
         rank = rank_key(topology_index(pod), fields.name_of(pod))
     except GangSpecError as error:
@@ -381,8 +384,8 @@ def _read_pod_facts(pod: Obj) -> PodFacts:
         terminal=podfacts.is_terminal(pod),
         pending=podfacts.is_pending(pod),
         occupies=podfacts.occupies_node(pod),
-        charge=podfacts.charged_node(pod),
-        request=pod_request_shared(pod),
+        charged=None if charge is None else ChargedPod(pod, charge[0], request, charge[1]),
+        request=request,
         priority=podfacts.priority_of(pod),
         created=podfacts.created_at(pod),
         rank=rank,
@@ -466,12 +469,10 @@ class _Pass:
         self.restarted: set[GroupKey] = set()
 
     def account(self) -> None:
-        state = self.state
         charged, used = self.charged, self.used
-        for pod, facts in zip(state.pods, self.pod_facts, strict=True):
-            charge = facts.charge
-            if charge is not None:
-                charged[facts.key] = ChargedPod(pod, charge[0], facts.request, charge[1])
+        for facts in self.pod_facts:
+            if facts.charged is not None:
+                charged[facts.key] = facts.charged
         for item in charged.values():
             node_used = used.get(item.node)
             if node_used is None:
