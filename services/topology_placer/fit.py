@@ -260,18 +260,27 @@ def node_facts(node: Obj) -> NodeFacts:
 
 
 def facts_of_nodes(nodes: Iterable[Obj]) -> list[NodeFacts]:
-    """`node_facts` of every node, with the memo lookup inlined: a pass reads 16k nodes."""
+    """`node_facts` of every node, with the memo lookup inlined (a pass reads 16k nodes). The
+    memo keeps just these nodes' versions afterwards, so versions gone from the cluster (and
+    the node objects their facts hold) do not pile up."""
+    global _NODE_FACTS
     memo = _NODE_FACTS
+    kept: dict[tuple[object, object], NodeFacts] = {}
     found_facts: list[NodeFacts] = []
     append = found_facts.append
     for node in nodes:
         metadata = node.get("metadata")
         if type(metadata) is dict:
-            found = memo.get((metadata.get("uid"), metadata.get("resourceVersion")))
+            key = (metadata.get("uid"), metadata.get("resourceVersion"))
+            found = memo.get(key)
+            if found is None and key[0] and key[1]:
+                found = _read_node_facts(node)
             if found is not None:
+                kept[key] = found
                 append(found)
                 continue
-        append(node_facts(node))
+        append(_read_node_facts(node))
+    _NODE_FACTS = kept
     return found_facts
 
 

@@ -351,18 +351,27 @@ def pod_facts(pod: Obj) -> PodFacts:
 
 
 def facts_of_pods(pods: Iterable[Obj]) -> list[PodFacts]:
-    """`pod_facts` of every pod, with the memo lookup inlined: a pass reads every pod."""
+    """`pod_facts` of every pod, with the memo lookup inlined (a pass reads every pod). The
+    memo keeps just these pods' versions afterwards, so versions gone from the cluster (and
+    the pod objects their facts hold) do not pile up."""
+    global _POD_FACTS
     memo = _POD_FACTS
+    kept: dict[tuple[object, object], PodFacts] = {}
     found_facts: list[PodFacts] = []
     append = found_facts.append
     for pod in pods:
         metadata = pod.get("metadata")
         if type(metadata) is dict:
-            found = memo.get((metadata.get("uid"), metadata.get("resourceVersion")))
+            key = (metadata.get("uid"), metadata.get("resourceVersion"))
+            found = memo.get(key)
+            if found is None and key[0] and key[1]:
+                found = _read_pod_facts(pod)
             if found is not None:
+                kept[key] = found
                 append(found)
                 continue
-        append(pod_facts(pod))
+        append(_read_pod_facts(pod))
+    _POD_FACTS = kept
     return found_facts
 
 
@@ -587,17 +596,19 @@ def _tree_of(
         # Identical objects compare at C speed; a node read afresh compares by value.
         if last_spec == spec and last_facts == facts_in_order:
             return last_tree
-    known = _PATHS.get(spec)
-    if known is None or len(known) > 200_000:
-        _PATHS.clear()
-        known = _PATHS[spec] = {}
+    known = _PATHS.get(spec, {})
+    # Only the current nodes' paths are kept for next time (no pile of old node versions).
+    kept: dict[int, tuple[NodeFacts, DomainPath]] = {}
     paths: list[tuple[str, DomainPath]] = []
     for name, node_facts_ in facts.items():
         # Keyed by the facts object's identity, held in the value so the id stays its own.
         entry = known.get(id(node_facts_))
         if entry is None or entry[0] is not node_facts_:
-            entry = known[id(node_facts_)] = (node_facts_, node_path(spec, node_facts_.labels))
+            entry = (node_facts_, node_path(spec, node_facts_.labels))
+        kept[id(node_facts_)] = entry
         paths.append((name, entry[1]))
+    _PATHS.clear()
+    _PATHS[spec] = kept
     paths.sort()
     memo_key = (spec, tuple(paths))
     if _LAST_TREE and _LAST_TREE[0][0] == memo_key:

@@ -17,6 +17,7 @@ from tests.unit.topology_placer.builders import (
     reference_nodes,
 )
 from tests.unit.topology_placer.simulate import apply, run, state
+from topology_placer import fit, planner
 from topology_placer.gang import GROUPS, MODE
 from topology_placer.planner import (
     Bind,
@@ -516,3 +517,31 @@ def test_pod_group_fails_when_a_member_failed_and_finishes_when_min_member_succe
     assert _status_after(plan(state(reference_nodes(), mixed, [group])), group)["phase"] == (
         "Running"
     )
+
+
+def test_facts_are_read_per_version_and_only_the_current_versions_are_kept() -> None:
+    # A pass memoises what each pod and node version says; a new resourceVersion is read
+    # again, and versions gone from the cluster are not kept (nor the objects they hold).
+    nodes = reference_nodes()
+    for index, n in enumerate(nodes):
+        n["metadata"]["resourceVersion"] = str(index + 1)
+    pods = [pod(f"w-{i}", gpus=8) for i in range(2)]
+    groups = [pod_group("gang", 2)]
+    first, pods = run(nodes, pods, groups)
+    assert {n.pod.name for n in _of(first, Nominate)} == {"w-0", "w-1"}
+    second, pods = run(nodes, pods, groups)
+    assert {b.pod.name for b in _of(second, Bind)} == {"w-0", "w-1"}
+    bound, _ = run(nodes, apply(pods, second), groups)
+    assert not _of(bound, Nominate) and not _of(bound, Bind)
+    kept_pods = set(planner._POD_FACTS)
+    assert kept_pods == {
+        (p["metadata"]["uid"], p["metadata"]["resourceVersion"]) for p in apply(pods, second)
+    }
+    cordoned = [dict(n) for n in nodes]
+    cordoned[0] = {**nodes[0], "spec": {"unschedulable": True}}
+    cordoned[0]["metadata"] = {**nodes[0]["metadata"], "resourceVersion": "100"}
+    plan(state(cordoned, [pod("x-0", "solo", gpus=8)], [pod_group("solo", 1)]))
+    assert set(fit._NODE_FACTS) == {
+        (n["metadata"]["uid"], n["metadata"]["resourceVersion"]) for n in cordoned
+    }
+    assert not fit._NODE_FACTS[("uid-node1", "100")].schedulable
