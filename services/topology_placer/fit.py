@@ -241,7 +241,8 @@ _NODE_FACTS: dict[tuple[object, object], NodeFacts] = {}
 
 def node_facts(node: Obj) -> NodeFacts:
     """The node's facts, memoised by (uid, resourceVersion); a node without both is read
-    afresh every time. Bounded: the memo is dropped when it grows past 200,000 versions."""
+    afresh every time. Each pass's `facts_of_nodes` leaves only the versions it saw; in
+    between, the memo is dropped if it grows past 200,000 versions."""
     metadata = node.get("metadata")
     key: tuple[object, object] | None = None
     if type(metadata) is dict:

@@ -309,8 +309,9 @@ def _condition_differs(pod: Obj, reason: str, message: str) -> bool:
 
 
 class PodFacts(NamedTuple):
-    """What one version of a pod tells every pass: its gang, its scheduler, whether it has
-    finished, the node it is charged to (and whether only by nomination) and its request."""
+    """What one version of a pod tells every pass, read once: its key and reference, its
+    gang, its scheduler, its state (finished, pending, on a node), what it charges its node,
+    its request, priority, creation time and rank."""
 
     key: str
     ref: PodRef
@@ -336,7 +337,8 @@ _POD_FACTS: dict[tuple[object, object], PodFacts] = {}
 def pod_facts(pod: Obj) -> PodFacts:
     """The pod's facts, memoised by (uid, resourceVersion) like its request: the API server
     gives every change (binding, nomination, phase, deletion) a new resourceVersion. A pod
-    without both is read afresh. Bounded: dropped past 400,000 versions."""
+    without both is read afresh. Each pass's `facts_of_pods` leaves only the versions it saw;
+    in between, the memo is dropped if it grows past 400,000 versions."""
     metadata = pod.get("metadata")
     if type(metadata) is dict:
         uid, version = metadata.get("uid"), metadata.get("resourceVersion")
@@ -460,7 +462,7 @@ class _Pass:
         except TopologySpecError as error:
             self.topology_error = f"ClusterNetworkTopology {DEFAULT_TOPOLOGY_NAME}: {error}"
             spec = parse_topology(None)
-        # One read of every node, memoised per node version (see fit.node_facts).
+        # One read of every pod and node, memoised per version (pod_facts, fit.node_facts).
         self.pod_facts = facts_of_pods(state.pods)
         self.nodes = _node_index(facts_of_nodes(state.nodes))
         self.facts = self.nodes.facts
