@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -53,7 +53,7 @@ def largest_request(requests: Iterable[Mapping[str, int]]) -> Milli:
 
 def _version_key(obj: Obj) -> tuple[str, str] | None:
     metadata = obj.get("metadata")
-    if not isinstance(metadata, Mapping):
+    if type(metadata) is not dict and not isinstance(metadata, Mapping):
         return None
     uid, version = metadata.get("uid"), metadata.get("resourceVersion")
     return (str(uid), str(version)) if uid and version else None
@@ -93,6 +93,11 @@ def pod_request_milli(pod: Obj) -> Milli:
     return dict(_REQUESTS.get(pod, _pod_request))
 
 
+def pod_request_shared(pod: Obj) -> Mapping[str, int]:
+    """`pod_request_milli` without the copy, for readers: the memoised dict itself."""
+    return _REQUESTS.get(pod, _pod_request)
+
+
 _ALLOCATABLE_BY_CONTENT: dict[tuple[tuple[str, str], ...], Milli] = {}
 
 
@@ -105,7 +110,8 @@ def node_allocatable_milli(node: Obj) -> Milli:
 
 
 def _allocatable_by_content(node: Obj) -> Milli:
-    """Nodes of one type report the same quantities: parsed once per distinct list."""
+    """Nodes of one type report the same quantities: parsed once per distinct list, and the
+    one parsed dict is shared by all of them (callers copy before changing it)."""
     status = node.get("status")
     raw = status.get("allocatable") if isinstance(status, Mapping) else None
     if not isinstance(raw, Mapping):
@@ -116,7 +122,7 @@ def _allocatable_by_content(node: Obj) -> Milli:
         if len(_ALLOCATABLE_BY_CONTENT) >= 10_000:
             _ALLOCATABLE_BY_CONTENT.clear()
         found = _ALLOCATABLE_BY_CONTENT[key] = to_milli(node_allocatable(node))
-    return dict(found)
+    return found
 
 
 def node_is_ready(node: Obj) -> bool:
@@ -171,13 +177,22 @@ class NodeCapacity:
 
     def slots(self, request: Mapping[str, int]) -> int:
         """How many pods of `request` fit in what is free (0 when any resource is short)."""
-        fitting: int | None = None
-        for resource, amount in request.items():
-            if amount <= 0:
-                continue
-            count = max(0, self.free(resource)) // amount
-            fitting = count if fitting is None else min(fitting, count)
-        return 0 if fitting is None else fitting
+        return slots_in(self.allocatable, self.used, request)
+
+
+def slots_in(
+    allocatable: Mapping[str, int], used: Mapping[str, int], request: Mapping[str, int]
+) -> int:
+    """How many pods of `request` fit in `allocatable` minus `used` (0 when any resource is
+    short, or when the request asks for nothing)."""
+    fitting: int | None = None
+    for resource, amount in request.items():
+        if amount <= 0:
+            continue
+        free = allocatable.get(resource, 0) - used.get(resource, 0)
+        count = free // amount if free > 0 else 0
+        fitting = count if fitting is None or count < fitting else fitting
+    return 0 if fitting is None else fitting
 
 
 def capacity_of(node: Obj, charged: Iterable[Mapping[str, int]]) -> NodeCapacity:
@@ -203,3 +218,83 @@ def offer_slots(
         if count > 0:
             slots[name] = count
     return slots
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What one version of a node tells the placer, read once: a node's labels, taints,
+    readiness and allocatable change only with its resourceVersion."""
+
+    name: str
+    # The node object this was read from (a later object of the same version is equal).
+    node: Obj = field(compare=False, repr=False)
+    labels: Obj
+    # Shared between nodes of one type: never changed in place.
+    allocatable: Milli
+    # Neither cordoned nor reporting Ready other than True.
+    schedulable: bool
+    tainted: bool
+
+
+_NODE_FACTS: dict[tuple[object, object], NodeFacts] = {}
+
+
+def node_facts(node: Obj) -> NodeFacts:
+    """The node's facts, memoised by (uid, resourceVersion); a node without both is read
+    afresh every time. Each pass's `facts_of_nodes` leaves only the versions it saw; in
+    between, the memo is dropped if it grows past 200,000 versions."""
+    metadata = node.get("metadata")
+    key: tuple[object, object] | None = None
+    if type(metadata) is dict:
+        uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+        if uid and version:
+            key = (uid, version)
+            found = _NODE_FACTS.get(key)
+            if found is not None:
+                return found
+    facts = _read_node_facts(node)
+    if key is not None:
+        if len(_NODE_FACTS) >= 200_000:
+            _NODE_FACTS.clear()
+        _NODE_FACTS[key] = facts
+    return facts
+
+
+def facts_of_nodes(nodes: Iterable[Obj]) -> list[NodeFacts]:
+    """`node_facts` of every node, with the memo lookup inlined (a pass reads 16k nodes). The
+    memo keeps just these nodes' versions afterwards, so versions gone from the cluster (and
+    the node objects their facts hold) do not pile up."""
+    global _NODE_FACTS
+    memo = _NODE_FACTS
+    kept: dict[tuple[object, object], NodeFacts] = {}
+    found_facts: list[NodeFacts] = []
+    append = found_facts.append
+    for node in nodes:
+        metadata = node.get("metadata")
+        if type(metadata) is dict:
+            key = (metadata.get("uid"), metadata.get("resourceVersion"))
+            found = memo.get(key)
+            if found is None and key[0] and key[1]:
+                found = _read_node_facts(node)
+            if found is not None:
+                kept[key] = found
+                append(found)
+                continue
+        append(_read_node_facts(node))
+    _NODE_FACTS = kept
+    return found_facts
+
+
+def _read_node_facts(node: Obj) -> NodeFacts:
+    metadata = node.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    labels = metadata.get("labels")
+    spec = node.get("spec")
+    return NodeFacts(
+        name=str(metadata.get("name") or ""),
+        node=node,
+        labels=labels if isinstance(labels, Mapping) else {},
+        allocatable=_allocatable_by_content(node),
+        schedulable=not node_is_cordoned(node) and node_is_ready(node),
+        tainted=isinstance(spec, Mapping) and bool(spec.get("taints")),
+    )

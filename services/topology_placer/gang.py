@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from nodeflow_kube import QuantityError, ResourceList, parse_resources
+from nodeflow_kube import QuantityError, ResourceList, fields, parse_resources
 
 Obj = Mapping[str, Any]
 
@@ -52,6 +52,8 @@ _DURATION_UNITS = {
     "m": 60.0,
     "h": 3600.0,
 }
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+_NAME_PARTS = re.compile(r"[0-9]+|[^0-9]+")
 _DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
 
 
@@ -121,7 +123,7 @@ def parse_int(value: object, *, key: str, minimum: int) -> int:
         raise GangSpecError(f"{key}: {value!r} is not an integer")
     if isinstance(value, int):
         number = value
-    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+    elif isinstance(value, str) and _INTEGER.fullmatch(value):
         number = int(value)
     else:
         raise GangSpecError(f"{key}: {value!r} is not an integer")
@@ -253,12 +255,11 @@ def parse_pod_group(pod_group: Obj) -> PodGroupSpec:
 def pod_group_of(pod: Obj) -> GroupKey | None:
     """The gang a pod belongs to: its PodGroup by the membership label, else the gang its
     `gang.scheduling.koordinator.sh/name` annotation declares."""
-    metadata = pod.get("metadata")
-    metadata = metadata if isinstance(metadata, Mapping) else {}
-    labels = metadata.get("labels")
-    name = labels.get(POD_GROUP_LABEL) if isinstance(labels, Mapping) else None
+    # fields.mapping: the exact dict check first, as every pass asks this of every pod.
+    metadata = fields.mapping(pod.get("metadata"))
+    name = fields.mapping(metadata.get("labels")).get(POD_GROUP_LABEL)
     if not name:
-        name = _annotations(pod).get(NAME)
+        name = fields.mapping(metadata.get("annotations")).get(NAME)
     if not name:
         return None
     return GroupKey(str(metadata.get("namespace") or ""), str(name))
@@ -298,11 +299,13 @@ def topology_index(pod: Obj) -> int | None:
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """Sorts "pod-2" before "pod-10" (digits compare as numbers)."""
     return tuple(
-        (0, int(part)) if part.isdigit() else (1, part)
-        for part in re.findall(r"[0-9]+|[^0-9]+", name)
+        (0, int(part)) if part.isdigit() else (1, part) for part in _NAME_PARTS.findall(name)
     )
 
 
-def rank_key(index: int | None, name: str) -> tuple[int, int, tuple[tuple[int, int | str], ...]]:
+RankKey = tuple[int, int, tuple[tuple[int, int | str], ...]]
+
+
+def rank_key(index: int | None, name: str) -> RankKey:
     """Rank order: indexed pods by index, then unindexed pods, each by name in natural order."""
     return (0 if index is not None else 1, index or 0, natural_key(name))

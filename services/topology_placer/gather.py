@@ -66,28 +66,33 @@ def sum_slots(
     """Offer slots and the job's existing pods of every domain, bottom-up; `multiples` maps a
     depth to its podCountMultiple."""
     count = len(tree.order)
+    shape = tree.sum_order()
     slots = [0] * count
     held = [0] * count
-    for domain in reversed(tree.order):
-        index = domain.index
-        if domain.node is not None:
-            raw = node_slots.get(domain.node, 0)
-            held[index] = existing.get(domain.node, 0)
-        else:
-            raw = 0
-            for child in domain.children.values():
-                raw += slots[child.index]
-                held[index] += held[child.index]
-        multiple = multiples.get(domain.depth, 1)
+    values = [node_slots.get(name, 0) for name in shape.leaf_names]
+    node_multiple = multiples.get(shape.node_depth, 1)
+    if node_multiple > 1:
+        values = [value - value % node_multiple for value in values]
+    for index, value in zip(shape.leaf_indexes, values, strict=True):
+        slots[index] = value
+    if existing:
+        for index, name in zip(shape.leaf_indexes, shape.leaf_names, strict=True):
+            held[index] = existing.get(name, 0)
+    # Children have higher indexes than their parents: bottom-up is the reverse order.
+    for index, depth, children in reversed(shape.inner_top_down):
+        raw = sum(map(slots.__getitem__, children))
+        multiple = multiples.get(depth, 1)
         slots[index] = raw - raw % multiple if multiple > 1 else raw
+        if existing:
+            held[index] = sum(map(held.__getitem__, children))
     if multiples:
         # A domain inside a floored one offers no more than it: a node of a block that offers
         # 2 cannot take 3 pods of the gang by itself. Top-down, parents before children.
-        for domain in tree.order:
-            cap = slots[domain.index]
-            for child in domain.children.values():
-                if slots[child.index] > cap:
-                    slots[child.index] = cap
+        for index, _, children in shape.inner_top_down:
+            cap = slots[index]
+            for child in children:
+                if slots[child] > cap:
+                    slots[child] = cap
     return DomainSlots(slots=slots, existing=held)
 
 
@@ -96,6 +101,24 @@ def _within(domain: Domain, depth: int) -> list[Domain]:
     frontier = [domain]
     while frontier:
         current = frontier.pop()
+        if current.depth == depth:
+            found.append(current)
+        elif current.depth < depth:
+            frontier.extend(current.children.values())
+    return found
+
+
+def _fitting(domain: Domain, depth: int, sums: DomainSlots, desired: int) -> list[Domain]:
+    """The domains at `depth` under `domain` that offer `desired` slots. No domain offers
+    more than its parent (sums, then the cap of floored ones), so a subtree that offers
+    fewer is never walked: a 1,024-pod gang never visits a node."""
+    found: list[Domain] = []
+    frontier = [domain]
+    slots = sums.slots
+    while frontier:
+        current = frontier.pop()
+        if slots[current.index] < desired:
+            continue
         if current.depth == depth:
             found.append(current)
         elif current.depth < depth:
@@ -168,12 +191,7 @@ def gather(
     node_depth = len(spec.layers) + 1
     lowest = node_depth if rules or within is not None else highest
     for depth in range(lowest, highest - 1, -1):
-        candidates = [
-            domain
-            for top in scope
-            for domain in _within(top, depth)
-            if sums.slots[domain.index] >= desired
-        ]
+        candidates = [domain for top in scope for domain in _fitting(top, depth, sums, desired)]
         if not candidates:
             continue
         winner = min(

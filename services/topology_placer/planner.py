@@ -26,9 +26,12 @@ PodGroup status and the ClusterNetworkTopology's detailStatus are derived each p
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import cached_property
+from typing import Any, Literal, NamedTuple
 
 from nodeflow_contracts.placement import PlacementDecisionKind
 from nodeflow_kube import fields
@@ -36,18 +39,20 @@ from topology_placer import pods as podfacts
 from topology_placer.fit import (
     Milli,
     NodeCapacity,
+    NodeFacts,
     add_milli,
+    facts_of_nodes,
     filter_reason,
     largest_request,
-    node_allocatable_milli,
-    offer_slots,
-    pod_request_milli,
+    pod_request_shared,
+    slots_in,
 )
 from topology_placer.gang import (
     GangSpecError,
     GatherRule,
     GroupKey,
     PodGroupSpec,
+    RankKey,
     annotation_gang_object,
     is_annotation_gang_member,
     parse_pod_group,
@@ -216,17 +221,18 @@ class Gang:
     def id(self) -> str:
         return ",".join(str(k) for k in self.keys)
 
-    @property
+    # Members, pending and bound are read many times a pass, only once `members` is whole.
+    @cached_property
     def all_members(self) -> list[Obj]:
         return [pod for key in self.keys for pod in self.members.get(key, [])]
 
-    @property
+    @cached_property
     def pending(self) -> list[Obj]:
-        return [pod for pod in self.all_members if podfacts.is_pending(pod)]
+        return [pod for pod in self.all_members if pod_facts(pod).pending]
 
-    @property
+    @cached_property
     def bound(self) -> list[Obj]:
-        return [pod for pod in self.all_members if podfacts.occupies_node(pod)]
+        return [pod for pod in self.all_members if pod_facts(pod).occupies]
 
     @property
     def rules(self) -> tuple[GatherRule, ...]:
@@ -244,7 +250,7 @@ class Gang:
     @property
     def priority(self) -> int:
         pending = self.pending
-        return min((podfacts.priority_of(p) for p in pending), default=0)
+        return min((pod_facts(p).priority for p in pending), default=0)
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -267,8 +273,15 @@ def _union_groups(specs: Mapping[GroupKey, PodGroupSpec]) -> list[tuple[GroupKey
     return sorted(tuple(sorted(keys, key=str)) for keys in groups.values())
 
 
+_NO_FILTER_FIELDS = json.dumps(
+    {k: None for k in ("tolerations", "affinity", "nodeSelector")}, sort_keys=True
+)
+
+
 def _spec_signature(pod: Obj) -> str:
     spec = podfacts.spec(pod)
+    if not ("tolerations" in spec or "affinity" in spec or "nodeSelector" in spec):
+        return _NO_FILTER_FIELDS
     relevant = {k: spec.get(k) for k in ("tolerations", "affinity", "nodeSelector")}
     return json.dumps(relevant, sort_keys=True, default=str)
 
@@ -295,6 +308,144 @@ def _condition_differs(pod: Obj, reason: str, message: str) -> bool:
     )
 
 
+class PodFacts(NamedTuple):
+    """What one version of a pod tells every pass, read once: its key and reference, its
+    gang, its scheduler, its state (finished, pending, on a node), what it charges its node,
+    its request, priority, creation time and rank."""
+
+    key: str
+    ref: PodRef
+    group: GroupKey | None
+    annotation_member: bool
+    scheduler: str
+    terminal: bool
+    pending: bool
+    occupies: bool
+    # What it is charged to its node by (None: nothing), made once per version.
+    charged: ChargedPod | None
+    request: Mapping[str, int]
+    priority: int
+    created: float | None
+    # Its rank order key, or why its network-topology-index does not parse.
+    rank: RankKey | None
+    rank_error: str
+
+
+_POD_FACTS: dict[tuple[object, object], PodFacts] = {}
+
+
+def pod_facts(pod: Obj) -> PodFacts:
+    """The pod's facts, memoised by (uid, resourceVersion) like its request: the API server
+    gives every change (binding, nomination, phase, deletion) a new resourceVersion. A pod
+    without both is read afresh. Each pass's `facts_of_pods` leaves only the versions it saw;
+    in between, the memo is dropped if it grows past 400,000 versions."""
+    metadata = pod.get("metadata")
+    if type(metadata) is dict:
+        uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+        if uid and version:
+            found = _POD_FACTS.get((uid, version))
+            if found is None:
+                if len(_POD_FACTS) >= 400_000:
+                    _POD_FACTS.clear()
+                found = _POD_FACTS[(uid, version)] = _read_pod_facts(pod)
+            return found
+    return _read_pod_facts(pod)
+
+
+def facts_of_pods(pods: Iterable[Obj]) -> list[PodFacts]:
+    """`pod_facts` of every pod, with the memo lookup inlined (a pass reads every pod). The
+    memo keeps just these pods' versions afterwards, so versions gone from the cluster (and
+    the pod objects their facts hold) do not pile up."""
+    global _POD_FACTS
+    memo = _POD_FACTS
+    kept: dict[tuple[object, object], PodFacts] = {}
+    found_facts: list[PodFacts] = []
+    append = found_facts.append
+    for pod in pods:
+        metadata = pod.get("metadata")
+        if type(metadata) is dict:
+            key = (metadata.get("uid"), metadata.get("resourceVersion"))
+            found = memo.get(key)
+            if found is None and key[0] and key[1]:
+                found = _read_pod_facts(pod)
+            if found is not None:
+                kept[key] = found
+                append(found)
+                continue
+        append(_read_pod_facts(pod))
+    _POD_FACTS = kept
+    return found_facts
+
+
+def _read_pod_facts(pod: Obj) -> PodFacts:
+    rank: RankKey | None = None
+    rank_error = ""
+    charge = podfacts.charged_node(pod)
+    request = pod_request_shared(pod)
+    try:
+        rank = rank_key(topology_index(pod), fields.name_of(pod))
+    except GangSpecError as error:
+        rank_error = str(error)
+    return PodFacts(
+        key=fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}",
+        ref=ref_of(pod),
+        group=pod_group_of(pod),
+        annotation_member=is_annotation_gang_member(pod),
+        scheduler=podfacts.scheduler_of(pod),
+        terminal=podfacts.is_terminal(pod),
+        pending=podfacts.is_pending(pod),
+        occupies=podfacts.occupies_node(pod),
+        charged=None if charge is None else ChargedPod(pod, charge[0], request, charge[1]),
+        request=request,
+        priority=podfacts.priority_of(pod),
+        created=podfacts.created_at(pod),
+        rank=rank,
+        rank_error=rank_error,
+    )
+
+
+class _NodeIndex:
+    """What the nodes alone decide, shared by every pass while the nodes stay the same
+    versions in the same order: their facts by name, the nodes that pass the filters for each
+    pod spec signature, and the names grouped by allocatable. Read only once made."""
+
+    def __init__(self, facts_in_order: list[NodeFacts]) -> None:
+        self.facts_in_order = facts_in_order
+        self.facts: dict[str, NodeFacts] = {f.name: f for f in facts_in_order if f.name}
+        # Nodes that pass the filters, by the signature of a pod spec's filter fields.
+        self.passing: dict[str, set[str]] = {}
+        self._by_allocatable: list[tuple[Milli, set[str]]] | None = None
+        # The domain tree by topology spec (see _tree_of).
+        self.trees: dict[TopologySpec, TopologyTree] = {}
+
+    def by_allocatable(self) -> list[tuple[Milli, set[str]]]:
+        """Node names grouped by their (shared) allocatable."""
+        if self._by_allocatable is None:
+            groups: dict[int, tuple[Milli, set[str]]] = {}
+            for name, facts in self.facts.items():
+                group = groups.get(id(facts.allocatable))
+                if group is None:
+                    group = groups[id(facts.allocatable)] = (facts.allocatable, set())
+                group[1].add(name)
+            self._by_allocatable = list(groups.values())
+        return self._by_allocatable
+
+
+_LAST_NODE_INDEX: list[_NodeIndex] = []
+
+
+def _node_index(facts_in_order: list[NodeFacts]) -> _NodeIndex:
+    # The very same facts objects (memoised by node version): a node read afresh (without a
+    # resourceVersion) makes a new index, since its taints are not part of its facts' value.
+    if _LAST_NODE_INDEX:
+        last = _LAST_NODE_INDEX[0].facts_in_order
+        if len(last) == len(facts_in_order) and all(map(operator.is_, last, facts_in_order)):
+            return _LAST_NODE_INDEX[0]
+    index = _NodeIndex(facts_in_order)
+    _LAST_NODE_INDEX[:] = [index]
+    return index
+
+
 class _Pass:
     """The mutable bookkeeping of one pass: capacities change as gangs are nominated."""
 
@@ -311,103 +462,163 @@ class _Pass:
         except TopologySpecError as error:
             self.topology_error = f"ClusterNetworkTopology {DEFAULT_TOPOLOGY_NAME}: {error}"
             spec = parse_topology(None)
-        self.nodes = {fields.name_of(n): n for n in state.nodes if fields.name_of(n)}
-        self.tree = _tree_of(spec, self.nodes)
+        # One read of every pod and node, memoised per version (pod_facts, fit.node_facts).
+        self.pod_facts = facts_of_pods(state.pods)
+        self.nodes = _node_index(facts_of_nodes(state.nodes))
+        self.facts = self.nodes.facts
+        tree = self.nodes.trees.get(spec)
+        if tree is None:
+            tree = self.nodes.trees[spec] = _tree_of(spec, self.nodes.facts_in_order, self.facts)
+        self.tree = tree
         # Every pod charged to a node (bound, or only nominated), by uid; what that uses of
         # each node, and what each node offers. Filled by `account()`, only in a pass that
         # has a gang to place.
         self.charged: dict[str, ChargedPod] = {}
         self.used: dict[str, Milli] = {}
-        self.allocatable: dict[str, Milli] = {}
         self.group_objects: dict[GroupKey, Obj] = {}
-        # Nodes that pass the filters, by the signature of a pod spec's filter fields.
-        self.passing: dict[str, set[str]] = {}
         # PodGroups whose gang timed out this pass: their scheduleStartTime starts again.
         self.restarted: set[GroupKey] = set()
 
     def account(self) -> None:
-        state = self.state
-        for pod in state.pods:
-            node = podfacts.node_name_of(pod)
-            key = fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}"
-            if node and podfacts.occupies_node(pod):
-                self.charged[key] = ChargedPod(pod, node, pod_request_milli(pod), False)
-            elif podfacts.is_pending(pod) and podfacts.nominated_node_of(pod):
-                nominated = podfacts.nominated_node_of(pod)
-                self.charged[key] = ChargedPod(pod, nominated, pod_request_milli(pod), True)
-        for item in self.charged.values():
-            add_milli(self.used.setdefault(item.node, {}), item.request)
-        self.allocatable = {name: node_allocatable_milli(n) for name, n in self.nodes.items()}
+        charged, used = self.charged, self.used
+        for facts in self.pod_facts:
+            if facts.charged is not None:
+                charged[facts.key] = facts.charged
+        for item in charged.values():
+            node_used = used.get(item.node)
+            if node_used is None:
+                used[item.node] = dict(item.request)
+            else:
+                add_milli(node_used, item.request)
 
-    def usable_nodes(self, specs_by_signature: Mapping[str, Obj]) -> set[str]:
+    def usable_nodes(self, specs_by_signature: Mapping[str, Obj]) -> AbstractSet[str]:
         """Nodes that pass the filters (cordon, readiness, taints, node affinity) for every
-        one of these pod specs; each spec's verdicts are worked out once per pass, as the
-        members of most gangs share their specs."""
-        usable: set[str] | None = None
+        one of these pod specs; each spec's verdicts are worked out once while the nodes stay
+        the same, as the members of most gangs share their specs. Read only: it may be the
+        node index's own set."""
+        usable: AbstractSet[str] | None = None
         for signature, spec in specs_by_signature.items():
-            passing = self.passing.get(signature)
+            passing = self.nodes.passing.get(signature)
             if passing is None:
-                passing = self.passing[signature] = {
-                    name for name, node in self.nodes.items() if filter_reason(spec, node) is None
-                }
-            usable = set(passing) if usable is None else usable & passing
-        return usable or set()
+                passing = self.nodes.passing[signature] = self._passing(spec)
+            usable = passing if usable is None else usable & passing
+        return frozenset() if usable is None else usable
 
-    def capacities_for(self, gang: Gang) -> dict[str, NodeCapacity]:
-        """Every node's capacity with the gang's own nominations given back."""
+    def _passing(self, spec: Obj) -> set[str]:
+        # The filters answer for a schedulable node without taints from the cordon and
+        # readiness facts alone, unless the pod selects nodes: only the rest see the
+        # nodeflow_kube filters (same verdicts as filter_reason on every node).
+        selective = bool(spec.get("nodeSelector") or spec.get("affinity"))
+        passing: set[str] = set()
+        for name, facts in self.facts.items():
+            if not facts.schedulable:
+                continue
+            if (facts.tainted or selective) and filter_reason(spec, facts.node) is not None:
+                continue
+            passing.add(name)
+        return passing
+
+    def given_back(self, gang: Gang) -> dict[str, Milli]:
+        """What the gang's own nominations use, by node: it is being placed again."""
         given_back: dict[str, Milli] = {}
         for pod in gang.all_members:
             item = self.charged.get(fields.uid_of(pod))
             if item is not None and item.nominated_only:
                 add_milli(given_back.setdefault(item.node, {}), item.request)
+        return given_back
+
+    def capacities_for(self, gang: Gang) -> dict[str, NodeCapacity]:
+        """Every node's capacity with the gang's own nominations given back."""
+        given_back = self.given_back(gang)
         capacities: dict[str, NodeCapacity] = {}
-        for name, node in self.nodes.items():
+        for name, facts in self.facts.items():
             used = self.used.get(name, {})
             if name in given_back:
                 used = dict(used)
                 add_milli(used, given_back[name], -1)
             capacities[name] = NodeCapacity(
-                name=name, node=node, allocatable=self.allocatable[name], used=used
+                name=name, node=facts.node, allocatable=facts.allocatable, used=used
             )
         return capacities
 
+    def offer_slots(
+        self, gang: Gang, usable: AbstractSet[str], request: Mapping[str, int]
+    ) -> dict[str, int]:
+        """fit.offer_slots over `capacities_for(gang)`, without building a capacity per node:
+        nodes nothing is charged to offer what their allocatable does, worked out once per
+        distinct allocatable and handed out in bulk."""
+        given_back = self.given_back(gang)
+        untouched = usable - self.used.keys() - given_back.keys()
+        slots: dict[str, int] = {}
+        for allocatable, names in self.nodes.by_allocatable():
+            count = slots_in(allocatable, {}, request)
+            if count > 0:
+                slots.update(dict.fromkeys(names & untouched, count))
+        # Most charged nodes carry the same few pod shapes: one division per distinct
+        # (allocatable, use) pair.
+        known: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
+        for name in usable - untouched:
+            allocatable = self.facts[name].allocatable
+            used = self.used.get(name, {})
+            if name in given_back:
+                used = dict(used)
+                add_milli(used, given_back[name], -1)
+            shape = (id(allocatable), tuple(used.items()))
+            fitting = known.get(shape)
+            if fitting is None:
+                fitting = known[shape] = slots_in(allocatable, used, request)
+            if fitting > 0:
+                slots[name] = fitting
+        return slots
+
     def reserve(self, pod: Obj, node: str) -> None:
         """Charge a pod nominated this pass, so the next gang sees it."""
-        key = fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}"
-        previous = self.charged.get(key)
+        facts = pod_facts(pod)
+        previous = self.charged.get(facts.key)
         if previous is not None:
             add_milli(self.used[previous.node], previous.request, -1)
-        request = pod_request_milli(pod)
-        add_milli(self.used.setdefault(node, {}), request)
-        self.charged[key] = ChargedPod(pod, node, request, True)
+        add_milli(self.used.setdefault(node, {}), facts.request)
+        self.charged[facts.key] = ChargedPod(pod, node, facts.request, True)
 
 
-# Memo of the last tree and of each node version's path: the tree only changes when nodes
-# come, go or are relabelled, and rebuilding 16k leaves every pass would be most of a pass.
-_PATHS: dict[tuple[str, str, TopologySpec], DomainPath] = {}
+# Memo of the last tree and of each node version's path (by topology spec): the tree only
+# changes when nodes come, go or are relabelled, and rebuilding 16k leaves every pass would
+# be most of a pass. A node's facts are memoised by version, so the same node facts in the
+# same order are the same tree; a new node version (a heartbeat) is read for its path alone.
+_PATHS: dict[TopologySpec, dict[int, tuple[NodeFacts, DomainPath]]] = {}
 _LAST_TREE: list[tuple[object, TopologyTree]] = []
+_LAST_FACTS: list[tuple[TopologySpec, list[NodeFacts], TopologyTree]] = []
 
 
-def _tree_of(spec: TopologySpec, nodes: Mapping[str, Obj]) -> TopologyTree:
-    if len(_PATHS) > 200_000:
-        _PATHS.clear()
+def _tree_of(
+    spec: TopologySpec, facts_in_order: list[NodeFacts], facts: Mapping[str, NodeFacts]
+) -> TopologyTree:
+    if _LAST_FACTS:
+        last_spec, last_facts, last_tree = _LAST_FACTS[0]
+        # Identical objects compare at C speed; a node read afresh compares by value.
+        if last_spec == spec and last_facts == facts_in_order:
+            return last_tree
+    known = _PATHS.get(spec, {})
+    # Only the current nodes' paths are kept for next time (no pile of old node versions).
+    kept: dict[int, tuple[NodeFacts, DomainPath]] = {}
     paths: list[tuple[str, DomainPath]] = []
-    for name, node in nodes.items():
-        uid, version = fields.uid_of(node), fields.resource_version_of(node)
-        if not (uid and version):
-            paths.append((name, node_path(spec, fields.labels_of(node))))
-            continue
-        key = (uid, version, spec)
-        path = _PATHS.get(key)
-        if path is None:
-            path = _PATHS[key] = node_path(spec, fields.labels_of(node))
-        paths.append((name, path))
+    for name, node_facts_ in facts.items():
+        # Keyed by the facts object's identity, held in the value so the id stays its own.
+        entry = known.get(id(node_facts_))
+        if entry is None or entry[0] is not node_facts_:
+            entry = (node_facts_, node_path(spec, node_facts_.labels))
+        kept[id(node_facts_)] = entry
+        paths.append((name, entry[1]))
+    _PATHS.clear()
+    _PATHS[spec] = kept
     paths.sort()
     memo_key = (spec, tuple(paths))
     if _LAST_TREE and _LAST_TREE[0][0] == memo_key:
-        return _LAST_TREE[0][1]
-    tree = build_tree_from_paths(spec, paths)
-    _LAST_TREE[:] = [(memo_key, tree)]
+        tree = _LAST_TREE[0][1]
+    else:
+        tree = build_tree_from_paths(spec, paths)
+        _LAST_TREE[:] = [(memo_key, tree)]
+    _LAST_FACTS[:] = [(spec, facts_in_order, tree)]
     return tree
 
 
@@ -416,11 +627,17 @@ def _tree_of(spec: TopologySpec, nodes: Mapping[str, Obj]) -> TopologyTree:
 
 def plan(state: ClusterState) -> Plan:
     run = _Pass(state)
-    ours = [
-        p
-        for p in state.pods
-        if podfacts.scheduler_of(p) in state.scheduler_names and not podfacts.is_terminal(p)
-    ]
+    # One walk over every pod: its gang, and whether it is ours to place.
+    ours: list[Obj] = []
+    all_members: dict[GroupKey, list[Obj]] = {}
+    group_of: dict[int, GroupKey | None] = {}
+    for pod, facts in zip(state.pods, run.pod_facts, strict=True):
+        group = facts.group
+        if group is not None:
+            all_members.setdefault(group, []).append(pod)
+        if facts.scheduler in state.scheduler_names and not facts.terminal:
+            ours.append(pod)
+            group_of[id(pod)] = group
     specs: dict[GroupKey, PodGroupSpec] = {}
     errors: dict[GroupKey, str] = {}
     group_objects: dict[GroupKey, Obj] = {}
@@ -433,9 +650,10 @@ def plan(state: ClusterState) -> Plan:
             errors[key] = f"PodGroup {key}: {error}"
     # Gangs declared by pod annotations alone: the first member (by name) speaks for them.
     declared_by_pods: set[GroupKey] = set()
-    for pod in sorted(ours, key=fields.name_of):
+    annotation_members = [p for p in ours if pod_facts(p).annotation_member]
+    for pod in sorted(annotation_members, key=fields.name_of):
         declared = pod_group_of(pod)
-        if declared is None or not is_annotation_gang_member(pod) or declared in group_objects:
+        if declared is None or declared in group_objects:
             continue
         if declared not in declared_by_pods:
             declared_by_pods.add(declared)
@@ -451,13 +669,8 @@ def plan(state: ClusterState) -> Plan:
     run.group_objects = group_objects
     by_key = {key: gang for gang in gangs for key in gang.keys}
     solitary: list[Gang] = []
-    all_members: dict[GroupKey, list[Obj]] = {}
-    for pod in state.pods:
-        group = pod_group_of(pod)
-        if group is not None:
-            all_members.setdefault(group, []).append(pod)
     for pod in ours:
-        group = pod_group_of(pod)
+        group = group_of[id(pod)]
         if group is None:
             # A pod of ours with no PodGroup is a gang of one, placed anywhere.
             key = GroupKey(fields.namespace_of(pod), fields.name_of(pod))
@@ -495,7 +708,7 @@ def plan(state: ClusterState) -> Plan:
         [g for g in gangs + solitary if g.pending],
         key=lambda g: (
             -g.priority,
-            min((podfacts.created_at(p) or 0.0) for p in g.pending),
+            min((pod_facts(p).created or 0.0) for p in g.pending),
             g.id,
         ),
     )
@@ -516,11 +729,14 @@ def plan(state: ClusterState) -> Plan:
 def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -> None:
     # Phase 1: read.
     pending = gang.pending
-    try:
-        ranked = sorted(pending, key=lambda p: rank_key(topology_index(p), fields.name_of(p)))
-    except GangSpecError as error:
-        gang.errors.append(str(error))
+    facts = [pod_facts(p) for p in pending]
+    rank_error = next((f.rank_error for f in facts if f.rank_error), "")
+    if rank_error:
+        gang.errors.append(rank_error)
         ranked = pending
+    else:
+        keys = [f.rank for f in facts if f.rank is not None]
+        ranked = [pending[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
     if run.topology_error and gang.rules:
         gang.errors.append(run.topology_error)
     if gang.errors:
@@ -531,8 +747,8 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     for key in gang.keys:
         spec = gang.specs[key]
         members = gang.members.get(key, [])
-        waiting = [p for p in members if podfacts.is_pending(p)]
-        bound = [p for p in members if podfacts.occupies_node(p)]
+        waiting = [p for p in members if pod_facts(p).pending]
+        bound = [p for p in members if pod_facts(p).occupies]
         previous = podfacts.status(group_objects.get(key, {}))
         satisfied_once = spec.match_policy == "once-satisfied" and (
             previous.get("phase") in SATISFIED_PHASES or len(bound) >= spec.min_member
@@ -550,13 +766,12 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
         else:
             counted_bound = 0 if spec.match_policy == "only-waiting" else len(bound)
             needed[key] = max(0, spec.min_member - counted_bound)
-    capacities = run.capacities_for(gang)
-    requests = [pod_request_milli(p) for p in ranked]
+    requests = [pod_request_shared(p) for p in ranked]
     request = largest_request(requests)
     by_signature = {_spec_signature(p): podfacts.spec(p) for p in ranked}
     pod_specs = list(by_signature.values())
     usable = run.usable_nodes(by_signature)
-    node_slots = offer_slots(capacities, usable, request)
+    node_slots = run.offer_slots(gang, usable, request)
     bound_nodes = [podfacts.node_name_of(p) for p in gang.bound]
     within = _confinement(run.tree, gang, bound_nodes, partial=any(needed.values()))
     # Phase 3: bind what is nominated and still fits.
@@ -582,7 +797,7 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
         _nominate(run, gang, result)
         return
     # Phase 5: preempt.
-    preempted = _preempt(run, gang, ranked, names, capacities, request, pod_specs)
+    preempted = _preempt(run, gang, ranked, names, request, pod_specs)
     if preempted is True:
         return
     message = result.message if preempted is None else f"{result.message}; {preempted}"
@@ -625,7 +840,7 @@ def _bind_if_reserved(
     if any(node_slots.get(node, 0) < count for node, count in per_node.items()):
         return False
     for pod in pods:
-        run.plan.actions.append(Bind(ref_of(pod), nominated[fields.name_of(pod)]))
+        run.plan.actions.append(Bind(pod_facts(pod).ref, nominated[fields.name_of(pod)]))
     run.plan.actions.append(
         Decision(
             gang.keys,
@@ -658,7 +873,7 @@ def _nominate(run: _Pass, gang: Gang, placement: Placement) -> None:
         if node is None:
             continue
         if podfacts.nominated_node_of(pod) != node:
-            run.plan.actions.append(Nominate(ref_of(pod), node))
+            run.plan.actions.append(Nominate(pod_facts(pod).ref, node))
         run.reserve(pod, node)
     domain = "/".join(placement.domain) or "cluster"
     run.plan.actions.append(
@@ -681,7 +896,6 @@ def _preempt(
     gang: Gang,
     ranked: Sequence[Obj],
     names: Sequence[str],
-    capacities: Mapping[str, NodeCapacity],
     request: Mapping[str, int],
     pod_specs: Sequence[Obj],
 ) -> bool | str | None:
@@ -700,7 +914,7 @@ def _preempt(
         tree=run.tree,
         pods_in_rank_order=names,
         rules=gang.rules,
-        capacities=capacities,
+        capacities=run.capacities_for(gang),
         usable_nodes=usable,
         request=request,
         charged=charged,
@@ -864,13 +1078,29 @@ def _group_statuses(
             run.plan.actions.append(UpdateGroupStatus(key, spec.uid, wanted))
 
 
+# The figures of the last tree (domains by layer, detailStatus): the tree is memoised, so
+# they are worked out again only when it changes. The detailStatus goes out in actions as
+# it is: read only.
+_LAST_FIGURES: list[tuple[TopologyTree, dict[str, int], list[dict[str, Any]]]] = []
+
+
+def _tree_figures(tree: TopologyTree) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    if _LAST_FIGURES and _LAST_FIGURES[0][0] is tree:
+        return _LAST_FIGURES[0][1], _LAST_FIGURES[0][2]
+    counts: dict[str, int] = {}
+    for domain in tree.all_domains():
+        layer = tree.spec.layer_name(domain.depth)
+        counts[layer] = counts.get(layer, 0) + 1
+    wanted = detail_status(tree)
+    _LAST_FIGURES[:] = [(tree, counts, wanted)]
+    return counts, wanted
+
+
 def _topology_status(run: _Pass) -> None:
-    for domain in run.tree.all_domains():
-        layer = run.tree.spec.layer_name(domain.depth)
-        run.plan.domains_by_layer[layer] = run.plan.domains_by_layer.get(layer, 0) + 1
+    counts, wanted = _tree_figures(run.tree)
+    run.plan.domains_by_layer = dict(counts)
     if run.topology is None or run.topology_error:
         return
-    wanted = detail_status(run.tree)
     if podfacts.status(run.topology).get("detailStatus") != wanted:
         run.plan.actions.append(
             UpdateTopologyStatus(fields.name_of(run.topology), fields.uid_of(run.topology), wanted)

@@ -69,6 +69,22 @@ def occupies_node(pod: Obj) -> bool:
     return bool(node_name_of(pod)) and not is_terminal(pod)
 
 
+def charged_node(pod: Obj) -> tuple[str, bool] | None:
+    """The node a pod is charged to and whether only by its nomination, or None: the same as
+    `occupies_node` (bound, not finished) else `is_pending` with a nomination, read in one go
+    because every pass asks it of every pod in the cluster."""
+    pod_status = mapping(pod.get("status"))
+    if str(pod_status.get("phase") or "Pending") in TERMINAL_PHASES:
+        return None
+    node = mapping(pod.get("spec")).get("nodeName")
+    if node:
+        return str(node), False
+    nominated = pod_status.get("nominatedNodeName")
+    if nominated and not is_deleting(pod):
+        return str(nominated), True
+    return None
+
+
 def owner_name(pod: Obj) -> str:
     """The controller that owns the pod (its job), or the pod itself."""
     for owner in meta(pod).get("ownerReferences") or []:

@@ -25,12 +25,13 @@ Phases, as Koordinator's PostFilter, with two of its gaps closed:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from nodeflow_kube import fields, requirement_matches
 from topology_placer import pods as podfacts
-from topology_placer.fit import Milli, NodeCapacity
+from topology_placer.fit import NodeCapacity
 from topology_placer.gang import GatherRule, pod_group_of
 from topology_placer.gather import NoFit, Placement, gather
 from topology_placer.network import TopologyTree
@@ -40,13 +41,14 @@ Obj = Mapping[str, Any]
 PREEMPTION_REASON = "PreemptionByScheduler"
 
 
-@dataclass(frozen=True)
-class ChargedPod:
-    """A pod counted against a node: bound to it, or nominated to it."""
+class ChargedPod(NamedTuple):
+    """A pod counted against a node: bound to it, or nominated to it. (A tuple: a pass makes
+    one for every pod in the cluster, and a frozen dataclass costs several times more.)"""
 
     pod: Obj
     node: str
-    request: Milli
+    # Shared with the request memo: read only.
+    request: Mapping[str, int]
     nominated_only: bool
 
 
@@ -140,7 +142,7 @@ def _unit_key(pod: Obj) -> str:
 
 
 def victim_units(
-    charged: Sequence[ChargedPod], gang_priority: int, usable_nodes: set[str]
+    charged: Sequence[ChargedPod], gang_priority: int, usable_nodes: AbstractSet[str]
 ) -> list[VictimUnit]:
     """Phase 2: bound lower-priority jobs with a pod on a usable node, each whole."""
     by_key: dict[str, VictimUnit] = {}
@@ -250,7 +252,7 @@ def plan_preemption(
     pods_in_rank_order: Sequence[str],
     rules: Sequence[GatherRule],
     capacities: Mapping[str, NodeCapacity],
-    usable_nodes: set[str],
+    usable_nodes: AbstractSet[str],
     request: Mapping[str, int],
     charged: Sequence[ChargedPod],
     gang_priority: int,
@@ -301,7 +303,7 @@ def _best_plan(
     pods_in_rank_order: Sequence[str],
     rules: Sequence[GatherRule],
     capacities: Mapping[str, NodeCapacity],
-    usable_nodes: set[str],
+    usable_nodes: AbstractSet[str],
     request: Mapping[str, int],
     units: Sequence[VictimUnit],
     cleared: Mapping[str, list[ChargedPod]],

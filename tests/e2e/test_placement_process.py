@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -175,5 +176,165 @@ async def test_gang_group_applied_with_kubectl_is_bound_whole(stack: Stack, tmp_
         )
         phases = await kubectl(stack, "get", "podgroups", "-o", "jsonpath={.items[*].status.phase}")
         assert set(phases.split()) <= {"Scheduled", "Running"}
+    finally:
+        await processes.stop_processes(process, grace=20)
+
+
+class KubectlWatch:
+    """`kubectl get pods --watch -o json` in the background: every version of the selected
+    pods the API server sends, so states a pod passes through (a condition set just before
+    its eviction, a nomination just before its binding) are seen even when short-lived."""
+
+    def __init__(self, running: Stack, selector: str) -> None:
+        self.running = running
+        self.selector = selector
+        self.versions: list[dict[str, Any]] = []
+        self._buffer = ""
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> KubectlWatch:
+        assert processes.KUBECTL is not None
+        kubeconfig = Path(self.running.sim.kubeconfig_path)
+        self._process = await asyncio.create_subprocess_exec(
+            processes.KUBECTL,
+            f"--kubeconfig={kubeconfig}",
+            "--namespace=default",
+            "get",
+            "pods",
+            f"--selector={self.selector}",
+            "--watch",
+            "--output=json",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={**os.environ, "KUBECACHEDIR": str(kubeconfig.parent / "kubectl-cache")},
+        )
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        decoder = json.JSONDecoder()
+        while chunk := await self._process.stdout.read(65536):
+            self._buffer += chunk.decode()
+            while self._buffer.strip():
+                try:
+                    obj, end = decoder.raw_decode(self._buffer.lstrip())
+                except json.JSONDecodeError:
+                    break  # an object still arriving
+                self._buffer = self._buffer.lstrip()[end:]
+                self.versions.append(obj)
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+            await self._process.wait()
+        if self._reader is not None:
+            await asyncio.wait_for(self._reader, 10)
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        return [v for v in self.versions if v["metadata"]["name"] == name]
+
+
+def disruption_target(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget":
+            return dict(condition)
+    return None
+
+
+async def test_preemption_through_kubectl_marks_victims_then_nominates_and_binds_the_gang(
+    stack: Stack, tmp_path: Path
+) -> None:
+    classes: list[dict[str, Any]] = [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        for name, value in (("batch-low", 1), ("training-high", 1000))
+    ]
+    # Every node taken by a low-priority pod of the default scheduler.
+    low_pods = []
+    for index in range(8):
+        low = gang_pod(f"low-{index}", "low", gpus=8)
+        low["metadata"]["labels"] = {"app": "low"}
+        low["spec"]["schedulerName"] = "default-scheduler"
+        low["spec"]["priorityClassName"] = "batch-low"
+        low_pods.append(low)
+    await apply(stack, tmp_path, [topology_object(), *classes, *low_pods])
+    await eventually(
+        lambda: all(
+            p["spec"].get("nodeName")
+            for p in stack.sim.store.list("pods", namespace="default").items
+            if p["metadata"]["name"].startswith("low-")
+        ),
+        what="the low-priority pods bound by the default scheduler",
+    )
+    priorities = await kubectl(stack, "get", "pods", "-l", "app=low", "-o", "jsonpath={..priority}")
+    assert set(priorities.split()) == {"1"}
+    high = [gang_pod(f"preemptor-pod-{rank}", "hello-job", gpus=8) for rank in (1, 2)]
+    for pod in high:
+        pod["spec"]["priorityClassName"] = "training-high"
+    process = await start_placer(stack, free_port(), "e2e-placer-5")
+    try:
+        async with (
+            KubectlWatch(stack, "app=low") as victims,
+            KubectlWatch(stack, "pod-group.scheduling.sigs.k8s.io=hello-job") as gang,
+        ):
+            await apply(stack, tmp_path, [pod_group_object("hello-job", 2), *high])
+
+            def bound() -> dict[str, str]:
+                return {
+                    p["metadata"]["name"]: p["spec"]["nodeName"]
+                    for p in stack.pods("hello-job")
+                    if p["spec"].get("nodeName")
+                }
+
+            placed = await eventually(lambda: len(bound()) == 2 and bound(), timeout=30)
+            # The watches catch up with the binding.
+            await eventually(
+                lambda: all(
+                    any(v["spec"].get("nodeName") for v in gang.history(name)) for name in placed
+                ),
+                what="kubectl's watch shows the bindings",
+            )
+        marked = {
+            version["metadata"]["name"]: condition
+            for version in victims.versions
+            if (condition := disruption_target(version)) is not None
+        }
+        # The victims are the two low-priority pods on the nodes the gang now holds.
+        evicted_nodes = {
+            v["spec"]["nodeName"] for v in victims.versions if v["metadata"]["name"] in marked
+        }
+        assert len(marked) == 2
+        assert evicted_nodes == set(placed.values())
+        for condition in marked.values():
+            assert condition["status"] == "True"
+            assert condition["reason"] == "PreemptionByScheduler"
+            assert condition["message"] == (
+                "nodeflow-placer: preempting to accommodate higher priority pods, preemptor: "
+                "default/hello-job, triggerpod: default/preemptor-pod-1"
+            )
+        # Each member is nominated (status.nominatedNodeName, no node yet) before it is bound
+        # to that node.
+        for name, node in placed.items():
+            history = gang.history(name)
+            first_bound = next(i for i, v in enumerate(history) if v["spec"].get("nodeName"))
+            nominated = [
+                v["status"].get("nominatedNodeName")
+                for v in history[:first_bound]
+                if v["status"].get("nominatedNodeName")
+            ]
+            assert nominated and nominated[-1] == node, (name, nominated, node)
+        survivors = await kubectl(stack, "get", "pods", "-l", "app=low", "-o", "json")
+        live = [
+            p for p in json.loads(survivors)["items"] if not p["metadata"].get("deletionTimestamp")
+        ]
+        assert len(live) == 6
+        assert {p["spec"]["nodeName"] for p in live}.isdisjoint(placed.values())
     finally:
         await processes.stop_processes(process, grace=20)

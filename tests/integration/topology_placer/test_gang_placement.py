@@ -4,12 +4,15 @@ k8s-watcher commands, with its decision, PodGroup status and the topology's deta
 from __future__ import annotations
 
 import json
+import typing
+from collections import Counter
 
 import msgspec
 from nats.aio.msg import Msg
 from prometheus_client import REGISTRY
 
 from nodeflow_contracts import subjects
+from nodeflow_contracts.k8s import CommandOutcome, Outcome
 from nodeflow_contracts.placement import PlacementDecision
 from tests.integration.topology_placer.conftest import (
     BLOCK,
@@ -21,7 +24,9 @@ from tests.integration.topology_placer.conftest import (
     pod_group_object,
     topology_object,
 )
+from topology_placer.commands import SENDER
 
+OUTCOMES = [o for o in typing.get_args(Outcome) if o != "retrying"]
 BLOCK_MUST = json.dumps({"gatherStrategy": [{"layer": "BlockLayer", "strategy": "MustGather"}]})
 
 
@@ -103,3 +108,46 @@ async def test_must_gather_failure_is_reported_in_numbers(stack: Stack) -> None:
     )
     assert not _bound(stack, "big")
     await eventually(lambda: stack.events("FailedScheduling"), what="a FailedScheduling Event")
+
+
+async def test_published_messages_and_command_outcomes_are_counted(stack: Stack) -> None:
+    published = 0
+    seen: Counter[str] = Counter()
+
+    async def count_published(_msg: Msg) -> None:
+        nonlocal published
+        published += 1
+
+    async def count_outcome(msg: Msg) -> None:
+        outcome = msgspec.json.decode(msg.data, type=CommandOutcome)
+        if outcome.sender == SENDER and outcome.outcome != "retrying":
+            seen[outcome.outcome] += 1
+
+    # Everything the placer publishes: its commands and its decisions.
+    await stack.bus.nc.subscribe(subjects.k8s_sender_commands(SENDER), cb=count_published)
+    await stack.bus.nc.subscribe(subjects.PLACEMENT_DECISIONS, cb=count_published)
+    await stack.bus.nc.subscribe(subjects.K8S_OUTCOMES, cb=count_outcome)
+    messages = "nodeflow_topology_placer_messages_total"
+    outcomes = "nodeflow_topology_placer_command_outcomes_total"
+    messages_before = _sample(messages)
+    outcomes_before = {name: _sample(outcomes, outcome=name) for name in OUTCOMES}
+
+    stack.sim.store.create(PODGROUPS, pod_group_object("pair", 2))
+    for rank in range(2):
+        stack.sim.store.create("pods", gang_pod(f"pair-{rank}", "pair", gpus=8, index=rank))
+    await stack.start_placer()
+    await eventually(lambda: len(_bound(stack, "pair")) == 2, what="the pair bound")
+
+    # Two nominations and two bindings at least, each applied; two decisions at least.
+    await eventually(lambda: seen["applied"] >= 4, what="the commands' outcomes")
+    await eventually(
+        lambda: published >= 6 and _sample(messages) - messages_before == published,
+        what="messages_total counts every command and decision published",
+    )
+    await eventually(
+        lambda: all(
+            _sample(outcomes, outcome=name) - outcomes_before[name] == seen[name]
+            for name in OUTCOMES
+        ),
+        what="command_outcomes_total counts every outcome of the placer's commands, by outcome",
+    )

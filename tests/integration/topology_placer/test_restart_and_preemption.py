@@ -153,21 +153,17 @@ async def test_high_priority_gang_preempts_a_low_priority_job(stack: Stack) -> N
         stack.sim.store.create("pods", high)
     conditions: dict[str, dict[str, Any]] = {}
 
-    def record() -> None:
+    def record_and_bound() -> dict[str, str] | bool:
+        # The victims' conditions are kept as seen: the evicted pods go away.
         for pod in stack.sim.store.list("pods", namespace=NS).items:
             for condition in pod.get("status", {}).get("conditions") or []:
                 if condition.get("type") == "DisruptionTarget":
                     conditions[pod["metadata"]["name"]] = condition
+        return len(_bound(stack, "hello-job")) == 2 and _bound(stack, "hello-job")
 
     await stack.start_placer()
-
-    def preemptor_bound() -> dict[str, str] | bool:
-        record()  # the victims' conditions, seen before they are deleted
-        pods = _bound(stack, "hello-job")
-        return len(pods) == 2 and pods
-
     bound = await eventually(
-        preemptor_bound,
+        record_and_bound,
         timeout=30.0,
         what="the preemptor gang bound",
     )

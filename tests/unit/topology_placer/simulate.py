@@ -40,6 +40,10 @@ def apply(pods: list[dict[str, Any]], result: Plan) -> list[dict[str, Any]]:
             if key not in by_name:
                 continue
             pod = by_name[key]
+            # Every write gets a new resourceVersion, as from the API server (the placer
+            # memoises what it reads of a pod by uid and resourceVersion).
+            version = int(pod["metadata"].get("resourceVersion") or 0)
+            pod["metadata"]["resourceVersion"] = str(version + 1)
             if isinstance(action, Nominate):
                 pod["status"]["nominatedNodeName"] = action.node
             elif isinstance(action, Bind):

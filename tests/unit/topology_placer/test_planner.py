@@ -17,6 +17,7 @@ from tests.unit.topology_placer.builders import (
     reference_nodes,
 )
 from tests.unit.topology_placer.simulate import apply, run, state
+from topology_placer import fit, planner
 from topology_placer.gang import GROUPS, MODE
 from topology_placer.planner import (
     Bind,
@@ -452,3 +453,95 @@ def test_match_policy_decides_which_members_count_toward_min_member() -> None:
         result, _ = run(nodes, pods, groups, topology=TOPOLOGY)
         counted[policy] = result.gang_states["default/gang"]
     assert counted == {"only-waiting": "waiting", "waiting-and-running": "nominated"}
+
+
+def _status_after(result: Plan, group: dict[str, Any]) -> dict[str, Any]:
+    """The PodGroup's status once the pass's update is written (unchanged when none is)."""
+    updates = [
+        u for u in _of(result, UpdateGroupStatus) if u.group.name == group["metadata"]["name"]
+    ]
+    if updates:
+        group["status"] = updates[-1].status
+    return dict(group["status"])
+
+
+def test_pod_group_phase_goes_scheduling_then_scheduled_with_its_schedule_start_time() -> None:
+    group = pod_group("gang", 2)
+    start = 1_767_225_600.0 + 60
+    pods = [pod(f"w-{i}", owner="job") for i in range(2)]
+    # Pass 1: nothing nominated yet (the pass computes status from the pods it was given).
+    first, pods = run(reference_nodes(), pods, [group], now=start)
+    assert _status_after(first, group)["phase"] == "PreScheduling"
+    assert "scheduleStartTime" not in group["status"]
+    assert all(p["status"].get("nominatedNodeName") for p in pods)
+    # Pass 2: members are nominated, none bound: Scheduling, and its wait starts now.
+    second, pods = run(reference_nodes(), pods, [group], now=start + 5)
+    status = _status_after(second, group)
+    assert status["phase"] == "Scheduling"
+    assert status["scheduled"] == 0
+    assert status["scheduleStartTime"] == "2026-01-01T00:01:05Z"
+    assert all(p["spec"].get("nodeName") for p in pods)
+    # Pass 3: minMember bound, not yet running: Scheduled; scheduleStartTime is kept.
+    third, pods = run(reference_nodes(), pods, [group], now=start + 9)
+    status = _status_after(third, group)
+    assert status["phase"] == "Scheduled"
+    assert status["scheduled"] == 2
+    assert status["scheduleStartTime"] == "2026-01-01T00:01:05Z"
+
+
+def test_pod_group_is_scheduling_while_fewer_than_min_member_are_bound() -> None:
+    group = pod_group("gang", 2)
+    pods = [pod("w-0", node_name="node1", phase="Running"), pod("w-1")]
+    result = plan(state(reference_nodes(), pods, [group]))
+    status = _status_after(result, group)
+    assert (status["phase"], status["scheduled"], status["running"]) == ("Scheduling", 1, 1)
+    assert status["scheduleStartTime"] == "2026-01-01T00:01:00Z"
+
+
+def test_pod_group_fails_when_a_member_failed_and_finishes_when_min_member_succeeded() -> None:
+    group = pod_group("gang", 2)
+    failed = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("w-1", node_name="node2", phase="Failed"),
+    ]
+    status = _status_after(plan(state(reference_nodes(), failed, [group])), group)
+    assert (status["phase"], status["running"], status["failed"]) == ("Failed", 1, 1)
+    finished = [pod(f"w-{i}", node_name=f"node{i + 1}", phase="Succeeded") for i in range(2)]
+    status = _status_after(plan(state(reference_nodes(), finished, [group])), group)
+    assert (status["phase"], status["succeeded"]) == ("Finished", 2)
+    # One success short of minMember, the rest still running: Running, not Finished.
+    mixed = [
+        pod("w-0", node_name="node1", phase="Succeeded"),
+        pod("w-1", node_name="node2", phase="Running"),
+    ]
+    assert _status_after(plan(state(reference_nodes(), mixed, [group])), group)["phase"] == (
+        "Running"
+    )
+
+
+def test_facts_are_read_per_version_and_only_the_current_versions_are_kept() -> None:
+    # A pass memoises what each pod and node version says; a new resourceVersion is read
+    # again, and versions gone from the cluster are not kept (nor the objects they hold).
+    nodes = reference_nodes()
+    for index, n in enumerate(nodes):
+        n["metadata"]["resourceVersion"] = str(index + 1)
+    pods = [pod(f"w-{i}", gpus=8) for i in range(2)]
+    groups = [pod_group("gang", 2)]
+    first, pods = run(nodes, pods, groups)
+    assert {n.pod.name for n in _of(first, Nominate)} == {"w-0", "w-1"}
+    second, pods = run(nodes, pods, groups)
+    assert {b.pod.name for b in _of(second, Bind)} == {"w-0", "w-1"}
+    bound, _ = run(nodes, apply(pods, second), groups)
+    assert not _of(bound, Nominate) and not _of(bound, Bind)
+    kept_pods = set(planner._POD_FACTS)
+    assert kept_pods == {
+        (p["metadata"]["uid"], p["metadata"]["resourceVersion"]) for p in apply(pods, second)
+    }
+    cordoned = [dict(n) for n in nodes]
+    cordoned[0] = {**nodes[0], "spec": {"unschedulable": True}}
+    cordoned[0]["metadata"] = {**nodes[0]["metadata"], "resourceVersion": "100"}
+    plan(state(cordoned, [pod("x-0", "solo", gpus=8)], [pod_group("solo", 1)]))
+    assert set(fit._NODE_FACTS) == {
+        (n["metadata"]["uid"], n["metadata"]["resourceVersion"]) for n in cordoned
+    }
+    assert not fit._NODE_FACTS[("uid-node1", "100")].schedulable

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
 from tests.unit.topology_placer.simulate import run, state
+from topology_placer.gang import MODE
 from topology_placer.planner import Decision, Evict, Nominate, Plan, plan
 from topology_placer.preemption import broken_budgets, preemption_message
 
@@ -209,3 +210,32 @@ def test_a_gang_does_not_preempt_again_while_its_victims_terminate() -> None:
     assert not _of(result, Evict)
     decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
     assert "of this gang's preemption is still terminating" in decision.message
+
+
+def test_preemption_clears_lower_priority_nominations_on_the_nodes_it_takes() -> None:
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1"), node("n3", "s1", "b1")]
+    bound = [
+        pod("low-1", None, gpus=4, node_name="n1", owner="low-1"),
+        pod("low-2", None, gpus=8, node_name="n2", owner="low-2"),
+        # Dearer to evict (priority 50): the plan takes n1 and n2, never n3.
+        pod("mid-3", None, gpus=4, node_name="n3", priority=50, owner="mid-3"),
+    ]
+    # A NonStrict lower-priority gang keeps its own nominations when it cannot be placed, so
+    # only the preemption can clear them.
+    reserved = [
+        pod("waiting-1", "low-gang", gpus=4, nominated="n1"),
+        pod("waiting-3", "low-gang", gpus=4, nominated="n3"),
+    ]
+    groups = [
+        pod_group("hello-job", 2),
+        pod_group("low-gang", 2, annotations={MODE: "NonStrict"}),
+    ]
+    result, after = run(nodes, [*bound, *reserved, *_hello_job()], groups)
+    assert {e.pod.name for e in _of(result, Evict)} == {"low-1", "low-2"}
+    placed = {n.pod.name: n.node for n in _of(result, Nominate) if n.pod.name.startswith("pre")}
+    assert sorted(placed.values()) == ["n1", "n2"]
+    cleared = [n.pod.name for n in _of(result, Nominate) if n.node == ""]
+    assert cleared == ["waiting-1"]
+    nominated = {p["metadata"]["name"]: p["status"].get("nominatedNodeName") for p in after}
+    assert nominated["waiting-1"] == ""
+    assert nominated["waiting-3"] == "n3"
