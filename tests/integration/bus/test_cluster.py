@@ -8,6 +8,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from nats.errors import NoRespondersError
+from nats.js.errors import ServiceUnavailableError
+from nats.js.kv import KeyValue
 
 from nodeflow_bus import Bus, BusOptions, ConsumerOptions, Delivery, PullConsumer, ensure_topology
 from nodeflow_contracts.topology import (
@@ -90,7 +93,20 @@ async def test_streams_and_kv_survive_the_loss_of_the_stream_leader_with_replica
         assert after.state.messages == 0, after.state
         # A new leader was elected among the survivors, and it kept everything.
         assert after.cluster is not None and after.cluster.leader != leader.server_name
-        assert (await kv.get("before-the-kill")).value == b"kept"
+        assert await read_when_led(kv, "before-the-kill") == b"kept"
     finally:
         await consumer.stop()
         await bus.close()
+
+
+async def read_when_led(kv: KeyValue, key: str, timeout: float = 60.0) -> bytes | None:
+    """The bucket's own stream elects its leader apart from the command stream's: a read that
+    lands mid-election times out, and is tried again until a survivor leads the bucket."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            return (await kv.get(key)).value
+        except (TimeoutError, NoRespondersError, ServiceUnavailableError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
