@@ -398,6 +398,13 @@ def pod_condition(stack: Stack, pod: str, kind: str) -> bool:
     return found is not None and found.get("status") == "True"
 
 
+STAGE = "skyhook.nvidia.com/stage"
+
+
+def boot_id(stack: Stack, node: str) -> str:
+    return str(stack.sim.store.get("nodes", node)["status"]["nodeInfo"]["bootID"])
+
+
 async def test_reboot_interrupt_on_a_node_running_a_slurm_job_waits_for_the_job(
     sky: SkyhookStack,
 ) -> None:
@@ -413,6 +420,7 @@ async def test_reboot_interrupt_on_a_node_running_a_slurm_job_waits_for_the_job(
         ),
         what="a Slurm job runs on the node",
     )
+    boot_before = boot_id(stack, node)
     await stack.start_scheduler()
     await sky.start()
     packages = {
@@ -439,6 +447,9 @@ async def test_reboot_interrupt_on_a_node_running_a_slurm_job_waits_for_the_job(
         stack.cancel_job(job)
         await eventually(lambda: sky.status("fw") == "complete", timeout=60, what="complete")
         assert stack.pod("slurm-a") is None  # evicted only after Slurm let it go
+        assert boot_id(stack, node) != boot_before  # the interrupt rebooted the node
+        post = [j for j in sky.jobs("fw") if j["metadata"]["labels"][STAGE] == "post-interrupt"]
+        assert len(post) == 1 and condition_true(post[0], "Complete")
         await eventually(lambda: stack.get_request(request) is None, timeout=30, what="released")
 
 
