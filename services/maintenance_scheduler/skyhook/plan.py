@@ -8,6 +8,11 @@ each stage one Job, an interrupt stage only once the node's NodeMaintenance is R
 
 Fail closed: a node whose state annotation is unreadable is left alone (status unknown);
 a paused or disabled Skyhook, a stopped rollout or a missing policy starts no new stage.
+
+A Skyhook works only once it carries SKYHOOK_FINALIZER, so nothing it writes on a node can
+outlive it: deleted, it removes its nodeState_/status_ annotations and status_ label from
+every node and waits for its NodeMaintenances (so their cordons) to be gone before dropping
+the finalizer; its Jobs go with it through their ownerReference.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from maintenance_scheduler.skyhook.api import (
     DEFAULT_COMPARTMENT,
     IGNORE_NODE_LABEL,
     POLICY_FINALIZER,
+    SKYHOOK_FINALIZER,
     DeploymentPolicy,
     Package,
     Skyhook,
@@ -140,6 +146,20 @@ class SetPolicyFinalizer:
 
 
 @dataclass(frozen=True)
+class SetSkyhookFinalizer:
+    skyhook: Skyhook
+    present: bool
+
+
+@dataclass(frozen=True)
+class ForgetNode:
+    """Remove what a deleted Skyhook wrote on the node (its state and status marks)."""
+
+    skyhook: str
+    node: NodeView
+
+
+@dataclass(frozen=True)
 class SkyhookDecisionNote:
     """An audit line on maintenance.v1.skyhook.<name>.decision."""
 
@@ -162,6 +182,8 @@ SkyhookAction = (
     | DeleteMaintenance
     | SetSkyhookStatus
     | SetPolicyFinalizer
+    | SetSkyhookFinalizer
+    | ForgetNode
 )
 
 
@@ -472,6 +494,13 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
         elif policy.name not in in_use and has:
             plan.actions.append(SetPolicyFinalizer(policy, False))
     for skyhook in ordered:
+        if skyhook.deleting:
+            _plan_deletion(skyhook, world, plan)
+            continue
+        if SKYHOOK_FINALIZER not in skyhook.finalizers:
+            # Nothing is written on a node before the finalizer guarantees its removal.
+            plan.actions.append(SetSkyhookFinalizer(skyhook, True))
+            continue
         summary = _plan_skyhook(skyhook, world, earlier, plan, now, pull_grace_seconds)
         plan.rounds.append(summary)
         earlier.append(
@@ -499,6 +528,34 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
             )
         )
     return plan
+
+
+def marks_of(skyhook: str, node: NodeView) -> bool:
+    """Whether the node carries anything the Skyhook wrote on it."""
+    key = status_key(skyhook)
+    return (
+        node_state_annotation(skyhook) in node.annotations
+        or key in node.annotations
+        or key in node.labels
+    )
+
+
+def _plan_deletion(skyhook: Skyhook, world: World, plan: RoundPlan) -> None:
+    """Undo the Skyhook's marks on every node (its selector may have changed since it wrote
+    them), and drop its finalizer only once no node and no NodeMaintenance of it is left."""
+    if SKYHOOK_FINALIZER not in skyhook.finalizers:
+        return
+    left = 0
+    for node in world.nodes:
+        if not marks_of(skyhook.name, node):
+            continue
+        left += 1
+        if node.name not in world.settling:
+            plan.actions.append(ForgetNode(skyhook.name, node))
+    requests = sum(1 for owner, _ in world.maintenance_owners.values() if owner == skyhook.name)
+    if left or requests:
+        return
+    plan.actions.append(SetSkyhookFinalizer(skyhook, False))
 
 
 def _plan_skyhook(

@@ -489,3 +489,59 @@ async def test_sixteen_nodes_exponential_policy_batches_1_2_4_then_the_rest(
     assert all(condition_true(j, "Complete") for j in jobs)
     sizes = [size for _, size in batches]
     assert sizes[:3] == [1, 2, 4]
+
+
+async def test_deleting_a_skyhook_removes_its_node_marks_and_cordon_before_its_finalizer(
+    sky: SkyhookStack,
+) -> None:
+    stack = sky.stack
+    node = stack.node_names()[0]
+    stack.run_pod("training", node, labels={"app": "training"})
+    await eventually(
+        lambda: (stack.pod("training") or {}).get("status", {}).get("phase") == "Running"
+    )
+    await stack.start_scheduler()
+    await sky.start()
+    packages = {
+        "kernel": {
+            "version": "1.0.0",
+            "image": "registry.local/kernel",
+            "interrupt": {"type": "reboot"},
+        }
+    }
+    async with node_maintenance_writes(sky):
+        sky.skyhook(
+            "doomed",
+            packages,
+            nodeSelectors={"matchLabels": {"kubernetes.io/hostname": node}},
+            podNonInterruptLabels={"matchLabels": {"app": "training"}},
+        )
+        request = maintenance_name("doomed", node)
+        # Mid-rollout: the interrupt waits for the training pod, the node cordoned for it.
+        await eventually(
+            lambda: stack.phase(request) == "WaitForPodCompletion", timeout=30, what="waiting"
+        )
+        assert "skyhook.nvidia.com/skyhook" in sky.get("doomed")["metadata"]["finalizers"]
+        labels = stack.node(node)["metadata"]["labels"]
+        assert labels[status_key("doomed")] == "in_progress"
+        assert stack.unschedulable(node)
+        assert sky.jobs("doomed")
+        stack.sim.store.delete(SKYHOOKS, "doomed")
+
+        def gone() -> bool:
+            try:
+                sky.get("doomed")
+            except Exception:
+                return True
+            return False
+
+        def marks_left() -> list[str]:
+            meta = stack.node(node)["metadata"]
+            keys = [*(meta.get("annotations") or {}), *(meta.get("labels") or {})]
+            return [k for k in keys if k.endswith("_doomed")]
+
+        await eventually(gone, timeout=60, what="the Skyhook finalized")
+        assert marks_left() == []  # cleaned before the finalizer went
+        assert stack.get_request(request) is None
+        assert not stack.unschedulable(node)  # its cordon undone
+        await eventually(lambda: not sky.jobs("doomed"), timeout=30, what="Jobs collected")
