@@ -173,7 +173,9 @@ def plan_bench(skyhook_count: int) -> None:
         verdict = "ok" if total_ms < TARGET_MS else "OVER TARGET"
         print(
             f"reading objects + plan_round, {what}: {total_ms:.1f} ms, "
-            f"target < {TARGET_MS:.0f} ms: {verdict}"
+            f"target < {TARGET_MS:.0f} ms: {verdict} "
+            f"(ratio to target {total_ms / TARGET_MS:.2f}; fastest round "
+            f"{min(total_times):.1f} ms, ratio {min(total_times) / TARGET_MS:.2f})"
         )
     else:
         print(f"reading objects + plan_round, {what}: {total_ms:.1f} ms")

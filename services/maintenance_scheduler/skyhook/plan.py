@@ -567,11 +567,14 @@ def _plan_skyhook(
     pull_grace_seconds: float,
 ) -> SkyhookRound:
     conditions: list[dict[str, Any]] = []
+    selector = skyhook.node_selector
+    # No selector selects every node: skip thousands of calls that could only say yes.
+    select_all = not selector.match_labels and not selector.expressions
     targets = [
         n
         for n in world.nodes
-        if skyhook.node_selector.matches(n.labels)
-        and n.labels.get(IGNORE_NODE_LABEL, "").lower() != "true"
+        if (select_all or selector.matches(n.labels))
+        and (IGNORE_NODE_LABEL not in n.labels or n.labels[IGNORE_NODE_LABEL].lower() != "true")
     ]
     annotation = node_state_annotation(skyhook.name)
     wanted = wanted_versions(skyhook)
@@ -579,10 +582,16 @@ def _plan_skyhook(
     readable_of: dict[str, bool] = {}
     before: dict[str, str] = {}
     blocked_by: dict[str, str] = {}
+    # Nodes in the same state share one parsed dict (kept alive in entries_of for the round,
+    # so its id is not reused): judge each state once.
+    status_of_state: dict[tuple[int, bool], str] = {}
     for node in targets:
         parsed, readable = parse_node_state(node.annotations.get(annotation))
         entries_of[node.name], readable_of[node.name] = parsed, readable
-        status = node_status(skyhook, parsed, readable, wanted)
+        state_id = (id(parsed), readable)
+        status = status_of_state.get(state_id) or status_of_state.setdefault(
+            state_id, node_status(skyhook, parsed, readable, wanted)
+        )
         if status in (WAITING, UNKNOWN) and readable:
             blocker = _blocked_by_priority(skyhook, node.name, earlier)
             if blocker:
@@ -760,10 +769,7 @@ def _plan_skyhook(
         "observedGeneration": skyhook.generation,
         "status": overall,
         "nodeStatus": dict(sorted(after.items())),
-        "nodeState": {
-            name: {e.key: e.as_json for e in entries.values()}
-            for name, entries in sorted(final_entries.items())
-        },
+        "nodeState": _rendered_node_states(final_entries),
         "completeNodes": f"{complete_nodes}/{len(statuses)}",
         "nodesInProgress": sum(1 for s in statuses if s == IN_PROGRESS),
         "packageList": ",".join(f"{p.name}:{p.version}" for p in skyhook.packages),
@@ -788,6 +794,21 @@ def _plan_skyhook(
     if _status_differs(skyhook.status, new_status):
         plan.actions.append(SetSkyhookStatus(skyhook, new_status))
     return summary
+
+
+def _rendered_node_states(
+    final_entries: Mapping[str, Mapping[str, PackageState]],
+) -> dict[str, dict[str, Any]]:
+    """Node name -> its entries in the status's form. Nodes in the same state share one
+    entries dict (parse_node_state memoises by the annotation's text): render each once."""
+    rendered: dict[int, dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, entries in sorted(final_entries.items()):
+        shown = rendered.get(id(entries))
+        if shown is None:
+            shown = rendered[id(entries)] = {e.key: e.as_json for e in entries.values()}
+        out[name] = shown
+    return out
 
 
 def _rfc3339(at: float | str) -> str:
