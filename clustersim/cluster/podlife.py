@@ -303,7 +303,14 @@ def terminated_status(
     for container in containers:
         finite = is_finite(pod)
         own = image_outcome(str(container.get("image") or ""), finite)
-        if killed and own in (Outcome.SUCCEED, Outcome.RUN_FOREVER):
+        if killed and own is Outcome.UNPULLABLE:
+            # Never started: the kubelet reports a container it cannot find as killed.
+            term = Termination(
+                OOM_EXIT_CODE,
+                "ContainerStatusUnknown",
+                "The container could not be located when the pod was terminated",
+            )
+        elif killed and own in (Outcome.SUCCEED, Outcome.RUN_FOREVER):
             term = Termination(SIGTERM_EXIT_CODE, "Error")
         elif killed or outcome in (Outcome.FAIL, Outcome.OOM):
             term = termination_for(own if own in (Outcome.FAIL, Outcome.OOM) else Outcome.SUCCEED)
@@ -317,6 +324,8 @@ def terminated_status(
             "finishedAt": now,
             "containerID": _container_id(pod, str(container.get("name")), 0),
         }
+        if term.message:
+            terminated["message"] = term.message
         statuses.append(_container_status(pod, container, {"terminated": terminated}, False))
     status["containerStatuses"] = statuses
     status["phase"] = "Succeeded" if all_zero else "Failed"

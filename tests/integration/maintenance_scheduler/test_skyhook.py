@@ -278,6 +278,44 @@ async def test_failed_batches_stop_the_rollout_after_failure_threshold(sky: Skyh
     assert len(waiting) == len(sky.stack.node_names()) - 1
 
 
+async def test_unpullable_image_errors_within_the_grace_and_stops_after_failure_threshold(
+    sky16: SkyhookStack,
+) -> None:
+    # Sixteen nodes: two failed one-node batches leave the progress (2/16) below the
+    # safetyLimit (50%), so failureThreshold 2 stops the rollout.
+    sky = sky16
+    await sky.start(skyhook_image_pull_grace_seconds=1.0)
+    sky.policy(
+        "strict", {"exponential": {"initialBatch": 1, "growthFactor": 2, "failureThreshold": 2}}
+    )
+    packages = {"driver": {"version": "1.0.0-unpullable", "image": "registry.local/missing"}}
+    sky.skyhook("unpulled", packages, deploymentPolicy="strict")
+
+    def stopped() -> bool:
+        status = sky.get("unpulled").get("status") or {}
+        batch = (status.get("compartmentStatuses") or {}).get("__default__", {})
+        return bool((batch.get("batchState") or {}).get("shouldStop"))
+
+    await eventually(stopped, timeout=60, what="shouldStop")
+    status = sky.get("unpulled")["status"]
+    assert status["status"] == "erroring"
+    batch = status["compartmentStatuses"]["__default__"]["batchState"]
+    assert batch["consecutiveFailures"] == 2
+    await rounds_pass(sky, 3)
+    # Two batches of one node (the second shrunk by the growth factor, floor 1), then nothing.
+    jobs = sky.jobs("unpulled")
+    assert len(jobs) == 2
+    for job in jobs:
+        failed = condition_true(job, "Failed")
+        assert failed is not None and failed["reason"] == "DeadlineExceeded"
+        assert job["status"].get("succeeded", 0) == 0  # a pod that never ran did not succeed
+        node = job["metadata"]["labels"]["skyhook.nvidia.com/node"]
+        state = sky.stack.node(node)["metadata"]["annotations"][node_state_annotation("unpulled")]
+        assert "registry.local/missing:1.0.0-unpullable could not be pulled" in state
+    waiting = [n for n, s in status["nodeStatus"].items() if s == "waiting"]
+    assert len(waiting) == len(sky.stack.node_names()) - 2
+
+
 async def test_an_oom_stage_says_oomkilled(sky: SkyhookStack) -> None:
     await sky.start()
     one_node = {"matchLabels": {"kubernetes.io/hostname": sky.stack.node_names()[0]}}
