@@ -331,7 +331,9 @@ class Kubelet(Controller[KubeletKey]):
     def _lose_containers(self, key: PodKey, now: str) -> None:
         """The reboot killed the pod's running containers: restart them, or fail the pod."""
         run = self._runs.get(key)
-        if run is None or run.stage in ("done", "new") or run.deleting_since is not None:
+        if run is None or run.started_at is None or run.stage == "done":
+            return  # nothing ran yet (or any more): it simply starts once the node is back
+        if run.deleting_since is not None:
             return
         try:
             pod = self.store.get("pods", key[1], key[0])
