@@ -62,6 +62,7 @@ class SimulatorConfig:
     job_runtime: float = 0.5
     failure_runtime: float | None = None
     job_backoff_seconds: float = 0.0
+    reboot_seconds: float = 3.0  # a node a pod reboots is Ready=False this long
     run_dir: Path | None = None
     crd_dir: Path | None = DEFAULT_CRD_DIR
     slurm_clusters: Sequence[str] = ("sim",)
@@ -397,6 +398,7 @@ async def run_simulator(config: SimulatorConfig | None = None) -> AsyncIterator[
                     start_delay=config.kubelet_delay,
                     job_runtime=config.job_runtime,
                     failure_delay=config.failure_runtime,
+                    reboot_seconds=config.reboot_seconds,
                 ),
             ),
             JobController(store, backoff_seconds=config.job_backoff_seconds),

@@ -213,6 +213,9 @@ def plan_job(
     succeeded = int(status.get("succeeded") or 0)
     failed = int(status.get("failed") or 0)
     failure: tuple[str, str] | None = None
+    # A Job already failing (FailureTarget) keeps its reason: the pods it kills on the way
+    # count as failed but do not re-judge it under the podFailurePolicy.
+    judged = _condition_true(status, "FailureTarget") is not None
     for pod in tracked_terminal:
         if _phase(pod) == "Succeeded":
             succeeded += 1
@@ -222,7 +225,7 @@ def plan_job(
         if action == "Ignore":
             continue
         failed += 1
-        if action == "FailJob" and matched and failure is None:
+        if action == "FailJob" and matched and failure is None and not judged:
             failure = ("PodFailurePolicy", matched[1])
 
     status["succeeded"] = succeeded

@@ -6,6 +6,12 @@ terminal phase and are removed with a grace-0, uid-preconditioned delete. A node
 condition is not True has a dead kubelet: its pods freeze (and deletions hang) until it
 returns, as on a real cluster. Pods bound to a node that no longer exists are failed with
 DisruptionTarget/DeletionByPodGC and force-deleted, as the pod GC controller does.
+
+A pod that runs a reboot (`podlife.requests_reboot`, e.g. the Skyhook agent's reboot interrupt)
+reboots its node once it exits 0: the node is Ready=False (KubeletNotReady, not-ready taint) for
+`reboot_seconds`, then comes back Ready with a new `status.nodeInfo.bootID`; the containers the
+reboot killed restart (restartCount + 1, last state terminated/Unknown/255) or, with
+restartPolicy Never, their pod fails.
 """
 
 from __future__ import annotations
@@ -13,18 +19,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
 from clustersim.cluster.loop import Controller, Obj, pod_key
+from clustersim.cluster.nodes import set_node_ready
 from clustersim.cluster.podlife import (
     Outcome,
     crashloop_status,
     is_pod_ready,
+    killed_by_reboot,
+    lost_in_reboot_status,
     merge_conditions,
     pod_outcome,
+    requests_reboot,
     running_status,
     runtime_seconds,
     stop_seconds,
@@ -41,6 +53,16 @@ PodKey = tuple[str, str]
 
 
 @dataclass(frozen=True)
+class NodeBoot:
+    """Work-queue key: the node `name` is rebooting and comes back when it is due."""
+
+    name: str
+
+
+KubeletKey = PodKey | NodeBoot
+
+
+@dataclass(frozen=True)
 class KubeletConfig:
     start_delay: float = 0.2  # bound -> Running (or ErrImagePull)
     job_runtime: float = 5.0  # how long finite pods with a normal image run
@@ -49,6 +71,7 @@ class KubeletConfig:
     # A deleted pod's containers exit this long after SIGTERM (slurmd exits promptly); the
     # grace period only bounds it. STOP_ANNOTATION sets it per pod.
     stop_seconds: float = 0.5
+    reboot_seconds: float = 3.0  # how long a rebooting node stays Ready=False
 
     @property
     def failure_runtime(self) -> float:
@@ -65,6 +88,8 @@ class _PodRun:
     stage: str = "new"  # new | pull-error | pull-backoff | running | crashloop | done
     deleting_since: float | None = None
     backoff_at: float = 0.0  # when ErrImagePull turns into ImagePullBackOff
+    restarts: int = 0
+    last_state: dict[str, Any] | None = None  # how the previous container ended
 
 
 def node_is_ready(node: Obj) -> bool:
@@ -94,7 +119,7 @@ class PodIpAllocator:
                 return f"10.{128 + ((n >> 16) & 0x7F)}.{(n >> 8) & 0xFF}.{n & 0xFF}"
 
 
-class Kubelet(Controller[PodKey]):
+class Kubelet(Controller[KubeletKey]):
     name = "kubelet"
     watched = ("pods", "nodes")
 
@@ -103,10 +128,13 @@ class Kubelet(Controller[PodKey]):
         self.config = config
         self._runs: dict[PodKey, _PodRun] = {}
         self._ips = PodIpAllocator()
+        self._boots_due: dict[str, float] = {}  # rebooting node -> when it is Ready again
 
     # ------------------------------------------------------------------ events
 
-    def keys_for(self, resource: str, event: str, obj: Obj, old: Obj | None) -> Iterable[PodKey]:
+    def keys_for(
+        self, resource: str, event: str, obj: Obj, old: Obj | None
+    ) -> Iterable[KubeletKey]:
         if resource == "pods":
             if obj.get("spec", {}).get("nodeName") or event == "DELETED":
                 return (pod_key(obj),)
@@ -115,7 +143,7 @@ class Kubelet(Controller[PodKey]):
             return self._pods_on(obj["metadata"]["name"])
         return ()
 
-    def initial_keys(self) -> Iterable[PodKey]:
+    def initial_keys(self) -> Iterable[KubeletKey]:
         return [pod_key(p) for p in self.store.list("pods").items if p["spec"].get("nodeName")]
 
     def _pods_on(self, node_name: str) -> list[PodKey]:
@@ -127,7 +155,9 @@ class Kubelet(Controller[PodKey]):
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
 
-    def reconcile(self, key: PodKey) -> float | None:
+    def reconcile(self, key: KubeletKey) -> float | None:
+        if isinstance(key, NodeBoot):
+            return self._boot(key.name)
         namespace, name = key
         try:
             pod = self.store.get("pods", name, namespace)
@@ -216,7 +246,10 @@ class Kubelet(Controller[PodKey]):
             return None
         run.started_at = self._now()
         run.stage = "running"
-        self._write_status(pod, running_status(pod, host_ip, pod_ip, run.start_time, now))
+        self._write_status(
+            pod,
+            running_status(pod, host_ip, pod_ip, run.start_time, now, run.restarts, run.last_state),
+        )
         return self._due(pod, run)
 
     def _due(self, pod: Obj, run: _PodRun) -> float | None:
@@ -254,10 +287,71 @@ class Kubelet(Controller[PodKey]):
             )
             return None
         run.stage = "done"
-        self._write_status(
-            pod, terminated_status(pod, host_ip, pod_ip, run.start_time, now, outcome)
-        )
+        status = terminated_status(pod, host_ip, pod_ip, run.start_time, now, outcome)
+        self._write_status(pod, status)
+        if status["phase"] == "Succeeded" and requests_reboot(pod):
+            self._start_reboot(node["metadata"]["name"])
         return None
+
+    # ------------------------------------------------------------------ reboot
+
+    def _start_reboot(self, node_name: str) -> None:
+        if node_name in self._boots_due:
+            return
+        self._boots_due[node_name] = self._now() + self.config.reboot_seconds
+        set_node_ready(self.store, node_name, False, unknown=False)
+        log.info("node rebooting", node=node_name, seconds=self.config.reboot_seconds)
+        self.queue.add_after(NodeBoot(node_name), self.config.reboot_seconds)
+
+    def _boot(self, node_name: str) -> float | None:
+        due = self._boots_due.get(node_name)
+        if due is None:
+            return None
+        if (wait := due - self._now()) > 0:
+            return wait
+        try:
+            self.store.patch(
+                "nodes",
+                node_name,
+                {"status": {"nodeInfo": {"bootID": str(uuid.uuid4())}}},
+                subresource="status",
+            )
+        except NotFound:
+            self._boots_due.pop(node_name, None)
+            return None
+        now = now_rfc3339()
+        for key in self._pods_on(node_name):
+            self._lose_containers(key, now)
+        del self._boots_due[node_name]
+        # Ready last: the readiness flip queues every pod on the node to start again.
+        set_node_ready(self.store, node_name, True)
+        log.info("node rebooted", node=node_name)
+        return None
+
+    def _lose_containers(self, key: PodKey, now: str) -> None:
+        """The reboot killed the pod's running containers: restart them, or fail the pod."""
+        run = self._runs.get(key)
+        if run is None or run.started_at is None or run.stage == "done":
+            return  # nothing ran yet (or any more): it simply starts once the node is back
+        if run.deleting_since is not None:
+            return
+        try:
+            pod = self.store.get("pods", key[1], key[0])
+        except NotFound:
+            return
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        if pod["spec"].get("restartPolicy", "Always") == "Never":
+            run.stage = "done"
+            with contextlib.suppress(NotFound, Conflict):
+                self._write_status(pod, lost_in_reboot_status(pod, now))
+            return
+        started = (pod.get("status") or {}).get("startTime") or run.start_time
+        run.restarts += 1
+        run.last_state = killed_by_reboot(str(started), now)
+        run.started_at = None
+        run.stage = "new"
+        run.seen_at = self._now()
 
     def _terminate(self, pod: Obj, node: Obj, run: _PodRun) -> float | None:
         now_mono = self._now()

@@ -75,51 +75,57 @@ class NodeAdmin:
 
     def set_ready(self, name: str, ready: bool, *, unknown: bool = True) -> Obj:
         """Flip the node's Ready condition (Unknown = kubelet lost, False = kubelet says so)."""
-        node = self.store.get("nodes", name)
-        now = now_rfc3339()
-        taint_key = UNREACHABLE_TAINT if unknown else NOT_READY_TAINT
-        reason = "" if unknown else "KubeletNotReady"
-        status = node.setdefault("status", {})
-        previous = {c["type"]: c for c in status.get("conditions") or []}
-        conditions = node_conditions(ready, now, reason)
-        for condition in conditions:
-            old = previous.get(condition["type"])
-            if old is not None and old.get("status") == condition["status"]:
-                condition["lastTransitionTime"] = old.get("lastTransitionTime", now)
-        updated = self.store.patch(
-            "nodes", name, {"status": {"conditions": conditions}}, subresource="status"
-        )
-        taints = [
-            t
-            for t in node.get("spec", {}).get("taints") or []
-            if t.get("key") not in (UNREACHABLE_TAINT, NOT_READY_TAINT)
-        ]
-        if not ready:
-            taints.append({"key": taint_key, "effect": "NoSchedule", "timeAdded": now})
-        updated = self.store.patch("nodes", name, {"spec": {"taints": taints or None}})
-        if not ready:
-            self._mark_pods_not_ready(name)
-        log.info("node readiness changed", node=name, ready=ready)
-        return updated
-
-    def _mark_pods_not_ready(self, node_name: str) -> None:
-        pods = self.store.list("pods", field_selector=f"spec.nodeName={node_name}").items
-        for pod in list(pods):
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            meta = pod["metadata"]
-            try:
-                self.store.patch(
-                    "pods",
-                    meta["name"],
-                    {"status": node_lost_status(pod, now_rfc3339())},
-                    namespace=meta["namespace"],
-                    subresource="status",
-                )
-            except NotFound:
-                continue
+        return set_node_ready(self.store, name, ready, unknown=unknown)
 
     def cordon(self, name: str, unschedulable: bool = True) -> Obj:
         return self.store.patch(
             "nodes", name, {"spec": {"unschedulable": True if unschedulable else None}}
         )
+
+
+def set_node_ready(store: Store, name: str, ready: bool, *, unknown: bool = True) -> Obj:
+    """What the node lifecycle controller (Unknown) or the kubelet itself (False) writes."""
+    node = store.get("nodes", name)
+    now = now_rfc3339()
+    taint_key = UNREACHABLE_TAINT if unknown else NOT_READY_TAINT
+    reason = "" if unknown else "KubeletNotReady"
+    status = node.setdefault("status", {})
+    previous = {c["type"]: c for c in status.get("conditions") or []}
+    conditions = node_conditions(ready, now, reason)
+    for condition in conditions:
+        old = previous.get(condition["type"])
+        if old is not None and old.get("status") == condition["status"]:
+            condition["lastTransitionTime"] = old.get("lastTransitionTime", now)
+    updated = store.patch(
+        "nodes", name, {"status": {"conditions": conditions}}, subresource="status"
+    )
+    taints = [
+        t
+        for t in node.get("spec", {}).get("taints") or []
+        if t.get("key") not in (UNREACHABLE_TAINT, NOT_READY_TAINT)
+    ]
+    if not ready:
+        taints.append({"key": taint_key, "effect": "NoSchedule", "timeAdded": now})
+    updated = store.patch("nodes", name, {"spec": {"taints": taints or None}})
+    if not ready:
+        _mark_pods_not_ready(store, name)
+    log.info("node readiness changed", node=name, ready=ready)
+    return updated
+
+
+def _mark_pods_not_ready(store: Store, node_name: str) -> None:
+    pods = store.list("pods", field_selector=f"spec.nodeName={node_name}").items
+    for pod in list(pods):
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        meta = pod["metadata"]
+        try:
+            store.patch(
+                "pods",
+                meta["name"],
+                {"status": node_lost_status(pod, now_rfc3339())},
+                namespace=meta["namespace"],
+                subresource="status",
+            )
+        except NotFound:
+            continue

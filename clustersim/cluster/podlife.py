@@ -5,7 +5,9 @@ ImagePullBackOff), `:fail` exits 1, `:oom` is OOMKilled (exit 137), `:sleep` run
 killed (a hung stage, for deadlines); any other image runs for the configured runtime and
 exits 0 when the pod is finite (owned by a Job, or restartPolicy is not Always), or runs
 until deleted. The suffix may also end a longer tag after a dash (`:1.0.0-unpullable`), so a
-semantic version can carry it. The annotation `RUNTIME_ANNOTATION` overrides the
+semantic version can carry it. A finite container that runs the Skyhook agent's reboot
+interrupt (`interrupt reboot` in its command and args) or `reboot` itself reboots its node when
+it exits 0 (`requests_reboot`). The annotation `RUNTIME_ANNOTATION` overrides the
 runtime of one pod. A deleted pod's containers exit on SIGTERM after the kubelet's stop time
 (as slurmd does), or after `STOP_ANNOTATION` seconds for one pod; one that takes longer than
 the pod's grace period is killed when the grace ends.
@@ -14,6 +16,7 @@ the pod's grace period is killed when the grace ends.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -211,13 +214,20 @@ def _container_status(
 
 
 def running_status(
-    pod: Obj, node_ip: str, pod_ip: str, start_time: str, now: str
+    pod: Obj,
+    node_ip: str,
+    pod_ip: str,
+    start_time: str,
+    now: str,
+    restarts: int = 0,
+    last_state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """All containers running and the pod Ready."""
+    """All containers running and the pod Ready (`restarts` times restarted, the last one
+    ending as `last_state` says)."""
     status = _base_status(pod, node_ip, pod_ip, start_time)
     status["phase"] = "Running"
     status["containerStatuses"] = [
-        _container_status(pod, c, {"running": {"startedAt": now}}, ready=True)
+        _container_status(pod, c, {"running": {"startedAt": now}}, True, restarts, last_state)
         for c in pod.get("spec", {}).get("containers") or []
     ]
     status["conditions"] = merge_conditions(
@@ -293,7 +303,14 @@ def terminated_status(
     for container in containers:
         finite = is_finite(pod)
         own = image_outcome(str(container.get("image") or ""), finite)
-        if killed and own in (Outcome.SUCCEED, Outcome.RUN_FOREVER):
+        if killed and own is Outcome.UNPULLABLE:
+            # Never started: the kubelet reports a container it cannot find as killed.
+            term = Termination(
+                OOM_EXIT_CODE,
+                "ContainerStatusUnknown",
+                "The container could not be located when the pod was terminated",
+            )
+        elif killed and own in (Outcome.SUCCEED, Outcome.RUN_FOREVER):
             term = Termination(SIGTERM_EXIT_CODE, "Error")
         elif killed or outcome in (Outcome.FAIL, Outcome.OOM):
             term = termination_for(own if own in (Outcome.FAIL, Outcome.OOM) else Outcome.SUCCEED)
@@ -307,6 +324,8 @@ def terminated_status(
             "finishedAt": now,
             "containerID": _container_id(pod, str(container.get("name")), 0),
         }
+        if term.message:
+            terminated["message"] = term.message
         statuses.append(_container_status(pod, container, {"terminated": terminated}, False))
     status["containerStatuses"] = statuses
     status["phase"] = "Succeeded" if all_zero else "Failed"
@@ -394,3 +413,56 @@ def scheduled_condition(now: str, message: str = "") -> dict[str, Any]:
         condition["message"] = message
         return condition
     return _condition("PodScheduled", True, now)
+
+
+def requests_reboot(pod: Obj) -> bool:
+    """A finite container whose command line is `reboot ...` or holds `interrupt reboot`."""
+    if not is_finite(pod):
+        return False
+    for container in pod.get("spec", {}).get("containers") or []:
+        words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
+        if words[:1] == ["reboot"]:
+            return True
+        if ("interrupt", "reboot") in itertools.pairwise(words):
+            return True
+    return False
+
+
+def killed_by_reboot(started_at: str, now: str) -> dict[str, Any]:
+    """How the kubelet reports a container that a node reboot took away: terminated, reason
+    Unknown, exit code 255."""
+    return {
+        "terminated": {
+            "exitCode": 255,
+            "reason": "Unknown",
+            "startedAt": started_at,
+            "finishedAt": now,
+        }
+    }
+
+
+def lost_in_reboot_status(pod: Obj, now: str) -> dict[str, Any]:
+    """restartPolicy Never: a container a reboot killed is not started again; the pod fails."""
+    status = dict(pod.get("status") or {})
+    statuses = []
+    for container in status.get("containerStatuses") or []:
+        started = (container.get("state") or {}).get("running", {}).get("startedAt", now)
+        statuses.append(
+            {
+                **container,
+                "ready": False,
+                "started": False,
+                "state": killed_by_reboot(str(started), now),
+            }
+        )
+    status["containerStatuses"] = statuses
+    status["phase"] = "Failed"
+    status["conditions"] = merge_conditions(
+        status.get("conditions") or [],
+        [
+            _condition("PodReadyToStartContainers", False, now),
+            _condition("ContainersReady", False, now, "PodFailed"),
+            _condition("Ready", False, now, "PodFailed"),
+        ],
+    )
+    return status

@@ -1240,6 +1240,8 @@ class Store:
                 )
             if budgets:
                 self._charge_budget(budgets[0], pod)
+        if not options.get("dryRun") and _preconditions_hold(pod, options.get("preconditions")):
+            self._mark_disruption_target(info, pod)
         return self.delete(
             info,
             name,
@@ -1249,6 +1251,33 @@ class Store:
             preconditions=options.get("preconditions"),
             dry_run=bool(options.get("dryRun")),
         )
+
+    def _mark_disruption_target(self, info: ResourceInfo, pod: Obj) -> None:
+        """What kube-apiserver (PodDisruptionConditions, GA in 1.31) writes to the pod's status
+        before an eviction deletes it, so its Job's podFailurePolicy can tell."""
+        new = deep_copy(pod)
+        status = new.setdefault("status", {})
+        conditions = builtins.list(status.get("conditions") or [])
+        previous = next((c for c in conditions if c.get("type") == "DisruptionTarget"), None)
+        now = now_rfc3339()
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting",
+            "lastProbeTime": None,
+            "lastTransitionTime": now,
+        }
+        if previous is not None and previous.get("status") == "True":
+            condition["lastTransitionTime"] = previous.get("lastTransitionTime", now)
+        status["conditions"] = [c for c in conditions if c is not previous] + [condition]
+        if new == pod:
+            return
+        self._stamp(new)
+        self._bucket(info, new["metadata"]["namespace"])[new["metadata"]["name"]] = new
+        self._index(info, new, pod, removed=False)
+        self._commit(info, "MODIFIED", new, pod)
+        self._after_write(info, new, pod)
 
     def _matching_pdbs(self, pod: Obj) -> builtins.list[Obj]:
         ns = pod["metadata"]["namespace"]
@@ -1805,3 +1834,10 @@ __all__ = [
     "deep_copy",
     "now_rfc3339",
 ]
+
+
+def _preconditions_hold(obj: Obj, preconditions: Mapping[str, Any] | None) -> bool:
+    meta = obj["metadata"]
+    wanted = preconditions or {}
+    uid, version = wanted.get("uid"), wanted.get("resourceVersion")
+    return (not uid or uid == meta["uid"]) and (not version or version == meta["resourceVersion"])

@@ -389,7 +389,8 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
             ),
         ),
         _grant("update-status", "Skyhook"),
-        _grant("patch", "DeploymentPolicy", fields=("metadata.finalizers",)),
+        # Its own finalizer: a deleted Skyhook first removes its marks from the nodes.
+        _grant("patch", "Skyhook", "DeploymentPolicy", fields=("metadata.finalizers",)),
     ),
     # Gang and topology placement (issue #16): bind, nominate, preempt, report status.
     "topology-placer": (

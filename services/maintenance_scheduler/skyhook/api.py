@@ -25,6 +25,9 @@ DISABLE_ANNOTATION: Final = "skyhook.nvidia.com/disable"
 IGNORE_NODE_LABEL: Final = "skyhook.nvidia.com/ignore"
 # A DeploymentPolicy named by a Skyhook carries this finalizer, so it cannot go while in use.
 POLICY_FINALIZER: Final = "skyhook.nvidia.com/deploymentpolicy-in-use"
+# A Skyhook carries this finalizer while its nodes may carry its state: deleting the Skyhook
+# first removes what it wrote on them.
+SKYHOOK_FINALIZER: Final = "skyhook.nvidia.com/skyhook"
 DEFAULT_COMPARTMENT: Final = "__default__"
 DEFAULT_PRIORITY: Final = 200
 
@@ -375,6 +378,8 @@ class Skyhook:
     disabled: bool = False
     problems: tuple[str, ...] = ()
     status: Obj = field(default_factory=dict)
+    finalizers: tuple[str, ...] = ()
+    deleting: bool = False
 
     def package(self, name: str) -> Package | None:
         for package in self.packages:
@@ -547,6 +552,8 @@ def parse_skyhook(obj: Obj) -> Skyhook:
         disabled=str(annotations.get(DISABLE_ANNOTATION, "")).lower() == "true",
         problems=tuple(problems),
         status=dict(mapping(obj.get("status"))),
+        finalizers=tuple(str(f) for f in metadata.get("finalizers") or ()),
+        deleting=bool(metadata.get("deletionTimestamp")),
     )
 
 

@@ -10,6 +10,8 @@ sending the same action again is deduplicated, never applied twice:
   delete   NodeMaintenance  after post-interrupt (uid precondition)
   update-status  Skyhook    (resourceVersion precondition: a stale status is refused)
   patch    DeploymentPolicy its in-use finalizer (resourceVersion precondition)
+  patch    Skyhook          its own finalizer (resourceVersion precondition)
+  patch    Node             a deleted Skyhook's marks removed
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from maintenance_scheduler.skyhook.api import (
     API_VERSION,
     POLICY_FINALIZER,
     POLICY_KIND,
+    SKYHOOK_FINALIZER,
     SKYHOOK_KIND,
     node_state_annotation,
     status_key,
@@ -31,9 +34,11 @@ from maintenance_scheduler.skyhook.plan import (
     CreateMaintenance,
     DeleteMaintenance,
     FailJob,
+    ForgetNode,
     KeepFailedJob,
     PatchNode,
     SetPolicyFinalizer,
+    SetSkyhookFinalizer,
     SetSkyhookStatus,
     SkyhookAction,
     SkyhookDecisionNote,
@@ -177,6 +182,43 @@ def command_for(
             ),
             k8s.UpdateStatus(status=dict(action.status)),
             f"status {action.status.get('status')}",
+            now,
+        )
+    if isinstance(action, ForgetNode):
+        node = action.node
+        patch = {
+            "metadata": {
+                "annotations": {
+                    node_state_annotation(action.skyhook): None,
+                    status_key(action.skyhook): None,
+                },
+                "labels": {status_key(action.skyhook): None},
+            }
+        }
+        return _command(
+            f"forget:{action.skyhook}:{node.uid}:{node.resource_version}",
+            ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+            k8s.PatchObject(patch_type="merge", patch=patch),
+            f"Skyhook {action.skyhook} deleted: its marks leave the node",
+            now,
+        )
+    if isinstance(action, SetSkyhookFinalizer):
+        skyhook = action.skyhook
+        kept = [f for f in skyhook.finalizers if f != SKYHOOK_FINALIZER]
+        wanted = [*kept, SKYHOOK_FINALIZER] if action.present else kept
+        return _command(
+            f"finalizer:{skyhook.uid}:{skyhook.resource_version}:{action.present}",
+            ObjectRef(
+                api_version=API_VERSION,
+                kind=SKYHOOK_KIND,
+                name=skyhook.name,
+                uid=skyhook.uid or None,
+                resource_version=skyhook.resource_version or None,
+            ),
+            k8s.PatchObject(patch_type="merge", patch={"metadata": {"finalizers": wanted or None}}),
+            "its node marks are cleaned up before it goes"
+            if action.present
+            else "deleted: nothing of it is left on any node",
             now,
         )
     assert isinstance(action, SetPolicyFinalizer)

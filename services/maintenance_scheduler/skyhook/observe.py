@@ -117,7 +117,10 @@ class NodeViews:
     def read(self, nodes: Mapping[str, Obj]) -> list[NodeView]:
         views: dict[str, tuple[str, NodeView]] = {}
         for key, node in nodes.items():
-            rv = str(meta(node).get("resourceVersion") or "")
+            metadata = node.get("metadata")
+            if not isinstance(metadata, dict):
+                metadata = meta(node)
+            rv = str(metadata.get("resourceVersion") or "")
             cached = self._views.get(key)
             view = cached[1] if cached is not None and cached[0] == rv and rv else node_view(node)
             views[key] = (rv, view)

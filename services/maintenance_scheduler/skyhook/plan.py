@@ -8,6 +8,11 @@ each stage one Job, an interrupt stage only once the node's NodeMaintenance is R
 
 Fail closed: a node whose state annotation is unreadable is left alone (status unknown);
 a paused or disabled Skyhook, a stopped rollout or a missing policy starts no new stage.
+
+A Skyhook works only once it carries SKYHOOK_FINALIZER, so nothing it writes on a node can
+outlive it: deleted, it removes its nodeState_/status_ annotations and status_ label from
+every node and waits for its NodeMaintenances (so their cordons) to be gone before dropping
+the finalizer; its Jobs go with it through their ownerReference.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from maintenance_scheduler.skyhook.api import (
     DEFAULT_COMPARTMENT,
     IGNORE_NODE_LABEL,
     POLICY_FINALIZER,
+    SKYHOOK_FINALIZER,
     DeploymentPolicy,
     Package,
     Skyhook,
@@ -140,6 +146,20 @@ class SetPolicyFinalizer:
 
 
 @dataclass(frozen=True)
+class SetSkyhookFinalizer:
+    skyhook: Skyhook
+    present: bool
+
+
+@dataclass(frozen=True)
+class ForgetNode:
+    """Remove what a deleted Skyhook wrote on the node (its state and status marks)."""
+
+    skyhook: str
+    node: NodeView
+
+
+@dataclass(frozen=True)
 class SkyhookDecisionNote:
     """An audit line on maintenance.v1.skyhook.<name>.decision."""
 
@@ -162,6 +182,8 @@ SkyhookAction = (
     | DeleteMaintenance
     | SetSkyhookStatus
     | SetPolicyFinalizer
+    | SetSkyhookFinalizer
+    | ForgetNode
 )
 
 
@@ -472,6 +494,13 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
         elif policy.name not in in_use and has:
             plan.actions.append(SetPolicyFinalizer(policy, False))
     for skyhook in ordered:
+        if skyhook.deleting:
+            _plan_deletion(skyhook, world, plan)
+            continue
+        if SKYHOOK_FINALIZER not in skyhook.finalizers:
+            # Nothing is written on a node before the finalizer guarantees its removal.
+            plan.actions.append(SetSkyhookFinalizer(skyhook, True))
+            continue
         summary = _plan_skyhook(skyhook, world, earlier, plan, now, pull_grace_seconds)
         plan.rounds.append(summary)
         earlier.append(
@@ -501,6 +530,34 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
     return plan
 
 
+def marks_of(skyhook: str, node: NodeView) -> bool:
+    """Whether the node carries anything the Skyhook wrote on it."""
+    key = status_key(skyhook)
+    return (
+        node_state_annotation(skyhook) in node.annotations
+        or key in node.annotations
+        or key in node.labels
+    )
+
+
+def _plan_deletion(skyhook: Skyhook, world: World, plan: RoundPlan) -> None:
+    """Undo the Skyhook's marks on every node (its selector may have changed since it wrote
+    them), and drop its finalizer only once no node and no NodeMaintenance of it is left."""
+    if SKYHOOK_FINALIZER not in skyhook.finalizers:
+        return
+    left = 0
+    for node in world.nodes:
+        if not marks_of(skyhook.name, node):
+            continue
+        left += 1
+        if node.name not in world.settling:
+            plan.actions.append(ForgetNode(skyhook.name, node))
+    requests = sum(1 for owner, _ in world.maintenance_owners.values() if owner == skyhook.name)
+    if left or requests:
+        return
+    plan.actions.append(SetSkyhookFinalizer(skyhook, False))
+
+
 def _plan_skyhook(
     skyhook: Skyhook,
     world: World,
@@ -510,11 +567,14 @@ def _plan_skyhook(
     pull_grace_seconds: float,
 ) -> SkyhookRound:
     conditions: list[dict[str, Any]] = []
+    selector = skyhook.node_selector
+    # No selector selects every node: skip thousands of calls that could only say yes.
+    select_all = not selector.match_labels and not selector.expressions
     targets = [
         n
         for n in world.nodes
-        if skyhook.node_selector.matches(n.labels)
-        and n.labels.get(IGNORE_NODE_LABEL, "").lower() != "true"
+        if (select_all or selector.matches(n.labels))
+        and (IGNORE_NODE_LABEL not in n.labels or n.labels[IGNORE_NODE_LABEL].lower() != "true")
     ]
     annotation = node_state_annotation(skyhook.name)
     wanted = wanted_versions(skyhook)
@@ -522,10 +582,16 @@ def _plan_skyhook(
     readable_of: dict[str, bool] = {}
     before: dict[str, str] = {}
     blocked_by: dict[str, str] = {}
+    # Nodes in the same state share one parsed dict (kept alive in entries_of for the round,
+    # so its id is not reused): judge each state once.
+    status_of_state: dict[tuple[int, bool], str] = {}
     for node in targets:
         parsed, readable = parse_node_state(node.annotations.get(annotation))
         entries_of[node.name], readable_of[node.name] = parsed, readable
-        status = node_status(skyhook, parsed, readable, wanted)
+        state_id = (id(parsed), readable)
+        status = status_of_state.get(state_id) or status_of_state.setdefault(
+            state_id, node_status(skyhook, parsed, readable, wanted)
+        )
         if status in (WAITING, UNKNOWN) and readable:
             blocker = _blocked_by_priority(skyhook, node.name, earlier)
             if blocker:
@@ -703,10 +769,7 @@ def _plan_skyhook(
         "observedGeneration": skyhook.generation,
         "status": overall,
         "nodeStatus": dict(sorted(after.items())),
-        "nodeState": {
-            name: {e.key: e.as_json for e in entries.values()}
-            for name, entries in sorted(final_entries.items())
-        },
+        "nodeState": _rendered_node_states(final_entries),
         "completeNodes": f"{complete_nodes}/{len(statuses)}",
         "nodesInProgress": sum(1 for s in statuses if s == IN_PROGRESS),
         "packageList": ",".join(f"{p.name}:{p.version}" for p in skyhook.packages),
@@ -731,6 +794,21 @@ def _plan_skyhook(
     if _status_differs(skyhook.status, new_status):
         plan.actions.append(SetSkyhookStatus(skyhook, new_status))
     return summary
+
+
+def _rendered_node_states(
+    final_entries: Mapping[str, Mapping[str, PackageState]],
+) -> dict[str, dict[str, Any]]:
+    """Node name -> its entries in the status's form. Nodes in the same state share one
+    entries dict (parse_node_state memoises by the annotation's text): render each once."""
+    rendered: dict[int, dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, entries in sorted(final_entries.items()):
+        shown = rendered.get(id(entries))
+        if shown is None:
+            shown = rendered[id(entries)] = {e.key: e.as_json for e in entries.values()}
+        out[name] = shown
+    return out
 
 
 def _rfc3339(at: float | str) -> str:

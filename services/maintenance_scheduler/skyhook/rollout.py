@@ -165,22 +165,28 @@ def assign_compartments(
     if not policy.compartments:
         return {DEFAULT_COMPARTMENT: sorted(nodes, key=lambda n: (n.created, n.name))}
     matched: dict[str, list[RolloutNode]] = {c.name: [] for c in policy.compartments}
-    candidates: dict[str, list[Compartment]] = {}
+    candidates: list[list[Compartment]] = []
+    # Bound once: called for every node and compartment.
+    matchers = [(c, c.selector.matches) for c in policy.compartments]
     for node in nodes:
-        hits = [c for c in policy.compartments if c.selector.matches(node.labels)]
-        candidates[node.name] = hits
+        labels = node.labels
+        hits = [c for c, matches in matchers if matches(labels)]
+        candidates.append(hits)
         for compartment in hits:
             matched[compartment.name].append(node)
     ceilings = {c.name: c.budget.ceiling(len(matched[c.name])) for c in policy.compartments}
+    rank = {
+        c.name: (_strategy_rank(c.strategy), ceilings[c.name], c.name) for c in policy.compartments
+    }
     result: dict[str, list[RolloutNode]] = {c.name: [] for c in policy.compartments}
-    result[DEFAULT_COMPARTMENT] = []
-    for node in nodes:
-        hits = candidates[node.name]
+    default = result[DEFAULT_COMPARTMENT] = []
+    for node, hits in zip(nodes, candidates, strict=True):
         if not hits:
-            result[DEFAULT_COMPARTMENT].append(node)
-            continue
-        best = min(hits, key=lambda c: (_strategy_rank(c.strategy), ceilings[c.name], c.name))
-        result[best.name].append(node)
+            default.append(node)
+        elif len(hits) == 1:
+            result[hits[0].name].append(node)
+        else:
+            result[min(hits, key=lambda c: rank[c.name]).name].append(node)
     for members in result.values():
         members.sort(key=lambda n: (n.created, n.name))
     return result

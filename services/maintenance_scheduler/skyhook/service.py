@@ -38,6 +38,7 @@ from maintenance_scheduler.skyhook.api import (
 from maintenance_scheduler.skyhook.commands import KEY_PREFIX, command_for, decision_for
 from maintenance_scheduler.skyhook.observe import NodeViews, job_facts, maintenance_phase
 from maintenance_scheduler.skyhook.plan import (
+    ForgetNode,
     PatchNode,
     RoundPlan,
     SetSkyhookStatus,
@@ -302,7 +303,7 @@ class SkyhookController:
             if command.idempotency_key in self._sent:
                 continue
             self._sent[command.idempotency_key] = now
-            if isinstance(action, PatchNode):
+            if isinstance(action, PatchNode | ForgetNode):
                 self._node_sent[action.node.name] = (action.node.resource_version, now)
                 self._by_key[command.idempotency_key] = ("node", action.node.name)
             elif isinstance(action, SetSkyhookStatus):

@@ -184,6 +184,13 @@ async def test_pod_failure_policy_cannot_fail_a_job_whose_image_never_pulls(
         assert job.status.active == 1
         assert condition(job, "FailureTarget") is None
         assert condition(job, "Failed") is None
+        # What the controller does instead: a deadline ends the Job, and the pod that never
+        # ran counts as failed, never as succeeded.
+        await batch.patch_namespaced_job("nopull", NS, {"spec": {"activeDeadlineSeconds": 1}})
+        failed = await finished(batch, "nopull", "Failed")
+        assert condition(failed, "Failed").reason == "DeadlineExceeded"
+        assert not failed.status.succeeded
+        assert failed.status.failed == 1
 
 
 async def test_pods_log_shows_the_stage_output(sim: Simulator) -> None:

@@ -278,6 +278,44 @@ async def test_failed_batches_stop_the_rollout_after_failure_threshold(sky: Skyh
     assert len(waiting) == len(sky.stack.node_names()) - 1
 
 
+async def test_unpullable_image_errors_within_the_grace_and_stops_after_failure_threshold(
+    sky16: SkyhookStack,
+) -> None:
+    # Sixteen nodes: two failed one-node batches leave the progress (2/16) below the
+    # safetyLimit (50%), so failureThreshold 2 stops the rollout.
+    sky = sky16
+    await sky.start(skyhook_image_pull_grace_seconds=1.0)
+    sky.policy(
+        "strict", {"exponential": {"initialBatch": 1, "growthFactor": 2, "failureThreshold": 2}}
+    )
+    packages = {"driver": {"version": "1.0.0-unpullable", "image": "registry.local/missing"}}
+    sky.skyhook("unpulled", packages, deploymentPolicy="strict")
+
+    def stopped() -> bool:
+        status = sky.get("unpulled").get("status") or {}
+        batch = (status.get("compartmentStatuses") or {}).get("__default__", {})
+        return bool((batch.get("batchState") or {}).get("shouldStop"))
+
+    await eventually(stopped, timeout=60, what="shouldStop")
+    status = sky.get("unpulled")["status"]
+    assert status["status"] == "erroring"
+    batch = status["compartmentStatuses"]["__default__"]["batchState"]
+    assert batch["consecutiveFailures"] == 2
+    await rounds_pass(sky, 3)
+    # Two batches of one node (the second shrunk by the growth factor, floor 1), then nothing.
+    jobs = sky.jobs("unpulled")
+    assert len(jobs) == 2
+    for job in jobs:
+        failed = condition_true(job, "Failed")
+        assert failed is not None and failed["reason"] == "DeadlineExceeded"
+        assert job["status"].get("succeeded", 0) == 0  # a pod that never ran did not succeed
+        node = job["metadata"]["labels"]["skyhook.nvidia.com/node"]
+        state = sky.stack.node(node)["metadata"]["annotations"][node_state_annotation("unpulled")]
+        assert "registry.local/missing:1.0.0-unpullable could not be pulled" in state
+    waiting = [n for n, s in status["nodeStatus"].items() if s == "waiting"]
+    assert len(waiting) == len(sky.stack.node_names()) - 2
+
+
 async def test_an_oom_stage_says_oomkilled(sky: SkyhookStack) -> None:
     await sky.start()
     one_node = {"matchLabels": {"kubernetes.io/hostname": sky.stack.node_names()[0]}}
@@ -398,6 +436,13 @@ def pod_condition(stack: Stack, pod: str, kind: str) -> bool:
     return found is not None and found.get("status") == "True"
 
 
+STAGE = "skyhook.nvidia.com/stage"
+
+
+def boot_id(stack: Stack, node: str) -> str:
+    return str(stack.sim.store.get("nodes", node)["status"]["nodeInfo"]["bootID"])
+
+
 async def test_reboot_interrupt_on_a_node_running_a_slurm_job_waits_for_the_job(
     sky: SkyhookStack,
 ) -> None:
@@ -413,6 +458,7 @@ async def test_reboot_interrupt_on_a_node_running_a_slurm_job_waits_for_the_job(
         ),
         what="a Slurm job runs on the node",
     )
+    boot_before = boot_id(stack, node)
     await stack.start_scheduler()
     await sky.start()
     packages = {
@@ -439,6 +485,9 @@ async def test_reboot_interrupt_on_a_node_running_a_slurm_job_waits_for_the_job(
         stack.cancel_job(job)
         await eventually(lambda: sky.status("fw") == "complete", timeout=60, what="complete")
         assert stack.pod("slurm-a") is None  # evicted only after Slurm let it go
+        assert boot_id(stack, node) != boot_before  # the interrupt rebooted the node
+        post = [j for j in sky.jobs("fw") if j["metadata"]["labels"][STAGE] == "post-interrupt"]
+        assert len(post) == 1 and condition_true(post[0], "Complete")
         await eventually(lambda: stack.get_request(request) is None, timeout=30, what="released")
 
 
@@ -478,3 +527,59 @@ async def test_sixteen_nodes_exponential_policy_batches_1_2_4_then_the_rest(
     assert all(condition_true(j, "Complete") for j in jobs)
     sizes = [size for _, size in batches]
     assert sizes[:3] == [1, 2, 4]
+
+
+async def test_deleting_a_skyhook_removes_its_node_marks_and_cordon_before_its_finalizer(
+    sky: SkyhookStack,
+) -> None:
+    stack = sky.stack
+    node = stack.node_names()[0]
+    stack.run_pod("training", node, labels={"app": "training"})
+    await eventually(
+        lambda: (stack.pod("training") or {}).get("status", {}).get("phase") == "Running"
+    )
+    await stack.start_scheduler()
+    await sky.start()
+    packages = {
+        "kernel": {
+            "version": "1.0.0",
+            "image": "registry.local/kernel",
+            "interrupt": {"type": "reboot"},
+        }
+    }
+    async with node_maintenance_writes(sky):
+        sky.skyhook(
+            "doomed",
+            packages,
+            nodeSelectors={"matchLabels": {"kubernetes.io/hostname": node}},
+            podNonInterruptLabels={"matchLabels": {"app": "training"}},
+        )
+        request = maintenance_name("doomed", node)
+        # Mid-rollout: the interrupt waits for the training pod, the node cordoned for it.
+        await eventually(
+            lambda: stack.phase(request) == "WaitForPodCompletion", timeout=30, what="waiting"
+        )
+        assert "skyhook.nvidia.com/skyhook" in sky.get("doomed")["metadata"]["finalizers"]
+        labels = stack.node(node)["metadata"]["labels"]
+        assert labels[status_key("doomed")] == "in_progress"
+        assert stack.unschedulable(node)
+        assert sky.jobs("doomed")
+        stack.sim.store.delete(SKYHOOKS, "doomed")
+
+        def gone() -> bool:
+            try:
+                sky.get("doomed")
+            except Exception:
+                return True
+            return False
+
+        def marks_left() -> list[str]:
+            meta = stack.node(node)["metadata"]
+            keys = [*(meta.get("annotations") or {}), *(meta.get("labels") or {})]
+            return [k for k in keys if k.endswith("_doomed")]
+
+        await eventually(gone, timeout=60, what="the Skyhook finalized")
+        assert marks_left() == []  # cleaned before the finalizer went
+        assert stack.get_request(request) is None
+        assert not stack.unschedulable(node)  # its cordon undone
+        await eventually(lambda: not sky.jobs("doomed"), timeout=30, what="Jobs collected")

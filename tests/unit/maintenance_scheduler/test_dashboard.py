@@ -45,3 +45,27 @@ def test_rule_maintenance_dashboard_queries_exposed_series_for_every_figure() ->
         assert needed in queried
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+
+
+SKYHOOK_SERIES = re.compile(r"\bskyhook_[a-z0-9_]+")
+# Grouping clauses and label matchers name labels (skyhook_name, ...), not series.
+LABEL_CLAUSES = re.compile(r"\b(?:by|without)\s*\([^)]*\)|\{[^}]*\}")
+
+
+def test_rule_skyhook_dashboard_panels_query_every_skyhook_series_it_exports() -> None:
+    from maintenance_scheduler.skyhook import metrics as skyhook_metrics
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    queried = {
+        name
+        for expr in expressions(dashboard)
+        for name in SKYHOOK_SERIES.findall(LABEL_CLAUSES.sub("", expr))
+    }
+    exported = {
+        gauge._name
+        for gauge in vars(skyhook_metrics).values()
+        if getattr(gauge, "_name", "").startswith("skyhook_")
+    }
+    assert "skyhook_rollout_should_stop" in exported
+    assert queried - exposed() == set()  # only series the service registers
+    assert exported - queried == set()  # and a panel for every one of them

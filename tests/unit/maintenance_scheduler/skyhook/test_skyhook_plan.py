@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from maintenance_scheduler.skyhook.api import (
     POLICY_FINALIZER,
+    SKYHOOK_FINALIZER,
     DeploymentPolicy,
     Skyhook,
     node_state_annotation,
@@ -26,11 +27,13 @@ from maintenance_scheduler.skyhook.plan import (
     CreateMaintenance,
     DeleteMaintenance,
     FailJob,
+    ForgetNode,
     KeepFailedJob,
     NodeView,
     PatchNode,
     RoundPlan,
     SetPolicyFinalizer,
+    SetSkyhookFinalizer,
     SetSkyhookStatus,
     World,
     plan_round,
@@ -50,6 +53,7 @@ def skyhook(
     sequencing: str | None = None,
     selector: dict[str, Any] | None = None,
     status: dict[str, Any] | None = None,
+    finalizers: tuple[str, ...] = (SKYHOOK_FINALIZER,),
 ) -> Skyhook:
     spec: dict[str, Any] = {
         "packages": packages
@@ -73,7 +77,12 @@ def skyhook(
         spec["nodeSelectors"] = selector
     return parse_skyhook(
         {
-            "metadata": {"name": name, "uid": f"uid-{name}", "annotations": annotations or {}},
+            "metadata": {
+                "name": name,
+                "uid": f"uid-{name}",
+                "annotations": annotations or {},
+                "finalizers": list(finalizers),
+            },
             "spec": spec,
             "status": status or {},
         }
@@ -160,9 +169,35 @@ class FakeCluster:
                     replace(s, status=dict(action.status)) if s.name == action.skyhook.name else s
                     for s in self.skyhooks
                 ]
+            elif isinstance(action, ForgetNode):
+                node = self.nodes[action.node.name]
+                key = status_key(action.skyhook)
+                annotations = {
+                    k: v
+                    for k, v in node.annotations.items()
+                    if k not in (key, node_state_annotation(action.skyhook))
+                }
+                labels = {k: v for k, v in node.labels.items() if k != key}
+                self.nodes[node.name] = replace(node, annotations=annotations, labels=labels)
+            elif isinstance(action, SetSkyhookFinalizer):
+                self.set_finalizer(action.skyhook.name, action.present)
         if started:
             self.batches.append(started)
         return plan
+
+    def set_finalizer(self, name: str, present: bool) -> None:
+        kept: list[Skyhook] = []
+        for one in self.skyhooks:
+            if one.name == name:
+                others = tuple(f for f in one.finalizers if f != SKYHOOK_FINALIZER)
+                one = replace(one, finalizers=(*others, SKYHOOK_FINALIZER) if present else others)
+                if one.deleting and not one.finalizers:
+                    continue  # the API server removes it with its last finalizer
+            kept.append(one)
+        self.skyhooks = kept
+
+    def delete(self, name: str) -> None:
+        self.skyhooks = [replace(s, deleting=True) if s.name == name else s for s in self.skyhooks]
 
     def status(self, name: str = "gpu-init") -> dict[str, Any]:
         return dict(next(s for s in self.skyhooks if s.name == name).status)
@@ -525,3 +560,56 @@ def test_a_new_version_runs_upgrade_and_a_removed_package_uninstall() -> None:
     assert cluster.status()["status"] == "complete"
     state = cluster.nodes["node-00"].annotations[node_state_annotation("gpu-init")]
     assert list(json.loads(state)) == ["driver|1.1.0"]
+
+
+def test_rule_skyhook_gets_its_finalizer_before_it_writes_on_any_node() -> None:
+    cluster = FakeCluster(skyhooks=[skyhook(finalizers=())], nodes=cluster_nodes(3))
+    plan = cluster.round()
+    assert [type(a) for a in plan.actions] == [SetSkyhookFinalizer]
+    assert cluster.skyhooks[0].finalizers == (SKYHOOK_FINALIZER,)
+    plan = cluster.round()
+    assert any(isinstance(a, CreateJob) for a in plan.actions)
+
+
+def test_rule_deleting_a_skyhook_removes_its_node_marks_and_requests_before_its_finalizer() -> None:
+    packages = {
+        "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
+    }
+    other = skyhook("other", {"tool": {"version": "1.0.0", "image": "ghcr.io/x/t"}})
+    cluster = FakeCluster(skyhooks=[skyhook(packages=packages), other], nodes=cluster_nodes(3))
+    while not cluster.maintenances:  # mid-rollout: an interrupt holds a NodeMaintenance
+        cluster.round()
+    marked = [n for n in cluster.nodes.values() if status_key("gpu-init") in n.labels]
+    assert marked
+    cluster.delete("gpu-init")
+    # The node a selector no longer matches is cleaned too: marks are looked for everywhere.
+    plan = cluster.round()
+    assert not any(isinstance(a, CreateJob) and a.skyhook.name == "gpu-init" for a in plan.actions)
+    assert {a.node.name for a in plan.actions if isinstance(a, ForgetNode)} == {
+        n.name for n in marked
+    }
+    assert not any(isinstance(a, SetSkyhookFinalizer) for a in plan.actions)
+    run_until_settled(cluster)
+    assert [s.name for s in cluster.skyhooks] == ["other"]
+    assert not cluster.maintenances
+    for node in cluster.nodes.values():
+        leftover = [k for k in (*node.annotations, *node.labels) if k.endswith("_gpu-init")]
+        assert not leftover
+        assert node.labels[status_key("other")] == "complete"  # the other Skyhook's stay
+
+
+def test_rule_deleted_skyhook_keeps_its_finalizer_while_a_node_cannot_be_cleaned_yet() -> None:
+    nodes = cluster_nodes(1)
+    node = nodes["node-00"]
+    nodes["node-00"] = replace(node, labels={status_key("gpu-init"): "in_progress"})
+    deleting = replace(skyhook(), deleting=True)
+    world = World(
+        skyhooks=[deleting],
+        policies={},
+        nodes=list(nodes.values()),
+        jobs={},
+        maintenances={},
+        settling=frozenset({"node-00"}),  # its last patch is not visible yet
+    )
+    plan = plan_round(world, now=T0)
+    assert plan.actions == []
