@@ -4,10 +4,13 @@
 # the cluster simulator; `--target simulator` builds the dev-only simulator image that
 # docker-compose.yml runs.
 #   make image IMAGE=registry.example.com/nodeflow:0.1.0   (docker or podman; build and push)
-# The base is pinned to an exact Python patch release on an exact Debian release; pin it by
-# digest too where you build (`docker buildx imagetools inspect python:3.11.14-slim-bookworm`).
+# The base is pinned to an exact Python patch release on an exact Debian release, and by the
+# digest of that tag's multi-architecture index, so a re-pushed tag cannot change what we build.
+# To move it: `docker buildx imagetools inspect python:<version>-slim-bookworm` and take the
+# top-level Digest.
+ARG PYTHON_BASE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
-FROM python:3.11.14-slim-bookworm AS build
+FROM ${PYTHON_BASE} AS build
 # Same uv as the Makefile; never let uv download a Python of its own.
 ENV UV_VERSION=0.13.9 \
     UV_PYTHON_DOWNLOADS=never \
@@ -28,7 +31,7 @@ RUN uv sync --frozen --no-dev --no-editable
 RUN cp -a /opt/nodeflow /opt/nodeflow-runtime \
  && rm -rf /opt/nodeflow-runtime/lib/python3.11/site-packages/clustersim
 
-FROM python:3.11.14-slim-bookworm AS simulator
+FROM ${PYTHON_BASE} AS simulator
 RUN groupadd --system --gid 10001 nodeflow \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin nodeflow \
@@ -44,7 +47,7 @@ USER 10001:10001
 EXPOSE 8080
 CMD ["python", "-m", "clustersim", "--crd-dir", "/usr/share/nodeflow/crds"]
 
-FROM python:3.11.14-slim-bookworm AS runtime
+FROM ${PYTHON_BASE} AS runtime
 RUN groupadd --system --gid 10001 nodeflow \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin nodeflow

@@ -1194,8 +1194,13 @@ def test_dockerfile_installs_from_the_lock_file_and_runs_as_non_root() -> None:
     text = (ROOT / "Dockerfile").read_text()
     instructions = [line for line in text.splitlines() if line and not line.startswith("#")]
     froms = [line.split()[1] for line in instructions if line.startswith("FROM ")]
-    # An exact Python patch release on an exact Debian release, never a floating tag.
-    assert froms and all(re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", i) for i in froms)
+    (base,) = [
+        line.split("=", 1)[1] for line in instructions if line.startswith("ARG PYTHON_BASE=")
+    ]
+    # An exact Python patch release on an exact Debian release, pinned by digest: never a
+    # floating tag, and every stage starts from that one base.
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}", base)
+    assert froms and all(i == "${PYTHON_BASE}" for i in froms)
     assert "uv sync --frozen --no-dev" in text
     assert "COPY pyproject.toml uv.lock" in text
     users = [line.split()[1] for line in instructions if line.startswith("USER ")]
