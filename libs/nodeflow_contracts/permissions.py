@@ -287,6 +287,7 @@ class CommandGrant(msgspec.Struct, frozen=True, kw_only=True):
     `metadata.annotations[<key>]`, `status.conditions[<type>]`; `*` matches within a path
     element (`status.conditions[SlurmNodeState*]`), and a path covers what lies beneath it.
     `required_label`: the object made, or the object acted on, must carry this label.
+    `forbidden_label`: the object made, or the object acted on, must not carry it.
     """
 
     op: str
@@ -294,6 +295,7 @@ class CommandGrant(msgspec.Struct, frozen=True, kw_only=True):
     subresource: PatchPart = ""
     fields: tuple[str, ...] = ()
     required_label: str | None = None
+    forbidden_label: str | None = None
 
 
 def _grant(op: str, *kinds: str, **settings: Any) -> CommandGrant:
@@ -396,7 +398,9 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
     "topology-placer": (
         _grant("bind", "Pod"),
         _grant("nominate", "Pod"),
-        _grant("evict", "Pod"),
+        # Preemption victims and broken gangs are deleted, as kube-scheduler deletes victims;
+        # never a NodeSet pod: the Slurm jobs on it are drained by the NodeSet protocol only.
+        _grant("delete", "Pod", forbidden_label=NODESET_LABEL),
         # Why a gang waits (PodScheduled=False) and why a pod goes (DisruptionTarget).
         _grant(
             "patch",

@@ -145,8 +145,10 @@ class CommandExecutor:
                 cmd, "expired", attempt, message=f"{late:.1f}s past its deadline: not applied"
             )
             return
-        if verdict.required_label is not None:
-            checked = await self._with_labelled_target(cmd, attempt, verdict.required_label)
+        if verdict.reads_target:
+            checked = await self._with_labelled_target(
+                cmd, attempt, verdict.required_label, verdict.forbidden_label
+            )
             if checked is None:
                 return
             cmd = checked
@@ -192,11 +194,11 @@ class CommandExecutor:
         await asyncio.gather(remember, report)
 
     async def _with_labelled_target(
-        self, cmd: K8sCommand, attempt: int, label: str
+        self, cmd: K8sCommand, attempt: int, label: str | None, forbidden: str | None
     ) -> K8sCommand | None:
         """The command, bound to the uid of the object read, when that object carries
-        `label`; None after reporting why not. The uid precondition makes the API server
-        refuse the call if the name meanwhile belongs to another object."""
+        `label` and not `forbidden`; None after reporting why not. The uid precondition makes
+        the API server refuse the call if the name meanwhile belongs to another object."""
         target = cmd.target
         kind = resolve_kind(target.api_version, target.kind)
         if kind is None or (kind.namespaced and not target.namespace):
@@ -223,8 +225,13 @@ class CommandExecutor:
                 cmd, "not-found", attempt, message=f"{target.ordering_key} is another object now"
             )
             return None
-        if label not in (meta.get("labels") or {}):
+        labels = meta.get("labels") or {}
+        reason = ""
+        if label is not None and label not in labels:
             reason = f"{cmd.sender} may {cmd.op} only {target.kind} objects labelled {label}"
+        elif forbidden is not None and forbidden in labels:
+            reason = f"{cmd.sender} may not {cmd.op} {target.kind} objects labelled {forbidden}"
+        if reason:
             await self._report(cmd, "forbidden", attempt, message=reason)
             raise PermanentError(f"refused: {reason}")
         if target.uid or not uid:

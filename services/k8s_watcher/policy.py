@@ -28,9 +28,15 @@ from nodeflow_contracts.permissions import (
 @dataclass(frozen=True)
 class Allowed:
     """The command may go ahead; when `required_label` is set, only if the object it acts on
-    carries that label (the executor reads the object to know)."""
+    carries that label, and when `forbidden_label` is set, only if it does not (the executor
+    reads the object to know)."""
 
     required_label: str | None = None
+    forbidden_label: str | None = None
+
+    @property
+    def reads_target(self) -> bool:
+        return self.required_label is not None or self.forbidden_label is not None
 
 
 @dataclass(frozen=True)
@@ -99,14 +105,20 @@ def authorize(
     if isinstance(operation, PatchObject):
         return _authorize_patch(cmd.sender, kind, operation, candidates)
     grant = candidates[0]
-    if isinstance(operation, CreateObject) and grant.required_label:
+    if isinstance(operation, CreateObject):
         labels = (operation.object.get("metadata") or {}).get("labels") or {}
-        if not isinstance(labels, dict) or grant.required_label not in labels:
+        if not isinstance(labels, dict):
+            labels = {}
+        if grant.required_label and grant.required_label not in labels:
             return Refused(
                 f"{cmd.sender} may create only {kind} objects labelled {grant.required_label}",
             )
+        if grant.forbidden_label and grant.forbidden_label in labels:
+            return Refused(
+                f"{cmd.sender} may not create {kind} objects labelled {grant.forbidden_label}",
+            )
         return Allowed()
-    return Allowed(grant.required_label)
+    return Allowed(grant.required_label, grant.forbidden_label)
 
 
 def _authorize_patch(
@@ -121,7 +133,7 @@ def _authorize_patch(
             continue
         outside = [field for field in fields if not field_allowed(field, grant.fields)]
         if not outside:
-            return Allowed(grant.required_label)
+            return Allowed(grant.required_label, grant.forbidden_label)
     allowed = sorted(
         {f for g in candidates if g.subresource == operation.subresource for f in g.fields}
     )

@@ -7,7 +7,7 @@ The placer uses six operations, all as sender `topology-placer`:
 | nominate      | Pod                     | status.nominatedNodeName (set, or "" to clear)      |
 | bind          | Pod                     | the binding subresource                             |
 | patch         | Pod status (strategic)  | condition PodScheduled=False, DisruptionTarget=True |
-| evict         | Pod                     | the eviction subresource (victims, broken gangs)    |
+| delete        | Pod                     | victims and broken gangs, after DisruptionTarget    |
 | update-status | PodGroup, ClusterNetworkTopology | their status subresource                  |
 | record-event  | PodGroup                | why a gang waits, failed or preempted               |
 
@@ -28,7 +28,7 @@ from typing import Any
 from nodeflow_contracts.k8s import (
     BindPod,
     CommandOperation,
-    EvictPod,
+    DeleteObject,
     K8sCommand,
     NominatePod,
     ObjectRef,
@@ -42,7 +42,7 @@ from topology_placer.planner import (
     Action,
     Bind,
     Decision,
-    Evict,
+    Disrupt,
     MarkUnschedulable,
     Nominate,
     Notice,
@@ -140,14 +140,16 @@ def to_outgoing(action: Action, now: float) -> list[Outgoing]:
         )
         patch = _condition_patch(POD_SCHEDULED, "False", action.reason, action.message, action.at)
         return [_command(key, pod_target(action.pod, with_rv=False), patch, action.message, now)]
-    if isinstance(action, Evict):
+    if isinstance(action, Disrupt):
         target = pod_target(action.pod, with_rv=False)
         patch = _condition_patch(
             DISRUPTION_TARGET, "True", action.reason, action.message, action.at
         )
         return [
             _command(stable_key("disruption", action.pod.uid), target, patch, action.message, now),
-            _command(stable_key("evict", action.pod.uid), target, EvictPod(), action.message, now),
+            _command(
+                stable_key("delete", action.pod.uid), target, DeleteObject(), action.message, now
+            ),
         ]
     if isinstance(action, UpdateGroupStatus):
         digest = json.dumps(action.status, sort_keys=True)

@@ -122,8 +122,11 @@ class MarkUnschedulable:
 
 
 @dataclass(frozen=True)
-class Evict:
-    """Mark the pod DisruptionTarget (reason PreemptionByScheduler) and evict it."""
+class Disrupt:
+    """Mark the pod DisruptionTarget (reason PreemptionByScheduler or GangIncomplete), then
+    delete it, as kube-scheduler deletes its victims: the eviction API would rewrite the
+    reason to EvictionByEvictionAPI and could be refused by a budget for ever, while the
+    plan has already weighed the PodDisruptionBudgets."""
 
     pod: PodRef
     reason: str
@@ -174,7 +177,7 @@ Action = (
     Nominate
     | Bind
     | MarkUnschedulable
-    | Evict
+    | Disrupt
     | UpdateGroupStatus
     | UpdateTopologyStatus
     | Notice
@@ -931,7 +934,7 @@ def _preempt(
     victims = outcome.victim_pods
     for victim in victims:
         run.plan.actions.append(
-            Evict(ref_of(victim), "PreemptionByScheduler", message, run.now_text)
+            Disrupt(ref_of(victim), "PreemptionByScheduler", message, run.now_text)
         )
     for cleared in outcome.cleared_nominations:
         run.plan.actions.append(Nominate(ref_of(cleared), ""))
@@ -1044,7 +1047,7 @@ def _evict_partial_gang(run: _Pass, gang: Gang, message: str) -> None:
         return
     text = f"gang {gang.id} could not place the rest of its members: {message}"
     for pod in partial:
-        run.plan.actions.append(Evict(ref_of(pod), "GangIncomplete", text, run.now_text))
+        run.plan.actions.append(Disrupt(ref_of(pod), "GangIncomplete", text, run.now_text))
     run.plan.actions.append(
         Decision(
             gang.keys,

@@ -10,7 +10,9 @@ Phases, as Koordinator's PostFilter, with two of its gaps closed:
    a gang leaves the rest idle, so the whole gang is the unit that is costed and evicted
    (Koordinator evicts single pods of victim gangs). Other pods group by their owner.
    Lower-priority nominations are reservations only: the dry run ignores them and the
-   plan clears them on the nodes it takes.
+   plan clears them on the nodes it takes. A NodeSet pod (slurmd) is never a victim,
+   whatever its priority: the Slurm jobs on it are invisible here, and only the NodeSet
+   protocol (drain in Slurm first) may take it away.
 3. Dry run: with the allowed units removed, the gather picks the winning layer; every domain
    of that layer that then fits the gang is costed. Units are allowed cheapest first: up to
    a priority ceiling raised one priority at a time, budget-protected units last.
@@ -29,6 +31,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from nodeflow_kube import fields, requirement_matches
 from topology_placer import pods as podfacts
 from topology_placer.fit import NodeCapacity
@@ -141,6 +144,11 @@ def _unit_key(pod: Obj) -> str:
     return f"job {fields.namespace_of(pod)}/{podfacts.owner_name(pod)}"
 
 
+def is_slurm_node_pod(pod: Obj) -> bool:
+    """A NodeSet's slurmd pod: deleting it would kill the Slurm jobs running on its node."""
+    return NODESET_LABEL in fields.labels_of(pod)
+
+
 def victim_units(
     charged: Sequence[ChargedPod], gang_priority: int, usable_nodes: AbstractSet[str]
 ) -> list[VictimUnit]:
@@ -152,7 +160,7 @@ def victim_units(
             continue
         key = _unit_key(item.pod)
         priority = podfacts.priority_of(item.pod)
-        if priority >= gang_priority:
+        if priority >= gang_priority or is_slurm_node_pod(item.pod):
             # A job with any member at or above the gang's priority is not a victim.
             blocked.add(key)
             continue

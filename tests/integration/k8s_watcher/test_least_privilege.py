@@ -346,3 +346,23 @@ async def test_a_late_repeat_of_an_applied_command_is_reported_already_applied(
         "applied",
         "already-applied",
     ]
+
+
+async def test_rule_the_placer_may_delete_a_preemption_victim_but_never_a_nodeset_pod(
+    harness: Harness,
+) -> None:
+    """topology-placer deletes its preemption victims; a NodeSet (slurmd) pod may run Slurm
+    jobs it cannot see, so k8s-watcher reads the target and refuses when it carries the
+    NodeSet label, whatever the placer's plan says."""
+    harness.store.create("pods", pod("slurmd", **{NODESET_LABEL: "workers"}))
+    harness.store.create("pods", pod("victim"))
+    await harness.start_watcher()
+    slurmd = ObjectRef(api_version="v1", kind="Pod", name="slurmd", namespace="default")
+    victim = ObjectRef(api_version="v1", kind="Pod", name="victim", namespace="default")
+    refused = await harness.send(slurmd, DeleteObject(), sender="topology-placer")
+    outcome = await harness.final_outcome(refused.idempotency_key)
+    assert outcome.outcome == "forbidden"
+    assert NODESET_LABEL in outcome.message
+    assert version_of(harness, "pods", "slurmd", "default") is not None
+    allowed = await harness.send(victim, DeleteObject(), sender="topology-placer")
+    assert (await harness.final_outcome(allowed.idempotency_key)).outcome == "applied"

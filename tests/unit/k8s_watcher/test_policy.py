@@ -212,7 +212,7 @@ MAY: dict[str, set[int]] = {
     "slurm-syncer": {5, 12},
     "nodeset-controller": {0, 1, 4, 11, 12},
     "maintenance-scheduler": {6, 7, 8, 12},
-    "topology-placer": {8, 9, 10, 12},
+    "topology-placer": {1, 9, 10, 12},
 }
 
 
@@ -262,7 +262,11 @@ def test_slurm_syncer_status_patch_is_allowed_only_when_it_touches_nothing_else(
 
 # What each service may delete at all: nodeset-controller its NodeSet pods, and
 # maintenance-scheduler the NodeMaintenance requests it garbage-collects. Nothing else.
-DELETERS = {"nodeset-controller": {"Pod"}, "maintenance-scheduler": {"NodeMaintenance"}}
+DELETERS = {
+    "nodeset-controller": {"Pod"},
+    "maintenance-scheduler": {"NodeMaintenance"},
+    "topology-placer": {"Pod"},
+}
 
 
 @given(

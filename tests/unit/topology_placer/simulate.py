@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from topology_placer.planner import Bind, ClusterState, Evict, Nominate, Plan, plan
+from topology_placer.planner import Bind, ClusterState, Disrupt, Nominate, Plan, plan
 
 SCHEDULERS = frozenset({"koord-scheduler", "nodeflow-placer"})
 
@@ -35,7 +35,7 @@ def apply(pods: list[dict[str, Any]], result: Plan) -> list[dict[str, Any]]:
     """The pods after the plan's nominations, bindings and evictions (evicted pods go)."""
     by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): copy.deepcopy(p) for p in pods}
     for action in result.actions:
-        if isinstance(action, Nominate | Bind | Evict):
+        if isinstance(action, Nominate | Bind | Disrupt):
             key = (action.pod.namespace, action.pod.name)
             if key not in by_name:
                 continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from nodeflow_contracts.k8s import (
     BindPod,
-    EvictPod,
+    DeleteObject,
     NominatePod,
     PatchObject,
     RecordEvent,
@@ -16,7 +16,7 @@ from topology_placer.gang import GroupKey
 from topology_placer.planner import (
     Bind,
     Decision,
-    Evict,
+    Disrupt,
     MarkUnschedulable,
     Nominate,
     Notice,
@@ -61,9 +61,9 @@ def test_unschedulable_patches_the_pod_scheduled_condition_on_the_status() -> No
     )
 
 
-def test_evict_marks_disruption_target_before_the_eviction() -> None:
-    patch, evict = to_outgoing(Evict(POD, "PreemptionByScheduler", "why", AT), NOW)
-    assert patch.command is not None and evict.command is not None
+def test_disrupt_marks_disruption_target_before_the_deletion() -> None:
+    patch, deletion = to_outgoing(Disrupt(POD, "PreemptionByScheduler", "why", AT), NOW)
+    assert patch.command is not None and deletion.command is not None
     assert isinstance(patch.command.operation, PatchObject)
     (condition,) = patch.command.operation.patch["status"]["conditions"]
     assert (condition["type"], condition["status"], condition["reason"]) == (
@@ -71,9 +71,9 @@ def test_evict_marks_disruption_target_before_the_eviction() -> None:
         "True",
         "PreemptionByScheduler",
     )
-    assert isinstance(evict.command.operation, EvictPod)
+    assert isinstance(deletion.command.operation, DeleteObject)
     # One target, so k8s-watcher applies the two in the order sent.
-    assert patch.command.target.ordering_key == evict.command.target.ordering_key
+    assert patch.command.target.ordering_key == deletion.command.target.ordering_key
 
 
 def test_status_updates_go_to_pod_groups_and_the_topology() -> None:

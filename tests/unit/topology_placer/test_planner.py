@@ -22,7 +22,7 @@ from topology_placer.gang import GROUPS, MODE
 from topology_placer.planner import (
     Bind,
     Decision,
-    Evict,
+    Disrupt,
     MarkUnschedulable,
     Nominate,
     Notice,
@@ -209,7 +209,7 @@ def test_failed_bind_replans_the_rest_inside_the_same_domain() -> None:
     lost = [pod("w-1", gpus=4, nominated="gone"), pod("w-2", gpus=4, nominated="gone")]
     result, after = run(nodes, bound + lost, groups, topology=TOPOLOGY)
     assert _nodes_of(after) == {"w-0": "n1", "w-1": "n2", "w-2": "n2"}
-    assert not _of(result, Evict)
+    assert not _of(result, Disrupt)
 
 
 def test_strict_gang_that_cannot_complete_is_sent_back_whole() -> None:
@@ -221,7 +221,7 @@ def test_strict_gang_that_cannot_complete_is_sent_back_whole() -> None:
         pod("w-2", gpus=8, nominated="n2"),
     ]
     result, _ = run(nodes, pods, groups, topology=TOPOLOGY)
-    assert {a.pod.name for a in _of(result, Evict)} == {"w-0"}
+    assert {a.pod.name for a in _of(result, Disrupt)} == {"w-0"}
     assert {(a.pod.name, a.node) for a in _of(result, Nominate)} == {("w-1", ""), ("w-2", "")}
     assert any(d.kind == "gang-evicted" for d in _of(result, Decision))
 
@@ -235,7 +235,7 @@ def test_non_strict_gang_keeps_its_bound_members_and_nominations() -> None:
         pod("w-2", gpus=8, nominated="n2"),
     ]
     result, _ = run(nodes, pods, groups, topology=TOPOLOGY)
-    assert not _of(result, Evict)
+    assert not _of(result, Disrupt)
     assert not _of(result, Nominate)
 
 

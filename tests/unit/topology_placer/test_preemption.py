@@ -7,10 +7,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
 from tests.unit.topology_placer.simulate import run, state
 from topology_placer.gang import MODE
-from topology_placer.planner import Decision, Evict, Nominate, Plan, plan
+from topology_placer.planner import Decision, Disrupt, Nominate, Plan, plan
 from topology_placer.preemption import broken_budgets, preemption_message
 
 BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
@@ -31,7 +32,7 @@ def _hello_job() -> list[dict[str, Any]]:
 def test_preemption_evicts_lower_priority_job_with_the_reference_message() -> None:
     victims = [pod(f"victim-{i}", None, gpus=8, node_name=f"n{i}", owner="low") for i in (1, 2)]
     result, _after = run(_two_nodes(), victims + _hello_job(), [pod_group("hello-job", 2)])
-    evicted = _of(result, Evict)
+    evicted = _of(result, Disrupt)
     assert {e.pod.name for e in evicted} == {"victim-1", "victim-2"}
     assert {e.reason for e in evicted} == {"PreemptionByScheduler"}
     assert evicted[0].message == (
@@ -58,7 +59,7 @@ def test_preemption_policy_never_makes_the_gang_ineligible() -> None:
         pod(f"p-{i}", "hello-job", gpus=8, priority=100, preemption_policy="Never") for i in (1, 2)
     ]
     result, _ = run(_two_nodes(), victims + gang, [pod_group("hello-job", 2)])
-    assert not _of(result, Evict)
+    assert not _of(result, Disrupt)
     decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
     assert "preemptionPolicy Never" in decision.message
 
@@ -69,7 +70,7 @@ def test_victims_still_terminating_block_a_second_preemption_and_keep_nomination
     gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100, nominated=f"n{i}") for i in (1, 2)]
     nodes = [*_two_nodes(), node("n3", "s1", "b1")]
     result, _ = run(nodes, [*terminating, other, *gang], [pod_group("hello-job", 2)])
-    assert not _of(result, Evict)
+    assert not _of(result, Disrupt)
     assert not _of(result, Nominate)
     decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
     assert "still terminating on nominated node" in decision.message
@@ -80,7 +81,24 @@ def test_unneeded_victims_are_given_back() -> None:
     small = [pod(f"v-{i}", None, gpus=2, node_name="n1", owner=f"job{i}") for i in range(4)]
     gang = [pod("p-1", "hello-job", gpus=4, priority=100)]
     result, _ = run(nodes, [*small, *gang], [pod_group("hello-job", 1)])
-    assert len(_of(result, Evict)) == 2
+    assert len(_of(result, Disrupt)) == 2
+
+
+def test_rule_a_nodeset_pod_is_never_a_preemption_victim() -> None:
+    """A slurmd pod may run Slurm jobs the placer cannot see: whatever its priority, only the
+    NodeSet protocol (drain in Slurm first) takes it away. With it the only way to make room,
+    the gang waits and nothing is deleted."""
+    slurmd = [pod(f"slurmd-{i}", None, gpus=8, node_name=f"n{i}", owner="gpu") for i in (1, 2)]
+    for member in slurmd:
+        member["metadata"]["labels"] = {NODESET_LABEL: "gpu"}
+    result, _ = run(_two_nodes(), slurmd + _hello_job(), [pod_group("hello-job", 2)])
+    assert not _of(result, Disrupt)
+    assert not _of(result, Nominate)
+    # Without the label the same pods are victims: the label alone protects them.
+    for member in slurmd:
+        member["metadata"]["labels"] = {}
+    result, _ = run(_two_nodes(), slurmd + _hello_job(), [pod_group("hello-job", 2)])
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"slurmd-1", "slurmd-2"}
 
 
 def test_least_cost_evicts_the_lowest_priority_job() -> None:
@@ -89,7 +107,7 @@ def test_least_cost_evicts_the_lowest_priority_job() -> None:
     dear = pod("dear", None, gpus=8, node_name="n2", priority=50)
     gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
     result, _ = run(nodes, [cheap, dear, *gang], [pod_group("hello-job", 1)], topology=TOPOLOGY)
-    assert [e.pod.name for e in _of(result, Evict)] == ["cheap"]
+    assert [e.pod.name for e in _of(result, Disrupt)] == ["cheap"]
 
 
 def test_victim_gang_is_evicted_whole() -> None:
@@ -102,7 +120,7 @@ def test_victim_gang_is_evicted_whole() -> None:
     gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
     groups = [pod_group("low", 2), pod_group("hello-job", 1)]
     result, _ = run(nodes, [*low, *gang], groups, topology=TOPOLOGY)
-    assert {e.pod.name for e in _of(result, Evict)} == {"low-0", "low-1"}
+    assert {e.pod.name for e in _of(result, Disrupt)} == {"low-0", "low-1"}
 
 
 def test_plan_breaking_a_disruption_budget_is_used_only_when_no_other_exists() -> None:
@@ -119,9 +137,9 @@ def test_plan_breaking_a_disruption_budget_is_used_only_when_no_other_exists() -
     groups = [pod_group("hello-job", 1)]
     result = plan(state(nodes, [guarded, free, *gang], groups, topology=TOPOLOGY, budgets=[budget]))
     # The budget-breaking plan is cheaper (priority 1) but another plan exists.
-    assert [e.pod.name for e in _of(result, Evict)] == ["free"]
+    assert [e.pod.name for e in _of(result, Disrupt)] == ["free"]
     only = plan(state(nodes[:1], [guarded, *gang], groups, topology=TOPOLOGY, budgets=[budget]))
-    assert [e.pod.name for e in _of(only, Evict)] == ["guarded"]
+    assert [e.pod.name for e in _of(only, Disrupt)] == ["guarded"]
     decision = next(d for d in _of(only, Decision) if d.kind == "preempted")
     assert "budgets broken 1" in decision.message
     assert broken_budgets([guarded], [budget]) == 1
@@ -132,7 +150,7 @@ def test_preemption_not_helpful_evicts_nothing() -> None:
     victim = pod("v", None, gpus=4, node_name="n1")
     gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
     result, _ = run(nodes, [victim, *gang], [pod_group("hello-job", 1)])
-    assert not _of(result, Evict)
+    assert not _of(result, Disrupt)
     decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
     assert "preemption not helpful" in decision.message
 
@@ -142,7 +160,7 @@ def test_higher_or_equal_priority_pods_are_never_victims() -> None:
     peer = pod("peer", None, gpus=8, node_name="n1", priority=100)
     gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
     result, _ = run(nodes, [peer, *gang], [pod_group("hello-job", 1)])
-    assert not _of(result, Evict)
+    assert not _of(result, Disrupt)
 
 
 @settings(max_examples=80, deadline=None)
@@ -170,7 +188,7 @@ def test_property_preemption_never_evicts_equal_or_higher_priority_and_places_wh
             kept.append(p)
     gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in range(size)]
     result, after = run(nodes, kept + gang, [pod_group("hello-job", size)], topology=TOPOLOGY)
-    evicted = {e.pod.name for e in _of(result, Evict)}
+    evicted = {e.pod.name for e in _of(result, Disrupt)}
     assert all(p["spec"]["priority"] < 100 for p in kept if p["metadata"]["name"] in evicted)
     nominated = [
         p
@@ -207,7 +225,7 @@ def test_a_gang_does_not_preempt_again_while_its_victims_terminate() -> None:
     nodes = [node(f"n{i}", "s1", "b1") for i in (1, 2, 3, 4)]
     gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
     result, _ = run(nodes, [*marked, *others, *gang], [pod_group("hello-job", 2)])
-    assert not _of(result, Evict)
+    assert not _of(result, Disrupt)
     decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
     assert "of this gang's preemption is still terminating" in decision.message
 
@@ -231,7 +249,7 @@ def test_preemption_clears_lower_priority_nominations_on_the_nodes_it_takes() ->
         pod_group("low-gang", 2, annotations={MODE: "NonStrict"}),
     ]
     result, after = run(nodes, [*bound, *reserved, *_hello_job()], groups)
-    assert {e.pod.name for e in _of(result, Evict)} == {"low-1", "low-2"}
+    assert {e.pod.name for e in _of(result, Disrupt)} == {"low-1", "low-2"}
     placed = {n.pod.name: n.node for n in _of(result, Nominate) if n.pod.name.startswith("pre")}
     assert sorted(placed.values()) == ["n1", "n2"]
     cleared = [n.pod.name for n in _of(result, Nominate) if n.node == ""]
