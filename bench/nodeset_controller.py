@@ -16,10 +16,11 @@ to two rates of the same emulator in the same run:
   by required node affinity, so the emulator's scheduler binds them -- created directly and
   timed until Ready. No controller can bring NodeSet pods up faster than this.
 
-A NodeSet pod costs about four API writes (node claim, pod create, slurm-syncer's two condition
-patches: Unknown until its Slurm node registers, then the node's state), plus shares of
-NodeSlice, status and Event writes, so the service default of 300 QPS alone would cap a
-scale-up near 75 pods/s; a 4,000-node deployment raises it like this benchmark does
+A NodeSet pod costs about three API writes (node claim, pod create, slurm-syncer's one
+condition patch once its Slurm node registers), plus shares of NodeSlice, status and Event
+writes; each step prints its API writes per pod, by sender, verb and kind, counted from
+k8s-watcher's `applied` command outcomes. The service default of 300 QPS alone would cap a
+scale-up near 100 pods/s; a 4,000-node deployment raises it like this benchmark does
 (BENCH_KUBE_QPS, default 1000, burst twice that).
 
 Target: 0 -> 4,000 under 60 s. BENCH_NODESET_NODES sets the cluster size (default 4000),
@@ -37,6 +38,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,8 @@ import aiohttp
 
 from k8s_watcher.config import K8sWatcherConfig
 from nodeflow_bus import Bus, BusOptions, ensure_topology
+from nodeflow_contracts import codec
+from nodeflow_contracts.k8s import CommandOutcome
 from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION
 from nodeflow_contracts.topology import KV_BUCKETS, STREAMS
 from nodeflow_runtime.logs import configure_logging
@@ -78,6 +82,35 @@ TEMPLATE: dict[str, Any] = {
         ],
     },
 }
+
+
+class WriteCounter:
+    """API writes as k8s-watcher reports them: every command outcome `applied` on
+    `outcome.k8s.v1.>` is one write request to the API server, counted by sender, verb and
+    kind of object."""
+
+    def __init__(self) -> None:
+        self.applied: Counter[tuple[str, str, str]] = Counter()
+
+    async def on_outcome(self, msg: Any) -> None:
+        outcome = codec.decode(CommandOutcome, msg.data, subject=msg.subject)
+        if outcome.outcome == "applied":
+            self.applied[(outcome.sender, outcome.op, outcome.target.kind)] += 1
+
+    def take(self) -> Counter[tuple[str, str, str]]:
+        """The writes counted since the last call."""
+        taken, self.applied = self.applied, Counter()
+        return taken
+
+
+def report_writes(label: str, pods: int, writes: Counter[tuple[str, str, str]]) -> None:
+    total = sum(writes.values())
+    per_pod = total / pods if pods else 0.0
+    shown = ", ".join(
+        f"{sender} {op} {kind} {count / pods if pods else 0:.2f}"
+        for (sender, op, kind), count in sorted(writes.items())
+    )
+    print(f"   {label:<14} API writes per pod {per_pod:5.2f} ({shown})", flush=True)
 
 
 class OutOfBudget(Exception):
@@ -452,7 +485,8 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
     )
     bus = await Bus.connect(nats_url, options=BusOptions(name="bench-nodeset"))
     await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
-    await bus.close()
+    writes = WriteCounter()
+    outcomes = await bus.nc.subscribe("outcome.k8s.v1.>", cb=writes.on_outcome)
     env = {
         **os.environ,
         **cluster.env,
@@ -499,8 +533,10 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
         if NODES > SMALL:
             steps += [(0, NODES), (NODES, 0)]
         for start, end in steps:
+            writes.take()
             seconds = await scale(cluster, end, deadline)
             report(f"{start} -> {end}", abs(end - start), seconds, raw, pinned)
+            report_writes(f"{start} -> {end}", abs(end - start), writes.take())
             drained = (await cluster.nodeset_status()).get("numberDrain")
             if drained:
                 # Pods recreated on nodes drained by the previous scale-in keep Slurm's DRAIN
@@ -528,3 +564,5 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
                 flush=True,
             )
         await services.stop()
+        await outcomes.unsubscribe()
+        await bus.close()

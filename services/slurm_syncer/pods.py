@@ -50,6 +50,9 @@ class PodFacts:
     delete_reason: str | None
     terminating: bool
     conditions: tuple[Any, ...]
+    # When the syncer first saw the pod past Pending (its containers may run, so slurmd may
+    # register); None while it has not (the pod is Pending, or just appeared).
+    running_seen_at: float | None = None
 
 
 def nodeset_of(pod: Obj) -> str | None:
@@ -86,8 +89,15 @@ def node_key(node_name: str) -> str:
     return subjects.object_key(None, node_name)
 
 
-def pod_facts(pod: Obj, nodes: ObjectLookup, nodesets: ObjectLookup) -> PodFacts | None:
-    """Facts of a NodeSet pod; None for any other pod or one whose cluster is not known."""
+def pod_facts(
+    pod: Obj,
+    nodes: ObjectLookup,
+    nodesets: ObjectLookup,
+    *,
+    running_seen_at: float | None = None,
+) -> PodFacts | None:
+    """Facts of a NodeSet pod; None for any other pod or one whose cluster is not known.
+    `running_seen_at` is when the syncer first saw the pod past Pending (`is_past_pending`)."""
     if nodeset_of(pod) is None:
         return None
     metadata = mapping(pod.get("metadata"))
@@ -123,4 +133,11 @@ def pod_facts(pod: Obj, nodes: ObjectLookup, nodesets: ObjectLookup) -> PodFacts
         delete_reason=slurm_delete_reason(conditions),
         terminating=bool(metadata.get("deletionTimestamp")),
         conditions=conditions,
+        running_seen_at=running_seen_at,
     )
+
+
+def is_past_pending(pod: Obj) -> bool:
+    """Its containers may have started: any phase but Pending (a missing phase proves
+    nothing, so it counts as started)."""
+    return mapping(pod.get("status")).get("phase") != "Pending"

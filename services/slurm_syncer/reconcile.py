@@ -4,7 +4,9 @@ and carries the outputs out.
 
 Per pod, in order:
   1. Conditions: the pod's `SlurmNodeState*` conditions follow its Slurm node
-     (conditions.py); an unreadable node gets SlurmNodeStateUnknown with the reason why.
+     (conditions.py); an unreadable node gets SlurmNodeStateUnknown with the reason why,
+     except a node absent while its pod's slurmd may still be registering
+     (`registration_pending`), which gets no condition yet.
   2. Cordon mark: the pod is marked cordoned when its node is, and the node's mark goes with
      the node's uncordon (drain.pod_mark).
   3. Slurm: drain or undrain its node (drain.decide_drain), unless an update of that node is
@@ -64,6 +66,8 @@ class ClusterSnapshot:
     # The last poll succeeded.
     reachable: bool
     states: Mapping[str, SlurmNodeState]
+    # When the last poll (successful or not) began to read the cluster.
+    poll_started_at: float
     # Nodes read NOT_RESPONDING in the last poll, confirmed or not.
     not_responding: Collection[str] = ()
 
@@ -119,6 +123,17 @@ def attempt_to_send(
     if now - previous.sent_at < resend_after:
         return None
     return previous.attempt + 1
+
+
+def registration_pending(facts: PodFacts, cluster: ClusterSnapshot) -> bool:
+    """The pod's slurmd may not have had the chance to register yet: no poll has read the
+    cluster since the syncer first saw the pod past Pending. Its absence from Slurm then says
+    nothing, so no NodeNotRegistered condition is written for it: a starting pod gets one
+    condition patch, its node's state once it registers, instead of NodeNotRegistered first
+    and the state one poll later. Deletion is unaffected: a Pending pod is `never_started`
+    to nodeset-controller, and the absence grace starts no earlier than before (later, when
+    the pod started late), which never deletes sooner."""
+    return facts.running_seen_at is None or cluster.poll_started_at < facts.running_seen_at
 
 
 def _pod_ref(facts: PodFacts) -> ObjectRef:
@@ -220,10 +235,11 @@ def reconcile_pods(
             continue
         work.result.pods += 1
         state = cluster.states.get(facts.name) if cluster.reachable else None
-        unknown = unknown_because(cluster.name, facts.name, cluster.reachable, state)
-        patch = conditions_patch(facts.conditions, desired_conditions(state, unknown), now)
-        if patch is not None:
-            work.conditions(facts, patch, cluster.name)
+        if not (cluster.reachable and state is None and registration_pending(facts, cluster)):
+            unknown = unknown_because(cluster.name, facts.name, cluster.reachable, state)
+            patch = conditions_patch(facts.conditions, desired_conditions(state, unknown), now)
+            if patch is not None:
+                work.conditions(facts, patch, cluster.name)
         seen_not_responding = facts.name in cluster.not_responding
         plan = decide_drain(
             facts,

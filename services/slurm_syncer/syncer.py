@@ -59,7 +59,7 @@ from slurm_syncer.nodestate import (
     same_state,
     settle_not_responding,
 )
-from slurm_syncer.pods import PodFacts, nodeset_of, pod_facts
+from slurm_syncer.pods import PodFacts, is_past_pending, nodeset_of, pod_facts
 from slurm_syncer.reasons import DEFAULT_DRAIN_REASONS, DrainReasons
 from slurm_syncer.reconcile import (
     LEDGERS,
@@ -106,6 +106,8 @@ class ClusterView:
     last_error: str = ""
     # When a poll last succeeded (0.0: never), kept across restarts through KV.
     last_success_at: float = 0.0
+    # When the last poll of this syncer began (0.0: none yet).
+    last_poll_started_at: float = 0.0
 
     def snapshot(self) -> ClusterSnapshot:
         return ClusterSnapshot(
@@ -113,6 +115,7 @@ class ClusterView:
             polled=self.polled,
             reachable=self.reachable,
             states=self.states,
+            poll_started_at=self.last_poll_started_at,
             not_responding=self.not_responding_since.keys(),
         )
 
@@ -161,6 +164,8 @@ class Syncer:
         self._slurm_slots = asyncio.Semaphore(self.options.max_concurrent_updates)
         self._in_flight: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._sent: dict[tuple[str, str], SentRecord] = {}
+        # Pod key -> (uid, when this syncer first saw it past Pending): see registration_pending.
+        self._running_seen: dict[str, tuple[str, float]] = {}
         self._reconcile_options = ReconcileOptions(
             sender=self.options.sender,
             resend_after=self.options.resend_after,
@@ -187,6 +192,7 @@ class Syncer:
         self._pods_by_node.clear()
         self._node_of_pod.clear()
         self._sent.clear()
+        self._running_seen.clear()
         for cluster in self.clusters.values():
             cluster.polled = False
 
@@ -257,7 +263,14 @@ class Syncer:
         if new is None:
             for ledger in LEDGERS:
                 self._sent.pop((ledger, key), None)
+            self._running_seen.pop(key, None)
             return
+        uid = str((new.get("metadata") or {}).get("uid") or "")
+        seen = self._running_seen.get(key)
+        if not is_past_pending(new):
+            self._running_seen.pop(key, None)
+        elif seen is None or seen[0] != uid:
+            self._running_seen[key] = (uid, self._clock())
         node_name = (new.get("spec") or {}).get("nodeName")
         if isinstance(node_name, str) and node_name:
             self._node_of_pod[key] = node_name
@@ -327,6 +340,7 @@ class Syncer:
             # A failed poll says nothing about responding: keep when each node was first seen.
             view.not_responding_since = outcome.not_responding_since
         view.polled = True
+        view.last_poll_started_at = started_at
         view.reachable = raw_nodes is not None
         view.last_error = error
         if view.reachable:
@@ -422,7 +436,8 @@ class Syncer:
             pod = pods.get(key) if pods is not None else self._pods.get(key)
             if pod is None:
                 continue
-            facts = pod_facts(pod, nodes, nodesets)
+            seen = self._running_seen.get(key)
+            facts = pod_facts(pod, nodes, nodesets, running_seen_at=seen[1] if seen else None)
             if facts is None or (cluster is not None and facts.cluster != cluster):
                 continue
             facts_of.append(facts)

@@ -28,6 +28,7 @@ from tests.integration.slurm_syncer.conftest import (
     make_nodeset,
     make_pod,
     slurm_client,
+    slurm_conditions,
 )
 
 POLL_INTERVAL = 3600.0
@@ -188,3 +189,81 @@ async def test_rule_a_node_absent_from_a_reachable_cluster_is_not_registered_sin
     slurm.emulator.register_node("gpu-009", cpus=4, real_memory=8192)
     assert (await syncer.poll_once(CLUSTER)).ok
     await eventually(lambda: unknown_condition(kube.pod("gpu-009")) is None)
+
+
+async def test_rule_a_starting_pod_gets_one_condition_patch_when_slurmd_first_registers(
+    topology: Bus,
+    slurm: RunningSlurm,
+    clock: ManualClock,
+    kube: KubeKV,
+    watcher: FakeWatcher,
+    timed_syncer: Syncer,
+) -> None:
+    """Minimal writes: a NodeSet pod that starts and registers is patched once, with its
+    node's state -- not NodeNotRegistered while Pending and the state after."""
+    syncer = timed_syncer
+    await kube.put_nodeset(make_nodeset())
+    await kube.put_node(make_node("node-0"))
+    pending = make_pod("gpu-001", "node-0")
+    pending["status"]["phase"] = "Pending"
+    await kube.put_pod(pending)
+    await syncer.start()
+    # The first poll (the syncer's own) is over before the clock moves.
+    await eventually(lambda: syncer.clusters[CLUSTER].polled)
+    assert (await syncer.poll_once(CLUSTER)).ok
+    await syncer.reconcile(None)
+    clock.advance(5)
+
+    # The container starts and slurmd registers; the syncer sees the pod running first.
+    await kube.update_pod("gpu-001", lambda pod: pod["status"].update(phase="Running"))
+    slurm.emulator.register_node("gpu-001", cpus=4, real_memory=8192)
+    key = "slurm.gpu-001"
+    await eventually(
+        lambda: (syncer._pods.get(key) or {}).get("status", {}).get("phase") == "Running"
+    )
+    clock.advance(5)
+    assert (await syncer.poll_once(CLUSTER)).ok
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")))
+
+    await syncer.reconcile(None)
+    patches = [c for c in watcher.of_kind("conditions") if c.target.name == "gpu-001"]
+    assert len(patches) == 1
+    assert set(slurm_conditions(kube.pod("gpu-001"))) == {"SlurmNodeStateIdle"}, kube.pod(
+        "gpu-001"
+    )["status"]
+
+
+async def test_rule_a_running_pods_absence_is_written_from_the_first_poll_after_it_started(
+    topology: Bus,
+    slurm: RunningSlurm,
+    clock: ManualClock,
+    kube: KubeKV,
+    watcher: FakeWatcher,
+    timed_syncer: Syncer,
+) -> None:
+    """A pod whose slurmd never registers still gets NodeNotRegistered (the absence grace
+    must start): once a poll began after the pod was seen past Pending."""
+    syncer = timed_syncer
+    await kube.put_nodeset(make_nodeset())
+    await kube.put_node(make_node("node-0"))
+    pending = make_pod("gpu-002", "node-0")
+    pending["status"]["phase"] = "Pending"
+    await kube.put_pod(pending)
+    await syncer.start()
+    # The first poll (the syncer's own) is over before the clock moves.
+    await eventually(lambda: syncer.clusters[CLUSTER].polled)
+    assert (await syncer.poll_once(CLUSTER)).ok
+    await syncer.reconcile(None)
+    assert unknown_condition(kube.pod("gpu-002")) is None
+    clock.advance(5)
+
+    await kube.update_pod("gpu-002", lambda pod: pod["status"].update(phase="Running"))
+    key = "slurm.gpu-002"
+    await eventually(
+        lambda: (syncer._pods.get(key) or {}).get("status", {}).get("phase") == "Running"
+    )
+    clock.advance(5)
+    assert (await syncer.poll_once(CLUSTER)).ok
+    absent = await eventually(lambda: unknown_condition(kube.pod("gpu-002")))
+    assert absent["reason"] == SLURM_NOT_REGISTERED_REASON
+    assert absent["lastTransitionTime"] == rfc3339(clock.now())

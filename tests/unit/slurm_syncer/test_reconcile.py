@@ -40,6 +40,7 @@ def facts(name: str = "gpu-1", **changes: Any) -> PodFacts:
         delete_reason=None,
         terminating=False,
         conditions=(),
+        running_seen_at=NOW - 60.0,
     )
     return dataclasses.replace(base, **changes)
 
@@ -65,7 +66,11 @@ def node(
 def cluster(*states: SlurmNodeState, reachable: bool = True, polled: bool = True) -> Any:
     return {
         "a": ClusterSnapshot(
-            name="a", polled=polled, reachable=reachable, states={s.name: s for s in states}
+            name="a",
+            polled=polled,
+            reachable=reachable,
+            states={s.name: s for s in states},
+            poll_started_at=NOW,
         )
     }
 
@@ -214,3 +219,51 @@ def test_rule_only_the_nodes_own_mark_is_ever_removed_and_only_once_it_is_uncord
             p.pod_cordoned and p.pod_cordon_from_node and p.node_known and not p.node_unschedulable
             for p in removed
         )
+
+
+def test_rule_no_not_registered_condition_before_a_poll_after_the_pod_started() -> None:
+    """Minimal writes: slurmd of a pod not yet past Pending, or started after the last poll
+    began, may still register -- its absence is not written (one patch when it registers)."""
+    for starting in (facts(running_seen_at=None), facts(running_seen_at=NOW + 1.0)):
+        assert not reconcile_pods([starting], cluster(), {}, NOW).pod_commands
+    (command,) = reconcile_pods([facts(running_seen_at=NOW)], cluster(), {}, NOW).pod_commands
+    operation = command.command.operation
+    assert isinstance(operation, PatchObject)
+    (entry,) = operation.patch["status"]["conditions"]
+    assert entry["reason"] == "NodeNotRegistered"
+
+
+def test_rule_a_starting_pod_still_gets_its_registered_state_and_an_unreachable_cluster() -> None:
+    starting = facts(running_seen_at=None)
+    (registered,) = reconcile_pods([starting], cluster(node()), {}, NOW).pod_commands
+    assert isinstance(registered.command.operation, PatchObject)
+    (entry,) = registered.command.operation.patch["status"]["conditions"]
+    assert entry["type"] == "SlurmNodeStateIdle"
+    (unreachable,) = reconcile_pods([starting], cluster(reachable=False), {}, NOW).pod_commands
+    assert isinstance(unreachable.command.operation, PatchObject)
+    (entry,) = unreachable.command.operation.patch["status"]["conditions"]
+    assert entry["reason"] == "ClusterUnreachable"
+
+
+@given(
+    pods=st.lists(pod_facts, max_size=4),
+    seen=st.lists(st.one_of(st.none(), st.floats(NOW - 100, NOW + 100)), min_size=4, max_size=4),
+)
+def test_rule_fail_closed_a_pod_whose_slurmd_may_still_register_is_never_marked_absent(
+    pods: list[PodFacts], seen: list[float | None]
+) -> None:
+    """Safety: NodeNotRegistered starts the absence grace after which nodeset-controller may
+    delete the pod; it is never written for a pod whose slurmd had no poll to register in."""
+    by_name = {p.name: p for p in pods}  # one pod per name: commands are told apart by it
+    pods = [
+        dataclasses.replace(p, running_seen_at=s)
+        for p, s in zip(by_name.values(), seen, strict=False)
+    ]
+    result = reconcile_pods(pods, cluster(), {}, NOW)
+    starting = {p.name for p in pods if p.running_seen_at is None or p.running_seen_at > NOW}
+    for command in result.pod_commands:
+        operation = command.command.operation
+        assert isinstance(operation, PatchObject)
+        reasons = {e.get("reason") for e in operation.patch.get("status", {}).get("conditions", [])}
+        if command.command.target.name in starting:
+            assert "NodeNotRegistered" not in reasons
