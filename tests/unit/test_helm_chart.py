@@ -387,9 +387,12 @@ def test_chart_nats_tls_config_is_accepted_by_nats_server(mutual: bool, tmp_path
     settings: dict[str, Any] = {"nats.tls.enabled": True, "nats.replicas": 1}
     if mutual:
         settings["nats.tls.clientSecretName"] = "nodeflow-nats-client-tls"
-    text = nats_conf(render(settings=settings))
-    assert ("verify: true" in text) is mutual
-    assert "\ncluster {" not in text  # one server: no routes to itself
+    objects = render(settings=settings)
+    base = nats_conf(objects)
+    production = by_name(objects, "ConfigMap")["nats-tls-config"]["data"]["nats-production.conf"]
+    assert ("verify: true" in production) is mutual
+    assert "\ncluster {" not in base  # one server: no routes to itself
+    (tmp_path / "nats.conf").write_text(base)
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
          "-nodes", "-days", "1", "-subj", "/CN=nats-0.nats-headless.nodeflow-system.svc",
@@ -397,8 +400,8 @@ def test_chart_nats_tls_config_is_accepted_by_nats_server(mutual: bool, tmp_path
         capture_output=True, timeout=60, check=True,
     )  # fmt: skip
     shutil.copy(tmp_path / "tls.crt", tmp_path / "ca.crt")
-    config = tmp_path / "nats.conf"
-    config.write_text(text.replace("/etc/nats-tls/", f"{tmp_path}/"))
+    config = tmp_path / "nats-production.conf"
+    config.write_text(production.replace("/etc/nats-tls/", f"{tmp_path}/"))
     env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": "nats-0"}
     env |= {password_variable(u)[1:]: f"pw-{u}" for u in (*SERVICES, ADMIN_USER)}
     result = subprocess.run(
@@ -426,8 +429,13 @@ def test_chart_nats_tls_config_is_accepted_by_nats_server(mutual: bool, tmp_path
 def test_nats_tls_gives_every_service_the_ca_and_the_server_its_certificate(
     chart_production: list[Obj],
 ) -> None:
-    text = nats_conf(chart_production)
+    configs = by_name(chart_production, "ConfigMap")
+    text = configs["nats-tls-config"]["data"]["nats-production.conf"]
+    assert text.startswith("include nats.conf\n")
     assert re.search(r"\ntls \{\n\s+cert_file: /etc/nats-tls/tls.crt\n", text)
+    (statefulset,) = of_kind(chart_production, "StatefulSet")
+    server = pod_spec(statefulset)["containers"][0]
+    assert server["command"] == ["nats-server", "--config", "/etc/nats/nats-production.conf"]
     for deployment in of_kind(chart_production, "Deployment"):
         container = container_of(deployment)
         assert (env_value(container, "NATS_URL") or "").startswith("tls://")
@@ -543,17 +551,20 @@ def test_chart_rbac_grants_the_overlays_permissions_in_each_namespace(
         assert account["automountServiceAccountToken"] is (name == "k8s-watcher")
 
 
-def test_command_namespaces_move_pod_writes_into_a_role_per_namespace() -> None:
+def test_command_namespaces_move_namespaced_writes_into_a_role_per_namespace(
+    overlay: list[Obj],
+) -> None:
     objects = render(settings={"k8sWatcher.commandNamespaces": ["slurm", "training"]})
     (role,) = of_kind(objects, "ClusterRole")
     cluster_wide = granted_permissions(role)
-    assert not {"create", "delete"} & cluster_wide[("", "pods")]
+    assert not {"create", "delete", "patch"} & cluster_wide[("", "pods")]
     assert ("", "pods/eviction") not in cluster_wide
+    # Each namespace gets what the production overlay's Role grants, no more, no less.
+    overlay_role = next(o for o in overlay if o["kind"] == "Role")
     roles = {r["metadata"]["namespace"]: r for r in of_kind(objects, "Role")}
     assert set(roles) == {"slurm", "training"}
     for namespace, namespaced in roles.items():
-        granted = granted_permissions(namespaced)
-        assert granted == {("", "pods"): {"create", "delete"}, ("", "pods/eviction"): {"create"}}
+        assert granted_permissions(namespaced) == granted_permissions(overlay_role)
         (binding,) = [
             b for b in of_kind(objects, "RoleBinding") if b["metadata"]["namespace"] == namespace
         ]

@@ -75,16 +75,46 @@ capabilities:
 {{- end -}}
 
 {{/*
-The pod verbs k8s-watcher holds per namespace when commandNamespaces lists some (a Role in
-each), else cluster-wide (its ClusterRole): creating, deleting and evicting pods.
+Every write k8s-watcher makes to namespaced objects: per namespace when commandNamespaces lists
+some (a Role in each, as the production overlay's workload-rbac.yaml), else cluster-wide.
 */}}
-{{- define "nodeflow.namespacedPodRules" -}}
+{{- define "nodeflow.namespacedWriteRules" -}}
 - apiGroups: [""]
   resources: [pods]
-  verbs: [create, delete]
+  verbs: [create, delete, patch]
 - apiGroups: [""]
-  resources: [pods/eviction]
+  resources: [pods/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [pods/eviction, pods/binding]
   verbs: [create]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create, delete, patch]
+- apiGroups: [nodeflow.dev]
+  resources: [nodeslices]
+  verbs: [create, delete, patch]
+- apiGroups: [nodeflow.dev]
+  resources: [nodesets]
+  verbs: [patch]
+- apiGroups: [nodeflow.dev]
+  resources: [nodesets/status, nodeslices/status]
+  verbs: [patch]
+- apiGroups: [maintenance.nvidia.com]
+  resources: [nodemaintenances]
+  verbs: [create, delete, patch]
+- apiGroups: [maintenance.nvidia.com]
+  resources: [maintenanceoperatorconfigs]
+  verbs: [patch]
+- apiGroups: [maintenance.nvidia.com]
+  resources: [nodemaintenances/status, maintenanceoperatorconfigs/status]
+  verbs: [patch]
+- apiGroups: [scheduling.sigs.k8s.io]
+  resources: [podgroups]
+  verbs: [patch]
+- apiGroups: [scheduling.sigs.k8s.io]
+  resources: [podgroups/status]
+  verbs: [patch]
 {{- end -}}
 
 {{/*
