@@ -5,11 +5,14 @@ strict field validation, and without a PodSecurity warning in the `restricted` n
 Client-side apply, as the README tells operators (our CRDs are already installed that way
 by tools/kube/real_kube.sh, so a server-side apply would conflict with that field manager).
 A server dry run runs admission and validation but persists nothing, so the namespace the
-overlays install into is created for real first (the dry run of a Namespace does not make
-the objects in it admissible), and so are the Prometheus operator's CRDs the production
-overlay's ServiceMonitors and PrometheusRules need."""
+overlays install into, and the workload namespaces their Roles name, are created for real
+first (the dry run of a Namespace does not make the objects in it admissible), and so are the
+Prometheus operator's CRDs the production overlay's ServiceMonitors and PrometheusRules
+need."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import yaml
@@ -21,14 +24,29 @@ pytestmark = pytest.mark.real_kube
 PROMETHEUS_CRDS = REPO / "tests/realkube/fixtures/prometheus-operator-crds.yaml"
 
 
+async def rendered(kustomization: str) -> list[dict[str, Any]]:
+    _, out, _ = await kubectl("kustomize", kustomization)
+    return [doc for doc in yaml.safe_load_all(out) if isinstance(doc, dict)]
+
+
 async def rendered_names(kustomization: str) -> set[str]:
     """`kind/name` of every object the kustomization renders, lowercased as kubectl prints."""
-    _, out, _ = await kubectl("kustomize", kustomization)
     return {
-        f"{doc['kind'].lower()}/{doc['metadata']['name']}"
-        for doc in yaml.safe_load_all(out)
-        if isinstance(doc, dict)
+        f"{doc['kind'].lower()}/{doc['metadata']['name']}" for doc in await rendered(kustomization)
     }
+
+
+async def create_workload_namespaces(kustomization: str) -> None:
+    """The namespaces the objects live in (the production overlay's Roles go to the workload
+    namespaces, e.g. `slurm`), made for real as an operator makes them before installing."""
+    namespaces = {
+        doc["metadata"]["namespace"]
+        for doc in await rendered(kustomization)
+        if doc["metadata"].get("namespace")
+    }
+    for namespace in sorted(namespaces):
+        manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        await kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(manifest))
 
 
 def printed_names(out: str) -> set[str]:
@@ -59,6 +77,7 @@ async def install_namespace_and_prometheus_crds() -> None:
 async def test_server_dry_run_accepts_every_object_of_the_kustomization(
     kustomization: str,
 ) -> None:
+    await create_workload_namespaces(kustomization)
     code, out, err = await kubectl(
         "apply",
         "--dry-run=server",
