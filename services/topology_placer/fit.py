@@ -27,6 +27,7 @@ from nodeflow_kube import (
     pod_requests,
     untolerated_taint,
 )
+from topology_placer.memo import FactsByVersion
 
 Obj = Mapping[str, Any]
 Milli = dict[str, int]
@@ -236,55 +237,6 @@ class NodeFacts:
     tainted: bool
 
 
-_NODE_FACTS: dict[tuple[object, object], NodeFacts] = {}
-
-
-def node_facts(node: Obj) -> NodeFacts:
-    """The node's facts, memoised by (uid, resourceVersion); a node without both is read
-    afresh every time. Each pass's `facts_of_nodes` leaves only the versions it saw; in
-    between, the memo is dropped if it grows past 200,000 versions."""
-    metadata = node.get("metadata")
-    key: tuple[object, object] | None = None
-    if type(metadata) is dict:
-        uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-        if uid and version:
-            key = (uid, version)
-            found = _NODE_FACTS.get(key)
-            if found is not None:
-                return found
-    facts = _read_node_facts(node)
-    if key is not None:
-        if len(_NODE_FACTS) >= 200_000:
-            _NODE_FACTS.clear()
-        _NODE_FACTS[key] = facts
-    return facts
-
-
-def facts_of_nodes(nodes: Iterable[Obj]) -> list[NodeFacts]:
-    """`node_facts` of every node, with the memo lookup inlined (a pass reads 16k nodes). The
-    memo keeps just these nodes' versions afterwards, so versions gone from the cluster (and
-    the node objects their facts hold) do not pile up."""
-    global _NODE_FACTS
-    memo = _NODE_FACTS
-    kept: dict[tuple[object, object], NodeFacts] = {}
-    found_facts: list[NodeFacts] = []
-    append = found_facts.append
-    for node in nodes:
-        metadata = node.get("metadata")
-        if type(metadata) is dict:
-            key = (metadata.get("uid"), metadata.get("resourceVersion"))
-            found = memo.get(key)
-            if found is None and key[0] and key[1]:
-                found = _read_node_facts(node)
-            if found is not None:
-                kept[key] = found
-                append(found)
-                continue
-        append(_read_node_facts(node))
-    _NODE_FACTS = kept
-    return found_facts
-
-
 def _read_node_facts(node: Obj) -> NodeFacts:
     metadata = node.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
@@ -298,3 +250,9 @@ def _read_node_facts(node: Obj) -> NodeFacts:
         schedulable=not node_is_cordoned(node) and node_is_ready(node),
         tainted=isinstance(spec, Mapping) and bool(spec.get("taints")),
     )
+
+
+# The facts of each node version (see memo.py): a pass reads only the nodes that changed.
+_NODE_FACTS: FactsByVersion[NodeFacts] = FactsByVersion(_read_node_facts, limit=200_000)
+node_facts = _NODE_FACTS.of
+facts_of_nodes = _NODE_FACTS.of_all

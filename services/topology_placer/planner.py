@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -61,6 +61,7 @@ from topology_placer.gang import (
     topology_index,
 )
 from topology_placer.gather import NoFit, Placement, gather
+from topology_placer.memo import FactsByVersion
 from topology_placer.network import (
     DEFAULT_TOPOLOGY_NAME,
     DomainPath,
@@ -334,52 +335,6 @@ class PodFacts(NamedTuple):
     rank_error: str
 
 
-_POD_FACTS: dict[tuple[object, object], PodFacts] = {}
-
-
-def pod_facts(pod: Obj) -> PodFacts:
-    """The pod's facts, memoised by (uid, resourceVersion) like its request: the API server
-    gives every change (binding, nomination, phase, deletion) a new resourceVersion. A pod
-    without both is read afresh. Each pass's `facts_of_pods` leaves only the versions it saw;
-    in between, the memo is dropped if it grows past 400,000 versions."""
-    metadata = pod.get("metadata")
-    if type(metadata) is dict:
-        uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-        if uid and version:
-            found = _POD_FACTS.get((uid, version))
-            if found is None:
-                if len(_POD_FACTS) >= 400_000:
-                    _POD_FACTS.clear()
-                found = _POD_FACTS[(uid, version)] = _read_pod_facts(pod)
-            return found
-    return _read_pod_facts(pod)
-
-
-def facts_of_pods(pods: Iterable[Obj]) -> list[PodFacts]:
-    """`pod_facts` of every pod, with the memo lookup inlined (a pass reads every pod). The
-    memo keeps just these pods' versions afterwards, so versions gone from the cluster (and
-    the pod objects their facts hold) do not pile up."""
-    global _POD_FACTS
-    memo = _POD_FACTS
-    kept: dict[tuple[object, object], PodFacts] = {}
-    found_facts: list[PodFacts] = []
-    append = found_facts.append
-    for pod in pods:
-        metadata = pod.get("metadata")
-        if type(metadata) is dict:
-            key = (metadata.get("uid"), metadata.get("resourceVersion"))
-            found = memo.get(key)
-            if found is None and key[0] and key[1]:
-                found = _read_pod_facts(pod)
-            if found is not None:
-                kept[key] = found
-                append(found)
-                continue
-        append(_read_pod_facts(pod))
-    _POD_FACTS = kept
-    return found_facts
-
-
 def _read_pod_facts(pod: Obj) -> PodFacts:
     rank: RankKey | None = None
     rank_error = ""
@@ -405,6 +360,13 @@ def _read_pod_facts(pod: Obj) -> PodFacts:
         rank=rank,
         rank_error=rank_error,
     )
+
+
+# The facts of each pod version (see memo.py): the API server gives every change (binding,
+# nomination, phase, deletion) a new resourceVersion.
+_POD_FACTS: FactsByVersion[PodFacts] = FactsByVersion(_read_pod_facts, limit=400_000)
+pod_facts = _POD_FACTS.of
+facts_of_pods = _POD_FACTS.of_all
 
 
 class _NodeIndex:

@@ -533,7 +533,7 @@ def test_facts_are_read_per_version_and_only_the_current_versions_are_kept() -> 
     assert {b.pod.name for b in _of(second, Bind)} == {"w-0", "w-1"}
     bound, _ = run(nodes, apply(pods, second), groups)
     assert not _of(bound, Nominate) and not _of(bound, Bind)
-    kept_pods = set(planner._POD_FACTS)
+    kept_pods = planner._POD_FACTS.versions()
     assert kept_pods == {
         (p["metadata"]["uid"], p["metadata"]["resourceVersion"]) for p in apply(pods, second)
     }
@@ -541,7 +541,8 @@ def test_facts_are_read_per_version_and_only_the_current_versions_are_kept() -> 
     cordoned[0] = {**nodes[0], "spec": {"unschedulable": True}}
     cordoned[0]["metadata"] = {**nodes[0]["metadata"], "resourceVersion": "100"}
     plan(state(cordoned, [pod("x-0", "solo", gpus=8)], [pod_group("solo", 1)]))
-    assert set(fit._NODE_FACTS) == {
+    assert fit._NODE_FACTS.versions() == {
         (n["metadata"]["uid"], n["metadata"]["resourceVersion"]) for n in cordoned
     }
-    assert not fit._NODE_FACTS[("uid-node1", "100")].schedulable
+    cordoned_facts = fit._NODE_FACTS.held(("uid-node1", "100"))
+    assert cordoned_facts is not None and not cordoned_facts.schedulable
