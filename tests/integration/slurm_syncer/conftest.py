@@ -174,6 +174,12 @@ class FakeWatcher:
             try:
                 msgs = await subscription.fetch(batch=256, timeout=0.2)
             except Exception:
+                # nats-py may turn a cancellation into its own timeout error: give the cancel
+                # an await to land on, and stop once the connection is gone (a closed client
+                # fails every fetch at once, and the loop would spin through teardown).
+                if self.bus.nc.is_closed:
+                    return
+                await asyncio.sleep(0.05)
                 continue
             for msg in msgs:
                 command = codec.decode(K8sCommand, msg.data, subject=msg.subject)
