@@ -286,6 +286,9 @@ def e2e_objects(gangs: int) -> list[tuple[str, dict[str, Any]]]:
 
 
 async def end_to_end(gangs: int, node_count: int) -> None:
+    if gangs <= 0:
+        print("   end to end: skipped (BENCH_PLACER_E2E_GANGS is 0)", flush=True)
+        return
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     total = gangs * E2E_GANG_SIZE
     config = SimulatorConfig(

@@ -65,6 +65,7 @@ STOP_TIMEOUT_SECONDS = 30.0
 SIMULATOR = "clustersim"
 KUBE_BACKENDS = ("sim", "real")
 REAL_KUBE_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "kube" / "real_kube.sh"
+NAMESPACE_MANIFEST = Path(__file__).resolve().parents[2] / "k8s" / "base" / "namespace.yaml"
 # The namespace the services keep their own objects in, as the emulator starts with it.
 INSTALL_NAMESPACE = "nodeflow-system"
 # Restarts as Kubernetes spaces a crash-looping container's: 1 s, 2 s, 4 s, ... up to 30 s;
@@ -507,13 +508,14 @@ async def start_real_kube(run_dir: Path, args: argparse.Namespace) -> Path:
     if process.returncode != 0:
         raise RuntimeError(f"tools/kube/real_kube.sh start failed (exit {process.returncode})")
     kubeconfig = Path(exported(out.decode())["NODEFLOW_KUBE_KUBECONFIG"])
-    # The services' own namespace, which the emulator starts with.
+    # The services' own namespace, which the emulator starts with: the deploy manifest's, so it
+    # carries the same Pod Security labels as on a real install.
     namespace = await asyncio.create_subprocess_exec(
         "kubectl",
         f"--kubeconfig={kubeconfig}",
-        "create",
-        "namespace",
-        INSTALL_NAMESPACE,
+        "apply",
+        "-f",
+        str(NAMESPACE_MANIFEST),
         stdout=asyncio.subprocess.DEVNULL,
     )
     if await namespace.wait() != 0:

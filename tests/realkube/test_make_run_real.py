@@ -67,6 +67,16 @@ async def test_make_run_kube_real_runs_the_stack_on_its_own_control_plane_and_ma
         assert kubeconfig == run_dir / "real-kube" / "kubeconfig"
         _, nodes, _ = await kubectl("get", "nodes", "-o", "name", kubeconfig=kubeconfig)
         assert len(nodes.split()) == 2
+        # The services' namespace is the deploy manifest's, Pod Security labels included.
+        _, enforce, _ = await kubectl(
+            "get",
+            "namespace",
+            "nodeflow-system",
+            "-o",
+            "jsonpath={.metadata.labels.pod-security\\.kubernetes\\.io/enforce}",
+            kubeconfig=kubeconfig,
+        )
+        assert enforce == "restricted"
         await kubectl("apply", "-f", "-", kubeconfig=kubeconfig, stdin=NODESET)
         async with aiohttp.ClientSession() as session:
             slurm = Slurm(session, env)
