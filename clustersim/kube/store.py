@@ -1607,7 +1607,9 @@ def compute_pdb_status(
     percentage minAvailable count the replicas of the pods' controllers (scale subresource), so
     pods without a controller give an expected count of 0 and no disruption allowed."""
     spec = pdb.get("spec") or {}
-    selector = LabelSelector.from_match(spec.get("selector")) if spec.get("selector") else None
+    # policy/v1: an empty selector selects every pod of the namespace, a null one none.
+    raw_selector = spec.get("selector")
+    selector = LabelSelector.from_match(raw_selector) if raw_selector is not None else None
     matching = [
         p for p in pods if selector is not None and selector.matches(p["metadata"].get("labels"))
     ]

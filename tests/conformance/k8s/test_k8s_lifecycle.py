@@ -371,6 +371,23 @@ async def test_eviction_honours_pod_disruption_budget(kube: Kube, controller: Co
     assert any(c["reason"] == "DisruptionBudget" for c in body["details"]["causes"])
 
 
+async def test_pdb_with_an_empty_selector_covers_every_pod_of_its_namespace(kube: Kube) -> None:
+    # policy/v1: an empty selector ({}) selects all pods in the namespace (a null one, none).
+    names = await ready_pods(kube, 3, {"app": "all"})
+    await create_pdb(kube, "every", {"minAvailable": 2, "selector": {}})
+
+    async def allows_one() -> bool:
+        pdb = await kube.policy.read_namespaced_pod_disruption_budget("every", kube.namespace)
+        s = pdb.status
+        return bool(s and s.current_healthy == 3 and s.disruptions_allowed == 1)
+
+    await eventually(nudging(kube, names, allows_one), timeout=90.0)
+    assert (await evict(kube, names[0]))[0] == 201
+    await eventually(lambda: _allowed(kube, "every", 0))
+    status, body = await evict(kube, names[1])
+    assert status == 429, body
+
+
 async def test_eviction_with_percent_min_available(kube: Kube, controller: Controller) -> None:
     names = await ready_pods(kube, 4, {"app": "pct"}, await controller(4))
     await create_pdb(
