@@ -188,6 +188,8 @@ def _slots_after(
 
 
 def _selector_matches(selector: Obj, labels: Obj) -> bool:
+    """A PodDisruptionBudget's selector: in policy/v1 an empty one ({}) selects every pod of
+    its namespace (a null one, none: the caller skips it)."""
     match_labels = selector.get("matchLabels") or {}
     if not isinstance(match_labels, Mapping):
         return False
@@ -199,7 +201,7 @@ def _selector_matches(selector: Obj, labels: Obj) -> bool:
         value = labels.get(str(requirement.get("key")))
         if not requirement_matches(requirement, None if value is None else str(value)):
             return False
-    return bool(match_labels) or bool(selector.get("matchExpressions"))
+    return True
 
 
 def broken_budgets(victims: Sequence[Obj], budgets: Sequence[Obj]) -> int:

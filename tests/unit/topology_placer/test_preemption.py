@@ -145,6 +145,25 @@ def test_plan_breaking_a_disruption_budget_is_used_only_when_no_other_exists() -
     assert broken_budgets([guarded], [budget]) == 1
 
 
+def test_rule_a_budget_with_an_empty_selector_guards_every_pod_of_its_namespace() -> None:
+    # policy/v1: `selector: {}` selects all pods in the namespace; a null selector selects none.
+    victim = pod("anyone", None, gpus=8, node_name="n1", priority=1)
+    victim["metadata"]["labels"] = {"app": "whatever"}
+    elsewhere = {**victim, "metadata": {**victim["metadata"], "namespace": "other"}}
+
+    def budget(selector: object) -> dict[str, object]:
+        return {
+            "metadata": {"name": "all", "namespace": "default"},
+            "spec": {"selector": selector} if selector is not None else {},
+            "status": {"disruptionsAllowed": 0},
+        }
+
+    assert broken_budgets([victim], [budget({})]) == 1
+    assert broken_budgets([elsewhere], [budget({})]) == 0
+    assert broken_budgets([victim], [budget(None)]) == 0
+    assert broken_budgets([victim], [budget({"matchLabels": {"app": "db"}})]) == 0
+
+
 def test_preemption_not_helpful_evicts_nothing() -> None:
     nodes = [node("n1", "s1", "b1", gpus=4)]
     victim = pod("v", None, gpus=4, node_name="n1")
