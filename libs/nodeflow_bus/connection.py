@@ -24,7 +24,7 @@ from nodeflow_bus import metrics
 from nodeflow_bus.backoff import Backoff
 from nodeflow_bus.credentials import Credentials
 from nodeflow_bus.errors import BatchPublishError, NotConnectedError, PublishError
-from nodeflow_bus.tls import NatsTls
+from nodeflow_bus.tls import NatsTls, TlsOnlyClient
 from nodeflow_contracts import codec, topology
 from nodeflow_contracts.permissions import inbox_prefix
 
@@ -200,16 +200,22 @@ class Bus:
         options = self.options
         # With max_reconnect_attempts=-1 nats-py itself retries the first connection forever
         # (every reconnect_wait, reporting each failure to error_cb); only the deadline is ours.
-        connecting = nats.connect(
+        client = TlsOnlyClient() if self._tls.required_for(self._servers) else NatsClient()
+        # nats-py annotates its timeouts as int but uses them as seconds in asyncio calls,
+        # where our fractional settings work as they did through nats.connect().
+        timeouts: dict[str, Any] = {
+            "connect_timeout": options.connect_timeout,
+            "reconnect_time_wait": options.reconnect_wait,
+            "ping_interval": options.ping_interval,
+            "drain_timeout": options.drain_timeout,
+        }
+        connecting = client.connect(
             servers=self._servers,
             name=options.name,
-            connect_timeout=options.connect_timeout,
-            reconnect_time_wait=options.reconnect_wait,
             max_reconnect_attempts=-1,
             allow_reconnect=True,
-            ping_interval=options.ping_interval,
             max_outstanding_pings=options.max_outstanding_pings,
-            drain_timeout=options.drain_timeout,
+            **timeouts,
             disconnected_cb=self._on_disconnected,
             reconnected_cb=self._on_reconnected,
             closed_cb=self._on_closed,
@@ -220,20 +226,14 @@ class Bus:
             **self._tls.connect_options(self._servers),
         )
         try:
-            self._nc = await asyncio.wait_for(connecting, options.initial_connect_deadline)
+            await asyncio.wait_for(connecting, options.initial_connect_deadline)
         except TimeoutError as exc:
             raise NotConnectedError(
                 f"cannot connect to NATS at {self._servers} within "
                 f"{options.initial_connect_deadline}s (last error: {self._last_error}); "
                 f"credentials: {self._credentials!r}; tls: {self._tls!r}"
             ) from exc
-        if self._plaintext_despite_tls(self._nc):
-            await self._nc.close()
-            raise NotConnectedError(
-                f"TLS is configured ({self._tls!r}) but the NATS server at "
-                f"{self._nc.connected_url.netloc if self._nc.connected_url else self._servers} "
-                "does not require it: refusing a plaintext connection"
-            )
+        self._nc = client
         self._js = self._nc.jetstream(timeout=options.request_timeout)
         log.info(
             "nats.connected",
@@ -313,22 +313,9 @@ class Bus:
             log.warning("nats.disconnected", servers=self._servers)
         await self._set_state("disconnected")
 
-    def _plaintext_despite_tls(self, nc: NatsClient) -> bool:
-        """nats-py upgrades to TLS only when the server's INFO says `tls_required`: a server
-        that allows plain clients (or one that pretends to be ours) would otherwise get our
-        traffic in clear although TLS is configured."""
-        if not self._tls.required_for(self._servers):
-            return False
-        return not nc._server_info.get("tls_required", False)
-
     async def _on_reconnected(self) -> None:
         nc = self._nc
         url = nc.connected_url.netloc if nc is not None and nc.connected_url else None
-        if nc is not None and self._plaintext_despite_tls(nc):
-            # Fail closed: no message goes over a connection that should have been encrypted.
-            log.error("nats.plaintext_refused", server=url, tls=self._tls)
-            await nc.close()
-            return
         log.info("nats.reconnected", server=url)
         await self._set_state("connected")
 

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import nats.errors
+from nats.aio.client import Client as NatsClient
+
 
 class TlsConfigError(ValueError):
     """TLS settings that cannot be used together."""
@@ -83,3 +86,31 @@ class NatsTls:
         if self.server_name:
             options["tls_hostname"] = self.server_name
         return options
+
+
+class PlaintextRefused(nats.errors.Error):
+    """TLS is configured and the server did not ask for it: nothing was sent to it."""
+
+    def __str__(self) -> str:
+        return (
+            "nats: TLS is configured but the server does not require it: "
+            "refusing a plaintext connection (no CONNECT, no credentials sent)"
+        )
+
+
+class TlsOnlyClient(NatsClient):
+    """A NATS client that never speaks in clear.
+
+    nats-py upgrades to TLS only when the server's INFO says `tls_required`, and then writes
+    CONNECT, which carries the password or token. A server that lets plain clients in (or one
+    pretending to be ours) would get our credentials and traffic in clear although TLS is
+    configured. Here CONNECT is refused before it is written unless the socket is TLS; nats-py
+    treats that as a failed attempt and tries again (first connection and reconnects alike),
+    so a TLS server that comes back is used and a plain one never hears from us.
+    """
+
+    def _connect_command(self) -> bytes:
+        writer = getattr(self._transport, "_io_writer", None)
+        if writer is None or writer.get_extra_info("ssl_object") is None:
+            raise PlaintextRefused()
+        return super()._connect_command()
