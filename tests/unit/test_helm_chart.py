@@ -360,6 +360,19 @@ def test_chart_nats_config_has_the_overlays_settings(
     assert config_settings(nats_conf(chart_like_overlay)) == config_settings(nats_conf(overlay))
 
 
+def test_chart_nats_production_config_equals_the_overlays_routes_tls_included(
+    overlay: list[Obj], chart_like_overlay: list[Obj]
+) -> None:
+    def production(objects: list[Obj]) -> list[str]:
+        text = by_name(objects, "ConfigMap")["nats-tls-config"]["data"]["nats-production.conf"]
+        lines = (line.split("#", 1)[0].strip() for line in str(text).splitlines())
+        return [line for line in lines if line]
+
+    chart = production(chart_like_overlay)
+    assert chart == production(overlay)
+    assert chart.count("tls {") == 2  # clients and routes
+
+
 def test_chart_nats_config_is_accepted_by_nats_server(
     chart_defaults: list[Obj], tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ through kubectl where it is installed (it must be, in CI).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import importlib.util
@@ -1427,6 +1428,123 @@ def test_production_nats_serves_tls_from_the_nats_tls_secret(tmp_path: Path) -> 
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def cluster_block(text: str) -> str:
+    """The body of a nats-server config's top-level `cluster { ... }` block."""
+    found = re.search(r"\ncluster \{\n(.*?)\n\}(\n|$)", text, flags=re.DOTALL)
+    assert found, "no cluster block"
+    return found.group(1)
+
+
+def setting_lines(text: str) -> list[str]:
+    """A config's lines without comments, indentation and blank lines."""
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line]
+
+
+def production_nats_conf() -> str:
+    configs = by_name(kustomize_build(PRODUCTION), "ConfigMap")
+    text: str = configs["nats-tls-config"]["data"]["nats-production.conf"]
+    return text
+
+
+ROUTE_TLS = re.compile(r"\n\s*tls \{\n(.*?)\n\s*\}", flags=re.DOTALL)
+
+
+def test_production_nats_routes_repeat_the_base_cluster_settings_with_tls() -> None:
+    # A second `cluster` block replaces the included one whole: it must keep every setting.
+    block = cluster_block(production_nats_conf())
+    tls = ROUTE_TLS.search(block)
+    assert tls, "the production cluster block has no tls block"
+    assert setting_lines(tls.group(1)) == [
+        "cert_file: /etc/nats-tls/tls.crt",
+        "key_file: /etc/nats-tls/tls.key",
+        "ca_file: /etc/nats-tls/ca.crt",
+        "timeout: 5",
+    ]
+    without_tls = ROUTE_TLS.sub("", block)
+    assert setting_lines(without_tls) == setting_lines(cluster_block(nats_config_text()))
+
+
+def loopback_cluster(
+    block: str, route_port: int, peer_port: int, cert: Path, key: Path, ca: Path
+) -> str:
+    """The production cluster block with its ports and routes on loopback and the test's files."""
+    block = block.replace("port: 6222", f"listen: 127.0.0.1:{route_port}")
+    block = re.sub(
+        r"routes: \[.*?\]", f"routes: [ nats://127.0.0.1:{peer_port} ]", block, flags=re.S
+    )
+    for mounted, local in (("tls.crt", cert), ("tls.key", key), ("ca.crt", ca)):
+        block = block.replace(f"/etc/nats-tls/{mounted}", str(local))
+    return block
+
+
+async def routez(http_port: int) -> dict[str, Any]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", http_port)
+    writer.write(b"GET /routez HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+    response = await reader.read()
+    writer.close()
+    body = response.split(b"\r\n\r\n", 1)[1]
+    parsed: dict[str, Any] = yaml.safe_load(body)
+    return parsed
+
+
+async def test_production_nats_routes_are_mutual_tls_between_real_servers(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    block = cluster_block(production_nats_conf())
+    names = ("nats-0", "nats-1", "stranger")
+    client, http, route = ({n: free_port() for n in names} for _ in range(3))
+    # nats-0 and nats-1 route to each other; the stranger (a certificate of another CA) dials
+    # nats-0 too.
+    peers = {"nats-0": "nats-1", "nats-1": "nats-0", "stranger": "nats-0"}
+    processes: dict[str, asyncio.subprocess.Process] = {}
+    logs = {name: tmp_path / f"{name}.log" for name in names}
+    try:
+        for name in names:
+            cert, key = (
+                (pki.stranger_cert, pki.stranger_key)
+                if name == "stranger"
+                else (pki.peer_cert, pki.peer_key)
+            )
+            cluster = loopback_cluster(
+                block, route[name], route[peers[name]], cert, key, pki.ca_cert
+            )
+            config = tmp_path / f"{name}.conf"
+            config.write_text(
+                f"server_name: {name}\nlisten: 127.0.0.1:{client[name]}\n"
+                f"http: 127.0.0.1:{http[name]}\ncluster {{\n{cluster}\n}}\n"
+            )
+            processes[name] = await asyncio.create_subprocess_exec(
+                str(nats_server_binary()), "-c", str(config), "-l", str(logs[name])
+            )
+
+        async def routed() -> bool:
+            with contextlib.suppress(OSError, IndexError):
+                zero, one = await routez(http["nats-0"]), await routez(http["nats-1"])
+                return bool(zero.get("num_routes")) and bool(one.get("num_routes"))
+            return False
+
+        async def stranger_refused() -> bool:
+            text = logs["nats-0"].read_text() if logs["nats-0"].exists() else ""
+            return "TLS route handshake error" in text
+
+        for _ in range(300):
+            if await routed() and await stranger_refused():
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError("nats-0 and nats-1 did not route, or the stranger was not refused")
+        for name in ("nats-0", "nats-1"):
+            listed = await routez(http[name])
+            assert {r["remote_name"] for r in listed["routes"]} == {
+                "nats-1" if name == "nats-0" else "nats-0"
+            }
+    finally:
+        for process in processes.values():
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
 
 
 def rule_grants(rules: list[Obj]) -> set[tuple[str, str, str]]:

@@ -148,3 +148,19 @@ slurm-syncer's clusters: SLURM_CLUSTERS, then per cluster its URL, the JWT signi
 app.kubernetes.io/part-of: nodeflow
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{- /*
+The settings of the NATS cluster block (routes to every server through the headless Service),
+shared by nats.conf and, with TLS, nats-production.conf, whose own cluster block replaces it.
+*/ -}}
+{{- define "nodeflow.natsCluster" -}}
+name: nodeflow
+port: 6222
+routes: [
+{{- range $index := until .replicas }}
+  nats://nats-{{ $index }}.nats-headless.{{ $.namespace }}.svc:6222
+{{- end }}
+]
+# Pods start in parallel and their DNS names appear one by one: keep trying.
+connect_retries: 120
+{{- end }}
