@@ -363,6 +363,7 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
             "NodeMaintenance",
             fields=(
                 "metadata.finalizers",
+                "metadata.ownerReferences",
                 "metadata.annotations[maintenance.nvidia.com/node-initial-state.unschedulable]",
                 "metadata.annotations[maintenance.nvidia.com/ready-time]",
                 "metadata.annotations[maintenance.nvidia.com/wait-pod-completion-start-time]",

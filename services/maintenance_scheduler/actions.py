@@ -23,11 +23,13 @@ class SetStatus:
 
 @dataclass(frozen=True)
 class PatchRequest:
-    """Change the request's metadata: annotations (None removes one) and/or finalizers."""
+    """Change the request's metadata: annotations (None removes one), finalizers and/or
+    ownerReferences (each list written whole)."""
 
     request: NodeMaintenance
     annotations: Mapping[str, str | None] | None = None
     finalizers: tuple[str, ...] | None = None
+    owner_references: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)

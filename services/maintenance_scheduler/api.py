@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from nodeflow_kube.fields import Obj, condition, mapping, meta, parse_time
 
@@ -109,6 +109,8 @@ class NodeMaintenance:
     annotations: Mapping[str, str]
     status: Obj
     problems: tuple[str, ...] = ()
+    # metadata.ownerReferences as read (a merge patch replaces the list: others are kept).
+    owner_references: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
@@ -134,6 +136,19 @@ class NodeMaintenance:
     @property
     def wait_started_at(self) -> float | None:
         return parse_time(self.annotations.get(WAIT_START_ANNOTATION))
+
+    def owned_by_node(self, node_uid: str) -> bool:
+        return any(
+            ref.get("kind") == "Node" and ref.get("uid") == node_uid
+            for ref in self.owner_references
+        )
+
+    def with_node_owner(self, node_name: str, node_uid: str) -> tuple[dict[str, Any], ...]:
+        """The ownerReferences with the Node added, as upstream sets it: not the controller,
+        not blocking the Node's deletion; the garbage collector deletes the request with it."""
+        kept = tuple(dict(ref) for ref in self.owner_references if ref.get("kind") != "Node")
+        node = {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}
+        return (*kept, node)
 
 
 def _bool(value: object, default: bool, field: str, problems: list[str]) -> bool:
@@ -255,6 +270,11 @@ def parse_node_maintenance(obj: Obj) -> NodeMaintenance:
         annotations=annotations,
         status=mapping(obj.get("status")),
         problems=tuple(problems),
+        owner_references=tuple(
+            mapping(ref)
+            for ref in metadata.get("ownerReferences") or ()
+            if isinstance(ref, Mapping)
+        ),
     )
 
 

@@ -109,6 +109,8 @@ def commands_for(action: Action, now: float, *, eviction_attempt: int = 0) -> li
             metadata["annotations"] = dict(action.annotations)
         if action.finalizers is not None:
             metadata["finalizers"] = list(action.finalizers)
+        if action.owner_references is not None:
+            metadata["ownerReferences"] = [dict(ref) for ref in action.owner_references]
         key = f"maint:patch:{request.uid}:{request.resource_version}:{digest(canonical(metadata))}"
         return [
             _command(

@@ -228,11 +228,20 @@ def reconcile_request(
                 Decision(request, "node-not-found", "NodeNotFound", message, node=request.node_name)
             )
         set_phase(step, request, phase, now, message)
+    elif not request.has_finalizer or not request.owned_by_node(node.uid):
+        # Scheduled (or in progress from a release that set no owner): the finalizer holds
+        # the request until its cleanup is done; the Node as owner has the garbage collector
+        # delete the request when the node goes, whose cleanup then only drops the finalizer.
+        owned = request.owned_by_node(node.uid)
+        step.actions.append(
+            PatchRequest(
+                request,
+                finalizers=None if request.has_finalizer else (*request.finalizers, FINALIZER),
+                owner_references=None if owned else request.with_node_owner(node.name, node.uid),
+            )
+        )
     elif phase == SCHEDULED:
-        if not request.has_finalizer:
-            step.actions.append(PatchRequest(request, finalizers=(*request.finalizers, FINALIZER)))
-        else:
-            set_phase(step, request, CORDON, now)
+        set_phase(step, request, CORDON, now)
     elif phase == CORDON:
         _cordon(step, request, node, now)
     elif phase == WAIT_FOR_POD_COMPLETION:

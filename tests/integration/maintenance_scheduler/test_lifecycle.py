@@ -77,6 +77,30 @@ async def test_rule_max_parallel_operations_serves_requests_in_turn(stack: Stack
     await eventually(lambda: stack.phase("b") == "Ready", what="b Ready after a is gone")
 
 
+async def test_rule_a_deleted_node_takes_its_maintenance_with_it_and_frees_the_slot(
+    stack: Stack,
+) -> None:
+    # The Node owns each request once scheduled: the garbage collector deletes the request
+    # when its node is deleted, the cleanup drops the finalizer (nothing to uncordon), and
+    # the parallel-operations slot it held goes to the next request.
+    gone, other = stack.node_names()[:2]
+    stack.set_config(maxParallelOperations=1)
+    await stack.start_scheduler()
+    stack.request("on-gone", gone)
+    await eventually(lambda: stack.phase("on-gone") == "Ready", what="on-gone Ready")
+    owners = (stack.get_request("on-gone") or {})["metadata"]["ownerReferences"]
+    node = stack.node(gone)["metadata"]
+    assert owners == [{"apiVersion": "v1", "kind": "Node", "name": gone, "uid": node["uid"]}]
+    stack.request("next", other)
+    await eventually(
+        lambda: any(d.kind == "skipped" and d.name == "next" for d in stack.decisions),
+        what="next skipped for want of a slot",
+    )
+    stack.sim.store.delete("nodes", gone)
+    await eventually(lambda: stack.get_request("on-gone") is None, what="on-gone collected")
+    await eventually(lambda: stack.phase("next") == "Ready", what="next Ready in the freed slot")
+
+
 async def test_rule_missing_node_stays_pending_with_message(stack: Stack) -> None:
     await stack.start_scheduler()
     stack.request("ghost", "no-such-node")

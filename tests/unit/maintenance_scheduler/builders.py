@@ -35,6 +35,7 @@ def nm_object(
     rv: str = "10",
     status: dict[str, Any] | None = None,
     requestor_failed: bool = False,
+    owners: tuple[dict[str, str], ...] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {
@@ -48,6 +49,12 @@ def nm_object(
     }
     if finalizer:
         metadata["finalizers"] = [FINALIZER]
+    # A request gets its finalizer and its node as owner in the same write: by default a
+    # request with the finalizer has the owner too.
+    if owners is None:
+        owners = (node_owner(node),) if finalizer else ()
+    if owners:
+        metadata["ownerReferences"] = [dict(owner) for owner in owners]
     if deleting:
         metadata["deletionTimestamp"] = rfc3339(created + 1)
     body = dict(status or {})
@@ -82,6 +89,11 @@ def nm_object(
         "spec": {"requestorID": requestor, "nodeName": node, **spec},
         "status": body,
     }
+
+
+def node_owner(node: str) -> dict[str, str]:
+    """The ownerReference a scheduled request gets to its node (see node_facts' uid)."""
+    return {"apiVersion": "v1", "kind": "Node", "name": node, "uid": f"uid-{node}"}
 
 
 def nm(name: str, node: str, **kwargs: Any) -> NodeMaintenance:

@@ -29,7 +29,7 @@ from nodeflow_kube.fields import (
     condition,
     rfc3339,
 )
-from tests.unit.maintenance_scheduler.builders import T0, nm, node_facts, pod
+from tests.unit.maintenance_scheduler.builders import T0, nm, node_facts, node_owner, pod
 
 NODE = node_facts("n1")
 CORDONED = node_facts("n1", unschedulable=True, reason=CORDON_REASON_PREFIX + "x")
@@ -65,11 +65,28 @@ def test_rule_pending_on_missing_node_says_so_with_event() -> None:
     assert reconcile_request(again, None, [], [], T0).actions == []
 
 
-def test_rule_scheduled_adds_finalizer_then_moves_to_cordon() -> None:
-    step = reconcile_request(nm("r", "n1", phase="Scheduled"), NODE, [], [], T0)
-    assert only(step, PatchRequest)[0].finalizers == (FINALIZER,)
-    step = reconcile_request(nm("r", "n1", phase="Scheduled", finalizer=True), NODE, [], [], T0)
-    assert new_phase(step) == "Cordon"
+def test_rule_scheduled_adds_finalizer_and_node_owner_then_moves_to_cordon() -> None:
+    (patch,) = only(
+        step := reconcile_request(nm("r", "n1", phase="Scheduled"), NODE, [], [], T0), PatchRequest
+    )
+    assert patch.finalizers == (FINALIZER,)
+    # The Node owns the request (not as controller): deleting the node deletes the request.
+    assert patch.owner_references == (node_owner("n1"),)
+    assert new_phase(step) is None
+    done = nm("r", "n1", phase="Scheduled", finalizer=True, owners=(node_owner("n1"),))
+    assert new_phase(reconcile_request(done, NODE, [], [], T0)) == "Cordon"
+
+
+def test_rule_node_owner_keeps_other_owners_and_is_added_to_an_earlier_request() -> None:
+    other = {"apiVersion": "example.com/v1", "kind": "Plan", "name": "p", "uid": "uid-p"}
+    for phase in ("Scheduled", "Draining", "Ready"):
+        # Draining or Ready: scheduled by a release that set no owner.
+        earlier = nm("r", "n1", phase=phase, finalizer=True, owners=(other,))
+        step = reconcile_request(earlier, NODE, [], [], T0)
+        (patch,) = only(step, PatchRequest)
+        assert patch.finalizers is None
+        assert patch.owner_references == (other, node_owner("n1"))
+        assert only(step, EvictPod) == [] and new_phase(step) is None
 
 
 def test_rule_cordon_records_initial_state_before_cordoning() -> None:
