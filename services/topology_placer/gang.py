@@ -32,6 +32,9 @@ MIN_AVAILABLE = GANG_PREFIX + "min-available"
 TOTAL_NUMBER = GANG_PREFIX + "total-number"
 NETWORK_TOPOLOGY_SPEC = GANG_PREFIX + "network-topology-spec"
 NETWORK_TOPOLOGY_INDEX = GANG_PREFIX + "network-topology-index"
+# Pods of one job carry the same value: where they already run counts, as the gang's own bound
+# members do, when the gather breaks ties between domains.
+NETWORK_TOPOLOGY_SELECTOR = "scheduling.koordinator.sh/network-topology-selector"
 
 DEFAULT_WAITING_SECONDS = 600.0
 

@@ -48,6 +48,7 @@ from topology_placer.fit import (
     slots_in,
 )
 from topology_placer.gang import (
+    NETWORK_TOPOLOGY_SELECTOR,
     GangSpecError,
     GatherRule,
     GroupKey,
@@ -443,6 +444,40 @@ class _Pass:
         self.group_objects: dict[GroupKey, Obj] = {}
         # PodGroups whose gang timed out this pass: their scheduleStartTime starts again.
         self.restarted: set[GroupKey] = set()
+        # Pods by their network-topology-selector value, built when a gang first asks.
+        self._by_selector: dict[str, list[Obj]] | None = None
+
+    def pods_sharing_selector(self, value: str) -> list[Obj]:
+        """Every pod whose `network-topology-selector` annotation is `value`."""
+        if self._by_selector is None:
+            index: dict[str, list[Obj]] = {}
+            for pod in self.state.pods:
+                found = fields.annotations_of(pod).get(NETWORK_TOPOLOGY_SELECTOR)
+                if isinstance(found, str) and found:
+                    index.setdefault(found, []).append(pod)
+            self._by_selector = index
+        return self._by_selector.get(value, [])
+
+    def existing_pods(self, gang: Gang, ranked: Sequence[Obj]) -> dict[str, int]:
+        """Per node, the job's pods already running there: the gang's bound members and the
+        bound pods sharing its `network-topology-selector` (Koordinator's existingPodNum)."""
+        counted: set[str] = set()
+        existing: dict[str, int] = {}
+        selectors = {
+            value
+            for pod in ranked
+            if isinstance(value := fields.annotations_of(pod).get(NETWORK_TOPOLOGY_SELECTOR), str)
+            and value
+        }
+        peers = [p for value in sorted(selectors) for p in self.pods_sharing_selector(value)]
+        for pod in (*gang.bound, *peers):
+            uid = fields.uid_of(pod)
+            if uid in counted or not pod_facts(pod).occupies:
+                continue
+            counted.add(uid)
+            node = podfacts.node_name_of(pod)
+            existing[node] = existing.get(node, 0) + 1
+        return existing
 
     def account(self) -> None:
         charged, used = self.charged, self.used
@@ -743,9 +778,7 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     if _bind_if_reserved(run, gang, ranked, node_slots):
         return
     # Phase 4: gather.
-    existing: dict[str, int] = {}
-    for node in bound_nodes:
-        existing[node] = existing.get(node, 0) + 1
+    existing = run.existing_pods(gang, ranked)
     names = [fields.name_of(p) for p in ranked]
     result = gather(run.tree, names, gang.rules, node_slots, existing, within)
     if isinstance(result, NoFit) and len(ranked) > sum(needed.values()) > 0:

@@ -18,7 +18,7 @@ from tests.unit.topology_placer.builders import (
 )
 from tests.unit.topology_placer.simulate import apply, run, state
 from topology_placer import fit, planner
-from topology_placer.gang import GROUPS, MODE
+from topology_placer.gang import GROUPS, MODE, NETWORK_TOPOLOGY_SELECTOR
 from topology_placer.planner import (
     Bind,
     Decision,
@@ -64,6 +64,28 @@ def test_reference_example_four_pod_gang_lands_on_one_block() -> None:
     placed = _nodes_of(after)
     assert len({_block(n, nodes) for n in placed.values()}) == 1
     assert set(placed.values()) <= {"node5", "node6", "node7", "node8"}
+
+
+def test_rule_pods_sharing_the_network_topology_selector_draw_the_gang_to_their_domain() -> None:
+    # Koordinator's existingPodNum: bound pods carrying the gang's network-topology-selector
+    # value count as the job's, so among equally fitting blocks the one holding them wins.
+    def placed_block(peer_selector: str) -> str:
+        nodes = reference_nodes()
+        peer = pod("launcher", None, gpus=0, cpu="100m", node_name="node7", scheduler="x")
+        peer["metadata"]["annotations"][NETWORK_TOPOLOGY_SELECTOR] = peer_selector
+        gang = [pod(f"worker-{i}") for i in range(2)]
+        for member in gang:
+            member["metadata"]["annotations"][NETWORK_TOPOLOGY_SELECTOR] = "job-x"
+        _, after = run(
+            nodes, [peer, *gang], [pod_group("gang", 2, gather=BLOCK_MUST)], topology=TOPOLOGY
+        )
+        blocks = {_block(n, nodes) for n in _nodes_of(after).values()}
+        assert len(blocks) == 1, blocks
+        return blocks.pop()
+
+    assert placed_block("job-x") == "b4"
+    # Every block offers two slots: without a peer of the same job the first by path wins.
+    assert placed_block("another-job") == "b1"
 
 
 def test_nominate_first_then_bind_on_the_next_pass() -> None:
