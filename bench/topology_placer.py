@@ -119,7 +119,10 @@ def pod(name: str, gpus: int, **extra: Any) -> dict[str, Any]:
             {
                 "name": "main",
                 "image": "trainer",
-                "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": str(gpus)}},
+                "resources": {
+                    "requests": {"cpu": "4", "nvidia.com/gpu": str(gpus)},
+                    "limits": {"nvidia.com/gpu": str(gpus)},
+                },
             }
         ],
         **extra,

@@ -91,6 +91,7 @@ from clustersim.kube.patch import MERGE_PATCH, apply_patch
 from clustersim.kube.resources import BUILTINS, ResourceInfo, crd_resource_infos
 from clustersim.kube.schema import prepare_custom_object
 from clustersim.kube.selectors import FieldSelector, LabelSelector
+from nodeflow_kube.quantity import QuantityError, parse_quantity
 
 Obj = dict[str, Any]
 _T = TypeVar("_T")
@@ -559,6 +560,9 @@ class Store:
                 if isinstance(container, dict):
                     container.setdefault("imagePullPolicy", "IfNotPresent")
                     container.setdefault("terminationMessagePolicy", "File")
+            for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+                if isinstance(container, dict):
+                    _default_requests_to_limits(container)
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
         elif key == "namespaces":
             obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]
@@ -1711,6 +1715,63 @@ def _scale_of(info: ResourceInfo, obj: Obj) -> Obj:
 _POD_MUTABLE_SPEC = ("activeDeadlineSeconds", "terminationGracePeriodSeconds")
 
 
+def _overcommit_allowed(resource: str) -> bool:
+    """Native resources (cpu, memory, `*kubernetes.io/*`) may be requested below their limit;
+    extended ones (nvidia.com/gpu) and hugepages may not."""
+    native = "/" not in resource or "kubernetes.io/" in resource
+    return native and not resource.startswith("hugepages-")
+
+
+def _default_requests_to_limits(container: Obj) -> None:
+    """A limit without a request: the request defaults to the limit, as the API server does."""
+    resources = container.get("resources")
+    limits = resources.get("limits") if isinstance(resources, dict) else None
+    if not isinstance(limits, dict) or not limits:
+        return
+    requests = resources.setdefault("requests", {}) if isinstance(resources, dict) else None
+    if isinstance(requests, dict):
+        for name, quantity in limits.items():
+            requests.setdefault(name, quantity)
+
+
+def _same_quantity(left: object, right: object) -> bool:
+    try:
+        return parse_quantity(left) == parse_quantity(right)
+    except QuantityError:
+        return left == right
+
+
+def _resource_causes(resources: object, path: str) -> list[Cause]:
+    """A resource that cannot be overcommitted needs a limit, and its request must equal it."""
+    if not isinstance(resources, dict):
+        return []
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
+    if not isinstance(requests, dict) or not isinstance(limits, dict):
+        return []
+    causes: list[Cause] = []
+    for name, quantity in requests.items():
+        if _overcommit_allowed(str(name)):
+            continue
+        if name not in limits:
+            causes.append(
+                Cause(
+                    "FieldValueRequired",
+                    "Required value: Limit must be set for non overcommitable resources",
+                    f"{path}.limits",
+                )
+            )
+        elif not _same_quantity(quantity, limits[name]):
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    f'Invalid value: "{quantity}": must be equal to {name} limit of {limits[name]}',
+                    f"{path}.requests",
+                )
+            )
+    return causes
+
+
 def _pod_causes(obj: Obj, old: Obj | None) -> list[Cause]:
     spec = obj.get("spec") or {}
     causes: list[Cause] = []
@@ -1727,6 +1788,13 @@ def _pod_causes(obj: Obj, old: Obj | None) -> list[Cause]:
                 causes.append(
                     Cause("FieldValueRequired", "Required value", f"spec.containers[{i}].image")
                 )
+    for field, listed in (
+        ("containers", containers),
+        ("initContainers", spec.get("initContainers")),
+    ):
+        for i, c in enumerate(listed if isinstance(listed, list) else ()):
+            if isinstance(c, dict):
+                causes.extend(_resource_causes(c.get("resources"), f"spec.{field}[{i}].resources"))
     if old is not None and not causes:
         old_spec = dict(old.get("spec") or {})
         new_spec = dict(spec)

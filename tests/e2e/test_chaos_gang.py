@@ -87,7 +87,10 @@ def member(group: str, rank: int) -> dict[str, Any]:
                 {
                     "name": "trainer",
                     "image": "trainer:0.1",
-                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"}},
+                    "resources": {
+                        "requests": {"cpu": "1", "nvidia.com/gpu": "8"},
+                        "limits": {"nvidia.com/gpu": "8"},
+                    },
                 }
             ],
         },

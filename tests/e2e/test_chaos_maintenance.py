@@ -48,7 +48,10 @@ def workload(name: str, node: str) -> dict[str, Any]:
                 {
                     "name": "work",
                     "image": "work:1",
-                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"}},
+                    "resources": {
+                        "requests": {"cpu": "1", "nvidia.com/gpu": "8"},
+                        "limits": {"nvidia.com/gpu": "8"},
+                    },
                 }
             ],
         },

@@ -160,6 +160,50 @@ async def test_pod_without_containers_is_invalid(kube: Kube) -> None:
     assert any(c.get("field") == "spec.containers" for c in body["details"]["causes"])
 
 
+def gpu_pod(name: str, resources: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": resources}]},
+    }
+
+
+async def test_extended_resources_need_a_limit_equal_to_their_request(kube: Kube) -> None:
+    # nvidia.com/gpu cannot be overcommitted: a request needs a limit, and the same one.
+    pods = f"/api/v1/namespaces/{kube.namespace}/pods"
+    status, body = await kube.request(
+        "POST", pods, gpu_pod("no-limit", {"requests": {"nvidia.com/gpu": 8}})
+    )
+    assert status == 422, body
+    assert {
+        "reason": "FieldValueRequired",
+        "message": "Required value: Limit must be set for non overcommitable resources",
+        "field": "spec.containers[0].resources.limits",
+    } in body["details"]["causes"]
+    status, body = await kube.request(
+        "POST",
+        pods,
+        gpu_pod("unequal", {"requests": {"nvidia.com/gpu": 4}, "limits": {"nvidia.com/gpu": 8}}),
+    )
+    assert status == 422, body
+    (cause,) = body["details"]["causes"]
+    assert cause["field"] == "spec.containers[0].resources.requests"
+    assert "must be equal to nvidia.com/gpu limit of 8" in cause["message"]
+    # cpu may be requested below its limit; a limit alone sets the request.
+    status, body = await kube.request(
+        "POST",
+        pods,
+        gpu_pod(
+            "limits-only",
+            {"requests": {"cpu": "1"}, "limits": {"cpu": "2", "nvidia.com/gpu": "8"}},
+        ),
+    )
+    assert status == 201, body
+    resources = body["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {"cpu": "1", "nvidia.com/gpu": "8"}
+
+
 async def test_create_dry_run_does_not_persist(kube: Kube) -> None:
     status, body = await kube.request(
         "POST",

@@ -259,7 +259,7 @@ async def test_unschedulable_and_foreign_scheduler_pods_stay_pending(sim: Simula
     async with sim.api_client() as api:
         core = client.CoreV1Api(api)
         greedy = pod_body("greedy")
-        greedy["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "9"}}
+        greedy["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "9"}}
         await core.create_namespaced_pod(NS, greedy)
         await core.create_namespaced_pod(NS, pod_body("other", schedulerName="topology-placer"))
 

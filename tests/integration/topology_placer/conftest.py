@@ -88,7 +88,10 @@ def gang_pod(name: str, group: str, gpus: int, index: int | None = None) -> dict
                 {
                     "name": "trainer",
                     "image": "trainer:0.1",
-                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}},
+                    "resources": {
+                        "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)},
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                    },
                 }
             ],
         },

@@ -57,8 +57,12 @@ def pod(
         requests["cpu"] = cpu
     if gpu:
         requests["nvidia.com/gpu"] = gpu
+    resources: dict[str, Any] = {"requests": requests}
+    if gpu:
+        # An extended resource is requested through a limit equal to it, as the API requires.
+        resources["limits"] = {"nvidia.com/gpu": gpu}
     spec: dict[str, Any] = {
-        "containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}],
+        "containers": [{"name": "c", "image": "x", "resources": resources}],
         **extra,
     }
     if node_selector:

@@ -119,7 +119,10 @@ def pod(
             {
                 "name": "main",
                 "image": "trainer",
-                "resources": {"requests": {"cpu": cpu, "nvidia.com/gpu": str(gpus)}},
+                "resources": {
+                    "requests": {"cpu": cpu, "nvidia.com/gpu": str(gpus)},
+                    "limits": {"nvidia.com/gpu": str(gpus)},
+                },
             }
         ],
     }
