@@ -47,6 +47,7 @@ log = structlog.get_logger("clustersim.runner")
 
 CRD_KIND = "CustomResourceDefinition"
 INSTALL_NAMESPACE = "nodeflow-system"
+SKYHOOK_NAMESPACE = "skyhook"
 DEFAULT_CRD_DIR = Path(__file__).resolve().parents[1] / "k8s" / "crds"
 TOKEN_LIFESPAN_SECONDS = 7 * 24 * 3600
 
@@ -375,13 +376,14 @@ async def run_simulator(config: SimulatorConfig | None = None) -> AsyncIterator[
             run_dir.mkdir(parents=True, exist_ok=True)
         store = Store()
         crds = apply_crds(store, config.crd_dir) if config.crd_dir is not None else []
-        # Our install's namespace, as `kubectl apply -k k8s/` would have made it: the services'
-        # own objects (maintenance-scheduler's MaintenanceOperatorConfig `default`, the Skyhook
-        # stage Jobs) live there.
-        store.create(
-            "namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": INSTALL_NAMESPACE}},
-        )
+        # Our install's namespaces, as `kubectl apply -k k8s/` would have made them: the
+        # services' own objects (maintenance-scheduler's MaintenanceOperatorConfig `default`)
+        # and the Skyhook stage Jobs.
+        for namespace in (INSTALL_NAMESPACE, SKYHOOK_NAMESPACE):
+            store.create(
+                "namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            )
         nodes = NodeAdmin(store, config.cluster_spec())
         nodes.register_all()
 

@@ -31,8 +31,10 @@ class MaintenanceSchedulerConfig(ServiceConfig, kw_only=True):
     publish_window: Annotated[int, Meta(ge=1)] = 256
     # The Skyhook controller (skyhook.nvidia.com): node packages as batch/v1 Jobs.
     skyhook_enabled: bool = True
-    # Namespace of the stage Jobs and of the NodeMaintenance requests of interrupts.
-    skyhook_namespace: str = "nodeflow-system"
+    # Namespace of the stage Jobs and of the NodeMaintenance requests of interrupts: stages
+    # change the host, so their pods must be allowed to be privileged, which the services'
+    # own namespace (Pod Security `restricted`) refuses.
+    skyhook_namespace: str = "skyhook"
     # A stage whose image has not pulled (ErrImagePull/ImagePullBackOff) this long after its
     # pod was created is failed, and its package marked erroring, naming the image.
     skyhook_image_pull_grace_seconds: Annotated[float, Meta(ge=0)] = 120.0

@@ -29,6 +29,7 @@ import yaml
 from nats.errors import Error as NatsError
 
 from clustersim.kube.schema import prepare_custom_object, prune, validate
+from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from nodeflow_contracts.permissions import ADMIN_USER, nats_publish_allow
 from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET, WATCHED_KINDS, subject_matches
 from nodeflow_runtime.config import ServiceConfig, load_config
@@ -1088,9 +1089,16 @@ def test_kubectl_kustomize_builds_the_deployment() -> None:
             "ConfigMap": 1,
             "StatefulSet": 1,
             "PodDisruptionBudget": 6,  # five services and NATS (metrics-exporter: one replica)
-            "Namespace": 1,
+            "Namespace": 2,  # the services' (restricted) and Skyhook's stages' (privileged)
         }
     )
+    namespaces = {
+        obj["metadata"]["name"]: obj["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        for obj in of_kind(built, "Namespace")
+    }
+    # maintenance-scheduler puts Skyhook's stage Jobs in the privileged one by default.
+    skyhook_namespace = MaintenanceSchedulerConfig(nats_url=("nats://x:4222",)).skyhook_namespace
+    assert namespaces == {NAMESPACE: "restricted", skyhook_namespace: "privileged"}
     cluster_scoped = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Namespace"}
     for obj in built:
         assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "nodeflow"

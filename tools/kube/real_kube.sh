@@ -265,17 +265,32 @@ EOF
     "${kubectl[@]}" wait --for=condition=Ready --timeout=120s "${@/#/node/}" >/dev/null
 }
 
-# KWOK with every stage, or (pod_stages=0) with the node stages only.
+# KWOK with every stage, or (pod_stages=0) with the node stages only. With the pod stages come
+# ours (stages/fates.yaml: ImagePullBackOff and a failing container, chosen by KWOK_FATE), and
+# KWOK's pod-ready and pod-complete stay off the pods those take.
 start_kwok() {
-    local pod_stages="$1" stages="$KWOK_BIN/stages.yaml"
-    if [[ "$pod_stages" != 1 ]]; then
-        stages="$KUBE_STATE/node-stages.yaml"
-        python3 - "$KWOK_BIN/stages.yaml" >"$stages" <<'PY'
+    local pod_stages="$1" stages="$KUBE_STATE/stages.yaml"
+    python3 - "$KWOK_BIN/stages.yaml" "$HERE/stages/fates.yaml" "$pod_stages" >"$stages" <<'PY'
 import sys
-docs = open(sys.argv[1]).read().split("\n---\n")
-print("\n---\n".join(d for d in docs if "kind: Pod\n" not in d))
+upstream, fates, with_pods = open(sys.argv[1]).read(), open(sys.argv[2]).read(), sys.argv[3]
+docs = [d for d in upstream.split("\n---\n") if d.strip()]
+if with_pods != "1":
+    print("\n---\n".join(d for d in docs if "kind: Pod\n" not in d))
+    raise SystemExit
+fate = "'.spec.containers.[].env.[] | select( .name == \"KWOK_FATE\" ) | .value'"
+unless = {
+    "name: pod-ready\n": f"    - key: {fate}\n      operator: 'NotIn'\n      values:\n      - 'image-pull-backoff'\n",
+    "name: pod-complete\n": f"    - key: {fate}\n      operator: 'DoesNotExist'\n",
+}
+kept = []
+for doc in docs:
+    for name, expression in unless.items():
+        if name in doc:
+            assert "    matchExpressions:\n" in doc, name
+            doc = doc.replace("    matchExpressions:\n", "    matchExpressions:\n" + expression, 1)
+    kept.append(doc)
+print("\n---\n".join([*kept, fates]))
 PY
-    fi
     launch kwok "$KWOK_BIN/kwok" --config="$stages" \
         --kubeconfig="$KUBE_STATE/kubeconfig" \
         --manage-nodes-with-annotation-selector="kwok.x-k8s.io/node=fake" \
