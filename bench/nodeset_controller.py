@@ -27,6 +27,8 @@ Target: 0 -> 4,000 under 60 s. BENCH_NODESET_NODES sets the cluster size (defaul
 BENCH_NODESET_BUDGET the time budget of the whole run in seconds (default 900): a step that
 has not settled when the budget runs out is reported as such and the rest is skipped;
 BENCH_PROGRESS_SECONDS how often a step that has not settled prints its progress (default 30).
+At the end it prints each service process's resident memory, now and at its peak, as a ratio
+to the 200 MiB per-service target.
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ RAW_PODS = 1000
 RAW_IN_FLIGHT = 32
 PINNED_SAMPLE = 200
 TARGET_SECONDS = 60.0
+# Resident memory each service may use at 10,000 nodes / 50,000 pods (issue #17); this bench
+# prints the peak of each process it starts as a ratio to it.
+MEMORY_TARGET_MIB = 200.0
 POLL_SECONDS = 0.25
 KUBE_QPS = float(os.environ.get("BENCH_KUBE_QPS", "1000"))
 PROGRESS_SECONDS = float(os.environ.get("BENCH_PROGRESS_SECONDS", "30"))
@@ -455,6 +460,16 @@ class Services:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    def memory_mib(self, name: str) -> tuple[float, float]:
+        """A service process's resident memory now and at its peak (VmRSS, VmHWM), in MiB."""
+        fields: dict[str, float] = {}
+        status = Path(f"/proc/{self.procs[name].pid}/status").read_text()
+        for line in status.splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) / 1024
+        return fields.get("VmRSS", 0.0), fields.get("VmHWM", 0.0)
+
     async def stop(self) -> None:
         for proc in self.procs.values():
             if proc.returncode is None:
@@ -561,6 +576,13 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
                 f"{figures['nodeflow_nodeset_controller_messages_total']:.0f} messages, "
                 f"{figures['nodeflow_nodeset_controller_deferred_changes_total']:.0f} changes "
                 "deferred by the in-flight window",
+                flush=True,
+            )
+        for name, _ in services.NAMES:
+            now, peak = services.memory_mib(name)
+            print(
+                f"   {name:<18} RSS {now:6.1f} MiB, peak {peak:6.1f} MiB "
+                f"(ratio {peak / MEMORY_TARGET_MIB:.2f} to the {MEMORY_TARGET_MIB:.0f} MiB target)",
                 flush=True,
             )
         await services.stop()
