@@ -57,7 +57,7 @@ def topology() -> dict[str, Any]:
     }
 
 
-def pod_group(name: str) -> dict[str, Any]:
+def pod_group(name: str, members: int = MEMBERS) -> dict[str, Any]:
     return {
         "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
         "kind": "PodGroup",
@@ -66,7 +66,7 @@ def pod_group(name: str) -> dict[str, Any]:
             "namespace": "default",
             "annotations": {"gang.scheduling.koordinator.sh/network-topology-spec": BLOCK_MUST},
         },
-        "spec": {"minMember": MEMBERS},
+        "spec": {"minMember": members},
     }
 
 

@@ -7,15 +7,12 @@ all-or-nothing (no gang bound in part) throughout."""
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.e2e.chaos_support import (
     NODES,
-    POD_GROUP_LABEL,
     POD_GROUPS,
     PODS,
     TOPOLOGIES,
@@ -25,75 +22,13 @@ from tests.e2e.chaos_support import (
     is_true,
     recording,
 )
+from tests.e2e.test_chaos_gang import BLOCK, member, pod_group, topology
 from tests.realkube.stack import real_stack
 from tests.realkube.support import STEP_TIMEOUT, until
 
 pytestmark = [pytest.mark.real_kube, pytest.mark.timeout(600)]
 
-SPINE = "network.topology.nvidia.com/spine"
-BLOCK = "network.topology.nvidia.com/block"
-BLOCK_MUST = json.dumps({"gatherStrategy": [{"layer": "BlockLayer", "strategy": "MustGather"}]})
 EVENTS = "/api/v1/namespaces/default/events"
-
-
-def topology() -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
-        "kind": "ClusterNetworkTopology",
-        "metadata": {"name": "default"},
-        "spec": {
-            "networkTopologySpec": [
-                {"topologyLayer": "SpineLayer", "labelKey": [SPINE]},
-                {
-                    "topologyLayer": "BlockLayer",
-                    "parentTopologyLayer": "SpineLayer",
-                    "labelKey": [BLOCK],
-                },
-                {"topologyLayer": "NodeTopologyLayer", "parentTopologyLayer": "BlockLayer"},
-            ]
-        },
-    }
-
-
-def pod_group(name: str, members: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "annotations": {"gang.scheduling.koordinator.sh/network-topology-spec": BLOCK_MUST},
-        },
-        "spec": {"minMember": members},
-    }
-
-
-def member(group: str, rank: int) -> dict[str, Any]:
-    """A whole-node (8 GPU) trainer pod of `group`."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{group}-{rank}",
-            "namespace": "default",
-            "labels": {POD_GROUP_LABEL: group},
-            "annotations": {"gang.scheduling.koordinator.sh/network-topology-index": str(rank)},
-        },
-        "spec": {
-            "schedulerName": "nodeflow-placer",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "trainer:0.1",
-                    "resources": {
-                        "requests": {"cpu": "1", "nvidia.com/gpu": "8"},
-                        "limits": {"nvidia.com/gpu": "8"},
-                    },
-                }
-            ],
-        },
-    }
 
 
 async def submit_gang(stack: Stack, group: str, members: int) -> None:
