@@ -7,7 +7,7 @@ is Unknown with every derived state False (fail closed: never reported drained).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -224,6 +224,7 @@ def apply_poll(
     not_responding_since: Mapping[str, float] | None = None,
     confirm_not_responding_after: float = DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS,
     reasons: DrainReasons = DEFAULT_DRAIN_REASONS,
+    read_since_listing: Collection[str] = (),
 ) -> PollOutcome:
     """The new states of a cluster after a poll (`raw_nodes` None: the poll failed).
 
@@ -231,6 +232,10 @@ def apply_poll(
     malformed entry makes that node Unknown when its name is readable. Nodes missing from a
     successful poll are removed. NOT_RESPONDING is reported once confirmed
     (settle_not_responding), given when each node was first seen so (`not_responding_since`).
+
+    Nodes in `read_since_listing` were read one by one (a command's read-back) after the
+    listing was sent: their `previous` state is newer than the listing's and is kept as it
+    is (present or absent), so a slow listing never undoes a drain it did not see.
     """
     seen_since = not_responding_since or {}
     states: dict[str, SlurmNodeState] = {}
@@ -240,6 +245,8 @@ def apply_poll(
             states[name] = old if not old.known else unknown_state(cluster, name, observed_at)
     else:
         for raw in raw_nodes:
+            if raw.get("name") in read_since_listing:
+                continue
             try:
                 state = parse_node(cluster, raw, observed_at, reasons)
             except MalformedNode as exc:
@@ -257,6 +264,11 @@ def apply_poll(
             states[state.name] = settled.state
             if settled.not_responding_since is not None:
                 outcome.not_responding_since[state.name] = settled.not_responding_since
+        for name in read_since_listing:
+            if name in previous:
+                states[name] = previous[name]
+                if name in seen_since:
+                    outcome.not_responding_since[name] = seen_since[name]
         outcome.removed = sorted(name for name in previous if name not in states)
     for name, state in states.items():
         if not same_state(previous.get(name), state):

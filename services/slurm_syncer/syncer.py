@@ -108,6 +108,15 @@ class ClusterView:
     last_success_at: float = 0.0
     # When the last poll of this syncer began (0.0: none yet).
     last_poll_started_at: float = 0.0
+    # Nodes whose state in `states` is not yet acknowledged in KV `slurm_nodes`: a failed
+    # publish leaves them here for the next one, so KV never keeps a state the syncer left.
+    unpublished: set[str] = field(default_factory=set)
+    # Node states reach KV one batch at a time, each built inside this lock from `states` as
+    # it then is: whichever batch lands last carries the newest state of every node in it.
+    publish_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Node -> monotonic time of its last one-node read (a command's read-back); a poll whose
+    # listing was sent before then keeps that state (apply_poll's read_since_listing).
+    read_at: dict[str, float] = field(default_factory=dict)
 
     def snapshot(self) -> ClusterSnapshot:
         return ClusterSnapshot(
@@ -321,11 +330,13 @@ class Syncer:
         started = time.perf_counter()
         raw_nodes: list[dict[str, Any]] | None
         error = ""
+        listing_sent = time.monotonic()
         try:
             raw_nodes = await view.client.list_nodes()
         except SlurmError as exc:
             raw_nodes, error = None, str(exc)
             log.warning("syncer.poll_unreachable", cluster=cluster, error=error)
+        view.read_at = {name: at for name, at in view.read_at.items() if at > listing_sent}
         outcome = apply_poll(
             cluster,
             view.states,
@@ -334,6 +345,7 @@ class Syncer:
             view.not_responding_since,
             self.options.not_responding_confirm,
             self.options.drain_reasons,
+            read_since_listing=view.read_at.keys(),
         )
         view.states = outcome.states
         if raw_nodes is not None:
@@ -357,7 +369,10 @@ class Syncer:
             node_count=len(outcome.states),
             error=error,
         )
-        messages = self._state_messages(cluster, outcome.changed, outcome.removed)
+        view.unpublished.update(state.name for state in outcome.changed)
+        view.unpublished.update(outcome.removed)
+        if outcome.changed or outcome.removed:
+            metrics.NODE_CHANGES.labels(cluster).inc(len(outcome.changed) + len(outcome.removed))
         status = SlurmClusterStatus(
             cluster=cluster,
             reachable=view.reachable,
@@ -367,9 +382,13 @@ class Syncer:
             error=error,
             syncer=self.options.sender,
         )
-        messages.append(kv_put(SLURM_CLUSTERS_BUCKET, status.key, status))
-        messages.append(OutgoingMessage(subject=result.subject, message=result))
-        await self._publish(messages, "slurm state")
+        await self._publish_states(
+            view,
+            [
+                kv_put(SLURM_CLUSTERS_BUCKET, status.key, status),
+                OutgoingMessage(subject=result.subject, message=result),
+            ],
+        )
         metrics.POLLS.labels(cluster, "ok" if result.ok else "failed").inc()
         metrics.NODES.labels(cluster).set(len(outcome.states))
         metrics.CLUSTER_REACHABLE.labels(cluster).set(1 if result.ok else 0)
@@ -377,21 +396,36 @@ class Syncer:
         metrics.POLL_SECONDS.labels(cluster).observe(time.perf_counter() - started)
         return result
 
-    def _state_messages(
-        self, cluster: str, changed: list[SlurmNodeState], removed: list[str]
-    ) -> list[OutgoingMessage]:
-        messages: list[OutgoingMessage] = []
-        for state in changed:
-            messages.append(kv_put(SLURM_NODES_BUCKET, state.key, state))
-            event = SlurmNodeChanged(cluster=cluster, name=state.name, change="upsert", state=state)
-            messages.append(OutgoingMessage(subject=event.subject, message=event))
-        for name in removed:
-            messages.append(kv_delete(SLURM_NODES_BUCKET, subjects.slurm_node_key(cluster, name)))
-            event = SlurmNodeChanged(cluster=cluster, name=name, change="removed")
-            messages.append(OutgoingMessage(subject=event.subject, message=event))
-        if changed or removed:
-            metrics.NODE_CHANGES.labels(cluster).inc(len(changed) + len(removed))
-        return messages
+    async def _publish_states(
+        self, view: ClusterView, trailer: list[OutgoingMessage] | None = None
+    ) -> None:
+        """Publish every unpublished node state of `view` (KV and event), then `trailer`.
+
+        The batch is built from `view.states` inside the cluster's publish lock, so a batch
+        that waited behind another still carries each node's newest state: an older poll's
+        batch can never land after, and undo, a drain's read-back. A batch that fails leaves
+        its nodes unpublished for the next one.
+        """
+        async with view.publish_lock:
+            names = sorted(view.unpublished)
+            view.unpublished.clear()
+            messages: list[OutgoingMessage] = []
+            for name in names:
+                state = view.states.get(name)
+                if state is None:
+                    messages.append(
+                        kv_delete(SLURM_NODES_BUCKET, subjects.slurm_node_key(view.name, name))
+                    )
+                    event = SlurmNodeChanged(cluster=view.name, name=name, change="removed")
+                else:
+                    messages.append(kv_put(SLURM_NODES_BUCKET, state.key, state))
+                    event = SlurmNodeChanged(
+                        cluster=view.name, name=name, change="upsert", state=state
+                    )
+                messages.append(OutgoingMessage(subject=event.subject, message=event))
+            messages.extend(trailer or ())
+            if not await self._publish(messages, "slurm state"):
+                view.unpublished.update(names)
 
     async def _publish(self, messages: list[OutgoingMessage], what: str) -> bool:
         if not messages:
@@ -524,7 +558,10 @@ class Syncer:
                 return
             view.states.pop(node, None)
             view.not_responding_since.pop(node, None)
-            await self._publish(self._state_messages(cluster, [], [node]), "slurm state")
+            view.read_at[node] = time.monotonic()
+            view.unpublished.add(node)
+            metrics.NODE_CHANGES.labels(cluster).inc()
+            await self._publish_states(view)
             return
         try:
             read = parse_node(cluster, raw, self._clock(), self.options.drain_reasons)
@@ -544,8 +581,12 @@ class Syncer:
         else:
             view.not_responding_since[node] = settled.not_responding_since
         view.states[node] = state
+        view.read_at[node] = time.monotonic()
         if not same_state(previous, state):
-            await self._publish(self._state_messages(cluster, [state], []), "slurm state")
+            view.unpublished.add(node)
+            metrics.NODE_CHANGES.labels(cluster).inc()
+        if view.unpublished:
+            await self._publish_states(view)
 
     # --- drain commands ----------------------------------------------------------------------
 

@@ -143,3 +143,19 @@ def test_a_malformed_entry_makes_that_node_unknown_and_is_reported() -> None:
     outcome = apply_poll("a", {}, [raw("n1"), {"name": "n2", "state": 7}, {"x": 1}], 1.0)
     assert outcome.states["n1"].known and not outcome.states["n2"].known
     assert len(outcome.malformed) == 2
+
+
+def test_rule_nodes_read_one_by_one_after_the_listing_was_sent_keep_that_newer_state() -> None:
+    listed = apply_poll("a", {}, [raw("n1", state=["ALLOCATED"]), raw("n2"), raw("n3")], 1.0)
+    drained = parse_node("a", raw("n1", state=["ALLOCATED", "DRAIN"], reason="nodeflow: x"), 2.0)
+    previous = {**listed.states, "n1": drained}
+    del previous["n3"]  # read back as gone from Slurm
+    late = apply_poll(
+        "a",
+        previous,
+        [raw("n1", state=["ALLOCATED"]), raw("n2", state=["ALLOCATED"]), raw("n3")],
+        1.5,
+        read_since_listing={"n1", "n3"},
+    )
+    assert late.states["n1"] is drained and "n3" not in late.states
+    assert [s.name for s in late.changed] == ["n2"] and late.removed == []

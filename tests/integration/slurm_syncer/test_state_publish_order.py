@@ -1,0 +1,184 @@
+"""KV `slurm_nodes` ends on the newest node state, whatever order the syncer's writers run in.
+
+Two writers publish node states: the poll (every node, one batch) and a command's read-back
+(one node). nodeset-controller deletes a pod only once KV shows its node drained, so a state
+that KV loses stalls scale-in for good: the next poll sees no change and publishes nothing.
+These tests hold the writers at the exact points where one could overtake the other (a gate on
+the poll's listing or on its publish) and a publish that JetStream does not acknowledge; the
+Slurm emulator, NATS and the command consumer are real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from clustersim.slurm import RunningSlurm
+from nodeflow_bus import (
+    Backoff,
+    Bus,
+    ConsumerOptions,
+    OutgoingMessage,
+    PublishError,
+    PullConsumer,
+)
+from nodeflow_contracts import codec
+from nodeflow_contracts.slurm import SlurmNodeCommand, SlurmNodeState, SlurmPollResult
+from nodeflow_contracts.topology import CONSUMERS
+from slurm_syncer.syncer import Syncer
+from tests.integration.slurm_syncer.conftest import CLUSTER, eventually
+from tests.integration.slurm_syncer.test_syncer import sleep_job
+
+NODE = "gpu-001"
+
+
+@pytest.fixture
+async def commands(topology: Bus, syncer: Syncer) -> AsyncIterator[PullConsumer[SlurmNodeCommand]]:
+    running = PullConsumer(
+        topology,
+        CONSUMERS["slurm-syncer"][0],
+        SlurmNodeCommand,
+        syncer.handle_command,
+        ConsumerOptions(fetch_timeout=0.2, backoff=Backoff(initial=0.05, maximum=0.1)),
+    )
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop(1.0)
+
+
+async def send_drain(bus: Bus) -> None:
+    command = SlurmNodeCommand(
+        idempotency_key=f"test:drain:{NODE}:{time.monotonic()}",
+        sender="nodeset-controller",
+        sent_at=time.time(),
+        cluster=CLUSTER,
+        node=NODE,
+        op="drain",
+        reason="slurm-operator: scale-in",
+    )
+    await bus.publish(command.subject, command, msg_id=command.idempotency_key)
+
+
+async def stored(bus: Bus) -> SlurmNodeState:
+    kv = await bus.js.key_value("slurm_nodes")
+    entry = await kv.get(f"{CLUSTER}.{NODE}")
+    return codec.decode(SlurmNodeState, entry.value or b"", subject="kv")
+
+
+async def stored_is(bus: Bus, predicate: Any) -> bool:
+    return bool(predicate(await stored(bus)))
+
+
+async def wait_stored(bus: Bus, predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await stored_is(bus, predicate):
+        assert time.monotonic() < deadline, f"KV holds {await stored(bus)}"
+        await asyncio.sleep(0.02)
+
+
+def is_poll_batch(messages: Sequence[OutgoingMessage]) -> bool:
+    return any(isinstance(m.message, SlurmPollResult) for m in messages)
+
+
+async def started_with_a_running_job(bus: Bus, slurm: RunningSlurm, syncer: Syncer) -> None:
+    slurm.emulator.register_node(NODE, cpus=4, real_memory=8192)
+    await syncer.start()
+    await eventually(lambda: syncer.clusters[CLUSTER].polled)
+    await wait_stored(bus, lambda s: s.base_state == "Idle")
+    slurm.cluster.submit_job(sleep_job(NODE), "alice")
+
+
+async def test_rule_kv_ends_on_the_drained_state_when_an_older_poll_batch_lands_after_it(
+    topology: Bus,
+    slurm: RunningSlurm,
+    syncer: Syncer,
+    commands: PullConsumer[SlurmNodeCommand],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The poll's batch (node busy, not drained) is held on its way to NATS while a drain
+    command reads the node back as draining: KV must end on draining, not on the poll's."""
+    await started_with_a_running_job(topology, slurm, syncer)
+    held, release = asyncio.Event(), asyncio.Event()
+    publish_batch = topology.publish_batch
+
+    async def slow_poll_batch(messages: Sequence[OutgoingMessage], **kwargs: Any) -> Any:
+        if is_poll_batch(messages) and not held.is_set():
+            held.set()
+            await release.wait()
+        return await publish_batch(messages, **kwargs)
+
+    monkeypatch.setattr(topology, "publish_batch", slow_poll_batch)
+    poll = asyncio.create_task(syncer.poll_once(CLUSTER))
+    await asyncio.wait_for(held.wait(), 5)
+    await send_drain(topology)
+    await eventually(lambda: syncer.clusters[CLUSTER].states[NODE].draining)
+    # Give the read-back's publish every chance to go out ahead of the held batch.
+    await asyncio.sleep(0.3)
+    release.set()
+    await poll
+    await wait_stored(topology, lambda s: s.draining)
+
+
+async def test_rule_a_poll_listing_sent_before_a_drain_does_not_undo_its_read_back(
+    topology: Bus,
+    slurm: RunningSlurm,
+    syncer: Syncer,
+    commands: PullConsumer[SlurmNodeCommand],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A listing that left before the drain and answers after its read-back shows the node
+    not drained; the newer read-back is kept, in memory and in KV."""
+    await started_with_a_running_job(topology, slurm, syncer)
+    await syncer.poll_once(CLUSTER)
+    await wait_stored(topology, lambda s: s.busy and not s.drain)
+    client = syncer.clusters[CLUSTER].client
+    list_nodes = client.list_nodes
+    answered, release = asyncio.Event(), asyncio.Event()
+
+    async def late_listing() -> Any:
+        nodes = await list_nodes()
+        answered.set()
+        await release.wait()
+        return nodes
+
+    monkeypatch.setattr(client, "list_nodes", late_listing)
+    poll = asyncio.create_task(syncer.poll_once(CLUSTER))
+    await asyncio.wait_for(answered.wait(), 5)
+    await send_drain(topology)
+    await wait_stored(topology, lambda s: s.draining)
+    release.set()
+    await poll
+    assert syncer.clusters[CLUSTER].states[NODE].draining
+    assert (await stored(topology)).draining
+    # The next listing sees the drain itself.
+    monkeypatch.setattr(client, "list_nodes", list_nodes)
+    await syncer.poll_once(CLUSTER)
+    assert (await stored(topology)).draining
+
+
+async def test_rule_a_state_whose_publish_failed_is_published_by_the_next_poll(
+    topology: Bus, slurm: RunningSlurm, syncer: Syncer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JetStream does not acknowledge the batch that carries a change; the next poll sees no
+    change in Slurm but still owes KV that state, and publishes it."""
+    await started_with_a_running_job(topology, slurm, syncer)
+    publish_batch = topology.publish_batch
+    failed: list[int] = []
+
+    async def unacknowledged_once(messages: Sequence[OutgoingMessage], **kwargs: Any) -> Any:
+        if is_poll_batch(messages) and not failed:
+            failed.append(len(messages))
+            raise PublishError("kv.slurm_nodes", 3, TimeoutError("no ack"))
+        return await publish_batch(messages, **kwargs)
+
+    monkeypatch.setattr(topology, "publish_batch", unacknowledged_once)
+    await syncer.poll_once(CLUSTER)
+    assert failed and (await stored(topology)).base_state == "Idle"
+    await syncer.poll_once(CLUSTER)
+    await wait_stored(topology, lambda s: s.busy)
