@@ -101,21 +101,25 @@ async def bench_sync_and_latency(bus: Bus) -> None:
         await watcher.stop()
 
 
-async def measure_latency(bus: Bus, kubeconfig: Path) -> None:
+async def measure_latency(
+    bus: Bus, kubeconfig: Path, nodes: list[str] | None = None, label: str = "emulator"
+) -> None:
+    """Patch each node once (by default LATENCY_CHANGES of the emulator's gpu-node-NNNNN) and
+    time each change until its event is on NATS."""
+    names = nodes or [f"gpu-node-{i:05d}" for i in range(LATENCY_CHANGES)]
     sent: dict[str, float] = {}
     arrived: dict[str, float] = {}
     all_arrived = asyncio.Event()
 
     async def on_event(msg: Any) -> None:
         arrived[msg.subject] = time.perf_counter()
-        if len(arrived.keys() & sent.keys()) == LATENCY_CHANGES:
+        if len(arrived.keys() & sent.keys()) == len(names):
             all_arrived.set()
 
     subscription = await bus.nc.subscribe(subjects.k8s_kind_events("Node"), cb=on_event)
     api = await api_client(kubeconfig)
     core: Any = client.CoreV1Api(api)
-    for i in range(LATENCY_CHANGES):
-        name = f"gpu-node-{i:05d}"
+    for i, name in enumerate(names):
         patch = {"metadata": {"labels": {"bench/seq": str(i)}}}
         sent[subjects.k8s_object_event("Node", None, name)] = time.perf_counter()
         await core.patch_node(name, patch, _preload_content=False)
@@ -126,12 +130,15 @@ async def measure_latency(bus: Bus, kubeconfig: Path) -> None:
     await api.close()
     latencies = sorted((arrived[s] - t) * 1000 for s, t in sent.items() if s in arrived)
     if not latencies:
-        print("k8s_watcher API change -> NATS event latency: no event arrived", flush=True)
+        print(
+            f"k8s_watcher ({label}) API change -> NATS event latency: no event arrived", flush=True
+        )
         return
     p50 = statistics.median(latencies)
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
     print(
-        f"k8s_watcher API change -> NATS event latency over {len(latencies)} node patches: "
+        f"k8s_watcher ({label}) API change -> NATS event latency over {len(latencies)} node "
+        "patches: "
         f"p50 {p50:.1f} ms, p99 {p99:.1f} ms (target p99 < {LATENCY_TARGET_P99_MS:.0f} ms; "
         f"missing {len(sent) - len(latencies)})",
         flush=True,

@@ -158,23 +158,26 @@ def pinned_pod(name: str, node: str, labels: dict[str, str]) -> dict[str, Any]:
 class Cluster:
     """The simulator child process, driven over its HTTP API."""
 
-    def __init__(self, run_dir: Path) -> None:
+    # How the figures name this cluster's API server.
+    name = "emulator"
+
+    def __init__(self, run_dir: Path, nodes: int = NODES) -> None:
         self.run_dir = run_dir
+        self.nodes = nodes
         self.proc: asyncio.subprocess.Process | None = None
         self.env: dict[str, str] = {}
         self.session: aiohttp.ClientSession | None = None
 
-    async def start(self) -> None:
-        blocks = -(-NODES // 250)
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "clustersim",
+    def topology(self) -> str:
+        # Blocks of 250 nodes: one third octet each, so 4,000 nodes fit in 10.174.0.0/16.
+        return f"spines=1,blocks_per_spine={-(-self.nodes // 250)},nodes_per_block=250"
+
+    def simulator_args(self) -> list[str]:
+        return [
             "--nodes",
-            str(NODES),
-            # Blocks of 250 nodes: one third octet each, so 4,000 nodes fit in 10.174.0.0/16.
+            str(self.nodes),
             "--topology",
-            f"spines=1,blocks_per_spine={blocks},nodes_per_block=250",
+            self.topology(),
             "--run-dir",
             str(self.run_dir),
             "--kubelet-delay",
@@ -183,9 +186,27 @@ class Cluster:
             CLUSTER,
             "--log-level",
             "error",
+        ]
+
+    def new_session(self) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession()
+
+    async def is_ready(self) -> bool:
+        assert self.session is not None
+        with contextlib.suppress(aiohttp.ClientError, KeyError):
+            async with self.session.get(self.url + "/_sim/readyz") as response:
+                return response.status == 200
+        return False
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "clustersim",
+            *self.simulator_args(),
             stdout=asyncio.subprocess.DEVNULL,
         )
-        self.session = aiohttp.ClientSession()
+        self.session = self.new_session()
         env_file = self.run_dir / "env"
         deadline = time.monotonic() + 180
         while True:
@@ -195,10 +216,8 @@ class Cluster:
                 self.env = dict(
                     line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line
                 )
-                with contextlib.suppress(aiohttp.ClientError, KeyError):
-                    async with self.session.get(self.url + "/_sim/readyz") as response:
-                        if response.status == 200:
-                            return
+                if await self.is_ready():
+                    return
             await asyncio.sleep(0.2)
 
     async def stop(self) -> None:
@@ -405,18 +424,22 @@ async def main() -> None:
 
 
 class Services:
-    """k8s-watcher, slurm-syncer and nodeset-controller as child processes, each with its
-    health/metrics port; their logs go to files in the run directory."""
+    """Services as child processes (by default k8s-watcher, slurm-syncer and
+    nodeset-controller, started in that order), each with its health/metrics port; their logs
+    go to files in the run directory."""
 
-    NAMES = (
+    NAMES: tuple[tuple[str, str], ...] = (
         ("k8s-watcher", "k8s_watcher"),
         ("slurm-syncer", "slurm_syncer"),
         ("nodeset-controller", "nodeset_controller"),
     )
 
-    def __init__(self, run_dir: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, run_dir: Path, env: dict[str, str], names: tuple[tuple[str, str], ...] = NAMES
+    ) -> None:
         self.run_dir = run_dir
         self.env = env
+        self.names = names
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.urls: dict[str, str] = {}
 
@@ -425,7 +448,7 @@ class Services:
 
     async def start(self, session: aiohttp.ClientSession) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        for name, module in self.NAMES:
+        for name, module in self.names:
             port = free_port()
             env = {**self.env, "HTTP_HOST": "127.0.0.1", "HTTP_PORT": str(port)}
             env["INSTANCE_ID"] = f"bench-{name}"
@@ -493,7 +516,7 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
     raw = await raw_create_rate(cluster, nodes)
     pinned = await pinned_ceiling(cluster, nodes)
     print(
-        f"   {len(nodes)} nodes; emulator raw pod create {raw:.0f} pods/s "
+        f"   {len(nodes)} nodes; {cluster.name} raw pod create {raw:.0f} pods/s "
         f"({RAW_PODS} pods, {RAW_IN_FLIGHT} in flight); pinned pods create -> Ready "
         f"{pinned:.1f} pods/s ({PINNED_SAMPLE} pods)",
         flush=True,
@@ -578,7 +601,7 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
                 "deferred by the in-flight window",
                 flush=True,
             )
-        for name, _ in services.NAMES:
+        for name, _ in services.names:
             now, peak = services.memory_mib(name)
             print(
                 f"   {name:<18} RSS {now:6.1f} MiB, peak {peak:6.1f} MiB "

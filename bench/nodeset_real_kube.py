@@ -1,0 +1,177 @@
+"""NodeSet scale on a real Kubernetes control plane, beside the same run on the emulator (#13).
+
+The figure users compare with SUNK and Slinky: NodeSet 0 -> 4,000 pods Ready on 4,000 KWOK
+nodes and 4,000 -> 0 through safe deletion (SlurmDelete, drain, delete), with the real
+kube-apiserver, etcd, kube-controller-manager, kube-scheduler and KWOK of
+tools/kube/real_kube.sh, the Slurm emulator following the NodeSet pods (clustersim's bridge,
+as `make run KUBE=real` runs it) and k8s-watcher, slurm-syncer and nodeset-controller as one
+process each. The same steps run first on the emulator (bench.nodeset_controller), so the two
+sets of figures come from one run on one machine; each set has its own limits measured on its
+own API server (raw create, pinned pod create -> Ready through the scheduler and the kubelet or
+KWOK). Then k8s-watcher's API change -> NATS event latency on the real API server.
+
+Needs the control plane's binaries: built from their Go modules on the first run (about half
+an hour, then cached in /var/tmp/nodeflow-kube); without Go and without a cached build it
+prints why it is skipped. BENCH_NODESET_NODES sets the cluster size (default 4000),
+BENCH_NODESET_BUDGET the time budget of each run (default 900 s); BENCH_REAL_KUBE_ONLY=1
+skips the emulator run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import ssl
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+from bench import nodeset_controller as stack
+from bench.k8s_watcher import measure_latency
+from nodeflow_bus import Bus, BusOptions
+from nodeflow_runtime.logs import configure_logging
+from nodeflow_runtime.natsd import NatsServerProcess
+
+REPO = Path(__file__).resolve().parent.parent
+REAL_KUBE = REPO / "tools" / "kube" / "real_kube.sh"
+KUBE_CACHE = Path(os.environ.get("KUBE_CACHE", "/var/tmp/nodeflow-kube"))
+LATENCY_NODES = 100
+
+
+def exported(text: str) -> dict[str, str]:
+    """The `export NAME=value` lines real_kube.sh start prints."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            name, value = line.removeprefix("export ").split("=", 1)
+            values[name] = value
+    return values
+
+
+class RealCluster(stack.Cluster):
+    """The Slurm emulator following a real API server (`python -m clustersim
+    --follow-kubeconfig`) in a child process; the figures talk to the API server itself,
+    as its admin."""
+
+    name = "real control plane"
+
+    def __init__(self, run_dir: Path, nodes: int, control_plane: dict[str, str]) -> None:
+        super().__init__(run_dir, nodes)
+        self.control_plane = control_plane
+
+    @property
+    def url(self) -> str:
+        return self.control_plane["NODEFLOW_KUBE_URL"]
+
+    def simulator_args(self) -> list[str]:
+        return [
+            "--follow-kubeconfig",
+            self.control_plane["NODEFLOW_KUBE_KUBECONFIG"],
+            "--run-dir",
+            str(self.run_dir),
+            "--slurm-cluster",
+            stack.CLUSTER,
+            "--log-level",
+            "error",
+        ]
+
+    def new_session(self) -> aiohttp.ClientSession:
+        tls = ssl.create_default_context(cafile=self.control_plane["NODEFLOW_KUBE_CA"])
+        return aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {self.control_plane['NODEFLOW_KUBE_TOKEN']}"},
+            connector=aiohttp.TCPConnector(ssl=tls, limit=256),
+        )
+
+    async def is_ready(self) -> bool:
+        # The bridge writes its env file once it has applied the first list of pods.
+        return True
+
+
+def control_plane_unavailable() -> str:
+    """Why the real control plane cannot run here ("" when it can)."""
+    if shutil.which("go") is None and not any(KUBE_CACHE.glob("kubernetes-*/bin/kube-apiserver")):
+        return "no Go toolchain and no cached control plane build in " + str(KUBE_CACHE)
+    if shutil.which("kubectl") is None:
+        return "kubectl not found (make tools installs it)"
+    return ""
+
+
+async def control_plane(state: Path, nodes: int, topology: str) -> dict[str, str]:
+    """Start (building first if needed) the control plane with `nodes` KWOK GPU nodes."""
+    env = {**os.environ, "KUBE_STATE": str(state), "KUBE_NODES": str(nodes)}
+    env["KUBE_TOPOLOGY"] = topology
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        str(REAL_KUBE), "start", env=env, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"real_kube.sh start failed (logs in {state}/logs)")
+    print(
+        f"   control plane with {nodes:,} KWOK nodes up in {time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
+    return exported(out.decode())
+
+
+async def stop_control_plane(state: Path) -> None:
+    env = {**os.environ, "KUBE_STATE": str(state)}
+    proc = await asyncio.create_subprocess_exec(str(REAL_KUBE), "stop", env=env)
+    await proc.wait()
+
+
+async def real_run(tmp: Path) -> None:
+    state = tmp / "kube"
+    probe = stack.Cluster(tmp, stack.NODES)
+    nats = NatsServerProcess(tmp / "nats")
+    try:
+        plane = await control_plane(state, stack.NODES, probe.topology())
+        await nats.start()
+        cluster = RealCluster(tmp / "bridge", stack.NODES, plane)
+        try:
+            await cluster.start()
+            deadline = stack.Deadline(time.monotonic() + stack.BUDGET)
+            await stack.run(cluster, nats.url, deadline)
+            bus = await Bus.connect(nats.url, options=BusOptions(name="bench-latency"))
+            try:
+                # k8s-watcher was stopped with the other services: measure with a fresh one.
+                services = stack.Services(
+                    cluster.run_dir / "latency",
+                    {**os.environ, **cluster.env, "NATS_URL": nats.url, "LOG_LEVEL": "error"},
+                    (("k8s-watcher", "k8s_watcher"),),
+                )
+                assert cluster.session is not None
+                await services.start(cluster.session)
+                try:
+                    nodes = (await cluster.node_names())[:LATENCY_NODES]
+                    await measure_latency(
+                        bus, Path(plane["NODEFLOW_KUBE_KUBECONFIG"]), nodes, label="real"
+                    )
+                finally:
+                    await services.stop()
+            finally:
+                await bus.close()
+        except stack.OutOfBudget as exc:
+            print(f"   stopped: {exc} (budget {stack.BUDGET:.0f} s)", flush=True)
+        finally:
+            await cluster.stop()
+    finally:
+        await nats.kill()
+        await stop_control_plane(state)
+
+
+async def main() -> None:
+    configure_logging("bench-nodeset-real-kube", os.environ.get("BENCH_LOG_LEVEL", "error"))
+    why_not = control_plane_unavailable()
+    if why_not:
+        print(f"   skipped: {why_not}", flush=True)
+        return
+    if os.environ.get("BENCH_REAL_KUBE_ONLY") != "1":
+        print(f"   -- the emulator, {stack.NODES:,} nodes", flush=True)
+        await stack.main()
+    print(f"   -- the real control plane, {stack.NODES:,} KWOK nodes", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-real-kube-") as tmp:
+        await real_run(Path(tmp))
