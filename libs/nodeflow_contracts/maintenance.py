@@ -21,6 +21,7 @@ MaintenanceDecisionKind = Literal[
     "waiting-for-slurm",
     "drain-blocked",
     "drain-timeout",
+    "drain-restarted",
     "wait-timeout",
     "node-not-found",
     "invalid-spec",

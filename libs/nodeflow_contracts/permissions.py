@@ -367,6 +367,8 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
                 "metadata.annotations[maintenance.nvidia.com/node-initial-state.unschedulable]",
                 "metadata.annotations[maintenance.nvidia.com/ready-time]",
                 "metadata.annotations[maintenance.nvidia.com/wait-pod-completion-start-time]",
+                "metadata.annotations[nodeflow.dev/drain-spec-hash]",
+                "metadata.annotations[nodeflow.dev/drain-start-time]",
             ),
         ),
         _grant("update-status", "NodeMaintenance"),

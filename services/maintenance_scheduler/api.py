@@ -8,6 +8,9 @@ have refused (the CRD's schema and CEL rules do) is reported as `problems` and l
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -27,6 +30,11 @@ INITIAL_STATE_ANNOTATION: Final = "maintenance.nvidia.com/node-initial-state.uns
 READY_TIME_ANNOTATION: Final = "maintenance.nvidia.com/ready-time"
 WAIT_START_ANNOTATION: Final = "maintenance.nvidia.com/wait-pod-completion-start-time"
 GC_IGNORE_ANNOTATION: Final = "maintenance.nvidia.com/garbage-collector.ignore"
+# The drain in progress: a fingerprint of the drainSpec it runs with, and when it started (its
+# timeout counts from then). Kept on the object, so a drainSpec change restarts the drain (as
+# the reference operator cancels and recreates its drain request) and a restart does not.
+DRAIN_SPEC_ANNOTATION: Final = "nodeflow.dev/drain-spec-hash"
+DRAIN_START_ANNOTATION: Final = "nodeflow.dev/drain-start-time"
 
 READY_CONDITION: Final = "Ready"
 REQUESTOR_FAILED_CONDITION: Final = "RequestorFailed"
@@ -80,6 +88,12 @@ class DrainSpec:
     delete_empty_dir: bool = False
     # byResourceNameRegex of each filter; a pod matching any of them is evicted.
     eviction_filters: tuple[str, ...] = ()
+
+
+def drain_spec_fingerprint(spec: DrainSpec) -> str:
+    """A short digest of a drainSpec as defaulted: equal specs, equal fingerprints."""
+    canonical = json.dumps(dataclasses.asdict(spec), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,14 @@ class NodeMaintenance:
     @property
     def wait_started_at(self) -> float | None:
         return parse_time(self.annotations.get(WAIT_START_ANNOTATION))
+
+    @property
+    def drain_spec_hash(self) -> str | None:
+        return self.annotations.get(DRAIN_SPEC_ANNOTATION)
+
+    @property
+    def drain_started_at(self) -> float | None:
+        return parse_time(self.annotations.get(DRAIN_START_ANNOTATION))
 
     def owned_by_node(self, node_uid: str) -> bool:
         return any(

@@ -32,6 +32,8 @@ from maintenance_scheduler.actions import (
 from maintenance_scheduler.actions import EvictPod as EvictAction
 from maintenance_scheduler.api import (
     CORDON,
+    DRAIN_SPEC_ANNOTATION,
+    DRAIN_START_ANNOTATION,
     DRAINING,
     FINALIZER,
     INITIAL_STATE_ANNOTATION,
@@ -47,6 +49,7 @@ from maintenance_scheduler.api import (
     WAIT_START_ANNOTATION,
     NodeMaintenance,
     OperatorConfig,
+    drain_spec_fingerprint,
 )
 from maintenance_scheduler.drain import DrainPlan, drain_progress, plan_drain
 from maintenance_scheduler.pods import PodFacts
@@ -336,6 +339,12 @@ def _wait_for_pods(
     set_phase(step, request, DRAINING, now, wait_for_completion=(), drain=None)
 
 
+def _drain_annotations(request: NodeMaintenance, fingerprint: str, started: str) -> PatchRequest:
+    return PatchRequest(
+        request, annotations={DRAIN_SPEC_ANNOTATION: fingerprint, DRAIN_START_ANNOTATION: started}
+    )
+
+
 def drain_status(plan: DrainPlan, eviction_pods: int, total_pods: int) -> dict[str, Any]:
     remaining = sorted(p.key for p in plan.to_go) + sorted(h.pod.key for h in plan.blocking)
     status: dict[str, Any] = {
@@ -361,12 +370,36 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
     plan = plan_drain(spec, pods)
     step.drain = plan
     current = mapping(request.status.get("drain"))
+    fingerprint = drain_spec_fingerprint(spec)
+    if current and request.drain_spec_hash is None:
+        # A drain an earlier release started: this drainSpec is the one it runs with.
+        since = rfc3339(request.phase_since or now)
+        step.actions.append(_drain_annotations(request, fingerprint, since))
+        return
+    if current and request.drain_spec_hash != fingerprint:
+        # The reference operator cancels a drain whose spec changed and starts a new one:
+        # new totals, a new timeout. The totals go first; the start is recorded next round.
+        message = "drainSpec changed: the drain starts again"
+        step.actions.append(Event(request, "DrainRestarted", message))
+        step.decisions.append(Decision(request, "drain-restarted", "DrainRestarted", message))
+        set_phase(step, request, DRAINING, now, message, drain=None)
+        return
     if not current:
+        if request.drain_spec_hash != fingerprint:
+            # Recorded before the totals: a drain whose status says it started always has
+            # its spec and start time on the object (two writes, never one half lost).
+            step.actions.append(_drain_annotations(request, fingerprint, rfc3339(now)))
+            return
         # The drain starts: the counts are fixed now and kept on the object, so a restarted
         # service reports progress against the same totals.
         eviction_pods = len(plan.to_go) + len(plan.blocking)
         set_phase(
-            step, request, DRAINING, now, drain=drain_status(plan, eviction_pods, plan.total_pods)
+            step,
+            request,
+            DRAINING,
+            now,
+            request.ready_message,
+            drain=drain_status(plan, eviction_pods, plan.total_pods),
         )
         return
     eviction_pods = _count(current.get("evictionPods"))
@@ -379,7 +412,7 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
     if plan.done:
         set_phase(step, request, READY, now, drain=drain_status(plan, eviction_pods, total_pods))
         return
-    started = request.phase_since or now
+    started = request.drain_started_at or request.phase_since or now
     deadline = started + spec.timeout_seconds if spec.timeout_seconds > 0 else None
     timed_out = deadline is not None and now >= deadline
     step.drain_timed_out = timed_out

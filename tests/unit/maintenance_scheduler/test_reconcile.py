@@ -13,11 +13,14 @@ from maintenance_scheduler.actions import (
     UncordonNode,
 )
 from maintenance_scheduler.api import (
+    DRAIN_SPEC_ANNOTATION,
+    DRAIN_START_ANNOTATION,
     FINALIZER,
     INITIAL_STATE_ANNOTATION,
     READY_TIME_ANNOTATION,
     WAIT_START_ANNOTATION,
     OperatorConfig,
+    drain_spec_fingerprint,
 )
 from maintenance_scheduler.reconcile import (
     CORDON_REASON_PREFIX,
@@ -156,15 +159,39 @@ def test_rule_wait_for_pod_completion_zero_timeout_waits_forever() -> None:
 DRAIN_STATUS = {"drain": {"totalPods": 2, "evictionPods": 2, "drainProgress": 0}}
 
 
+def drain_annotations(drain_spec: dict[str, Any], started: float = T0) -> dict[str, str]:
+    """What the scheduler records on a request when its drain starts with `drain_spec`."""
+    spec = nm("r", "n1", drainSpec=drain_spec).drain_spec
+    assert spec is not None
+    return {
+        DRAIN_SPEC_ANNOTATION: drain_spec_fingerprint(spec),
+        DRAIN_START_ANNOTATION: rfc3339(started),
+    }
+
+
 def draining(**kwargs: Any) -> Any:
+    """A request whose drain is under way (started at T0 with its drainSpec)."""
     kwargs.setdefault("status", DRAIN_STATUS)
     kwargs.setdefault("drainSpec", {"force": True, "timeoutSeconds": 100})
+    kwargs.setdefault("annotations", drain_annotations(kwargs["drainSpec"]))
     return nm("r", "n1", phase="Draining", finalizer=True, **kwargs)
 
 
-def test_rule_drain_start_fixes_totals_in_status() -> None:
+def test_rule_drain_start_records_its_spec_then_fixes_totals_in_status() -> None:
     request = nm("r", "n1", phase="Draining", finalizer=True, drainSpec={"force": True})
-    step = reconcile_request(request, CORDONED, [pod("a"), pod("b", owner="DaemonSet")], [], T0)
+    pods = [pod("a"), pod("b", owner="DaemonSet")]
+    step = reconcile_request(request, CORDONED, pods, [], T0)
+    assert only(step, SetStatus) == [] and only(step, EvictPod) == []
+    assert only(step, PatchRequest)[0].annotations == drain_annotations({"force": True}, T0)
+    recorded = nm(
+        "r",
+        "n1",
+        phase="Draining",
+        finalizer=True,
+        drainSpec={"force": True},
+        annotations=drain_annotations({"force": True}, T0),
+    )
+    step = reconcile_request(recorded, CORDONED, pods, [], T0 + 1)
     drain = only(step, SetStatus)[0].status["drain"]
     assert drain == {
         "totalPods": 2,
@@ -173,6 +200,43 @@ def test_rule_drain_start_fixes_totals_in_status() -> None:
         "waitForEviction": ["default/a"],
     }
     assert only(step, EvictPod) == []
+
+
+def test_rule_a_drainspec_change_restarts_the_drain_with_new_totals_and_timeout() -> None:
+    """As the reference operator cancels and recreates a drain whose spec changed: the
+    totals are counted again for the new spec and its timeout runs from the restart."""
+    old_spec = {"force": True, "timeoutSeconds": 100}
+    new_spec = {"force": True, "timeoutSeconds": 100, "podSelector": "app=a"}
+    pods = [pod("a", labels={"app": "a"}), pod("b")]
+    changed = draining(drainSpec=new_spec, annotations=drain_annotations(old_spec))
+    step = reconcile_request(changed, CORDONED, pods, [], T0 + 150)
+    assert only(step, EvictPod) == []
+    assert "drain" not in only(step, SetStatus)[0].status
+    assert "DrainRestarted" in [e.reason for e in only(step, Event)]
+    assert "drain-restarted" in [d.kind for d in step.decisions]
+    reset = draining(drainSpec=new_spec, annotations=drain_annotations(old_spec), status={})
+    step = reconcile_request(reset, CORDONED, pods, [], T0 + 151)
+    assert only(step, PatchRequest)[0].annotations == drain_annotations(new_spec, T0 + 151)
+    restarted = draining(
+        drainSpec=new_spec, annotations=drain_annotations(new_spec, T0 + 151), status={}
+    )
+    step = reconcile_request(restarted, CORDONED, pods, [], T0 + 152)
+    assert only(step, SetStatus)[0].status["drain"]["evictionPods"] == 1
+    running = draining(drainSpec=new_spec, annotations=drain_annotations(new_spec, T0 + 151))
+    step = reconcile_request(running, CORDONED, pods, [], T0 + 200)
+    # 250 s after the first start, 49 s after the restart: not timed out.
+    assert not step.drain_timed_out
+    assert [e.pod.name for e in only(step, EvictPod)] == ["a"]
+
+
+def test_rule_a_drain_started_by_an_earlier_release_is_not_restarted() -> None:
+    """A drain in progress without our record of its spec (an earlier release started it)
+    gets the record, with its start as the phase's; nothing is counted again."""
+    earlier = draining(annotations={})
+    step = reconcile_request(earlier, CORDONED, [pod("a")], [], T0 + 10)
+    assert only(step, SetStatus) == [] and only(step, Event) == []
+    spec = {"force": True, "timeoutSeconds": 100}
+    assert only(step, PatchRequest)[0].annotations == drain_annotations(spec, T0)
 
 
 def test_rule_drain_evicts_and_reports_progress() -> None:
