@@ -68,10 +68,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
-
-import msgspec
+from typing import Any
 
 from clustersim.kube import errors
 from clustersim.kube.crd_rules import compile_errors, rule_causes
@@ -87,14 +84,19 @@ from clustersim.kube.errors import (
     NotFound,
     TooManyRequests,
 )
+from clustersim.kube.objects import (
+    DeleteResult,
+    Obj,
+    deep_copy,
+    get_path,
+    now_rfc3339,
+    set_path,
+)
 from clustersim.kube.patch import MERGE_PATCH, apply_patch
 from clustersim.kube.resources import BUILTINS, ResourceInfo, crd_resource_infos
 from clustersim.kube.schema import prepare_custom_object
 from clustersim.kube.selectors import FieldSelector, LabelSelector
 from nodeflow_kube.quantity import QuantityError, parse_quantity
-
-Obj = dict[str, Any]
-_T = TypeVar("_T")
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # The PriorityClasses every cluster has from the start.
@@ -105,29 +107,6 @@ SYSTEM_PRIORITY_CLASSES = {
 PREEMPT_LOWER = "PreemptLowerPriority"
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _DNS_SUBDOMAIN_MAX = 253
-
-_encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder()
-
-
-def deep_copy(obj: _T) -> _T:
-    """Fast deep copy of a JSON value."""
-    return cast(_T, _decoder.decode(_encoder.encode(obj)))
-
-
-_now_cache: tuple[int, str] = (0, "")
-
-
-def now_rfc3339() -> str:
-    """The current time at second precision (as metav1.Time serialises), cached per second:
-    formatting it is a measurable part of a create."""
-    global _now_cache
-    second = int(time.time())
-    if _now_cache[0] != second:
-        stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        _now_cache = (second, stamp)
-    return _now_cache[1]
-
 
 _DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -158,12 +137,6 @@ class ListResult:
     resource_version: str
     continue_: str | None = None
     remaining_item_count: int | None = None
-
-
-@dataclass
-class DeleteResult:
-    object: Obj
-    deleted: bool  # False: still present with deletionTimestamp (finalizers / graceful)
 
 
 @dataclass(frozen=True)
@@ -1352,7 +1325,7 @@ class Store:
             obj = owner.get(str(ref.get("name")))
             if obj is None or obj["metadata"].get("uid") != ref.get("uid"):
                 return None
-            return int(_get_path(obj, info.scale.spec_replicas_path) or 0)
+            return int(get_path(obj, info.scale.spec_replicas_path) or 0)
         return None
 
     # ----------------------------------------------------------------- scale
@@ -1393,7 +1366,7 @@ class Store:
                 ],
                 "autoscaling",
             )
-        _set_path(obj, info.scale.spec_replicas_path, replicas)
+        set_path(obj, info.scale.spec_replicas_path, replicas)
         updated = self._update(info, obj, ns, None, False)
         return _scale_of(info, updated)
 
@@ -1670,32 +1643,12 @@ def _keep_transition(old_status: Mapping[str, Any], sufficient: bool) -> str:
     return now_rfc3339()
 
 
-def _get_path(obj: Any, path: str) -> Any:
-    current = obj
-    for part in path.lstrip(".").split("."):
-        if not isinstance(current, Mapping):
-            return None
-        current = current.get(part)
-    return current
-
-
-def _set_path(obj: Obj, path: str, value: Any) -> None:
-    parts = path.lstrip(".").split(".")
-    current = obj
-    for part in parts[:-1]:
-        nxt = current.get(part)
-        if not isinstance(nxt, dict):
-            nxt = current[part] = {}
-        current = nxt
-    current[parts[-1]] = value
-
-
 def _scale_of(info: ResourceInfo, obj: Obj) -> Obj:
     assert info.scale is not None
     meta = obj["metadata"]
-    status: Obj = {"replicas": int(_get_path(obj, info.scale.status_replicas_path) or 0)}
+    status: Obj = {"replicas": int(get_path(obj, info.scale.status_replicas_path) or 0)}
     if info.scale.label_selector_path:
-        selector = _get_path(obj, info.scale.label_selector_path)
+        selector = get_path(obj, info.scale.label_selector_path)
         if selector is not None:
             status["selector"] = selector
     scale_meta = {
@@ -1707,7 +1660,7 @@ def _scale_of(info: ResourceInfo, obj: Obj) -> Obj:
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
         "metadata": scale_meta,
-        "spec": {"replicas": int(_get_path(obj, info.scale.spec_replicas_path) or 0)},
+        "spec": {"replicas": int(get_path(obj, info.scale.spec_replicas_path) or 0)},
         "status": status,
     }
 
@@ -1891,7 +1844,6 @@ __all__ = [
     "AlreadyExists",
     "ApiError",
     "Conflict",
-    "DeleteResult",
     "Gone",
     "Invalid",
     "ListResult",
@@ -1901,8 +1853,6 @@ __all__ = [
     "Watch",
     "WatchEvent",
     "compute_pdb_status",
-    "deep_copy",
-    "now_rfc3339",
 ]
 
 
