@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import builtins
 import json
 import random
 import re
@@ -84,6 +83,7 @@ from clustersim.kube.errors import (
     NotFound,
     TooManyRequests,
 )
+from clustersim.kube.gc import GarbageCollector
 from clustersim.kube.objects import (
     DeleteResult,
     Obj,
@@ -270,6 +270,7 @@ class Store:
         self._listeners: list[Callable[[str, str, Obj, Obj | None], None]] = []
         self._admission = Admission(self)
         self._disruption = Disruption(self)
+        self._gc = GarbageCollector(self)
         for info in BUILTINS:
             self.register(info)
         for ns in namespaces:
@@ -841,12 +842,12 @@ class Store:
         if wait_for_dependents and "foregroundDeletion" not in finalizers:
             finalizers.append("foregroundDeletion")
         if policy == "Orphan":
-            self._orphan_dependents(meta["uid"])
+            self._gc.orphan_dependents(meta["uid"])
         new_meta["finalizers"] = finalizers
         if not finalizers:
             new_meta.pop("finalizers")
         if info.key == "namespaces":
-            return self._delete_namespace(info, new, existing)
+            return self._gc.delete_namespace(info, new, existing)
         if grace > 0 or finalizers:
             if not new_meta.get("deletionTimestamp"):
                 new_meta["deletionTimestamp"] = now_rfc3339()
@@ -862,8 +863,8 @@ class Store:
                 self._commit(info, "MODIFIED", new, existing)
                 self._after_write(info, new, existing)
             if "foregroundDeletion" in finalizers:
-                self._delete_dependents(meta["uid"], "Foreground")
-                self._maybe_finish_foreground(new_meta["uid"])
+                self._gc.delete_dependents(meta["uid"], "Foreground")
+                self._gc.maybe_finish_foreground(new_meta["uid"])
             current = self._objects[info.key].get(ns, {}).get(name)
             return DeleteResult(deep_copy(current or new), current is None)
         self._remove(info, new, existing)
@@ -895,91 +896,11 @@ class Store:
         self._index(info, final, existing, removed=True)
         self._commit(info, "DELETED", final, existing)
         self._after_write(info, None, final)
-        self._delete_dependents(meta["uid"], "Background")
+        self._gc.delete_dependents(meta["uid"], "Background")
         for owner_uid in _owner_uids(final):
-            self._maybe_finish_foreground(owner_uid)
+            self._gc.maybe_finish_foreground(owner_uid)
         if ns and info.key != "namespaces":
-            self._maybe_finish_namespace(ns)
-
-    def _dependent_refs(self, uid: str) -> builtins.list[tuple[ResourceInfo, Obj]]:
-        out = []
-        for ref in list(self._dependents.get(uid, ())):
-            key, ns, name = ref.split("\x00")
-            info = self._infos.get(key)
-            obj = self._objects.get(key, {}).get(ns, {}).get(name) if info else None
-            if info is not None and obj is not None:
-                out.append((info, obj))
-        return out
-
-    def _delete_dependents(self, uid: str, policy: str) -> None:
-        for info, obj in self._dependent_refs(uid):
-            meta = obj["metadata"]
-            if meta.get("deletionTimestamp") and policy == "Background":
-                continue
-            try:
-                self.delete(info, meta["name"], meta.get("namespace"), propagation_policy=policy)
-            except NotFound:
-                continue
-
-    def _orphan_dependents(self, uid: str) -> None:
-        for info, obj in self._dependent_refs(uid):
-            refs = [r for r in obj["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
-            patch = {"metadata": {"ownerReferences": refs or None}}
-            self.patch(
-                info, obj["metadata"]["name"], patch, MERGE_PATCH, obj["metadata"].get("namespace")
-            )
-
-    def _maybe_finish_foreground(self, owner_uid: str) -> None:
-        location = self._by_uid.get(owner_uid)
-        if location is None:
-            return
-        key, ns, name = location
-        owner = self._objects[key].get(ns, {}).get(name)
-        if owner is None:
-            return
-        finalizers = owner["metadata"].get("finalizers") or []
-        if "foregroundDeletion" not in finalizers or self._dependent_refs(owner_uid):
-            return
-        remaining = [f for f in finalizers if f != "foregroundDeletion"]
-        self.patch(
-            key, name, {"metadata": {"finalizers": remaining or None}}, MERGE_PATCH, ns or None
-        )
-
-    def _delete_namespace(self, info: ResourceInfo, new: Obj, existing: Obj) -> DeleteResult:
-        meta = new["metadata"]
-        name = meta["name"]
-        if not meta.get("deletionTimestamp"):
-            meta["deletionTimestamp"] = now_rfc3339()
-            new["status"] = {"phase": "Terminating"}
-            self._stamp(new)
-            self._bucket(info, "")[name] = new
-            self._commit(info, "MODIFIED", new, existing)
-        for other in list(self._infos.values()):
-            if not other.namespaced:
-                continue
-            for obj in list(self._objects[other.key].get(name, {}).values()):
-                if obj["metadata"].get("deletionTimestamp"):
-                    continue
-                try:
-                    self.delete(other, obj["metadata"]["name"], name)
-                except NotFound:
-                    continue
-        self._maybe_finish_namespace(name)
-        current = self._objects["namespaces"][""].get(name)
-        return DeleteResult(deep_copy(current or new), current is None)
-
-    def _maybe_finish_namespace(self, ns: str) -> None:
-        namespace = self._objects["namespaces"].get("", {}).get(ns)
-        if namespace is None or not namespace["metadata"].get("deletionTimestamp"):
-            return
-        for other in self._infos.values():
-            if other.namespaced and self._objects[other.key].get(ns):
-                return
-        if namespace["metadata"].get("finalizers"):
-            return
-        final = deep_copy(namespace)
-        final.get("spec", {}).pop("finalizers", None)
-        self._remove(self._infos["namespaces"], final, namespace)
+            self._gc.maybe_finish_namespace(ns)
 
     # ----------------------------------------------------------------- pods/binding, eviction
 
