@@ -48,10 +48,17 @@ API summary (``store = Store()``)::
   the current objects; ``"N"`` replays from the retained history after N, raising ``Gone`` (410)
   when N is older than the history window.  ``w.close()`` (or ``async with``) ends it.
 * Objects returned by get/create/update/patch are private copies.  Objects in ``list`` items and
-  watch events are shared with the store: treat them as read-only (``deep_copy`` them first).
+  watch events are shared with the store: treat them as read-only (``deep_copy`` them first;
+  it lives in ``clustersim.kube.objects``).
 * Errors are ``clustersim.kube.errors.ApiError`` subclasses (``NotFound``, ``AlreadyExists``,
   ``Conflict``, ``Invalid``, ``Gone``, ``TooManyRequests``, ...); ``err.status()`` is the
   Kubernetes ``Status`` body.
+
+This module is the object store itself: resources, resourceVersions, indexes, CRUD, watches and
+continue tokens.  The rest lives beside it, in objects each Store creates with itself:
+``admission.Admission`` (defaulting and validation before an object is stored),
+``gc.GarbageCollector`` (ownerReferences, namespace deletion) and ``disruption.Disruption``
+(evictions, PodDisruptionBudgets).  ``objects`` holds what they all share.
 """
 
 from __future__ import annotations
