@@ -38,8 +38,9 @@ from clustersim.cluster.scheduler import DefaultScheduler
 from clustersim.cluster.slurmwire import SlurmNodeSink, SlurmNodeWiring
 from clustersim.cluster.spec import ClusterSpec, NodeSpec, merge_cli_overrides
 from clustersim.kube.errors import AlreadyExists
+from clustersim.kube.objects import Obj
 from clustersim.kube.server import RunningServer, serve
-from clustersim.kube.store import Obj, Store
+from clustersim.kube.store import Store
 from clustersim.slurm.server import RunningSlurm, run_slurm_emulator
 from nodeflow_runtime.envfile import update_env_file
 

@@ -45,7 +45,8 @@ from clustersim.cluster.podlife import (
     waiting_status,
 )
 from clustersim.kube.errors import Conflict, NotFound
-from clustersim.kube.store import Store, now_rfc3339
+from clustersim.kube.objects import now_rfc3339
+from clustersim.kube.store import Store
 
 log = structlog.get_logger("clustersim.kubelet")
 

@@ -23,7 +23,8 @@ from clustersim.cluster.spec import (
     resolved_node_count,
 )
 from clustersim.kube.errors import NotFound
-from clustersim.kube.store import Store, now_rfc3339
+from clustersim.kube.objects import now_rfc3339
+from clustersim.kube.store import Store
 
 log = structlog.get_logger("clustersim.nodes")
 

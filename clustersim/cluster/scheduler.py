@@ -18,7 +18,8 @@ from clustersim.cluster.scheduling import (
     pod_requests,
 )
 from clustersim.kube.errors import Conflict, NotFound
-from clustersim.kube.store import Store, now_rfc3339
+from clustersim.kube.objects import now_rfc3339
+from clustersim.kube.store import Store
 from nodeflow_kube.quantity import ResourceList, add_resources, subtract_resources
 
 log = structlog.get_logger("clustersim.scheduler")

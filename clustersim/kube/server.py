@@ -38,9 +38,10 @@ from aiohttp import web
 
 from clustersim.kube import errors, protobuf, tables
 from clustersim.kube.errors import ApiError, BadRequest, Cause, MethodNotAllowed, NotFound
+from clustersim.kube.objects import Obj, deep_copy
 from clustersim.kube.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from clustersim.kube.resources import ResourceInfo
-from clustersim.kube.store import Obj, Store, WatchEvent, deep_copy
+from clustersim.kube.store import Store, WatchEvent
 
 log = structlog.get_logger("clustersim.kube")
 

@@ -48,19 +48,24 @@ API summary (``store = Store()``)::
   the current objects; ``"N"`` replays from the retained history after N, raising ``Gone`` (410)
   when N is older than the history window.  ``w.close()`` (or ``async with``) ends it.
 * Objects returned by get/create/update/patch are private copies.  Objects in ``list`` items and
-  watch events are shared with the store: treat them as read-only (``deep_copy`` them first).
+  watch events are shared with the store: treat them as read-only (``deep_copy`` them first;
+  it lives in ``clustersim.kube.objects``).
 * Errors are ``clustersim.kube.errors.ApiError`` subclasses (``NotFound``, ``AlreadyExists``,
   ``Conflict``, ``Invalid``, ``Gone``, ``TooManyRequests``, ...); ``err.status()`` is the
   Kubernetes ``Status`` body.
+
+This module is the object store itself: resources, resourceVersions, indexes, CRUD, watches and
+continue tokens.  The rest lives beside it, in objects each Store creates with itself:
+``admission.Admission`` (defaulting and validation before an object is stored),
+``gc.GarbageCollector`` (ownerReferences, namespace deletion) and ``disruption.Disruption``
+(evictions, PodDisruptionBudgets).  ``objects`` holds what they all share.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import builtins
 import json
-import math
 import random
 import re
 import time
@@ -68,13 +73,11 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
-
-import msgspec
+from typing import Any
 
 from clustersim.kube import errors
-from clustersim.kube.crd_rules import compile_errors, rule_causes
+from clustersim.kube.admission import Admission
+from clustersim.kube.disruption import Disruption
 from clustersim.kube.errors import (
     AlreadyExists,
     ApiError,
@@ -87,14 +90,18 @@ from clustersim.kube.errors import (
     NotFound,
     TooManyRequests,
 )
+from clustersim.kube.gc import GarbageCollector
+from clustersim.kube.objects import (
+    DeleteResult,
+    Obj,
+    deep_copy,
+    get_path,
+    now_rfc3339,
+    set_path,
+)
 from clustersim.kube.patch import MERGE_PATCH, apply_patch
 from clustersim.kube.resources import BUILTINS, ResourceInfo, crd_resource_infos
-from clustersim.kube.schema import prepare_custom_object
 from clustersim.kube.selectors import FieldSelector, LabelSelector
-from nodeflow_kube.quantity import QuantityError, parse_quantity
-
-Obj = dict[str, Any]
-_T = TypeVar("_T")
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # The PriorityClasses every cluster has from the start.
@@ -102,32 +109,8 @@ SYSTEM_PRIORITY_CLASSES = {
     "system-cluster-critical": 2000000000,
     "system-node-critical": 2000001000,
 }
-PREEMPT_LOWER = "PreemptLowerPriority"
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _DNS_SUBDOMAIN_MAX = 253
-
-_encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder()
-
-
-def deep_copy(obj: _T) -> _T:
-    """Fast deep copy of a JSON value."""
-    return cast(_T, _decoder.decode(_encoder.encode(obj)))
-
-
-_now_cache: tuple[int, str] = (0, "")
-
-
-def now_rfc3339() -> str:
-    """The current time at second precision (as metav1.Time serialises), cached per second:
-    formatting it is a measurable part of a create."""
-    global _now_cache
-    second = int(time.time())
-    if _now_cache[0] != second:
-        stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        _now_cache = (second, stamp)
-    return _now_cache[1]
-
 
 _DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -158,12 +141,6 @@ class ListResult:
     resource_version: str
     continue_: str | None = None
     remaining_item_count: int | None = None
-
-
-@dataclass
-class DeleteResult:
-    object: Obj
-    deleted: bool  # False: still present with deletionTimestamp (finalizers / graceful)
 
 
 @dataclass(frozen=True)
@@ -298,6 +275,9 @@ class Store:
         # spec.nodeName -> {(namespace, name)}: kubelets list their pods by node constantly
         self._pods_by_node: dict[str, set[tuple[str, str]]] = {}
         self._listeners: list[Callable[[str, str, Obj, Obj | None], None]] = []
+        self._admission = Admission(self)
+        self._disruption = Disruption(self)
+        self._gc = GarbageCollector(self)
         for info in BUILTINS:
             self.register(info)
         for ns in namespaces:
@@ -408,6 +388,13 @@ class Store:
             watch._offer(entry)
         for listener in self._listeners:
             listener(info.key, event_type, obj, old)
+
+    def _write_status(self, info: ResourceInfo, new: Obj, old: Obj) -> None:
+        if new == old:
+            return
+        self._stamp(new)
+        self._bucket(info, new["metadata"].get("namespace", ""))[new["metadata"]["name"]] = new
+        self._commit(info, "MODIFIED", new, old)
 
     def _index(self, info: ResourceInfo, obj: Obj, old: Obj | None, removed: bool) -> None:
         meta = obj["metadata"]
@@ -526,8 +513,8 @@ class Store:
         meta["generation"] = 1
         if info.reset_status_on_create:
             new.pop("status", None)
-        new = self._prepare_create(info, new)
-        new = self._validate(info, new, None)
+        new = self._admission.prepare_create(info, new)
+        new = self._admission.validate(info, new, None)
         if dry_run:
             return new
         self._stamp(new)
@@ -547,198 +534,6 @@ class Store:
                 name=ns,
                 kind="namespaces",
             )
-
-    def _prepare_create(self, info: ResourceInfo, obj: Obj) -> Obj:
-        key = info.key
-        if key == "pods":
-            spec = obj.setdefault("spec", {})
-            spec.setdefault("restartPolicy", "Always")
-            spec.setdefault("terminationGracePeriodSeconds", 30)
-            spec.setdefault("schedulerName", "default-scheduler")
-            spec.setdefault("dnsPolicy", "ClusterFirst")
-            for container in spec.get("containers") or []:
-                if isinstance(container, dict):
-                    container.setdefault("imagePullPolicy", "IfNotPresent")
-                    container.setdefault("terminationMessagePolicy", "File")
-            for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-                if isinstance(container, dict):
-                    _default_requests_to_limits(container)
-            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
-        elif key == "namespaces":
-            obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]
-            obj["status"] = {"phase": "Active"}
-            obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj[
-                "metadata"
-            ]["name"]
-        elif key == "jobs.batch":
-            self._prepare_job(obj)
-        elif key == "poddisruptionbudgets.policy":
-            obj["status"] = {
-                "disruptionsAllowed": 0,
-                "currentHealthy": 0,
-                "desiredHealthy": 0,
-                "expectedPods": 0,
-            }
-        elif key == "customresourcedefinitions.apiextensions.k8s.io":
-            obj = self._prepare_crd(obj)
-        return obj
-
-    @staticmethod
-    def _prepare_job(obj: Obj) -> None:
-        spec = obj.setdefault("spec", {})
-        uid = obj["metadata"]["uid"]
-        name = obj["metadata"]["name"]
-        spec.setdefault("parallelism", 1)
-        if "completions" not in spec:
-            spec["completions"] = 1
-        spec.setdefault("backoffLimit", 6)
-        spec.setdefault("completionMode", "NonIndexed")
-        spec.setdefault("suspend", False)
-        if not spec.get("manualSelector"):
-            spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
-            template_meta = spec.setdefault("template", {}).setdefault("metadata", {})
-            labels = template_meta.setdefault("labels", {})
-            labels.update(
-                {
-                    "batch.kubernetes.io/controller-uid": uid,
-                    "batch.kubernetes.io/job-name": name,
-                    "controller-uid": uid,
-                    "job-name": name,
-                }
-            )
-        obj["status"] = {}
-
-    def _prepare_crd(self, obj: Obj) -> Obj:
-        info = crd_resource_infos(obj)
-        spec = obj.get("spec") or {}
-        expected = f"{info.plural}.{info.group}"
-        causes: list[Cause] = []
-        if obj["metadata"]["name"] != expected:
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    f'Invalid value: "{obj["metadata"]["name"]}": must '
-                    f'be spec.names.plural+"."+spec.group',
-                    "metadata.name",
-                )
-            )
-        if not info.versions:
-            causes.append(Cause("FieldValueRequired", "Required value", "spec.versions"))
-        storage = [v for v in spec.get("versions") or [] if v.get("storage")]
-        if len(storage) != 1:
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    "must have exactly one version marked as storage version",
-                    "spec.versions",
-                )
-            )
-        if not info.kind:
-            causes.append(Cause("FieldValueRequired", "Required value", "spec.names.kind"))
-        versions = spec.get("versions") or []
-        schemas = [((v or {}).get("schema") or {}).get("openAPIV3Schema") for v in versions]
-        if schemas and isinstance(schemas[0], dict) and all(s == schemas[0] for s in schemas):
-            # kube-apiserver validates the internal form, where a schema every version shares
-            # is hoisted to spec.validation: its causes name that path.
-            causes.extend(compile_errors(schemas[0], "spec.validation.openAPIV3Schema"))
-        else:
-            for i, schema in enumerate(schemas):
-                if isinstance(schema, dict):
-                    path = f"spec.versions[{i}].schema.openAPIV3Schema"
-                    causes.extend(compile_errors(schema, path))
-        if causes:
-            raise errors.invalid(
-                "CustomResourceDefinition", obj["metadata"]["name"], causes, "apiextensions.k8s.io"
-            )
-        names = dict(spec.get("names") or {})
-        names.setdefault("singular", info.singular)
-        names.setdefault("listKind", info.list_kind)
-        obj["spec"]["names"] = names
-        obj["status"] = {
-            "acceptedNames": names,
-            "storedVersions": [info.storage_version],
-            "conditions": [
-                {
-                    "type": "NamesAccepted",
-                    "status": "True",
-                    "reason": "NoConflicts",
-                    "message": "no conflicts found",
-                    "lastTransitionTime": now_rfc3339(),
-                },
-                {
-                    "type": "Established",
-                    "status": "True",
-                    "reason": "InitialNamesAccepted",
-                    "message": "the initial names have been accepted",
-                    "lastTransitionTime": now_rfc3339(),
-                },
-            ],
-        }
-        return obj
-
-    def _validate(self, info: ResourceInfo, obj: Obj, old: Obj | None) -> Obj:
-        name = obj["metadata"]["name"]
-        if info.is_crd:
-            version = obj.get("apiVersion", "").rpartition("/")[2]
-            schema = info.schemas.get(version) or info.schemas.get(info.storage_version) or {}
-            if version not in info.versions:
-                raise BadRequest(f"unsupported apiVersion {obj.get('apiVersion')!r} for {info.key}")
-            obj, causes = prepare_custom_object(obj, schema)
-            if schema:
-                causes.extend(_rules_unless_blocked(obj, old, schema, causes))
-            if causes:
-                raise errors.invalid(info.kind, name, causes, info.group)
-            return obj
-        causes = []
-        if info.key == "pods":
-            _default_toleration_seconds(obj)
-            if old is None:
-                self._admit_priority(obj)
-            causes = _pod_causes(obj, old)
-        elif info.key == "jobs.batch":
-            causes = _job_causes(obj, old)
-        elif info.key == "poddisruptionbudgets.policy":
-            causes = _pdb_causes(obj)
-        if causes:
-            raise errors.invalid(info.kind, name, causes, info.group)
-        return obj
-
-    def _admit_priority(self, pod: Obj) -> None:
-        """The Priority admission plugin, on by default: a new pod's `priorityClassName`
-        resolves to `spec.priority` and `spec.preemptionPolicy` from its PriorityClass (the
-        globalDefault class, else 0, when it names none); a pod naming a class that does not
-        exist is refused, and so is one whose own `spec.priority` differs from its class's."""
-        spec = pod.setdefault("spec", {})
-        name = spec.get("priorityClassName")
-        classes = self._objects.get("priorityclasses.scheduling.k8s.io", {}).get("", {})
-        chosen: Obj | None = None
-        if name:
-            chosen = classes.get(name)
-            if chosen is None:
-                raise errors.Forbidden(
-                    f'pods "{pod["metadata"].get("name", "")}" is forbidden: no PriorityClass '
-                    f"with name {name} was found",
-                    kind="pods",
-                    name=str(pod["metadata"].get("name", "")),
-                )
-        else:
-            defaults = [c for c in classes.values() if c.get("globalDefault")]
-            if defaults:
-                chosen = min(defaults, key=lambda c: int(c.get("value") or 0))
-                spec["priorityClassName"] = chosen["metadata"]["name"]
-        value = int(chosen.get("value") or 0) if chosen is not None else 0
-        given = spec.get("priority")
-        if given is not None and given != value:
-            raise errors.Forbidden(
-                f'pods "{pod["metadata"].get("name", "")}" is forbidden: the integer value of '
-                f"priority ({given}) must not be provided in pod spec; priority admission "
-                f"controller computed {value} from the given PriorityClass name",
-                kind="pods",
-                name=str(pod["metadata"].get("name", "")),
-            )
-        spec["priority"] = value
-        policy = chosen.get("preemptionPolicy") if chosen is not None else None
-        spec["preemptionPolicy"] = policy or spec.get("preemptionPolicy") or PREEMPT_LOWER
 
     # ----------------------------------------------------------------- read
 
@@ -960,9 +755,9 @@ class Store:
             if _spec_part(new) != _spec_part(existing):
                 new_meta["generation"] = int(old_meta.get("generation", 1)) + 1
             if info.key == "customresourcedefinitions.apiextensions.k8s.io":
-                new = self._prepare_crd(new)
+                new = self._admission.prepare_crd(new)
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
-        new = self._validate(info, new, existing)
+        new = self._admission.validate(info, new, existing)
         if new == existing:
             return existing
         if dry_run:
@@ -1054,12 +849,12 @@ class Store:
         if wait_for_dependents and "foregroundDeletion" not in finalizers:
             finalizers.append("foregroundDeletion")
         if policy == "Orphan":
-            self._orphan_dependents(meta["uid"])
+            self._gc.orphan_dependents(meta["uid"])
         new_meta["finalizers"] = finalizers
         if not finalizers:
             new_meta.pop("finalizers")
         if info.key == "namespaces":
-            return self._delete_namespace(info, new, existing)
+            return self._gc.delete_namespace(info, new, existing)
         if grace > 0 or finalizers:
             if not new_meta.get("deletionTimestamp"):
                 new_meta["deletionTimestamp"] = now_rfc3339()
@@ -1075,8 +870,8 @@ class Store:
                 self._commit(info, "MODIFIED", new, existing)
                 self._after_write(info, new, existing)
             if "foregroundDeletion" in finalizers:
-                self._delete_dependents(meta["uid"], "Foreground")
-                self._maybe_finish_foreground(new_meta["uid"])
+                self._gc.delete_dependents(meta["uid"], "Foreground")
+                self._gc.maybe_finish_foreground(new_meta["uid"])
             current = self._objects[info.key].get(ns, {}).get(name)
             return DeleteResult(deep_copy(current or new), current is None)
         self._remove(info, new, existing)
@@ -1108,91 +903,11 @@ class Store:
         self._index(info, final, existing, removed=True)
         self._commit(info, "DELETED", final, existing)
         self._after_write(info, None, final)
-        self._delete_dependents(meta["uid"], "Background")
+        self._gc.delete_dependents(meta["uid"], "Background")
         for owner_uid in _owner_uids(final):
-            self._maybe_finish_foreground(owner_uid)
+            self._gc.maybe_finish_foreground(owner_uid)
         if ns and info.key != "namespaces":
-            self._maybe_finish_namespace(ns)
-
-    def _dependent_refs(self, uid: str) -> builtins.list[tuple[ResourceInfo, Obj]]:
-        out = []
-        for ref in list(self._dependents.get(uid, ())):
-            key, ns, name = ref.split("\x00")
-            info = self._infos.get(key)
-            obj = self._objects.get(key, {}).get(ns, {}).get(name) if info else None
-            if info is not None and obj is not None:
-                out.append((info, obj))
-        return out
-
-    def _delete_dependents(self, uid: str, policy: str) -> None:
-        for info, obj in self._dependent_refs(uid):
-            meta = obj["metadata"]
-            if meta.get("deletionTimestamp") and policy == "Background":
-                continue
-            try:
-                self.delete(info, meta["name"], meta.get("namespace"), propagation_policy=policy)
-            except NotFound:
-                continue
-
-    def _orphan_dependents(self, uid: str) -> None:
-        for info, obj in self._dependent_refs(uid):
-            refs = [r for r in obj["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
-            patch = {"metadata": {"ownerReferences": refs or None}}
-            self.patch(
-                info, obj["metadata"]["name"], patch, MERGE_PATCH, obj["metadata"].get("namespace")
-            )
-
-    def _maybe_finish_foreground(self, owner_uid: str) -> None:
-        location = self._by_uid.get(owner_uid)
-        if location is None:
-            return
-        key, ns, name = location
-        owner = self._objects[key].get(ns, {}).get(name)
-        if owner is None:
-            return
-        finalizers = owner["metadata"].get("finalizers") or []
-        if "foregroundDeletion" not in finalizers or self._dependent_refs(owner_uid):
-            return
-        remaining = [f for f in finalizers if f != "foregroundDeletion"]
-        self.patch(
-            key, name, {"metadata": {"finalizers": remaining or None}}, MERGE_PATCH, ns or None
-        )
-
-    def _delete_namespace(self, info: ResourceInfo, new: Obj, existing: Obj) -> DeleteResult:
-        meta = new["metadata"]
-        name = meta["name"]
-        if not meta.get("deletionTimestamp"):
-            meta["deletionTimestamp"] = now_rfc3339()
-            new["status"] = {"phase": "Terminating"}
-            self._stamp(new)
-            self._bucket(info, "")[name] = new
-            self._commit(info, "MODIFIED", new, existing)
-        for other in list(self._infos.values()):
-            if not other.namespaced:
-                continue
-            for obj in list(self._objects[other.key].get(name, {}).values()):
-                if obj["metadata"].get("deletionTimestamp"):
-                    continue
-                try:
-                    self.delete(other, obj["metadata"]["name"], name)
-                except NotFound:
-                    continue
-        self._maybe_finish_namespace(name)
-        current = self._objects["namespaces"][""].get(name)
-        return DeleteResult(deep_copy(current or new), current is None)
-
-    def _maybe_finish_namespace(self, ns: str) -> None:
-        namespace = self._objects["namespaces"].get("", {}).get(ns)
-        if namespace is None or not namespace["metadata"].get("deletionTimestamp"):
-            return
-        for other in self._infos.values():
-            if other.namespaced and self._objects[other.key].get(ns):
-                return
-        if namespace["metadata"].get("finalizers"):
-            return
-        final = deep_copy(namespace)
-        final.get("spec", {}).pop("finalizers", None)
-        self._remove(self._infos["namespaces"], final, namespace)
+            self._gc.maybe_finish_namespace(ns)
 
     # ----------------------------------------------------------------- pods/binding, eviction
 
@@ -1231,129 +946,7 @@ class Store:
         self, name: str, namespace: str, delete_options: Mapping[str, Any] | None = None
     ) -> DeleteResult:
         """pods/eviction: delete the pod unless a PodDisruptionBudget forbids it (429)."""
-        info = self._infos["pods"]
-        pod = self._lookup(info, name, namespace)
-        options = dict(delete_options or {})
-        terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        if not terminal and not pod["metadata"].get("deletionTimestamp"):
-            budgets = self._matching_pdbs(pod)
-            if len(budgets) > 1:
-                raise errors.InternalError(
-                    "This pod has more than one PodDisruptionBudget, which the eviction "
-                    "subresource does not support."
-                )
-            if budgets:
-                self._charge_budget(budgets[0], pod)
-        if not options.get("dryRun") and _preconditions_hold(pod, options.get("preconditions")):
-            self._mark_disruption_target(info, pod)
-        return self.delete(
-            info,
-            name,
-            namespace,
-            grace_period_seconds=options.get("gracePeriodSeconds"),
-            propagation_policy=options.get("propagationPolicy"),
-            preconditions=options.get("preconditions"),
-            dry_run=bool(options.get("dryRun")),
-        )
-
-    def _mark_disruption_target(self, info: ResourceInfo, pod: Obj) -> None:
-        """What kube-apiserver (PodDisruptionConditions, GA in 1.31) writes to the pod's status
-        before an eviction deletes it, so its Job's podFailurePolicy can tell."""
-        new = deep_copy(pod)
-        status = new.setdefault("status", {})
-        conditions = builtins.list(status.get("conditions") or [])
-        previous = next((c for c in conditions if c.get("type") == "DisruptionTarget"), None)
-        now = now_rfc3339()
-        condition = {
-            "type": "DisruptionTarget",
-            "status": "True",
-            "reason": "EvictionByEvictionAPI",
-            "message": "Eviction API: evicting",
-            "lastProbeTime": None,
-            "lastTransitionTime": now,
-        }
-        if previous is not None and previous.get("status") == "True":
-            condition["lastTransitionTime"] = previous.get("lastTransitionTime", now)
-        status["conditions"] = [c for c in conditions if c is not previous] + [condition]
-        if new == pod:
-            return
-        self._stamp(new)
-        self._bucket(info, new["metadata"]["namespace"])[new["metadata"]["name"]] = new
-        self._index(info, new, pod, removed=False)
-        self._commit(info, "MODIFIED", new, pod)
-        self._after_write(info, new, pod)
-
-    def _matching_pdbs(self, pod: Obj) -> builtins.list[Obj]:
-        ns = pod["metadata"]["namespace"]
-        labels = pod["metadata"].get("labels") or {}
-        out = []
-        for pdb in self._objects["poddisruptionbudgets.policy"].get(ns, {}).values():
-            selector = (pdb.get("spec") or {}).get("selector")
-            if selector is None:
-                continue
-            if LabelSelector.from_match(selector).matches(labels):
-                out.append(pdb)
-        return out
-
-    def _charge_budget(self, pdb: Obj, pod: Obj) -> None:
-        status = pdb.get("status") or {}
-        healthy = _pod_is_healthy(pod)
-        allowed = int(status.get("disruptionsAllowed", 0))
-        if (healthy and allowed <= 0) or (
-            not healthy and (status.get("currentHealthy", 0) < status.get("desiredHealthy", 0))
-        ):
-            raise TooManyRequests(
-                "Cannot evict pod as it would violate the pod's disruption budget.",
-                causes=[
-                    Cause(
-                        "DisruptionBudget",
-                        f"The disruption budget {pdb['metadata']['name']} needs "
-                        f"{status.get('desiredHealthy', 0)} healthy pods and has "
-                        f"{status.get('currentHealthy', 0)} currently",
-                    )
-                ],
-            )
-        if not healthy:
-            return
-        new = deep_copy(pdb)
-        new_status = new.setdefault("status", {})
-        new_status["disruptionsAllowed"] = allowed - 1
-        new_status.setdefault("disruptedPods", {})[pod["metadata"]["name"]] = now_rfc3339()
-        self._write_status(self._infos["poddisruptionbudgets.policy"], new, pdb)
-
-    def _write_status(self, info: ResourceInfo, new: Obj, old: Obj) -> None:
-        if new == old:
-            return
-        self._stamp(new)
-        self._bucket(info, new["metadata"].get("namespace", ""))[new["metadata"]["name"]] = new
-        self._commit(info, "MODIFIED", new, old)
-
-    def _refresh_pdbs(self, namespace: str) -> None:
-        info = self._infos["poddisruptionbudgets.policy"]
-        budgets = self._objects[info.key].get(namespace)
-        if not budgets:
-            return
-        pods = list(self._objects["pods"].get(namespace, {}).values())
-        for pdb in list(budgets.values()):
-            new_status = compute_pdb_status(pdb, pods, self._controller_scale)
-            if new_status is not None and new_status != pdb.get("status"):
-                new = deep_copy(pdb)
-                new["status"] = new_status
-                self._write_status(info, new, pdb)
-
-    def _controller_scale(self, ref: Mapping[str, Any], namespace: str) -> int | None:
-        """The disruption controller's finder for a pod's controller: the desired replicas of
-        the owner's scale subresource, or None when the owner has no scale or is not there."""
-        group = str(ref.get("apiVersion", "")).rpartition("/")[0]
-        for info in self._infos.values():
-            if info.group != group or info.kind != ref.get("kind") or info.scale is None:
-                continue
-            owner = self._objects[info.key].get(namespace if info.namespaced else "", {})
-            obj = owner.get(str(ref.get("name")))
-            if obj is None or obj["metadata"].get("uid") != ref.get("uid"):
-                return None
-            return int(_get_path(obj, info.scale.spec_replicas_path) or 0)
-        return None
+        return self._disruption.evict(name, namespace, delete_options)
 
     # ----------------------------------------------------------------- scale
 
@@ -1393,7 +986,7 @@ class Store:
                 ],
                 "autoscaling",
             )
-        _set_path(obj, info.scale.spec_replicas_path, replicas)
+        set_path(obj, info.scale.spec_replicas_path, replicas)
         updated = self._update(info, obj, ns, None, False)
         return _scale_of(info, updated)
 
@@ -1469,9 +1062,9 @@ class Store:
         key = info.key
         if key == "pods":
             ns = (new or old or {}).get("metadata", {}).get("namespace", "")
-            self._refresh_pdbs(ns)
+            self._disruption.refresh_pdbs(ns)
         elif key == "poddisruptionbudgets.policy" and new is not None:
-            self._refresh_pdbs(new["metadata"]["namespace"])
+            self._disruption.refresh_pdbs(new["metadata"]["namespace"])
         elif key == "namespaces" and new is not None and old is None:
             name = new["metadata"]["name"]
             self.create("configmaps", root_ca_configmap(name), name)
@@ -1494,35 +1087,6 @@ _ROOT_CA_DESCRIPTION = (
     "endpoints such as the internal service IP or kubernetes.default.svc. No other usage is "
     "guaranteed across distributions of Kubernetes clusters."
 )
-_NODE_PROBLEM_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-DEFAULT_TOLERATION_SECONDS = 300
-
-
-def _default_toleration_seconds(pod: Obj) -> None:
-    """The DefaultTolerationSeconds admission plugin, on by default: a pod that does not
-    tolerate the not-ready or unreachable NoExecute taint gets a 300 s toleration of it, so the
-    taint manager evicts it five minutes after its node stops answering (on create and update)."""
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return
-    tolerations = spec.get("tolerations") or []
-    for taint in _NODE_PROBLEM_TAINTS:
-        tolerated = any(
-            isinstance(t, dict)
-            and t.get("key", "") in (taint, "")
-            and t.get("effect", "") in ("NoExecute", "")
-            for t in tolerations
-        )
-        if not tolerated:
-            tolerations.append(
-                {
-                    "key": taint,
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
-                }
-            )
-    spec["tolerations"] = tolerations
 
 
 def root_ca_configmap(namespace: str) -> Obj:
@@ -1539,163 +1103,12 @@ def root_ca_configmap(namespace: str) -> Obj:
     }
 
 
-def _rules_unless_blocked(
-    obj: Obj, old: Obj | None, schema: Obj, causes: list[Cause]
-) -> list[Cause]:
-    """The CEL rule causes; like the apiserver, rules are skipped when a value has the wrong
-    type (the rules could not be evaluated meaningfully), with a cause saying so."""
-    if any(c.reason == "FieldValueTypeInvalid" for c in causes):
-        return [
-            Cause(
-                "FieldValueInvalid",
-                'Invalid value: "null": some validation rules were not checked because the '
-                "object was invalid; correct the existing errors to complete validation",
-            )
-        ]
-    return rule_causes(obj, old, schema)
-
-
-def _pod_is_healthy(pod: Mapping[str, Any]) -> bool:
-    if pod["metadata"].get("deletionTimestamp"):
-        return False
-    status = pod.get("status") or {}
-    if status.get("phase") != "Running":
-        return False
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-
-
-def _resolve_int_or_percent(value: Any, total: int, round_up: bool) -> int:
-    if isinstance(value, str) and value.endswith("%"):
-        pct = int(value[:-1])
-        raw = pct * total / 100
-        return math.ceil(raw) if round_up else math.floor(raw)
-    return int(value)
-
-
-ControllerScale = Callable[[Mapping[str, Any], str], int | None]
-
-
-def _no_controllers(ref: Mapping[str, Any], namespace: str) -> int | None:
-    return None
-
-
-def _expected_scale(
-    pods: Iterable[Mapping[str, Any]], controller_scale: ControllerScale
-) -> int | None:
-    """The sum of the desired replicas of the pods' controllers, each counted once. Pods
-    without a controller do not count (the real controller warns UnmanagedPods); a controller
-    it cannot scale makes the status incomputable (None: the status stays as it was)."""
-    scales: dict[str, int] = {}
-    for pod in pods:
-        meta = pod["metadata"]
-        ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
-        if ref is None or ref.get("uid") in scales:
-            continue
-        scale = controller_scale(ref, str(meta.get("namespace", "")))
-        if scale is None:
-            return None
-        scales[str(ref.get("uid"))] = scale
-    return sum(scales.values())
-
-
-def compute_pdb_status(
-    pdb: Mapping[str, Any],
-    pods: Iterable[Mapping[str, Any]],
-    controller_scale: ControllerScale = _no_controllers,
-) -> Obj | None:
-    """The status the disruption controller maintains for a PodDisruptionBudget, or None where
-    it cannot compute one. An integer minAvailable counts the selected pods; maxUnavailable and a
-    percentage minAvailable count the replicas of the pods' controllers (scale subresource), so
-    pods without a controller give an expected count of 0 and no disruption allowed."""
-    spec = pdb.get("spec") or {}
-    # policy/v1: an empty selector selects every pod of the namespace, a null one none.
-    raw_selector = spec.get("selector")
-    selector = LabelSelector.from_match(raw_selector) if raw_selector is not None else None
-    matching = [
-        p for p in pods if selector is not None and selector.matches(p["metadata"].get("labels"))
-    ]
-    healthy = sum(1 for p in matching if _pod_is_healthy(p))
-    min_available = spec.get("minAvailable")
-    if min_available is not None and not isinstance(min_available, str):
-        expected = len(matching)
-        desired = int(min_available)
-    elif min_available is not None or "maxUnavailable" in spec:
-        scaled = _expected_scale(matching, controller_scale)
-        if scaled is None:
-            return None
-        expected = scaled
-        if min_available is not None:
-            desired = _resolve_int_or_percent(min_available, expected, round_up=True)
-        else:
-            unavailable = _resolve_int_or_percent(spec["maxUnavailable"], expected, True)
-            desired = max(0, expected - unavailable)
-    else:
-        expected = len(matching)
-        desired = expected
-    allowed = healthy - desired if expected > 0 else 0
-    status: Obj = {
-        "observedGeneration": pdb["metadata"].get("generation", 1),
-        "disruptionsAllowed": max(0, allowed),
-        "currentHealthy": healthy,
-        "desiredHealthy": desired,
-        "expectedPods": expected,
-    }
-    old_status = pdb.get("status") or {}
-    live = {p["metadata"]["name"] for p in matching if not p["metadata"].get("deletionTimestamp")}
-    disrupted = {k: v for k, v in (old_status.get("disruptedPods") or {}).items() if k in live}
-    if disrupted:
-        status["disruptedPods"] = disrupted
-        status["disruptionsAllowed"] = max(0, status["disruptionsAllowed"] - len(disrupted))
-    sufficient = status["disruptionsAllowed"] > 0
-    status["conditions"] = [
-        {
-            "type": "DisruptionAllowed",
-            "status": "True" if sufficient else "False",
-            "reason": "SufficientPods" if sufficient else "InsufficientPods",
-            "message": "",
-            "observedGeneration": status["observedGeneration"],
-            "lastTransitionTime": _keep_transition(old_status, sufficient),
-        }
-    ]
-    return status
-
-
-def _keep_transition(old_status: Mapping[str, Any], sufficient: bool) -> str:
-    for cond in old_status.get("conditions") or []:
-        if cond.get("type") == "DisruptionAllowed" and (cond.get("status") == "True") == sufficient:
-            return str(cond.get("lastTransitionTime"))
-    return now_rfc3339()
-
-
-def _get_path(obj: Any, path: str) -> Any:
-    current = obj
-    for part in path.lstrip(".").split("."):
-        if not isinstance(current, Mapping):
-            return None
-        current = current.get(part)
-    return current
-
-
-def _set_path(obj: Obj, path: str, value: Any) -> None:
-    parts = path.lstrip(".").split(".")
-    current = obj
-    for part in parts[:-1]:
-        nxt = current.get(part)
-        if not isinstance(nxt, dict):
-            nxt = current[part] = {}
-        current = nxt
-    current[parts[-1]] = value
-
-
 def _scale_of(info: ResourceInfo, obj: Obj) -> Obj:
     assert info.scale is not None
     meta = obj["metadata"]
-    status: Obj = {"replicas": int(_get_path(obj, info.scale.status_replicas_path) or 0)}
+    status: Obj = {"replicas": int(get_path(obj, info.scale.status_replicas_path) or 0)}
     if info.scale.label_selector_path:
-        selector = _get_path(obj, info.scale.label_selector_path)
+        selector = get_path(obj, info.scale.label_selector_path)
         if selector is not None:
             status["selector"] = selector
     scale_meta = {
@@ -1707,182 +1120,9 @@ def _scale_of(info: ResourceInfo, obj: Obj) -> Obj:
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
         "metadata": scale_meta,
-        "spec": {"replicas": int(_get_path(obj, info.scale.spec_replicas_path) or 0)},
+        "spec": {"replicas": int(get_path(obj, info.scale.spec_replicas_path) or 0)},
         "status": status,
     }
-
-
-_POD_MUTABLE_SPEC = ("activeDeadlineSeconds", "terminationGracePeriodSeconds")
-
-
-def _overcommit_allowed(resource: str) -> bool:
-    """Native resources (cpu, memory, `*kubernetes.io/*`) may be requested below their limit;
-    extended ones (nvidia.com/gpu) and hugepages may not."""
-    native = "/" not in resource or "kubernetes.io/" in resource
-    return native and not resource.startswith("hugepages-")
-
-
-def _default_requests_to_limits(container: Obj) -> None:
-    """A limit without a request: the request defaults to the limit, as the API server does."""
-    resources = container.get("resources")
-    limits = resources.get("limits") if isinstance(resources, dict) else None
-    if not isinstance(limits, dict) or not limits:
-        return
-    requests = resources.setdefault("requests", {}) if isinstance(resources, dict) else None
-    if isinstance(requests, dict):
-        for name, quantity in limits.items():
-            requests.setdefault(name, quantity)
-
-
-def _same_quantity(left: object, right: object) -> bool:
-    try:
-        return parse_quantity(left) == parse_quantity(right)
-    except QuantityError:
-        return left == right
-
-
-def _resource_causes(resources: object, path: str) -> list[Cause]:
-    """A resource that cannot be overcommitted needs a limit, and its request must equal it."""
-    if not isinstance(resources, dict):
-        return []
-    requests = resources.get("requests") or {}
-    limits = resources.get("limits") or {}
-    if not isinstance(requests, dict) or not isinstance(limits, dict):
-        return []
-    causes: list[Cause] = []
-    for name, quantity in requests.items():
-        if _overcommit_allowed(str(name)):
-            continue
-        if name not in limits:
-            causes.append(
-                Cause(
-                    "FieldValueRequired",
-                    "Required value: Limit must be set for non overcommitable resources",
-                    f"{path}.limits",
-                )
-            )
-        elif not _same_quantity(quantity, limits[name]):
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    f'Invalid value: "{quantity}": must be equal to {name} limit of {limits[name]}',
-                    f"{path}.requests",
-                )
-            )
-    return causes
-
-
-def _pod_causes(obj: Obj, old: Obj | None) -> list[Cause]:
-    spec = obj.get("spec") or {}
-    causes: list[Cause] = []
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        causes.append(Cause("FieldValueRequired", "Required value", "spec.containers"))
-    else:
-        for i, c in enumerate(containers):
-            if not isinstance(c, dict) or not c.get("name"):
-                causes.append(
-                    Cause("FieldValueRequired", "Required value", f"spec.containers[{i}].name")
-                )
-            elif not c.get("image"):
-                causes.append(
-                    Cause("FieldValueRequired", "Required value", f"spec.containers[{i}].image")
-                )
-    for field, listed in (
-        ("containers", containers),
-        ("initContainers", spec.get("initContainers")),
-    ):
-        for i, c in enumerate(listed if isinstance(listed, list) else ()):
-            if isinstance(c, dict):
-                causes.extend(_resource_causes(c.get("resources"), f"spec.{field}[{i}].resources"))
-    if old is not None and not causes:
-        old_spec = dict(old.get("spec") or {})
-        new_spec = dict(spec)
-        for key in _POD_MUTABLE_SPEC:
-            old_spec.pop(key, None)
-            new_spec.pop(key, None)
-        old_tolerations = old_spec.pop("tolerations", None) or []
-        new_tolerations = new_spec.pop("tolerations", None) or []
-        for spec_ in (old_spec, new_spec):
-            spec_["containers"] = [
-                {k: v for k, v in c.items() if k != "image"} for c in spec_.get("containers") or []
-            ]
-        if old_spec != new_spec or any(t not in new_tolerations for t in old_tolerations):
-            causes.append(
-                Cause(
-                    "FieldValueForbidden",
-                    "Forbidden: pod updates may not change fields other "
-                    "than `spec.containers[*].image`, `spec.initContainers[*].image`, "
-                    "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to "
-                    "existing tolerations), `spec.terminationGracePeriodSeconds`",
-                    "spec",
-                )
-            )
-    return causes
-
-
-def _job_causes(obj: Obj, old: Obj | None) -> list[Cause]:
-    spec = obj.get("spec") or {}
-    causes: list[Cause] = []
-    template = spec.get("template") or {}
-    policy = (template.get("spec") or {}).get("restartPolicy")
-    if policy not in ("Never", "OnFailure"):
-        causes.append(
-            Cause(
-                "FieldValueNotSupported",
-                f'Unsupported value: "{policy or ""}": supported values: "OnFailure", "Never"',
-                "spec.template.spec.restartPolicy",
-            )
-        )
-    if not (template.get("spec") or {}).get("containers"):
-        causes.append(
-            Cause("FieldValueRequired", "Required value", "spec.template.spec.containers")
-        )
-    for key in ("parallelism", "completions", "backoffLimit"):
-        value = spec.get(key)
-        if value is not None and (not isinstance(value, int) or value < 0):
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    f"Invalid value: {value}: must be greater than or equal to 0",
-                    f"spec.{key}",
-                )
-            )
-    if old is not None:
-        old_spec = old.get("spec") or {}
-        for key in ("template", "selector", "completionMode"):
-            if old_spec.get(key) != spec.get(key):
-                causes.append(Cause("FieldValueInvalid", "field is immutable", f"spec.{key}"))
-    return causes
-
-
-def _pdb_causes(obj: Obj) -> list[Cause]:
-    spec = obj.get("spec") or {}
-    causes: list[Cause] = []
-    if "minAvailable" in spec and "maxUnavailable" in spec:
-        causes.append(
-            Cause("FieldValueInvalid", "minAvailable and maxUnavailable cannot be both set", "spec")
-        )
-    for key in ("minAvailable", "maxUnavailable"):
-        value = spec.get(key)
-        if isinstance(value, str) and not (value.endswith("%") and value[:-1].isdigit()):
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    f'Invalid value: "{value}": a valid percent '
-                    "string must be a numeric string followed by an ending '%'",
-                    f"spec.{key}",
-                )
-            )
-        elif isinstance(value, int) and value < 0:
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    f"Invalid value: {value}: must be greater than or equal to 0",
-                    f"spec.{key}",
-                )
-            )
-    return causes
 
 
 __all__ = [
@@ -1891,7 +1131,6 @@ __all__ = [
     "AlreadyExists",
     "ApiError",
     "Conflict",
-    "DeleteResult",
     "Gone",
     "Invalid",
     "ListResult",
@@ -1900,14 +1139,4 @@ __all__ = [
     "TooManyRequests",
     "Watch",
     "WatchEvent",
-    "compute_pdb_status",
-    "deep_copy",
-    "now_rfc3339",
 ]
-
-
-def _preconditions_hold(obj: Obj, preconditions: Mapping[str, Any] | None) -> bool:
-    meta = obj["metadata"]
-    wanted = preconditions or {}
-    uid, version = wanted.get("uid"), wanted.get("resourceVersion")
-    return (not uid or uid == meta["uid"]) and (not version or version == meta["resourceVersion"])

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clustersim.kube.disruption import compute_pdb_status
 from clustersim.kube.errors import AlreadyExists, Conflict, Gone, Invalid, NotFound
 from clustersim.kube.patch import STRATEGIC_MERGE_PATCH
-from clustersim.kube.store import Store, compute_pdb_status
+from clustersim.kube.store import Store
 
 
 def pod(name: str, node: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
