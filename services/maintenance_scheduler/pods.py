@@ -135,6 +135,46 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     )
 
 
+def drain_fields(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the maintenance controller keeps it in its view: only what `pod_facts`
+    reads (so `pod_facts(drain_fields(p)) == pod_facts(p)`). Every pod of the cluster is kept,
+    any of them may be on a node to drain; whole, 50,000 of them took most of a gigabyte."""
+    metadata = meta(pod)
+    spec = mapping(pod.get("spec"))
+    status = mapping(pod.get("status"))
+    kept_meta: dict[str, Any] = {
+        key: metadata[key]
+        for key in ("namespace", "name", "uid", "labels", "deletionTimestamp")
+        if key in metadata
+    }
+    owners = [mapping(o) for o in metadata.get("ownerReferences") or ()]
+    controller = next((o for o in owners if o.get("controller") is True), None)
+    if controller is not None:
+        kept_meta["ownerReferences"] = [{"kind": controller.get("kind"), "controller": True}]
+    if MIRROR_ANNOTATION in mapping(metadata.get("annotations")):
+        kept_meta["annotations"] = {MIRROR_ANNOTATION: "true"}
+    containers = [
+        {"resources": {"requests": {name: "" for name in requests}}}
+        for requests in (
+            mapping(mapping(mapping(c).get("resources")).get("requests"))
+            for c in spec.get("containers") or ()
+        )
+        if requests
+    ]
+    kept_spec: dict[str, Any] = {"nodeName": spec.get("nodeName"), "containers": containers}
+    if any("emptyDir" in mapping(v) for v in spec.get("volumes") or ()):
+        kept_spec["volumes"] = [{"emptyDir": {}}]
+    kept_status: dict[str, Any] = {"phase": status.get("phase")}
+    slurm_conditions = [
+        c
+        for c in status.get("conditions") or ()
+        if str(mapping(c).get("type") or "").startswith(SLURM_STATE_CONDITION_PREFIX)
+    ]
+    if slurm_conditions:
+        kept_status["conditions"] = slurm_conditions
+    return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
+
+
 def with_fresh_slurm(
     pod: PodFacts,
     clusters: Mapping[str, SlurmClusterStatus],

@@ -43,7 +43,7 @@ from maintenance_scheduler.api import (
 )
 from maintenance_scheduler.commands import SENDER, commands_for, decision_message
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
-from maintenance_scheduler.pods import PodFacts, pod_facts, with_fresh_slurm
+from maintenance_scheduler.pods import PodFacts, drain_fields, pod_facts, with_fresh_slurm
 from maintenance_scheduler.reconcile import (
     NodeFacts,
     Step,
@@ -132,14 +132,31 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     )
 
 
+def node_fields(node: dict[str, Any]) -> dict[str, Any]:
+    """The node as this controller keeps it in its view: only what `node_facts` reads."""
+    metadata = meta(node)
+    reason = mapping(metadata.get("annotations")).get(NODE_CORDON_REASON_ANNOTATION)
+    ready = condition(node, "Ready")
+    return {
+        "metadata": {
+            "name": metadata.get("name"),
+            "uid": metadata.get("uid"),
+            "resourceVersion": metadata.get("resourceVersion"),
+            "annotations": {} if reason is None else {NODE_CORDON_REASON_ANNOTATION: reason},
+        },
+        "spec": {"unschedulable": mapping(node.get("spec")).get("unschedulable")},
+        "status": {"conditions": [] if ready is None else [dict(ready)]},
+    }
+
+
 class MaintenanceScheduler:
     def __init__(self, bus: Bus, config: MaintenanceSchedulerConfig) -> None:
         self.bus = bus
         self.config = config
         self.requests: KVView[Obj] = KVView(bus, "k8s_nodemaintenances", dict)
         self.configs: KVView[Obj] = KVView(bus, "k8s_maintenanceoperatorconfigs", dict)
-        self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict)
-        self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict)
+        self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict, project=node_fields)
+        self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict, project=drain_fields)
         self.clusters: KVView[SlurmClusterStatus] = KVView(
             bus, SLURM_CLUSTERS_BUCKET, SlurmClusterStatus
         )

@@ -4,8 +4,9 @@ beyond the generic tolerant readers of nodeflow_kube.fields: claims, addresses, 
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
-from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION
+from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION, NODESET_LABEL
 from nodeflow_kube.fields import (
     Obj,
     annotations_of,
@@ -101,3 +102,35 @@ def controller_uid(obj: Obj) -> str | None:
             uid = entry.get("uid")
             return str(uid) if uid else None
     return None
+
+
+def _resources_only(container: object) -> dict[str, Any]:
+    entry = mapping(container)
+    return {key: entry[key] for key in ("resources", "restartPolicy") if key in entry}
+
+
+def keep_in_view(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the controller keeps of a pod in its view (its KVView projection). NodeSet pods
+    (labelled with their NodeSet) whole; of any other pod what the controller reads of it:
+    its name and labels (name collisions), the node it occupies and what it requests there
+    (feasibility), its phase. At 50,000 pods the other pods' whole objects were most of the
+    controller's memory."""
+    metadata = meta(pod)
+    if NODESET_LABEL in mapping(metadata.get("labels")):
+        return pod
+    spec = mapping(pod.get("spec"))
+    kept_spec: dict[str, Any] = {
+        key: spec[key] for key in ("nodeName", "affinity", "resources", "overhead") if key in spec
+    }
+    for key in ("containers", "initContainers"):
+        if key in spec:
+            kept_spec[key] = [_resources_only(c) for c in sequence(spec.get(key))]
+    return {
+        "metadata": {
+            key: metadata[key]
+            for key in ("name", "namespace", "uid", "resourceVersion", "labels")
+            if key in metadata
+        },
+        "spec": kept_spec,
+        "status": {"phase": mapping(pod.get("status")).get("phase")},
+    }

@@ -64,6 +64,7 @@ from nodeset_controller.commands import (
 )
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.objects import (
+    keep_in_view,
     pod_node,
     pod_occupies_node,
     pod_requests,
@@ -186,7 +187,9 @@ class NodeSetController:
         self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict)
         # Deletes tracked: a re-created pod's create command is keyed by its predecessor's
         # deletion (see commands.to_outgoing).
-        self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict, track_deletes=True)
+        self.pods: KVView[Obj] = KVView(
+            bus, "k8s_pods", dict, track_deletes=True, project=keep_in_view
+        )
         self.slices: KVView[Obj] = KVView(bus, "k8s_nodeslices", dict)
         self.slurm: KVView[SlurmNodeState] = KVView(bus, "slurm_nodes", SlurmNodeState)
         self.slurm_clusters: KVView[SlurmClusterStatus] = KVView(

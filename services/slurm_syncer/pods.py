@@ -137,6 +137,49 @@ def pod_facts(
     )
 
 
+def only_nodeset_pods(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """What the syncer keeps of a pod in its view (its KVView projection): of a NodeSet pod
+    what `pod_facts` and the listeners read (metadata, the node, phase and conditions), no
+    other pod at all (they are most of a large cluster's pods and never read here)."""
+    if nodeset_of(pod) is None:
+        return None
+    metadata = mapping(pod.get("metadata"))
+    status = mapping(pod.get("status"))
+    return {
+        "metadata": {
+            key: metadata[key]
+            for key in (
+                "namespace",
+                "name",
+                "uid",
+                "resourceVersion",
+                "labels",
+                "annotations",
+                "deletionTimestamp",
+            )
+            if key in metadata
+        },
+        "spec": {"nodeName": mapping(pod.get("spec")).get("nodeName")},
+        "status": {key: status[key] for key in ("phase", "conditions") if key in status},
+    }
+
+
+def node_cordon_facts(node: dict[str, Any]) -> dict[str, Any]:
+    """What the syncer keeps of a Kubernetes node (its KVView projection): the name, whether
+    it is unschedulable and its cordon reason, all `pod_facts` and the cordon model read."""
+    metadata = mapping(node.get("metadata"))
+    reason = mapping(metadata.get("annotations")).get(NODE_CORDON_REASON_ANNOTATION)
+    kept: dict[str, Any] = {
+        "metadata": {
+            "name": metadata.get("name"),
+            "resourceVersion": metadata.get("resourceVersion"),
+            "annotations": {} if reason is None else {NODE_CORDON_REASON_ANNOTATION: reason},
+        },
+        "spec": {"unschedulable": bool(mapping(node.get("spec")).get("unschedulable"))},
+    }
+    return kept
+
+
 def is_past_pending(pod: Obj) -> bool:
     """Its containers may have started: any phase but Pending (a missing phase proves
     nothing, so it counts as started)."""

@@ -59,7 +59,14 @@ from slurm_syncer.nodestate import (
     same_state,
     settle_not_responding,
 )
-from slurm_syncer.pods import PodFacts, is_past_pending, nodeset_of, pod_facts
+from slurm_syncer.pods import (
+    PodFacts,
+    is_past_pending,
+    node_cordon_facts,
+    nodeset_of,
+    only_nodeset_pods,
+    pod_facts,
+)
 from slurm_syncer.reasons import DEFAULT_DRAIN_REASONS, DrainReasons
 from slurm_syncer.reconcile import (
     LEDGERS,
@@ -191,8 +198,8 @@ class Syncer:
 
     def _make_views(self) -> None:
         """Fresh views (a KVView starts once): a replica may lose and regain the lease."""
-        self._pods: KVView[Obj] = KVView(self._bus, PODS_BUCKET, dict)
-        self._nodes: KVView[Obj] = KVView(self._bus, NODES_BUCKET, dict)
+        self._pods: KVView[Obj] = KVView(self._bus, PODS_BUCKET, dict, project=only_nodeset_pods)
+        self._nodes: KVView[Obj] = KVView(self._bus, NODES_BUCKET, dict, project=node_cordon_facts)
         self._nodesets: KVView[Obj] = KVView(self._bus, NODESETS_BUCKET, dict)
         self._known: KVView[SlurmNodeState] = KVView(self._bus, SLURM_NODES_BUCKET, SlurmNodeState)
         self._statuses: KVView[SlurmClusterStatus] = KVView(

@@ -59,6 +59,14 @@ from nodeflow_kube.fields import (
 log = structlog.get_logger("maintenance_scheduler.skyhook")
 
 Obj = dict[str, Any]
+
+
+def only_skyhook_pods(pod: Obj) -> Obj | None:
+    """The pods this controller keeps in its view: those of its stage Jobs (labelled with
+    their Skyhook), never the rest of the cluster's."""
+    return pod if NAME_LABEL in mapping(meta(pod).get("labels")) else None
+
+
 APPLIED = frozenset({"applied", "already-applied", "retrying"})
 LEASE_NAME = f"{SERVICE}-skyhook"
 
@@ -72,7 +80,7 @@ class SkyhookController:
         self.policies: KVView[Obj] = KVView(bus, "k8s_deploymentpolicies", dict)
         self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict)
         self.jobs: KVView[Obj] = KVView(bus, "k8s_jobs", dict)
-        self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict)
+        self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict, project=only_skyhook_pods)
         self.requests: KVView[Obj] = KVView(bus, "k8s_nodemaintenances", dict)
         self.views: tuple[KVView[Any], ...] = (
             self.skyhooks,
@@ -127,6 +135,7 @@ class SkyhookController:
         self._wake.set()
 
     def _on_pod(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        # Only pods of stage Jobs reach here (only_skyhook_pods); the check stays for clarity.
         relevant = False
         for pod, adding in ((old, False), (new, True)):
             if pod is None or NAME_LABEL not in mapping(meta(pod).get("labels")):

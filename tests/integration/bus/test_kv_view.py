@@ -238,3 +238,30 @@ async def test_deleted_revision_tells_incarnations_of_a_key_apart(bus: Bus) -> N
     untracked = KVView(bus, "things", Thing)
     with pytest.raises(RuntimeError, match="does not track deletes"):
         untracked.deleted_revision("a")
+
+
+async def test_rule_a_projection_keeps_what_it_returns_and_leaves_out_what_it_drops(
+    bus: Bus,
+) -> None:
+    """Values are projected before the view keeps them; a value the projection drops is
+    absent, and one that stops matching reaches listeners as a deletion."""
+    kv = await things(bus)
+    await kv.put("small", codec.encode(Thing(name="small", size=1)))
+    await kv.put("large", codec.encode(Thing(name="large", size=100)))
+
+    def small_names(value: dict[str, object]) -> dict[str, object] | None:
+        size = value.get("size")
+        return {"name": value["name"]} if isinstance(size, int) and size < 10 else None
+
+    view: KVView[dict[str, object]] = KVView(bus, "things", dict, project=small_names)
+    heard: list[tuple[str, object, object]] = []
+    view.add_listener(lambda key, old, new: heard.append((key, old, new)))
+    await view.start()
+    await view.wait_ready(5)
+    assert view.as_dict() == {"small": {"name": "small"}}
+    await kv.put("small", codec.encode(Thing(name="small", size=50)))
+    await eventually(lambda: "small" not in view)
+    assert heard[-1] == ("small", {"name": "small"}, None)
+    await kv.put("large", codec.encode(Thing(name="large", size=2)))
+    await eventually(lambda: view.get("large") == {"name": "large"})
+    await view.stop()

@@ -1,0 +1,119 @@
+"""The maintenance controller keeps each pod as `drain_fields` projects it: nothing its drain
+decisions read may be lost (every pod of the cluster is in that view, so it must be small)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from maintenance_scheduler.pods import drain_fields, pod_facts
+from maintenance_scheduler.service import node_facts, node_fields
+from maintenance_scheduler.skyhook.service import only_skyhook_pods
+
+NAMES = st.sampled_from(["a", "b", "slurmd-0", "trainer"])
+LABELS = st.dictionaries(
+    st.sampled_from(["app", "nodeflow.dev/nodeset", "slurm.nodeflow.dev/cluster", "team"]),
+    NAMES,
+)
+OWNER = st.fixed_dictionaries(
+    {"kind": st.sampled_from(["DaemonSet", "ReplicaSet", "Job"]), "name": NAMES},
+    optional={"controller": st.booleans(), "uid": NAMES},
+)
+CONDITION = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            ["Ready", "SlurmNodeStateIdle", "SlurmNodeStateAllocated", "SlurmNodeStateDrain"]
+        ),
+        "status": st.sampled_from(["True", "False"]),
+    },
+    optional={"message": NAMES, "reason": NAMES},
+)
+CONTAINER = st.fixed_dictionaries(
+    {"name": NAMES, "image": NAMES},
+    optional={
+        "resources": st.fixed_dictionaries(
+            {},
+            optional={
+                "requests": st.dictionaries(
+                    st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), st.just("1")
+                ),
+                "limits": st.dictionaries(st.sampled_from(["nvidia.com/gpu"]), st.just("1")),
+            },
+        )
+    },
+)
+VOLUME = st.one_of(
+    st.just({"name": "scratch", "emptyDir": {}}),
+    st.just({"name": "config", "configMap": {"name": "c"}}),
+)
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": draw(NAMES),
+        "namespace": draw(st.sampled_from(["default", "slurm"])),
+        "uid": draw(NAMES),
+        "resourceVersion": "7",
+        "labels": draw(LABELS),
+        "ownerReferences": draw(st.lists(OWNER, max_size=2)),
+        "annotations": draw(
+            st.dictionaries(st.sampled_from(["kubernetes.io/config.mirror", "note"]), NAMES)
+        ),
+    }
+    if draw(st.booleans()):
+        metadata["deletionTimestamp"] = "2026-11-26T00:00:00Z"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "nodeName": draw(st.sampled_from(["", "n1", "n2"])),
+            "containers": draw(st.lists(CONTAINER, max_size=3)),
+            "volumes": draw(st.lists(VOLUME, max_size=2)),
+            "tolerations": [{"key": "x", "operator": "Exists"}],
+        },
+        "status": {
+            "phase": draw(st.sampled_from(["Pending", "Running", "Succeeded", "Failed"])),
+            "conditions": draw(st.lists(CONDITION, max_size=5)),
+            "podIP": "10.0.0.1",
+        },
+    }
+
+
+@given(pods())
+def test_rule_the_kept_pod_says_to_the_drain_what_the_whole_pod_says(pod: dict[str, Any]) -> None:
+    assert pod_facts(drain_fields(pod)) == pod_facts(pod)
+
+
+def test_rule_the_skyhook_controller_keeps_only_its_stage_job_pods() -> None:
+    stage = {"metadata": {"name": "p", "labels": {"skyhook.nvidia.com/name": "gpu-driver"}}}
+    assert only_skyhook_pods(stage) is stage
+    assert only_skyhook_pods({"metadata": {"name": "q", "labels": {"app": "x"}}}) is None
+
+
+@given(
+    unschedulable=st.one_of(st.none(), st.booleans()),
+    ready=st.one_of(st.none(), st.sampled_from(["True", "False", "Unknown"])),
+    reason=st.one_of(st.none(), st.sampled_from(["", "maintenance-scheduler: default/r"])),
+)
+def test_rule_the_kept_node_gives_the_same_node_facts(
+    unschedulable: bool | None, ready: str | None, reason: str | None
+) -> None:
+    annotations = {"other": "x"}
+    if reason is not None:
+        annotations["nodeflow.dev/node-cordon-reason"] = reason
+    spec: dict[str, Any] = {"podCIDR": "10.0.0.0/24"}
+    if unschedulable is not None:
+        spec["unschedulable"] = unschedulable
+    conditions = [{"type": "MemoryPressure", "status": "False"}]
+    if ready is not None:
+        conditions.append({"type": "Ready", "status": ready, "reason": "KubeletReady"})
+    node = {
+        "metadata": {"name": "n1", "uid": "u1", "resourceVersion": "4", "annotations": annotations},
+        "spec": spec,
+        "status": {"conditions": conditions, "capacity": {"cpu": "64"}},
+    }
+    assert node_facts(node_fields(node)) == node_facts(node)
