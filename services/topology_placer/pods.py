@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from nodeflow_kube.fields import (
     Obj,
@@ -111,3 +112,58 @@ class PodRef:
 
 def ref_of(obj: Obj) -> PodRef:
     return PodRef(namespace_of(obj), name_of(obj), uid_of(obj), resource_version_of(obj))
+
+
+# Never read here, and the largest parts of a pod: its containers' command, env, probes and
+# mounts, its volumes, its containers' statuses.
+_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+_STATUS_FIELDS = ("phase", "nominatedNodeName", "conditions")
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the placer keeps it in its view (its KVView projection): all of metadata
+    (but kubectl's last-applied copy) and of spec (but volumes, and of each container its name,
+    resources and restartPolicy only), and the status fields a placement reads. The placer
+    keeps every pod of the cluster; this is a fraction of a real pod's size."""
+    metadata = dict(mapping(pod.get("metadata")))
+    annotations = mapping(metadata.get("annotations"))
+    if _LAST_APPLIED in annotations:
+        metadata["annotations"] = {k: v for k, v in annotations.items() if k != _LAST_APPLIED}
+    kept_spec = {
+        key: value
+        for key, value in spec(pod).items()
+        if key not in ("volumes", "ephemeralContainers", "containers", "initContainers")
+    }
+    for key in ("containers", "initContainers"):
+        containers = spec(pod).get(key)
+        if isinstance(containers, list):
+            kept_spec[key] = [
+                {field: c[field] for field in _CONTAINER_FIELDS if field in c}
+                for c in containers
+                if isinstance(c, Mapping)
+            ]
+    pod_status = status(pod)
+    kept: dict[str, Any] = {
+        "metadata": metadata,
+        "spec": kept_spec,
+        "status": {key: pod_status[key] for key in _STATUS_FIELDS if key in pod_status},
+    }
+    for key in ("apiVersion", "kind"):
+        if key in pod:
+            kept[key] = pod[key]
+    return kept
+
+
+def placement_node_fields(node: dict[str, Any]) -> dict[str, Any]:
+    """The node as the placer keeps it: metadata and spec whole (labels, taints,
+    unschedulable), of status only what fit reads (allocatable, capacity, conditions), not its
+    images, addresses or system info."""
+    node_status = status(node)
+    kept = {key: value for key, value in node.items() if key != "status"}
+    kept["status"] = {
+        key: node_status[key]
+        for key in ("allocatable", "capacity", "conditions")
+        if key in node_status
+    }
+    return kept

@@ -31,6 +31,7 @@ from topology_placer import SERVICE, metrics
 from topology_placer.commands import SENDER, Outgoing, to_outgoing
 from topology_placer.config import TopologyPlacerConfig
 from topology_placer.planner import ClusterState, Plan, plan
+from topology_placer.pods import placement_fields, placement_node_fields
 
 log = structlog.get_logger("topology_placer")
 
@@ -50,8 +51,11 @@ class TopologyPlacer:
     def __init__(self, bus: Bus, config: TopologyPlacerConfig) -> None:
         self.bus = bus
         self.config = config
+        # Pods and nodes are kept as far as a placement reads them: every pod of the cluster
+        # is in this view.
+        projections = {"k8s_pods": placement_fields, "k8s_nodes": placement_node_fields}
         self.views: dict[str, KVView[Obj]] = {
-            bucket: KVView(bus, bucket, dict) for bucket in BUCKETS
+            bucket: KVView(bus, bucket, dict, project=projections.get(bucket)) for bucket in BUCKETS
         }
         self.lease = LeaderLease(
             bus, SERVICE, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds

@@ -1,0 +1,84 @@
+"""The placer keeps every pod of the cluster in its view, projected (`placement_fields`) and
+its nodes too (`placement_node_fields`): a placement pass over what it keeps decides exactly
+what it decides over the whole objects."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.topology_placer.builders import TOPOLOGY, pod, pod_group, reference_nodes
+from tests.unit.topology_placer.simulate import state
+from topology_placer.planner import plan
+from topology_placer.pods import placement_fields, placement_node_fields
+
+BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
+
+
+def dressed(obj: dict[str, Any], index: int) -> dict[str, Any]:
+    """What a real pod carries beside its scheduling fields."""
+    pod_obj = copy.deepcopy(obj)
+    annotations = pod_obj["metadata"].setdefault("annotations", {})
+    annotations["kubectl.kubernetes.io/last-applied-configuration"] = '{"kind":"Pod"}' * 20
+    for container in pod_obj["spec"]["containers"]:
+        container["env"] = [{"name": f"VAR_{i}", "value": "x" * 40} for i in range(10)]
+        container["command"] = ["/bin/train", "--epochs", "90"]
+        container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        container["readinessProbe"] = {"exec": {"command": ["true"]}}
+    pod_obj["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    pod_obj["status"]["podIP"] = f"10.0.0.{index}"
+    pod_obj["status"]["containerStatuses"] = [{"name": "main", "ready": True, "restartCount": 0}]
+    return pod_obj
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    busy=st.lists(st.sampled_from([2, 4, 8]), max_size=6),
+    members=st.integers(min_value=1, max_value=6),
+    gpus=st.sampled_from([2, 4, 8]),
+    priority=st.integers(min_value=0, max_value=2),
+)
+def test_rule_a_pass_over_the_kept_objects_decides_what_it_decides_over_whole_ones(
+    busy: list[int], members: int, gpus: int, priority: int
+) -> None:
+    nodes = reference_nodes()
+    for index, node in enumerate(nodes):
+        node["status"]["images"] = [{"names": [f"registry/image-{index}:1"], "sizeBytes": 1}]
+        node["status"]["nodeInfo"] = {"kubeletVersion": "v1.36.3"}
+    running = [
+        pod(f"busy{i}", None, gpus=g, node_name=f"node{i % 8 + 1}", phase="Running", owner="job")
+        for i, g in enumerate(busy)
+    ]
+    gang = [pod(f"worker-{i}", gpus=gpus, priority=priority * 100) for i in range(members)]
+    pods = [dressed(p, i) for i, p in enumerate(running + gang)]
+    groups = [pod_group("gang", members, gather=BLOCK_MUST)]
+    whole = plan(state(nodes, pods, groups, topology=TOPOLOGY))
+    kept = plan(
+        state(
+            [placement_node_fields(n) for n in nodes],
+            [placement_fields(p) for p in pods],
+            groups,
+            topology=TOPOLOGY,
+        )
+    )
+    assert kept.actions == whole.actions
+    assert kept.gang_states == whole.gang_states and kept.attempts == whole.attempts
+
+
+def test_rule_the_kept_pod_has_no_container_internals_volumes_or_statuses() -> None:
+    kept = placement_fields(dressed(pod("w", gpus=8), 1))
+    assert kept["spec"]["containers"] == [
+        {
+            "name": "main",
+            "resources": {
+                "requests": {"cpu": "1", "nvidia.com/gpu": "8"},
+                "limits": {"nvidia.com/gpu": "8"},
+            },
+        }
+    ]
+    assert "volumes" not in kept["spec"]
+    assert set(kept["status"]) <= {"phase", "nominatedNodeName", "conditions"}
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in kept["metadata"]["annotations"]
