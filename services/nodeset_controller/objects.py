@@ -134,3 +134,17 @@ def keep_in_view(pod: dict[str, Any]) -> dict[str, Any]:
         "spec": kept_spec,
         "status": {"phase": mapping(pod.get("status")).get("phase")},
     }
+
+
+def keep_node_in_view(node: dict[str, Any]) -> dict[str, Any]:
+    """What the controller keeps of a node (its KVView projection): metadata and spec whole
+    (labels, annotations, taints, unschedulable), of status what feasibility and naming read
+    (addresses, allocatable, capacity, conditions), not its images or system info."""
+    node_status = mapping(node.get("status"))
+    kept = {key: value for key, value in node.items() if key != "status"}
+    kept["status"] = {
+        key: node_status[key]
+        for key in ("addresses", "allocatable", "capacity", "conditions")
+        if key in node_status
+    }
+    return kept

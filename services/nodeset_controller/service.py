@@ -65,6 +65,7 @@ from nodeset_controller.commands import (
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.objects import (
     keep_in_view,
+    keep_node_in_view,
     pod_node,
     pod_occupies_node,
     pod_requests,
@@ -184,7 +185,7 @@ class NodeSetController:
         self.bus = bus
         self.config = config
         self.nodesets: KVView[Obj] = KVView(bus, "k8s_nodesets", dict)
-        self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict)
+        self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict, project=keep_node_in_view)
         # Deletes tracked: a re-created pod's create command is keyed by its predecessor's
         # deletion (see commands.to_outgoing).
         self.pods: KVView[Obj] = KVView(

@@ -9,7 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodeset_controller.objects import (
+    claim_of,
+    internal_ipv4,
     keep_in_view,
+    keep_node_in_view,
+    node_allocatable,
     pod_node,
     pod_occupies_node,
     pod_requests,
@@ -86,3 +90,29 @@ def test_rule_a_foreign_pod_is_kept_with_everything_feasibility_reads(pod: dict[
 def test_rule_a_nodeset_pod_is_kept_whole() -> None:
     pod = {"metadata": {"name": "gpu-1", "labels": {"nodeflow.dev/nodeset": "gpu"}}, "spec": {}}
     assert keep_in_view(pod) is pod
+
+
+def test_rule_a_kept_node_has_what_feasibility_and_naming_read() -> None:
+    node: dict[str, Any] = {
+        "metadata": {
+            "name": "gpu-1",
+            "labels": {"topology/block": "b1"},
+            "annotations": {"nodeflow.dev/nodeset-claim": "slurm/gpu"},
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "10.174.1.2"}],
+            "allocatable": {"cpu": "64", "nvidia.com/gpu": "8"},
+            "capacity": {"cpu": "64", "nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "images": [{"names": ["registry/slurmd:24.11"], "sizeBytes": 1}],
+            "nodeInfo": {"kubeletVersion": "v1.36.3"},
+        },
+    }
+    kept = keep_node_in_view(node)
+    assert internal_ipv4(kept) == internal_ipv4(node)
+    assert node_allocatable(kept) == node_allocatable(node)
+    assert claim_of(kept) == claim_of(node)
+    assert kept["status"]["conditions"] == node["status"]["conditions"]
+    assert kept["metadata"] == node["metadata"] and kept["spec"] == node["spec"]
+    assert "images" not in kept["status"] and "nodeInfo" not in kept["status"]
