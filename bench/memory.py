@@ -28,6 +28,7 @@ import aiohttp
 from bench import nodeset_controller as stack
 from nodeflow_bus import Bus, BusOptions, ensure_topology
 from nodeflow_contracts.topology import KV_BUCKETS, STREAMS
+from nodeflow_runtime.launcher import SERVICES
 from nodeflow_runtime.logs import configure_logging
 from nodeflow_runtime.natsd import NatsServerProcess
 
@@ -38,14 +39,6 @@ MEMORY_TARGET_MIB = stack.MEMORY_TARGET_MIB
 # After the load is in KV: time for every service to read it and act on it.
 SETTLE_SECONDS = 20.0
 CREATE_IN_FLIGHT = 32
-ALL_SERVICES: tuple[tuple[str, str], ...] = (
-    ("k8s-watcher", "k8s_watcher"),
-    ("slurm-syncer", "slurm_syncer"),
-    ("nodeset-controller", "nodeset_controller"),
-    ("maintenance-scheduler", "maintenance_scheduler"),
-    ("topology-placer", "topology_placer"),
-    ("metrics-exporter", "metrics_exporter"),
-)
 
 
 def workload_pod(index: int, node: str) -> dict[str, Any]:
@@ -126,7 +119,7 @@ async def run(cluster: stack.Cluster, nats_url: str, deadline: stack.Deadline) -
         "KUBE_QPS": str(stack.KUBE_QPS),
         "KUBE_BURST": str(int(2 * stack.KUBE_QPS)),
     }
-    services = stack.Services(cluster.run_dir / "services", env, ALL_SERVICES)
+    services = stack.Services(cluster.run_dir / "services", env, SERVICES)
     try:
         await services.start(cluster.session)
         await cluster.call(

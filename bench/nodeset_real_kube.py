@@ -8,13 +8,17 @@ as `make run KUBE=real` runs it) and k8s-watcher, slurm-syncer and nodeset-contr
 process each. The same steps run first on the emulator (bench.nodeset_controller), so the two
 sets of figures come from one run on one machine; each set has its own limits measured on its
 own API server (raw create, pinned pod create -> Ready through the scheduler and the kubelet or
-KWOK). Then k8s-watcher's API change -> NATS event latency on the real API server.
+KWOK). kube-controller-manager and kube-scheduler get k8s-watcher's client rate limit
+(BENCH_KUBE_QPS, default 1000), as a cluster of thousands of nodes is tuned, and KWOK's node
+leases last 120 s (KUBE_NODE_LEASE_SECONDS) instead of 40: at 40 s, 4,000 nodes' renewals
+saturate the API server of a 2-core machine and the nodes flap NotReady. Then k8s-watcher's
+API change -> NATS event latency on the real API server.
 
-Needs the control plane's binaries: built from their Go modules on the first run (about half
-an hour, then cached in /var/tmp/nodeflow-kube); without Go and without a cached build it
-prints why it is skipped. BENCH_NODESET_NODES sets the cluster size (default 4000),
-BENCH_NODESET_BUDGET the time budget of each run (default 900 s); BENCH_REAL_KUBE_ONLY=1
-skips the emulator run.
+Needs the control plane's binaries: built from their Go modules on the first run (about 7
+minutes on an idle 2-core machine, then cached in /var/tmp/nodeflow-kube); without Go and
+without a cached build it prints why it is skipped. BENCH_NODESET_NODES sets the cluster size
+(default 4000), BENCH_NODESET_BUDGET the time budget of each run (default 900 s);
+BENCH_REAL_KUBE_ONLY=1 skips the emulator run.
 """
 
 from __future__ import annotations
@@ -103,6 +107,12 @@ async def control_plane(state: Path, nodes: int, topology: str) -> dict[str, str
     """Start (building first if needed) the control plane with `nodes` KWOK GPU nodes."""
     env = {**os.environ, "KUBE_STATE": str(state), "KUBE_NODES": str(nodes)}
     env["KUBE_TOPOLOGY"] = topology
+    # The control plane's own clients get k8s-watcher's rate limit (KUBE_QPS): at their
+    # defaults the scheduler binds at most 50 pods a second.
+    env["KUBE_CLIENT_QPS"] = f"{stack.KUBE_QPS:g}"
+    # Thousands of KWOK nodes renewing 40 s leases saturate this machine's API server and
+    # flap NotReady (their pods with them); a 120 s lease keeps them Ready.
+    env.setdefault("KUBE_NODE_LEASE_SECONDS", "120")
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         str(REAL_KUBE), "start", env=env, stdout=asyncio.subprocess.PIPE
@@ -174,4 +184,7 @@ async def main() -> None:
         await stack.main()
     print(f"   -- the real control plane, {stack.NODES:,} KWOK nodes", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-real-kube-") as tmp:
-        await real_run(Path(tmp))
+        try:
+            await real_run(Path(tmp))
+        except (RuntimeError, aiohttp.ClientError) as exc:
+            print(f"   stopped: {exc}", flush=True)

@@ -31,6 +31,16 @@ KUBE_CRDS="${KUBE_CRDS:-1}"
 # KUBE_POD_STAGES=0: KWOK keeps its nodes Ready but leaves pods alone, as the emulator's bare
 # API server does (the conformance suite binds pods and sets their status itself).
 KUBE_POD_STAGES="${KUBE_POD_STAGES:-1}"
+# The client rate limit of kube-controller-manager and kube-scheduler (their own defaults, 20
+# and 50 QPS, when empty). Clusters of thousands of nodes raise it, as `make bench` does: at 20
+# QPS the node lifecycle controller takes minutes to lift the not-ready taint of new nodes and
+# at 50 the scheduler binds at most 50 pods a second.
+KUBE_CLIENT_QPS="${KUBE_CLIENT_QPS:-}"
+# KWOK's node lease, renewed every quarter of it as a kubelet does (40 s: 100 renewals a second
+# per 1,000 nodes). With thousands of nodes on a small machine the renewals fall behind and the
+# nodes flap NotReady; a longer lease (the node lifecycle controller's grace follows it) keeps
+# the heartbeat load where a larger control plane would carry it.
+KUBE_NODE_LEASE_SECONDS="${KUBE_NODE_LEASE_SECONDS:-40}"
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -239,11 +249,29 @@ add_nodes() {
     local count="$1" topology="$2" kubectl=(kubectl --kubeconfig="$KUBE_STATE/kubeconfig")
     "$PYTHON" "$HERE/fake_nodes.py" --nodes "$count" --topology "$topology" |
         "${kubectl[@]}" create -f - >/dev/null
-    "${kubectl[@]}" wait --for=condition=Ready --timeout=120s node --all >/dev/null || {
+    all_nodes_ready "$((120 + count / 10))" || {
         log "KWOK did not make every node Ready; last lines of $KUBE_STATE/logs/kwok.log:"
         tail -n 30 "$KUBE_STATE/logs/kwok.log" >&2
         return 1
     }
+}
+
+# Every node Ready, and rid of the not-ready taint it was created with (nothing schedules there
+# before), within $1 seconds. One list a second: `kubectl wait node --all` waits for the nodes
+# one at a time and takes minutes for thousands that are all Ready already.
+all_nodes_ready() {
+    local deadline=$((SECONDS + $1)) states total ready
+    local jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}{"\n"}{end}'
+    while ((SECONDS < deadline)); do
+        states="$(kubectl --kubeconfig="$KUBE_STATE/kubeconfig" get nodes -o jsonpath="$jsonpath")"
+        total="$(grep -c '' <<<"$states" || true)"
+        ready="$(grep '^True' <<<"$states" | grep -vc 'node.kubernetes.io/not-ready' || true)"
+        if [[ -n "$states" && "$ready" == "$total" ]]; then
+            return 0
+        fi
+        sleep 1
+    done
+    return 1
 }
 
 install_crds() {
@@ -294,7 +322,7 @@ PY
     launch kwok "$KWOK_BIN/kwok" --config="$stages" \
         --kubeconfig="$KUBE_STATE/kubeconfig" \
         --manage-nodes-with-annotation-selector="kwok.x-k8s.io/node=fake" \
-        --node-lease-duration-seconds=40 --cidr=10.128.0.0/12
+        --node-lease-duration-seconds="$KUBE_NODE_LEASE_SECONDS" --cidr=10.128.0.0/12
 }
 
 # Restart KWOK with its pod stages (after a run with KUBE_POD_STAGES=0).
@@ -303,9 +331,18 @@ kwok_with_pods() {
     start_kwok 1
 }
 
+# --kube-api-qps/--kube-api-burst when KUBE_CLIENT_QPS is set.
+client_rate_flags() {
+    if [[ -n "$KUBE_CLIENT_QPS" ]]; then
+        echo "--kube-api-qps=$KUBE_CLIENT_QPS" "--kube-api-burst=$((2 * ${KUBE_CLIENT_QPS%.*}))"
+    fi
+}
+
 start_scheduler() {
+    # shellcheck disable=SC2046  # zero or two flags
     launch kube-scheduler "$KUBE_BIN/kube-scheduler" \
-        --kubeconfig="$KUBE_STATE/scheduler.kubeconfig" --secure-port=0 --leader-elect=false
+        --kubeconfig="$KUBE_STATE/scheduler.kubeconfig" --secure-port=0 --leader-elect=false \
+        $(client_rate_flags)
 }
 
 start() {
@@ -376,7 +413,8 @@ EOF
     launch kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
         --kubeconfig="$KUBE_STATE/controller-manager.kubeconfig" \
         --secure-port=0 --leader-elect=false --controllers='*' \
-        --use-service-account-credentials=true \
+        --use-service-account-credentials=true $(client_rate_flags) \
+        --node-monitor-grace-period="$((KUBE_NODE_LEASE_SECONDS > 40 ? KUBE_NODE_LEASE_SECONDS + 30 : 50))s" \
         --service-account-private-key-file="$KUBE_STATE/pki/sa.key" \
         --root-ca-file="$KUBE_STATE/pki/ca.crt" \
         --service-cluster-ip-range=10.96.0.0/16

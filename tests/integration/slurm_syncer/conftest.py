@@ -19,9 +19,10 @@ import pytest
 
 from clustersim.kube.patch import merge_patch, strategic_merge_patch
 from clustersim.slurm import ManualClock, RunningSlurm, run_slurm_emulator
-from nodeflow_bus import Backoff, Bus, ensure_topology
+from nodeflow_bus import Backoff, Bus, ConsumerOptions, PullConsumer, ensure_topology
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.k8s import K8sCommand, PatchObject
+from nodeflow_contracts.slurm import SlurmNodeCommand, SlurmOp
 from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
 from slurm_syncer.auth import SigningKeyTokens
 from slurm_syncer.client import ClientOptions, SlurmClient
@@ -260,3 +261,41 @@ async def syncer(topology: Bus, slurm: RunningSlurm) -> AsyncIterator[Syncer]:
     finally:
         await running.stop()
         await client.close()
+
+
+@pytest.fixture
+async def consumer(topology: Bus, syncer: Syncer) -> AsyncIterator[PullConsumer[SlurmNodeCommand]]:
+    """The syncer's durable consumer of SLURM_COMMANDS, running its handler."""
+    running = PullConsumer(
+        topology,
+        CONSUMERS["slurm-syncer"][0],
+        SlurmNodeCommand,
+        syncer.handle_command,
+        ConsumerOptions(fetch_timeout=0.2, backoff=Backoff(initial=0.05, maximum=0.1)),
+    )
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop(1.0)
+
+
+async def send_command(
+    bus: Bus,
+    op: SlurmOp,
+    node: str,
+    reason: str = "",
+    cluster: str = CLUSTER,
+    sender: str = "maintenance-scheduler",
+) -> None:
+    """Publish a SlurmNodeCommand as `sender` would."""
+    command = SlurmNodeCommand(
+        idempotency_key=f"test:{op}:{node}:{time.monotonic()}",
+        sender=sender,
+        sent_at=time.time(),
+        cluster=cluster,
+        node=node,
+        op=op,
+        reason=reason,
+    )
+    await bus.publish(command.subject, command, msg_id=command.idempotency_key)

@@ -3,45 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-
-import pytest
 
 from clustersim.slurm import RunningSlurm
-from nodeflow_bus import Backoff, Bus, ConsumerOptions, PullConsumer
-from nodeflow_contracts.slurm import SlurmNodeCommand, SlurmOp
-from nodeflow_contracts.topology import CONSUMERS
+from nodeflow_bus import Bus, PullConsumer
+from nodeflow_contracts.slurm import SlurmNodeCommand
 from slurm_syncer.syncer import Syncer
-from tests.integration.slurm_syncer.conftest import CLUSTER, KubeKV, eventually, make_nodeset
-
-
-@pytest.fixture
-async def consumer(topology: Bus, syncer: Syncer) -> AsyncIterator[PullConsumer[SlurmNodeCommand]]:
-    running = PullConsumer(
-        topology,
-        CONSUMERS["slurm-syncer"][0],
-        SlurmNodeCommand,
-        syncer.handle_command,
-        ConsumerOptions(fetch_timeout=0.2, backoff=Backoff(initial=0.05, maximum=0.1)),
-    )
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop(1.0)
-
-
-async def send(bus: Bus, op: SlurmOp, node: str, reason: str = "", cluster: str = CLUSTER) -> None:
-    command = SlurmNodeCommand(
-        idempotency_key=f"test:{op}:{node}:{time.monotonic()}",
-        sender="maintenance-scheduler",
-        sent_at=time.time(),
-        cluster=cluster,
-        node=node,
-        op=op,
-        reason=reason,
-    )
-    await bus.publish(command.subject, command, msg_id=command.idempotency_key)
+from tests.integration.slurm_syncer.conftest import (
+    CLUSTER,
+    KubeKV,
+    eventually,
+    make_nodeset,
+    send_command,
+)
 
 
 async def dead_letters(bus: Bus) -> list[str]:
@@ -71,7 +44,7 @@ async def test_drain_and_undrain_commands_are_applied_and_external_reasons_refus
     await syncer.start()
     await eventually(lambda: syncer.clusters[CLUSTER].polled)
 
-    await send(topology, "drain", "n1", "slurm-operator: maintenance: firmware")
+    await send_command(topology, "drain", "n1", "slurm-operator: maintenance: firmware")
     await eventually(lambda: slurm.emulator.node_state("n1") == ["IDLE", "DRAIN"])
     assert slurm.cluster.nodes["n1"].reason == "slurm-operator: maintenance: firmware"
     # The read-back state is published without waiting for the next poll.
@@ -80,15 +53,15 @@ async def test_drain_and_undrain_commands_are_applied_and_external_reasons_refus
     await syncer.poll_once(CLUSTER)
     assert slurm.emulator.node_state("n1") == ["IDLE", "DRAIN"]
 
-    await send(topology, "undrain", "n1")
+    await send_command(topology, "undrain", "n1")
     await eventually(lambda: slurm.emulator.node_state("n1") == ["IDLE"])
 
     # An admin's drain is never overwritten or lifted; bad commands are dead-lettered.
     slurm.cluster.update_node("n2", "root", ["DRAIN"], "admin: PSU", None)
-    await send(topology, "undrain", "n2")
-    await send(topology, "drain", "n1", "no prefix")
-    await send(topology, "drain", "n1", "nodeflow: x", cluster="elsewhere")
-    await send(topology, "drain", "missing", "nodeflow: x")
+    await send_command(topology, "undrain", "n2")
+    await send_command(topology, "drain", "n1", "no prefix")
+    await send_command(topology, "drain", "n1", "nodeflow: x", cluster="elsewhere")
+    await send_command(topology, "drain", "missing", "nodeflow: x")
     await eventually(lambda: consumer.in_flight == 0)
     letters: list[str] = []
 

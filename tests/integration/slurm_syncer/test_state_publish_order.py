@@ -12,57 +12,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from clustersim.slurm import RunningSlurm
 from nodeflow_bus import (
-    Backoff,
     Bus,
-    ConsumerOptions,
     OutgoingMessage,
     PublishError,
     PullConsumer,
 )
 from nodeflow_contracts import codec
 from nodeflow_contracts.slurm import SlurmNodeCommand, SlurmNodeState, SlurmPollResult
-from nodeflow_contracts.topology import CONSUMERS
 from slurm_syncer.syncer import Syncer
-from tests.integration.slurm_syncer.conftest import CLUSTER, eventually
+from tests.integration.slurm_syncer.conftest import CLUSTER, eventually, send_command
 from tests.integration.slurm_syncer.test_syncer import sleep_job
 
 NODE = "gpu-001"
 
 
-@pytest.fixture
-async def commands(topology: Bus, syncer: Syncer) -> AsyncIterator[PullConsumer[SlurmNodeCommand]]:
-    running = PullConsumer(
-        topology,
-        CONSUMERS["slurm-syncer"][0],
-        SlurmNodeCommand,
-        syncer.handle_command,
-        ConsumerOptions(fetch_timeout=0.2, backoff=Backoff(initial=0.05, maximum=0.1)),
-    )
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop(1.0)
-
-
 async def send_drain(bus: Bus) -> None:
-    command = SlurmNodeCommand(
-        idempotency_key=f"test:drain:{NODE}:{time.monotonic()}",
-        sender="nodeset-controller",
-        sent_at=time.time(),
-        cluster=CLUSTER,
-        node=NODE,
-        op="drain",
-        reason="slurm-operator: scale-in",
-    )
-    await bus.publish(command.subject, command, msg_id=command.idempotency_key)
+    await send_command(bus, "drain", NODE, "slurm-operator: scale-in", sender="nodeset-controller")
 
 
 async def stored(bus: Bus) -> SlurmNodeState:
@@ -98,7 +70,7 @@ async def test_rule_kv_ends_on_the_drained_state_when_an_older_poll_batch_lands_
     topology: Bus,
     slurm: RunningSlurm,
     syncer: Syncer,
-    commands: PullConsumer[SlurmNodeCommand],
+    consumer: PullConsumer[SlurmNodeCommand],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The poll's batch (node busy, not drained) is held on its way to NATS while a drain
@@ -129,7 +101,7 @@ async def test_rule_a_poll_listing_sent_before_a_drain_does_not_undo_its_read_ba
     topology: Bus,
     slurm: RunningSlurm,
     syncer: Syncer,
-    commands: PullConsumer[SlurmNodeCommand],
+    consumer: PullConsumer[SlurmNodeCommand],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A listing that left before the drain and answers after its read-back shows the node
