@@ -401,7 +401,14 @@ class KVView(Generic[V]):
             log.error("kv_view.undecodable", bucket=self.bucket, key=key, error=str(exc))
             return None
         if self._project is not None:
-            projected = self._project(value)
+            try:
+                projected = self._project(value)
+            except Exception as exc:
+                # A value its reader cannot make sense of is left out, like one that does
+                # not decode: it must not stop the view.
+                metrics.KV_VIEW_UNDECODABLE.labels(self.bucket).inc()
+                log.error("kv_view.unprojectable", bucket=self.bucket, key=key, error=repr(exc))
+                return None
             return None if projected is None else _Entry(projected, revision)
         return _Entry(value, revision)
 

@@ -91,8 +91,12 @@ class DrainSpec:
 
 
 def drain_spec_fingerprint(spec: DrainSpec) -> str:
-    """A short digest of a drainSpec as defaulted: equal specs, equal fingerprints."""
-    canonical = json.dumps(dataclasses.asdict(spec), sort_keys=True, separators=(",", ":"))
+    """A short digest of a drainSpec as defaulted: equal specs, equal fingerprints. The
+    eviction filters are ORed, so their order does not count; the form is versioned, so a
+    later release that adds a field can keep the digests of drains in progress."""
+    fields = dataclasses.asdict(spec)
+    fields["eviction_filters"] = sorted(fields["eviction_filters"])
+    canonical = json.dumps({"v": 1, **fields}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

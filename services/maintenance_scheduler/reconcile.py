@@ -372,11 +372,11 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
     current = mapping(request.status.get("drain"))
     fingerprint = drain_spec_fingerprint(spec)
     if current and request.drain_spec_hash is None:
-        # A drain an earlier release started: this drainSpec is the one it runs with.
+        # A drain an earlier release started: this drainSpec is the one it runs with. It goes
+        # on meanwhile (evictions do not touch the request), should the record be refused.
         since = rfc3339(request.phase_since or now)
         step.actions.append(_drain_annotations(request, fingerprint, since))
-        return
-    if current and request.drain_spec_hash != fingerprint:
+    if current and request.drain_spec_hash not in (None, fingerprint):
         # The reference operator cancels a drain whose spec changed and starts a new one:
         # new totals, a new timeout. The totals go first; the start is recorded next round.
         message = "drainSpec changed: the drain starts again"
@@ -387,8 +387,12 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
     if not current:
         if request.drain_spec_hash != fingerprint:
             # Recorded before the totals: a drain whose status says it started always has
-            # its spec and start time on the object (two writes, never one half lost).
-            step.actions.append(_drain_annotations(request, fingerprint, rfc3339(now)))
+            # its spec and start time on the object (two writes, never one half lost). A first
+            # drain starts with its phase (a stable time: a resent record is the same command);
+            # a restarted one now.
+            started = now if request.drain_spec_hash is not None else request.phase_since
+            since = rfc3339(started or now)
+            step.actions.append(_drain_annotations(request, fingerprint, since))
             return
         # The drain starts: the counts are fixed now and kept on the object, so a restarted
         # service reports progress against the same totals.

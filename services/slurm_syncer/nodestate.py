@@ -245,7 +245,8 @@ def apply_poll(
             states[name] = old if not old.known else unknown_state(cluster, name, observed_at)
     else:
         for raw in raw_nodes:
-            if raw.get("name") in read_since_listing:
+            listed_name = raw.get("name")
+            if isinstance(listed_name, str) and listed_name in read_since_listing:
                 continue
             try:
                 state = parse_node(cluster, raw, observed_at, reasons)

@@ -410,8 +410,10 @@ class Syncer:
 
         The batch is built from `view.states` inside the cluster's publish lock, so a batch
         that waited behind another still carries each node's newest state: an older poll's
-        batch can never land after, and undo, a drain's read-back. A batch that fails leaves
-        its nodes unpublished for the next one.
+        batch can never land after, and undo, a drain's read-back. A batch that fails (or is
+        interrupted) leaves its nodes unpublished for the next one, and its trailer (the
+        poll's SlurmClusterStatus) is not sent: a fresh status beside node states KV did not
+        take would make stale states look fresh (fail open).
         """
         async with view.publish_lock:
             names = sorted(view.unpublished)
@@ -430,9 +432,15 @@ class Syncer:
                         cluster=view.name, name=name, change="upsert", state=state
                     )
                 messages.append(OutgoingMessage(subject=event.subject, message=event))
-            messages.extend(trailer or ())
-            if not await self._publish(messages, "slurm state"):
+            try:
+                published = await self._publish(messages, "slurm state")
+            except BaseException:
                 view.unpublished.update(names)
+                raise
+            if not published:
+                view.unpublished.update(names)
+                return
+            await self._publish(list(trailer or ()), "slurm cluster status")
 
     async def _publish(self, messages: list[OutgoingMessage], what: str) -> bool:
         if not messages:
@@ -554,10 +562,17 @@ class Syncer:
                 await view.client.update_node(node, ["DRAIN"], reason)
             else:
                 await view.client.update_node(node, ["UNDRAIN"])
+            # From here on Slurm has the update: a listing sent earlier may not show it.
+            requested_at = time.monotonic()
             raw = await view.client.get_node(node)
-        await self._record_node(cluster, node, raw)
+        await self._record_node(cluster, node, raw, requested_at)
 
-    async def _record_node(self, cluster: str, node: str, raw: dict[str, Any] | None) -> None:
+    async def _record_node(
+        self, cluster: str, node: str, raw: dict[str, Any] | None, requested_at: float
+    ) -> None:
+        """Keep and publish a one-node read; `requested_at` (monotonic) is when the read was
+        sent, or the update behind it was answered: a listing sent before then cannot
+        overwrite it."""
         view = self.clusters[cluster]
         previous = view.states.get(node)
         if raw is None:
@@ -565,7 +580,7 @@ class Syncer:
                 return
             view.states.pop(node, None)
             view.not_responding_since.pop(node, None)
-            view.read_at[node] = time.monotonic()
+            view.read_at[node] = requested_at
             view.unpublished.add(node)
             metrics.NODE_CHANGES.labels(cluster).inc()
             await self._publish_states(view)
@@ -588,7 +603,7 @@ class Syncer:
         else:
             view.not_responding_since[node] = settled.not_responding_since
         view.states[node] = state
-        view.read_at[node] = time.monotonic()
+        view.read_at[node] = requested_at
         if not same_state(previous, state):
             view.unpublished.add(node)
             metrics.NODE_CHANGES.labels(cluster).inc()
@@ -604,6 +619,7 @@ class Syncer:
             raise PermanentError(f"this syncer does not manage Slurm cluster {command.cluster!r}")
         try:
             async with self._slurm_slots:
+                requested_at = time.monotonic()
                 raw = await view.client.get_node(command.node)
         except SlurmError as exc:
             # Unreachable, refused or garbled: the command waits for Slurm to answer properly.
@@ -628,7 +644,7 @@ class Syncer:
             metrics.NODE_UPDATES.labels(command.cluster, command.op, "command", "refused").inc()
             raise PermanentError(f"{command.op} {command.cluster}/{command.node}: {decision.why}")
         if decision.verdict == "noop":
-            await self._record_node(command.cluster, command.node, raw)
+            await self._record_node(command.cluster, command.node, raw, requested_at)
             return
         try:
             await self._update_node(command.cluster, command.node, command.op, command.reason)

@@ -265,3 +265,24 @@ async def test_rule_a_projection_keeps_what_it_returns_and_leaves_out_what_it_dr
     await kv.put("large", codec.encode(Thing(name="large", size=2)))
     await eventually(lambda: view.get("large") == {"name": "large"})
     await view.stop()
+
+
+async def test_rule_a_value_the_projection_fails_on_is_left_out_and_the_view_goes_on(
+    bus: Bus,
+) -> None:
+    kv = await things(bus)
+    await kv.put("good", codec.encode(Thing(name="good", size=1)))
+    await kv.put("bad", codec.encode(Thing(name="bad", size=-1)))
+
+    def picky(value: dict[str, object]) -> dict[str, object]:
+        if value.get("size") == -1:
+            raise TypeError("a size this reader cannot read")
+        return value
+
+    view: KVView[dict[str, object]] = KVView(bus, "things", dict, project=picky)
+    await view.start()
+    await view.wait_ready(5)
+    assert list(view) == ["good"]
+    await kv.put("bad", codec.encode(Thing(name="bad", size=3)))
+    await eventually(lambda: "bad" in view)
+    await view.stop()

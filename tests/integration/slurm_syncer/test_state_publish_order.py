@@ -19,13 +19,14 @@ import pytest
 
 from clustersim.slurm import RunningSlurm
 from nodeflow_bus import (
+    BatchPublishError,
     Bus,
     OutgoingMessage,
     PublishError,
     PullConsumer,
 )
 from nodeflow_contracts import codec
-from nodeflow_contracts.slurm import SlurmNodeCommand, SlurmNodeState, SlurmPollResult
+from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeCommand, SlurmNodeState
 from slurm_syncer.syncer import Syncer
 from tests.integration.slurm_syncer.conftest import CLUSTER, eventually, send_command
 from tests.integration.slurm_syncer.test_syncer import sleep_job
@@ -54,8 +55,18 @@ async def wait_stored(bus: Bus, predicate: Any, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def is_poll_batch(messages: Sequence[OutgoingMessage]) -> bool:
-    return any(isinstance(m.message, SlurmPollResult) for m in messages)
+def carries_busy_undrained_state(messages: Sequence[OutgoingMessage]) -> bool:
+    """The poll's batch of node states: the node busy and not (yet) drained."""
+    return any(
+        isinstance(m.message, SlurmNodeState) and m.message.busy and not m.message.drain
+        for m in messages
+    )
+
+
+async def stored_cluster_status(bus: Bus) -> SlurmClusterStatus:
+    kv = await bus.js.key_value("slurm_clusters")
+    entry = await kv.get(CLUSTER)
+    return codec.decode(SlurmClusterStatus, entry.value or b"", subject="kv")
 
 
 async def started_with_a_running_job(bus: Bus, slurm: RunningSlurm, syncer: Syncer) -> None:
@@ -80,7 +91,7 @@ async def test_rule_kv_ends_on_the_drained_state_when_an_older_poll_batch_lands_
     publish_batch = topology.publish_batch
 
     async def slow_poll_batch(messages: Sequence[OutgoingMessage], **kwargs: Any) -> Any:
-        if is_poll_batch(messages) and not held.is_set():
+        if carries_busy_undrained_state(messages) and not held.is_set():
             held.set()
             await release.wait()
         return await publish_batch(messages, **kwargs)
@@ -134,7 +145,7 @@ async def test_rule_a_poll_listing_sent_before_a_drain_does_not_undo_its_read_ba
     assert (await stored(topology)).draining
 
 
-async def test_rule_a_state_whose_publish_failed_is_published_by_the_next_poll(
+async def test_rule_a_state_whose_publish_failed_is_published_by_the_next_poll_not_a_fresh_status(
     topology: Bus, slurm: RunningSlurm, syncer: Syncer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """JetStream does not acknowledge the batch that carries a change; the next poll sees no
@@ -144,13 +155,27 @@ async def test_rule_a_state_whose_publish_failed_is_published_by_the_next_poll(
     failed: list[int] = []
 
     async def unacknowledged_once(messages: Sequence[OutgoingMessage], **kwargs: Any) -> Any:
-        if is_poll_batch(messages) and not failed:
-            failed.append(len(messages))
-            raise PublishError("kv.slurm_nodes", 3, TimeoutError("no ack"))
-        return await publish_batch(messages, **kwargs)
+        """The KV_slurm_nodes stream does not answer once; every other message of the batch
+        (events, and the cluster status if it rode along) is taken."""
+        if not carries_busy_undrained_state(messages) or failed:
+            return await publish_batch(messages, **kwargs)
+        node_puts = [i for i, m in enumerate(messages) if isinstance(m.message, SlurmNodeState)]
+        failed.extend(node_puts)
+        others = [m for i, m in enumerate(messages) if i not in node_puts]
+        if others:
+            await publish_batch(others, **kwargs)
+        raise BatchPublishError(
+            {i: PublishError("$KV.slurm_nodes", 3, TimeoutError("no ack")) for i in node_puts},
+            len(messages),
+        )
 
     monkeypatch.setattr(topology, "publish_batch", unacknowledged_once)
+    before = await stored_cluster_status(topology)
     await syncer.poll_once(CLUSTER)
     assert failed and (await stored(topology)).base_state == "Idle"
+    # The poll's freshness record did not go out beside the states KV did not take: the
+    # old state must not look fresh.
+    assert (await stored_cluster_status(topology)).last_success_at == before.last_success_at
     await syncer.poll_once(CLUSTER)
     await wait_stored(topology, lambda s: s.busy)
+    assert (await stored_cluster_status(topology)).last_success_at > before.last_success_at

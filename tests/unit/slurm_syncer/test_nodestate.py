@@ -159,3 +159,10 @@ def test_rule_nodes_read_one_by_one_after_the_listing_was_sent_keep_that_newer_s
     )
     assert late.states["n1"] is drained and "n3" not in late.states
     assert [s.name for s in late.changed] == ["n2"] and late.removed == []
+
+
+def test_rule_an_entry_whose_name_is_not_a_string_is_malformed_even_beside_read_backs() -> None:
+    outcome = apply_poll(
+        "a", {}, [raw("n1"), {"name": ["x"], "state": ["IDLE"]}], 1.0, read_since_listing={"n2"}
+    )
+    assert outcome.states["n1"].known and len(outcome.malformed) == 1
