@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from bench import nodeset_controller as stack
+from bench.k8s_watcher import kv_count
 from nodeflow_bus import Bus, BusOptions, ensure_topology
 from nodeflow_contracts.topology import KV_BUCKETS, STREAMS
 from nodeflow_runtime.launcher import SERVICES
@@ -35,10 +36,8 @@ from nodeflow_runtime.natsd import NatsServerProcess
 NODES = int(os.environ.get("BENCH_MEMORY_NODES", "10000"))
 PODS = int(os.environ.get("BENCH_MEMORY_PODS", "50000"))
 BUDGET = float(os.environ.get("BENCH_MEMORY_BUDGET", "1200"))
-MEMORY_TARGET_MIB = stack.MEMORY_TARGET_MIB
 # After the load is in KV: time for every service to read it and act on it.
 SETTLE_SECONDS = 20.0
-CREATE_IN_FLIGHT = 32
 
 
 def workload_pod(index: int, node: str) -> dict[str, Any]:
@@ -66,43 +65,10 @@ def workload_pod(index: int, node: str) -> dict[str, Any]:
 
 
 async def create_workload(cluster: stack.Cluster, nodes: list[str], count: int) -> float:
-    """Create `count` bound pods, spread over `nodes`, CREATE_IN_FLIGHT at a time."""
-    assert cluster.session is not None
-    session, url = cluster.session, cluster.url + stack.PODS_PATH
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for index in range(count):
-        queue.put_nowait(index)
-
-    async def worker() -> None:
-        while not queue.empty():
-            index = queue.get_nowait()
-            body = workload_pod(index, nodes[index % len(nodes)])
-            async with session.post(url, json=body) as response:
-                if response.status != 201:
-                    raise RuntimeError(f"create {body['metadata']['name']}: HTTP {response.status}")
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CREATE_IN_FLIGHT)))
-    return time.perf_counter() - started
-
-
-async def kv_keys(bus: Bus, bucket: str) -> int:
-    """Values held by a KV bucket (history 1, nothing deleted in this run: one per key)."""
-    info = await bus.js.stream_info(f"KV_{bucket}")
-    return int(info.state.messages)
-
-
-def report_memory(services: stack.Services, when: str) -> None:
-    print(f"   {when}:", flush=True)
-    for name, _ in services.names:
-        now, peak = services.memory_mib(name)
-        verdict = "met" if peak < MEMORY_TARGET_MIB else "NOT met"
-        print(
-            f"     {name:<22} RSS {now:6.1f} MiB, peak {peak:6.1f} MiB "
-            f"(ratio {peak / MEMORY_TARGET_MIB:.2f} to the {MEMORY_TARGET_MIB:.0f} MiB target: "
-            f"{verdict})",
-            flush=True,
-        )
+    """Create `count` bound pods spread over `nodes`; the seconds it took."""
+    return await stack.post_pods(
+        cluster, [workload_pod(index, nodes[index % len(nodes)]) for index in range(count)]
+    )
 
 
 async def run(cluster: stack.Cluster, nats_url: str, deadline: stack.Deadline) -> None:
@@ -111,46 +77,32 @@ async def run(cluster: stack.Cluster, nats_url: str, deadline: stack.Deadline) -
     slurmd_pods = min(NODES, PODS)
     bus = await Bus.connect(nats_url, options=BusOptions(name="bench-memory"))
     await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
-    env = {
-        **os.environ,
-        **cluster.env,
-        "NATS_URL": nats_url,
-        "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "error"),
-        "KUBE_QPS": str(stack.KUBE_QPS),
-        "KUBE_BURST": str(int(2 * stack.KUBE_QPS)),
-    }
+    env = stack.service_env(cluster, nats_url)
     services = stack.Services(cluster.run_dir / "services", env, SERVICES)
     try:
         await services.start(cluster.session)
-        await cluster.call(
-            "POST",
-            stack.NODESETS_PATH,
-            {
-                "apiVersion": "nodeflow.dev/v1alpha1",
-                "kind": "NodeSet",
-                "metadata": {"name": stack.NODESET, "namespace": stack.NS},
-                "spec": {"replicas": 0, "slurmCluster": stack.CLUSTER, "template": stack.TEMPLATE},
-            },
-        )
+        await stack.create_nodeset(cluster)
         seconds = await stack.scale(cluster, slurmd_pods, deadline)
         print(f"   NodeSet 0 -> {slurmd_pods:,} slurmd pods Ready in {seconds:.1f} s", flush=True)
         seconds = await create_workload(cluster, nodes, PODS - slurmd_pods)
         print(f"   {PODS - slurmd_pods:,} workload pods created in {seconds:.1f} s", flush=True)
 
         async def all_pods_in_kv() -> bool:
-            return await kv_keys(bus, "k8s_pods") >= PODS
+            return await kv_count(bus, "Pod") >= PODS
 
         async def progress() -> str:
-            return f"{await kv_keys(bus, 'k8s_pods'):,} of {PODS:,} pods in KV"
+            return f"{await kv_count(bus, 'Pod'):,} of {PODS:,} pods in KV"
 
         await stack.wait_until(all_pods_in_kv, "every pod in KV", deadline, progress)
         await asyncio.sleep(SETTLE_SECONDS)
-        report_memory(services, f"{len(nodes):,} nodes, {PODS:,} pods loaded while running")
+        print(f"   {len(nodes):,} nodes, {PODS:,} pods loaded while running:", flush=True)
+        services.report_memory("     ")
         await services.stop()
         services.procs.clear()
         await services.start(cluster.session)
         await asyncio.sleep(SETTLE_SECONDS)
-        report_memory(services, "every service restarted on the loaded cluster")
+        print("   every service restarted on the loaded cluster:", flush=True)
+        services.report_memory("     ")
     finally:
         await services.stop()
         await bus.close()

@@ -155,6 +155,11 @@ def pinned_pod(name: str, node: str, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def topology_for(nodes: int) -> str:
+    """Blocks of 250 nodes: one third octet each, so 4,000 nodes fit in 10.174.0.0/16."""
+    return f"spines=1,blocks_per_spine={-(-nodes // 250)},nodes_per_block=250"
+
+
 class Cluster:
     """The simulator child process, driven over its HTTP API."""
 
@@ -169,8 +174,7 @@ class Cluster:
         self.session: aiohttp.ClientSession | None = None
 
     def topology(self) -> str:
-        # Blocks of 250 nodes: one third octet each, so 4,000 nodes fit in 10.174.0.0/16.
-        return f"spines=1,blocks_per_spine={-(-self.nodes // 250)},nodes_per_block=250"
+        return topology_for(self.nodes)
 
     def simulator_args(self) -> list[str]:
         return [
@@ -280,11 +284,29 @@ async def wait_until(
         await asyncio.sleep(POLL_SECONDS)
 
 
+async def post_pods(cluster: Cluster, bodies: list[dict[str, Any]]) -> float:
+    """Create the pods, RAW_IN_FLIGHT requests at a time; the seconds it took."""
+    assert cluster.session is not None
+    session, url = cluster.session, cluster.url + PODS_PATH
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    for body in bodies:
+        queue.put_nowait(body)
+
+    async def worker() -> None:
+        while not queue.empty():
+            body = queue.get_nowait()
+            async with session.post(url, json=body) as response:
+                if response.status != 201:
+                    name = body["metadata"]["name"]
+                    raise RuntimeError(f"create pod {name}: HTTP {response.status}")
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(RAW_IN_FLIGHT)))
+    return time.perf_counter() - started
+
+
 async def raw_create_rate(cluster: Cluster, nodes: list[str]) -> float:
     """Pods per second the emulator accepts over HTTP, nodeName preset, 32 in flight."""
-    assert cluster.session is not None
-    session = cluster.session
-    url = cluster.url + PODS_PATH
 
     def body(index: int) -> dict[str, Any]:
         return {
@@ -300,20 +322,7 @@ async def raw_create_rate(cluster: Cluster, nodes: list[str]) -> float:
             },
         }
 
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for index in range(RAW_PODS):
-        queue.put_nowait(index)
-
-    async def worker() -> None:
-        while not queue.empty():
-            index = queue.get_nowait()
-            async with session.post(url, json=body(index)) as response:
-                if response.status != 201:
-                    raise RuntimeError(f"raw create: HTTP {response.status}")
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(RAW_IN_FLIGHT)))
-    seconds = time.perf_counter() - started
+    seconds = await post_pods(cluster, [body(index) for index in range(RAW_PODS)])
     await delete_all(cluster, "bench=raw")
     return RAW_PODS / seconds
 
@@ -337,21 +346,13 @@ async def pinned_ceiling(cluster: Cluster, nodes: list[str]) -> float:
     kind of pod): the emulator's scheduler and kubelet alone, created 32 at a time."""
     labels = {"bench": "pinned"}
     names = [(f"pinned-{i}", nodes[-1 - i]) for i in range(min(PINNED_SAMPLE, len(nodes)))]
-    queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-    for item in names:
-        queue.put_nowait(item)
-
-    async def worker() -> None:
-        while not queue.empty():
-            name, node = queue.get_nowait()
-            await cluster.call("POST", PODS_PATH, pinned_pod(name, node, labels))
 
     async def all_ready() -> bool:
         pods = await cluster.pods("bench=pinned")
         return len(pods) == len(names) and all(ready(p) for p in pods)
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(RAW_IN_FLIGHT)))
+    await post_pods(cluster, [pinned_pod(name, node, labels) for name, node in names])
     await wait_until(all_ready, "pinned pods Ready", Deadline(time.monotonic() + 300))
     seconds = time.perf_counter() - started
     await delete_all(cluster, "bench=pinned")
@@ -493,6 +494,18 @@ class Services:
                 fields[key] = int(value.split()[0]) / 1024
         return fields.get("VmRSS", 0.0), fields.get("VmHWM", 0.0)
 
+    def report_memory(self, indent: str = "   ") -> None:
+        """Each service's RSS now and at its peak, as a ratio to MEMORY_TARGET_MIB."""
+        for name, _ in self.names:
+            now, peak = self.memory_mib(name)
+            verdict = "met" if peak < MEMORY_TARGET_MIB else "NOT met"
+            print(
+                f"{indent}{name:<22} RSS {now:6.1f} MiB, peak {peak:6.1f} MiB (ratio "
+                f"{peak / MEMORY_TARGET_MIB:.2f} to the {MEMORY_TARGET_MIB:.0f} MiB target: "
+                f"{verdict})",
+                flush=True,
+            )
+
     async def stop(self) -> None:
         for proc in self.procs.values():
             if proc.returncode is None:
@@ -511,6 +524,32 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def service_env(cluster: Cluster, nats_url: str) -> dict[str, str]:
+    """The services' environment: the cluster's env file, NATS, k8s-watcher at KUBE_QPS."""
+    return {
+        **os.environ,
+        **cluster.env,
+        "NATS_URL": nats_url,
+        "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "error"),
+        "KUBE_QPS": str(KUBE_QPS),
+        "KUBE_BURST": str(int(2 * KUBE_QPS)),
+    }
+
+
+async def create_nodeset(cluster: Cluster) -> None:
+    """The benchmark's NodeSet, at 0 replicas."""
+    await cluster.call(
+        "POST",
+        NODESETS_PATH,
+        {
+            "apiVersion": "nodeflow.dev/v1alpha1",
+            "kind": "NodeSet",
+            "metadata": {"name": NODESET, "namespace": NS},
+            "spec": {"replicas": 0, "slurmCluster": CLUSTER, "template": TEMPLATE},
+        },
+    )
+
+
 async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
     nodes = await cluster.node_names()
     raw = await raw_create_rate(cluster, nodes)
@@ -525,14 +564,7 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
     await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
     writes = WriteCounter()
     outcomes = await bus.nc.subscribe("outcome.k8s.v1.>", cb=writes.on_outcome)
-    env = {
-        **os.environ,
-        **cluster.env,
-        "NATS_URL": nats_url,
-        "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "error"),
-        "KUBE_QPS": str(KUBE_QPS),
-        "KUBE_BURST": str(int(2 * KUBE_QPS)),
-    }
+    env = service_env(cluster, nats_url)
     watcher_defaults = K8sWatcherConfig()
     controller_defaults = NodeSetControllerConfig()
     syncer_defaults = SyncerOptions()
@@ -552,16 +584,7 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
     assert cluster.session is not None
     try:
         await services.start(cluster.session)
-        await cluster.call(
-            "POST",
-            NODESETS_PATH,
-            {
-                "apiVersion": "nodeflow.dev/v1alpha1",
-                "kind": "NodeSet",
-                "metadata": {"name": NODESET, "namespace": NS},
-                "spec": {"replicas": 0, "slurmCluster": CLUSTER, "template": TEMPLATE},
-            },
-        )
+        await create_nodeset(cluster)
 
         async def empty_status() -> bool:
             return (await cluster.nodeset_status()).get("desiredNumberScheduled") == 0
@@ -601,13 +624,7 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
                 "deferred by the in-flight window",
                 flush=True,
             )
-        for name, _ in services.names:
-            now, peak = services.memory_mib(name)
-            print(
-                f"   {name:<18} RSS {now:6.1f} MiB, peak {peak:6.1f} MiB "
-                f"(ratio {peak / MEMORY_TARGET_MIB:.2f} to the {MEMORY_TARGET_MIB:.0f} MiB target)",
-                flush=True,
-            )
+        services.report_memory()
         await services.stop()
         await outcomes.unsubscribe()
         await bus.close()

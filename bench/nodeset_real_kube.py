@@ -135,10 +135,9 @@ async def stop_control_plane(state: Path) -> None:
 
 async def real_run(tmp: Path) -> None:
     state = tmp / "kube"
-    probe = stack.Cluster(tmp, stack.NODES)
     nats = NatsServerProcess(tmp / "nats")
     try:
-        plane = await control_plane(state, stack.NODES, probe.topology())
+        plane = await control_plane(state, stack.NODES, stack.topology_for(stack.NODES))
         await nats.start()
         cluster = RealCluster(tmp / "bridge", stack.NODES, plane)
         try:
@@ -150,7 +149,7 @@ async def real_run(tmp: Path) -> None:
                 # k8s-watcher was stopped with the other services: measure with a fresh one.
                 services = stack.Services(
                     cluster.run_dir / "latency",
-                    {**os.environ, **cluster.env, "NATS_URL": nats.url, "LOG_LEVEL": "error"},
+                    stack.service_env(cluster, nats.url),
                     (("k8s-watcher", "k8s_watcher"),),
                 )
                 assert cluster.session is not None

@@ -135,12 +135,10 @@ class SkyhookController:
         self._wake.set()
 
     def _on_pod(self, key: str, old: Obj | None, new: Obj | None) -> None:
-        # Only pods of stage Jobs reach here (only_skyhook_pods); the check stays for clarity.
-        relevant = False
+        # Only pods of stage Jobs are in the view (only_skyhook_pods).
         for pod, adding in ((old, False), (new, True)):
-            if pod is None or NAME_LABEL not in mapping(meta(pod).get("labels")):
+            if pod is None:
                 continue
-            relevant = True
             job = str(mapping(meta(pod).get("labels")).get("batch.kubernetes.io/job-name") or "")
             if adding:
                 self._pods_of_job.setdefault(job, {})[key] = pod
@@ -149,8 +147,7 @@ class SkyhookController:
                 on_job.pop(key, None)
                 if not on_job:
                     self._pods_of_job.pop(job, None)
-        if relevant:
-            self._wake.set()
+        self._wake.set()
 
     def _on_leadership(self, leader: bool) -> None:
         self._node_sent.clear()
