@@ -20,6 +20,7 @@ import pytest
 from clustersim.kube.patch import merge_patch, strategic_merge_patch
 from clustersim.slurm import ManualClock, RunningSlurm, run_slurm_emulator
 from nodeflow_bus import Backoff, Bus, ConsumerOptions, PullConsumer, ensure_topology
+from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.k8s import K8sCommand, PatchObject
 from nodeflow_contracts.slurm import SlurmNodeCommand, SlurmOp
@@ -163,9 +164,9 @@ class FakeWatcher:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # nats-py can swallow a single cancel() of a fetch (the loop below then carries
+            # on): cancel until it ends.
+            await cancel_and_wait(self._task)
         if self._subscription is not None:
             with contextlib.suppress(Exception):
                 await self._subscription.unsubscribe()
