@@ -96,6 +96,26 @@ def test_rule_the_same_pod_command_is_not_sent_twice_before_resend_after() -> No
     assert reconcile_pods([replacement], cluster(node()), first.sent, NOW + 1).pod_commands
 
 
+def test_rule_a_lagging_view_sends_no_second_patch_toward_the_same_conditions() -> None:
+    """The pod as last seen lags behind a patch in flight, and may show an earlier patch
+    landing: a patch recomputed from it differs, but aims at the conditions already sent."""
+    drained = node(flags=("Drain",), reason="nodeflow: delete")
+    first = reconcile_pods([facts()], cluster(drained), {}, NOW, options=OPTIONS)
+    assert [c.kind for c in first.pod_commands] == ["conditions"]
+    # An earlier patch lands meanwhile: the pod now shows Idle only; the recomputed patch
+    # (adding Drain alone) is another patch to the same conditions.
+    idle_only = ({"type": "SlurmNodeStateIdle", "status": "True", "message": "nodeflow: delete"},)
+    lagging = facts(resource_version="2", conditions=idle_only)
+    soon = reconcile_pods([lagging], cluster(drained), first.sent, NOW + 1, options=OPTIONS)
+    assert not soon.pod_commands
+    # Other conditions (Slurm moved on) go at once; the same ones again after resend_after.
+    moved = reconcile_pods([lagging], cluster(node()), first.sent, NOW + 1, options=OPTIONS)
+    assert [c.kind for c in moved.pod_commands] == ["conditions"]
+    late = reconcile_pods([lagging], cluster(drained), first.sent, NOW + 31, options=OPTIONS)
+    (again,) = late.pod_commands
+    assert again.command.idempotency_key.endswith(":2")
+
+
 def test_rule_a_cordoned_node_marks_its_pod_with_the_source_and_the_uncordon_unmarks() -> None:
     cordoned = reconcile_pods([facts(node_unschedulable=True)], cluster(node()), {}, NOW)
     marks = [c for c in cordoned.pod_commands if c.kind == "pod-cordon"]
