@@ -217,6 +217,7 @@ class Kubelet(Controller[KubeletKey]):
             {"metadata": {"uid": meta["uid"]}, "status": status},
             namespace=meta["namespace"],
             subresource="status",
+            copy_result=False,
         )
 
     def _start(self, pod: Obj, node: Obj, run: _PodRun) -> float | None:

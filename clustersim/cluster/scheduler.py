@@ -76,7 +76,9 @@ class DefaultScheduler(Controller[str]):
         super().__init__(store)
         # Quantities are parsed once per node or pod version, not once per pod scheduled.
         self._allocatable = IdentityCache(node_allocatable)
-        self._requests = IdentityCache(pod_requests)
+        # Pod uid -> (its spec, what it requests): status writes (most pod changes) leave the
+        # spec equal, and comparing it costs far less than parsing the quantities again.
+        self._requests: dict[str, tuple[Any, ResourceList]] = {}
         # Pod uid -> (node, requests) of every pod that occupies a node, and the sums by node.
         self._occupying: dict[str, tuple[str, ResourceList]] = {}
         self._used: dict[str, ResourceList] = {}
@@ -109,18 +111,31 @@ class DefaultScheduler(Controller[str]):
     def _track(self, pod: Obj, event: str) -> bool:
         """Keep the per-node sums current; True when the change frees room on a node."""
         uid = pod["metadata"]["uid"]
-        before = self._occupying.pop(uid, None)
+        occupies = event != "DELETED" and pod_occupies_node(pod)
+        requests = self._requests_of(uid, pod) if occupies else None
+        before = self._occupying.get(uid)
+        if before is not None and occupies and before == (pod["spec"]["nodeName"], requests):
+            return False  # same node, same requests: the sums stand
+        self._occupying.pop(uid, None)
         if before is not None:
-            node, requests = before
-            self._used[node] = subtract_resources(self._used.get(node, {}), requests)
-        if event != "DELETED" and pod_occupies_node(pod):
+            node, charged = before
+            self._used[node] = subtract_resources(self._used.get(node, {}), charged)
+        if requests is not None:
             node = pod["spec"]["nodeName"]
-            requests = self._requests.get(uid, pod)
             self._occupying[uid] = (node, requests)
             self._used[node] = add_resources(self._used.get(node, {}), requests)
             return before is not None and before[0] != node
-        self._requests.forget(uid)
+        self._requests.pop(uid, None)
         return before is not None
+
+    def _requests_of(self, uid: str, pod: Obj) -> ResourceList:
+        spec = pod.get("spec")
+        cached = self._requests.get(uid)
+        if cached is not None and (cached[0] is spec or cached[0] == spec):
+            return cached[1]
+        requests = pod_requests(pod)
+        self._requests[uid] = (spec, requests)
+        return requests
 
     def reconcile(self, key: str) -> float | None:
         if key == SCHEDULE_ALL:

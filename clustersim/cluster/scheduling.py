@@ -127,7 +127,7 @@ def choose_node(
     """Pick the least-allocated feasible node (ties by fewest pods, then name); else None and
     the FitError text. `allocatable_by_node` saves re-parsing quantities for every pod."""
     requests = pod_requests(pod)
-    best: tuple[Fraction, Fraction, str] | None = None
+    feasible: list[tuple[str, Mapping[str, Fraction], Mapping[str, Fraction]]] = []
     all_reasons: list[list[str]] = []
     for node in nodes:
         name = node["metadata"]["name"]
@@ -140,12 +140,15 @@ def choose_node(
         reasons = infeasibility_reasons(pod, node, used, requests, allocatable)
         if reasons:
             all_reasons.append(reasons)
-            continue
-        pods_there = used.get("pods", Fraction(0))
-        score = (_allocated_fraction(requests, allocatable, used), pods_there, name)
-        if best is None or score < best:
-            best = score
-    if best is not None:
+        else:
+            feasible.append((name, used, allocatable))
+    if len(feasible) == 1:
+        return feasible[0][0], ""  # nothing to choose between (a pinned pod): no scoring
+    if feasible:
+        best = min(
+            (_allocated_fraction(requests, allocatable, used), used.get("pods", Fraction(0)), name)
+            for name, used, allocatable in feasible
+        )
         return best[2], ""
     return None, unschedulable_message(len(nodes), all_reasons)
 

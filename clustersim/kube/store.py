@@ -99,7 +99,7 @@ from clustersim.kube.objects import (
     now_rfc3339,
     set_path,
 )
-from clustersim.kube.patch import MERGE_PATCH, apply_patch
+from clustersim.kube.patch import MERGE_PATCH, apply_patch, result_is_fresh
 from clustersim.kube.resources import BUILTINS, ResourceInfo, crd_resource_infos
 from clustersim.kube.selectors import FieldSelector, LabelSelector
 
@@ -787,18 +787,23 @@ class Store:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        copy_result: bool = True,
     ) -> Obj:
+        """Apply a patch. `copy_result=False` returns the stored object itself, a copy fewer
+        per write: only for a caller that neither keeps nor changes it (the kubelet)."""
         info = self.resolve(resource)
         ns = (namespace or "default") if info.namespaced else ""
         existing = self._lookup(info, name, ns)
         patched = apply_patch(existing, patch, patch_type, strategic=info.strategic_merge)
         if not isinstance(patched, dict):
             raise BadRequest("patch did not produce an object")
-        patched = deep_copy(patched)
+        if not result_is_fresh(patch_type, strategic=info.strategic_merge):
+            patched = deep_copy(patched)  # never let the stored object's parts be changed
         meta = patched.setdefault("metadata", {})
         if meta.get("name") != name:
             raise BadRequest("the name of the object does not match the name on the URL")
-        return deep_copy(self._update(info, patched, ns, subresource, dry_run))
+        updated = self._update(info, patched, ns, subresource, dry_run)
+        return deep_copy(updated) if copy_result else updated
 
     # ----------------------------------------------------------------- delete
 

@@ -11,10 +11,14 @@ from hypothesis import strategies as st
 
 from clustersim.kube.errors import BadRequest, Invalid, UnsupportedMediaType
 from clustersim.kube.patch import (
+    APPLY_PATCH,
+    JSON_PATCH,
+    MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
     apply_patch,
     json_patch,
     merge_patch,
+    result_is_fresh,
     strategic_merge_patch,
 )
 
@@ -63,6 +67,38 @@ def test_merge_patch_does_not_mutate_inputs(target: dict[str, Any], patch: Any) 
     before_target, before_patch = copy.deepcopy(target), copy.deepcopy(patch)
     merge_patch(target, patch)
     assert target == before_target and patch == before_patch
+
+
+def _containers(value: Any) -> set[int]:
+    found: set[int] = set()
+    if isinstance(value, dict | list):
+        found.add(id(value))
+        for child in value.values() if isinstance(value, dict) else value:
+            found |= _containers(child)
+    return found
+
+
+@given(
+    objects,
+    objects,
+    st.sampled_from([JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH]),
+    st.booleans(),
+)
+def test_a_result_said_fresh_shares_no_container_with_its_target(
+    target: dict[str, Any], patch: dict[str, Any], patch_type: str, strategic: bool
+) -> None:
+    """The store skips copying a patch's result only when it owns every part of it."""
+    if patch_type == STRATEGIC_MERGE_PATCH and not strategic:
+        return  # refused for kinds without strategic merge
+    body: Any = (
+        [{"op": "add", "path": f"/{k}", "value": v} for k, v in patch.items()]
+        if patch_type == JSON_PATCH
+        else patch
+    )
+    result = apply_patch(target, body, patch_type, strategic=strategic)
+    if result_is_fresh(patch_type, strategic=strategic):
+        assert not _containers(result) & _containers(target)
+        assert not _containers(result) & _containers(body)
 
 
 @given(objects, patches)
