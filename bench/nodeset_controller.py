@@ -69,7 +69,7 @@ NODESETS_PATH = f"/apis/nodeflow.dev/v1alpha1/namespaces/{NS}/nodesets"
 PODS_PATH = f"/api/v1/namespaces/{NS}/pods"
 RAW_PODS = 1000
 RAW_IN_FLIGHT = 32
-PINNED_SAMPLE = 200
+PINNED_SAMPLE = min(1000, NODES)
 TARGET_SECONDS = 60.0
 # Resident memory each service may use at 10,000 nodes / 50,000 pods (issue #17); this bench
 # prints the peak of each process it starts as a ratio to it.
@@ -106,6 +106,53 @@ class WriteCounter:
         """The writes counted since the last call."""
         taken, self.applied = self.applied, Counter()
         return taken
+
+
+class CpuMeter:
+    """CPU seconds (user + system, from /proc/<pid>/stat) each process used since the last
+    `take`: where a step's time went when every process shares the same cores."""
+
+    TICKS = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self) -> None:
+        self.pids: dict[str, int] = {}
+        self.last: dict[str, float] = {}
+
+    def watch(self, name: str, pid: int | None) -> None:
+        if pid is not None:
+            self.pids[name] = pid
+            self.last[name] = self.used(pid)
+
+    @classmethod
+    def used(cls, pid: int) -> float:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0  # gone (a service that exited): nothing more to count
+        # After the command name: state is field 3, utime 14 and stime 15 (man 5 proc).
+        return (int(fields[11]) + int(fields[12])) / cls.TICKS
+
+    def take(self) -> dict[str, float]:
+        taken: dict[str, float] = {}
+        for name, pid in self.pids.items():
+            now = self.used(pid)
+            taken[name] = now - self.last[name]
+            self.last[name] = now
+        return taken
+
+
+def report_cpu(label: str, pods: int, seconds: float, used: dict[str, float]) -> None:
+    """CPU milliseconds per pod by process, and the share of the step's wall time that all
+    of them used together (2.0 = both cores of this machine busy throughout)."""
+    if not used or not pods:
+        return
+    total = sum(used.values())
+    shown = ", ".join(f"{name} {1000 * cpu / pods:.1f}" for name, cpu in used.items())
+    print(
+        f"   {label:<14} CPU ms per pod {1000 * total / pods:5.1f} ({shown}); "
+        f"{total / seconds if seconds > 0 else 0.0:.2f} cores busy",
+        flush=True,
+    )
 
 
 def report_writes(label: str, pods: int, writes: Counter[tuple[str, str, str]]) -> None:
@@ -235,6 +282,10 @@ class Cluster:
     def url(self) -> str:
         return self.env["KUBE_API_URL"]
 
+    def processes(self) -> dict[str, int]:
+        """The cluster's processes whose CPU the figures count, by name."""
+        return {self.name: self.proc.pid} if self.proc is not None else {}
+
     async def call(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> Any:
@@ -348,6 +399,12 @@ async def pinned_ceiling(cluster: Cluster, nodes: list[str]) -> float:
     names = [(f"pinned-{i}", nodes[-1 - i]) for i in range(min(PINNED_SAMPLE, len(nodes)))]
 
     async def all_ready() -> bool:
+        # The last pod created is about the last to be Ready: until it is, listing them all
+        # (what the NodeSet steps do only once the status says so) would only load the API
+        # server whose rate this measures.
+        last = await cluster.call("GET", f"{PODS_PATH}/{names[-1][0]}")
+        if not ready(last):
+            return False
         pods = await cluster.pods("bench=pinned")
         return len(pods) == len(names) and all(ready(p) for p in pods)
 
@@ -416,7 +473,7 @@ async def main() -> None:
         cluster = Cluster(Path(tmp) / "sim")
         try:
             await cluster.start()
-            await run(cluster, nats.url, deadline)
+            await run(cluster, nats.url, deadline, nats.pid)
         except OutOfBudget as exc:
             print(f"   stopped: {exc} (budget {BUDGET:.0f} s)", flush=True)
         finally:
@@ -550,7 +607,9 @@ async def create_nodeset(cluster: Cluster) -> None:
     )
 
 
-async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
+async def run(
+    cluster: Cluster, nats_url: str, deadline: Deadline, nats_pid: int | None = None
+) -> None:
     nodes = await cluster.node_names()
     raw = await raw_create_rate(cluster, nodes)
     pinned = await pinned_ceiling(cluster, nodes)
@@ -582,8 +641,14 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
     )
     services = Services(cluster.run_dir / "services", env)
     assert cluster.session is not None
+    cpu = CpuMeter()
     try:
         await services.start(cluster.session)
+        for name, pid in cluster.processes().items():
+            cpu.watch(name, pid)
+        cpu.watch("nats-server", nats_pid)
+        for name, proc in services.procs.items():
+            cpu.watch(name, proc.pid)
         await create_nodeset(cluster)
 
         async def empty_status() -> bool:
@@ -595,9 +660,11 @@ async def run(cluster: Cluster, nats_url: str, deadline: Deadline) -> None:
             steps += [(0, NODES), (NODES, 0)]
         for start, end in steps:
             writes.take()
+            cpu.take()
             seconds = await scale(cluster, end, deadline)
             report(f"{start} -> {end}", abs(end - start), seconds, raw, pinned)
             report_writes(f"{start} -> {end}", abs(end - start), writes.take())
+            report_cpu(f"{start} -> {end}", abs(end - start), seconds, cpu.take())
             drained = (await cluster.nodeset_status()).get("numberDrain")
             if drained:
                 # Pods recreated on nodes drained by the previous scale-in keep Slurm's DRAIN

@@ -62,9 +62,19 @@ class RealCluster(stack.Cluster):
 
     name = "real control plane"
 
-    def __init__(self, run_dir: Path, nodes: int, control_plane: dict[str, str]) -> None:
+    def __init__(
+        self, run_dir: Path, nodes: int, control_plane: dict[str, str], state: Path
+    ) -> None:
         super().__init__(run_dir, nodes)
         self.control_plane = control_plane
+        self.state = state
+
+    def processes(self) -> dict[str, int]:
+        # real_kube.sh keeps each component's pid in a file named after it.
+        found = {"slurm emulator": self.proc.pid} if self.proc is not None else {}
+        for pid_file in sorted((self.state / "pids").glob("*")):
+            found[pid_file.name] = int(pid_file.read_text().split()[0])
+        return found
 
     @property
     def url(self) -> str:
@@ -139,11 +149,11 @@ async def real_run(tmp: Path) -> None:
     try:
         plane = await control_plane(state, stack.NODES, stack.topology_for(stack.NODES))
         await nats.start()
-        cluster = RealCluster(tmp / "bridge", stack.NODES, plane)
+        cluster = RealCluster(tmp / "bridge", stack.NODES, plane, state)
         try:
             await cluster.start()
             deadline = stack.Deadline(time.monotonic() + stack.BUDGET)
-            await stack.run(cluster, nats.url, deadline)
+            await stack.run(cluster, nats.url, deadline, nats.pid)
             bus = await Bus.connect(nats.url, options=BusOptions(name="bench-latency"))
             try:
                 # k8s-watcher was stopped with the other services: measure with a fresh one.
