@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ from nodeflow_contracts.topology import (
 )
 from slurm_syncer import metrics
 from slurm_syncer.client import SlurmClient, SlurmError
-from slurm_syncer.drain import DrainPlan, decide_command
+from slurm_syncer.drain import DrainPlan, decide_command, decide_drain
 from slurm_syncer.nodestate import (
     DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS,
     MalformedNode,
@@ -58,6 +58,7 @@ from slurm_syncer.nodestate import (
     parse_node,
     same_state,
     settle_not_responding,
+    with_unconfirmed_not_responding,
 )
 from slurm_syncer.pods import (
     PodFacts,
@@ -179,6 +180,10 @@ class Syncer:
         self._reconcile_lock = asyncio.Lock()
         self._slurm_slots = asyncio.Semaphore(self.options.max_concurrent_updates)
         self._in_flight: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # (cluster, node) -> its lock and how many hold or wait for it: one Slurm update of a
+        # node at a time, whoever asks (a command or the reconciliation), each deciding on
+        # the node as read under the lock.
+        self._node_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
         self._sent: dict[tuple[str, str], SentRecord] = {}
         # Pod key -> (uid, when this syncer first saw it past Pending): see registration_pending.
         self._running_seen: dict[str, tuple[str, float]] = {}
@@ -495,7 +500,7 @@ class Syncer:
             {name: view.snapshot() for name, view in self.clusters.items()},
             self._sent,
             now,
-            updating=self._in_flight.keys(),
+            updating=self._in_flight.keys() | self._node_locks.keys(),
             options=self._reconcile_options,
         )
         report = ReconcileReport(pods=decided.pods, slurm_updates=len(decided.slurm_updates))
@@ -528,10 +533,67 @@ class Syncer:
         self._in_flight[node] = task
         task.add_done_callback(lambda _: self._in_flight.pop(node, None))
 
+    @property
+    def updates_running(self) -> int:
+        """Slurm node updates under way (decided by the reconciliation or asked by commands)."""
+        return len(self._in_flight.keys() | self._node_locks.keys())
+
+    @contextlib.asynccontextmanager
+    async def _node_updating(self, cluster: str, node: str) -> AsyncIterator[None]:
+        """Hold the node's update lock (forgotten once nobody holds or waits for it)."""
+        key = (cluster, node)
+        lock, users = self._node_locks.get(key, (asyncio.Lock(), 0))
+        self._node_locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._node_locks[key]
+            if users > 1:
+                self._node_locks[key] = (lock, users - 1)
+            else:
+                del self._node_locks[key]
+
+    async def _still_decided(self, facts: PodFacts, plan: DrainPlan) -> bool:
+        """Read the node again (under its lock) and decide again: the plan was made on the
+        last listing, and a command may have drained or undrained the node since -- acting
+        on the old state could overwrite a maintenance drain's reason, or lift it."""
+        view = self.clusters[facts.cluster]
+        async with self._slurm_slots:
+            requested_at = time.monotonic()
+            raw = await view.client.get_node(facts.name)
+        if raw is not None:
+            try:
+                read = parse_node(facts.cluster, raw, self._clock(), self.options.drain_reasons)
+            except MalformedNode:
+                read = None
+            if read is not None:
+                seen = facts.name in view.not_responding_since
+                fresh = decide_drain(
+                    facts,
+                    with_unconfirmed_not_responding(read, seen),
+                    self.options.drain_reasons,
+                )
+                if (fresh.action, fresh.reason) == (plan.action, plan.reason):
+                    return True
+        log.info(
+            "syncer.update_superseded",
+            cluster=facts.cluster,
+            node=facts.name,
+            action=plan.action,
+            why="the node changed since the listing the update was decided on",
+        )
+        await self._record_node(facts.cluster, facts.name, raw, requested_at)
+        self._mark_dirty([facts.key])
+        return False
+
     async def _run_update(self, facts: PodFacts, plan: DrainPlan) -> None:
         origin = plan.origin or "cordon"
         try:
-            await self._update_node(facts.cluster, facts.name, plan.action, plan.reason)
+            async with self._node_updating(facts.cluster, facts.name):
+                if not await self._still_decided(facts, plan):
+                    return
+                await self._update_node(facts.cluster, facts.name, plan.action, plan.reason)
         except SlurmError as exc:
             metrics.NODE_UPDATES.labels(facts.cluster, plan.action, origin, "failed").inc()
             log.warning(
@@ -617,6 +679,17 @@ class Syncer:
         view = self.clusters.get(command.cluster)
         if view is None:
             raise PermanentError(f"this syncer does not manage Slurm cluster {command.cluster!r}")
+        # From the read it decides on to its update, no other update of the node runs.
+        async with self._node_updating(command.cluster, command.node):
+            await self._apply_command(view, command)
+        key_pods = [
+            key
+            for key, pod in self._pods.items()
+            if key.endswith(f".{command.node}") and nodeset_of(pod) is not None
+        ]
+        self._mark_dirty(key_pods)
+
+    async def _apply_command(self, view: ClusterView, command: SlurmNodeCommand) -> None:
         try:
             async with self._slurm_slots:
                 requested_at = time.monotonic()
@@ -652,9 +725,3 @@ class Syncer:
             metrics.NODE_UPDATES.labels(command.cluster, command.op, "command", "failed").inc()
             raise RetryableError(str(exc)) from exc
         metrics.NODE_UPDATES.labels(command.cluster, command.op, "command", "ok").inc()
-        key_pods = [
-            key
-            for key, pod in self._pods.items()
-            if key.endswith(f".{command.node}") and nodeset_of(pod) is not None
-        ]
-        self._mark_dirty(key_pods)

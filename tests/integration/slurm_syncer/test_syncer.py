@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+
+import pytest
 
 from clustersim.slurm import JobRequest, ManualClock, RunningSlurm
-from nodeflow_bus import Bus
+from nodeflow_bus import Bus, PullConsumer
 from nodeflow_contracts import codec
 from nodeflow_contracts.pod_protocol import POD_CORDON_ANNOTATION as POD_CORDON
 from nodeflow_contracts.pod_protocol import POD_CORDON_SOURCE_ANNOTATION as POD_CORDON_SOURCE
-from nodeflow_contracts.slurm import SlurmNodeChanged, SlurmNodeState, SlurmPollResult
+from nodeflow_contracts.slurm import (
+    SlurmNodeChanged,
+    SlurmNodeCommand,
+    SlurmNodeState,
+    SlurmPollResult,
+)
 from slurm_syncer.reasons import DrainReasons
 from slurm_syncer.syncer import Syncer, SyncerOptions
 from tests.integration.slurm_syncer.conftest import (
@@ -20,6 +28,7 @@ from tests.integration.slurm_syncer.conftest import (
     make_node,
     make_nodeset,
     make_pod,
+    send_command,
     slurm_client,
     slurm_conditions,
 )
@@ -208,6 +217,82 @@ async def test_rule_uncordon_reverses_the_drain_and_removes_the_pod_mark_from_th
     await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
     assert len(watcher.of_kind("pod-cordon")) == 1
     assert len(watcher.of_kind("pod-uncordon")) == 1
+
+
+async def test_rule_an_undrain_decided_on_an_old_listing_leaves_a_drain_made_since(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    """The last listing shows the node drained for a cordon; an administrator drains it for
+    maintenance after that listing; then the node is uncordoned. The undrain was decided on
+    the listing, so it reads the node again first: the maintenance drain stays."""
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
+    await kube.put_node(make_node("node-0", unschedulable=True))
+    cordon = "slurm-operator: cordon: Kubernetes node node-0 is cordoned"
+    await eventually(lambda: syncer.clusters[CLUSTER].states["gpu-001"].reason == cordon)
+    slurm.cluster.update_node("gpu-001", "root", ["DRAIN"], "bad DIMM (admin)", None)
+    await kube.put_node(make_node("node-0"))
+    await eventually(lambda: POD_CORDON not in kube.pod("gpu-001")["metadata"]["annotations"])
+    await eventually(lambda: syncer.updates_running == 0)
+    assert slurm.emulator.node_state("gpu-001") == ["IDLE", "DRAIN"]
+    assert slurm.cluster.nodes["gpu-001"].reason == "bad DIMM (admin)"
+    # What the undrain read is kept: the pod shows the administrator's drain.
+    await eventually(
+        lambda: (
+            slurm_conditions(kube.pod("gpu-001"))
+            == {"SlurmNodeStateIdle": "bad DIMM (admin)", "SlurmNodeStateDrain": "bad DIMM (admin)"}
+        )
+    )
+
+
+async def test_rule_a_drain_command_and_an_undrain_of_the_same_node_never_interleave(
+    topology: Bus,
+    slurm: RunningSlurm,
+    kube: KubeKV,
+    watcher: FakeWatcher,
+    syncer: Syncer,
+    consumer: PullConsumer[SlurmNodeCommand],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The uncordon's undrain has read the node (still drained for the cordon) and its UNDRAIN
+    is held while a maintenance drain command arrives for the same node. Interleaved, the
+    command's DRAIN would land between that read and the UNDRAIN, which would lift it; one
+    after the other, the node ends drained for maintenance."""
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
+    await kube.put_node(make_node("node-0", unschedulable=True))
+    cordon = "slurm-operator: cordon: Kubernetes node node-0 is cordoned"
+    await eventually(lambda: syncer.clusters[CLUSTER].states["gpu-001"].reason == cordon)
+    maintenance = "slurm-operator: maintenance: firmware"
+    client = syncer.clusters[CLUSTER].client
+    update_node = client.update_node
+    undrain_held = asyncio.Event()
+
+    async def held_undrain(name: str, states: list[str], reason: str | None = None) -> None:
+        if "UNDRAIN" in states and not undrain_held.is_set():
+            undrain_held.set()
+            # Held until the command is through (no lock), or for 1 s (it waits for the lock).
+            with contextlib.suppress(AssertionError):
+                await eventually(
+                    lambda: slurm.cluster.nodes[name].reason == maintenance, timeout=1.0
+                )
+        await update_node(name, states, reason)
+
+    monkeypatch.setattr(client, "update_node", held_undrain)
+    await kube.put_node(make_node("node-0"))
+    await asyncio.wait_for(undrain_held.wait(), 5)
+    await send_command(topology, "drain", "gpu-001", maintenance)
+    await eventually(
+        lambda: (
+            syncer.updates_running == 0
+            and slurm.cluster.nodes["gpu-001"].reason == maintenance
+            and slurm.emulator.node_state("gpu-001") == ["IDLE", "DRAIN"]
+        )
+    )
+    await asyncio.sleep(0.3)  # nothing undrains it afterwards either
+    assert slurm.emulator.node_state("gpu-001") == ["IDLE", "DRAIN"]
 
 
 async def test_rule_a_pod_cordon_set_by_a_person_stays_after_the_uncordon(
