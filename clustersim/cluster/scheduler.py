@@ -39,23 +39,36 @@ def _queue_order(pod: Obj) -> tuple[int, str, str, str]:
     return (-priority, str(meta.get("creationTimestamp", "")), meta["namespace"], meta["name"])
 
 
-class IdentityCache:
-    """`compute(obj)` by key, kept while the key maps to the very same object: the store
-    hands out one shared object per version, so identity proves the result still holds."""
+class InputCache:
+    """`compute(obj)` by key, kept while the part of the object it reads (`read(obj)`) is the
+    same: identical, or equal. A node's claim or a pod's status changes every few writes and
+    leaves what a quantity parse reads alone; comparing that part costs far less than parsing
+    its quantities again."""
 
-    def __init__(self, compute: Callable[[Mapping[str, Any]], ResourceList]) -> None:
+    def __init__(
+        self,
+        compute: Callable[[Mapping[str, Any]], ResourceList],
+        read: Callable[[Mapping[str, Any]], Any],
+    ) -> None:
         self._compute = compute
-        self._entries: dict[str, tuple[Mapping[str, Any], ResourceList]] = {}
+        self._read = read
+        self._entries: dict[str, tuple[Any, ResourceList]] = {}
 
     def get(self, key: str, obj: Mapping[str, Any]) -> ResourceList:
+        part = self._read(obj)
         cached = self._entries.get(key)
-        if cached is None or cached[0] is not obj:
-            cached = (obj, self._compute(obj))
+        if cached is None or not (cached[0] is part or cached[0] == part):
+            cached = (part, self._compute(obj))
             self._entries[key] = cached
         return cached[1]
 
     def forget(self, key: str) -> None:
         self._entries.pop(key, None)
+
+
+def _allocatable_input(node: Mapping[str, Any]) -> Any:
+    status = node.get("status") or {}
+    return status.get("allocatable"), status.get("capacity")
 
 
 class DefaultScheduler(Controller[str]):
@@ -75,10 +88,8 @@ class DefaultScheduler(Controller[str]):
     def __init__(self, store: Store) -> None:
         super().__init__(store)
         # Quantities are parsed once per node or pod version, not once per pod scheduled.
-        self._allocatable = IdentityCache(node_allocatable)
-        # Pod uid -> (its spec, what it requests): status writes (most pod changes) leave the
-        # spec equal, and comparing it costs far less than parsing the quantities again.
-        self._requests: dict[str, tuple[Any, ResourceList]] = {}
+        self._allocatable = InputCache(node_allocatable, _allocatable_input)
+        self._requests = InputCache(pod_requests, lambda pod: pod.get("spec"))
         # Pod uid -> (node, requests) of every pod that occupies a node, and the sums by node.
         self._occupying: dict[str, tuple[str, ResourceList]] = {}
         self._used: dict[str, ResourceList] = {}
@@ -112,7 +123,7 @@ class DefaultScheduler(Controller[str]):
         """Keep the per-node sums current; True when the change frees room on a node."""
         uid = pod["metadata"]["uid"]
         occupies = event != "DELETED" and pod_occupies_node(pod)
-        requests = self._requests_of(uid, pod) if occupies else None
+        requests = self._requests.get(uid, pod) if occupies else None
         before = self._occupying.get(uid)
         if before is not None and occupies and before == (pod["spec"]["nodeName"], requests):
             return False  # same node, same requests: the sums stand
@@ -125,17 +136,8 @@ class DefaultScheduler(Controller[str]):
             self._occupying[uid] = (node, requests)
             self._used[node] = add_resources(self._used.get(node, {}), requests)
             return before is not None and before[0] != node
-        self._requests.pop(uid, None)
+        self._requests.forget(uid)
         return before is not None
-
-    def _requests_of(self, uid: str, pod: Obj) -> ResourceList:
-        spec = pod.get("spec")
-        cached = self._requests.get(uid)
-        if cached is not None and (cached[0] is spec or cached[0] == spec):
-            return cached[1]
-        requests = pod_requests(pod)
-        self._requests[uid] = (spec, requests)
-        return requests
 
     def reconcile(self, key: str) -> float | None:
         if key == SCHEDULE_ALL:

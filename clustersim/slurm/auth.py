@@ -3,10 +3,12 @@ bytes of the key file named by `AuthAltParameters=jwt_key=<file>`."""
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jwt
 
@@ -35,6 +37,28 @@ class TokenCheck:
     problem: str | None
 
 
+@functools.lru_cache(maxsize=1024)
+def _decoded(key: bytes, token: str) -> dict[str, Any] | str:
+    """The token's claims once its signature is checked, or why it is invalid. A client sends
+    the same token with every request: its signature is checked once, expiry every time."""
+    try:
+        return dict(
+            jwt.decode(
+                token,
+                key,
+                algorithms=["HS256"],
+                options={
+                    "verify_exp": False,
+                    "verify_iat": False,
+                    "verify_nbf": False,
+                    "require": ["exp", "sun"],
+                },
+            )
+        )
+    except jwt.PyJWTError as exc:
+        return f"invalid token: {exc}"
+
+
 def verify_token(
     key: bytes,
     token: str,
@@ -43,20 +67,9 @@ def verify_token(
     proxy_users: frozenset[str] = frozenset({"root", "slurm"}),
 ) -> TokenCheck:
     """Check a token the way slurmctld's auth/jwt does; `problem` says why it is refused."""
-    try:
-        claims = jwt.decode(
-            token,
-            key,
-            algorithms=["HS256"],
-            options={
-                "verify_exp": False,
-                "verify_iat": False,
-                "verify_nbf": False,
-                "require": ["exp", "sun"],
-            },
-        )
-    except jwt.PyJWTError as exc:
-        return TokenCheck(user=None, problem=f"invalid token: {exc}")
+    claims = _decoded(key, token)
+    if isinstance(claims, str):
+        return TokenCheck(user=None, problem=claims)
     # Expiry is judged on the emulator's clock, not the host's, so tests can move time.
     if int(claims["exp"]) <= int(now):
         return TokenCheck(user=None, problem="token expired")

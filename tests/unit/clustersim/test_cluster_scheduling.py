@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clustersim.cluster.scheduler import DefaultScheduler, IdentityCache
+from clustersim.cluster.scheduler import DefaultScheduler, InputCache
 from clustersim.cluster.scheduling import (
     AFFINITY_MISMATCH,
     UNSCHEDULABLE_NODE,
@@ -259,24 +259,46 @@ def test_named_nodes_is_the_union_of_terms_that_all_name_nodes() -> None:
     assert named_nodes(mixed) is None  # a term without names lets any node through
 
 
-def test_identity_cache_recomputes_for_a_new_object_version_and_after_forget() -> None:
+def test_input_cache_recomputes_only_when_what_it_reads_changes_and_after_forget() -> None:
     calls: list[str] = []
 
     def compute(obj: Mapping[str, Any]) -> dict[str, Fraction]:
         calls.append(obj["v"])
         return {"cpu": Fraction(int(obj["v"]))}
 
-    cache = IdentityCache(compute)
-    first = {"v": "1"}
+    cache = InputCache(compute, lambda obj: obj["v"])
+    first = {"v": "1", "status": "a"}
     assert cache.get("n1", first) == {"cpu": 1}
-    assert cache.get("n1", first) == {"cpu": 1}
-    assert calls == ["1"]  # same object: not recomputed
-    # An equal but new object is a new version (the store never mutates a handed-out one).
+    assert cache.get("n1", {"v": "1", "status": "b"}) == {"cpu": 1}
+    assert calls == ["1"]  # another version, same input: not recomputed
     assert cache.get("n1", {"v": "2"}) == {"cpu": 2}
     assert calls == ["1", "2"]
     cache.forget("n1")
-    cache.get("n1", first)
-    assert calls[-1] == "1"  # forgotten: computed again
+    cache.get("n1", {"v": "2"})
+    assert calls[-1] == "2"  # forgotten: computed again
+
+
+def test_a_status_change_keeps_the_charge_and_a_spec_change_recharges_the_node() -> None:
+    store = Store()
+    scheduler = DefaultScheduler(store)
+    store.create("nodes", store_node("n1"))
+    bound = store_pod("p1", "2")
+    bound["spec"]["nodeName"] = "n1"
+    created = store.create("pods", bound, namespace="default")
+    scheduler.initial_keys()
+    assert scheduler._used["n1"]["nvidia.com/gpu"] == 2
+    running = {**created, "status": {"phase": "Running"}}
+    assert scheduler._track(running, "MODIFIED") is False
+    assert scheduler._used["n1"]["nvidia.com/gpu"] == 2
+    resized = {**running, "spec": {**running["spec"]}}
+    resized["spec"]["containers"] = [
+        {**c, "resources": {"requests": {"nvidia.com/gpu": "1"}}}
+        for c in running["spec"]["containers"]
+    ]
+    scheduler._track(resized, "MODIFIED")
+    assert scheduler._used["n1"]["nvidia.com/gpu"] == 1
+    scheduler._track(resized, "DELETED")
+    assert scheduler._used["n1"].get("nvidia.com/gpu", 0) == 0
 
 
 # --- the scheduler as a controller over the store -------------------------------------------
