@@ -5,7 +5,7 @@ and carries the outputs out.
 Per pod, in order:
   1. Conditions: the pod's `SlurmNodeState*` conditions follow its Slurm node
      (conditions.py); an unreadable node gets SlurmNodeStateUnknown with the reason why,
-     except a node absent while its pod's slurmd may still be registering
+     except a node absent or not responding while its pod's slurmd may still be registering
      (`registration_pending`), which gets no condition yet.
   2. Cordon mark: the pod is marked cordoned when its node is, and the node's mark goes with
      the node's uncordon (drain.pod_mark).
@@ -126,14 +126,21 @@ def attempt_to_send(
     return previous.attempt + 1
 
 
-def registration_pending(facts: PodFacts, cluster: ClusterSnapshot) -> bool:
+def registration_pending(
+    facts: PodFacts, cluster: ClusterSnapshot, state: SlurmNodeState | None
+) -> bool:
     """The pod's slurmd may not have had the chance to register yet: no poll has read the
-    cluster since the syncer first saw the pod past Pending. Its absence from Slurm then says
-    nothing, so no NodeNotRegistered condition is written for it: a starting pod gets one
-    condition patch, its node's state once it registers, instead of NodeNotRegistered first
-    and the state one poll later. Deletion is unaffected: a Pending pod is `never_started`
-    to nodeset-controller, and the absence grace starts no earlier than before (later, when
-    the pod started late), which never deletes sooner."""
+    cluster since the syncer first saw the pod past Pending, and the node is absent from Slurm
+    or NOT_RESPONDING (what is left of an earlier pod's slurmd, gone: a pod recreated on the
+    node of one deleted by a scale-in finds its DOWN+DRAIN). That state then says nothing
+    about this pod, so no condition is written for it: a starting pod gets one condition
+    patch, its node's state once it registers, instead of NodeNotRegistered or the old
+    slurmd's state first and its own one poll later. Deletion is unaffected: nodeset-controller
+    decides on the Slurm states themselves, a Pending pod is `never_started` to it, and the
+    absence grace starts no earlier than before (later, when the pod started late), which
+    never deletes sooner."""
+    if state is not None and "NotResponding" not in state.flags:
+        return False  # a slurmd answers for the node: it registered
     return facts.running_seen_at is None or cluster.poll_started_at < facts.running_seen_at
 
 
@@ -242,7 +249,7 @@ def reconcile_pods(
             continue
         work.result.pods += 1
         state = cluster.states.get(facts.name) if cluster.reachable else None
-        if not (cluster.reachable and state is None and registration_pending(facts, cluster)):
+        if not (cluster.reachable and registration_pending(facts, cluster, state)):
             unknown = unknown_because(cluster.name, facts.name, cluster.reachable, state)
             desired = desired_conditions(state, unknown)
             patch = conditions_patch(facts.conditions, desired, now)

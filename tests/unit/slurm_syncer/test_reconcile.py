@@ -253,6 +253,20 @@ def test_rule_no_not_registered_condition_before_a_poll_after_the_pod_started() 
     assert entry["reason"] == "NodeNotRegistered"
 
 
+def test_rule_a_starting_pod_gets_no_condition_from_an_earlier_slurmd_that_is_gone() -> None:
+    """A pod recreated on the node of one deleted by a scale-in finds the old slurmd's
+    DOWN+DRAIN+NOT_RESPONDING: not its own state, so nothing is written until a poll after the
+    pod started (one patch, its own state, instead of the old one first)."""
+    gone = node(base="Down", flags=("Drain", "NotResponding"), reason="nodeflow: delete")
+    for starting in (facts(running_seen_at=None), facts(running_seen_at=NOW + 1.0)):
+        assert not reconcile_pods([starting], cluster(gone), {}, NOW).pod_commands
+    (command,) = reconcile_pods([facts(running_seen_at=NOW)], cluster(gone), {}, NOW).pod_commands
+    operation = command.command.operation
+    assert isinstance(operation, PatchObject)
+    kinds = {entry["type"] for entry in operation.patch["status"]["conditions"]}
+    assert "SlurmNodeStateDown" in kinds and "SlurmNodeStateNotResponding" in kinds
+
+
 def test_rule_a_starting_pod_still_gets_its_registered_state_and_an_unreachable_cluster() -> None:
     starting = facts(running_seen_at=None)
     (registered,) = reconcile_pods([starting], cluster(node()), {}, NOW).pod_commands
