@@ -126,6 +126,17 @@ class ClusterView:
     # listing was sent before then keeps that state (apply_poll's read_since_listing).
     read_at: dict[str, float] = field(default_factory=dict)
 
+    def forget_term(self) -> None:
+        """Start a term as a new process would: from KV (the last leader's word), not from
+        what this replica knew when it last led (states since changed or removed; owed
+        publishes another leader has since made moot)."""
+        self.states.clear()
+        self.not_responding_since.clear()
+        self.unpublished.clear()
+        self.read_at.clear()
+        self.polled = self.reachable = False
+        self.last_poll_started_at = 0.0
+
     def snapshot(self) -> ClusterSnapshot:
         return ClusterSnapshot(
             name=self.name,
@@ -206,16 +217,12 @@ class Syncer:
         self._pods: KVView[Obj] = KVView(self._bus, PODS_BUCKET, dict, project=only_nodeset_pods)
         self._nodes: KVView[Obj] = KVView(self._bus, NODES_BUCKET, dict, project=node_cordon_facts)
         self._nodesets: KVView[Obj] = KVView(self._bus, NODESETS_BUCKET, dict)
-        self._known: KVView[SlurmNodeState] = KVView(self._bus, SLURM_NODES_BUCKET, SlurmNodeState)
-        self._statuses: KVView[SlurmClusterStatus] = KVView(
-            self._bus, SLURM_CLUSTERS_BUCKET, SlurmClusterStatus
-        )
         self._pods_by_node.clear()
         self._node_of_pod.clear()
         self._sent.clear()
         self._running_seen.clear()
         for cluster in self.clusters.values():
-            cluster.polled = False
+            cluster.forget_term()
 
     async def start(self) -> None:
         if self._views_used:
@@ -244,7 +251,7 @@ class Syncer:
         await asyncio.gather(*(cancel_and_wait(task) for task in tasks))
         self._tasks.clear()
         self._in_flight.clear()
-        for view in (self._pods, self._nodes, self._nodesets, self._known, self._statuses):
+        for view in (self._pods, self._nodes, self._nodesets):
             await view.stop()
         log.info("syncer.stopped")
 
@@ -255,20 +262,28 @@ class Syncer:
     async def _load_known_states(self) -> None:
         """Start from what KV holds, so a restart republishes only what really changed.
 
-        The view stays open until stop(): nodeflow_bus's KVView.stop() can hang when called
-        right after its first snapshot is loaded (reported to the lead)."""
-        await self._known.start()
-        await self._statuses.start()
-        await self._known.ready.wait()
-        await self._statuses.ready.wait()
-        for _, state in self._known.items():
-            cluster = self.clusters.get(state.cluster)
-            if cluster is not None:
-                cluster.states[state.name] = state
-        for _, status in self._statuses.items():
-            cluster = self.clusters.get(status.cluster)
-            if cluster is not None:
-                cluster.last_success_at = max(cluster.last_success_at, status.last_success_at)
+        The views are read once and closed: kept open, they would hold a second copy of every
+        node's state for the whole term (10,000 states of this service's memory)."""
+        known: KVView[SlurmNodeState] = KVView(self._bus, SLURM_NODES_BUCKET, SlurmNodeState)
+        statuses: KVView[SlurmClusterStatus] = KVView(
+            self._bus, SLURM_CLUSTERS_BUCKET, SlurmClusterStatus
+        )
+        try:
+            for view in (known, statuses):
+                await view.start()
+            await known.ready.wait()
+            await statuses.ready.wait()
+            for _, state in known.items():
+                cluster = self.clusters.get(state.cluster)
+                if cluster is not None:
+                    cluster.states[state.name] = state
+            for _, status in statuses.items():
+                cluster = self.clusters.get(status.cluster)
+                if cluster is not None:
+                    cluster.last_success_at = max(cluster.last_success_at, status.last_success_at)
+        finally:
+            for view in (known, statuses):
+                await view.stop()
 
     # --- KV listeners: what changed in Kubernetes ---------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import msgspec
 import pytest
 
 from clustersim.slurm import JobRequest, ManualClock, RunningSlurm
@@ -461,6 +462,28 @@ async def test_a_restarted_syncer_resumes_from_kv_without_republishing(
     slurm.cluster.update_node("gpu-002", "root", ["DRAIN"], "admin: fan", None)
     await syncer.poll_once(CLUSTER)
     await eventually(lambda: "SlurmNodeStateDrain" in slurm_conditions(kube.pod("gpu-002")))
+
+
+async def test_a_regained_term_starts_from_kv_not_from_what_the_replica_knew(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    """While another replica led, a node left Slurm (its state left KV) and another was
+    drained: this replica's old memory of both must not come back with its new term."""
+    await setup_cluster(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: slurm_conditions(kube.pod("gpu-002")) == {"SlurmNodeStateIdle": ""})
+    await syncer.stop()
+    kv = await topology.js.key_value("slurm_nodes")
+    await kv.delete(f"{CLUSTER}.gpu-001")
+    drained = msgspec.structs.replace(
+        await stored_state(topology, "gpu-002"), flags=("Drain",), drain=True, reason="x"
+    )
+    await kv.put(f"{CLUSTER}.gpu-002", codec.encode(drained))
+    # Lost and regained the lease: the same object starts again.
+    await syncer.start()
+    states = syncer.clusters[CLUSTER].states
+    assert "gpu-001" not in states
+    assert states["gpu-002"].drain and states["gpu-002"].reason == "x"
 
 
 async def test_a_pending_patch_is_not_sent_again_when_the_pod_changes_meanwhile(
