@@ -34,7 +34,14 @@ from maintenance_scheduler.actions import (
     SetStatus,
     UncordonNode,
 )
-from maintenance_scheduler.api import API_VERSION, NODE_MAINTENANCE_KIND, NodeMaintenance
+from maintenance_scheduler.api import (
+    API_VERSION,
+    DRAIN_START_ANNOTATION,
+    NODE_MAINTENANCE_KIND,
+    READY_TIME_ANNOTATION,
+    WAIT_START_ANNOTATION,
+    NodeMaintenance,
+)
 from nodeflow_contracts import k8s
 from nodeflow_contracts.k8s import K8sCommand, ObjectRef, deadline_after
 from nodeflow_contracts.maintenance import MaintenanceDecision
@@ -70,6 +77,12 @@ def node_ref(name: str, uid: str) -> ObjectRef:
 # How long a command is worth applying: past it, a held command (a crashed k8s-watcher's) is
 # reported expired and the next round decides again from what is then true.
 COMMAND_LIFETIME_SECONDS = 60.0
+
+
+# Annotations that record when something began: their value is the moment it was decided.
+TIME_ANNOTATIONS: Final = frozenset(
+    {READY_TIME_ANNOTATION, WAIT_START_ANNOTATION, DRAIN_START_ANNOTATION}
+)
 
 
 def _command(key: str, target: ObjectRef, operation: Any, reason: str, now: float) -> K8sCommand:
@@ -111,7 +124,16 @@ def commands_for(action: Action, now: float, *, eviction_attempt: int = 0) -> li
             metadata["finalizers"] = list(action.finalizers)
         if action.owner_references is not None:
             metadata["ownerReferences"] = [dict(ref) for ref in action.owner_references]
-        key = f"maint:patch:{request.uid}:{request.resource_version}:{digest(canonical(metadata))}"
+        # A time recorded on the object is decided once per version of it: the same record
+        # decided again a second later is the same command, not a new one each round.
+        keyed = {
+            **metadata,
+            "annotations": {
+                name: "<time>" if name in TIME_ANNOTATIONS else value
+                for name, value in (action.annotations or {}).items()
+            },
+        }
+        key = f"maint:patch:{request.uid}:{request.resource_version}:{digest(canonical(keyed))}"
         return [
             _command(
                 key,

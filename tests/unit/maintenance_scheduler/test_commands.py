@@ -13,6 +13,7 @@ from maintenance_scheduler.actions import (
     SetStatus,
     UncordonNode,
 )
+from maintenance_scheduler.api import DRAIN_START_ANNOTATION
 from maintenance_scheduler.commands import SENDER, commands_for, decision_message
 from nodeflow_contracts import k8s
 from nodeflow_contracts.pod_protocol import NODE_CORDON_REASON_ANNOTATION
@@ -30,6 +31,19 @@ def test_rule_same_state_same_idempotency_key() -> None:
     assert commands_for(SetStatus(newer, {"conditions": []}), T0)[0].idempotency_key != (
         first.idempotency_key
     )
+
+
+def test_rule_a_time_recorded_again_on_the_same_version_is_the_same_command() -> None:
+    """A start time not yet on the object is decided again each round, a moment later: one
+    command per version of the object, not one per round (a refused record resent for ever)."""
+    first = PatchRequest(REQUEST, annotations={DRAIN_START_ANNOTATION: "2026-01-01T00:00:00Z"})
+    later = PatchRequest(REQUEST, annotations={DRAIN_START_ANNOTATION: "2026-01-01T00:00:07Z"})
+    [one], [two] = commands_for(first, T0), commands_for(later, T0 + 7)
+    assert one.idempotency_key == two.idempotency_key
+    assert isinstance(two.operation, k8s.PatchObject)
+    assert two.operation.patch["metadata"]["annotations"][DRAIN_START_ANNOTATION].endswith("07Z")
+    other = PatchRequest(REQUEST, annotations={"a": "b"})
+    assert commands_for(other, T0)[0].idempotency_key != one.idempotency_key
 
 
 def test_rule_request_writes_carry_uid_and_resource_version() -> None:
