@@ -16,7 +16,6 @@ records every version of every pod), never the services' internals.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -28,6 +27,7 @@ import aiohttp
 import pytest
 
 from clustersim.runner import Simulator
+from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_runtime.natsd import NatsServerProcess
 from tests.conformance.slurm.support import wait_for
 from tests.integration.nodeset_controller.conftest import (
@@ -133,9 +133,8 @@ class PodWatch:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # One cancel() can be swallowed by a wait inside the library on Python 3.11.
+            await cancel_and_wait(self._task)
 
     def _alive(self) -> None:
         if self._task is not None and self._task.done():
