@@ -186,6 +186,9 @@ class NodeSetController:
         self.config = config
         self.nodesets: KVView[Obj] = KVView(bus, "k8s_nodesets", dict)
         self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict, project=keep_node_in_view)
+        # The view's nodes by node name (its keys carry a namespace token), kept by _on_node:
+        # building it for every plan cost a pass over every node.
+        self._nodes_by_name: dict[str, Obj] = {}
         # Deletes tracked: a re-created pod's create command is keyed by its predecessor's
         # deletion (see commands.to_outgoing).
         self.pods: KVView[Obj] = KVView(
@@ -276,6 +279,11 @@ class NodeSetController:
         self._mark(key)
 
     def _on_node(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        name = key.partition(".")[2]
+        if new is None:
+            self._nodes_by_name.pop(name, None)
+        else:
+            self._nodes_by_name[name] = new
         # A node change can matter to every NodeSet (feasibility, claims).
         self._mark(None)
 
@@ -565,7 +573,7 @@ class NodeSetController:
     def plan_nodeset(self, key: str, nodeset: Obj, now: float) -> list[Outgoing]:
         cluster = str(mapping(nodeset.get("spec")).get("slurmCluster") or "")
         ours = self._pods_of.get(key, {})
-        nodes = {name.partition(".")[2]: node for name, node in self.nodes.items()}
+        nodes = self._nodes_by_name
         memo = self._memos.setdefault(key, PlanMemo())
         if len(memo.facts) > len(nodes) or len(memo.pod_states) > len(ours):
             memo.forget_absent(nodes, ours)
