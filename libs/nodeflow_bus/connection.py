@@ -174,6 +174,12 @@ class Bus:
         self._last_error: str | None = None
         self._closing = False
         self.connected = asyncio.Event()
+        # KV views take their first snapshot (every key's last value, pushed as fast as the
+        # server can) one at a time: several at once on one connection -- a service's views
+        # of 50,000 pods and 10,000 nodes -- outrun the client, the server's pending limit for
+        # the connection is exceeded, it is cut as a slow consumer, every view starts over,
+        # and so on for ever. Live updates after the snapshot are not limited.
+        self.snapshot_slot = asyncio.Semaphore(1)
 
     # --- lifecycle -------------------------------------------------------------------------
 

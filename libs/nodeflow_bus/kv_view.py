@@ -315,7 +315,12 @@ class KVView(Generic[V]):
 
     async def _load_snapshot(self) -> None:
         """Subscribe afresh (last value per key), collect the snapshot, apply its diff; the
-        same subscription then carries the live updates."""
+        same subscription then carries the live updates. One view of the connection loads
+        its snapshot at a time (Bus.snapshot_slot)."""
+        async with self._bus.snapshot_slot:
+            await self._load_snapshot_now()
+
+    async def _load_snapshot_now(self) -> None:
         await self._unsubscribe()
         self._generation += 1
         generation = self._generation

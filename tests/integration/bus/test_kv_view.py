@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import msgspec
 import pytest
@@ -152,6 +153,47 @@ async def test_snapshot_of_50000_keys(bus: Bus) -> None:
     assert len(view) == 50_000
     assert view.get("k49999") == Thing(name="n", size=1)
     await view.stop()
+
+
+async def test_views_of_one_connection_load_their_snapshots_one_at_a_time(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several first snapshots pushed at once on one connection outran the client at
+    10,000 nodes and 50,000 pods: the server cut it as a slow consumer, every view started
+    over, and a restarted service never became ready. They load one after another."""
+    await things(bus)
+    value = codec.encode(Thing(name="n", size=1))
+    await bus.publish_batch(
+        [OutgoingMessage(subject=f"$KV.things.k{i}", message=value) for i in range(2_000)],
+        max_in_flight=1024,
+    )
+    loading = 0
+    most = 0
+    load = KVView._load_snapshot_now
+
+    async def counted(view: KVView[Any]) -> None:
+        nonlocal loading, most
+        loading += 1
+        most = max(most, loading)
+        try:
+            await load(view)
+        finally:
+            loading -= 1
+
+    monkeypatch.setattr(KVView, "_load_snapshot_now", counted)
+    views = [KVView(bus, "things", Thing) for _ in range(4)]
+    for view in views:
+        await view.start()
+    for view in views:
+        await view.wait_ready(60)
+        assert len(view) == 2_000
+    assert most == 1
+    # Live changes reach every view once the snapshots are in.
+    kv = await bus.js.key_value("things")
+    await kv.put("k0", codec.encode(Thing(name="n", size=2)))
+    await eventually(lambda: all(v.get("k0") == Thing(name="n", size=2) for v in views))
+    for view in views:
+        await view.stop()
 
 
 async def test_stop_right_after_ready_returns(bus: Bus) -> None:
