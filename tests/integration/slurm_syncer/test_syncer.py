@@ -220,18 +220,23 @@ async def test_rule_uncordon_reverses_the_drain_and_removes_the_pod_mark_from_th
     assert len(watcher.of_kind("pod-uncordon")) == 1
 
 
-async def test_rule_an_undrain_decided_on_an_old_listing_leaves_a_drain_made_since(
-    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
-) -> None:
-    """The last listing shows the node drained for a cordon; an administrator drains it for
-    maintenance after that listing; then the node is uncordoned. The undrain was decided on
-    the listing, so it reads the node again first: the maintenance drain stays."""
+async def drained_for_a_cordon(slurm: RunningSlurm, kube: KubeKV, syncer: Syncer) -> None:
+    """gpu-001's node cordoned, and the syncer's last read of it drained for that cordon."""
     await setup_cluster(slurm, kube)
     await syncer.start()
     await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
     await kube.put_node(make_node("node-0", unschedulable=True))
     cordon = "slurm-operator: cordon: Kubernetes node node-0 is cordoned"
     await eventually(lambda: syncer.clusters[CLUSTER].states["gpu-001"].reason == cordon)
+
+
+async def test_rule_an_undrain_decided_on_an_old_listing_leaves_a_drain_made_since(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    """The last listing shows the node drained for a cordon; an administrator drains it for
+    maintenance after that listing; then the node is uncordoned. The undrain was decided on
+    the listing, so it reads the node again first: the maintenance drain stays."""
+    await drained_for_a_cordon(slurm, kube, syncer)
     slurm.cluster.update_node("gpu-001", "root", ["DRAIN"], "bad DIMM (admin)", None)
     await kube.put_node(make_node("node-0"))
     await eventually(lambda: POD_CORDON not in kube.pod("gpu-001")["metadata"]["annotations"])
@@ -260,12 +265,7 @@ async def test_rule_a_drain_command_and_an_undrain_of_the_same_node_never_interl
     is held while a maintenance drain command arrives for the same node. Interleaved, the
     command's DRAIN would land between that read and the UNDRAIN, which would lift it; one
     after the other, the node ends drained for maintenance."""
-    await setup_cluster(slurm, kube)
-    await syncer.start()
-    await eventually(lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateIdle": ""})
-    await kube.put_node(make_node("node-0", unschedulable=True))
-    cordon = "slurm-operator: cordon: Kubernetes node node-0 is cordoned"
-    await eventually(lambda: syncer.clusters[CLUSTER].states["gpu-001"].reason == cordon)
+    await drained_for_a_cordon(slurm, kube, syncer)
     maintenance = "slurm-operator: maintenance: firmware"
     client = syncer.clusters[CLUSTER].client
     update_node = client.update_node
