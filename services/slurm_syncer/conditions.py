@@ -129,9 +129,9 @@ def conditions_patch(
     return {"status": {"conditions": entries}}
 
 
-def wanted_digest(desired: Mapping[str, Wanted]) -> str:
-    """Identifies the conditions a pod is to have (what a patch aims at, not how it gets
-    there from the pod as last seen)."""
-    stable = sorted((kind, wanted.reason, wanted.message) for kind, wanted in desired.items())
-    text = json.dumps(stable, separators=(",", ":"))
+def patch_digest(patch: Mapping[str, Any]) -> str:
+    """Identifies what a patch changes, leaving out the timestamps it carries."""
+    entries = patch.get("status", {}).get("conditions", [])
+    stable = [{k: v for k, v in e.items() if k != "lastTransitionTime"} for e in entries]
+    text = json.dumps(stable, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

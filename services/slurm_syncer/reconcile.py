@@ -29,11 +29,10 @@ from nodeflow_contracts.pod_protocol import (
 )
 from nodeflow_contracts.slurm import SlurmNodeState
 from slurm_syncer.conditions import (
-    Wanted,
     conditions_patch,
     desired_conditions,
+    patch_digest,
     unknown_because,
-    wanted_digest,
 )
 from slurm_syncer.drain import DrainPlan, decide_drain
 from slurm_syncer.nodestate import with_unconfirmed_not_responding
@@ -188,14 +187,8 @@ class _Pass:
             self.result.sent[key] = SentRecord(facts.uid, digest, self.now, attempt)
         return attempt
 
-    def conditions(
-        self, facts: PodFacts, patch: dict[str, Any], desired: Mapping[str, Wanted], cluster: str
-    ) -> None:
-        # Keyed by the conditions aimed at, not by the patch: while a patch is on its way the
-        # pod as last seen lags behind (it may even show an earlier patch landing), and a
-        # patch recomputed from it differs but aims at the same conditions -- up to six
-        # patches for one pod under load, each a write and a pod change for everyone.
-        digest = wanted_digest(desired)
+    def conditions(self, facts: PodFacts, patch: dict[str, Any], cluster: str) -> None:
+        digest = patch_digest(patch)
         attempt = self._attempt("conditions", facts, digest)
         if attempt is None:
             return
@@ -251,10 +244,9 @@ def reconcile_pods(
         state = cluster.states.get(facts.name) if cluster.reachable else None
         if not (cluster.reachable and registration_pending(facts, cluster, state)):
             unknown = unknown_because(cluster.name, facts.name, cluster.reachable, state)
-            desired = desired_conditions(state, unknown)
-            patch = conditions_patch(facts.conditions, desired, now)
+            patch = conditions_patch(facts.conditions, desired_conditions(state, unknown), now)
             if patch is not None:
-                work.conditions(facts, patch, desired, cluster.name)
+                work.conditions(facts, patch, cluster.name)
         seen_not_responding = facts.name in cluster.not_responding
         plan = decide_drain(
             facts,

@@ -96,24 +96,31 @@ def test_rule_the_same_pod_command_is_not_sent_twice_before_resend_after() -> No
     assert reconcile_pods([replacement], cluster(node()), first.sent, NOW + 1).pod_commands
 
 
-def test_rule_a_lagging_view_sends_no_second_patch_toward_the_same_conditions() -> None:
-    """The pod as last seen lags behind a patch in flight, and may show an earlier patch
-    landing: a patch recomputed from it differs, but aims at the conditions already sent."""
-    drained = node(flags=("Drain",), reason="nodeflow: delete")
-    first = reconcile_pods([facts()], cluster(drained), {}, NOW, options=OPTIONS)
-    assert [c.kind for c in first.pod_commands] == ["conditions"]
-    # An earlier patch lands meanwhile: the pod now shows Idle only; the recomputed patch
-    # (adding Drain alone) is another patch to the same conditions.
-    idle_only = ({"type": "SlurmNodeStateIdle", "status": "True", "message": "nodeflow: delete"},)
-    lagging = facts(resource_version="2", conditions=idle_only)
-    soon = reconcile_pods([lagging], cluster(drained), first.sent, NOW + 1, options=OPTIONS)
-    assert not soon.pod_commands
-    # Other conditions (Slurm moved on) go at once; the same ones again after resend_after.
-    moved = reconcile_pods([lagging], cluster(node()), first.sent, NOW + 1, options=OPTIONS)
-    assert [c.kind for c in moved.pod_commands] == ["conditions"]
-    late = reconcile_pods([lagging], cluster(drained), first.sent, NOW + 31, options=OPTIONS)
-    (again,) = late.pod_commands
-    assert again.command.idempotency_key.endswith(":2")
+def test_rule_a_patch_that_undoes_what_an_earlier_one_added_is_sent_at_once() -> None:
+    """Two patches computed from the same lagging view both land: the pod shows the base state
+    of each. The patch that removes the older one goes at once, not after resend_after (a
+    ledger keyed by the conditions aimed at would have held it: same aim as the last patch)."""
+    not_registered = (
+        {"type": "SlurmNodeStateUnknown", "status": "True", "reason": "NodeNotRegistered"},
+    )
+    lagging = facts(conditions=not_registered)
+    first = reconcile_pods([lagging], cluster(node()), {}, NOW, options=OPTIONS)
+    sent = dict(first.sent)
+    busy = node(base="Allocated")
+    second = reconcile_pods([lagging], cluster(busy), sent, NOW + 1, options=OPTIONS)
+    assert [c.kind for c in second.pod_commands] == ["conditions"]
+    sent.update(second.sent)
+    both = (
+        {"type": "SlurmNodeStateAllocated", "status": "True", "message": ""},
+        {"type": "SlurmNodeStateIdle", "status": "True", "message": ""},
+    )
+    landed = facts(resource_version="3", conditions=both)
+    (fix,) = reconcile_pods([landed], cluster(busy), sent, NOW + 2, options=OPTIONS).pod_commands
+    operation = fix.command.operation
+    assert isinstance(operation, PatchObject)
+    assert {"$patch": "delete", "type": "SlurmNodeStateIdle"} in operation.patch["status"][
+        "conditions"
+    ]
 
 
 def test_rule_a_cordoned_node_marks_its_pod_with_the_source_and_the_uncordon_unmarks() -> None:
