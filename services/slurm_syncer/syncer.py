@@ -18,6 +18,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import structlog
@@ -546,7 +547,12 @@ class Syncer:
         node = (facts.cluster, facts.name)
         task = asyncio.create_task(self._run_update(facts, plan), name=f"update-{facts.name}")
         self._in_flight[node] = task
-        task.add_done_callback(lambda _: self._in_flight.pop(node, None))
+        task.add_done_callback(partial(self._forget_update, node))
+
+    def _forget_update(self, node: tuple[str, str], done: asyncio.Task[None]) -> None:
+        # Only its own entry: a newer update of the node may have taken the slot already.
+        if self._in_flight.get(node) is done:
+            del self._in_flight[node]
 
     @property
     def updates_running(self) -> int:
@@ -599,15 +605,31 @@ class Syncer:
             why="the node changed since the listing the update was decided on",
         )
         await self._record_node(facts.cluster, facts.name, raw, requested_at)
-        self._mark_dirty([facts.key])
         return False
 
     async def _run_update(self, facts: PodFacts, plan: DrainPlan) -> None:
+        node = (facts.cluster, facts.name)
+        try:
+            decide_again = await self._apply_update(facts, plan)
+        finally:
+            # Out of the in-flight set before the pod is marked: the reconciliation that
+            # mark wakes must not find the node still updating and skip it.
+            current = asyncio.current_task()
+            if current is not None:
+                self._forget_update(node, current)
+        if decide_again:
+            # The pod's conditions follow the node's new state at once; a superseded update
+            # is decided again on what was read.
+            self._mark_dirty([facts.key])
+
+    async def _apply_update(self, facts: PodFacts, plan: DrainPlan) -> bool:
+        """The update, unless the node changed since it was decided; whether the node was read
+        (and the pod should be reconciled again)."""
         origin = plan.origin or "cordon"
         try:
             async with self._node_updating(facts.cluster, facts.name):
                 if not await self._still_decided(facts, plan):
-                    return
+                    return True
                 await self._update_node(facts.cluster, facts.name, plan.action, plan.reason)
         except SlurmError as exc:
             metrics.NODE_UPDATES.labels(facts.cluster, plan.action, origin, "failed").inc()
@@ -618,7 +640,7 @@ class Syncer:
                 action=plan.action,
                 error=str(exc),
             )
-            return
+            return False
         metrics.NODE_UPDATES.labels(facts.cluster, plan.action, origin, "ok").inc()
         log.info(
             "syncer.node_updated",
@@ -628,8 +650,7 @@ class Syncer:
             reason=plan.reason,
             why=plan.why,
         )
-        # The pod's conditions follow the node's new state at once.
-        self._mark_dirty([facts.key])
+        return True
 
     async def _update_node(self, cluster: str, node: str, action: str, reason: str) -> None:
         """Send the drain/undrain, then read the node back and publish its new state."""
