@@ -132,6 +132,16 @@ async def serve_forever(kubeconfig: Path, nodes: int, pods: int) -> None:
         await asyncio.Event().wait()
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used so far (Linux /proc; 0.0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the command name: state is field 3, utime 14 and stime 15 (man 5 proc).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class ServerProcess:
     def __init__(self, nodes: int = 0, pods: int = 0) -> None:
         self.nodes, self.pods = nodes, pods
@@ -161,11 +171,9 @@ class ServerProcess:
         return self.kubeconfig
 
     def cpu_seconds(self) -> float:
-        """User + system CPU the emulator process has used so far (Linux /proc)."""
+        """User + system CPU the emulator process has used so far."""
         assert self.proc is not None
-        with open(f"/proc/{self.proc.pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.proc.pid)
 
     async def __aexit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.returncode is None:

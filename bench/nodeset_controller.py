@@ -48,6 +48,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.kube_api import process_cpu_seconds
 from k8s_watcher.config import K8sWatcherConfig
 from nodeflow_bus import Bus, BusOptions, ensure_topology
 from nodeflow_contracts import codec
@@ -109,10 +110,8 @@ class WriteCounter:
 
 
 class CpuMeter:
-    """CPU seconds (user + system, from /proc/<pid>/stat) each process used since the last
-    `take`: where a step's time went when every process shares the same cores."""
-
-    TICKS = os.sysconf("SC_CLK_TCK")
+    """CPU seconds (user + system) each process used since the last `take`: where a step's
+    time went when every process shares the same cores."""
 
     def __init__(self) -> None:
         self.pids: dict[str, int] = {}
@@ -121,21 +120,12 @@ class CpuMeter:
     def watch(self, name: str, pid: int | None) -> None:
         if pid is not None:
             self.pids[name] = pid
-            self.last[name] = self.used(pid)
-
-    @classmethod
-    def used(cls, pid: int) -> float:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0  # gone (a service that exited): nothing more to count
-        # After the command name: state is field 3, utime 14 and stime 15 (man 5 proc).
-        return (int(fields[11]) + int(fields[12])) / cls.TICKS
+            self.last[name] = process_cpu_seconds(pid)
 
     def take(self) -> dict[str, float]:
         taken: dict[str, float] = {}
         for name, pid in self.pids.items():
-            now = self.used(pid)
+            now = process_cpu_seconds(pid)
             taken[name] = now - self.last[name]
             self.last[name] = now
         return taken
@@ -581,28 +571,42 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def service_env(cluster: Cluster, nats_url: str) -> dict[str, str]:
-    """The services' environment: the cluster's env file, NATS, k8s-watcher at KUBE_QPS."""
-    return {
+def service_env(cluster: Cluster, nats_url: str, *, raise_kube_qps: bool = True) -> dict[str, str]:
+    """The services' environment: the cluster's env file, NATS, and k8s-watcher at KUBE_QPS
+    (at its service default when not `raise_kube_qps`)."""
+    env = {
         **os.environ,
         **cluster.env,
         "NATS_URL": nats_url,
         "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "error"),
-        "KUBE_QPS": str(KUBE_QPS),
-        "KUBE_BURST": str(int(2 * KUBE_QPS)),
     }
+    if raise_kube_qps:
+        env.update({"KUBE_QPS": str(KUBE_QPS), "KUBE_BURST": str(int(2 * KUBE_QPS))})
+    return env
 
 
-async def create_nodeset(cluster: Cluster) -> None:
-    """The benchmark's NodeSet, at 0 replicas."""
+async def create_nodeset(
+    cluster: Cluster,
+    name: str = NODESET,
+    replicas: int = 0,
+    template: dict[str, Any] | None = None,
+    **spec: Any,
+) -> None:
+    """A NodeSet of the benchmark's Slurm cluster (by default the benchmark's, at 0 replicas,
+    with its pod template); `spec`: more of its spec."""
     await cluster.call(
         "POST",
         NODESETS_PATH,
         {
             "apiVersion": "nodeflow.dev/v1alpha1",
             "kind": "NodeSet",
-            "metadata": {"name": NODESET, "namespace": NS},
-            "spec": {"replicas": 0, "slurmCluster": CLUSTER, "template": TEMPLATE},
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "replicas": replicas,
+                "slurmCluster": CLUSTER,
+                "template": template if template is not None else TEMPLATE,
+                **spec,
+            },
         },
     )
 

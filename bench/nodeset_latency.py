@@ -270,21 +270,7 @@ async def create_to_first_pod(cluster: stack.Cluster) -> list[float]:
     for index in range(20):
         name = f"probe-{index}"
         started = time.monotonic()
-        await cluster.call(
-            "POST",
-            NODESETS_PATH,
-            {
-                "apiVersion": "nodeflow.dev/v1alpha1",
-                "kind": "NodeSet",
-                "metadata": {"name": name, "namespace": NS},
-                "spec": {
-                    "replicas": 1,
-                    "slurmCluster": stack.CLUSTER,
-                    "podNamePrefix": f"p{index}",
-                    "template": TEMPLATE,
-                },
-            },
-        )
+        await stack.create_nodeset(cluster, name, 1, TEMPLATE, podNamePrefix=f"p{index}")
 
         async def created(name: str = name) -> bool:
             return bool(await nodeset_pods(cluster, name))
@@ -309,12 +295,7 @@ async def main() -> None:
             bus = await Bus.connect(nats.url, options=BusOptions(name="bench-latency"))
             await ensure_topology(bus.js, streams=STREAMS, kv_buckets=KV_BUCKETS)
             await bus.close()
-            env = {
-                **os.environ,
-                **cluster.env,
-                "NATS_URL": nats.url,
-                "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "error"),
-            }
+            env = stack.service_env(cluster, nats.url, raise_kube_qps=False)
             services = stack.Services(cluster.run_dir / "services", env)
             assert cluster.session is not None
             await services.start(cluster.session)
@@ -324,20 +305,7 @@ async def main() -> None:
                 "(service defaults throughout)",
                 flush=True,
             )
-            await cluster.call(
-                "POST",
-                NODESETS_PATH,
-                {
-                    "apiVersion": "nodeflow.dev/v1alpha1",
-                    "kind": "NodeSet",
-                    "metadata": {"name": NODESET, "namespace": NS},
-                    "spec": {
-                        "replicas": SAMPLES,
-                        "slurmCluster": stack.CLUSTER,
-                        "template": TEMPLATE,
-                    },
-                },
-            )
+            await stack.create_nodeset(cluster, NODESET, SAMPLES, TEMPLATE)
             report(
                 "Slurm job end -> pod deleted",
                 await job_end_to_pod_deleted(cluster, slurm),

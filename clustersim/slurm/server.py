@@ -16,10 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import structlog
 from aiohttp import web
 
+# msgspec-encoded, several times faster than the json module: a listing of thousands of
+# nodes answers every poll.
+from clustersim.kube.server import json_response
 from clustersim.slurm import errors as e
 from clustersim.slurm import render
 from clustersim.slurm.auth import (
@@ -32,13 +34,6 @@ from clustersim.slurm.clock import Clock, ManualClock, SystemClock
 from clustersim.slurm.errors import SlurmError
 from clustersim.slurm.model import Partition, SlurmCluster
 from clustersim.slurm.parse import parse_job_submit, parse_node_update
-
-
-def _json_text(body: Any) -> str:
-    """JSON as the responses carry it, several times faster than the json module: a listing
-    of thousands of nodes answers every poll."""
-    return msgspec.json.encode(body).decode()
-
 
 log = structlog.get_logger("clustersim.slurm")
 
@@ -254,7 +249,7 @@ class SlurmEmulator:
                 "errors": [partial.entry],
                 "warnings": [],
             }
-            return web.json_response(partial_body, dumps=_json_text)
+            return json_response(partial_body)
         except SlurmError as failure:
             if failure.error_number == e.SLURM_NO_CHANGE_IN_DATA:
                 return web.Response(status=304)
@@ -274,7 +269,7 @@ class SlurmEmulator:
                     "clustersim",
                 ).as_entry()
             )
-        return web.json_response(body, dumps=_json_text)
+        return json_response(body)
 
     def _error_response(
         self, failure: SlurmError, source: str, user: str | None, status: int | None = None
@@ -285,7 +280,7 @@ class SlurmEmulator:
             "warnings": [],
         }
         code = status if status is not None else e.http_status_for(failure.error_number)
-        return web.json_response(body, status=code, dumps=_json_text)
+        return json_response(body, code)
 
     # ---- slurmrestd handlers ----
 

@@ -126,13 +126,12 @@ def commands_for(action: Action, now: float, *, eviction_attempt: int = 0) -> li
             metadata["ownerReferences"] = [dict(ref) for ref in action.owner_references]
         # A time recorded on the object is decided once per version of it: the same record
         # decided again a second later is the same command, not a new one each round.
-        keyed = {
-            **metadata,
-            "annotations": {
+        keyed = dict(metadata)
+        if action.annotations is not None:
+            keyed["annotations"] = {
                 name: "<time>" if name in TIME_ANNOTATIONS else value
-                for name, value in (action.annotations or {}).items()
-            },
-        }
+                for name, value in action.annotations.items()
+            }
         key = f"maint:patch:{request.uid}:{request.resource_version}:{digest(canonical(keyed))}"
         return [
             _command(
