@@ -4,9 +4,15 @@ One condition per state, type `SlurmNodeState<X>`, status True: exactly one base
 one per flag. Every message is the Slurm node reason (so the Drain condition carries the drain
 reason). A node that cannot be read has only SlurmNodeStateUnknown, whose reason says why
 (`NodeNotRegistered`, `ClusterUnreachable`, `NodeUnreadable`) and whose message says it in
-words. Conditions of the prefix that no longer hold are removed with the strategic-merge
-`$patch: delete` directive; when nothing differs there is no patch at all (minimal writes:
-the messages carry nothing that changes from poll to poll).
+words. When nothing differs there is no patch at all (minimal writes: the messages carry
+nothing that changes from poll to poll).
+
+A patch is complete: it sets every wanted condition (reason included, "" clearing an old one)
+and removes, with the strategic-merge `$patch: delete` directive, every other condition type
+of the prefix, whether the pod shows it or not. So what a patch changes depends only on the
+state it aims at, not on the pod as last seen: the view of a pod lags the patches in flight,
+and two patches computed from two stale views toward one state are the same patch (sent once,
+see reconcile.SentRecord), and whichever lands last leaves the pod exactly at its state.
 
 lastTransitionTime is when the condition last began to hold for its reason: it is kept while
 the condition stays True with the same reason, even when its message changes, and set afresh
@@ -29,7 +35,7 @@ from nodeflow_contracts.pod_protocol import (
     SLURM_STATE_CONDITION_PREFIX,
     slurm_state_condition,
 )
-from nodeflow_contracts.slurm import SlurmNodeState
+from nodeflow_contracts.slurm import BASE_STATES, FLAGS, SlurmNodeState
 from nodeflow_kube.fields import rfc3339
 
 TRUE = "True"
@@ -98,11 +104,31 @@ def _text(entry: Mapping[str, Any], field: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+# Every condition type the syncer writes: a complete patch removes all but the wanted ones.
+ALL_CONDITION_TYPES: tuple[str, ...] = tuple(
+    slurm_state_condition(name) for name in (*BASE_STATES, *FLAGS)
+)
+
+
+def _shown(existing: Mapping[str, Any] | None, wanted: Wanted) -> bool:
+    return (
+        existing is not None
+        and existing.get("status") == TRUE
+        and _text(existing, "reason") == wanted.reason
+        and _text(existing, "message") == wanted.message
+    )
+
+
 def conditions_patch(
     pod_conditions: Iterable[Any], desired: Mapping[str, Wanted], now: float
 ) -> dict[str, Any] | None:
-    """A strategic merge patch of `status.conditions`, or None when the pod already matches."""
+    """A complete strategic merge patch of `status.conditions` toward `desired`, or None when
+    the pod already shows exactly `desired`."""
     current = current_conditions(pod_conditions)
+    if current.keys() == desired.keys() and all(
+        _shown(current.get(kind), wanted) for kind, wanted in desired.items()
+    ):
+        return None
     entries: list[dict[str, Any]] = []
     for kind in sorted(desired):
         wanted = desired[kind]
@@ -112,20 +138,20 @@ def conditions_patch(
             and existing.get("status") == TRUE
             and _text(existing, "reason") == wanted.reason
         )
-        if kept and existing is not None and _text(existing, "message") == wanted.message:
-            continue
         transition = existing.get("lastTransitionTime") if kept and existing is not None else None
-        entry: dict[str, Any] = {"type": kind, "status": TRUE, "message": wanted.message}
-        # A merge keeps a field the patch leaves out: an old reason is overwritten by "".
-        if wanted.reason or (existing is not None and _text(existing, "reason")):
-            entry["reason"] = wanted.reason
-        entry["lastTransitionTime"] = transition or rfc3339(now)
-        entries.append(entry)
-    for kind in sorted(current):
-        if kind not in desired:
-            entries.append({"$patch": "delete", "type": kind})
-    if not entries:
-        return None
+        entries.append(
+            {
+                "type": kind,
+                "status": TRUE,
+                "message": wanted.message,
+                # Always named: a merge keeps a field the patch leaves out, and the pod as
+                # last seen may not show the reason a patch in flight is writing.
+                "reason": wanted.reason,
+                "lastTransitionTime": transition or rfc3339(now),
+            }
+        )
+    for kind in sorted({*ALL_CONDITION_TYPES, *current} - desired.keys()):
+        entries.append({"$patch": "delete", "type": kind})
     return {"status": {"conditions": entries}}
 
 

@@ -130,8 +130,9 @@ def registration_pending(
 ) -> bool:
     """The pod's slurmd may not have had the chance to register yet: no poll has read the
     cluster since the syncer first saw the pod past Pending, and the node is absent from Slurm
-    or NOT_RESPONDING (what is left of an earlier pod's slurmd, gone: a pod recreated on the
-    node of one deleted by a scale-in finds its DOWN+DRAIN). That state then says nothing
+    or NOT_RESPONDING in `state` as read, confirmed or not (what is left of an earlier pod's
+    slurmd, gone: a pod recreated on the node of one deleted by a scale-in finds its
+    DOWN+DRAIN, its NOT_RESPONDING often too recent to be reported). That state says nothing
     about this pod, so no condition is written for it: a starting pod gets one condition
     patch, its node's state once it registers, instead of NodeNotRegistered or the old
     slurmd's state first and its own one poll later. Deletion is unaffected: nodeset-controller
@@ -242,17 +243,15 @@ def reconcile_pods(
             continue
         work.result.pods += 1
         state = cluster.states.get(facts.name) if cluster.reachable else None
-        if not (cluster.reachable and registration_pending(facts, cluster, state)):
+        # As read: a NOT_RESPONDING the reported state does not show yet (unconfirmed) still
+        # says no slurmd answers for the node.
+        as_read = with_unconfirmed_not_responding(state, facts.name in cluster.not_responding)
+        if not (cluster.reachable and registration_pending(facts, cluster, as_read)):
             unknown = unknown_because(cluster.name, facts.name, cluster.reachable, state)
             patch = conditions_patch(facts.conditions, desired_conditions(state, unknown), now)
             if patch is not None:
                 work.conditions(facts, patch, cluster.name)
-        seen_not_responding = facts.name in cluster.not_responding
-        plan = decide_drain(
-            facts,
-            with_unconfirmed_not_responding(state, seen_not_responding),
-            work.options.reasons,
-        )
+        plan = decide_drain(facts, as_read, work.options.reasons)
         if plan.pod_mark == "mark":
             work.mark(facts, "pod-cordon")
         elif plan.pod_mark == "unmark":

@@ -16,6 +16,7 @@ from nodeflow_contracts.pod_protocol import (
 from nodeflow_contracts.slurm import BASE_STATES, FLAGS, SlurmNodeState
 from nodeflow_kube.fields import rfc3339
 from slurm_syncer.conditions import (
+    ALL_CONDITION_TYPES,
     Wanted,
     cluster_unreachable,
     conditions_patch,
@@ -47,6 +48,11 @@ def cond(
     if reason is not None:
         entry["reason"] = reason
     return entry
+
+
+def written(patch: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conditions a patch sets (its delete directives left out)."""
+    return [entry for entry in patch["status"]["conditions"] if "$patch" not in entry]
 
 
 def plain(desired: dict[str, Wanted]) -> dict[str, str]:
@@ -98,14 +104,12 @@ def test_rule_a_new_unknown_cause_restarts_the_transition_time() -> None:
     unreachable = cond(UNKNOWN, "x", reason=SLURM_CLUSTER_UNREACHABLE_REASON)
     patch = conditions_patch([unreachable], {UNKNOWN: node_not_registered("a", "n1")}, NOW)
     assert patch is not None
-    (entry,) = patch["status"]["conditions"]
+    (entry,) = written(patch)
     assert entry["reason"] == SLURM_NOT_REGISTERED_REASON
     assert entry["lastTransitionTime"] == rfc3339(NOW)
     # A condition without a reason (written by an earlier version) is replaced the same way.
     patch = conditions_patch([cond(UNKNOWN, "x")], {UNKNOWN: cluster_unreachable("a")}, NOW)
-    assert patch is not None and patch["status"]["conditions"][0]["lastTransitionTime"] == (
-        rfc3339(NOW)
-    )
+    assert patch is not None and written(patch)[0]["lastTransitionTime"] == rfc3339(NOW)
 
 
 def test_rule_a_reason_no_longer_wanted_is_cleared_not_left_behind() -> None:
@@ -126,23 +130,24 @@ def test_no_patch_when_the_pod_already_matches() -> None:
     assert conditions_patch(pod, {"SlurmNodeStateIdle": Wanted("")}, NOW) is None
 
 
-def test_new_conditions_are_added_and_stale_ones_removed() -> None:
+def test_new_conditions_are_added_and_every_other_type_of_the_prefix_removed() -> None:
     pod = [cond("Ready"), cond("SlurmNodeStateIdle"), cond("SlurmNodeStateMaintenance")]
     patch = conditions_patch(pod, {"SlurmNodeStateAllocated": Wanted("")}, NOW)
-    assert patch == {
-        "status": {
-            "conditions": [
-                {
-                    "type": "SlurmNodeStateAllocated",
-                    "status": "True",
-                    "message": "",
-                    "lastTransitionTime": rfc3339(NOW),
-                },
-                {"$patch": "delete", "type": "SlurmNodeStateIdle"},
-                {"$patch": "delete", "type": "SlurmNodeStateMaintenance"},
-            ]
-        }
+    assert patch is not None
+    (added, *removed) = patch["status"]["conditions"]
+    assert added == {
+        "type": "SlurmNodeStateAllocated",
+        "status": "True",
+        "message": "",
+        "reason": "",
+        "lastTransitionTime": rfc3339(NOW),
     }
+    assert removed == [
+        {"$patch": "delete", "type": kind}
+        for kind in sorted(set(ALL_CONDITION_TYPES) - {"SlurmNodeStateAllocated"})
+    ]
+    assert {"$patch": "delete", "type": "SlurmNodeStateIdle"} in removed
+    assert {"$patch": "delete", "type": "SlurmNodeStateMaintenance"} in removed
 
 
 def test_a_changed_message_keeps_the_transition_time_and_a_false_status_is_replaced() -> None:
@@ -150,14 +155,14 @@ def test_a_changed_message_keeps_the_transition_time_and_a_false_status_is_repla
     desired = {"SlurmNodeStateDrain": Wanted("new"), "SlurmNodeStateIdle": Wanted("")}
     patch = conditions_patch(pod, desired, NOW)
     assert patch is not None
-    drain, idle = patch["status"]["conditions"]
+    drain, idle = written(patch)
     assert drain["message"] == "new" and drain["lastTransitionTime"] == "2020-01-01T00:00:00Z"
     assert idle["status"] == "True" and idle["lastTransitionTime"] == rfc3339(NOW)
 
 
 def test_malformed_pod_conditions_are_ignored() -> None:
     patch = conditions_patch(["junk", {"type": 3}], {"SlurmNodeStateIdle": Wanted("")}, NOW)
-    assert patch is not None and len(patch["status"]["conditions"]) == 1
+    assert patch is not None and [e["type"] for e in written(patch)] == ["SlurmNodeStateIdle"]
 
 
 def test_the_digest_ignores_timestamps() -> None:
@@ -166,6 +171,14 @@ def test_the_digest_ignores_timestamps() -> None:
     other = conditions_patch([], {"SlurmNodeStateDown": Wanted("")}, NOW)
     assert one and two and other
     assert patch_digest(one) == patch_digest(two) != patch_digest(other)
+
+
+def shown_conditions(pod: dict[str, Any]) -> dict[str, Wanted]:
+    return {
+        c["type"]: Wanted(c["message"], c.get("reason") or "")
+        for c in pod["status"]["conditions"]
+        if c["type"].startswith("SlurmNodeState")
+    }
 
 
 known_states = st.builds(
@@ -191,13 +204,44 @@ def test_the_patch_takes_any_pod_to_exactly_the_desired_conditions(
         patch = conditions_patch(pod["status"]["conditions"], desired, NOW)
         if patch is not None:
             pod = strategic_merge_patch(pod, patch)
-        shown = {
-            c["type"]: Wanted(c["message"], c.get("reason") or "")
-            for c in pod["status"]["conditions"]
-            if c["type"].startswith("SlurmNodeState")
-        }
+        shown = shown_conditions(pod)
         assert shown == desired
         assert conditions_patch(pod["status"]["conditions"], desired, NOW) is None
         assert any(c["type"] == "Ready" for c in pod["status"]["conditions"])
         bases = [k for k in shown if k.removeprefix("SlurmNodeState") in BASE_STATES]
         assert len(bases) == 1
+
+
+def pod_showing(reading: tuple[SlurmNodeState | None, bool]) -> dict[str, Any]:
+    """A pod whose conditions are what the syncer writes for `reading`, beside kubelet's."""
+    current, reachable = reading
+    desired = desired_conditions(current, unknown_because("a", "n1", reachable, current))
+    patch = conditions_patch([], desired, NOW)
+    assert patch is not None
+    pod: dict[str, Any] = strategic_merge_patch({"status": {"conditions": [cond("Ready")]}}, patch)
+    return pod
+
+
+@given(seen=readings, actual=readings, target=readings)
+def test_rule_a_patch_depends_on_the_state_it_aims_at_not_on_the_view_it_came_from(
+    seen: tuple[SlurmNodeState | None, bool],
+    actual: tuple[SlurmNodeState | None, bool],
+    target: tuple[SlurmNodeState | None, bool],
+) -> None:
+    """Minimal writes under lag: the syncer's view of a pod trails the patches in flight.
+    A patch computed from a stale view (`seen`) lands on a pod that shows something else
+    (`actual`) and still leaves it exactly at the state aimed at; and patches toward one
+    state from different views are one change (one digest: sent once)."""
+    state, reachable = target
+    desired = desired_conditions(state, unknown_because("a", "n1", reachable, state))
+    from_stale = conditions_patch(pod_showing(seen)["status"]["conditions"], desired, NOW)
+    from_actual = conditions_patch(pod_showing(actual)["status"]["conditions"], desired, NOW)
+    from_empty = conditions_patch([], desired, NOW)
+    assert from_empty is not None
+    if from_stale is not None:
+        landed = strategic_merge_patch(pod_showing(actual), from_stale)
+        assert shown_conditions(landed) == desired
+        assert any(c["type"] == "Ready" for c in landed["status"]["conditions"])
+        assert patch_digest(from_stale) == patch_digest(from_empty)
+    if from_actual is not None:
+        assert patch_digest(from_actual) == patch_digest(from_empty)

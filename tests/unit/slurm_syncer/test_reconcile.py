@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
+from clustersim.kube.patch import strategic_merge_patch
 from nodeflow_contracts.k8s import PatchObject
 from nodeflow_contracts.pod_protocol import (
     POD_CORDON_ANNOTATION,
@@ -17,7 +19,13 @@ from nodeflow_contracts.pod_protocol import (
 from nodeflow_contracts.slurm import SlurmNodeState
 from slurm_syncer.nodestate import derive, unknown_state
 from slurm_syncer.pods import PodFacts
-from slurm_syncer.reconcile import ClusterSnapshot, ReconcileOptions, reconcile_pods
+from slurm_syncer.reconcile import (
+    ClusterSnapshot,
+    PodCommand,
+    ReconcileOptions,
+    SentRecord,
+    reconcile_pods,
+)
 
 NOW = 1_800_000_000.0
 OPTIONS = ReconcileOptions(resend_after=30.0)
@@ -63,6 +71,13 @@ def node(
     )
 
 
+def written(command: PodCommand) -> list[dict[str, Any]]:
+    """The conditions a conditions command sets (its delete directives left out)."""
+    operation = command.command.operation
+    assert isinstance(operation, PatchObject)
+    return [entry for entry in operation.patch["status"]["conditions"] if "$patch" not in entry]
+
+
 def cluster(*states: SlurmNodeState, reachable: bool = True, polled: bool = True) -> Any:
     return {
         "a": ClusterSnapshot(
@@ -96,31 +111,34 @@ def test_rule_the_same_pod_command_is_not_sent_twice_before_resend_after() -> No
     assert reconcile_pods([replacement], cluster(node()), first.sent, NOW + 1).pod_commands
 
 
-def test_rule_a_patch_that_undoes_what_an_earlier_one_added_is_sent_at_once() -> None:
-    """Two patches computed from the same lagging view both land: the pod shows the base state
-    of each. The patch that removes the older one goes at once, not after resend_after (a
-    ledger keyed by the conditions aimed at would have held it: same aim as the last patch)."""
-    not_registered = (
-        {"type": "SlurmNodeStateUnknown", "status": "True", "reason": "NodeNotRegistered"},
+def as_view(pod: dict[str, Any], resource_version: int) -> PodFacts:
+    """The syncer's view of `pod` (the conditions it shows)."""
+    return facts(
+        resource_version=str(resource_version), conditions=tuple(pod["status"]["conditions"])
     )
-    lagging = facts(conditions=not_registered)
+
+
+def test_rule_patches_from_a_lagging_view_leave_the_pod_at_the_last_state_sent() -> None:
+    """Two patches computed from the same lagging view (Idle, then Allocated: the pod still
+    shows NodeNotRegistered) land in the order sent, as k8s-watcher applies one object's
+    commands: the pod shows Allocated alone, and neither the lagging view nor the landed
+    pod sends anything more (a patch computed from a view would have left Idle behind and
+    needed a third)."""
+    not_registered = {"type": "SlurmNodeStateUnknown", "status": "True"}
+    pod: dict[str, Any] = {"status": {"conditions": [dict(not_registered, reason="x")]}}
+    lagging = as_view(pod, 1)
     first = reconcile_pods([lagging], cluster(node()), {}, NOW, options=OPTIONS)
     sent = dict(first.sent)
     busy = node(base="Allocated")
     second = reconcile_pods([lagging], cluster(busy), sent, NOW + 1, options=OPTIONS)
-    assert [c.kind for c in second.pod_commands] == ["conditions"]
     sent.update(second.sent)
-    both = (
-        {"type": "SlurmNodeStateAllocated", "status": "True", "message": ""},
-        {"type": "SlurmNodeStateIdle", "status": "True", "message": ""},
-    )
-    landed = facts(resource_version="3", conditions=both)
-    (fix,) = reconcile_pods([landed], cluster(busy), sent, NOW + 2, options=OPTIONS).pod_commands
-    operation = fix.command.operation
-    assert isinstance(operation, PatchObject)
-    assert {"$patch": "delete", "type": "SlurmNodeStateIdle"} in operation.patch["status"][
-        "conditions"
-    ]
+    for command in (*first.pod_commands, *second.pod_commands):
+        operation = command.command.operation
+        assert isinstance(operation, PatchObject)
+        pod = strategic_merge_patch(pod, operation.patch)
+    assert [c["type"] for c in pod["status"]["conditions"]] == ["SlurmNodeStateAllocated"]
+    for view in (lagging, as_view(pod, 3)):
+        assert not reconcile_pods([view], cluster(busy), sent, NOW + 2, options=OPTIONS).sent
 
 
 def test_rule_a_cordoned_node_marks_its_pod_with_the_source_and_the_uncordon_unmarks() -> None:
@@ -158,9 +176,7 @@ def test_rule_a_node_with_an_update_running_gets_no_second_one() -> None:
 def test_rule_an_absent_node_of_a_reachable_cluster_is_not_registered() -> None:
     result = reconcile_pods([facts()], cluster(), {}, NOW)
     (command,) = result.pod_commands
-    operation = command.command.operation
-    assert isinstance(operation, PatchObject)
-    (entry,) = operation.patch["status"]["conditions"]
+    (entry,) = written(command)
     assert entry["type"] == "SlurmNodeStateUnknown" and entry["reason"] == "NodeNotRegistered"
 
 
@@ -193,6 +209,76 @@ readable_states = st.builds(
     ),
     reason=slurm_reasons,
 )
+
+
+readable_or_absent = st.one_of(st.none(), readable_states)
+# One step of a pod's life as the syncer sees it: Slurm reads a new state (and a pass runs
+# on the view as it is), k8s-watcher applies the oldest patch in flight, or the view catches
+# up with the pod (and a pass runs).
+lagging_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("state"), readable_or_absent),
+        st.tuples(st.just("apply"), st.none()),
+        st.tuples(st.just("view"), st.none()),
+    ),
+    max_size=14,
+)
+
+
+def slurm_types(pod: dict[str, Any]) -> set[str]:
+    return {c["type"] for c in pod["status"]["conditions"] if c["type"].startswith("SlurmNode")}
+
+
+@given(steps=lagging_steps)
+def test_rule_one_condition_patch_per_state_change_whatever_the_view_lags(
+    steps: list[tuple[str, SlurmNodeState | None]],
+) -> None:
+    """Minimal writes under lag (a pod's view trails the patches in flight by any number of
+    them): no more condition patches are sent than the node's state changes, and once
+    everything has landed and been seen the pod shows exactly its node's state with nothing
+    left to send."""
+    pod: dict[str, Any] = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    view = as_view(pod, 0)
+    in_flight: list[PodCommand] = []
+    sent: dict[tuple[str, str], SentRecord] = {}
+    state: SlurmNodeState | None = node()
+    now = NOW
+
+    def reconcile_pass() -> int:
+        nonlocal now
+        now += 0.01  # never past resend_after: only what the view shows decides
+        result = reconcile_pods([view], cluster(*[state] if state else []), sent, now)
+        in_flight.extend(c for c in result.pod_commands if c.kind == "conditions")
+        sent.update(result.sent)
+        return len(result.pod_commands)
+
+    sends = reconcile_pass()
+    changes = 1
+    for version, (step, reading) in enumerate(steps, start=1):
+        if step == "state":
+            new_state = msgspec.structs.replace(reading, name="gpu-1") if reading else None
+            changes += new_state != state
+            state = new_state
+            sends += reconcile_pass()
+        elif step == "apply" and in_flight:
+            operation = in_flight.pop(0).command.operation
+            assert isinstance(operation, PatchObject)
+            pod = strategic_merge_patch(pod, operation.patch)
+        elif step == "view":
+            view = as_view(pod, version)
+            sends += reconcile_pass()
+    assert sends <= changes
+    for settle in range(3):  # everything lands and is seen: at most one more patch, then none
+        for command in in_flight:
+            operation = command.command.operation
+            assert isinstance(operation, PatchObject)
+            pod = strategic_merge_patch(pod, operation.patch)
+        in_flight.clear()
+        view = as_view(pod, len(steps) + 1 + settle)
+        reconcile_pass()
+    assert not in_flight
+    names = ("Unknown",) if state is None else (state.base_state, *state.flags)
+    assert slurm_types(pod) == {f"SlurmNodeState{name}" for name in names}
 
 
 @given(pods=st.lists(pod_facts, max_size=4), states=st.lists(readable_states, max_size=2))
@@ -254,9 +340,7 @@ def test_rule_no_not_registered_condition_before_a_poll_after_the_pod_started() 
     for starting in (facts(running_seen_at=None), facts(running_seen_at=NOW + 1.0)):
         assert not reconcile_pods([starting], cluster(), {}, NOW).pod_commands
     (command,) = reconcile_pods([facts(running_seen_at=NOW)], cluster(), {}, NOW).pod_commands
-    operation = command.command.operation
-    assert isinstance(operation, PatchObject)
-    (entry,) = operation.patch["status"]["conditions"]
+    (entry,) = written(command)
     assert entry["reason"] == "NodeNotRegistered"
 
 
@@ -268,21 +352,36 @@ def test_rule_a_starting_pod_gets_no_condition_from_an_earlier_slurmd_that_is_go
     for starting in (facts(running_seen_at=None), facts(running_seen_at=NOW + 1.0)):
         assert not reconcile_pods([starting], cluster(gone), {}, NOW).pod_commands
     (command,) = reconcile_pods([facts(running_seen_at=NOW)], cluster(gone), {}, NOW).pod_commands
-    operation = command.command.operation
-    assert isinstance(operation, PatchObject)
-    kinds = {entry["type"] for entry in operation.patch["status"]["conditions"]}
+    kinds = {entry["type"] for entry in written(command)}
     assert "SlurmNodeStateDown" in kinds and "SlurmNodeStateNotResponding" in kinds
+
+
+def test_rule_an_old_slurmds_not_responding_still_unconfirmed_writes_nothing_either() -> None:
+    """The NOT_RESPONDING of a slurmd that went away a moment ago is not reported until it is
+    confirmed (nodestate.settle_not_responding): its node reads DOWN+DRAIN. A pod recreated
+    on it before then still waits for its own slurmd, like one whose NOT_RESPONDING shows."""
+    reported = node(base="Down", flags=("Drain",), reason="nodeflow: delete")
+    read_silent = ClusterSnapshot(
+        name="a",
+        polled=True,
+        reachable=True,
+        states={reported.name: reported},
+        poll_started_at=NOW,
+        not_responding={reported.name},
+    )
+    for starting in (facts(running_seen_at=None), facts(running_seen_at=NOW + 1.0)):
+        assert not reconcile_pods([starting], {"a": read_silent}, {}, NOW).pod_commands
+    # Without the unconfirmed flag the node's DOWN+DRAIN is its pod's state.
+    assert reconcile_pods([facts(running_seen_at=None)], cluster(reported), {}, NOW).pod_commands
 
 
 def test_rule_a_starting_pod_still_gets_its_registered_state_and_an_unreachable_cluster() -> None:
     starting = facts(running_seen_at=None)
     (registered,) = reconcile_pods([starting], cluster(node()), {}, NOW).pod_commands
-    assert isinstance(registered.command.operation, PatchObject)
-    (entry,) = registered.command.operation.patch["status"]["conditions"]
+    (entry,) = written(registered)
     assert entry["type"] == "SlurmNodeStateIdle"
     (unreachable,) = reconcile_pods([starting], cluster(reachable=False), {}, NOW).pod_commands
-    assert isinstance(unreachable.command.operation, PatchObject)
-    (entry,) = unreachable.command.operation.patch["status"]["conditions"]
+    (entry,) = written(unreachable)
     assert entry["reason"] == "ClusterUnreachable"
 
 
