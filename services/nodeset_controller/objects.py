@@ -6,7 +6,12 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION, NODESET_LABEL
+from nodeflow_contracts.pod_protocol import (
+    CLAIM_ANNOTATION,
+    NODESET_LABEL,
+    SLURM_DELETE_CONDITION,
+    slurm_state_condition,
+)
 from nodeflow_kube.fields import (
     Obj,
     annotations_of,
@@ -15,6 +20,7 @@ from nodeflow_kube.fields import (
     meta,
     sequence,
 )
+from nodeflow_kube.projections import kept_conditions, kept_metadata, kept_pod_spec
 from nodeflow_kube.resources import node_allocatable as node_allocatable
 from nodeflow_kube.resources import pod_requests as pod_requests
 
@@ -109,15 +115,41 @@ def _resources_only(container: object) -> dict[str, Any]:
     return {key: entry[key] for key in ("resources", "restartPolicy") if key in entry}
 
 
+# The pod conditions the controller reads: readiness, its own deletion mark, and the
+# syncer's NodeNotRegistered (the absence grace).
+_READ_CONDITIONS = frozenset({"Ready", SLURM_DELETE_CONDITION, slurm_state_condition("Unknown")})
+
+
+def nodeset_pod_fields(pod: dict[str, Any]) -> dict[str, Any]:
+    """A NodeSet pod as the controller keeps it: all of metadata (labels, annotations, owner,
+    deletion) but kubectl's last-applied copy; the spec but its volumes and, of each
+    container, all but name, resources and restartPolicy (feasibility reads the node
+    filters and requests); of status the phase and the conditions it reads."""
+    pod_status = mapping(pod.get("status"))
+    kept_status: dict[str, Any] = {"conditions": kept_conditions(pod_status, _READ_CONDITIONS)}
+    if "phase" in pod_status:
+        kept_status["phase"] = pod_status["phase"]
+    kept: dict[str, Any] = {
+        "metadata": kept_metadata(meta(pod)),
+        "spec": kept_pod_spec(mapping(pod.get("spec"))),
+        "status": kept_status,
+    }
+    for key in ("apiVersion", "kind"):
+        if key in pod:
+            kept[key] = pod[key]
+    return kept
+
+
 def keep_in_view(pod: dict[str, Any]) -> dict[str, Any]:
     """What the controller keeps of a pod in its view (its KVView projection). NodeSet pods
-    (labelled with their NodeSet) whole; of any other pod what the controller reads of it:
+    (labelled with their NodeSet) as `nodeset_pod_fields`; of any other pod what the
+    controller reads of it:
     its name and labels (name collisions), the node it occupies and what it requests there
     (feasibility), its phase. At 50,000 pods the other pods' whole objects were most of the
     controller's memory."""
     metadata = meta(pod)
     if NODESET_LABEL in mapping(metadata.get("labels")):
-        return pod
+        return nodeset_pod_fields(pod)
     spec = mapping(pod.get("spec"))
     kept_spec: dict[str, Any] = {
         key: spec[key] for key in ("nodeName", "affinity", "resources", "overhead") if key in spec

@@ -16,6 +16,7 @@ from nodeflow_kube.fields import (
     resource_version_of,
     uid_of,
 )
+from nodeflow_kube.projections import kept_conditions, kept_metadata, kept_pod_spec
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 POD_SCHEDULED = "PodScheduled"
@@ -114,40 +115,34 @@ def ref_of(obj: Obj) -> PodRef:
     return PodRef(namespace_of(obj), name_of(obj), uid_of(obj), resource_version_of(obj))
 
 
-# Never read here, and the largest parts of a pod: its containers' command, env, probes and
-# mounts, its volumes, its containers' statuses.
-_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
-_STATUS_FIELDS = ("phase", "nominatedNodeName", "conditions")
-_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_STATUS_FIELDS = ("phase", "nominatedNodeName")
+# The only pod conditions a placement reads (kubelet's four others are most of a status).
+_READ_CONDITIONS = frozenset({POD_SCHEDULED, DISRUPTION_TARGET})
+# What filters a pending pod's nodes: once a pod is bound nothing reads them again (the
+# placer has no inter-pod affinity), and they repeat in every pod of a job.
+_NODE_FILTER_FIELDS = frozenset(
+    {"affinity", "nodeSelector", "tolerations", "topologySpreadConstraints", "schedulingGates"}
+)
 
 
 def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
     """The pod as the placer keeps it in its view (its KVView projection): all of metadata
-    (but kubectl's last-applied copy) and of spec (but volumes, and of each container its name,
-    resources and restartPolicy only), and the status fields a placement reads. The placer
-    keeps every pod of the cluster; this is a fraction of a real pod's size."""
-    metadata = dict(mapping(pod.get("metadata")))
-    annotations = mapping(metadata.get("annotations"))
-    if _LAST_APPLIED in annotations:
-        metadata["annotations"] = {k: v for k, v in annotations.items() if k != _LAST_APPLIED}
-    kept_spec = {
-        key: value
-        for key, value in spec(pod).items()
-        if key not in ("volumes", "ephemeralContainers", "containers", "initContainers")
-    }
-    for key in ("containers", "initContainers"):
-        containers = spec(pod).get(key)
-        if isinstance(containers, list):
-            kept_spec[key] = [
-                {field: c[field] for field in _CONTAINER_FIELDS if field in c}
-                for c in containers
-                if isinstance(c, Mapping)
-            ]
+    (but kubectl's last-applied copy); of spec all but volumes, of each container its name,
+    resources and restartPolicy only, and once the pod is bound not its node filters either;
+    of status the phase, the nomination and the conditions a placement reads (PodScheduled,
+    DisruptionTarget). The placer keeps every pod of the cluster, most of them bound: this is
+    a fraction of a real pod's size."""
+    pod_spec = spec(pod)
     pod_status = status(pod)
+    kept_status = {key: pod_status[key] for key in _STATUS_FIELDS if key in pod_status}
+    if "conditions" in pod_status:
+        kept_status["conditions"] = kept_conditions(pod_status, _READ_CONDITIONS)
     kept: dict[str, Any] = {
-        "metadata": metadata,
-        "spec": kept_spec,
-        "status": {key: pod_status[key] for key in _STATUS_FIELDS if key in pod_status},
+        "metadata": kept_metadata(meta(pod)),
+        "spec": kept_pod_spec(
+            pod_spec, dropped=_NODE_FILTER_FIELDS if pod_spec.get("nodeName") else ()
+        ),
+        "status": kept_status,
     }
     for key in ("apiVersion", "kind"):
         if key in pod:

@@ -328,3 +328,25 @@ async def test_rule_a_value_the_projection_fails_on_is_left_out_and_the_view_goe
     await kv.put("bad", codec.encode(Thing(name="bad", size=3)))
     await eventually(lambda: "bad" in view)
     await view.stop()
+
+
+async def test_rule_json_values_share_one_copy_of_each_short_string(bus: Bus) -> None:
+    """Memory at scale: the same short value in many objects (a phase, a condition status, a
+    label) is one string in the view, not one per object; long ones are left as they are,
+    and every value reads as it was written."""
+    kv = await things(bus)
+    long_text = "x" * 200
+    for index in range(3):
+        value = {"phase": "Running", "labels": {"team": "team-1"}, "notes": [long_text, index]}
+        await kv.put(f"pod-{index}", msgspec.json.encode(value))
+    view: KVView[dict[str, Any]] = KVView(bus, "things", dict)
+    await view.start()
+    await view.wait_ready(5)
+    pods = [view.get(f"pod-{index}") for index in range(3)]
+    assert [pod["notes"][1] for pod in pods if pod] == [0, 1, 2]
+    phases = {id(pod["phase"]) for pod in pods if pod}
+    teams = {id(pod["labels"]["team"]) for pod in pods if pod}
+    assert len(phases) == 1 and len(teams) == 1
+    assert len({id(pod["notes"][0]) for pod in pods if pod}) == 3
+    assert all(pod and pod["notes"][0] == long_text for pod in pods)
+    await view.stop()

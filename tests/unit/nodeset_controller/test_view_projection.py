@@ -1,13 +1,17 @@
-"""What nodeset-controller keeps of pods in its view: its own NodeSet pods whole, and of every
-other pod only what it reads (name, labels, node, requests, phase), with nothing lost."""
+"""What nodeset-controller keeps of pods in its view: of its own NodeSet pods all that its plan
+reads, and of every other pod only what it reads (name, labels, node, requests, phase), with
+nothing lost."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nodeflow_contracts.pod_protocol import ROLLING_DELETE, SCALING_DELETE
+from nodeflow_kube.projections import LAST_APPLIED_ANNOTATION as LAST_APPLIED
 from nodeset_controller.objects import (
     claim_of,
     internal_ipv4,
@@ -18,6 +22,9 @@ from nodeset_controller.objects import (
     pod_occupies_node,
     pod_requests,
 )
+from nodeset_controller.planner import plan
+from tests.unit.nodeset_controller.builders import T0, nodeset, pod, slurm
+from tests.unit.nodeset_controller.test_planner import KEY, REV, nodes, view
 
 QUANTITY = st.sampled_from(["1", "250m", "2Gi", "8"])
 RESOURCES = st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), QUANTITY)
@@ -87,9 +94,84 @@ def test_rule_a_foreign_pod_is_kept_with_everything_feasibility_reads(pod: dict[
     assert "managedFields" not in kept["metadata"]
 
 
-def test_rule_a_nodeset_pod_is_kept_whole() -> None:
-    pod = {"metadata": {"name": "gpu-1", "labels": {"nodeflow.dev/nodeset": "gpu"}}, "spec": {}}
-    assert keep_in_view(pod) is pod
+def dressed(obj: dict[str, Any], index: int) -> dict[str, Any]:
+    """What a real slurmd pod carries beside what the controller reads: container internals,
+    volumes, kubelet's statuses and conditions, the syncer's Slurm state conditions,
+    kubectl's last-applied copy."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = '{"kind":"Pod"}' * 20
+    for container in obj["spec"]["containers"]:
+        container["env"] = [{"name": f"VAR_{i}", "value": "x" * 40} for i in range(10)]
+        container["volumeMounts"] = [{"name": "spool", "mountPath": "/var/spool/slurmd"}]
+        container["readinessProbe"] = {"exec": {"command": ["scontrol", "ping"]}}
+    obj["spec"]["volumes"] = [{"name": "spool", "emptyDir": {}}]
+    obj["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    status = obj["status"]
+    status["podIP"] = f"10.128.0.{index}"
+    status["containerStatuses"] = [{"name": "c", "ready": True, "restartCount": 0}]
+    status["conditions"] = [
+        *status["conditions"],
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "ContainersReady", "status": "True"},
+        {"type": "SlurmNodeStateIdle", "status": "True", "message": ""},
+    ]
+    return obj
+
+
+@st.composite
+def nodeset_pods(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Up to five NodeSet pods on nodes n0..n5, in every state the plan tells apart."""
+    chosen = draw(st.lists(st.integers(min_value=0, max_value=5), unique=True, max_size=5))
+    pods = []
+    for index in chosen:
+        pods.append(
+            pod(
+                f"gpu-001-{index + 1:03d}",
+                f"n{index}",
+                ready=draw(st.booleans()),
+                revision=draw(st.sampled_from([REV, "old"])),
+                delete_reason=draw(st.sampled_from([None, SCALING_DELETE, ROLLING_DELETE])),
+                terminating=draw(st.booleans()),
+                phase=draw(st.sampled_from(["Running", "Pending", "Failed"])),
+                not_registered_since=draw(st.sampled_from([None, T0 - 600.0, T0 - 10.0])),
+            )
+        )
+    return pods
+
+
+@given(
+    pods=nodeset_pods(),
+    replicas=st.integers(min_value=0, max_value=6),
+    busy=st.sets(st.integers(min_value=0, max_value=5)),
+)
+def test_rule_a_plan_over_the_kept_nodeset_pods_decides_what_it_decides_over_whole_ones(
+    pods: list[dict[str, Any]], replicas: int, busy: set[int]
+) -> None:
+    node_map = nodes(6, claim=KEY)
+    states = {
+        f"gpu-001-{index + 1:03d}": slurm(f"gpu-001-{index + 1:03d}", busy=True) for index in busy
+    }
+    whole = [dressed(p, i) for i, p in enumerate(pods)]
+    kept = [keep_in_view(p) for p in whole]
+    assert plan(view(nodeset(replicas=replicas), node_map, kept, states)) == plan(
+        view(nodeset(replicas=replicas), node_map, whole, states)
+    )
+
+
+def test_rule_a_nodeset_pod_is_kept_without_container_internals_or_kubelets_statuses() -> None:
+    whole = dressed(pod("gpu-001-001", "n0", not_registered_since=T0, delete_reason="x"), 1)
+    kept = keep_in_view(whole)
+    assert kept["spec"]["containers"] == [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]
+    assert kept["spec"]["tolerations"] == whole["spec"]["tolerations"]
+    assert "volumes" not in kept["spec"]
+    assert set(kept["status"]) == {"phase", "conditions"}
+    assert {c["type"] for c in kept["status"]["conditions"]} == {
+        "Ready",
+        "SlurmDelete",
+        "SlurmNodeStateUnknown",
+    }
+    assert LAST_APPLIED not in kept["metadata"]["annotations"]
+    assert kept["metadata"]["labels"] == whole["metadata"]["labels"]
 
 
 def test_rule_a_kept_node_has_what_feasibility_and_naming_read() -> None:

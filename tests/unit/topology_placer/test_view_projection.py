@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.topology_placer.builders import TOPOLOGY, pod, pod_group, reference_nodes
+from tests.unit.topology_placer.builders import NS, TOPOLOGY, pod, pod_group, reference_nodes
 from tests.unit.topology_placer.simulate import state
 from topology_placer.planner import plan
 from topology_placer.pods import placement_fields, placement_node_fields
@@ -31,7 +31,27 @@ def dressed(obj: dict[str, Any], index: int) -> dict[str, Any]:
     pod_obj["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
     pod_obj["status"]["podIP"] = f"10.0.0.{index}"
     pod_obj["status"]["containerStatuses"] = [{"name": "main", "ready": True, "restartCount": 0}]
+    conditions = pod_obj["status"].setdefault("conditions", [])
+    if pod_obj["spec"].get("nodeName"):
+        # kubelet's conditions; node filters that only mattered before the pod was bound.
+        for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"):
+            conditions.append({"type": kind, "status": "True"})
+        pod_obj["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+        pod_obj["spec"]["nodeSelector"] = {"pool": "elsewhere"}
     return pod_obj
+
+
+def preempted_by_the_gang(obj: dict[str, Any]) -> dict[str, Any]:
+    """A victim this gang already preempted, still on its node (blocks a second preemption)."""
+    obj["status"]["conditions"].append(
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": f"preemptor: {NS}/gang, triggerpod: {NS}/worker-0",
+        }
+    )
+    return obj
 
 
 @settings(max_examples=25, deadline=None)
@@ -40,9 +60,10 @@ def dressed(obj: dict[str, Any], index: int) -> dict[str, Any]:
     members=st.integers(min_value=1, max_value=6),
     gpus=st.sampled_from([2, 4, 8]),
     priority=st.integers(min_value=0, max_value=2),
+    preempted=st.sets(st.integers(min_value=0, max_value=5)),
 )
 def test_rule_a_pass_over_the_kept_objects_decides_what_it_decides_over_whole_ones(
-    busy: list[int], members: int, gpus: int, priority: int
+    busy: list[int], members: int, gpus: int, priority: int, preempted: set[int]
 ) -> None:
     nodes = reference_nodes()
     for index, node in enumerate(nodes):
@@ -54,6 +75,8 @@ def test_rule_a_pass_over_the_kept_objects_decides_what_it_decides_over_whole_on
     ]
     gang = [pod(f"worker-{i}", gpus=gpus, priority=priority * 100) for i in range(members)]
     pods = [dressed(p, i) for i, p in enumerate(running + gang)]
+    for index in preempted & set(range(len(running))):
+        preempted_by_the_gang(pods[index])
     groups = [pod_group("gang", members, gather=BLOCK_MUST)]
     whole = plan(state(nodes, pods, groups, topology=TOPOLOGY))
     kept = plan(
@@ -82,3 +105,14 @@ def test_rule_the_kept_pod_has_no_container_internals_volumes_or_statuses() -> N
     assert "volumes" not in kept["spec"]
     assert set(kept["status"]) <= {"phase", "nominatedNodeName", "conditions"}
     assert "kubectl.kubernetes.io/last-applied-configuration" not in kept["metadata"]["annotations"]
+
+
+def test_rule_a_bound_pod_is_kept_without_its_node_filters_or_kubelets_conditions() -> None:
+    bound = preempted_by_the_gang(dressed(pod("w", gpus=8, node_name="node1"), 1))
+    kept = placement_fields(bound)
+    assert not {"tolerations", "nodeSelector", "affinity"} & set(kept["spec"])
+    assert [c["type"] for c in kept["status"]["conditions"]] == ["DisruptionTarget"]
+    assert kept["spec"]["nodeName"] == "node1"
+    # A pending pod keeps what filters its nodes.
+    pending = dressed(pod("p", gpus=8, tolerations=[{"key": "a", "operator": "Exists"}]), 2)
+    assert placement_fields(pending)["spec"]["tolerations"] == [{"key": "a", "operator": "Exists"}]

@@ -1,0 +1,62 @@
+"""Parts of a pod that services keep in their KV views (their projections) when they hold
+every pod of a large cluster: the bulk of a pod is what no control-plane decision reads (its
+containers' command, env, probes and mounts, its volumes, kubelet's statuses, kubectl's
+last-applied copy), and at 50,000 pods keeping it would be most of a service's memory.
+
+Each service says which conditions and spec fields it reads; these helpers cut the rest the
+same way everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from nodeflow_kube.fields import Obj, mapping, sequence
+
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+# What a scheduling or resource decision reads of a container: its requests and limits, and
+# restartPolicy (an init container with restartPolicy Always is a sidecar, charged like one).
+CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+# Never read by any decision, and large.
+UNREAD_SPEC_FIELDS = frozenset({"volumes", "ephemeralContainers"})
+
+
+def kept_metadata(metadata: Obj) -> dict[str, Any]:
+    """All of metadata but kubectl's last-applied copy of the object (often its largest part)."""
+    kept = dict(metadata)
+    annotations = mapping(kept.get("annotations"))
+    if LAST_APPLIED_ANNOTATION in annotations:
+        kept["annotations"] = {
+            key: value for key, value in annotations.items() if key != LAST_APPLIED_ANNOTATION
+        }
+    return kept
+
+
+def kept_pod_spec(pod_spec: Obj, *, dropped: Collection[str] = ()) -> dict[str, Any]:
+    """The pod spec but its volumes, the `dropped` fields, and of each container (init ones
+    too) anything but its name, resources and restartPolicy."""
+    kept = {
+        key: value
+        for key, value in pod_spec.items()
+        if key not in UNREAD_SPEC_FIELDS
+        and key not in dropped
+        and key not in ("containers", "initContainers")
+    }
+    for key in ("containers", "initContainers"):
+        containers = pod_spec.get(key)
+        if isinstance(containers, list):
+            kept[key] = [
+                {field: entry[field] for field in CONTAINER_FIELDS if field in entry}
+                for entry in map(mapping, containers)
+            ]
+    return kept
+
+
+def kept_conditions(pod_status: Obj, read: Collection[str]) -> list[Any]:
+    """The status conditions whose type is in `read`, the only ones its reader looks at."""
+    return [
+        entry
+        for entry in sequence(pod_status.get("conditions"))
+        if mapping(entry).get("type") in read
+    ]
