@@ -60,3 +60,37 @@ def kept_conditions(pod_status: Obj, read: Collection[str]) -> list[Any]:
         for entry in sequence(pod_status.get("conditions"))
         if mapping(entry).get("type") in read
     ]
+
+
+def kept_pod(
+    pod: Obj,
+    *,
+    status_fields: Collection[str],
+    conditions: Collection[str],
+    dropped_spec: Collection[str] = (),
+) -> dict[str, Any]:
+    """A pod as a view keeps it: `kept_metadata`, `kept_pod_spec` (without `dropped_spec`),
+    of status the `status_fields` and the `conditions` of those types, and its apiVersion
+    and kind."""
+    pod_status = mapping(pod.get("status"))
+    kept_status = {key: pod_status[key] for key in status_fields if key in pod_status}
+    if "conditions" in pod_status:
+        kept_status["conditions"] = kept_conditions(pod_status, conditions)
+    kept: dict[str, Any] = {
+        "metadata": kept_metadata(mapping(pod.get("metadata"))),
+        "spec": kept_pod_spec(mapping(pod.get("spec")), dropped=dropped_spec),
+        "status": kept_status,
+    }
+    for key in ("apiVersion", "kind"):
+        if key in pod:
+            kept[key] = pod[key]
+    return kept
+
+
+def kept_node(node: Obj, status_fields: Collection[str]) -> dict[str, Any]:
+    """A node as a view keeps it: metadata and spec whole (labels, annotations, taints,
+    unschedulable), of status only `status_fields` (not its images list or system info)."""
+    node_status = mapping(node.get("status"))
+    kept = {key: value for key, value in node.items() if key != "status"}
+    kept["status"] = {key: node_status[key] for key in status_fields if key in node_status}
+    return kept

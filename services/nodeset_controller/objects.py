@@ -20,7 +20,7 @@ from nodeflow_kube.fields import (
     meta,
     sequence,
 )
-from nodeflow_kube.projections import kept_conditions, kept_metadata, kept_pod_spec
+from nodeflow_kube.projections import kept_node, kept_pod
 from nodeflow_kube.resources import node_allocatable as node_allocatable
 from nodeflow_kube.resources import pod_requests as pod_requests
 
@@ -125,19 +125,7 @@ def nodeset_pod_fields(pod: dict[str, Any]) -> dict[str, Any]:
     deletion) but kubectl's last-applied copy; the spec but its volumes and, of each
     container, all but name, resources and restartPolicy (feasibility reads the node
     filters and requests); of status the phase and the conditions it reads."""
-    pod_status = mapping(pod.get("status"))
-    kept_status: dict[str, Any] = {"conditions": kept_conditions(pod_status, _READ_CONDITIONS)}
-    if "phase" in pod_status:
-        kept_status["phase"] = pod_status["phase"]
-    kept: dict[str, Any] = {
-        "metadata": kept_metadata(meta(pod)),
-        "spec": kept_pod_spec(mapping(pod.get("spec"))),
-        "status": kept_status,
-    }
-    for key in ("apiVersion", "kind"):
-        if key in pod:
-            kept[key] = pod[key]
-    return kept
+    return kept_pod(pod, status_fields=("phase",), conditions=_READ_CONDITIONS)
 
 
 def keep_in_view(pod: dict[str, Any]) -> dict[str, Any]:
@@ -172,11 +160,4 @@ def keep_node_in_view(node: dict[str, Any]) -> dict[str, Any]:
     """What the controller keeps of a node (its KVView projection): metadata and spec whole
     (labels, annotations, taints, unschedulable), of status what feasibility and naming read
     (addresses, allocatable, capacity, conditions), not its images or system info."""
-    node_status = mapping(node.get("status"))
-    kept = {key: value for key, value in node.items() if key != "status"}
-    kept["status"] = {
-        key: node_status[key]
-        for key in ("addresses", "allocatable", "capacity", "conditions")
-        if key in node_status
-    }
-    return kept
+    return kept_node(node, ("addresses", "allocatable", "capacity", "conditions"))

@@ -12,7 +12,7 @@ and removes, with the strategic-merge `$patch: delete` directive, every other co
 of the prefix, whether the pod shows it or not. So what a patch changes depends only on the
 state it aims at, not on the pod as last seen: the view of a pod lags the patches in flight,
 and two patches computed from two stale views toward one state are the same patch (sent once,
-see reconcile.SentRecord), and whichever lands last leaves the pod exactly at its state.
+see reconcile.SentRecord); any such patch that lands leaves the pod exactly at its state.
 
 lastTransitionTime is when the condition last began to hold for its reason: it is kept while
 the condition stays True with the same reason, even when its message changes, and set afresh

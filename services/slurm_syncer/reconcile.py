@@ -12,7 +12,8 @@ Per pod, in order:
   3. Slurm: drain or undrain its node (drain.decide_drain), unless an update of that node is
      already running.
 A pod command is not sent twice: the same change to the same pod (uid) is sent again only
-after `resend_after`, in case the first was lost (`SentRecord`).
+after `resend_after` (or the command's lifetime, if shorter), in case the first was lost
+(`SentRecord`). Each send is its own command (its key names the send).
 """
 
 from __future__ import annotations
@@ -41,12 +42,18 @@ from slurm_syncer.reasons import DEFAULT_DRAIN_REASONS, DrainReasons
 
 # How long a pod command is worth applying. Conditions say what Slurm showed a moment ago: a
 # patch held past a few polls (a crashed k8s-watcher's) would show a stale state, so it is
-# reported expired and the next poll sends the current one. A cordon mark follows the node's
-# cordon, which changes rarely.
+# reported expired, and once its lifetime is over a pass that still finds the pod short of
+# the state sends it again (it can no longer land). A cordon mark follows the node's cordon,
+# which changes rarely.
 CONDITIONS_LIFETIME_SECONDS = 15.0
 MARK_LIFETIME_SECONDS = 60.0
 
 PodCommandKind = Literal["conditions", "pod-cordon", "pod-uncordon"]
+_LIFETIME: dict[PodCommandKind, float] = {
+    "conditions": CONDITIONS_LIFETIME_SECONDS,
+    "pod-cordon": MARK_LIFETIME_SECONDS,
+    "pod-uncordon": MARK_LIFETIME_SECONDS,
+}
 # The ledger a kind of pod command is recorded in: a mark replaces an unmark and back.
 _LEDGER: dict[PodCommandKind, str] = {
     "conditions": "conditions",
@@ -181,27 +188,51 @@ class _Pass:
         key = (ledger, facts.key)
         if key in self.result.sent:  # decided twice in one pass: once is enough
             return None
-        attempt = attempt_to_send(
-            self.sent, ledger, facts, digest, self.now, self.options.resend_after
-        )
+        # Past its lifetime a command sent earlier can no longer be applied: waiting longer
+        # for the pod to show it only leaves the pod wrong.
+        resend_after = min(self.options.resend_after, _LIFETIME[kind])
+        attempt = attempt_to_send(self.sent, ledger, facts, digest, self.now, resend_after)
         if attempt is not None:
             self.result.sent[key] = SentRecord(facts.uid, digest, self.now, attempt)
         return attempt
+
+    def _command(
+        self,
+        kind: PodCommandKind,
+        facts: PodFacts,
+        change: str,
+        attempt: int,
+        operation: PatchObject,
+        reason: str,
+    ) -> K8sCommand:
+        """The command of one send. Its key names the send (the pass's time in it): a
+        republish of this message is deduplicated, but a later send of the same change is a
+        new command -- a state that flips back (A, B, A) while the view stands still must
+        send A again, and A's first key was already applied, before B."""
+        sender = self.options.sender
+        return K8sCommand(
+            idempotency_key=(
+                f"{sender}:{kind}:{facts.uid}:{facts.resource_version}:{change}:{attempt}:"
+                f"{self.now:.6f}"
+            ),
+            sender=sender,
+            sent_at=self.now,
+            expires_at=deadline_after(_LIFETIME[kind], now=self.now),
+            target=_pod_ref(facts),
+            operation=operation,
+            reason=reason,
+        )
 
     def conditions(self, facts: PodFacts, patch: dict[str, Any], cluster: str) -> None:
         digest = patch_digest(patch)
         attempt = self._attempt("conditions", facts, digest)
         if attempt is None:
             return
-        sender = self.options.sender
-        command = K8sCommand(
-            idempotency_key=(
-                f"{sender}:conditions:{facts.uid}:{facts.resource_version}:{digest}:{attempt}"
-            ),
-            sender=sender,
-            sent_at=self.now,
-            expires_at=deadline_after(CONDITIONS_LIFETIME_SECONDS, now=self.now),
-            target=_pod_ref(facts),
+        command = self._command(
+            "conditions",
+            facts,
+            digest,
+            attempt,
             operation=PatchObject(patch_type="strategic", patch=patch, subresource="status"),
             reason=f"Slurm node {cluster}/{facts.name} state changed",
         )
@@ -211,13 +242,11 @@ class _Pass:
         attempt = self._attempt(kind, facts, kind)
         if attempt is None:
             return
-        sender = self.options.sender
-        command = K8sCommand(
-            idempotency_key=f"{sender}:{kind}:{facts.uid}:{facts.resource_version}:{attempt}",
-            sender=sender,
-            sent_at=self.now,
-            expires_at=deadline_after(MARK_LIFETIME_SECONDS, now=self.now),
-            target=_pod_ref(facts),
+        command = self._command(
+            kind,
+            facts,
+            kind,
+            attempt,
             operation=PatchObject(patch_type="merge", patch=_mark_patch(kind)),
             reason=_mark_reason(kind, facts),
         )

@@ -16,7 +16,7 @@ from nodeflow_kube.fields import (
     resource_version_of,
     uid_of,
 )
-from nodeflow_kube.projections import kept_conditions, kept_metadata, kept_pod_spec
+from nodeflow_kube.projections import kept_node, kept_pod
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 POD_SCHEDULED = "PodScheduled"
@@ -132,33 +132,17 @@ def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
     of status the phase, the nomination and the conditions a placement reads (PodScheduled,
     DisruptionTarget). The placer keeps every pod of the cluster, most of them bound: this is
     a fraction of a real pod's size."""
-    pod_spec = spec(pod)
-    pod_status = status(pod)
-    kept_status = {key: pod_status[key] for key in _STATUS_FIELDS if key in pod_status}
-    if "conditions" in pod_status:
-        kept_status["conditions"] = kept_conditions(pod_status, _READ_CONDITIONS)
-    kept: dict[str, Any] = {
-        "metadata": kept_metadata(meta(pod)),
-        "spec": kept_pod_spec(
-            pod_spec, dropped=_NODE_FILTER_FIELDS if pod_spec.get("nodeName") else ()
-        ),
-        "status": kept_status,
-    }
-    for key in ("apiVersion", "kind"):
-        if key in pod:
-            kept[key] = pod[key]
-    return kept
+    bound = bool(spec(pod).get("nodeName"))
+    return kept_pod(
+        pod,
+        status_fields=_STATUS_FIELDS,
+        conditions=_READ_CONDITIONS,
+        dropped_spec=_NODE_FILTER_FIELDS if bound else (),
+    )
 
 
 def placement_node_fields(node: dict[str, Any]) -> dict[str, Any]:
     """The node as the placer keeps it: metadata and spec whole (labels, taints,
     unschedulable), of status only what fit reads (allocatable, capacity, conditions), not its
     images, addresses or system info."""
-    node_status = status(node)
-    kept = {key: value for key, value in node.items() if key != "status"}
-    kept["status"] = {
-        key: node_status[key]
-        for key in ("allocatable", "capacity", "conditions")
-        if key in node_status
-    }
-    return kept
+    return kept_node(node, ("allocatable", "capacity", "conditions"))

@@ -26,6 +26,7 @@ from slurm_syncer.reconcile import (
     SentRecord,
     reconcile_pods,
 )
+from tests.unit.slurm_syncer.test_conditions import written as conditions_written
 
 NOW = 1_800_000_000.0
 OPTIONS = ReconcileOptions(resend_after=30.0)
@@ -75,7 +76,7 @@ def written(command: PodCommand) -> list[dict[str, Any]]:
     """The conditions a conditions command sets (its delete directives left out)."""
     operation = command.command.operation
     assert isinstance(operation, PatchObject)
-    return [entry for entry in operation.patch["status"]["conditions"] if "$patch" not in entry]
+    return conditions_written(operation.patch)
 
 
 def cluster(*states: SlurmNodeState, reachable: bool = True, polled: bool = True) -> Any:
@@ -105,7 +106,8 @@ def test_rule_the_same_pod_command_is_not_sent_twice_before_resend_after() -> No
     assert not soon.pod_commands and not soon.sent
     late = reconcile_pods([facts()], cluster(node()), first.sent, NOW + 31, options=OPTIONS)
     (again,) = late.pod_commands
-    assert again.command.idempotency_key.endswith(":2")
+    assert ":2:" in again.command.idempotency_key
+    assert again.command.idempotency_key != command.command.idempotency_key
     # A new pod of the same name (another uid) gets its own patch at once.
     replacement = facts(uid="uid-other")
     assert reconcile_pods([replacement], cluster(node()), first.sent, NOW + 1).pod_commands
@@ -116,6 +118,31 @@ def as_view(pod: dict[str, Any], resource_version: int) -> PodFacts:
     return facts(
         resource_version=str(resource_version), conditions=tuple(pod["status"]["conditions"])
     )
+
+
+def test_rule_a_condition_patch_past_its_lifetime_is_sent_again() -> None:
+    """An expired patch can no longer land (k8s-watcher reports it expired): once its
+    lifetime is over, a pod still short of the state gets it again, before resend_after."""
+    first = reconcile_pods([facts()], cluster(node()), {}, NOW, options=OPTIONS)
+    within = reconcile_pods([facts()], cluster(node()), first.sent, NOW + 14, options=OPTIONS)
+    assert not within.pod_commands
+    past = reconcile_pods([facts()], cluster(node()), first.sent, NOW + 16, options=OPTIONS)
+    assert [c.kind for c in past.pod_commands] == ["conditions"]
+
+
+def test_rule_a_state_that_flips_back_is_sent_again_as_a_new_command() -> None:
+    """Idle, Allocated, Idle again while the view stands still: the third patch is a new
+    command (a new key), not a repeat of the first that k8s-watcher and JetStream would
+    drop as already applied -- which would leave the pod showing Allocated."""
+    view = facts()
+    keys = []
+    sent: dict[tuple[str, str], SentRecord] = {}
+    for offset, state in enumerate((node(), node(base="Allocated"), node())):
+        result = reconcile_pods([view], cluster(state), sent, NOW + offset, options=OPTIONS)
+        (command,) = result.pod_commands
+        keys.append(command.command.idempotency_key)
+        sent.update(result.sent)
+    assert len(set(keys)) == 3
 
 
 def test_rule_patches_from_a_lagging_view_leave_the_pod_at_the_last_state_sent() -> None:
@@ -244,11 +271,17 @@ def test_rule_one_condition_patch_per_state_change_whatever_the_view_lags(
     state: SlurmNodeState | None = node()
     now = NOW
 
+    keys_seen: set[str] = set()
+
     def reconcile_pass() -> int:
         nonlocal now
         now += 0.01  # never past resend_after: only what the view shows decides
         result = reconcile_pods([view], cluster(*[state] if state else []), sent, now)
-        in_flight.extend(c for c in result.pod_commands if c.kind == "conditions")
+        for command in result.pod_commands:
+            # JetStream and k8s-watcher drop a command whose key they have seen.
+            if command.kind == "conditions" and command.command.idempotency_key not in keys_seen:
+                keys_seen.add(command.command.idempotency_key)
+                in_flight.append(command)
         sent.update(result.sent)
         return len(result.pod_commands)
 
