@@ -55,6 +55,7 @@ from nodeflow_kube.fields import (
     mapping,
     meta,
 )
+from nodeflow_kube.projections import kept_metadata
 
 log = structlog.get_logger("maintenance_scheduler.skyhook")
 
@@ -65,6 +66,14 @@ def only_skyhook_pods(pod: Obj) -> Obj | None:
     """The pods this controller keeps in its view: those of its stage Jobs (labelled with
     their Skyhook), never the rest of the cluster's."""
     return pod if NAME_LABEL in mapping(meta(pod).get("labels")) else None
+
+
+def node_metadata(node: Obj) -> Obj:
+    """What this controller keeps of a node (its KVView projection): its metadata, all that
+    `observe.node_view` reads (name, uid, version, labels, annotations, creation), without
+    kubectl's last-applied copy. The status (images, conditions, system info) and spec of
+    10,000 nodes were the largest part of this process's memory."""
+    return {"metadata": kept_metadata(meta(node))}
 
 
 APPLIED = frozenset({"applied", "already-applied", "retrying"})
@@ -78,7 +87,7 @@ class SkyhookController:
         self.namespace = config.skyhook_namespace
         self.skyhooks: KVView[Obj] = KVView(bus, "k8s_skyhooks", dict)
         self.policies: KVView[Obj] = KVView(bus, "k8s_deploymentpolicies", dict)
-        self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict)
+        self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict, project=node_metadata)
         self.jobs: KVView[Obj] = KVView(bus, "k8s_jobs", dict)
         self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict, project=only_skyhook_pods)
         self.requests: KVView[Obj] = KVView(bus, "k8s_nodemaintenances", dict)

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from maintenance_scheduler.pods import drain_fields, pod_facts
 from maintenance_scheduler.service import node_facts, node_fields
-from maintenance_scheduler.skyhook.service import only_skyhook_pods
+from maintenance_scheduler.skyhook.observe import node_view
+from maintenance_scheduler.skyhook.service import node_metadata, only_skyhook_pods
 
 NAMES = st.sampled_from(["a", "b", "slurmd-0", "trainer"])
 LABELS = st.dictionaries(
@@ -117,3 +118,32 @@ def test_rule_the_kept_node_gives_the_same_node_facts(
         "status": {"conditions": conditions, "capacity": {"cpu": "64"}},
     }
     assert node_facts(node_fields(node)) == node_facts(node)
+
+
+@given(
+    labels=LABELS,
+    annotations=st.dictionaries(st.sampled_from(["skyhook.nvidia.com/state_gpu", "note"]), NAMES),
+    unschedulable=st.booleans(),
+)
+def test_rule_the_skyhook_controller_keeps_of_a_node_what_its_node_view_reads(
+    labels: dict[str, str], annotations: dict[str, str], unschedulable: bool
+) -> None:
+    node = {
+        "metadata": {
+            "name": "n1",
+            "uid": "u1",
+            "resourceVersion": "4",
+            "creationTimestamp": "2026-11-26T00:00:00Z",
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {"unschedulable": unschedulable, "taints": [{"key": "x", "effect": "NoSchedule"}]},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "images": [{"names": ["registry/slurmd:24.11"], "sizeBytes": 1}],
+            "nodeInfo": {"kubeletVersion": "v1.36.3"},
+        },
+    }
+    kept = node_metadata(node)
+    assert node_view(kept) == node_view(node)
+    assert set(kept) == {"metadata"}
