@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -134,23 +134,20 @@ def share_strings(value: Any) -> Any:
     values, images, quantities): decoded afresh, each is its own string, and at 50,000 pods
     those copies are a third of a projected pod's memory. Interned strings are freed when no
     object holds them any more."""
-    kind = type(value)
-    if kind is dict:
-        for key, item in value.items():
-            item_kind = type(item)
-            if item_kind is str:
-                if len(item) <= SHARED_STRING_MAX_LENGTH:
-                    value[key] = sys.intern(item)
-            elif item_kind is dict or item_kind is list:
-                share_strings(item)
-    elif kind is list:
-        for index, item in enumerate(value):
-            item_kind = type(item)
-            if item_kind is str:
-                if len(item) <= SHARED_STRING_MAX_LENGTH:
-                    value[index] = sys.intern(item)
-            elif item_kind is dict or item_kind is list:
-                share_strings(item)
+    slots: Iterable[tuple[Any, Any]]
+    if type(value) is dict:
+        slots = value.items()  # values are replaced, never added: iterating stays valid
+    elif type(value) is list:
+        slots = enumerate(value)
+    else:
+        return value
+    for slot, item in slots:
+        item_kind = type(item)
+        if item_kind is str:
+            if len(item) <= SHARED_STRING_MAX_LENGTH:
+                value[slot] = sys.intern(item)
+        elif item_kind is dict or item_kind is list:
+            share_strings(item)
     return value
 
 
