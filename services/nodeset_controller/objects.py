@@ -20,7 +20,7 @@ from nodeflow_kube.fields import (
     meta,
     sequence,
 )
-from nodeflow_kube.projections import kept_node, kept_pod
+from nodeflow_kube.projections import kept_node, kept_pod, kept_pod_spec
 from nodeflow_kube.resources import node_allocatable as node_allocatable
 from nodeflow_kube.resources import pod_requests as pod_requests
 
@@ -110,11 +110,6 @@ def controller_uid(obj: Obj) -> str | None:
     return None
 
 
-def _resources_only(container: object) -> dict[str, Any]:
-    entry = mapping(container)
-    return {key: entry[key] for key in ("resources", "restartPolicy") if key in entry}
-
-
 # The pod conditions the controller reads: readiness, its own deletion mark, and the
 # syncer's NodeNotRegistered (the absence grace).
 _READ_CONDITIONS = frozenset({"Ready", SLURM_DELETE_CONDITION, slurm_state_condition("Unknown")})
@@ -139,12 +134,8 @@ def keep_in_view(pod: dict[str, Any]) -> dict[str, Any]:
     if NODESET_LABEL in mapping(metadata.get("labels")):
         return nodeset_pod_fields(pod)
     spec = mapping(pod.get("spec"))
-    kept_spec: dict[str, Any] = {
-        key: spec[key] for key in ("nodeName", "affinity", "resources", "overhead") if key in spec
-    }
-    for key in ("containers", "initContainers"):
-        if key in spec:
-            kept_spec[key] = [_resources_only(c) for c in sequence(spec.get(key))]
+    read = ("nodeName", "affinity", "resources", "overhead", "containers", "initContainers")
+    kept_spec = kept_pod_spec({key: spec[key] for key in read if key in spec})
     return {
         "metadata": {
             key: metadata[key]

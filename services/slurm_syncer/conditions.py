@@ -110,13 +110,17 @@ ALL_CONDITION_TYPES: tuple[str, ...] = tuple(
 )
 
 
-def _shown(existing: Mapping[str, Any] | None, wanted: Wanted) -> bool:
+def _holds(existing: Mapping[str, Any] | None, wanted: Wanted) -> bool:
+    """The pod shows the condition True for the wanted reason (its transition time stands)."""
     return (
         existing is not None
         and existing.get("status") == TRUE
         and _text(existing, "reason") == wanted.reason
-        and _text(existing, "message") == wanted.message
     )
+
+
+def _shown(existing: Mapping[str, Any] | None, wanted: Wanted) -> bool:
+    return _holds(existing, wanted) and _text(existing or {}, "message") == wanted.message
 
 
 def conditions_patch(
@@ -133,12 +137,11 @@ def conditions_patch(
     for kind in sorted(desired):
         wanted = desired[kind]
         existing = current.get(kind)
-        kept = (
-            existing is not None
-            and existing.get("status") == TRUE
-            and _text(existing, "reason") == wanted.reason
+        transition = (
+            existing.get("lastTransitionTime")
+            if existing is not None and _holds(existing, wanted)
+            else None
         )
-        transition = existing.get("lastTransitionTime") if kept and existing is not None else None
         entries.append(
             {
                 "type": kind,
