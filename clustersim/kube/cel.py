@@ -99,10 +99,35 @@ class Compiled:
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         """The expression's value as plain Python (None, bool, int, float, str, list, dict)."""
-        result = self.expression.eval(data={name: env[name] for name in self.variables})
+        data = {name: _nul_substituted(env[name], NUL, NUL_STAND_IN) for name in self.variables}
+        result = self.expression.eval(data=data)
         if result.type() == cel.Type.ERROR:
-            raise CelEvalError(_runtime_message(str(result.value())))
-        return result.plain_value()
+            message = _runtime_message(str(result.value()))
+            raise CelEvalError(message.replace(NUL_STAND_IN, NUL))
+        return _nul_substituted(result.plain_value(), NUL_STAND_IN, NUL)
+
+
+# The library hands strings to C++ as NUL-terminated, so it cuts every string and map key at
+# its first NUL: {"": 1, "\x00": 2} becomes a map with a duplicate key, "a\x00b" equals "a".
+# JSON allows NUL (\u0000) and cel-go, in kube-apiserver, keeps it. The emulator hands the
+# library a stand-in code point instead and maps it back in results and messages: one code
+# point for one, so equality, size() and indexing are kube-apiserver's. What differs: ordering
+# (NUL sorts first, the stand-in last) and a value that already holds the stand-in.
+NUL = "\x00"
+NUL_STAND_IN = "\U0010ffff"
+
+
+def _nul_substituted(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(old, new) if old in value else value
+    if isinstance(value, dict):
+        return {
+            _nul_substituted(key, old, new): _nul_substituted(item, old, new)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_nul_substituted(item, old, new) for item in value]
+    return value
 
 
 @lru_cache(maxsize=1024)

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from clustersim.kube.cel import CelCompileError, CelEvalError, compile_rule
@@ -315,6 +315,8 @@ def _same_json(a: Any, b: Any) -> bool:
 
 
 @given(json_values, json_values)
+@example({"": 1, "\x00": 1}, {"": 1, "\x00": 1})
+@example("a", "a\x00")
 def test_immutable_field_rule_refuses_every_change(old: Any, new: Any) -> None:
     """``self == oldSelf`` (the project CRDs' immutable fields) passes exactly when the value
     is unchanged, whatever its shape; and ratcheting never skips a changed value."""
@@ -329,3 +331,21 @@ def test_immutable_field_rule_refuses_every_change(old: Any, new: Any) -> None:
     }
     causes = rule_causes({"field": new}, {"field": old}, schema)
     assert (causes == []) == _same_json(old, new)
+
+
+@pytest.mark.parametrize(
+    ("rule", "self_value", "expected"),
+    [
+        ("self == oldSelf", {"": 1, "\x00": 2}, True),
+        ("self", {"a\x00b": "x\x00y"}, {"a\x00b": "x\x00y"}),
+        ("size(self)", "x\x00y", 3),
+        ("self[1]", ["a", "\x00"], "\x00"),
+        ("self == 'a'", "a\x00", False),
+    ],
+)
+def test_nul_in_strings_and_keys_is_kept_as_kube_apiserver_keeps_it(
+    rule: str, self_value: Any, expected: Any
+) -> None:
+    """JSON allows NUL in strings and keys, and cel-go keeps it; the C++ library would cut the
+    string there (two keys becoming one, "a\\x00" equal to "a")."""
+    assert compile_rule(rule).evaluate({"self": self_value, "oldSelf": self_value}) == expected
