@@ -15,7 +15,7 @@ from nodeflow_contracts.maintenance import MaintenanceDecision, SkyhookDecision
 from nodeflow_contracts.nodeset import NodeSetDecision
 from nodeflow_contracts.placement import PlacementDecision
 from nodeflow_contracts.slurm import SlurmNodeChanged, SlurmNodeCommand, SlurmPollResult
-from nodeflow_contracts.topology import stream_for_subject
+from nodeflow_contracts.topology import STREAMS, stream_for_subject, subject_matches
 
 
 class MessageSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,8 +31,19 @@ class MessageSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def stream(self) -> str:
-        example = self.subscribe.replace(">", "x").replace("*", "x")
-        return stream_for_subject(example).name
+        try:
+            return stream_for_subject(_example(self.subscribe)).name
+        except LookupError:
+            # A stream that stores one prefix per sender (K8S_COMMANDS) stores no example of
+            # the wildcard over all of them; it is the stream whose every prefix falls under it.
+            for spec in STREAMS:
+                if all(subject_matches(self.subscribe, _example(p)) for p in spec.subjects):
+                    return spec.name
+            raise
+
+
+def _example(pattern: str) -> str:
+    return pattern.replace(">", "x").replace("*", "x")
 
 
 MESSAGES: tuple[MessageSpec, ...] = (
@@ -69,7 +80,9 @@ MESSAGES: tuple[MessageSpec, ...] = (
             "idempotency key is the Nats-Msg-Id; uid/resourceVersion in the target are "
             "preconditions. k8s-watcher refuses (outcome `forbidden`, dead letter) a command "
             "whose subject disagrees with its payload or that the sender's policy does not "
-            "allow, and reports one received after `expires_at` as `expired`."
+            "allow, and reports one received after `expires_at` as `expired`. Each sender's "
+            "commands wait in a queue of their own (k8s-watcher's durable "
+            "`k8s-watcher-commands-<sender>`), behind that sender's earlier commands only."
         ),
     ),
     MessageSpec(

@@ -31,6 +31,7 @@ from nodeflow_contracts.pod_protocol import (
     SLURM_DELETE_CONDITION,
     SLURM_STATE_CONDITION_PREFIX,
 )
+from nodeflow_contracts.topology import ADMIN_USER as ADMIN_USER  # where users look for it
 from nodeflow_contracts.topology import (
     APPLIED_COMMANDS_BUCKET,
     CONSUMERS,
@@ -44,10 +45,6 @@ from nodeflow_contracts.topology import (
 
 # The label every Skyhook stage Job carries (its Skyhook's name).
 SKYHOOK_NAME_LABEL = "skyhook.nvidia.com/name"
-
-# Operators' tools and tests: every subject (the JetStream API included), and every command
-# (sent as this sender). Never given to a service.
-ADMIN_USER = "nodeflow-admin"
 
 
 def kv_stream(bucket: str) -> str:

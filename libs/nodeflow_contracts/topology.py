@@ -22,6 +22,24 @@ DAY = 24 * 3600.0
 # third of it), however long its API call takes.
 COMMAND_ACK_WAIT_SECONDS = 5.0
 
+# Operators' tools and tests: every subject (the JetStream API included), and every command
+# (sent as this sender). Never given to a service.
+ADMIN_USER = "nodeflow-admin"
+
+# Who sends Kubernetes commands (each under `cmd.k8s.v1.<sender>.>`, the only command prefix
+# its NATS user may publish to). k8s-watcher takes each sender's commands from a queue of its
+# own (K8S_COMMANDS_CONSUMERS), so one sender's backlog never holds back another's: during a
+# scale-out of thousands of pods, nodeset-controller's creates must not delay slurm-syncer's
+# condition patches past their deadline. K8S_COMMANDS stores these prefixes only, so a command
+# under any other is refused at publish (no stream stores it) instead of waiting unanswered.
+K8S_COMMAND_SENDERS: tuple[str, ...] = (
+    "nodeset-controller",
+    "slurm-syncer",
+    "maintenance-scheduler",
+    "topology-placer",
+    ADMIN_USER,
+)
+
 
 class StreamSpec(msgspec.Struct, frozen=True, kw_only=True):
     name: str
@@ -146,7 +164,7 @@ STREAMS: tuple[StreamSpec, ...] = (
     ),
     StreamSpec(
         name="K8S_COMMANDS",
-        subjects=(subjects.K8S_COMMANDS,),
+        subjects=tuple(subjects.k8s_sender_commands(sender) for sender in K8S_COMMAND_SENDERS),
         description="Commands for the Kubernetes API, applied by k8s-watcher (work queue).",
         retention="workqueue",
         max_age_seconds=DAY,
@@ -212,18 +230,28 @@ KV_BUCKETS: tuple[KVSpec, ...] = (
     ),
 )
 
+
+def k8s_commands_durable(sender: str) -> str:
+    """k8s-watcher's durable consumer of `sender`'s Kubernetes commands."""
+    return f"k8s-watcher-commands-{sender}"
+
+
+# One per sender, so that each sender's commands wait only behind its own.
+K8S_COMMANDS_CONSUMERS: tuple[ConsumerSpec, ...] = tuple(
+    ConsumerSpec(
+        stream="K8S_COMMANDS",
+        durable=k8s_commands_durable(sender),
+        filter_subjects=(subjects.k8s_sender_commands(sender),),
+        description=f"Applies the Kubernetes commands of {sender}.",
+        ack_wait_seconds=COMMAND_ACK_WAIT_SECONDS,
+        max_deliver=8,
+    )
+    for sender in K8S_COMMAND_SENDERS
+)
+
 # Durable consumers, by the service that owns them.
 CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
-    "k8s-watcher": (
-        ConsumerSpec(
-            stream="K8S_COMMANDS",
-            durable="k8s-watcher-commands",
-            filter_subjects=(subjects.K8S_COMMANDS,),
-            description="Applies Kubernetes commands.",
-            ack_wait_seconds=COMMAND_ACK_WAIT_SECONDS,
-            max_deliver=8,
-        ),
-    ),
+    "k8s-watcher": K8S_COMMANDS_CONSUMERS,
     "slurm-syncer": (
         ConsumerSpec(
             stream="SLURM_COMMANDS",
@@ -270,6 +298,15 @@ CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
 }
 
 SERVICES: tuple[str, ...] = tuple(CONSUMERS)
+
+# Durable consumers a service deletes on start, as (stream, durable), because the table no
+# longer has them. k8s-watcher's single consumer of every command must go before the consumers
+# per sender can be made: a work-queue stream refuses consumers whose filters overlap. Deleting
+# a work-queue consumer deletes no message: what it had not acknowledged is delivered again by
+# the consumer of its sender.
+RETIRED_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "k8s-watcher": (("K8S_COMMANDS", "k8s-watcher-commands"),),
+}
 
 Replicable = TypeVar("Replicable", StreamSpec, KVSpec)
 

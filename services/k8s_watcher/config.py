@@ -42,7 +42,8 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
     # Backoff of list/watch after an error (API down, 5xx, 429).
     retry_initial_seconds: float = 0.2
     retry_max_seconds: float = 30.0
-    # Commands applied at once (different objects); one object's commands are serial.
+    # Commands applied at once per sender (different objects; each sender has its own
+    # consumer); one object's commands are serial.
     command_concurrency: int = 32
     # Delay between attempts of a command that failed for a passing reason (5xx, 429, PDB).
     command_retry_initial_seconds: float = 1.0

@@ -1,5 +1,5 @@
-"""Wiring of k8s-watcher: Kubernetes client, one informer per kind (and namespace), the
-command consumer, readiness. `setup(ctx)` is what `python -m k8s_watcher` runs."""
+"""Wiring of k8s-watcher: Kubernetes client, one informer per kind (and namespace), one
+command consumer per sender, readiness. `setup(ctx)` is what `python -m k8s_watcher` runs."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from nodeflow_runtime.service import ServiceContext
 
 log = structlog.get_logger("k8s_watcher")
 
-COMMANDS_CONSUMER = CONSUMERS[SERVICE][0]
+COMMAND_CONSUMERS = CONSUMERS[SERVICE]
 
 
 async def load_index(bus: Bus, kind: KindInfo, batch: int = 2000) -> dict[str, Stamp]:
@@ -113,11 +113,11 @@ class K8sWatcher:
         self.executor = CommandExecutor(
             kube=kube,
             bus=bus,
-            max_deliver=COMMANDS_CONSUMER.max_deliver,
+            max_deliver=max(spec.max_deliver for spec in COMMAND_CONSUMERS),
             instance_id=config.instance_id,
             command_namespaces=config.command_namespaces,
         )
-        self.consumer: PullConsumer[K8sCommand] | None = None
+        self.consumers: list[PullConsumer[K8sCommand]] = []
         self._tasks: list[asyncio.Task[None]] = []
         # Set when an informer dies (a bug: they retry forever); `supervise` raises it.
         self._failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -186,19 +186,26 @@ class K8sWatcher:
             self._failed.set_exception(failure)
 
     async def start_commands(self) -> None:
-        self.consumer = PullConsumer(
-            self.bus,
-            COMMANDS_CONSUMER,
-            K8sCommand,
-            self.executor.handle,
-            ConsumerOptions(
-                concurrency=self.config.command_concurrency,
-                ordering_key=lambda cmd: cmd.target.ordering_key,
-                backoff=self.config.command_backoff,
-                stop_timeout=min(10.0, self.config.shutdown_deadline_seconds / 2),
-            ),
-        )
-        await self.consumer.start()
+        """One consumer per sender (topology.K8S_COMMANDS_CONSUMERS), each applying up to
+        COMMAND_CONCURRENCY commands at once. They share the client's rate limit, which serves
+        waiting requests in arrival order: while the API server is the bottleneck, each busy
+        sender gets an equal share of it, and a sender with a few commands waits for a few
+        requests, not for another sender's backlog."""
+        for spec in COMMAND_CONSUMERS:
+            consumer = PullConsumer(
+                self.bus,
+                spec,
+                K8sCommand,
+                self.executor.handle,
+                ConsumerOptions(
+                    concurrency=self.config.command_concurrency,
+                    ordering_key=lambda cmd: cmd.target.ordering_key,
+                    backoff=self.config.command_backoff,
+                    stop_timeout=min(10.0, self.config.shutdown_deadline_seconds / 2),
+                ),
+            )
+            await consumer.start()
+            self.consumers.append(consumer)
         log.info(
             "k8s_watcher.applying_commands",
             qps=self.config.kube_qps,
@@ -216,15 +223,15 @@ class K8sWatcher:
         waiting = [informer.name for informer in self.informers if not informer.synced.is_set()]
         if waiting:
             return f"initial list not done: {', '.join(waiting)}"
-        # A crashed or deleted command consumer means commands are not applied.
-        return self.consumer.not_ready_reason() if self.consumer is not None else None
+        # A crashed or deleted command consumer means some sender's commands are not applied.
+        reasons = [r for r in (c.not_ready_reason() for c in self.consumers) if r is not None]
+        return "; ".join(reasons) or None
 
     async def wait_synced(self) -> None:
         await asyncio.gather(*(informer.synced.wait() for informer in self.informers))
 
     async def stop(self, grace: float = 10.0) -> None:
-        if self.consumer is not None:
-            await self.consumer.stop(timeout=grace)
+        await asyncio.gather(*(consumer.stop(timeout=grace) for consumer in self.consumers))
         await self.stop_mirror()
         await self.kube.close()
         log.info("k8s_watcher.stopped")

@@ -1,7 +1,7 @@
 """An executor that takes one command and never finishes it, as its own process:
 `python -m tests.integration.bus.command_holder <nats-url> <service>`.
 
-It consumes `<service>`'s command durable of the project topology and prints
+It consumes `<service>`'s (first) command durable of the project topology and prints
 `holder: holding <stream sequence>` once its handler runs, then hangs there, so that the test
 can kill it with SIGKILL while the command is in its hands.
 """
@@ -19,7 +19,7 @@ MARK = "holder: "
 
 async def run(url: str, service: str) -> None:
     bus = await Bus.connect(url, options=BusOptions(name="command-holder"))
-    (spec,) = CONSUMERS[service]
+    spec = CONSUMERS[service][0]
 
     async def hold(_: bytes, delivery: Delivery) -> None:
         print(f"{MARK}holding {delivery.stream_sequence}", flush=True)

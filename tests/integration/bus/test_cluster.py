@@ -49,7 +49,7 @@ async def test_streams_and_kv_survive_the_loss_of_the_stream_leader_with_replica
     cluster: NatsCluster,
 ) -> None:
     bus = await Bus.connect(cluster.urls, options=CLUSTER_BUS_OPTIONS)
-    (spec,) = CONSUMERS["k8s-watcher"]
+    spec = CONSUMERS["k8s-watcher"][0]
     await ensure_topology(
         bus.js,
         streams=replicated(STREAMS, REPLICAS),

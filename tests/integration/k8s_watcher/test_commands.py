@@ -22,6 +22,7 @@ from nodeflow_contracts.k8s import (
     UncordonNode,
     UpdateStatus,
 )
+from nodeflow_contracts.pod_protocol import NODESET_LABEL, SLURM_STATE_CONDITION_PREFIX
 from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET
 from tests.integration.k8s_watcher.conftest import Harness, node, pod, wait_until
 
@@ -425,3 +426,56 @@ async def test_command_waits_while_the_api_is_down_and_applies_when_it_is_back(
     assert (outcome.outcome, outcome.attempt) == ("applied", 1)
     assert harness.store.get("nodes", "n1")["spec"]["unschedulable"] is True
     await wait_until(lambda: watcher.not_ready_reason() is None)
+
+
+async def test_rule_a_senders_commands_do_not_wait_behind_another_senders_backlog(
+    harness: Harness,
+) -> None:
+    """Each sender has its own queue: a slurm-syncer condition patch sent behind a backlog of
+    nodeset-controller creates (the API slowed to 20 requests/s) is applied while most of that
+    backlog still waits. From one queue it came after the whole backlog."""
+    harness.store.create("pods", pod("slurm-0"))
+    await harness.start_watcher(
+        watched_kinds=("Pod",), kube_qps=20.0, kube_burst=1, command_concurrency=4
+    )
+    controller = await harness.connect_as("nodeset-controller")
+    syncer = await harness.connect_as("slurm-syncer")
+    backlog = 120
+    creates = [
+        await harness.send(
+            pod_ref(f"gpu-{i}"),
+            CreateObject(object=pod(f"gpu-{i}", **{NODESET_LABEL: "gpu"})),
+            sender="nodeset-controller",
+            bus=controller,
+        )
+        for i in range(backlog)
+    ]
+    create_keys = {cmd.idempotency_key for cmd in creates}
+
+    def creates_applied() -> int:
+        return sum(
+            1
+            for o in harness.outcomes.items
+            if o.idempotency_key in create_keys and o.outcome == "applied"
+        )
+
+    await wait_until(lambda: creates_applied() > 0, timeout=10)
+    condition = {"type": f"{SLURM_STATE_CONDITION_PREFIX}Idle", "status": "True", "reason": "Idle"}
+    patch = await harness.send(
+        pod_ref("slurm-0"),
+        PatchObject(
+            patch_type="strategic",
+            patch={"status": {"conditions": [condition]}},
+            subresource="status",
+        ),
+        sender="slurm-syncer",
+        bus=syncer,
+    )
+    outcome = await harness.final_outcome(patch.idempotency_key, timeout=15)
+    applied_before = creates_applied()
+    assert outcome.outcome == "applied", outcome.message
+    assert applied_before < backlog // 2, f"{applied_before} of {backlog} creates went first"
+    conditions = harness.store.get("pods", "slurm-0", "default")["status"]["conditions"]
+    assert any(c["type"] == condition["type"] for c in conditions)
+    # The backlog is not starved either: every create is applied.
+    await wait_until(lambda: creates_applied() == backlog, timeout=30)
