@@ -162,7 +162,9 @@ class KVView(Generic[V]):
     returns what to keep (e.g. the object without the fields its reader never looks at), or
     None to leave the key out of the view as if it did not exist (a value that stops
     matching reaches listeners as a deletion). At 50,000 pods the full objects are most of a
-    service's memory.
+    service's memory. With `decode_as`, values are decoded as that type and `project` turns
+    them into the view's `value_type` (e.g. a pod decoded as a dict, kept as a small record of
+    the facts its reader uses); a kept dict has its short strings shared (`share_strings`).
     """
 
     def __init__(
@@ -175,11 +177,14 @@ class KVView(Generic[V]):
         resync_backoff: Backoff | None = None,
         idle_heartbeat: float = 5.0,
         track_deletes: bool = False,
-        project: Callable[[V], V | None] | None = None,
+        project: Callable[[Any], V | None] | None = None,
+        decode_as: type[Any] | None = None,
     ) -> None:
+        if decode_as is not None and project is None:
+            raise ValueError("decode_as needs project, which makes the kept value of it")
         self._bus = bus
         self.bucket = bucket
-        self._value_type = value_type
+        self._decode_type: type[Any] = decode_as or value_type
         self._project = project
         self._filter = keys
         self._prefix = f"$KV.{bucket}."
@@ -426,10 +431,10 @@ class KVView(Generic[V]):
         if existing is not None and existing.revision == revision:
             # A resync re-reads unchanged keys: reuse the decoded value.
             return existing
-        if self._value_type is bytes:
+        if self._decode_type is bytes:
             return _Entry(data, revision)  # type: ignore[arg-type]
         try:
-            value = codec.decode(self._value_type, data, subject=self._prefix + key)
+            value = codec.decode(self._decode_type, data, subject=self._prefix + key)
         except ContractDecodeError as exc:
             metrics.KV_VIEW_UNDECODABLE.labels(self.bucket).inc()
             log.error("kv_view.undecodable", bucket=self.bucket, key=key, error=str(exc))
@@ -446,7 +451,7 @@ class KVView(Generic[V]):
             if projected is None:
                 return None
             value = projected
-        if self._value_type is dict:
+        if type(value) is dict:
             share_strings(value)
         return _Entry(value, revision)
 

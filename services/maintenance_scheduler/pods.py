@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -55,7 +56,7 @@ class SlurmView:
         return f"state {self.base_state}{'+' + flags if flags else ''}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodFacts:
     namespace: str
     name: str
@@ -135,44 +136,27 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     )
 
 
-def drain_fields(pod: dict[str, Any]) -> dict[str, Any]:
-    """The pod as the maintenance controller keeps it in its view: only what `pod_facts`
-    reads (so `pod_facts(drain_fields(p)) == pod_facts(p)`). Every pod of the cluster is kept,
-    any of them may be on a node to drain; whole, 50,000 of them took most of a gigabyte."""
-    metadata = meta(pod)
-    spec = mapping(pod.get("spec"))
-    status = mapping(pod.get("status"))
-    kept_meta: dict[str, Any] = {
-        key: metadata[key]
-        for key in ("namespace", "name", "uid", "labels", "deletionTimestamp")
-        if key in metadata
-    }
-    owners = [mapping(o) for o in metadata.get("ownerReferences") or ()]
-    controller = next((o for o in owners if o.get("controller") is True), None)
-    if controller is not None:
-        kept_meta["ownerReferences"] = [{"kind": controller.get("kind"), "controller": True}]
-    if MIRROR_ANNOTATION in mapping(metadata.get("annotations")):
-        kept_meta["annotations"] = {MIRROR_ANNOTATION: "true"}
-    containers = [
-        {"resources": {"requests": {name: "" for name in requests}}}
-        for requests in (
-            mapping(mapping(mapping(c).get("resources")).get("requests"))
-            for c in spec.get("containers") or ()
-        )
-        if requests
-    ]
-    kept_spec: dict[str, Any] = {"nodeName": spec.get("nodeName"), "containers": containers}
-    if any("emptyDir" in mapping(v) for v in spec.get("volumes") or ()):
-        kept_spec["volumes"] = [{"emptyDir": {}}]
-    kept_status: dict[str, Any] = {"phase": status.get("phase")}
-    slurm_conditions = [
-        c
-        for c in status.get("conditions") or ()
-        if str(mapping(c).get("type") or "").startswith(SLURM_STATE_CONDITION_PREFIX)
-    ]
-    if slurm_conditions:
-        kept_status["conditions"] = slurm_conditions
-    return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
+# The sets of requested resource names, one copy of each: thousands of pods request the same.
+_RESOURCE_SETS: dict[frozenset[str], frozenset[str]] = {}
+
+
+def kept_pod_facts(pod: Mapping[str, Any]) -> PodFacts:
+    """The pod as maintenance-scheduler keeps it in its view: its `PodFacts`, the only thing
+    its rules read, with one shared copy of what thousands of pods repeat (namespaces, node
+    names, phases, label keys and values, resource-name sets). Every pod of the cluster is
+    kept, any of them may be on a node to drain: whole, 50,000 pods took most of a gigabyte;
+    as projected dicts, 1.6 KB each."""
+    facts = pod_facts(pod)
+    resources = _RESOURCE_SETS.setdefault(facts.requested_resources, facts.requested_resources)
+    return dataclasses.replace(
+        facts,
+        namespace=sys.intern(facts.namespace),
+        node=sys.intern(facts.node),
+        phase=sys.intern(facts.phase),
+        slurm_cluster=sys.intern(facts.slurm_cluster),
+        labels={sys.intern(k): sys.intern(v) for k, v in facts.labels.items()},
+        requested_resources=resources,
+    )
 
 
 def with_fresh_slurm(

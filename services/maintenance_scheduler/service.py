@@ -43,7 +43,7 @@ from maintenance_scheduler.api import (
 )
 from maintenance_scheduler.commands import SENDER, commands_for, decision_message
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
-from maintenance_scheduler.pods import PodFacts, drain_fields, pod_facts, with_fresh_slurm
+from maintenance_scheduler.pods import PodFacts, kept_pod_facts, with_fresh_slurm
 from maintenance_scheduler.reconcile import (
     NodeFacts,
     Step,
@@ -156,7 +156,9 @@ class MaintenanceScheduler:
         self.requests: KVView[Obj] = KVView(bus, "k8s_nodemaintenances", dict)
         self.configs: KVView[Obj] = KVView(bus, "k8s_maintenanceoperatorconfigs", dict)
         self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict, project=node_fields)
-        self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict, project=drain_fields)
+        self.pods: KVView[PodFacts] = KVView(
+            bus, "k8s_pods", PodFacts, decode_as=dict, project=kept_pod_facts
+        )
         self.clusters: KVView[SlurmClusterStatus] = KVView(
             bus, SLURM_CLUSTERS_BUCKET, SlurmClusterStatus
         )
@@ -170,7 +172,7 @@ class MaintenanceScheduler:
         self.lease = LeaderLease(
             bus, SERVICE, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds
         )
-        self._pods_on: dict[str, dict[str, Obj]] = {}  # node -> pod key -> pod
+        self._pods_on: dict[str, dict[str, PodFacts]] = {}  # node -> pod key -> pod
         self._operator_config = OperatorConfig()
         self._config_seen: Obj | None = None
         # uid -> when its Scheduled write was sent (until KV shows it past Pending).
@@ -219,11 +221,11 @@ class MaintenanceScheduler:
     def _on_change(self, key: str, old: Any, new: Any) -> None:
         self._wake.set()
 
-    def _on_pod(self, key: str, old: Obj | None, new: Obj | None) -> None:
+    def _on_pod(self, key: str, old: PodFacts | None, new: PodFacts | None) -> None:
         for pod, adding in ((old, False), (new, True)):
             if pod is None:
                 continue
-            node = str(mapping(pod.get("spec")).get("nodeName") or "")
+            node = pod.node
             if not node:
                 continue
             if adding:
@@ -348,8 +350,7 @@ class MaintenanceScheduler:
         return self._operator_config
 
     def _pods_of(self, node: str, now: float) -> list[PodFacts]:
-        facts = [pod_facts(p) for p in self._pods_on.get(node, {}).values()]
-        return [self._with_fresh_slurm(p, now) for p in facts]
+        return [self._with_fresh_slurm(p, now) for p in self._pods_on.get(node, {}).values()]
 
     def _with_fresh_slurm(self, pod: PodFacts, now: float) -> PodFacts:
         return with_fresh_slurm(
@@ -497,9 +498,7 @@ class MaintenanceScheduler:
             metrics.SKIPPED.labels(skipped.reason).inc()
 
     def _forget_gone(self, by_uid: Mapping[str, NodeMaintenance], now: float) -> None:
-        live_pods = {
-            str(meta(p).get("uid") or "") for on in self._pods_on.values() for p in on.values()
-        }
+        live_pods = {p.uid for on in self._pods_on.values() for p in on.values()}
         for uid in [u for u in self._evictions if u not in live_pods]:
             eviction = self._evictions.pop(uid)
             self._by_key.pop(eviction.key, None)

@@ -1,4 +1,4 @@
-"""The maintenance controller keeps each pod as `drain_fields` projects it: nothing its drain
+"""The maintenance controller keeps each pod as `kept_pod_facts` makes it: nothing its drain
 decisions read may be lost (every pod of the cluster is in that view, so it must be small)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from maintenance_scheduler.pods import drain_fields, pod_facts
+from maintenance_scheduler.pods import kept_pod_facts, pod_facts
 from maintenance_scheduler.service import node_facts, node_fields
 from maintenance_scheduler.skyhook.observe import node_view
 from maintenance_scheduler.skyhook.service import node_metadata, only_skyhook_pods
@@ -86,7 +86,35 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 
 @given(pods())
 def test_rule_the_kept_pod_says_to_the_drain_what_the_whole_pod_says(pod: dict[str, Any]) -> None:
-    assert pod_facts(drain_fields(pod)) == pod_facts(pod)
+    assert kept_pod_facts(pod) == pod_facts(pod)
+
+
+def test_rule_pods_kept_share_one_copy_of_what_they_repeat() -> None:
+    """50,000 kept pods repeat a few namespaces, nodes, label keys and values, resource-name
+    sets: each is kept once (decoded JSON gives every pod its own copy)."""
+
+    def decoded(name: str) -> dict[str, Any]:
+        # Built afresh each time, as a decoder does: equal strings, distinct objects.
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": "".join(["team", "-a"]),
+                "labels": {"".join(["ap", "p"]): "".join(["train", "er"])},
+            },
+            "spec": {
+                "nodeName": "".join(["gpu", "-1"]),
+                "containers": [{"resources": {"requests": {"".join(["cp", "u"]): "1"}}}],
+            },
+            "status": {"phase": "".join(["Run", "ning"])},
+        }
+
+    first, second = kept_pod_facts(decoded("a")), kept_pod_facts(decoded("b"))
+    assert first.namespace is second.namespace and first.node is second.node
+    assert first.phase is second.phase
+    [(key_a, value_a)] = first.labels.items()
+    [(key_b, value_b)] = second.labels.items()
+    assert key_a is key_b and value_a is value_b
+    assert first.requested_resources is second.requested_resources
 
 
 def test_rule_the_skyhook_controller_keeps_only_its_stage_job_pods() -> None:
