@@ -162,9 +162,9 @@ class KVView(Generic[V]):
     returns what to keep (e.g. the object without the fields its reader never looks at), or
     None to leave the key out of the view as if it did not exist (a value that stops
     matching reaches listeners as a deletion). At 50,000 pods the full objects are most of a
-    service's memory. With `decode_as`, values are decoded as that type and `project` turns
-    them into the view's `value_type` (e.g. a pod decoded as a dict, kept as a small record of
-    the facts its reader uses); a kept dict has its short strings shared (`share_strings`).
+    service's memory. `KVView.projected` makes a view that keeps another type than it decodes
+    (a pod decoded as a dict, kept as a small record of the facts its reader uses). A kept
+    dict has its short strings shared (`share_strings`).
     """
 
     def __init__(
@@ -177,14 +177,11 @@ class KVView(Generic[V]):
         resync_backoff: Backoff | None = None,
         idle_heartbeat: float = 5.0,
         track_deletes: bool = False,
-        project: Callable[[Any], V | None] | None = None,
-        decode_as: type[Any] | None = None,
+        project: Callable[[V], V | None] | None = None,
     ) -> None:
-        if decode_as is not None and project is None:
-            raise ValueError("decode_as needs project, which makes the kept value of it")
         self._bus = bus
         self.bucket = bucket
-        self._decode_type: type[Any] = decode_as or value_type
+        self._decode_type: type[Any] = value_type
         self._project = project
         self._filter = keys
         self._prefix = f"$KV.{bucket}."
@@ -214,6 +211,20 @@ class KVView(Generic[V]):
         self.resyncs = 0
 
     # --- reading -----------------------------------------------------------------------------
+
+    @classmethod
+    def projected(
+        cls,
+        bus: Bus,
+        bucket: str,
+        decode_as: type[Any],
+        project: Callable[[Any], V | None],
+        **options: Any,
+    ) -> KVView[V]:
+        """A view whose values decode as `decode_as` and are kept as what `project` makes of
+        them (None: left out); `options` as for the constructor."""
+        view: KVView[V] = cls(bus, bucket, decode_as, project=project, **options)
+        return view
 
     def get(self, key: str) -> V | None:
         entry = self._entries.get(key)

@@ -156,9 +156,7 @@ class MaintenanceScheduler:
         self.requests: KVView[Obj] = KVView(bus, "k8s_nodemaintenances", dict)
         self.configs: KVView[Obj] = KVView(bus, "k8s_maintenanceoperatorconfigs", dict)
         self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict, project=node_fields)
-        self.pods: KVView[PodFacts] = KVView(
-            bus, "k8s_pods", PodFacts, decode_as=dict, project=kept_pod_facts
-        )
+        self.pods = KVView.projected(bus, "k8s_pods", dict, kept_pod_facts)
         self.clusters: KVView[SlurmClusterStatus] = KVView(
             bus, SLURM_CLUSTERS_BUCKET, SlurmClusterStatus
         )

@@ -4,6 +4,9 @@ beyond the generic tolerant readers of nodeflow_kube.fields: claims, addresses, 
 from __future__ import annotations
 
 import ipaddress
+import sys
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from nodeflow_contracts.pod_protocol import (
@@ -20,7 +23,8 @@ from nodeflow_kube.fields import (
     meta,
     sequence,
 )
-from nodeflow_kube.projections import kept_node, kept_pod, kept_pod_spec
+from nodeflow_kube.projections import kept_node, kept_pod
+from nodeflow_kube.quantity import ResourceList
 from nodeflow_kube.resources import node_allocatable as node_allocatable
 from nodeflow_kube.resources import pod_requests as pod_requests
 
@@ -123,32 +127,56 @@ def nodeset_pod_fields(pod: dict[str, Any]) -> dict[str, Any]:
     return kept_pod(pod, status_fields=("phase",), conditions=_READ_CONDITIONS)
 
 
-def keep_in_view(pod: dict[str, Any]) -> dict[str, Any]:
-    """What the controller keeps of a pod in its view (its KVView projection). NodeSet pods
-    (labelled with their NodeSet) as `nodeset_pod_fields`; of any other pod what the
-    controller reads of it:
-    its name and labels (name collisions), the node it occupies and what it requests there
-    (feasibility), its phase. At 50,000 pods the other pods' whole objects were most of the
-    controller's memory."""
+@dataclass(frozen=True, slots=True)
+class OtherPod:
+    """A pod of no NodeSet as the controller keeps it (`keep_in_view`): only what it reads of
+    such a pod. Its name (a NodeSet pod may not take it), the node it occupies and what it
+    requests there (feasibility: what is left of the node), its resourceVersion."""
+
+    namespace: str
+    name: str
+    resource_version: str
+    # pod_node: where it runs, or the node it is pinned to before it is bound.
+    node: str | None
+    terminal: bool
+    # pod_requests; pods requesting the same share one copy, which nothing may change.
+    requests: ResourceList
+
+    @property
+    def occupies_node(self) -> bool:
+        """As `pod_occupies_node`: it counts against its node until it is terminal."""
+        return self.node is not None and not self.terminal
+
+
+# One copy of each distinct request set: a cluster's workloads repeat a few shapes.
+_SHARED_REQUESTS: dict[tuple[tuple[str, Fraction], ...], ResourceList] = {}
+
+
+def shared_requests(requests: ResourceList) -> ResourceList:
+    return _SHARED_REQUESTS.setdefault(tuple(sorted(requests.items())), requests)
+
+
+def keep_in_view(pod: dict[str, Any]) -> dict[str, Any] | OtherPod:
+    """What the controller keeps of a pod in its view (its KVView projection): a NodeSet pod
+    (labelled with its NodeSet) as `nodeset_pod_fields`, any other as an `OtherPod` record.
+    At 50,000 pods the other pods' whole objects were most of the controller's memory, and
+    as projected dicts 1.6 KB each."""
     metadata = meta(pod)
     if NODESET_LABEL in mapping(metadata.get("labels")):
         return nodeset_pod_fields(pod)
-    spec = mapping(pod.get("spec"))
-    read = ("nodeName", "affinity", "resources", "overhead", "containers", "initContainers")
-    kept_spec = kept_pod_spec({key: spec[key] for key in read if key in spec})
-    return {
-        "metadata": {
-            key: metadata[key]
-            for key in ("name", "namespace", "uid", "resourceVersion", "labels")
-            if key in metadata
-        },
-        "spec": kept_spec,
-        "status": {"phase": mapping(pod.get("status")).get("phase")},
-    }
+    return OtherPod(
+        namespace=sys.intern(str(metadata.get("namespace") or "")),
+        name=str(metadata.get("name") or ""),
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        node=None if (node := pod_node(pod)) is None else sys.intern(node),
+        terminal=pod_is_terminal(pod),
+        requests=shared_requests(pod_requests(mapping(pod.get("spec")))),
+    )
 
 
 def keep_node_in_view(node: dict[str, Any]) -> dict[str, Any]:
     """What the controller keeps of a node (its KVView projection): metadata and spec whole
     (labels, annotations, taints, unschedulable), of status what feasibility and naming read
-    (addresses, allocatable, capacity, conditions), not its images or system info."""
-    return kept_node(node, ("addresses", "allocatable", "capacity", "conditions"))
+    (addresses, allocatable, capacity), not its conditions (a node's readiness reaches
+    feasibility as the node lifecycle controller's taints), images or system info."""
+    return kept_node(node, ("addresses", "allocatable", "capacity"))

@@ -64,6 +64,7 @@ from nodeset_controller.commands import (
 )
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.objects import (
+    OtherPod,
     keep_in_view,
     keep_node_in_view,
     pod_node,
@@ -191,8 +192,8 @@ class NodeSetController:
         self._nodes_by_name: dict[str, Obj] = {}
         # Deletes tracked: a re-created pod's create command is keyed by its predecessor's
         # deletion (see commands.to_outgoing).
-        self.pods: KVView[Obj] = KVView(
-            bus, "k8s_pods", dict, track_deletes=True, project=keep_in_view
+        self.pods: KVView[Obj | OtherPod] = KVView.projected(
+            bus, "k8s_pods", dict, keep_in_view, track_deletes=True
         )
         self.slices: KVView[Obj] = KVView(bus, "k8s_nodeslices", dict)
         self.slurm: KVView[SlurmNodeState] = KVView(bus, "slurm_nodes", SlurmNodeState)
@@ -288,19 +289,23 @@ class NodeSetController:
         self._mark(None)
 
     @staticmethod
-    def _nodeset_of_pod(pod: Obj) -> str | None:
+    def _nodeset_of_pod(pod: Obj | OtherPod) -> str | None:
+        if isinstance(pod, OtherPod):
+            return None
         owner = labels_of(pod).get(NODESET_LABEL)
         return f"{namespace_of(pod)}.{owner}" if isinstance(owner, str) and owner else None
 
-    def _on_pod(self, key: str, old: Obj | None, new: Obj | None) -> None:
+    def _on_pod(self, key: str, old: Obj | OtherPod | None, new: Obj | OtherPod | None) -> None:
         for pod, adding in ((old, False), (new, True)):
             if pod is None:
                 continue
-            namespace, name = namespace_of(pod), name_of(pod)
-            owner = self._nodeset_of_pod(pod)
+            if isinstance(pod, OtherPod):
+                namespace, name, owner = pod.namespace, pod.name, None
+            else:
+                namespace, name, owner = namespace_of(pod), name_of(pod), self._nodeset_of_pod(pod)
             if adding:
                 self._pod_names.setdefault(namespace, set()).add(name)
-                if owner is not None:
+                if owner is not None and not isinstance(pod, OtherPod):
                     self._pods_of.setdefault(owner, {})[name] = pod
             else:
                 if new is None:
@@ -311,7 +316,7 @@ class NodeSetController:
                 self._mark(owner)
         self._account(key, old, new)
 
-    def _account(self, key: str, old: Obj | None, pod: Obj | None) -> None:
+    def _account(self, key: str, old: Obj | OtherPod | None, pod: Obj | OtherPod | None) -> None:
         """Keep the per-node request totals (other pods' requests limit feasibility)."""
         previous = self._pod_requests.pop(key, None)
         if previous is not None:
@@ -319,23 +324,37 @@ class NodeSetController:
             total = self._requested.get(node, {})
             for resource, amount in requests.items():
                 total[resource] = total.get(resource, 0) - amount
-        if pod is not None and pod_occupies_node(pod):
-            node = pod_node(pod) or ""
-            spec = mapping(pod.get("spec"))
-            if previous is not None and old is not None and old.get("spec") == spec:
-                requests = previous[1]  # most pod updates are status only: no re-parse
-            else:
-                requests = pod_requests(spec)
-            self._pod_requests[key] = (node, requests)
+        occupied = self._occupied(pod, old, previous)
+        if occupied is not None:
+            node, requests = occupied
+            self._pod_requests[key] = occupied
             total = self._requested.setdefault(node, {})
             for resource, amount in requests.items():
                 total[resource] = total.get(resource, 0) + amount
-            changed_node = previous is None or previous != (node, requests)
+            changed_node = previous != occupied
         else:
             changed_node = previous is not None
         if changed_node and self._nodesets_count() > 1:
             # Resources freed or taken on a node matter to the other NodeSets too.
             self._mark(None)
+
+    @staticmethod
+    def _occupied(
+        pod: Obj | OtherPod | None,
+        old: Obj | OtherPod | None,
+        previous: tuple[str, ResourceList] | None,
+    ) -> tuple[str, ResourceList] | None:
+        """(node, requests) of a pod that counts against a node; None for one that does not."""
+        if pod is None:
+            return None
+        if isinstance(pod, OtherPod):
+            return (pod.node or "", pod.requests) if pod.occupies_node else None
+        if not pod_occupies_node(pod):
+            return None
+        spec = mapping(pod.get("spec"))
+        if previous is not None and isinstance(old, dict) and old.get("spec") == spec:
+            return (pod_node(pod) or "", previous[1])  # most updates are status only: no re-parse
+        return (pod_node(pod) or "", pod_requests(spec))
 
     def _nodesets_count(self) -> int:
         return len(self.nodesets)
@@ -435,8 +454,12 @@ class NodeSetController:
 
     def _watched_rv(self, watch: tuple[str, str]) -> str:
         bucket, key = watch
+        if bucket == "k8s_pods":
+            pod = self.pods.get(key)
+            if isinstance(pod, OtherPod):
+                return pod.resource_version
+            return resource_version_of(pod) if pod is not None else ""
         view = {
-            "k8s_pods": self.pods,
             "k8s_nodes": self.nodes,
             "k8s_nodeslices": self.slices,
             "k8s_nodesets": self.nodesets,

@@ -176,3 +176,41 @@ async def test_scale_down_then_up_before_deletion_cancels_and_undrains(stack: St
     await eventually(lambda: not stack.slurm_node(name).drain, what="undrained")
     assert len(stack.live_pods("gpu")) == 2
     assert stack.events("DeleteCancelled")
+
+
+async def test_rule_other_pods_requests_keep_a_node_infeasible_until_they_are_gone(
+    stack: Stack,
+) -> None:
+    """What other pods request on a node counts against it, as the controller's view keeps
+    those pods (OtherPod records, not objects): a NodeSet pod is placed only where its
+    request still fits, and a node becomes feasible again once the other pod is deleted."""
+    names = sorted(n["metadata"]["name"] for n in stack.sim.store.list("nodes").items)
+    full = names[:2]
+    for index, node in enumerate(full):
+        stack.sim.store.create(
+            "pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"train-{index}", "namespace": "default"},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [
+                        {"name": "t", "image": "t", "resources": {"requests": {"cpu": "63500m"}}}
+                    ],
+                },
+            },
+        )
+    await stack.start_controller()
+    stack.create_nodeset("gpu", 4)
+    await eventually(
+        lambda: status_is(stack, "gpu", numberFeasible=2, currentNumberScheduled=2),
+        what="only the two free nodes feasible",
+    )
+    assert not {p["spec"]["nodeName"] for p in stack.pods("gpu")} & set(full)
+    stack.sim.store.delete("pods", "train-0", namespace="default")
+    await eventually(
+        lambda: status_is(stack, "gpu", numberFeasible=3, currentNumberScheduled=3),
+        what="the freed node feasible again",
+    )
+    assert full[0] in {p["spec"]["nodeName"] for p in stack.pods("gpu")}

@@ -28,6 +28,7 @@ from nodeflow_kube.fields import (
     rfc3339,
 )
 from nodeset_controller.config import NodeSetControllerConfig
+from nodeset_controller.objects import OtherPod
 from nodeset_controller.service import NodeSetController
 
 V = TypeVar("V")
@@ -126,7 +127,9 @@ class MemoryCluster:
         self.clusters: MemoryView[SlurmClusterStatus] = MemoryView(c._on_slurm_cluster)
         c.nodesets = cast(KVView[dict[str, Any]], self.nodesets)
         c.nodes = cast(KVView[dict[str, Any]], self.nodes)
-        c.pods = cast(KVView[dict[str, Any]], self.pods)
+        # Raw pods, which the controller reads as it reads NodeSet pods (OtherPod, what its
+        # view keeps of other pods, is tested through the real view).
+        c.pods = cast(KVView[dict[str, Any] | OtherPod], self.pods)
         c.slices = cast(KVView[dict[str, Any]], self.slices)
         c.slurm = cast(KVView[SlurmNodeState], self.slurm)
         c.slurm_clusters = cast(KVView[SlurmClusterStatus], self.clusters)
