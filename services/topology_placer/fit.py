@@ -81,22 +81,22 @@ class _Memo:
         return found
 
 
-_REQUESTS = _Memo()
+# One dict of each distinct request: the pods of a job, and most of a cluster's, ask alike.
+# (Each version's request is read once, into its pod facts: planner.pod_facts.)
+_REQUEST_BY_CONTENT: dict[tuple[tuple[str, int], ...], Milli] = {}
 
 
-def _pod_request(pod: Obj) -> Milli:
+def pod_request_shared(pod: Obj) -> Mapping[str, int]:
+    """What the pod charges a node, in milli-units: one dict shared by every pod asking the
+    same, which readers must not change."""
     spec = pod.get("spec")
-    return to_milli(pod_requests(spec if isinstance(spec, Mapping) else {}))
+    request = to_milli(pod_requests(spec if isinstance(spec, Mapping) else {}))
+    return _REQUEST_BY_CONTENT.setdefault(tuple(sorted(request.items())), request)
 
 
 def pod_request_milli(pod: Obj) -> Milli:
     """What the pod charges a node, in milli-units (a fresh dict the caller may change)."""
-    return dict(_REQUESTS.get(pod, _pod_request))
-
-
-def pod_request_shared(pod: Obj) -> Mapping[str, int]:
-    """`pod_request_milli` without the copy, for readers: the memoised dict itself."""
-    return _REQUESTS.get(pod, _pod_request)
+    return dict(pod_request_shared(pod))
 
 
 _ALLOCATABLE_BY_CONTENT: dict[tuple[tuple[str, str], ...], Milli] = {}

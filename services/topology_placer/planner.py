@@ -330,8 +330,9 @@ class PodFacts(NamedTuple):
     charged: ChargedPod | None
     request: Mapping[str, int]
     priority: int
+    # Read of a pending pod only (None for any other): its creation time, its rank order key
+    # or why its network-topology-index does not parse.
     created: float | None
-    # Its rank order key, or why its network-topology-index does not parse.
     rank: RankKey | None
     rank_error: str
 
@@ -341,10 +342,14 @@ def _read_pod_facts(pod: Obj) -> PodFacts:
     rank_error = ""
     charge = podfacts.charged_node(pod)
     request = pod_request_shared(pod)
-    try:
-        rank = rank_key(topology_index(pod), fields.name_of(pod))
-    except GangSpecError as error:
-        rank_error = str(error)
+    pending = podfacts.is_pending(pod)
+    # Only a pending pod is ranked and ordered by age (a placement reads neither of the
+    # others): kept for every pod of the cluster, they were a quarter of its facts.
+    if pending:
+        try:
+            rank = rank_key(topology_index(pod), fields.name_of(pod))
+        except GangSpecError as error:
+            rank_error = str(error)
     return PodFacts(
         key=fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}",
         ref=ref_of(pod),
@@ -352,12 +357,12 @@ def _read_pod_facts(pod: Obj) -> PodFacts:
         annotation_member=is_annotation_gang_member(pod),
         scheduler=podfacts.scheduler_of(pod),
         terminal=podfacts.is_terminal(pod),
-        pending=podfacts.is_pending(pod),
+        pending=pending,
         occupies=podfacts.occupies_node(pod),
         charged=None if charge is None else ChargedPod(pod, charge[0], request, charge[1]),
         request=request,
         priority=podfacts.priority_of(pod),
-        created=podfacts.created_at(pod),
+        created=podfacts.created_at(pod) if pending else None,
         rank=rank,
         rank_error=rank_error,
     )
@@ -766,7 +771,7 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
         else:
             counted_bound = 0 if spec.match_policy == "only-waiting" else len(bound)
             needed[key] = max(0, spec.min_member - counted_bound)
-    requests = [pod_request_shared(p) for p in ranked]
+    requests = [pod_facts(p).request for p in ranked]
     request = largest_request(requests)
     by_signature = {_spec_signature(p): podfacts.spec(p) for p in ranked}
     pod_specs = list(by_signature.values())

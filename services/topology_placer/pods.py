@@ -99,7 +99,7 @@ def created_at(obj: Obj) -> float | None:
     return parse_time(meta(obj).get("creationTimestamp"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodRef:
     namespace: str
     name: str
@@ -116,29 +116,46 @@ def ref_of(obj: Obj) -> PodRef:
 
 
 _STATUS_FIELDS = ("phase", "nominatedNodeName")
-# The only pod conditions a placement reads (kubelet's four others are most of a status).
+# The only pod conditions a placement reads (kubelet's four others are most of a status): of
+# a pending pod the PodScheduled it may rewrite; of a bound pod whether it is a victim.
 _READ_CONDITIONS = frozenset({POD_SCHEDULED, DISRUPTION_TARGET})
-# What filters a pending pod's nodes: once a pod is bound nothing reads them again (the
-# placer has no inter-pod affinity), and they repeat in every pod of a job.
-_NODE_FILTER_FIELDS = frozenset(
-    {"affinity", "nodeSelector", "tolerations", "topologySpreadConstraints", "schedulingGates"}
+_BOUND_READ_CONDITIONS = frozenset({DISRUPTION_TARGET})
+# What a placement reads of a bound pod's spec: its node, priority and scheduler, and what it
+# charges its node. Not what filters nodes for a pending pod (the placer has no inter-pod
+# affinity: once bound nothing reads them again) nor anything else a pass never looks at.
+_BOUND_SPEC_FIELDS = frozenset(
+    {
+        "nodeName",
+        "priority",
+        "schedulerName",
+        "containers",
+        "initContainers",
+        "overhead",
+        "resources",
+    }
 )
 
 
 def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
     """The pod as the placer keeps it in its view (its KVView projection): all of metadata
-    (but kubectl's last-applied copy); of spec all but volumes, of each container its name,
-    resources and restartPolicy only, and once the pod is bound not its node filters either;
-    of status the phase, the nomination and the conditions a placement reads (PodScheduled,
-    DisruptionTarget). The placer keeps every pod of the cluster, most of them bound: this is
+    (but kubectl's last-applied copy); of status the phase and the nomination. Of a pending
+    pod all of spec but volumes and, of each container, anything but its name, resources and
+    restartPolicy; its PodScheduled and DisruptionTarget conditions. Of a bound pod only the
+    spec fields a placement reads of it (node, priority, scheduler, what it requests) and its
+    DisruptionTarget. The placer keeps every pod of the cluster, most of them bound: this is
     a fraction of a real pod's size."""
-    bound = bool(spec(pod).get("nodeName"))
-    return kept_pod(
+    pod_spec = spec(pod)
+    if not pod_spec.get("nodeName"):
+        return kept_pod(pod, status_fields=_STATUS_FIELDS, conditions=_READ_CONDITIONS)
+    kept = kept_pod(
         pod,
         status_fields=_STATUS_FIELDS,
-        conditions=_READ_CONDITIONS,
-        dropped_spec=_NODE_FILTER_FIELDS if bound else (),
+        conditions=_BOUND_READ_CONDITIONS,
+        dropped_spec=[key for key in pod_spec if key not in _BOUND_SPEC_FIELDS],
     )
+    if not kept["status"].get("conditions"):
+        kept["status"].pop("conditions", None)
+    return kept
 
 
 def placement_node_fields(node: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.unit.topology_placer.builders import NS, TOPOLOGY, pod, pod_group, reference_nodes
 from tests.unit.topology_placer.simulate import state
-from topology_placer.planner import plan
+from topology_placer.planner import plan, pod_facts
 from topology_placer.pods import placement_fields, placement_node_fields
 
 BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
@@ -34,10 +34,23 @@ def dressed(obj: dict[str, Any], index: int) -> dict[str, Any]:
     conditions = pod_obj["status"].setdefault("conditions", [])
     if pod_obj["spec"].get("nodeName"):
         # kubelet's conditions; node filters that only mattered before the pod was bound.
-        for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"):
+        for kind in (
+            "PodScheduled",
+            "PodReadyToStartContainers",
+            "Initialized",
+            "Ready",
+            "ContainersReady",
+        ):
             conditions.append({"type": kind, "status": "True"})
         pod_obj["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
         pod_obj["spec"]["nodeSelector"] = {"pool": "elsewhere"}
+    pod_obj["spec"].update(
+        terminationGracePeriodSeconds=30,
+        restartPolicy="Always",
+        dnsPolicy="ClusterFirst",
+        securityContext={},
+        serviceAccountName="default",
+    )
     return pod_obj
 
 
@@ -108,11 +121,37 @@ def test_rule_the_kept_pod_has_no_container_internals_volumes_or_statuses() -> N
 
 
 def test_rule_a_bound_pod_is_kept_without_its_node_filters_or_kubelets_conditions() -> None:
+    """Of a bound pod only what a placement reads of one: node, priority, scheduler, what
+    it requests, whether it is a victim."""
     bound = preempted_by_the_gang(dressed(pod("w", gpus=8, node_name="node1"), 1))
     kept = placement_fields(bound)
-    assert not {"tolerations", "nodeSelector", "affinity"} & set(kept["spec"])
+    assert set(kept["spec"]) <= {
+        "nodeName",
+        "priority",
+        "schedulerName",
+        "containers",
+        "initContainers",
+        "overhead",
+        "resources",
+    }
     assert [c["type"] for c in kept["status"]["conditions"]] == ["DisruptionTarget"]
     assert kept["spec"]["nodeName"] == "node1"
+    # Not a victim: no conditions at all.
+    assert "conditions" not in placement_fields(dressed(pod("v", node_name="node1"), 3))["status"]
     # A pending pod keeps what filters its nodes.
     pending = dressed(pod("p", gpus=8, tolerations=[{"key": "a", "operator": "Exists"}]), 2)
     assert placement_fields(pending)["spec"]["tolerations"] == [{"key": "a", "operator": "Exists"}]
+
+
+def test_rule_only_a_pending_pods_facts_carry_its_rank_and_age() -> None:
+    """A placement ranks and orders by age only pending pods; the facts of the others (most
+    of a cluster) do not hold them."""
+    created = "2026-11-27T06:00:00Z"
+    pending_pod, bound_pod = pod("worker-3"), pod("worker-4", node_name="node1")
+    for obj in (pending_pod, bound_pod):
+        obj["metadata"]["creationTimestamp"] = created
+    pending = pod_facts(placement_fields(pending_pod))
+    bound = pod_facts(placement_fields(bound_pod))
+    assert pending.rank is not None and pending.created is not None
+    assert bound.rank is None and bound.created is None
+    assert bound.request == pending.request and bound.request is pending.request
