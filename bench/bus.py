@@ -208,7 +208,7 @@ async def lease_takeover_ratios(server: NatsServerProcess) -> tuple[float, float
 async def redelivery_ratio(server: NatsServerProcess) -> tuple[float, float]:
     """(seconds from an executor's death to the redelivery of the command it held, the
     command consumer's ack wait)."""
-    (spec,) = CONSUMERS["k8s-watcher"]
+    spec = CONSUMERS["k8s-watcher"][0]  # one per sender, all alike
     options = BusOptions(name="bench-executor", initial_connect_deadline=5.0)
     dying, successor_bus = [await Bus.connect(server.url, options=options) for _ in range(2)]
     await ensure_topology(dying.js, streams=STREAMS, kv_buckets=KV_BUCKETS, consumers=[spec])

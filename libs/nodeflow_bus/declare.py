@@ -28,7 +28,6 @@ from nats.js.api import (
 from nodeflow_contracts.topology import (
     CONSUMERS,
     KV_BUCKETS,
-    RETIRED_CONSUMERS,
     STREAMS,
     ConsumerSpec,
     KVSpec,
@@ -37,7 +36,7 @@ from nodeflow_contracts.topology import (
 
 log = structlog.get_logger("nodeflow_bus")
 
-Action = Literal["created", "updated", "unchanged", "conflict", "deleted"]
+Action = Literal["created", "updated", "unchanged", "conflict"]
 
 # Durations are floats of seconds here and integer nanoseconds on the server: equal within 1 us.
 _TIME_TOLERANCE = 1e-6
@@ -322,42 +321,24 @@ async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> Declared:
     return Declared("consumer", spec.durable, "updated", mutable)
 
 
-async def retire_consumer(js: JetStreamContext, stream: str, durable: str) -> Declared | None:
-    """Delete the durable consumer if it exists; None when there was nothing to delete."""
-    try:
-        await js.delete_consumer(stream, durable)
-    except nats.js.errors.NotFoundError:
-        return None
-    log.info("topology.consumer_retired", stream=stream, consumer=durable)
-    return Declared("consumer", durable, "deleted")
-
-
 async def ensure_topology(
     js: JetStreamContext,
     *,
     streams: Iterable[StreamSpec] = STREAMS,
     kv_buckets: Iterable[KVSpec] = KV_BUCKETS,
     consumers: Sequence[ConsumerSpec] | None = None,
-    retired: Iterable[tuple[str, str]] | None = None,
 ) -> TopologyReport:
-    """Declare streams, then KV buckets, then delete retired consumers, then declare consumers
-    (they need their streams, and may overlap a retired one).
+    """Declare streams, then KV buckets, then consumers in the order given (they need their
+    streams; an update that narrows one consumer may have to come before another is made).
 
-    `consumers` defaults to every consumer of the table, `retired` to every retired consumer;
-    a service passes its own (`topology.CONSUMERS[service]`,
-    `topology.RETIRED_CONSUMERS[service]`) so it only touches what it consumes.
+    `consumers` defaults to every consumer of the table; a service passes its own
+    (`topology.CONSUMERS[service]`) so it only creates what it consumes.
     """
     report = TopologyReport()
     for stream in streams:
         report.items.append(await ensure_stream(js, stream))
     for bucket in kv_buckets:
         report.items.append(await ensure_kv(js, bucket))
-    if retired is None:
-        retired = [pair for pairs in RETIRED_CONSUMERS.values() for pair in pairs]
-    for stream_name, durable in retired:
-        deleted = await retire_consumer(js, stream_name, durable)
-        if deleted is not None:
-            report.items.append(deleted)
     if consumers is None:
         consumers = [spec for specs in CONSUMERS.values() for spec in specs]
     for consumer in consumers:

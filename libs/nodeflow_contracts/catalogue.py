@@ -81,8 +81,8 @@ MESSAGES: tuple[MessageSpec, ...] = (
             "preconditions. k8s-watcher refuses (outcome `forbidden`, dead letter) a command "
             "whose subject disagrees with its payload or that the sender's policy does not "
             "allow, and reports one received after `expires_at` as `expired`. Each sender's "
-            "commands wait in a queue of their own (k8s-watcher's durable "
-            "`k8s-watcher-commands-<sender>`), behind that sender's earlier commands only."
+            "commands wait in a queue of their own (a durable consumer of k8s-watcher per "
+            "sender), behind that sender's earlier commands only."
         ),
     ),
     MessageSpec(

@@ -24,7 +24,8 @@ class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def ordering_key(self) -> str:
-        """Commands with the same key are applied one after another, in the order sent."""
+        """One sender's commands with the same key are applied one after another, in the order
+        sent (each sender's commands are a queue of their own: see topology.K8S_COMMAND_SENDERS)."""
         return f"{self.kind}/{self.namespace or subjects.CLUSTER_SCOPED}/{self.name}"
 
 

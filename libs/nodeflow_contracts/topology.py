@@ -231,12 +231,23 @@ KV_BUCKETS: tuple[KVSpec, ...] = (
 )
 
 
+# The single consumer of every command that earlier versions had. The admin's queue keeps its
+# name, so an upgrade narrows that consumer to the admin's prefix in place (its filter is
+# editable) before the other senders' consumers are made. Deleting it instead would not do:
+# an old replica still fetching from it recreates a deleted durable with its old filter, and a
+# work-queue stream refuses consumers whose filters overlap, so the new ones could not be made.
+LEGACY_K8S_COMMANDS_DURABLE = "k8s-watcher-commands"
+
+
 def k8s_commands_durable(sender: str) -> str:
     """k8s-watcher's durable consumer of `sender`'s Kubernetes commands."""
-    return f"k8s-watcher-commands-{sender}"
+    if sender == ADMIN_USER:
+        return LEGACY_K8S_COMMANDS_DURABLE
+    return f"{LEGACY_K8S_COMMANDS_DURABLE}-{sender}"
 
 
-# One per sender, so that each sender's commands wait only behind its own.
+# One per sender, so that each sender's commands wait only behind its own; the admin's first,
+# since it is the one an upgrade narrows before the others can exist (see above).
 K8S_COMMANDS_CONSUMERS: tuple[ConsumerSpec, ...] = tuple(
     ConsumerSpec(
         stream="K8S_COMMANDS",
@@ -246,7 +257,7 @@ K8S_COMMANDS_CONSUMERS: tuple[ConsumerSpec, ...] = tuple(
         ack_wait_seconds=COMMAND_ACK_WAIT_SECONDS,
         max_deliver=8,
     )
-    for sender in K8S_COMMAND_SENDERS
+    for sender in sorted(K8S_COMMAND_SENDERS, key=lambda sender: sender != ADMIN_USER)
 )
 
 # Durable consumers, by the service that owns them.
@@ -299,14 +310,6 @@ CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
 
 SERVICES: tuple[str, ...] = tuple(CONSUMERS)
 
-# Durable consumers a service deletes on start, as (stream, durable), because the table no
-# longer has them. k8s-watcher's single consumer of every command must go before the consumers
-# per sender can be made: a work-queue stream refuses consumers whose filters overlap. Deleting
-# a work-queue consumer deletes no message: what it had not acknowledged is delivered again by
-# the consumer of its sender.
-RETIRED_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
-    "k8s-watcher": (("K8S_COMMANDS", "k8s-watcher-commands"),),
-}
 
 Replicable = TypeVar("Replicable", StreamSpec, KVSpec)
 

@@ -22,13 +22,7 @@ from typing import Any, Generic, TypeVar
 import structlog
 
 from nodeflow_bus import Bus, BusOptions, Credentials, ensure_topology
-from nodeflow_contracts.topology import (
-    CONSUMERS,
-    KV_BUCKETS,
-    RETIRED_CONSUMERS,
-    STREAMS,
-    replicated,
-)
+from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS, replicated
 from nodeflow_runtime.config import ConfigError, ServiceConfig, load_config, redacted
 from nodeflow_runtime.http import Health, build_app, start_http
 from nodeflow_runtime.logs import configure_logging
@@ -143,7 +137,6 @@ async def run_service(
             streams=replicated(STREAMS, config.nats_replicas),
             kv_buckets=replicated(KV_BUCKETS, config.nats_replicas),
             consumers=CONSUMERS.get(name, ()),
-            retired=RETIRED_CONSUMERS.get(name, ()),
         )
         ctx = ServiceContext(name=name, config=config, log=log, health=health, bus=bus)
         # A SIGTERM while setup still waits (on a KV snapshot, an API) stops it too.

@@ -43,7 +43,7 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
     retry_initial_seconds: float = 0.2
     retry_max_seconds: float = 30.0
     # Commands applied at once per sender (different objects; each sender has its own
-    # consumer); one object's commands are serial.
+    # consumer); one sender's commands for one object are serial.
     command_concurrency: int = 32
     # Delay between attempts of a command that failed for a passing reason (5xx, 429, PDB).
     command_retry_initial_seconds: float = 1.0

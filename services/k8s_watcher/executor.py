@@ -1,9 +1,10 @@
 """The command executor: applies `cmd.k8s.v1.*` commands and publishes their outcomes.
 
-One object's commands run in the order sent (the consumer's ordering key is the target),
-others concurrently. Each command's idempotency key is remembered in a KV bucket once it was
-applied, so a repeat (even after a restart) is answered `already-applied` without a call;
-creates need no record, the key stamped on the object they make answers for them.
+One sender's commands for one object run in the order sent (each sender has its own consumer,
+whose ordering key is the target), others concurrently. Each command's idempotency key is
+remembered in a KV bucket once it was applied, so a repeat (even after a restart) is answered
+`already-applied` without a call; creates need no record, the key stamped on the object they
+make answers for them.
 Answers that may pass (no answer, 429 including a PodDisruptionBudget refusal, 5xx) are
 reported `retrying` and retried with backoff by the consumer; when the deliveries run out
 the outcome is `failed` and the command goes to the dead-letter subject. Every other answer

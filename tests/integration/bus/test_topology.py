@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import nats.js.errors
 import pytest
 
-from nodeflow_bus import Bus, ensure_topology
+from nodeflow_bus import Bus, ConsumerOptions, Delivery, PullConsumer, ensure_topology
 from nodeflow_bus.declare import consumer_config
-from nodeflow_contracts import topology
-from nodeflow_contracts.topology import ConsumerSpec, KVSpec, StreamSpec
+from nodeflow_contracts import subjects, topology
+from nodeflow_contracts.topology import ADMIN_USER, ConsumerSpec, KVSpec, StreamSpec
 
 
 async def test_the_project_table_declares_then_is_a_no_op(bus: Bus) -> None:
@@ -100,62 +102,75 @@ async def test_the_delivery_limit_is_left_to_the_client_and_old_durables_are_mig
     assert (await bus.js.consumer_info("M", "mc")).config.max_deliver == -1
 
 
-async def test_retired_consumer_is_deleted_and_its_unacknowledged_commands_go_to_the_new_consumers(
+async def test_an_upgrade_narrows_the_single_command_consumer_in_place_while_an_old_replica_uses_it(
     bus: Bus,
 ) -> None:
-    """An upgrade from the single command consumer: k8s-watcher's start deletes it (a
-    work-queue stream refuses the per-sender consumers beside it), narrows the stream to the
-    senders' prefixes and declares a consumer per sender. A command the old consumer was
-    delivered and never acknowledged is delivered again, by its sender's consumer."""
+    """An upgrade from the single command consumer of every sender: k8s-watcher's start
+    narrows it (by name, the admin's queue) to the admin's prefix, then declares the other
+    senders' consumers beside it; an old replica still fetching from it goes on working (it
+    would recreate a deleted one with its old filter and block the new consumers). A command
+    the old consumer holds unacknowledged is not lost."""
     old_stream = msgspec.structs.replace(
         topology.stream_for_subject("cmd.k8s.v1.nodeset-controller.create"),
         subjects=("cmd.k8s.v1.>",),
     )
-    [(stream_name, old_durable)] = topology.RETIRED_CONSUMERS["k8s-watcher"]
+    legacy = topology.LEGACY_K8S_COMMANDS_DURABLE
     old_consumer = msgspec.structs.replace(
-        topology.CONSUMERS["k8s-watcher"][0], durable=old_durable, filter_subjects=("cmd.k8s.v1.>",)
+        topology.K8S_COMMANDS_CONSUMERS[0], durable=legacy, filter_subjects=("cmd.k8s.v1.>",)
     )
     await ensure_topology(bus.js, streams=[old_stream], kv_buckets=[], consumers=[old_consumer])
-    await bus.publish("cmd.k8s.v1.nodeset-controller.create", b'{"held": true}')
-    await bus.publish("cmd.k8s.v1.slurm-syncer.patch", b'{"queued": true}')
-    held = await bus.js.pull_subscribe_bind(durable=old_durable, stream=stream_name)
-    [delivered] = await held.fetch(1, timeout=2)
-    assert delivered.data == b'{"held": true}'  # and never acknowledged
+    held_subject = "cmd.k8s.v1.nodeset-controller.create"
+    await bus.publish(held_subject, b'{"held": true}')
+    held_by_old = await bus.js.pull_subscribe_bind(durable=legacy, stream=old_stream.name)
+    [held] = await held_by_old.fetch(1, timeout=2)
+    assert held.data == b'{"held": true}'  # and never acknowledged: the old replica dies
 
-    report = await ensure_topology(
-        bus.js,
-        streams=topology.STREAMS,
-        kv_buckets=[],
-        consumers=topology.CONSUMERS["k8s-watcher"],
-        retired=topology.RETIRED_CONSUMERS["k8s-watcher"],
+    received: list[tuple[str, bytes]] = []
+    got_one = asyncio.Event()
+
+    async def old_replica(payload: bytes, delivery: Delivery) -> None:
+        received.append((delivery.subject, payload))
+        got_one.set()
+
+    still_running = PullConsumer(
+        bus, old_consumer, bytes, old_replica, ConsumerOptions(fetch_timeout=0.2)
     )
-    assert ("consumer", old_durable, "deleted") in [
-        (item.kind, item.name, item.action) for item in report.items
-    ]
-    assert {item.name for item in report.by_action("created")} >= {
-        spec.durable for spec in topology.K8S_COMMANDS_CONSUMERS
-    }
-    names = {str(c.name) for c in await bus.js.consumers_info(stream_name)}
-    assert names == {spec.durable for spec in topology.K8S_COMMANDS_CONSUMERS}
-    for sender, payload in (
-        ("nodeset-controller", b'{"held": true}'),
-        ("slurm-syncer", b'{"queued": true}'),
-    ):
-        sub = await bus.js.pull_subscribe_bind(
-            durable=topology.k8s_commands_durable(sender), stream=stream_name
+    await still_running.start()
+    try:
+        report = await ensure_topology(
+            bus.js,
+            streams=topology.STREAMS,
+            kv_buckets=[],
+            consumers=topology.CONSUMERS["k8s-watcher"],
         )
-        [message] = await sub.fetch(1, timeout=2)
-        assert message.data == payload
-        await message.ack()
+        assert ("consumer", legacy, "updated") in [
+            (item.kind, item.name, item.action) for item in report.items
+        ]
+        infos = {str(c.name): c.config for c in await bus.js.consumers_info(old_stream.name)}
+        assert set(infos) == {spec.durable for spec in topology.K8S_COMMANDS_CONSUMERS}
+        assert infos[legacy].filter_subject == subjects.k8s_sender_commands(ADMIN_USER)
+        # The old replica's fetches go on: it now gets the admin's commands only.
+        await bus.publish(subjects.k8s_command(ADMIN_USER, "patch"), b'{"admin": true}')
+        await bus.publish("cmd.k8s.v1.slurm-syncer.patch", b'{"syncer": true}')
+        await asyncio.wait_for(got_one.wait(), 5)
+        await asyncio.sleep(0.5)  # time for a wrong delivery to arrive too
+        assert received == [(subjects.k8s_command(ADMIN_USER, "patch"), b'{"admin": true}')]
+        assert not still_running.failed and still_running.not_ready_reason() is None
+    finally:
+        await still_running.stop()
+    syncer = await bus.js.pull_subscribe_bind(
+        durable=topology.k8s_commands_durable("slurm-syncer"), stream=old_stream.name
+    )
+    [message] = await syncer.fetch(1, timeout=2)
+    assert message.data == b'{"syncer": true}'
+    await message.ack()
+    # The command the old consumer held, out of its filter now, goes to its sender's consumer
+    # (a second delivery if the old replica were still working on it: commands are idempotent).
+    controller = await bus.js.pull_subscribe_bind(
+        durable=topology.k8s_commands_durable("nodeset-controller"), stream=old_stream.name
+    )
+    [redelivered] = await controller.fetch(1, timeout=3 * old_consumer.ack_wait_seconds + 5)
+    assert redelivered.data == b'{"held": true}'
     # Under a prefix no sender has, nothing stores a command: the publisher hears so at once.
     with pytest.raises(nats.js.errors.NoStreamResponseError):
         await bus.js.publish("cmd.k8s.v1.stranger.create", b"{}", timeout=2)
-    # A second start finds nothing to retire.
-    again = await ensure_topology(
-        bus.js,
-        streams=topology.STREAMS,
-        kv_buckets=[],
-        consumers=topology.CONSUMERS["k8s-watcher"],
-        retired=topology.RETIRED_CONSUMERS["k8s-watcher"],
-    )
-    assert not again.by_action("deleted")

@@ -10,8 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import nodeflow_contracts as c
+from nodeflow_contracts import subjects
 from nodeflow_contracts.catalogue import MESSAGES
-from nodeflow_contracts.topology import CONSUMERS, STREAMS, subject_matches
+from nodeflow_contracts.permissions import BUS_GRANTS, COMMAND_POLICY
+from nodeflow_contracts.topology import (
+    ADMIN_USER,
+    CONSUMERS,
+    K8S_COMMAND_SENDERS,
+    STREAMS,
+    subject_matches,
+)
 
 
 def command(operation: c.CommandOperation) -> c.K8sCommand:
@@ -163,3 +171,14 @@ def test_rule_no_subscription_of_one_message_receives_another(namespace: str, na
         for other, subject in examples.items():
             if other != spec.name:
                 assert not subject_matches(spec.subscribe, subject), (spec.name, subject)
+
+
+def test_rule_every_sender_with_a_command_policy_has_a_command_queue_of_its_own() -> None:
+    """A sender missing from K8S_COMMAND_SENDERS would have every command refused at publish
+    (no stream stores its prefix); one listed without a policy would get a queue of refusals."""
+    assert set(K8S_COMMAND_SENDERS) == {s for s, grants in COMMAND_POLICY.items() if grants}
+    for sender in K8S_COMMAND_SENDERS:
+        if sender != ADMIN_USER:
+            assert subjects.k8s_sender_commands(sender) in BUS_GRANTS[sender].publishes
+    durables = [spec.durable for spec in CONSUMERS["k8s-watcher"]]
+    assert len(set(durables)) == len(K8S_COMMAND_SENDERS) == len(durables)
