@@ -9,8 +9,8 @@ same way everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection, Hashable, Mapping
+from typing import Any, Generic, TypeVar
 
 from nodeflow_kube.fields import Obj, mapping, sequence
 
@@ -94,3 +94,34 @@ def kept_node(node: Obj, status_fields: Collection[str]) -> dict[str, Any]:
     kept = {key: value for key, value in node.items() if key != "status"}
     kept["status"] = {key: node_status[key] for key in status_fields if key in node_status}
     return kept
+
+
+T = TypeVar("T")
+
+
+def items_key(mapping: Mapping[Any, Any]) -> Hashable:
+    """A mapping's content as a hashable key (its values must be hashable)."""
+    return tuple(sorted(mapping.items()))
+
+
+class SharedCopies(Generic[T]):
+    """One copy of each distinct value: what thousands of kept objects repeat (the same
+    requests, the same set of resource names) is held once instead of once per object.
+    Values are told apart by `key` (the value itself, if hashable, when not given). A shared
+    copy is read by everyone holding it: nothing may change it. Bounded: past `limit`
+    distinct values the table starts over (copies handed out stay valid)."""
+
+    def __init__(self, key: Callable[[T], Hashable] | None = None, limit: int = 65_536) -> None:
+        self._key = key
+        self._limit = limit
+        self._copies: dict[Hashable, T] = {}
+
+    def of(self, value: T) -> T:
+        """The shared copy equal to `value`; `value` itself becomes it when there is none."""
+        content = value if self._key is None else self._key(value)
+        found = self._copies.get(content)
+        if found is None:
+            if len(self._copies) >= self._limit:
+                self._copies.clear()
+            found = self._copies[content] = value
+        return found

@@ -18,6 +18,7 @@ from nodeflow_kube.fields import (
     mapping,
     meta,
 )
+from nodeflow_kube.projections import SharedCopies
 
 MIRROR_ANNOTATION: Final = "kubernetes.io/config.mirror"
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -137,7 +138,7 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
 
 
 # The sets of requested resource names, one copy of each: thousands of pods request the same.
-_RESOURCE_SETS: dict[frozenset[str], frozenset[str]] = {}
+_RESOURCE_SETS: SharedCopies[frozenset[str]] = SharedCopies()
 
 
 def kept_pod_facts(pod: Mapping[str, Any]) -> PodFacts:
@@ -147,7 +148,6 @@ def kept_pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     kept, any of them may be on a node to drain: whole, 50,000 pods took most of a gigabyte;
     as projected dicts, 1.6 KB each."""
     facts = pod_facts(pod)
-    resources = _RESOURCE_SETS.setdefault(facts.requested_resources, facts.requested_resources)
     return dataclasses.replace(
         facts,
         namespace=sys.intern(facts.namespace),
@@ -155,7 +155,7 @@ def kept_pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         phase=sys.intern(facts.phase),
         slurm_cluster=sys.intern(facts.slurm_cluster),
         labels={sys.intern(k): sys.intern(v) for k, v in facts.labels.items()},
-        requested_resources=resources,
+        requested_resources=_RESOURCE_SETS.of(facts.requested_resources),
     )
 
 

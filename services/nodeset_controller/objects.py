@@ -6,7 +6,6 @@ from __future__ import annotations
 import ipaddress
 import sys
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from nodeflow_contracts.pod_protocol import (
@@ -23,7 +22,7 @@ from nodeflow_kube.fields import (
     meta,
     sequence,
 )
-from nodeflow_kube.projections import kept_node, kept_pod
+from nodeflow_kube.projections import SharedCopies, items_key, kept_node, kept_pod
 from nodeflow_kube.quantity import ResourceList
 from nodeflow_kube.resources import node_allocatable as node_allocatable
 from nodeflow_kube.resources import pod_requests as pod_requests
@@ -149,11 +148,7 @@ class OtherPod:
 
 
 # One copy of each distinct request set: a cluster's workloads repeat a few shapes.
-_SHARED_REQUESTS: dict[tuple[tuple[str, Fraction], ...], ResourceList] = {}
-
-
-def shared_requests(requests: ResourceList) -> ResourceList:
-    return _SHARED_REQUESTS.setdefault(tuple(sorted(requests.items())), requests)
+_SHARED_REQUESTS: SharedCopies[ResourceList] = SharedCopies(key=items_key)
 
 
 def keep_in_view(pod: dict[str, Any]) -> dict[str, Any] | OtherPod:
@@ -170,7 +165,7 @@ def keep_in_view(pod: dict[str, Any]) -> dict[str, Any] | OtherPod:
         resource_version=str(metadata.get("resourceVersion") or ""),
         node=None if (node := pod_node(pod)) is None else sys.intern(node),
         terminal=pod_is_terminal(pod),
-        requests=shared_requests(pod_requests(mapping(pod.get("spec")))),
+        requests=_SHARED_REQUESTS.of(pod_requests(mapping(pod.get("spec")))),
     )
 
 

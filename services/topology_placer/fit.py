@@ -27,6 +27,7 @@ from nodeflow_kube import (
     pod_requests,
     untolerated_taint,
 )
+from nodeflow_kube.projections import SharedCopies, items_key
 from topology_placer.memo import FactsByVersion
 
 Obj = Mapping[str, Any]
@@ -83,7 +84,7 @@ class _Memo:
 
 # One dict of each distinct request: the pods of a job, and most of a cluster's, ask alike.
 # (Each version's request is read once, into its pod facts: planner.pod_facts.)
-_REQUEST_BY_CONTENT: dict[tuple[tuple[str, int], ...], Milli] = {}
+_SHARED_REQUESTS: SharedCopies[Milli] = SharedCopies(key=items_key)
 
 
 def pod_request_shared(pod: Obj) -> Mapping[str, int]:
@@ -91,7 +92,7 @@ def pod_request_shared(pod: Obj) -> Mapping[str, int]:
     same, which readers must not change."""
     spec = pod.get("spec")
     request = to_milli(pod_requests(spec if isinstance(spec, Mapping) else {}))
-    return _REQUEST_BY_CONTENT.setdefault(tuple(sorted(request.items())), request)
+    return _SHARED_REQUESTS.of(request)
 
 
 def pod_request_milli(pod: Obj) -> Milli:
