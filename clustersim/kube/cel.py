@@ -118,15 +118,28 @@ NUL_STAND_IN = "\U0010ffff"
 
 
 def _nul_substituted(value: Any, old: str, new: str) -> Any:
+    """`value` with `old` replaced by `new` in every string and key; `value` itself (not a
+    copy) when none holds it, as almost every value is."""
+    return _replaced(value, old, new) if _holds(value, old) else value
+
+
+def _holds(value: Any, text: str) -> bool:
+    if isinstance(value, str):
+        return text in value
+    if isinstance(value, dict):
+        return any(text in key or _holds(item, text) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds(item, text) for item in value)
+    return False
+
+
+def _replaced(value: Any, old: str, new: str) -> Any:
     if isinstance(value, str):
         return value.replace(old, new) if old in value else value
     if isinstance(value, dict):
-        return {
-            _nul_substituted(key, old, new): _nul_substituted(item, old, new)
-            for key, item in value.items()
-        }
+        return {_replaced(key, old, new): _replaced(item, old, new) for key, item in value.items()}
     if isinstance(value, list):
-        return [_nul_substituted(item, old, new) for item in value]
+        return [_replaced(item, old, new) for item in value]
     return value
 
 
