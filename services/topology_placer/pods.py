@@ -159,7 +159,17 @@ def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def placement_node_fields(node: dict[str, Any]) -> dict[str, Any]:
-    """The node as the placer keeps it: metadata and spec whole (labels, taints,
-    unschedulable), of status only what fit reads (allocatable, capacity, conditions), not its
-    images, addresses or system info."""
-    return kept_node(node, ("allocatable", "capacity", "conditions"))
+    """The node as the placer keeps it: metadata but its annotations (a placement reads none
+    of a node's), spec whole (taints, unschedulable), of status what fit reads: allocatable,
+    capacity and of its conditions the Ready one's status (not kubelet's other conditions,
+    heartbeats, images, addresses or system info)."""
+    kept = kept_node(node, ("allocatable", "capacity"))
+    kept["metadata"] = {key: value for key, value in meta(node).items() if key != "annotations"}
+    conditions = mapping(node.get("status")).get("conditions")
+    if isinstance(conditions, list):
+        kept["status"]["conditions"] = [
+            {"type": "Ready", "status": entry.get("status")}
+            for entry in map(mapping, conditions)
+            if entry.get("type") == "Ready"
+        ][:1]
+    return kept

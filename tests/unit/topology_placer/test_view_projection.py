@@ -74,14 +74,35 @@ def preempted_by_the_gang(obj: dict[str, Any]) -> dict[str, Any]:
     gpus=st.sampled_from([2, 4, 8]),
     priority=st.integers(min_value=0, max_value=2),
     preempted=st.sets(st.integers(min_value=0, max_value=5)),
+    not_ready=st.sets(st.integers(min_value=0, max_value=7), max_size=3),
 )
 def test_rule_a_pass_over_the_kept_objects_decides_what_it_decides_over_whole_ones(
-    busy: list[int], members: int, gpus: int, priority: int, preempted: set[int]
+    busy: list[int],
+    members: int,
+    gpus: int,
+    priority: int,
+    preempted: set[int],
+    not_ready: set[int],
 ) -> None:
     nodes = reference_nodes()
     for index, node in enumerate(nodes):
         node["status"]["images"] = [{"names": [f"registry/image-{index}:1"], "sizeBytes": 1}]
         node["status"]["nodeInfo"] = {"kubeletVersion": "v1.36.3"}
+        node["metadata"]["annotations"] = {"node.alpha.kubernetes.io/ttl": "0"}
+        # kubelet's conditions with their heartbeats, Ready among them (False on some nodes).
+        node["status"]["conditions"] = [
+            {
+                "type": kind,
+                "status": status,
+                "lastHeartbeatTime": "2026-11-27T06:00:00Z",
+                "reason": "KubeletReady" if kind == "Ready" else "KubeletHasSufficientMemory",
+            }
+            for kind, status in (
+                ("MemoryPressure", "False"),
+                ("Ready", "False" if index in not_ready else "True"),
+                ("DiskPressure", "False"),
+            )
+        ]
     running = [
         pod(f"busy{i}", None, gpus=g, node_name=f"node{i % 8 + 1}", phase="Running", owner="job")
         for i, g in enumerate(busy)
