@@ -28,7 +28,7 @@ from nodeflow_kube.fields import (
     rfc3339,
 )
 from nodeset_controller.config import NodeSetControllerConfig
-from nodeset_controller.objects import OtherPod
+from nodeset_controller.objects import OtherPod, keep_in_view
 from nodeset_controller.service import NodeSetController
 
 V = TypeVar("V")
@@ -82,6 +82,26 @@ class MemoryView(Generic[V]):
             self._listener(key, old, None)
 
 
+def kept(pod: dict[str, Any] | None) -> dict[str, Any] | OtherPod | None:
+    """A raw pod as the controller's view keeps it (its KVView projection)."""
+    return None if pod is None else keep_in_view(pod)
+
+
+class KeptPods:
+    """The controller's side of the raw pods: what it reads of its pods view (a pod as the
+    view keeps it, its deletion revision, readiness)."""
+
+    def __init__(self, raw: MemoryView[dict[str, Any]]) -> None:
+        self._raw = raw
+        self.ready = raw.ready
+
+    def get(self, key: str) -> dict[str, Any] | OtherPod | None:
+        return kept(self._raw.get(key))
+
+    def deleted_revision(self, key: str) -> int | None:
+        return self._raw.deleted_revision(key)
+
+
 @dataclass
 class Sent:
     command: K8sCommand
@@ -121,15 +141,16 @@ class MemoryCluster:
         c = self.controller
         self.nodesets: MemoryView[dict[str, Any]] = MemoryView(c._on_nodeset)
         self.nodes: MemoryView[dict[str, Any]] = MemoryView(c._on_node)
-        self.pods: MemoryView[dict[str, Any]] = MemoryView(c._on_pod)
+        # Raw pods for the tests; the controller sees them as its KV view keeps them.
+        self.pods: MemoryView[dict[str, Any]] = MemoryView(
+            lambda key, old, new: c._on_pod(key, kept(old), kept(new))
+        )
         self.slices: MemoryView[dict[str, Any]] = MemoryView(c._on_slice)
         self.slurm: MemoryView[SlurmNodeState] = MemoryView(c._on_slurm)
         self.clusters: MemoryView[SlurmClusterStatus] = MemoryView(c._on_slurm_cluster)
         c.nodesets = cast(KVView[dict[str, Any]], self.nodesets)
         c.nodes = cast(KVView[dict[str, Any]], self.nodes)
-        # Raw pods, which the controller reads as it reads NodeSet pods (OtherPod, what its
-        # view keeps of other pods, is tested through the real view).
-        c.pods = cast(KVView[dict[str, Any] | OtherPod], self.pods)
+        c.pods = cast(KVView[dict[str, Any] | OtherPod], KeptPods(self.pods))
         c.slices = cast(KVView[dict[str, Any]], self.slices)
         c.slurm = cast(KVView[SlurmNodeState], self.slurm)
         c.slurm_clusters = cast(KVView[SlurmClusterStatus], self.clusters)
