@@ -108,11 +108,15 @@ async def test_service_serves_nodeset_and_slurm_series_and_stops_cleanly(
         node = SlurmNodeState(cluster="prod", name="gpu-0", known=True, base_state="Idle")
         await slurm.put(node.key, codec.encode(node))
 
-        samples = await wait_for_metrics(
-            f"{base}/metrics", lambda s: ready_of(s, "team-a", "gpus") == 3.0
-        )
         idle = frozenset({("cluster", "prod"), ("state", "Idle")})
-        assert samples[("nodeflow_slurm_nodes", idle)] == 1.0
+        # The two buckets reach the exporter through views of their own: wait for both.
+        samples = await wait_for_metrics(
+            f"{base}/metrics",
+            lambda s: (
+                ready_of(s, "team-a", "gpus") == 3.0
+                and s.get(("nodeflow_slurm_nodes", idle)) == 1.0
+            ),
+        )
         assert ("nodeflow_bus_connected", frozenset()) in samples
 
         await nodesets.delete("team-a.gpus")
