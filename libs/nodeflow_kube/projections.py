@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any, Generic, TypeVar
 
+import msgspec
+
 from nodeflow_kube.fields import Obj, mapping, sequence
 
 LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
@@ -104,6 +106,13 @@ def items_key(mapping: Mapping[Any, Any]) -> Hashable:
     return tuple(sorted(mapping.items()))
 
 
+def json_key(value: Any) -> Hashable:
+    """A decoded JSON value's content as a hashable key: its encoding. Equal values written in
+    another key order get another key (they are then kept twice, never confused); the objects
+    of one template list their fields alike."""
+    return msgspec.json.encode(value)
+
+
 class SharedCopies(Generic[T]):
     """One copy of each distinct value: what thousands of kept objects repeat (the same
     requests, the same set of resource names) is held once instead of once per object.
@@ -125,3 +134,54 @@ class SharedCopies(Generic[T]):
                 self._copies.clear()
             found = self._copies[content] = value
         return found
+
+
+# What the pods of one template hold alike: their labels, annotations and owner (one job
+# or NodeSet), their containers and node filters. Of a NodeSet pod the affinity pins one
+# node, so is its own.
+POD_TEMPLATE_PARTS: tuple[tuple[str, ...], ...] = (
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+    ("metadata", "ownerReferences"),
+    ("metadata", "finalizers"),
+    ("spec", "containers"),
+    ("spec", "initContainers"),
+    ("spec", "overhead"),
+    ("spec", "resources"),
+    ("spec", "affinity"),
+    ("spec", "tolerations"),
+    ("spec", "nodeSelector"),
+)
+# What the nodes of one pool hold alike.
+NODE_POOL_PARTS: tuple[tuple[str, ...], ...] = (
+    ("spec", "taints"),
+    ("status", "allocatable"),
+    ("status", "capacity"),
+    ("status", "conditions"),
+)
+
+# The process's one table of shared parts (see share_parts). Bounded low: parts unique to
+# one object (a pod's own labels) pass through it without keeping it large.
+_SHARED_PARTS: SharedCopies[Any] = SharedCopies(key=json_key, limit=8192)
+
+
+def share_parts(
+    obj: dict[str, Any],
+    paths: Collection[tuple[str, ...]],
+    shared: SharedCopies[Any] = _SHARED_PARTS,
+) -> dict[str, Any]:
+    """`obj` (a kept object its caller owns) with the value at each path (keys from the top;
+    an absent one is skipped) replaced by its copy in `shared`: what the objects of one
+    template hold alike (a pod's labels, owner and containers, a node's allocatable) is then
+    held once. Nothing may change a shared part afterwards."""
+    for path in paths:
+        parent: Any = obj
+        for key in path[:-1]:
+            parent = parent.get(key)
+            if type(parent) is not dict:
+                break
+        else:
+            value = parent.get(path[-1])
+            if type(value) is dict or type(value) is list:
+                parent[path[-1]] = shared.of(value)
+    return obj

@@ -22,7 +22,15 @@ from nodeflow_kube.fields import (
     meta,
     sequence,
 )
-from nodeflow_kube.projections import SharedCopies, items_key, kept_node, kept_pod
+from nodeflow_kube.projections import (
+    NODE_POOL_PARTS,
+    POD_TEMPLATE_PARTS,
+    SharedCopies,
+    items_key,
+    kept_node,
+    kept_pod,
+    share_parts,
+)
 from nodeflow_kube.quantity import ResourceList
 from nodeflow_kube.resources import node_allocatable as node_allocatable
 from nodeflow_kube.resources import pod_requests as pod_requests
@@ -122,8 +130,10 @@ def nodeset_pod_fields(pod: dict[str, Any]) -> dict[str, Any]:
     """A NodeSet pod as the controller keeps it: all of metadata (labels, annotations, owner,
     deletion) but kubectl's last-applied copy; the spec but its volumes and, of each
     container, all but name, resources and restartPolicy (feasibility reads the node
-    filters and requests); of status the phase and the conditions it reads."""
-    return kept_pod(pod, status_fields=("phase",), conditions=_READ_CONDITIONS)
+    filters and requests); of status the phase and the conditions it reads. What the pods of
+    one NodeSet hold alike (labels, owner, containers, tolerations) is held once."""
+    kept = kept_pod(pod, status_fields=("phase",), conditions=_READ_CONDITIONS)
+    return share_parts(kept, POD_TEMPLATE_PARTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,5 +183,6 @@ def keep_node_in_view(node: dict[str, Any]) -> dict[str, Any]:
     """What the controller keeps of a node (its KVView projection): metadata and spec whole
     (labels, annotations, taints, unschedulable), of status what feasibility and naming read
     (addresses, allocatable, capacity), not its conditions (a node's readiness reaches
-    feasibility as the node lifecycle controller's taints), images or system info."""
-    return kept_node(node, ("addresses", "allocatable", "capacity"))
+    feasibility as the node lifecycle controller's taints), images or system info. What the
+    nodes of one pool hold alike (allocatable, capacity, taints) is held once."""
+    return share_parts(kept_node(node, ("addresses", "allocatable", "capacity")), NODE_POOL_PARTS)

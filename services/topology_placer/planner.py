@@ -314,12 +314,12 @@ def _condition_differs(pod: Obj, reason: str, message: str) -> bool:
 
 
 class PodFacts(NamedTuple):
-    """What one version of a pod tells every pass, read once: its key and reference, its
-    gang, its scheduler, its state (finished, pending, on a node), what it charges its node,
-    its request, priority, creation time and rank."""
+    """What one version of a pod tells every pass, read once: its key, its gang, its
+    scheduler, its state (finished, pending, on a node), what it charges its node, its
+    request, priority, creation time and rank. (Not its PodRef: only the pods a pass binds or
+    nominates need one, and kept for every pod of the cluster it was a fifth of its facts.)"""
 
     key: str
-    ref: PodRef
     group: GroupKey | None
     annotation_member: bool
     scheduler: str
@@ -352,7 +352,6 @@ def _read_pod_facts(pod: Obj) -> PodFacts:
             rank_error = str(error)
     return PodFacts(
         key=fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}",
-        ref=ref_of(pod),
         group=pod_group_of(pod),
         annotation_member=is_annotation_gang_member(pod),
         scheduler=podfacts.scheduler_of(pod),
@@ -843,7 +842,7 @@ def _bind_if_reserved(
     if any(node_slots.get(node, 0) < count for node, count in per_node.items()):
         return False
     for pod in pods:
-        run.plan.actions.append(Bind(pod_facts(pod).ref, nominated[fields.name_of(pod)]))
+        run.plan.actions.append(Bind(ref_of(pod), nominated[fields.name_of(pod)]))
     run.plan.actions.append(
         Decision(
             gang.keys,
@@ -876,7 +875,7 @@ def _nominate(run: _Pass, gang: Gang, placement: Placement) -> None:
         if node is None:
             continue
         if podfacts.nominated_node_of(pod) != node:
-            run.plan.actions.append(Nominate(pod_facts(pod).ref, node))
+            run.plan.actions.append(Nominate(ref_of(pod), node))
         run.reserve(pod, node)
     domain = "/".join(placement.domain) or "cluster"
     run.plan.actions.append(

@@ -16,7 +16,13 @@ from nodeflow_kube.fields import (
     resource_version_of,
     uid_of,
 )
-from nodeflow_kube.projections import kept_node, kept_pod
+from nodeflow_kube.projections import (
+    NODE_POOL_PARTS,
+    POD_TEMPLATE_PARTS,
+    kept_node,
+    kept_pod,
+    share_parts,
+)
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 POD_SCHEDULED = "PodScheduled"
@@ -136,6 +142,13 @@ _BOUND_SPEC_FIELDS = frozenset(
 )
 
 
+# The parts of a kept pod or node that the objects of one template (a job's pods, a node
+# pool) hold alike, each held once (share_parts): at 50,000 pods the dicts of these parts
+# were half of what the placer kept. A pod's status too: of a bound pod nearly always just
+# its phase.
+_SHARED_POD_PARTS = (*POD_TEMPLATE_PARTS, ("status",))
+
+
 def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
     """The pod as the placer keeps it in its view (its KVView projection): all of metadata
     (but kubectl's last-applied copy); of status the phase and the nomination. Of a pending
@@ -146,16 +159,17 @@ def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
     a fraction of a real pod's size."""
     pod_spec = spec(pod)
     if not pod_spec.get("nodeName"):
-        return kept_pod(pod, status_fields=_STATUS_FIELDS, conditions=_READ_CONDITIONS)
-    kept = kept_pod(
-        pod,
-        status_fields=_STATUS_FIELDS,
-        conditions=_BOUND_READ_CONDITIONS,
-        dropped_spec=[key for key in pod_spec if key not in _BOUND_SPEC_FIELDS],
-    )
-    if not kept["status"].get("conditions"):
-        kept["status"].pop("conditions", None)
-    return kept
+        kept = kept_pod(pod, status_fields=_STATUS_FIELDS, conditions=_READ_CONDITIONS)
+    else:
+        kept = kept_pod(
+            pod,
+            status_fields=_STATUS_FIELDS,
+            conditions=_BOUND_READ_CONDITIONS,
+            dropped_spec=[key for key in pod_spec if key not in _BOUND_SPEC_FIELDS],
+        )
+        if not kept["status"].get("conditions"):
+            kept["status"].pop("conditions", None)
+    return share_parts(kept, _SHARED_POD_PARTS)
 
 
 def placement_node_fields(node: dict[str, Any]) -> dict[str, Any]:
@@ -172,4 +186,4 @@ def placement_node_fields(node: dict[str, Any]) -> dict[str, Any]:
             for entry in map(mapping, conditions)
             if entry.get("type") == "Ready"
         ][:1]
-    return kept
+    return share_parts(kept, NODE_POOL_PARTS)

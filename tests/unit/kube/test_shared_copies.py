@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeflow_kube.projections import SharedCopies, items_key
+from nodeflow_kube.projections import SharedCopies, items_key, json_key, share_parts
 
 
 def test_rule_equal_mappings_share_the_first_copy() -> None:
@@ -31,3 +33,39 @@ def test_rule_a_bounded_table_still_hands_out_equal_values(values: list[dict[str
     for value in values:
         assert shared.of(dict(value)) == value
         assert len(shared._copies) <= 3
+
+
+def test_rule_share_parts_replaces_each_present_part_by_its_shared_copy() -> None:
+    shared: SharedCopies[Any] = SharedCopies(key=json_key)
+    paths = (("metadata", "labels"), ("spec", "containers"), ("status",), ("spec", "absent"))
+    first = share_parts(
+        {
+            "metadata": {"name": "a", "labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "main"}]},
+            "status": {"phase": "Running"},
+        },
+        paths,
+        shared,
+    )
+    second = share_parts(
+        {
+            "metadata": {"name": "b", "labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "main"}]},
+            "status": {"phase": "Pending"},
+        },
+        paths,
+        shared,
+    )
+    assert second["metadata"]["labels"] is first["metadata"]["labels"]
+    assert second["spec"]["containers"] is first["spec"]["containers"]
+    assert second["status"] is not first["status"]  # another value: its own copy
+    assert second["metadata"]["name"] == "b" and "absent" not in second["spec"]
+
+
+def test_rule_share_parts_leaves_an_object_without_the_parents_as_it_is() -> None:
+    shared: SharedCopies[Any] = SharedCopies(key=json_key)
+    obj: dict[str, Any] = {"metadata": None, "spec": "not an object"}
+    assert share_parts(obj, (("metadata", "labels"), ("spec", "containers")), shared) == {
+        "metadata": None,
+        "spec": "not an object",
+    }

@@ -237,3 +237,31 @@ def test_rule_a_kept_node_has_what_feasibility_and_naming_read() -> None:
     assert claim_of(kept) == claim_of(node)
     assert kept["metadata"] == node["metadata"] and kept["spec"] == node["spec"]
     assert set(kept["status"]) == {"addresses", "allocatable", "capacity"}
+
+
+def test_rule_pods_of_one_nodeset_and_nodes_of_one_pool_hold_their_common_parts_once() -> None:
+    """Ten thousand slurmd pods of one NodeSet repeat its labels, owner, containers and
+    tolerations, and the nodes of a pool their allocatable: each is kept once."""
+    first, second = (
+        keep_in_view(dressed(pod(name, node), index))
+        for index, (name, node) in enumerate((("gpu-001-001", "n0"), ("gpu-001-002", "n1")))
+    )
+    assert isinstance(first, dict) and isinstance(second, dict)
+    for section, part in (("metadata", "labels"), ("spec", "containers")):
+        assert second[section][part] is first[section][part]
+    assert second["spec"]["tolerations"] is first["spec"]["tolerations"]
+    assert pod_node(first) == "n0" and pod_node(second) == "n1"
+    nodes_kept = [
+        keep_node_in_view(
+            {
+                "metadata": {"name": name},
+                "status": {
+                    "addresses": [{"type": "InternalIP", "address": address}],
+                    "allocatable": {"cpu": "64", "nvidia.com/gpu": "8"},
+                },
+            }
+        )
+        for name, address in (("gpu-1", "10.174.1.2"), ("gpu-2", "10.174.1.3"))
+    ]
+    assert nodes_kept[0]["status"]["allocatable"] is nodes_kept[1]["status"]["allocatable"]
+    assert nodes_kept[0]["status"]["addresses"] is not nodes_kept[1]["status"]["addresses"]

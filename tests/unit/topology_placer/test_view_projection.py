@@ -169,3 +169,21 @@ def test_rule_only_a_pending_pods_facts_carry_its_rank_and_age() -> None:
     assert pending.rank is not None and pending.created is not None
     assert bound.rank is None and bound.created is None
     assert bound.request == pending.request and bound.request is pending.request
+
+
+def test_rule_pods_and_nodes_of_one_template_hold_their_common_parts_once() -> None:
+    """What the pods of one job hold alike (labels, containers, status) is kept once for
+    all of them, and the nodes of one pool share their allocatable and conditions; what
+    differs stays each object's own."""
+    first = placement_fields(dressed(pod("w-1", gpus=8, node_name="node1"), 1))
+    second = placement_fields(dressed(pod("w-2", gpus=8, node_name="node2"), 2))
+    other = placement_fields(dressed(pod("w-3", gpus=4, node_name="node2"), 3))
+    assert second["spec"]["containers"] is first["spec"]["containers"]
+    assert second["status"] is first["status"]
+    assert other["spec"]["containers"] is not first["spec"]["containers"]
+    assert other["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "4"
+    assert (first["metadata"]["name"], second["metadata"]["name"]) == ("w-1", "w-2")
+    assert (first["spec"]["nodeName"], second["spec"]["nodeName"]) == ("node1", "node2")
+    nodes = [placement_node_fields(node) for node in reference_nodes()]
+    assert len({id(node["status"]["allocatable"]) for node in nodes}) < len(nodes)
+    assert len({id(node["status"]["conditions"]) for node in nodes}) == 1
