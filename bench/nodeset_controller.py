@@ -131,9 +131,14 @@ class CpuMeter:
         return taken
 
 
-def report_cpu(label: str, pods: int, seconds: float, used: dict[str, float]) -> None:
+def report_cpu(
+    label: str, pods: int, seconds: float, used: dict[str, float], pinned: float
+) -> None:
     """CPU milliseconds per pod by process, and the share of the step's wall time that all
-    of them used together (2.0 = both cores of this machine busy throughout)."""
+    of them used together (2.0 = both cores of this machine busy throughout). Then the rate
+    that CPU alone allows: this machine's cores spent at that CPU per pod, and the emulator
+    (one process, so one core at most) at its own, each as a ratio to the pinned-pod
+    ceiling: no step can be faster than either, however little it waits."""
     if not used or not pods:
         return
     total = sum(used.values())
@@ -143,6 +148,16 @@ def report_cpu(label: str, pods: int, seconds: float, used: dict[str, float]) ->
         f"{total / seconds if seconds > 0 else 0.0:.2f} cores busy",
         flush=True,
     )
+    cores = os.cpu_count() or 1
+    bounds = [(f"{cores} cores at {1000 * total / pods:.1f} ms", pods * cores / total)]
+    emulator = used.get("emulator", 0.0)
+    if emulator > 0:
+        bounds.append((f"emulator at {1000 * emulator / pods:.1f} ms", pods / emulator))
+    shown = "; ".join(
+        f"{what}: {rate:.0f} pods/s ({rate / pinned:.2f} x pinned-pod ceiling)"
+        for what, rate in bounds
+    )
+    print(f"   {label:<14} CPU-bound rate: {shown}", flush=True)
 
 
 def report_writes(label: str, pods: int, writes: Counter[tuple[str, str, str]]) -> None:
@@ -668,7 +683,7 @@ async def run(
             seconds = await scale(cluster, end, deadline)
             report(f"{start} -> {end}", abs(end - start), seconds, raw, pinned)
             report_writes(f"{start} -> {end}", abs(end - start), writes.take())
-            report_cpu(f"{start} -> {end}", abs(end - start), seconds, cpu.take())
+            report_cpu(f"{start} -> {end}", abs(end - start), seconds, cpu.take(), pinned)
             drained = (await cluster.nodeset_status()).get("numberDrain")
             if drained:
                 # Pods recreated on nodes drained by the previous scale-in keep Slurm's DRAIN

@@ -769,6 +769,8 @@ class ApiHandler:
         if content_type == APPLY_PATCH:
             return self._server_side_apply(request, target, body)
         sub = "status" if target.subresource == "status" else None
+        # The stored object itself, encoded at once (nothing runs in between): the reply
+        # needs no copy of it.
         patched_obj = self.store.patch(
             target.info,
             target.name,
@@ -777,6 +779,7 @@ class ApiHandler:
             target.namespace,
             subresource=sub,
             dry_run=_dry_run(request),
+            copy_result=False,
         )
         return json_response(_output(target, patched_obj))
 

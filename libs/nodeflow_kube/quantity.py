@@ -11,6 +11,7 @@ it; a JSON number (int or float) is read from its decimal text, as the API serve
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -68,6 +69,18 @@ def parse_quantity(raw: object) -> Fraction:
         return Fraction(repr(raw))
     if not isinstance(raw, str):
         raise QuantityError(f"not a quantity: {raw!r}")
+    return _parse_short_text(raw) if len(raw) <= _CACHED_TEXT_MAX else _parse_text(raw)
+
+
+# A cluster's objects repeat a few quantity texts ("1", "64", "512Gi") thousands of times,
+# and building a Fraction from text is most of what reading a resource list costs (12x a
+# cached lookup). Fractions are immutable, so one parsed value serves every reader. Only short
+# texts are kept (any real quantity is), so the cache stays small whatever an object holds; a
+# text that does not parse raises each time (errors are not cached).
+_CACHED_TEXT_MAX = 32
+
+
+def _parse_text(raw: str) -> Fraction:
     match = _QUANTITY.fullmatch(raw.strip())
     if match is None:
         raise QuantityError(f"not a quantity: {raw!r}")
@@ -78,6 +91,9 @@ def parse_quantity(raw: object) -> Fraction:
     if suffix in DECIMAL_SUFFIXES:
         return number * DECIMAL_SUFFIXES[suffix]
     return number * Fraction(10) ** int(suffix[1:])
+
+
+_parse_short_text = functools.lru_cache(maxsize=4096)(_parse_text)
 
 
 def format_quantity(value: Fraction) -> str:

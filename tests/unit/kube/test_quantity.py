@@ -163,3 +163,18 @@ def test_binary_suffixes_outrank_their_decimal_namesakes(number: int) -> None:
 def test_floats_read_as_their_decimal_text(value: float) -> None:
     assert parse_quantity(value) == Fraction(repr(value))
     assert float(parse_quantity(value)) == value
+
+
+@given(mantissas, st.sampled_from(sorted(BINARY_SUFFIXES)))
+def test_a_remembered_text_and_a_long_one_read_as_the_same_value(number: int, suffix: str) -> None:
+    """Short texts are parsed once and remembered; a text too long to remember (leading
+    zeros) is parsed afresh: the value is the same, and asking again gives it again."""
+    short = f"{number}{suffix}"
+    long = f"{'0' * 40}{number}{suffix}" if number >= 0 else f"-{'0' * 40}{-number}{suffix}"
+    assert parse_quantity(short) == parse_quantity(short) == parse_quantity(long)
+
+
+def test_a_text_that_does_not_parse_is_refused_every_time() -> None:
+    for _ in range(2):
+        with pytest.raises(QuantityError):
+            parse_quantity("12 Gi")
