@@ -355,7 +355,7 @@ def internal_ips(
 def check_spec(spec: ClusterSpec) -> None:
     """Everything that would stop the simulator later, found before it starts."""
     count = resolved_node_count(spec)
-    shape = spec.topology or TopologyShape(nodes_per_block=min(count, 8))
+    shape = spec.topology or _shape_without_topology(spec, count)
     internal_ips(count, shape.nodes_per_block, spec.ip_prefix, spec.third_octet_start)
 
 
@@ -385,9 +385,21 @@ def topology_labels(place: TopologyPlace) -> dict[str, str]:
     }
 
 
+def _shape_without_topology(spec: ClusterSpec, count: int) -> TopologyShape:
+    """A spec that names no topology: blocks of up to eight nodes while its address range
+    holds them, else the shape that grows with the node count (`default_topology`), as a
+    spec file of 4,000 nodes is no less valid than `make run NODES=4000`."""
+    small = TopologyShape(nodes_per_block=min(count, 8))
+    try:
+        check_addresses(count, small.nodes_per_block, spec.ip_prefix, spec.third_octet_start)
+    except SpecError:
+        return default_topology(count)
+    return small
+
+
 def build_node_specs(spec: ClusterSpec) -> list[NodeSpec]:
     count = resolved_node_count(spec)
-    shape = spec.topology or TopologyShape(nodes_per_block=min(count, 8))
+    shape = spec.topology or _shape_without_topology(spec, count)
     names = node_names(spec, count)
     unknown_overrides = set(spec.overrides) - set(names)
     if unknown_overrides:

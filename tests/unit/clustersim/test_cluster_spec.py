@@ -199,3 +199,19 @@ def test_nodes_and_topology_that_cannot_work_fail_in_one_line_naming_what_would(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "nodes_per_block >= 17" in err and "at most 976 nodes" in err
+
+
+def test_a_spec_file_of_four_thousand_nodes_without_a_topology_gets_one_that_grows(
+    tmp_path: Path,
+) -> None:
+    """As the one-line error promises ("or no topology, which grows with the node count"):
+    blocks of eight would need 500 third octets of the /16."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text("nodes: 4000\n")
+    specs = build_node_specs(load_spec_file(str(path)))
+    assert len({spec.internal_ip for spec in specs}) == 4000
+    # A small spec keeps its blocks of up to eight nodes.
+    assert {spec.labels[BLOCK_LABEL] for spec in build_node_specs(ClusterSpec(nodes=12))} == {
+        "block-0",
+        "block-1",
+    }
