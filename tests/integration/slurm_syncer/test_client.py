@@ -183,3 +183,32 @@ async def test_unreachable_after_every_attempt() -> None:
             await client.ping()
     finally:
         await client.close()
+
+
+async def test_rule_a_node_listing_keeps_only_what_the_syncer_reads_of_each_node() -> None:
+    """slurmrestd sends sixty-odd fields per node; at 10,000 nodes decoding them all was the
+    syncer's peak memory. The listing keeps what parse_node reads, and an entry that is not
+    an object as it is (reported malformed later)."""
+    whole = {
+        "name": "n1",
+        "state": ["IDLE", "DRAIN"],
+        "reason": "nodeflow: test",
+        "reason_set_by_user": "slurm",
+        "reason_changed_at": {"set": True, "infinite": False, "number": 1700000000},
+        "cpus": 64,
+        "alloc_cpus": 0,
+        "architecture": "x86_64",
+        "gres": "gpu:8",
+        "energy": {"current_watts": {"set": False}},
+        "features": ["h100"],
+    }
+    listing = {"nodes": [whole, "not an object"], "errors": [], "warnings": []}
+    async with stub([web.json_response(listing)]) as (url, _):
+        client = stub_client(url)
+        try:
+            nodes = await client.list_nodes()
+        finally:
+            await client.close()
+    read = ("name", "state", "reason", "reason_set_by_user", "reason_changed_at", "cpus")
+    assert nodes[0] == {key: whole[key] for key in (*read, "alloc_cpus")}
+    assert nodes[1] == {"_malformed": "not an object"}
