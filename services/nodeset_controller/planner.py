@@ -407,7 +407,7 @@ def plan(view: ClusterView) -> Plan:
     desired = round_.spec.replicas if round_.spec.replicas is not None else feasible.count
     scale_down = plan_scale_down(round_, pods, desired)
     cancelled = plan_leaving(round_, pods, scale_down)
-    cancelled |= plan_rolling_update(round_, scale_down, desired, feasible.count)
+    cancelled |= plan_rolling_update(round_, pods, scale_down, desired, feasible)
     plan_deletions(round_, pods, scale_down, cancelled)
     chosen = plan_scale_up(round_, pods, scale_down, feasible, naming, desired)
     plan_claims_and_releases(round_, pods, feasible, naming, chosen)
@@ -600,38 +600,43 @@ class FeasibleNodes:
         return len(self.kept_nodes) + len(self.placeable)
 
 
+def _new_pod_fits(round_: _Round, pods: PodClasses, node_name: str) -> feasibility.Verdict:
+    """Whether a pod of the current revision may go to the node, with what our own pods there
+    request given back (they are gone, going, or the pod it would replace)."""
+    view = round_.view
+    ours_there = pods.occupied.get(node_name)
+    requested_there = view.requested.get(node_name)
+    if ours_there:
+        others = _minus(
+            dict(requested_there or {}),
+            _sum_requests(
+                pods.raw_by_name[p.name] for p in ours_there if p.name in pods.raw_by_name
+            ),
+        )
+    else:
+        others = dict(requested_there) if requested_there else {}
+    return _can_place(
+        view,
+        round_.placement,
+        round_.requests,
+        node_name,
+        view.nodes[node_name],
+        others,
+        round_.spec.key,
+        round_.revision,
+    )
+
+
 def find_feasible_nodes(round_: _Round, pods: PodClasses, naming: NodeNames) -> FeasibleNodes:
     """Nodes keeping a pod of ours, and those a new pod may go to (numberFeasible)."""
-    view, spec = round_.view, round_.spec
+    view = round_.view
     kept_nodes = {pod.node for pod in pods.kept if pod.node}
     collisions = list(naming.collisions)
     placeable: list[str] = []
     for node_name in sorted(view.nodes):
         if node_name in kept_nodes:
             continue
-        node = view.nodes[node_name]
-        ours_there = pods.occupied.get(node_name)
-        requested_there = view.requested.get(node_name)
-        if ours_there:
-            others = _minus(
-                dict(requested_there or {}),
-                _sum_requests(
-                    pods.raw_by_name[p.name] for p in ours_there if p.name in pods.raw_by_name
-                ),
-            )
-        else:
-            others = dict(requested_there) if requested_there else {}
-        verdict = _can_place(
-            view,
-            round_.placement,
-            round_.requests,
-            node_name,
-            node,
-            others,
-            spec.key,
-            round_.revision,
-        )
-        if not verdict.feasible:
+        if not _new_pod_fits(round_, pods, node_name).feasible:
             continue
         new_name = naming.names.get(node_name)
         if new_name is None:
@@ -722,32 +727,60 @@ def plan_leaving(round_: _Round, pods: PodClasses, scale_down: ScaleDown) -> set
 
 
 def plan_rolling_update(
-    round_: _Round, scale_down: ScaleDown, desired: int, number_feasible: int
+    round_: _Round, pods: PodClasses, scale_down: ScaleDown, desired: int, feasible: FeasibleNodes
 ) -> set[str]:
     """Outdated pods that stay get RollingDeleteScheduled within maxUnavailable; a pod that
-        matches the template again loses its mark. Returns the names whose mark this plan cancels
+    matches the template again loses its mark. Returns the names whose mark this plan cancels
     (scale-down's included).
 
-        The budget is a share of the pods the NodeSet can really run, min(desiredNumberScheduled,
-        numberFeasible), rounded up; unavailable counts each of those that is not Ready or is
-        pending deletion (for scaling or rolling, visible or still in flight), and each that
-        should exist but does not.
+    The budget is a share of the pods the NodeSet can really run, min(desiredNumberScheduled,
+    numberFeasible), rounded up; unavailable counts each of those that is not Ready or is
+    pending deletion (for scaling or rolling, visible or still in flight), each that should
+    exist but does not, and each still terminating on a node its replacement cannot go to yet
+    (a cordon, a taint: once gone it would leave numberFeasible and free its share of the
+    budget for another pod). A Ready pod is replaced only where its replacement can run: one
+    on a node the new template does not fit (more than the node has, a taint it does not
+    tolerate, a cordon) keeps its revision until it does (its rolling mark, if any, is
+    cancelled), so a template no node can take stops the rollout instead of deleting the
+    NodeSet pod by pod.
     """
     cancelled = set(scale_down.cancelled)
+    # Ready pods whose node cannot take their replacement. (One not Ready costs the budget
+    # nothing to replace and is replaced as before: on a dead node it is gone anyway.)
+    unfit: dict[str, str] = {}
     for pod in scale_down.staying:
-        if pod.delete_reason == ROLLING_DELETE and pod.revision == round_.revision:
-            round_.act(
-                CancelDelete(pod, "the pod matches the template again: replacement cancelled")
-            )
-            cancelled.add(pod.name)
+        if pod.revision == round_.revision or pod.delete_reason not in (None, ROLLING_DELETE):
+            continue
+        if not pod.ready or pod.terminating:
+            continue
+        if pod.node is not None and pod.node in round_.view.nodes:
+            verdict = _new_pod_fits(round_, pods, pod.node)
+            if not verdict.feasible:
+                unfit[pod.name] = verdict.reason
+    for pod in scale_down.staying:
+        if pod.delete_reason != ROLLING_DELETE:
+            continue
+        if pod.revision == round_.revision:
+            why = "the pod matches the template again: replacement cancelled"
+        elif pod.name in unfit:
+            why = f"its node cannot take the replacement ({unfit[pod.name]}): replacement cancelled"
+        else:
+            continue
+        round_.act(CancelDelete(pod, why))
+        cancelled.add(pod.name)
     spec = round_.spec
     if spec.update_strategy != "RollingUpdate":
         return cancelled
-    target = min(desired, number_feasible)
+    placeable = set(feasible.placeable)
+    leaving_unplaceable = sum(
+        1 for pod in pods.terminating_in_place if pod.node is not None and pod.node not in placeable
+    )
+    target = min(desired, feasible.count + leaving_unplaceable)
     missing = target - len(scale_down.staying)
     budget = resolve_max_unavailable(spec.max_unavailable, target)
+    # A pod whose mark this plan cancels still counts as pending deletion until it lands.
     choice = ranking.choose_rolling_replacements(
-        scale_down.staying, round_.revision, budget, missing
+        scale_down.staying, round_.revision, budget, missing, unfit
     )
     for pod in choice.replace:
         tier = ranking.ROLLING_TEXT[ranking.rolling_tier(pod)]

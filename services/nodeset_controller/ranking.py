@@ -7,7 +7,7 @@ a second replica decides exactly as the first did).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from nodeset_controller.podstate import PodState
@@ -83,15 +83,24 @@ def count_unavailable(pods: Iterable[PodState], missing: int) -> int:
 
 
 def choose_rolling_replacements(
-    pods: Sequence[PodState], revision: str, max_unavailable: int, missing: int
+    pods: Sequence[PodState],
+    revision: str,
+    max_unavailable: int,
+    missing: int,
+    unfit: Collection[str] = (),
 ) -> RollingChoice:
     """Outdated pods to schedule for deletion now, never letting the unavailable count go
     over `max_unavailable`. A pod that is already unavailable costs nothing to replace (it
-    is counted already); an available one takes one unit of what is left."""
+    is counted already); an available one takes one unit of what is left. Pods named in
+    `unfit` (their node cannot take the replacement) are not replaced."""
     unavailable = count_unavailable(pods, missing)
     left = max_unavailable - unavailable
     candidates = sorted(
-        (p for p in pods if p.revision != revision and not p.pending_deletion),
+        (
+            p
+            for p in pods
+            if p.revision != revision and not p.pending_deletion and p.name not in unfit
+        ),
         key=lambda p: (rolling_tier(p), p.name),
     )
     chosen: list[PodState] = []

@@ -7,6 +7,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from nodeflow_contracts.k8s import PatchObject
+from nodeflow_contracts.pod_protocol import ROLLING_DELETE
 from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeState
 from nodeflow_kube.quantity import ResourceList
 from nodeset_controller.commands import to_outgoing
@@ -260,6 +261,46 @@ def test_rule_rolling_update_respects_max_unavailable_and_recreates_on_same_node
     assert of(after, Claim) == []
     # n0 missing + gpu-001-002 pending deletion = 2: no further replacement.
     assert of(after, ScheduleDelete) == []
+
+
+def test_rule_rolling_update_replaces_a_pod_only_where_its_replacement_fits() -> None:
+    """A template no node can take (more CPU than a node has) must not roll the NodeSet
+    away pod by pod: once a replaced pod is gone its node could not take the new pod, would
+    leave numberFeasible and free the budget for the next. Nothing is replaced, and a
+    rolling mark set before the template changed is cancelled."""
+    too_big = {
+        "containers": [
+            {"name": "slurmd", "image": "slurmd:24.12", "resources": {"requests": {"cpu": "999"}}}
+        ]
+    }
+    obj = nodeset(replicas=4, max_unavailable=1, template_spec=too_big)
+    node_map = nodes(4, claim=KEY)
+    pods = [pod(f"gpu-001-{i + 1:03d}", f"n{i}", revision="old") for i in range(4)]
+    pods[0] = pod("gpu-001-001", "n0", revision="old", delete_reason=ROLLING_DELETE)
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"]) for p in pods}
+    result = plan(view(obj, node_map, pods, states))
+    assert of(result, ScheduleDelete) == [] and of(result, DeletePod) == []
+    (cancel,) = of(result, CancelDelete)
+    assert cancel.pod.name == "gpu-001-001"
+    assert "cannot take the replacement" in cancel.why
+
+
+def test_rule_a_pod_terminating_where_its_replacement_cannot_go_yet_counts_as_unavailable() -> None:
+    """maxUnavailable 1: a cordoned node keeps its pod (not replaced while the replacement
+    cannot go there), and while a replaced pod is still terminating on a node that was
+    cordoned meanwhile, no other pod is replaced."""
+    node_map = nodes(4, claim=KEY)
+    node_map["n0"] = node("n0", "10.0.1.1", claim=KEY, unschedulable=True)
+    pods = [pod(f"gpu-001-{i + 1:03d}", f"n{i}", revision="old") for i in range(4)]
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"]) for p in pods}
+    first = plan(view(nodeset(replicas=4, max_unavailable=1), node_map, pods, states))
+    assert [mark.pod.name for mark in of(first, ScheduleDelete)] == ["gpu-001-002"]
+    node_map["n1"] = node("n1", "10.0.1.2", claim=KEY, unschedulable=True)
+    pods[1] = pod(
+        "gpu-001-002", "n1", revision="old", delete_reason=ROLLING_DELETE, terminating=True
+    )
+    second = plan(view(nodeset(replicas=4, max_unavailable=1), node_map, pods, states))
+    assert of(second, ScheduleDelete) == []
 
 
 def test_rule_rolling_update_on_delete_replaces_nothing() -> None:

@@ -25,6 +25,11 @@ from tests.unit.nodeset_controller.builders import CLUSTER, NS, T0, node, nodese
 from tests.unit.nodeset_controller.memory_cluster import MemoryCluster, Sent, is_marked
 
 IN_FLIGHT_TIMEOUT = 20.0
+TOO_BIG = {
+    "containers": [
+        {"name": "slurmd", "image": "slurmd:24.12", "resources": {"requests": {"cpu": "999"}}}
+    ]
+}
 KEY = f"{NS}.gpu"
 
 
@@ -186,6 +191,14 @@ class RollingBudget(RuleBasedStateMachine):
                 name = raw["metadata"]["name"]
                 self.cluster.slurm.put(f"{CLUSTER}.{name}", slurm_state(name, busy=False))
                 return
+
+    @rule()
+    def the_template_changes_to_one_no_node_can_take(self) -> None:
+        """A second template change, to more CPU than any node has: the rollout must stop,
+        not delete pods whose replacements could never run."""
+        self.cluster.nodesets.put(
+            KEY, nodeset(replicas=self.replicas, max_unavailable=self.budget, template_spec=TOO_BIG)
+        )
 
     # --- the rule ----------------------------------------------------------------------------
 
