@@ -16,6 +16,7 @@ from nodeflow_contracts.slurm import SlurmNodeState
 from nodeflow_kube.fields import (
     condition,
     labels_of,
+    mapping,
     meta,
     name_of,
     parse_time,
@@ -59,6 +60,8 @@ class PodState:
     not_registered_since: float | None = None
     # Set when Slurm runs no job on the node although it is not drained (see runs_no_job).
     no_job: NoJobReason | None = None
+    # spec.nodeName is set: a kubelet has the pod (`node` is also the pinned node before).
+    bound: bool = True
 
     @property
     def slurm_known(self) -> bool:
@@ -102,9 +105,15 @@ class PodState:
 
     @property
     def never_started(self) -> bool:
-        """No container ever ran: the phase says Pending (a missing phase proves nothing) and
-        Slurm does not report the node busy."""
-        return self.phase == "Pending" and not self.ready and not self.reported_busy
+        """No Slurm work can run in the pod: the phase says Pending (a missing phase proves
+        nothing), Slurm does not report the node busy, and either no kubelet has the pod yet
+        (not bound) or Slurm, read fresh, knows the node and reports it idle. Pending alone proves nothing on a bound pod: the kubelet
+        reports Pending while any container waits (a sidecar whose image does not pull)
+        though slurmd runs beside it, so with Slurm unknown or stale such a pod waits (fail
+        closed); a node Slurm does not list is proven idle by the absence grace instead."""
+        if self.phase != "Pending" or self.ready or self.reported_busy:
+            return False
+        return not self.bound or (self.slurm is not None and self.slurm.known)
 
     @property
     def pending_deletion(self) -> bool:
@@ -153,4 +162,5 @@ def pod_state(pod: Mapping[str, Any], slurm: SlurmNodeState | None) -> PodState:
         slurm=slurm,
         not_registered_since=not_registered_since(pod) if slurm is None else None,
         no_job="SlurmNodeDown" if down else None,
+        bound=bool(mapping(pod.get("spec")).get("nodeName")),
     )

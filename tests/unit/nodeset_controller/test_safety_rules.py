@@ -310,6 +310,26 @@ def test_rule_pending_pod_that_slurm_reports_busy_is_not_never_started() -> None
     assert decide_deletion(pending, T0 + 10**6, 0, 0).verdict == "wait"
 
 
+def test_rule_a_bound_pending_pod_proves_no_idle_node_while_slurm_is_unknown() -> None:
+    """The kubelet reports Pending while any container waits (a sidecar whose image does
+    not pull) even when slurmd runs beside it and has jobs: with Slurm's state stale, such a
+    pod is not taken for one that never started. Fresh and idle, or never bound, it is."""
+    pending = pod("p", "n", ready=False, phase="Pending", delete_reason=SCALING_DELETE)
+    assert decide_deletion(state(pending, None), T0 + 10**6, 0, 0).verdict == "wait"
+    idle = decide_deletion(state(pending, slurm("p")), T0, 0, 0)
+    assert (idle.verdict, idle.reason) == ("delete", "NeverStarted")
+    unbound = pod("p", None, ready=False, phase="Pending", delete_reason=SCALING_DELETE)
+    assert decide_deletion(state(unbound, None), T0, 0, 0).verdict == "delete"
+    # The whole plan, its Slurm cluster last polled ten minutes ago: marked, not deleted.
+    node_map = nodes(3, claim=KEY)
+    pods = [pod(f"gpu-001-{i + 1:03d}", f"n{i}") for i in range(3)]
+    pods[0] = pod("gpu-001-001", "n0", ready=False, phase="Pending", delete_reason=SCALING_DELETE)
+    states = busy_states(pods, busy=True)
+    stale = cluster_status(last_success_at=T0 - 600)
+    result = plan(view(nodeset(replicas=2), node_map, pods, states, status=stale))
+    assert of(result, DeletePod) == []
+
+
 @st.composite
 def pod_states(draw: st.DrawFn) -> PodState:
     known = draw(st.booleans())
@@ -363,8 +383,9 @@ def test_rule_only_a_forced_scale_down_timeout_deletes_a_pod_slurm_reports_busy(
         assert pod_state.delete_reason == SCALING_DELETE
     if decision.verdict == "delete" and not pod_state.slurm_known:
         # Unknown Slurm state: deleted only when the pod never started, or (DOWN and
-        # absence need a known state or the plan's absence check) never here.
-        assert pod_state.never_started
+        # absence need a known state or the plan's absence check) never here; and a pod
+        # a kubelet has is never proven to have not started without Slurm's word.
+        assert pod_state.never_started and not pod_state.bound
 
 
 # --- item 6: forced deletion is for scale-down only ---------------------------------------------
