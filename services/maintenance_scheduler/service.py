@@ -10,8 +10,9 @@ What it keeps in memory is an optimisation, never a source of truth: which reque
 just scheduled (so a second round before the write shows in KV cannot spend a slot twice),
 which evictions are in flight (so a pod is not evicted again while k8s-watcher retries a
 PodDisruptionBudget refusal) and which commands it has just sent. Every entry ends on the
-command's outcome, on the object changing, or after `in_flight_timeout_seconds`; after a
-restart, the same state yields the same idempotency keys, so nothing is applied twice.
+command's outcome, on the object changing, or after `in_flight_timeout_seconds` (a scheduling
+once its command can no longer be applied: its deadline); after a restart, the same state
+yields the same idempotency keys, so nothing is applied twice.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ from maintenance_scheduler.api import (
     parse_node_maintenance,
     parse_operator_config,
 )
-from maintenance_scheduler.commands import SENDER, commands_for, decision_message
+from maintenance_scheduler.commands import (
+    COMMAND_LIFETIME_SECONDS,
+    SENDER,
+    commands_for,
+    decision_message,
+)
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.pods import PodFacts, kept_pod_facts, with_fresh_slurm
 from maintenance_scheduler.reconcile import (
@@ -361,14 +367,14 @@ class MaintenanceScheduler:
         requests = self._parsed_requests()
         by_uid = {r.uid: r for r in requests}
         self._observe_phases(requests, now)
-        # A request whose Scheduled write is on its way counts as scheduled.
+        # A request whose Scheduled write is on its way counts as scheduled, until the write
+        # shows or can no longer land: k8s-watcher keeps retrying it (a 429, a 5xx, no
+        # answer) until the command's deadline, so forgetting it sooner would let a second
+        # request take the same slot and exceed maxParallelOperations once both land.
+        holds_for = max(self.config.in_flight_timeout_seconds, COMMAND_LIFETIME_SECONDS)
         for uid, sent_at in list(self._scheduling.items()):
             request = by_uid.get(uid)
-            if (
-                request is None
-                or request.phase != PENDING
-                or now - sent_at > self.config.in_flight_timeout_seconds
-            ):
+            if request is None or request.phase != PENDING or now - sent_at > holds_for:
                 self._scheduling.pop(uid, None)
         seen = [
             dataclasses.replace(r, phase=SCHEDULED) if r.uid in self._scheduling else r

@@ -107,10 +107,11 @@ class PodState:
     def never_started(self) -> bool:
         """No Slurm work can run in the pod: the phase says Pending (a missing phase proves
         nothing), Slurm does not report the node busy, and either no kubelet has the pod yet
-        (not bound) or Slurm, read fresh, knows the node and reports it idle. Pending alone proves nothing on a bound pod: the kubelet
-        reports Pending while any container waits (a sidecar whose image does not pull)
-        though slurmd runs beside it, so with Slurm unknown or stale such a pod waits (fail
-        closed); a node Slurm does not list is proven idle by the absence grace instead."""
+        (not bound) or Slurm, read fresh, knows the node and reports it idle. Pending alone
+        proves nothing on a bound pod: the kubelet reports Pending while any container waits
+        (a sidecar whose image does not pull) though slurmd runs beside it, so with Slurm
+        unknown or stale such a pod waits (fail closed); a node Slurm does not list is proven
+        idle by the absence grace instead."""
         if self.phase != "Pending" or self.ready or self.reported_busy:
             return False
         return not self.bound or (self.slurm is not None and self.slurm.known)

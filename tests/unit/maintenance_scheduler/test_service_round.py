@@ -1,0 +1,114 @@
+"""One round of the service (`MaintenanceScheduler.round`) over in-memory views, its commands
+caught instead of sent, and outcomes handed to it as k8s-watcher would publish them: what
+the service keeps between rounds while a command is on its way."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any, cast
+
+from nats.aio.msg import Msg
+
+from maintenance_scheduler.config import MaintenanceSchedulerConfig
+from maintenance_scheduler.service import MaintenanceScheduler
+from nodeflow_bus import Bus, OutgoingMessage
+from nodeflow_contracts import codec
+from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, Outcome
+from tests.unit.maintenance_scheduler.builders import nm_object
+
+T0 = 1_800_000_000.0
+
+
+class DictView:
+    """What the service reads of a KVView."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self.values = dict(values or {})
+
+    def items(self) -> list[tuple[str, Any]]:
+        return list(self.values.items())
+
+    def get(self, key: str) -> Any:
+        return self.values.get(key)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
+class CaughtCommands:
+    def __init__(self) -> None:
+        self.sent: list[OutgoingMessage] = []
+
+    async def publish_batch(self, messages: list[OutgoingMessage], **_: Any) -> list[Any]:
+        self.sent.extend(messages)
+        return []
+
+    def scheduled(self) -> list[K8sCommand]:
+        """The Scheduled status writes caught since the last call."""
+        found = [
+            m.message
+            for m in self.sent
+            if isinstance(m.message, K8sCommand)
+            and m.message.op == "update-status"
+            and "Scheduled" in m.message.reason
+        ]
+        self.sent.clear()
+        return found
+
+
+def node(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "5"},
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+async def tell(service: MaintenanceScheduler, command: K8sCommand, outcome: Outcome) -> None:
+    report = CommandOutcome(
+        idempotency_key=command.idempotency_key,
+        op=command.op,
+        sender=command.sender,
+        target=command.target,
+        outcome=outcome,
+        sent_at=command.sent_at,
+        finished_at=command.sent_at + 1,
+    )
+    message = SimpleNamespace(data=codec.encode(report), subject=report.subject)
+    await service._on_outcome(cast(Msg, message))
+
+
+async def test_rule_a_scheduling_still_retried_holds_its_slot_until_its_command_expires() -> None:
+    """maxParallelOperations 2, one request already Ready: request a is scheduled and its
+    write keeps being retried by k8s-watcher (the API server answers 429) until the command's
+    60 s deadline. Request c, arriving meanwhile, must not take a's slot while that write may
+    still land: both would be in maintenance, three against a limit of two."""
+    bus = CaughtCommands()
+    service = MaintenanceScheduler(cast(Bus, bus), MaintenanceSchedulerConfig())
+    ready = nm_object("x", "n9", requestor="r3.example.com", phase="Ready", finalizer=True)
+    first = nm_object("a", "n1", requestor="r1.example.com", phase="Pending")
+    service.requests = DictView({"default.x": ready, "default.a": first})  # type: ignore[assignment]
+    service.nodes = DictView({f"_.{n}": node(n) for n in ("n1", "n3", "n9")})  # type: ignore[assignment]
+    service.configs = DictView(  # type: ignore[assignment]
+        {
+            "nodeflow-system.default": {
+                "metadata": {"name": "default", "namespace": "nodeflow-system"},
+                "spec": {"maxParallelOperations": 2},
+            }
+        }
+    )
+    service.clusters = DictView()  # type: ignore[assignment]
+    await service.round(T0)
+    (write,) = bus.scheduled()
+    assert write.target.name == "a"
+    service.requests.values["default.c"] = nm_object(  # type: ignore[attr-defined]
+        "c", "n3", requestor="r2.example.com", phase="Pending"
+    )
+    for seconds in (10.0, 31.0, 59.0):
+        await tell(service, write, "retrying")
+        await service.round(T0 + seconds)
+        assert bus.scheduled() == [], f"c took a's slot {seconds:.0f} s after a was scheduled"
+    # Past the deadline the write can no longer land: the slot is free again.
+    await service.round(T0 + 61.0)
+    assert [w.target.name for w in bus.scheduled()] == ["a"]
