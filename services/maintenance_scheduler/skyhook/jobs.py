@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from maintenance_scheduler.api import GC_IGNORE_ANNOTATION
 from maintenance_scheduler.skyhook.api import (
     API_VERSION,
     NAME_LABEL,
@@ -210,7 +211,10 @@ def build_maintenance(
     skyhook: Skyhook, node: str, *, namespace: str, drain_timeout_seconds: int
 ) -> dict[str, Any]:
     """Cordon, wait for the podNonInterruptLabels pods, drain everything but Skyhook's own
-    package pods -- through the maintenance budgets and the Slurm-first drain."""
+    package pods -- through the maintenance budgets and the Slurm-first drain. The Skyhook
+    controller deletes the request itself once no interrupt needs it, and keeps it while an
+    interrupt failed (the node stays out of service): the garbage collector's age limit
+    must not end it under a half-upgraded node, hence garbage-collector.ignore."""
     spec: dict[str, Any] = {
         "requestorID": requestor_id(skyhook.name),
         "nodeName": node,
@@ -238,6 +242,7 @@ def build_maintenance(
                 NODE_LABEL: node,
                 "app.kubernetes.io/managed-by": MANAGED_BY,
             },
+            "annotations": {GC_IGNORE_ANNOTATION: "true"},
         },
         "spec": spec,
     }

@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maintenance_scheduler.api import (
+    OperatorConfig,
     parse_node_maintenance,
 )
+from maintenance_scheduler.reconcile import garbage_collect
 from maintenance_scheduler.skyhook.api import parse_skyhook
 from maintenance_scheduler.skyhook.commands import command_for, decision_for
 from maintenance_scheduler.skyhook.jobs import build_job, build_maintenance, job_name
@@ -112,6 +114,24 @@ def test_interrupt_maintenance_request_cordons_waits_and_drains_all_but_package_
     assert request.wait_for_pod_completion.pod_selector == "app=training"
     assert request.drain_spec is not None
     assert request.drain_spec.pod_selector == "!skyhook.nvidia.com/name"
+
+
+def test_rule_skyhooks_own_request_is_never_garbage_collected() -> None:
+    """A failed interrupt keeps its node out of service through Skyhook's request: the
+    garbage collector, an hour after the request went Ready, must not delete it (and
+    uncordon a half-upgraded node). The Skyhook controller deletes it itself."""
+    body = build_maintenance(SKYHOOK, "node-7", namespace="ops", drain_timeout_seconds=300)
+    body["metadata"].update(
+        uid="nm-1",
+        resourceVersion="9",
+        creationTimestamp=rfc3339(T0),
+        finalizers=["maintenance.nvidia.com/finalizer"],
+    )
+    body["metadata"]["annotations"]["maintenance.nvidia.com/ready-time"] = rfc3339(T0)
+    ready = {"type": "Ready", "status": "True", "reason": "Ready"}
+    body["status"] = {"conditions": [{**ready, "lastTransitionTime": rfc3339(T0)}]}
+    due, _ = garbage_collect([parse_node_maintenance(body)], OperatorConfig(), T0 + 10 * 3600)
+    assert due == []
 
 
 def pod(containers: list[dict[str, Any]], phase: str = "Pending") -> dict[str, Any]:
