@@ -45,7 +45,7 @@ from nodeset_controller.objects import (
     pod_requests,
 )
 from nodeset_controller.podspec import build_pod, placement_spec, revision_hash, selector
-from nodeset_controller.podstate import PodState, pod_state
+from nodeset_controller.podstate import PodState, pod_state, scale_down_message
 from nodeset_controller.slices import SliceChange, plan_slices
 from nodeset_controller.spec import (
     Defaults,
@@ -668,8 +668,10 @@ def plan_scale_down(round_: _Round, pods: PodClasses, desired: int) -> ScaleDown
     pods marked for scale-down stay marked and only the rest is ranked, so another pod
     turning into a better pick cancels nothing and restarts no forced-deletion timer, and a
     pod lost meanwhile is replaced rather than a marked one kept. The desired count rose by
-    what `desired` exceeds the NodeSet's last written desiredNumberScheduled (durable, so a
-    restart sees it too); that many marks, the best pods to keep, are cancelled. A pod marked
+    what `desired` exceeds the NodeSet's last written desiredNumberScheduled, or by the
+    number of marks made for a count below `desired` (each mark's message names its count:
+    durable on the pod, in the same write); that many marks, the best pods to keep, are
+    cancelled. A pod marked
     for a rolling update and picked here becomes a scale-down: its reason changes and the
     forced timer applies.
     """
@@ -679,8 +681,14 @@ def plan_scale_down(round_: _Round, pods: PodClasses, desired: int) -> ScaleDown
     marked = [p for p in order if p.delete_reason == SCALING_DELETE]
     surplus = max(0, len(marked) - excess)
     reported = mapping(round_.view.nodeset.get("status")).get("desiredNumberScheduled")
-    if isinstance(reported, int) and not isinstance(reported, bool):
-        surplus = min(surplus, max(0, desired - reported))
+    if surplus and isinstance(reported, int) and not isinstance(reported, bool):
+        # Marks made for a count below today's were outgrown, whatever the status says: the
+        # status write that would have recorded the lower count may have been refused (the
+        # scale back up changed the NodeSet under it), or the cancel lost after it landed.
+        outgrown = sum(
+            1 for pod in marked if pod.delete_target is not None and pod.delete_target < desired
+        )
+        surplus = min(surplus, max(desired - reported, outgrown, 0))
     cancelling = marked[len(marked) - surplus :] if surplus else []
     removing = marked[: len(marked) - surplus]
     removing += [p for p in order if p.delete_reason != SCALING_DELETE][
@@ -690,8 +698,9 @@ def plan_scale_down(round_: _Round, pods: PodClasses, desired: int) -> ScaleDown
     for pod in removing:
         if pod.delete_reason == SCALING_DELETE:
             continue
-        why = f"scale down to {desired}: " + ranking.scale_down_reason(
-            pod, priority_ordering=spec.scale_down_priority_ordering
+        why = scale_down_message(
+            desired,
+            ranking.scale_down_reason(pod, priority_ordering=spec.scale_down_priority_ordering),
         )
         if pod.delete_reason is not None:
             why += f" (was {pod.delete_reason}: now a scale-down)"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from nodeflow_contracts.pod_protocol import (
     REVISION_LABEL,
+    SCALING_DELETE,
     SLURM_DELETE_CONDITION,
     SLURM_NOT_REGISTERED_REASON,
     slurm_state_condition,
@@ -62,6 +64,9 @@ class PodState:
     no_job: NoJobReason | None = None
     # spec.nodeName is set: a kubelet has the pod (`node` is also the pinned node before).
     bound: bool = True
+    # The replica count a ScalingDeleteScheduled mark was made for (`scale_down_message`);
+    # None for another mark, or one whose message does not say.
+    delete_target: int | None = None
 
     @property
     def slurm_known(self) -> bool:
@@ -138,6 +143,23 @@ def not_registered_since(pod: Mapping[str, Any]) -> float | None:
     return parse_time(unknown.get("lastTransitionTime"))
 
 
+# A scale-down mark's message starts with the replica count it was made for. Kept on the pod
+# (durable, in the same write as the mark), so a later plan knows which marks the desired
+# count has outgrown without relying on a status write that may have been refused.
+_SCALE_DOWN_MESSAGE = re.compile(r"scale down to (\d+):")
+
+
+def scale_down_message(desired: int, why: str) -> str:
+    """The message of a ScalingDeleteScheduled mark made while scaling down to `desired`."""
+    return f"scale down to {desired}: {why}"
+
+
+def scale_down_target(message: object) -> int | None:
+    """The replica count a mark's `scale_down_message` names, or None."""
+    found = _SCALE_DOWN_MESSAGE.match(message) if isinstance(message, str) else None
+    return int(found.group(1)) if found else None
+
+
 def pod_state(pod: Mapping[str, Any], slurm: SlurmNodeState | None) -> PodState:
     """The pod with `slurm`, its Slurm node's state if it may be trusted (None otherwise).
     A DOWN node is marked as running no job here; absence needs the clock and the cluster's
@@ -164,4 +186,9 @@ def pod_state(pod: Mapping[str, Any], slurm: SlurmNodeState | None) -> PodState:
         not_registered_since=not_registered_since(pod) if slurm is None else None,
         no_job="SlurmNodeDown" if down else None,
         bound=bool(mapping(pod.get("spec")).get("nodeName")),
+        delete_target=(
+            scale_down_target(delete.get("message"))
+            if delete and scheduled and reason == SCALING_DELETE
+            else None
+        ),
     )

@@ -117,6 +117,7 @@ def pod(
     revision: str = "rev",
     delete_reason: str | None = None,
     delete_since: float | None = None,
+    delete_message: str | None = None,
     created: float = T0,
     phase: str | None = None,
     terminating: bool = False,
@@ -143,6 +144,7 @@ def pod(
                 "status": "True",
                 "reason": delete_reason,
                 "lastTransitionTime": rfc3339(delete_since if delete_since is not None else T0),
+                **({"message": delete_message} if delete_message is not None else {}),
             }
         )
     meta: dict[str, Any] = {

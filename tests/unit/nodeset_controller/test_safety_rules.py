@@ -24,7 +24,7 @@ from nodeset_controller.planner import (
     ScheduleDelete,
     plan,
 )
-from nodeset_controller.podstate import PodState
+from nodeset_controller.podstate import PodState, scale_down_message
 from tests.unit.nodeset_controller.builders import (
     T0,
     cluster_status,
@@ -328,6 +328,34 @@ def test_rule_a_bound_pending_pod_proves_no_idle_node_while_slurm_is_unknown() -
     stale = cluster_status(last_success_at=T0 - 600)
     result = plan(view(nodeset(replicas=2), node_map, pods, states, status=stale))
     assert of(result, DeletePod) == []
+
+
+def test_rule_a_scale_down_mark_outgrown_by_the_replica_count_is_cancelled() -> None:
+    """Scaled 5 -> 4 and back to 5 before the status recorded 4 (its write was refused: the
+    NodeSet changed under it): the mark made for 4 must still be cancelled, or the forced
+    timeout kills the job it drains though the user wants five pods. A mark made for the
+    count that still holds stays (a pod lost meanwhile is replaced, the marked one goes)."""
+    node_map, pods = full(5)
+    marked = pod(
+        "gpu-001-001",
+        "n0",
+        revision=REV,
+        delete_reason=SCALING_DELETE,
+        delete_since=T0,
+        delete_message=scale_down_message(4, "idle"),
+    )
+    pods[0] = marked
+    states = busy_states(pods, busy=True)
+    states["gpu-001-001"] = slurm("gpu-001-001", busy=True, drain=True)
+    forced = {"forceScalingDeleteKnownConditionTimeout": 60}
+    spec = nodeset(replicas=5, status={"desiredNumberScheduled": 5}, extra=forced)
+    result = plan(view(spec, node_map, pods, states, now=T0 + 120))
+    assert [c.pod.name for c in of(result, CancelDelete)] == ["gpu-001-001"]
+    assert of(result, DeletePod) == []
+    # Four wanted, one of the other pods lost: the mark made for four stays.
+    spec = nodeset(replicas=4, status={"desiredNumberScheduled": 4}, extra=forced)
+    result = plan(view(spec, node_map, pods[:4], states, now=T0 + 10))
+    assert of(result, CancelDelete) == []
 
 
 @st.composite
