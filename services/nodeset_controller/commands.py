@@ -200,6 +200,30 @@ def decision_and_event(
     return decision, event
 
 
+def release_outgoing(
+    action: Release, claim: str, now: float, blocked: tuple[str, ...] = ()
+) -> Outgoing:
+    """Remove the node's claim `claim` (a NodeSet key): for that NodeSet's plan, or for a
+    claim whose NodeSet is gone (`orphan_claim_releases`)."""
+    key = stable_key("release", action.node, action.node_uid, action.node_rv, claim)
+    patch = {"metadata": {"annotations": {CLAIM_ANNOTATION: None}}}
+    command = _command(
+        key,
+        node_ref(action.node, action.node_uid, action.node_rv),
+        PatchObject(patch_type="merge", patch=patch),
+        f"release node from NodeSet {claim}: {action.why}",
+        now,
+    )
+    return Outgoing(
+        node_slot(action.node),
+        ("k8s_nodes", f"_.{action.node}"),
+        action.node_rv,
+        command,
+        also_blocked_by=blocked,
+        windowed=True,
+    )
+
+
 def to_outgoing(
     spec: NodeSetSpec, action: Action, now: float, *, pod_deleted_revision: int = 0
 ) -> Outgoing:
@@ -282,24 +306,8 @@ def to_outgoing(
             windowed=True,
         )
     if isinstance(action, Release):
-        key = stable_key("release", action.node, action.node_uid, action.node_rv, spec.key)
-        patch = {"metadata": {"annotations": {CLAIM_ANNOTATION: None}}}
-        command = _command(
-            key,
-            node_ref(action.node, action.node_uid, action.node_rv),
-            PatchObject(patch_type="merge", patch=patch),
-            f"release node from NodeSet {spec.key}: {action.why}",
-            now,
-        )
         blocked = (pod_slot(ns, action.pod_name),) if action.pod_name else ()
-        return Outgoing(
-            node_slot(action.node),
-            ("k8s_nodes", f"_.{action.node}"),
-            action.node_rv,
-            command,
-            also_blocked_by=blocked,
-            windowed=True,
-        )
+        return release_outgoing(action, spec.key, now, blocked)
     if isinstance(action, CreatePod):
         key = stable_key(
             "create",

@@ -58,6 +58,7 @@ from nodeset_controller.commands import (
     invalid_status_outgoing,
     notice_outgoing,
     pod_slot,
+    release_outgoing,
     stable_key,
     status_outgoing,
     to_outgoing,
@@ -65,6 +66,7 @@ from nodeset_controller.commands import (
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.objects import (
     OtherPod,
+    claim_of,
     keep_in_view,
     keep_node_in_view,
     pod_node,
@@ -77,6 +79,7 @@ from nodeset_controller.planner import (
     Notice,
     PlanMemo,
     PodChangeSent,
+    orphan_claim_releases,
     plan,
     slurm_trust,
 )
@@ -205,6 +208,7 @@ class NodeSetController:
         )
         # Indexes kept up to date by the KV listeners.
         self._pods_of: dict[str, dict[str, Obj]] = {}  # "<ns>.<nodeset>" -> pod name -> pod
+        self._claims: dict[str, str] = {}  # node name -> the NodeSet key claiming it
         self._pod_names: dict[str, set[str]] = {}  # namespace -> pod names
         self._pod_requests: dict[str, tuple[str, ResourceList]] = {}  # pod key -> (node, req)
         self._requested: dict[str, ResourceList] = {}  # node -> summed requests
@@ -281,10 +285,15 @@ class NodeSetController:
 
     def _on_node(self, key: str, old: Obj | None, new: Obj | None) -> None:
         name = key.partition(".")[2]
+        claim = claim_of(new) if new is not None else None
         if new is None:
             self._nodes_by_name.pop(name, None)
         else:
             self._nodes_by_name[name] = new
+        if claim is None:
+            self._claims.pop(name, None)
+        else:
+            self._claims[name] = claim
         # A node change can matter to every NodeSet (feasibility, claims).
         self._mark(None)
 
@@ -549,6 +558,9 @@ class NodeSetController:
         unless a caller drives the clock)."""
         if now is None:
             now = time.time()
+        # Claims of NodeSets that are gone are looked at when a node changed (a claim may
+        # have appeared) or something of a NodeSet that is gone did (its last pod went).
+        check_orphans = self._all_dirty
         if self._all_dirty:
             keys = set(self.nodesets)
             self._all_dirty = False
@@ -573,8 +585,14 @@ class NodeSetController:
             nodeset = self.nodesets.get(key)
             if nodeset is None:
                 self._memos.pop(key, None)
+                check_orphans = True
                 continue
             outgoing.extend(self.plan_nodeset(key, nodeset, now))
+        if check_orphans:
+            for release, claim in orphan_claim_releases(
+                self._claims, self.nodesets, self._nodes_by_name, self._pods_of
+            ):
+                outgoing.append(release_outgoing(release, claim, now))
         self.last_plan_at = now
         if outgoing:
             await self.send(outgoing, now)
