@@ -13,7 +13,7 @@ from clustersim.kube import errors
 from clustersim.kube.errors import Cause, TooManyRequests
 from clustersim.kube.objects import DeleteResult, Obj, deep_copy, get_path, now_rfc3339
 from clustersim.kube.resources import ResourceInfo
-from clustersim.kube.selectors import LabelSelector
+from clustersim.kube.selectors import selector_from_match
 
 if TYPE_CHECKING:
     from clustersim.kube.store import Store
@@ -89,7 +89,7 @@ class Disruption:
             selector = (pdb.get("spec") or {}).get("selector")
             if selector is None:
                 continue
-            if LabelSelector.from_match(selector).matches(labels):
+            if selector_from_match(selector).matches(labels):
                 out.append(pdb)
         return out
 
@@ -205,7 +205,7 @@ def compute_pdb_status(
     spec = pdb.get("spec") or {}
     # policy/v1: an empty selector selects every pod of the namespace, a null one none.
     raw_selector = spec.get("selector")
-    selector = LabelSelector.from_match(raw_selector) if raw_selector is not None else None
+    selector = selector_from_match(raw_selector) if raw_selector is not None else None
     matching = [
         p for p in pods if selector is not None and selector.matches(p["metadata"].get("labels"))
     ]

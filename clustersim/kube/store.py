@@ -101,7 +101,7 @@ from clustersim.kube.objects import (
 )
 from clustersim.kube.patch import MERGE_PATCH, apply_patch, result_is_fresh
 from clustersim.kube.resources import BUILTINS, ResourceInfo, crd_resource_infos
-from clustersim.kube.selectors import FieldSelector, LabelSelector
+from clustersim.kube.selectors import FieldSelector, LabelSelector, parse_label_selector
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # The PriorityClasses every cluster has from the start.
@@ -569,7 +569,7 @@ class Store:
         labels = (
             label_selector
             if isinstance(label_selector, LabelSelector)
-            else LabelSelector.parse(label_selector)
+            else parse_label_selector(label_selector)
         )
         fields = (
             field_selector
@@ -1012,7 +1012,7 @@ class Store:
         labels = (
             label_selector
             if isinstance(label_selector, LabelSelector)
-            else LabelSelector.parse(label_selector)
+            else parse_label_selector(label_selector)
         )
         fields = (
             field_selector

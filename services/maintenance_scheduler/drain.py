@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from maintenance_scheduler.api import DrainSpec
 from maintenance_scheduler.pods import PodFacts
-from maintenance_scheduler.selector import SelectorError, parse_selector
+from nodeflow_kube.labels import SelectorError, parse_label_selector
 
 # The reference operator never drains its own pods; neither do we drain ours.
 SELF_LABELS: tuple[tuple[str, str], ...] = (
@@ -79,7 +79,7 @@ def plan_drain(spec: DrainSpec, pods: Iterable[PodFacts]) -> DrainPlan:
     pods = list(pods)
     plan = DrainPlan(total_pods=len(pods))
     try:
-        selector = parse_selector(spec.pod_selector)
+        selector = parse_label_selector(spec.pod_selector)
     except SelectorError as exc:
         plan.selector_error = str(exc)
         return plan

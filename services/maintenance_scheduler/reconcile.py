@@ -53,11 +53,11 @@ from maintenance_scheduler.api import (
 )
 from maintenance_scheduler.drain import DrainPlan, drain_progress, plan_drain
 from maintenance_scheduler.pods import PodFacts
-from maintenance_scheduler.selector import SelectorError, parse_selector
 from nodeflow_kube.fields import (
     mapping,
     rfc3339,
 )
+from nodeflow_kube.labels import SelectorError, parse_label_selector
 
 # Our value of the node's cordon-reason annotation starts with this, so an uncordon only
 # ever removes a reason we wrote.
@@ -317,7 +317,7 @@ def _wait_for_pods(
         )
         return
     try:
-        selector = parse_selector(wait.pod_selector)
+        selector = parse_label_selector(wait.pod_selector)
     except SelectorError as exc:
         set_phase(step, request, WAIT_FOR_POD_COMPLETION, now, f"invalid podSelector: {exc}")
         return

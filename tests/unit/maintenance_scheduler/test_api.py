@@ -10,7 +10,6 @@ from maintenance_scheduler.api import (
     parse_node_maintenance,
     parse_operator_config,
 )
-from maintenance_scheduler.selector import SelectorError, parse_selector
 from tests.unit.maintenance_scheduler.builders import nm, nm_object
 
 
@@ -98,13 +97,3 @@ def test_rule_unreadable_max_unavailable_fails_closed() -> None:
     cfg = parse_operator_config({"spec": {"maxUnavailable": "lots"}})
     assert cfg.problems
     assert cfg.unavailable_limit(100) == 0
-
-
-def test_rule_label_selector_forms() -> None:
-    selector = parse_selector("app=x, tier!=db, env in (a,b), !legacy, team")
-    assert selector.matches({"app": "x", "env": "a", "team": "t"})
-    assert not selector.matches({"app": "x", "env": "c", "team": "t"})
-    assert not selector.matches({"app": "x", "env": "a", "team": "t", "legacy": "1"})
-    assert parse_selector("").matches({})
-    with pytest.raises(SelectorError):
-        parse_selector("app=(")
