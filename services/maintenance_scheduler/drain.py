@@ -19,9 +19,12 @@ and idle (or down), read from a known, fresh state: an eviction never kills a ru
 
 from __future__ import annotations
 
-import re
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
+
+import re2  # type: ignore[import-untyped]
 
 from maintenance_scheduler.api import DrainSpec
 from maintenance_scheduler.pods import PodFacts
@@ -61,14 +64,27 @@ class DrainPlan:
         return not self.to_go and not self.blocking and not self.selector_error
 
 
+class _Pattern(Protocol):
+    def search(self, text: str) -> object: ...
+
+
+@functools.lru_cache(maxsize=256)
+def _go_regexp(pattern: str) -> _Pattern | None:
+    r"""The pattern compiled with RE2, the syntax of Go's regexp (POSIX classes `[[:alpha:]]`,
+    `\pL`, `\z`; no backreferences or lookaround), None when it does not compile. RE2 also
+    runs in time linear in the input, so no pattern a request carries can stall a round."""
+    try:
+        compiled: _Pattern = re2.compile(pattern)
+    except re2.error:
+        return None
+    return compiled
+
+
 def filter_matches(pattern: str, resource_names: Iterable[str]) -> bool:
     """Go's regexp MatchString semantics (a match anywhere); an invalid regex matches
     nothing, as upstream."""
-    try:
-        compiled = re.compile(pattern)
-    except re.error:
-        return False
-    return any(compiled.search(name) for name in resource_names)
+    compiled = _go_regexp(pattern)
+    return compiled is not None and any(compiled.search(name) for name in resource_names)
 
 
 def _is_self(pod: PodFacts) -> bool:

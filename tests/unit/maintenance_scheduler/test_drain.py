@@ -73,6 +73,22 @@ def test_rule_invalid_filter_regex_matches_nothing() -> None:
     assert not filter_matches("nvidia.com/gpu[", ["nvidia.com/gpu"])
 
 
+def test_rule_eviction_filters_are_go_regexps() -> None:
+    """The reference's filters are Go regexps (RE2 syntax): POSIX classes, Unicode classes
+    and \\z read as Go reads them (Python's re refused or misread each, so the GPU pod
+    matched no filter and was left on the node)."""
+    for pattern in (r"^[[:alpha:]]+\.com/gpu$", r"\pL+/gpu", r"gpu\z", r"(?i)NVIDIA\.COM"):
+        assert filter_matches(pattern, ["nvidia.com/gpu"]), pattern
+    # A backreference is no Go regexp: it matches nothing, as an invalid one does upstream.
+    assert not filter_matches(r"(gpu)\1", ["nvidia.com/gpugpu"])
+
+
+def test_rule_a_filter_cannot_stall_a_round() -> None:
+    """RE2 runs in time linear in the input: a pattern that makes a backtracking engine
+    run for ages (nested quantifiers over a long near-match) answers at once."""
+    assert not filter_matches(r"^(a+)+$", ["a" * 5000 + "!"])
+
+
 def test_rule_pod_selector_limits_the_drain() -> None:
     plan = plan_drain(
         DrainSpec(pod_selector="app=train"),
