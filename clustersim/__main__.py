@@ -90,7 +90,9 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
         name_prefix=args.name_prefix,
     )
     if spec.topology is None and args.nodes is not None:
-        spec = dataclasses.replace(spec, topology=default_topology(args.nodes))
+        spec = dataclasses.replace(
+            spec, topology=default_topology(args.nodes, spec.third_octet_start)
+        )
     check_spec(spec)
     return SimulatorConfig(
         cluster=spec,

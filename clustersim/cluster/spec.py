@@ -286,14 +286,14 @@ def node_names(spec: ClusterSpec, count: int) -> list[str]:
     return names
 
 
-def default_topology(nodes: int) -> TopologyShape:
+def default_topology(nodes: int, third_octet_start: int = 12) -> TopologyShape:
     """The shape `make run NODES=n` uses when no TOPOLOGY is given: the small default (two
     spines of two blocks of four) up to 16 nodes, then blocks that grow with the cluster (4, 8,
     32 nodes, as GPU clusters' leaf blocks do, and larger where the /16 would run out of third
     octets) under as many spines as keep each spine at 16 blocks or fewer."""
     if nodes <= 16:
         return TopologyShape(spines=2, blocks_per_spine=2, nodes_per_block=4)
-    free_thirds = 256 - 12  # third octets from the default .12 up
+    free_thirds = 256 - third_octet_start  # third octets from the first one up
     per_block = next(
         (size for size in (4, 8, 32, 64, 126) if nodes <= size * min(free_thirds, 16 * size)),
         HOSTS_PER_THIRD_OCTET,
@@ -393,7 +393,7 @@ def _shape_without_topology(spec: ClusterSpec, count: int) -> TopologyShape:
     try:
         check_addresses(count, small.nodes_per_block, spec.ip_prefix, spec.third_octet_start)
     except SpecError:
-        return default_topology(count)
+        return default_topology(count, spec.third_octet_start)
     return small
 
 

@@ -20,12 +20,16 @@ from typing import Any, Literal
 Operator = Literal["=", "!=", "in", "notin", "exists", "!exists", "gt", "lt"]
 
 # A label key: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters.
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 # The lexer's tokens: the operators (longest first), parentheses, commas, and identifiers,
 # which run until whitespace or one of those characters.
-_TOKEN = re.compile(r"\s*(!=|==|=|!|>|<|\(|\)|,|[^\s!=<>(),]+)")
+_TOKEN = re.compile(r"[ \t\r\n]*(!=|==|=|!|>|<|\(|\)|,|[^ \t\r\n!=<>(),]+)")
+# What Go's strconv.ParseInt(text, 10, 64) reads: the bound of `>`/`<` (a label value too,
+# so unsigned) and the label values compared with it.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_INT64 = range(-(2**63), 2**63)
 _OBJECT_OPERATORS: Mapping[str, Operator] = {
     "In": "in",
     "NotIn": "notin",
@@ -51,9 +55,9 @@ class Requirement:
         if op == "!exists":
             return self.key not in labels
         if op in ("gt", "lt"):
-            try:
-                have, bound = int(labels[self.key]), int(self.values[0])
-            except (KeyError, ValueError):
+            have = parse_int64(labels.get(self.key))
+            bound = parse_int64(self.values[0])
+            if have is None or bound is None:
                 return False
             return have > bound if op == "gt" else have < bound
         if op in ("=", "in"):
@@ -121,9 +125,18 @@ class LabelSelector:
 
 def parse_label_selector(text: str | None) -> LabelSelector:
     """The selector `text` says; None or blank selects everything."""
-    if text is None or not text.strip():
+    if text is None or not text.strip(" \t\r\n"):
         return LabelSelector()
     return LabelSelector(tuple(_Parser(text).requirements()))
+
+
+def parse_int64(text: str | None) -> int | None:
+    """`text` as Go's strconv.ParseInt(text, 10, 64) reads it, None where that fails (Python's
+    int() would also take "1_0" or " 1")."""
+    if text is None or not _INTEGER.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value in _INT64 else None
 
 
 def check_key(key: str, text: str) -> str:
@@ -131,15 +144,15 @@ def check_key(key: str, text: str) -> str:
     if (
         not name
         or len(name) > 63
-        or not _NAME.match(name)
-        or (slash and (not prefix or len(prefix) > 253 or not _PREFIX.match(prefix)))
+        or not _NAME.fullmatch(name)
+        or (slash and (not prefix or len(prefix) > 253 or not _PREFIX.fullmatch(prefix)))
     ):
         raise SelectorError(f"invalid label key {key!r} in selector {text!r}")
     return key
 
 
 def check_value(value: str, text: str) -> str:
-    if len(value) > 63 or not _VALUE.match(value):
+    if len(value) > 63 or not _VALUE.fullmatch(value):
         raise SelectorError(f"invalid label value {value!r} in selector {text!r}")
     return value
 
@@ -189,11 +202,9 @@ class _Parser:
             value = self._single_value()
             return Requirement(key, "!=" if token == "!=" else "=", (value,))
         if token in (">", "<"):
-            bound = self._identifier("an integer")
-            try:
-                int(bound)
-            except ValueError:
-                raise self._fail(f"{bound!r} is not an integer") from None
+            bound = check_value(self._identifier("an integer"), self.text)
+            if parse_int64(bound) is None:
+                raise self._fail(f"{bound!r} is not an integer")
             return Requirement(key, "gt" if token == ">" else "lt", (bound,))
         if token in ("in", "notin"):
             operator: Operator = "in" if token == "in" else "notin"
@@ -233,7 +244,7 @@ class _Parser:
 def _tokens(text: str) -> Iterator[str]:
     at = 0
     while at < len(text):
-        if text[at:].strip() == "":
+        if text[at:].strip(" \t\r\n") == "":
             return
         found = _TOKEN.match(text, at)
         if found is None:

@@ -136,19 +136,18 @@ class SharedCopies(Generic[T]):
         return found
 
 
-# What the pods of one template hold alike: their labels, annotations and owner (one job
-# or NodeSet), their containers and node filters. Of a NodeSet pod the affinity pins one
-# node, so is its own.
+# What the pods of one template hold alike: their labels and owner (one job or NodeSet),
+# their containers and node filters. Not what is each pod's own and would only churn the
+# table: annotations (a created pod carries its create command's key), the affinity (a
+# NodeSet pod's pins its node).
 POD_TEMPLATE_PARTS: tuple[tuple[str, ...], ...] = (
     ("metadata", "labels"),
-    ("metadata", "annotations"),
     ("metadata", "ownerReferences"),
     ("metadata", "finalizers"),
     ("spec", "containers"),
     ("spec", "initContainers"),
     ("spec", "overhead"),
     ("spec", "resources"),
-    ("spec", "affinity"),
     ("spec", "tolerations"),
     ("spec", "nodeSelector"),
 )

@@ -44,6 +44,7 @@ from maintenance_scheduler.api import (
 )
 from maintenance_scheduler.commands import (
     COMMAND_LIFETIME_SECONDS,
+    LATE_LANDING_SECONDS,
     SENDER,
     commands_for,
     decision_message,
@@ -367,11 +368,13 @@ class MaintenanceScheduler:
         requests = self._parsed_requests()
         by_uid = {r.uid: r for r in requests}
         self._observe_phases(requests, now)
-        # A request whose Scheduled write is on its way counts as scheduled, until the write
-        # shows or can no longer land: k8s-watcher keeps retrying it (a 429, a 5xx, no
-        # answer) until the command's deadline, so forgetting it sooner would let a second
-        # request take the same slot and exceed maxParallelOperations once both land.
-        holds_for = max(self.config.in_flight_timeout_seconds, COMMAND_LIFETIME_SECONDS)
+        # A request whose Scheduled write is on its way counts as scheduled until the write
+        # shows, is refused or expires (its outcome), or can no longer land: k8s-watcher
+        # keeps retrying it (a 429, a 5xx, no answer) until the command's deadline, and a
+        # request it sent just before then may land a request timeout later. Forgetting it
+        # sooner would let a second request take the same slot and exceed
+        # maxParallelOperations once both land.
+        holds_for = COMMAND_LIFETIME_SECONDS + LATE_LANDING_SECONDS
         for uid, sent_at in list(self._scheduling.items()):
             request = by_uid.get(uid)
             if request is None or request.phase != PENDING or now - sent_at > holds_for:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Collection, Container, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
@@ -672,7 +672,9 @@ def plan_scale_down(round_: _Round, pods: PodClasses, desired: int) -> ScaleDown
     what `desired` exceeds the NodeSet's last written desiredNumberScheduled, or by the
     number of marks made for a count below `desired` (each mark's message names its count:
     durable on the pod, in the same write); that many marks, the best pods to keep, are
-    cancelled. A pod marked
+    cancelled. (So a mark left from a scale-down the desired count has since outgrown is
+    cancelled, its pod kept, when another pod is lost meanwhile: the lost one is not
+    replaced while a running pod can be kept instead.) A pod marked
     for a rolling update and picked here becomes a scale-down: its reason changes and the
     forced timer applies.
     """
@@ -785,7 +787,10 @@ def plan_rolling_update(
     leaving_unplaceable = sum(
         1 for pod in pods.terminating_in_place if pod.node is not None and pod.node not in placeable
     )
-    target = min(desired, feasible.count + leaving_unplaceable)
+    can_run = feasible.count + leaving_unplaceable
+    # Without replicas the NodeSet wants a pod on every feasible node: `desired` is
+    # feasible.count, which the pods still leaving must not shrink either.
+    target = can_run if spec.replicas is None else min(desired, can_run)
     missing = target - len(scale_down.staying)
     budget = resolve_max_unavailable(spec.max_unavailable, target)
     # A pod whose mark this plan cancels still counts as pending deletion until it lands.
@@ -922,26 +927,27 @@ def plan_claims_and_releases(
 
 def orphan_claim_releases(
     claims: Mapping[str, str],
-    nodesets: Container[str],
+    deleted: Callable[[str], bool],
     nodes: Mapping[str, Obj],
     pods_of: Mapping[str, Mapping[str, Obj]],
 ) -> list[tuple[Release, str]]:
-    """Claims whose NodeSet is gone, with the claim each Release removes: a node claimed by a
-    deleted (or renamed) NodeSet is free for another once no pod of that NodeSet is on it any
-    more (its pods go by garbage collection; one orphaned on purpose keeps the node taken).
-    Without this, no NodeSet's plan ever releases such a node. `claims`: node -> claim of
-    the claimed nodes; `nodesets`: the NodeSet keys that exist; `pods_of`: NodeSet key ->
-    its pods by name, as the views hold them."""
+    """Claims of NodeSets seen deleted, with the claim each Release removes: a node claimed by
+    a deleted (or renamed) NodeSet is free for another once no pod of that NodeSet is on it
+    any more (its pods go by garbage collection; one orphaned on purpose keeps the node).
+    Without this, no NodeSet's plan ever releases such a node. Only a deletion frees a claim:
+    a NodeSet merely missing from the view (outside k8s-watcher's namespaces or selectors)
+    proves nothing. `claims`: node -> claim of the claimed nodes; `deleted`: whether the
+    NodeSet of that key was seen deleted; `pods_of`: NodeSet key -> its pods by name."""
     releases: list[tuple[Release, str]] = []
-    # Asked on every node change: the scan is one set lookup per claimed node.
-    orphaned = [(name, claim) for name, claim in claims.items() if claim not in nodesets]
+    # Asked on every node change: one lookup per claimed node.
+    orphaned = [(name, claim) for name, claim in claims.items() if deleted(claim)]
     for node_name, claim in sorted(orphaned):
         node = nodes.get(node_name)
         if node is None:
             continue
         if any(pod_node(pod) == node_name for pod in pods_of.get(claim, {}).values()):
             continue
-        why = f"NodeSet {claim} is gone and no pod of it is on the node"
+        why = f"NodeSet {claim} was deleted and no pod of it is on the node"
         releases.append(
             (Release(node_name, uid_of(node), resource_version_of(node), "", why), claim)
         )

@@ -56,6 +56,7 @@ from nodeset_controller.commands import (
     Outgoing,
     action_slot,
     invalid_status_outgoing,
+    node_slot,
     notice_outgoing,
     pod_slot,
     release_outgoing,
@@ -188,7 +189,9 @@ class NodeSetController:
     def __init__(self, bus: Bus, config: NodeSetControllerConfig) -> None:
         self.bus = bus
         self.config = config
-        self.nodesets: KVView[Obj] = KVView(bus, "k8s_nodesets", dict)
+        # Deletes tracked: only a NodeSet seen deleted frees its nodes' claims (one missing
+        # from the view may just be outside k8s-watcher's namespaces or selectors).
+        self.nodesets: KVView[Obj] = KVView(bus, "k8s_nodesets", dict, track_deletes=True)
         self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict, project=keep_node_in_view)
         # The view's nodes by node name (its keys carry a namespace token), kept by _on_node:
         # building it for every plan cost a pass over every node.
@@ -209,6 +212,7 @@ class NodeSetController:
         # Indexes kept up to date by the KV listeners.
         self._pods_of: dict[str, dict[str, Obj]] = {}  # "<ns>.<nodeset>" -> pod name -> pod
         self._claims: dict[str, str] = {}  # node name -> the NodeSet key claiming it
+        self._orphans_waiting = False
         self._pod_names: dict[str, set[str]] = {}  # namespace -> pod names
         self._pod_requests: dict[str, tuple[str, ResourceList]] = {}  # pod key -> (node, req)
         self._requested: dict[str, ResourceList] = {}  # node -> summed requests
@@ -559,8 +563,9 @@ class NodeSetController:
         if now is None:
             now = time.time()
         # Claims of NodeSets that are gone are looked at when a node changed (a claim may
-        # have appeared) or something of a NodeSet that is gone did (its last pod went).
-        check_orphans = self._all_dirty
+        # have appeared), something of a NodeSet that is gone did (its last pod went), or
+        # the window had no room for all of them last time.
+        check_orphans = self._all_dirty or self._orphans_waiting
         if self._all_dirty:
             keys = set(self.nodesets)
             self._all_dirty = False
@@ -589,13 +594,31 @@ class NodeSetController:
                 continue
             outgoing.extend(self.plan_nodeset(key, nodeset, now))
         if check_orphans:
-            for release, claim in orphan_claim_releases(
-                self._claims, self.nodesets, self._nodes_by_name, self._pods_of
-            ):
-                outgoing.append(release_outgoing(release, claim, now))
+            outgoing.extend(self._orphan_releases(now))
         self.last_plan_at = now
         if outgoing:
             await self.send(outgoing, now)
+
+    def _orphan_releases(self, now: float) -> list[Outgoing]:
+        """Releases of claims whose NodeSet was deleted, within the in-flight window like
+        any claim change (the rest wait for room)."""
+        produced: list[Outgoing] = []
+        self._orphans_waiting = False
+        for release, claim in orphan_claim_releases(
+            self._claims,
+            lambda key: self.nodesets.deleted_revision(key) is not None,
+            self._nodes_by_name,
+            self._pods_of,
+        ):
+            if self._busy(node_slot(release.node), now):
+                continue
+            if self._room <= 0:
+                self._orphans_waiting = True
+                metrics.DEFERRED.inc()
+                break
+            self._room -= 1
+            produced.append(release_outgoing(release, claim, now))
+        return produced
 
     def _pod_changes_in_flight(
         self, namespace: str, ours: Mapping[str, Obj], now: float

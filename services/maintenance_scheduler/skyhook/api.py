@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from nodeflow_kube.fields import Obj, mapping, meta
+from nodeflow_kube.labels import SelectorError, check_key, check_value
 
 API_GROUP: Final = "skyhook.nvidia.com"
 API_VERSION: Final = "skyhook.nvidia.com/v1alpha1"
@@ -104,9 +105,13 @@ class LabelSelector:
 
 
 def parse_label_selector(raw: object, where: str, problems: list[str]) -> LabelSelector:
+    """A metav1.LabelSelector, its keys and values checked as the API server checks them
+    (a selector turned into a podSelector string must parse again)."""
     data = mapping(raw)
     labels = mapping(data.get("matchLabels"))
     match_labels = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+    for key, value in match_labels:
+        _check_label(key, value, f"{where}.matchLabels", problems)
     expressions: list[Expression] = []
     for index, entry in enumerate(data.get("matchExpressions") or ()):
         item = mapping(entry)
@@ -115,6 +120,11 @@ def parse_label_selector(raw: object, where: str, problems: list[str]) -> LabelS
         values = frozenset(str(v) for v in item.get("values") or ())
         if not key:
             problems.append(f"{where}.matchExpressions[{index}]: key is required")
+            continue
+        if not _check_label(key, None, f"{where}.matchExpressions[{index}]", problems) or not all(
+            _check_label(key, value, f"{where}.matchExpressions[{index}]", problems)
+            for value in sorted(values)
+        ):
             continue
         if operator in ("In", "NotIn"):
             if not values:
@@ -129,6 +139,17 @@ def parse_label_selector(raw: object, where: str, problems: list[str]) -> LabelS
         else:
             problems.append(f"{where}.matchExpressions[{index}]: unknown operator {operator!r}")
     return LabelSelector(match_labels, tuple(expressions))
+
+
+def _check_label(key: str, value: str | None, where: str, problems: list[str]) -> bool:
+    try:
+        check_key(key, where)
+        if value is not None:
+            check_value(value, where)
+    except SelectorError as exc:
+        problems.append(f"{where}: {exc}")
+        return False
+    return True
 
 
 # --- DeploymentPolicy ------------------------------------------------------------------------

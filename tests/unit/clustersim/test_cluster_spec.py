@@ -210,6 +210,10 @@ def test_a_spec_file_of_four_thousand_nodes_without_a_topology_gets_one_that_gro
     path.write_text("nodes: 4000\n")
     specs = build_node_specs(load_spec_file(str(path)))
     assert len({spec.internal_ip for spec in specs}) == 4000
+    # Its address range starting higher: the shape grows further.
+    path.write_text("nodes: 4000\nthird_octet_start: 150\n")
+    specs = build_node_specs(load_spec_file(str(path)))
+    assert len({spec.internal_ip for spec in specs}) == 4000
     # A small spec keeps its blocks of up to eight nodes.
     assert {spec.labels[BLOCK_LABEL] for spec in build_node_specs(ClusterSpec(nodes=12))} == {
         "block-0",

@@ -98,3 +98,15 @@ def test_rule_a_selector_reads_back_from_its_string_form(
     again = parse_label_selector(selector.to_string())
     assert again == selector
     assert again.matches(labels) == selector.matches(labels)
+
+
+def test_rule_integers_and_whitespace_are_read_as_go_reads_them() -> None:
+    """A bound is a label value and an int64 (no sign, no digit separators, no overflow); a
+    label compared with it must read as Go's ParseInt reads it; only ASCII blanks separate
+    tokens (a no-break space is part of the key, which makes it invalid)."""
+    for text in ("a>-1", "a>1_0", "a>99999999999999999999", "a\u00a0=b"):
+        with pytest.raises(SelectorError):
+            parse_label_selector(text)
+    assert not parse_label_selector("a>5").matches({"a": "1_0"})
+    assert parse_label_selector("a>5").matches({"a": "10"})
+    assert parse_label_selector("a\t=\tb").matches({"a": "b"})

@@ -105,10 +105,30 @@ async def test_rule_a_scheduling_still_retried_holds_its_slot_until_its_command_
     service.requests.values["default.c"] = nm_object(  # type: ignore[attr-defined]
         "c", "n3", requestor="r2.example.com", phase="Pending"
     )
-    for seconds in (10.0, 31.0, 59.0):
-        await tell(service, write, "retrying")
+    for seconds in (10.0, 31.0, 59.0, 90.0, 119.0):
+        if seconds < 60.0:
+            await tell(service, write, "retrying")
         await service.round(T0 + seconds)
         assert bus.scheduled() == [], f"c took a's slot {seconds:.0f} s after a was scheduled"
-    # Past the deadline the write can no longer land: the slot is free again.
-    await service.round(T0 + 61.0)
+    # A request timeout past the deadline the write can no longer land: the slot is free.
+    await service.round(T0 + 121.0)
+    assert [w.target.name for w in bus.scheduled()] == ["a"]
+
+
+async def test_rule_an_expired_scheduling_frees_its_slot_at_once() -> None:
+    """Its outcome says the write will never land: the slot is free for the next round."""
+    bus = CaughtCommands()
+    service = MaintenanceScheduler(cast(Bus, bus), MaintenanceSchedulerConfig())
+    service.requests = DictView(  # type: ignore[assignment]
+        {"default.a": nm_object("a", "n1", requestor="r1.example.com", phase="Pending")}
+    )
+    service.nodes = DictView({"_.n1": node("n1")})  # type: ignore[assignment]
+    service.configs = DictView()  # type: ignore[assignment]
+    service.clusters = DictView()  # type: ignore[assignment]
+    await service.round(T0)
+    (write,) = bus.scheduled()
+    await service.round(T0 + 1.0)
+    assert bus.scheduled() == []  # held
+    await tell(service, write, "expired")
+    await service.round(T0 + 2.0)
     assert [w.target.name for w in bus.scheduled()] == ["a"]

@@ -302,6 +302,9 @@ def test_rule_a_pod_terminating_where_its_replacement_cannot_go_yet_counts_as_un
     )
     second = plan(view(nodeset(replicas=4, max_unavailable=1), node_map, pods, states))
     assert of(second, ScheduleDelete) == []
+    # The same without replicas (a pod on every feasible node).
+    unset = plan(view(nodeset(replicas=None, max_unavailable=1), node_map, pods, states))
+    assert of(unset, ScheduleDelete) == []
 
 
 def test_rule_rolling_update_on_delete_replaces_nothing() -> None:
@@ -486,11 +489,17 @@ def test_plan_with_a_memo_equals_the_plan_without_through_changes() -> None:
 
 
 def test_rule_a_claim_outlives_its_nodeset_only_while_a_pod_of_it_is_on_the_node() -> None:
-    node_map = nodes(3)
-    claims = {"n0": "default.gone", "n1": "default.gone", "n2": KEY}
+    """Released: the claims of a NodeSet seen deleted, on nodes without a pod of it. Kept:
+    a node where such a pod is still running, and the claims of a NodeSet that is only
+    missing from the view (another namespace than k8s-watcher watches, say)."""
+    node_map = nodes(4)
+    claims = {"n0": "default.gone", "n1": "default.gone", "n2": KEY, "n3": "team-b.gpu"}
     orphaned_pod = pod("gpu-001-002", "n1", nodeset_name="gone")
     releases = orphan_claim_releases(
-        claims, {KEY}, node_map, {"default.gone": {"gpu-001-002": orphaned_pod}}
+        claims,
+        {"default.gone"}.__contains__,
+        node_map,
+        {"default.gone": {"gpu-001-002": orphaned_pod}},
     )
     assert [(release.node, claim) for release, claim in releases] == [("n0", "default.gone")]
     assert releases[0][0].node_uid == node_map["n0"]["metadata"]["uid"]

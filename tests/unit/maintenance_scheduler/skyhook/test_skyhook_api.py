@@ -98,6 +98,17 @@ def test_skyhook_pause_and_disable_annotations() -> None:
             {"packages": {"pkg": {"version": "1.0.0", "image": "x", "dependsOn": {"nope": "1"}}}},
             "is not a package",
         ),
+        # A label value the API server would refuse: the podSelector made of it would not
+        # parse, and the interrupt's NodeMaintenance would wait for ever.
+        ({"podNonInterruptLabels": {"matchLabels": {"app": "a:b"}}}, "invalid label value"),
+        (
+            {
+                "podNonInterruptLabels": {
+                    "matchExpressions": [{"key": "bad key", "operator": "Exists"}]
+                }
+            },
+            "invalid label key",
+        ),
     ],
 )
 def test_skyhook_invalid_spec_is_reported_with_a_clear_problem(
