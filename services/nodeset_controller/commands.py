@@ -200,27 +200,45 @@ def decision_and_event(
     return decision, event
 
 
-def release_outgoing(
-    action: Release, claim: str, now: float, blocked: tuple[str, ...] = ()
+def _claim_outgoing(
+    node: str,
+    node_uid: str,
+    node_rv: str,
+    claim: str,
+    held: bool,
+    why: str,
+    now: float,
+    blocked: tuple[str, ...] = (),
 ) -> Outgoing:
-    """Remove the node's claim `claim` (a NodeSet key): for that NodeSet's plan, or for a
-    claim whose NodeSet is gone (`orphan_claim_releases`)."""
-    key = stable_key("release", action.node, action.node_uid, action.node_rv, claim)
-    patch = {"metadata": {"annotations": {CLAIM_ANNOTATION: None}}}
+    """Set (`held`) or remove the node's claim annotation `claim` (a NodeSet key), with the
+    node's resourceVersion as precondition."""
+    verb = "claim" if held else "release"
+    key = stable_key(verb, node, node_uid, node_rv, claim)
+    patch = {"metadata": {"annotations": {CLAIM_ANNOTATION: claim if held else None}}}
     command = _command(
         key,
-        node_ref(action.node, action.node_uid, action.node_rv),
+        node_ref(node, node_uid, node_rv),
         PatchObject(patch_type="merge", patch=patch),
-        f"release node from NodeSet {claim}: {action.why}",
+        f"{verb} node {'for' if held else 'from'} NodeSet {claim}: {why}",
         now,
     )
     return Outgoing(
-        node_slot(action.node),
-        ("k8s_nodes", f"_.{action.node}"),
-        action.node_rv,
+        node_slot(node),
+        ("k8s_nodes", f"_.{node}"),
+        node_rv,
         command,
         also_blocked_by=blocked,
         windowed=True,
+    )
+
+
+def release_outgoing(
+    action: Release, claim: str, now: float, blocked: tuple[str, ...] = ()
+) -> Outgoing:
+    """Remove the node's claim `claim`: for that NodeSet's plan, or for a claim whose
+    NodeSet was deleted (`orphan_claim_releases`)."""
+    return _claim_outgoing(
+        action.node, action.node_uid, action.node_rv, claim, False, action.why, now, blocked
     )
 
 
@@ -289,21 +307,8 @@ def to_outgoing(
         )
 
     if isinstance(action, Claim):
-        key = stable_key("claim", action.node, action.node_uid, action.node_rv, spec.key)
-        patch = {"metadata": {"annotations": {CLAIM_ANNOTATION: spec.key}}}
-        command = _command(
-            key,
-            node_ref(action.node, action.node_uid, action.node_rv),
-            PatchObject(patch_type="merge", patch=patch),
-            f"claim node for NodeSet {spec.key}: {action.why}",
-            now,
-        )
-        return Outgoing(
-            node_slot(action.node),
-            ("k8s_nodes", f"_.{action.node}"),
-            action.node_rv,
-            command,
-            windowed=True,
+        return _claim_outgoing(
+            action.node, action.node_uid, action.node_rv, spec.key, True, action.why, now
         )
     if isinstance(action, Release):
         blocked = (pod_slot(ns, action.pod_name),) if action.pod_name else ()
