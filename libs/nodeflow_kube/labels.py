@@ -189,11 +189,18 @@ class _Parser:
             raise self._fail(f"expected {what} but found {token or 'the end'!r}")
         return token
 
+    def _key(self) -> str:
+        # `in` and `notin` are keywords wherever they stand, as in Go's lexer: never a key.
+        key = self._identifier("a label key")
+        if key in ("in", "notin"):
+            raise self._fail(f"expected a label key but found the keyword {key!r}")
+        return check_key(key, self.text)
+
     def _requirement(self) -> Requirement:
         if self._peek() == "!":
             self._take()
-            return Requirement(check_key(self._identifier("a label key"), self.text), "!exists")
-        key = check_key(self._identifier("a label key"), self.text)
+            return Requirement(self._key(), "!exists")
+        key = self._key()
         token = self._peek()
         if token is None or token == ",":
             return Requirement(key, "exists")

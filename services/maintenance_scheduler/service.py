@@ -11,8 +11,9 @@ just scheduled (so a second round before the write shows in KV cannot spend a sl
 which evictions are in flight (so a pod is not evicted again while k8s-watcher retries a
 PodDisruptionBudget refusal) and which commands it has just sent. Every entry ends on the
 command's outcome, on the object changing, or after `in_flight_timeout_seconds` (a scheduling
-once its command can no longer be applied: its deadline); after a restart, the same state
-yields the same idempotency keys, so nothing is applied twice.
+on an outcome that says its write will not land, or once it can no longer land: a minute past
+its command's deadline); after a restart, the same state yields the same idempotency keys, so
+nothing is applied twice.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ from nodeflow_kube.fields import (
     meta,
 )
 from nodeflow_runtime.service import ServiceContext
+
+# Outcomes after which a command's write will never land (the API server refused it).
+DEFINITIVE_REFUSALS = frozenset({"conflict", "forbidden", "invalid", "not-found"})
 
 log = structlog.get_logger("maintenance_scheduler")
 
@@ -281,9 +285,16 @@ class MaintenanceScheduler:
         now = time.time()
         if what == "schedule":
             if outcome.outcome not in APPLIED and outcome.outcome != "retrying":
-                self._scheduling.pop(uid, None)
                 self._by_key.pop(outcome.idempotency_key, None)
                 self._sent.pop(outcome.idempotency_key, None)
+                # The slot is free at once only when the write can no longer land: refused by
+                # the API server, or expired before it was ever sent. A `failed` one (its last
+                # attempt unanswered) or one expired after an attempt may still land: held
+                # until the time bound of `round`.
+                if outcome.outcome in DEFINITIVE_REFUSALS or (
+                    outcome.outcome == "expired" and outcome.attempt == 1
+                ):
+                    self._scheduling.pop(uid, None)
         elif what == "evict":
             eviction = self._evictions.get(uid)
             if eviction is None or eviction.key != outcome.idempotency_key:
@@ -374,7 +385,9 @@ class MaintenanceScheduler:
         # request it sent just before then may land a request timeout later. Forgetting it
         # sooner would let a second request take the same slot and exceed
         # maxParallelOperations once both land.
-        holds_for = COMMAND_LIFETIME_SECONDS + LATE_LANDING_SECONDS
+        holds_for = max(
+            self.config.in_flight_timeout_seconds, COMMAND_LIFETIME_SECONDS + LATE_LANDING_SECONDS
+        )
         for uid, sent_at in list(self._scheduling.items()):
             request = by_uid.get(uid)
             if request is None or request.phase != PENDING or now - sent_at > holds_for:

@@ -232,16 +232,6 @@ def _claim_outgoing(
     )
 
 
-def release_outgoing(
-    action: Release, claim: str, now: float, blocked: tuple[str, ...] = ()
-) -> Outgoing:
-    """Remove the node's claim `claim`: for that NodeSet's plan, or for a claim whose
-    NodeSet was deleted (`orphan_claim_releases`)."""
-    return _claim_outgoing(
-        action.node, action.node_uid, action.node_rv, claim, False, action.why, now, blocked
-    )
-
-
 def to_outgoing(
     spec: NodeSetSpec, action: Action, now: float, *, pod_deleted_revision: int = 0
 ) -> Outgoing:
@@ -312,7 +302,9 @@ def to_outgoing(
         )
     if isinstance(action, Release):
         blocked = (pod_slot(ns, action.pod_name),) if action.pod_name else ()
-        return release_outgoing(action, spec.key, now, blocked)
+        return _claim_outgoing(
+            action.node, action.node_uid, action.node_rv, spec.key, False, action.why, now, blocked
+        )
     if isinstance(action, CreatePod):
         key = stable_key(
             "create",

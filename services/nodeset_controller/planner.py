@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
@@ -42,7 +42,6 @@ from nodeset_controller.objects import (
     claim_of,
     internal_ipv4,
     pod_is_terminal,
-    pod_node,
     pod_requests,
 )
 from nodeset_controller.podspec import build_pod, placement_spec, revision_hash, selector
@@ -923,35 +922,6 @@ def plan_claims_and_releases(
                 "no pod of this NodeSet on the node any more",
             )
         )
-
-
-def orphan_claim_releases(
-    claims: Mapping[str, str],
-    deleted: Callable[[str], bool],
-    nodes: Mapping[str, Obj],
-    pods_of: Mapping[str, Mapping[str, Obj]],
-) -> list[tuple[Release, str]]:
-    """Claims of NodeSets seen deleted, with the claim each Release removes: a node claimed by
-    a deleted (or renamed) NodeSet is free for another once no pod of that NodeSet is on it
-    any more (its pods go by garbage collection; one orphaned on purpose keeps the node).
-    Without this, no NodeSet's plan ever releases such a node. Only a deletion frees a claim:
-    a NodeSet merely missing from the view (outside k8s-watcher's namespaces or selectors)
-    proves nothing. `claims`: node -> claim of the claimed nodes; `deleted`: whether the
-    NodeSet of that key was seen deleted; `pods_of`: NodeSet key -> its pods by name."""
-    releases: list[tuple[Release, str]] = []
-    # Asked on every node change: one lookup per claimed node.
-    orphaned = [(name, claim) for name, claim in claims.items() if deleted(claim)]
-    for node_name, claim in sorted(orphaned):
-        node = nodes.get(node_name)
-        if node is None:
-            continue
-        if any(pod_node(pod) == node_name for pod in pods_of.get(claim, {}).values()):
-            continue
-        why = f"NodeSet {claim} was deleted and no pod of it is on the node"
-        releases.append(
-            (Release(node_name, uid_of(node), resource_version_of(node), "", why), claim)
-        )
-    return releases
 
 
 # --- phase: NodeSlices -----------------------------------------------------------------------

@@ -56,10 +56,8 @@ from nodeset_controller.commands import (
     Outgoing,
     action_slot,
     invalid_status_outgoing,
-    node_slot,
     notice_outgoing,
     pod_slot,
-    release_outgoing,
     stable_key,
     status_outgoing,
     to_outgoing,
@@ -67,7 +65,6 @@ from nodeset_controller.commands import (
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.objects import (
     OtherPod,
-    claim_of,
     keep_in_view,
     keep_node_in_view,
     pod_node,
@@ -80,7 +77,6 @@ from nodeset_controller.planner import (
     Notice,
     PlanMemo,
     PodChangeSent,
-    orphan_claim_releases,
     plan,
     slurm_trust,
 )
@@ -189,9 +185,7 @@ class NodeSetController:
     def __init__(self, bus: Bus, config: NodeSetControllerConfig) -> None:
         self.bus = bus
         self.config = config
-        # Deletes tracked: only a NodeSet seen deleted frees its nodes' claims (one missing
-        # from the view may just be outside k8s-watcher's namespaces or selectors).
-        self.nodesets: KVView[Obj] = KVView(bus, "k8s_nodesets", dict, track_deletes=True)
+        self.nodesets: KVView[Obj] = KVView(bus, "k8s_nodesets", dict)
         self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict, project=keep_node_in_view)
         # The view's nodes by node name (its keys carry a namespace token), kept by _on_node:
         # building it for every plan cost a pass over every node.
@@ -211,8 +205,6 @@ class NodeSetController:
         )
         # Indexes kept up to date by the KV listeners.
         self._pods_of: dict[str, dict[str, Obj]] = {}  # "<ns>.<nodeset>" -> pod name -> pod
-        self._claims: dict[str, str] = {}  # node name -> the NodeSet key claiming it
-        self._orphans_waiting = False
         self._pod_names: dict[str, set[str]] = {}  # namespace -> pod names
         self._pod_requests: dict[str, tuple[str, ResourceList]] = {}  # pod key -> (node, req)
         self._requested: dict[str, ResourceList] = {}  # node -> summed requests
@@ -289,15 +281,10 @@ class NodeSetController:
 
     def _on_node(self, key: str, old: Obj | None, new: Obj | None) -> None:
         name = key.partition(".")[2]
-        claim = claim_of(new) if new is not None else None
         if new is None:
             self._nodes_by_name.pop(name, None)
         else:
             self._nodes_by_name[name] = new
-        if claim is None:
-            self._claims.pop(name, None)
-        else:
-            self._claims[name] = claim
         # A node change can matter to every NodeSet (feasibility, claims).
         self._mark(None)
 
@@ -562,10 +549,6 @@ class NodeSetController:
         unless a caller drives the clock)."""
         if now is None:
             now = time.time()
-        # Claims of NodeSets that are gone are looked at when a node changed (a claim may
-        # have appeared), something of a NodeSet that is gone did (its last pod went), or
-        # the window had no room for all of them last time.
-        check_orphans = self._all_dirty or self._orphans_waiting
         if self._all_dirty:
             keys = set(self.nodesets)
             self._all_dirty = False
@@ -590,35 +573,11 @@ class NodeSetController:
             nodeset = self.nodesets.get(key)
             if nodeset is None:
                 self._memos.pop(key, None)
-                check_orphans = True
                 continue
             outgoing.extend(self.plan_nodeset(key, nodeset, now))
-        if check_orphans:
-            outgoing.extend(self._orphan_releases(now))
         self.last_plan_at = now
         if outgoing:
             await self.send(outgoing, now)
-
-    def _orphan_releases(self, now: float) -> list[Outgoing]:
-        """Releases of claims whose NodeSet was deleted, within the in-flight window like
-        any claim change (the rest wait for room)."""
-        produced: list[Outgoing] = []
-        self._orphans_waiting = False
-        for release, claim in orphan_claim_releases(
-            self._claims,
-            lambda key: self.nodesets.deleted_revision(key) is not None,
-            self._nodes_by_name,
-            self._pods_of,
-        ):
-            if self._busy(node_slot(release.node), now):
-                continue
-            if self._room <= 0:
-                self._orphans_waiting = True
-                metrics.DEFERRED.inc()
-                break
-            self._room -= 1
-            produced.append(release_outgoing(release, claim, now))
-        return produced
 
     def _pod_changes_in_flight(
         self, namespace: str, ours: Mapping[str, Obj], now: float

@@ -7,8 +7,6 @@ from prometheus_client import REGISTRY
 
 from nodeflow_contracts.nodeset import NodeSetDecision
 from tests.integration.nodeset_controller.conftest import (
-    NODESETS,
-    NS,
     SLURM_DELETE,
     Stack,
     condition,
@@ -216,20 +214,3 @@ async def test_rule_other_pods_requests_keep_a_node_infeasible_until_they_are_go
         what="the freed node feasible again",
     )
     assert full[0] in {p["spec"]["nodeName"] for p in stack.pods("gpu")}
-
-
-async def test_rule_nodes_of_a_deleted_nodeset_are_released_for_another_once_its_pods_are_gone(
-    stack: Stack,
-) -> None:
-    """A NodeSet deleted (or replaced by one of another name) leaves its claims on the nodes:
-    no plan of its own is left to release them, and every other NodeSet finds the nodes
-    taken for ever. Once the garbage collector has removed its pods, the claims go."""
-    await stack.start_controller()
-    stack.create_nodeset("gpu", 4)
-    await eventually(lambda: len(stack.ready_pods("gpu")) == 4, what="4 pods ready")
-    assert set(stack.claims().values()) == {"default.gpu"}
-    stack.sim.store.delete(NODESETS, "gpu", NS)
-    await eventually(lambda: stack.pods("gpu") == [], timeout=30, what="pods collected")
-    await eventually(lambda: stack.claims() == {}, what="claims released")
-    stack.create_nodeset("gpu-v2", 4)
-    await eventually(lambda: len(stack.ready_pods("gpu-v2")) == 4, what="the nodes taken again")

@@ -47,7 +47,20 @@ def test_rule_empty_values_are_values() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["app=(", "app in a,b", "app in (a", "=x", "app=x=y", "a b", "app in (a b)", "-bad=x", "!"],
+    [
+        "app=(",
+        "app in a,b",
+        "app in (a",
+        "=x",
+        "app=x=y",
+        "a b",
+        "app in (a b)",
+        "-bad=x",
+        "!",
+        "in=foo",
+        "notin",
+        "!in",
+    ],
 )
 def test_rule_a_selector_that_does_not_parse_is_refused(text: str) -> None:
     with pytest.raises(SelectorError):

@@ -65,13 +65,16 @@ def node(name: str) -> dict[str, Any]:
     }
 
 
-async def tell(service: MaintenanceScheduler, command: K8sCommand, outcome: Outcome) -> None:
+async def tell(
+    service: MaintenanceScheduler, command: K8sCommand, outcome: Outcome, attempt: int = 1
+) -> None:
     report = CommandOutcome(
         idempotency_key=command.idempotency_key,
         op=command.op,
         sender=command.sender,
         target=command.target,
         outcome=outcome,
+        attempt=attempt,
         sent_at=command.sent_at,
         finished_at=command.sent_at + 1,
     )
@@ -115,20 +118,30 @@ async def test_rule_a_scheduling_still_retried_holds_its_slot_until_its_command_
     assert [w.target.name for w in bus.scheduled()] == ["a"]
 
 
-async def test_rule_an_expired_scheduling_frees_its_slot_at_once() -> None:
-    """Its outcome says the write will never land: the slot is free for the next round."""
-    bus = CaughtCommands()
-    service = MaintenanceScheduler(cast(Bus, bus), MaintenanceSchedulerConfig())
-    service.requests = DictView(  # type: ignore[assignment]
-        {"default.a": nm_object("a", "n1", requestor="r1.example.com", phase="Pending")}
+async def test_rule_a_scheduling_frees_its_slot_at_once_only_when_its_write_cannot_land() -> None:
+    """Refused by the API server, or expired before it was ever sent: the slot is free for
+    the next round. Failed after an unanswered attempt, or expired after one: the write may
+    still land, so the slot stays held."""
+    cases: tuple[tuple[Outcome, int, bool], ...] = (
+        ("conflict", 1, True),
+        ("expired", 1, True),
+        ("failed", 3, False),
+        ("expired", 2, False),
     )
-    service.nodes = DictView({"_.n1": node("n1")})  # type: ignore[assignment]
-    service.configs = DictView()  # type: ignore[assignment]
-    service.clusters = DictView()  # type: ignore[assignment]
-    await service.round(T0)
-    (write,) = bus.scheduled()
-    await service.round(T0 + 1.0)
-    assert bus.scheduled() == []  # held
-    await tell(service, write, "expired")
-    await service.round(T0 + 2.0)
-    assert [w.target.name for w in bus.scheduled()] == ["a"]
+    for outcome, attempt, freed in cases:
+        bus = CaughtCommands()
+        service = MaintenanceScheduler(cast(Bus, bus), MaintenanceSchedulerConfig())
+        service.requests = DictView(  # type: ignore[assignment]
+            {
+                "default.a": nm_object("a", "n1", requestor="r1.example.com", phase="Pending"),
+                "default.b": nm_object("b", "n2", requestor="r2.example.com", phase="Pending"),
+            }
+        )
+        service.nodes = DictView({f"_.{n}": node(n) for n in ("n1", "n2")})  # type: ignore[assignment]
+        service.configs = DictView()  # type: ignore[assignment]
+        service.clusters = DictView()  # type: ignore[assignment]
+        await service.round(T0)
+        (write,) = bus.scheduled()
+        await tell(service, write, outcome, attempt=attempt)
+        await service.round(T0 + 2.0)
+        assert bool(bus.scheduled()) == freed, (outcome, attempt)

@@ -24,7 +24,6 @@ from nodeset_controller.planner import (
     Release,
     ScheduleDelete,
     WriteSlice,
-    orphan_claim_releases,
     plan,
 )
 from nodeset_controller.podspec import revision_hash
@@ -486,20 +485,3 @@ def test_plan_with_a_memo_equals_the_plan_without_through_changes() -> None:
     memo.forget_absent(["n0"], ["gpu-001-001"])
     assert set(memo.facts) == {"n0"} and set(memo.pod_states) == {"gpu-001-001"}
     same_plan()
-
-
-def test_rule_a_claim_outlives_its_nodeset_only_while_a_pod_of_it_is_on_the_node() -> None:
-    """Released: the claims of a NodeSet seen deleted, on nodes without a pod of it. Kept:
-    a node where such a pod is still running, and the claims of a NodeSet that is only
-    missing from the view (another namespace than k8s-watcher watches, say)."""
-    node_map = nodes(4)
-    claims = {"n0": "default.gone", "n1": "default.gone", "n2": KEY, "n3": "team-b.gpu"}
-    orphaned_pod = pod("gpu-001-002", "n1", nodeset_name="gone")
-    releases = orphan_claim_releases(
-        claims,
-        {"default.gone"}.__contains__,
-        node_map,
-        {"default.gone": {"gpu-001-002": orphaned_pod}},
-    )
-    assert [(release.node, claim) for release, claim in releases] == [("n0", "default.gone")]
-    assert releases[0][0].node_uid == node_map["n0"]["metadata"]["uid"]
