@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from clustersim.kube.errors import BadRequest
-from nodeflow_kube.labels import LabelSelector, Requirement, SelectorError
+from nodeflow_kube.labels import LabelSelector, SelectorError
 from nodeflow_kube.labels import parse_label_selector as parse_labels
 
 __all__ = [
     "FieldRequirement",
     "FieldSelector",
     "LabelSelector",
-    "Requirement",
     "field_value",
     "parse_field_selector",
     "parse_label_selector",

@@ -100,10 +100,6 @@ class LabelSelector:
         return ",".join(r.to_string() for r in self.requirements)
 
     @staticmethod
-    def parse(text: str | None) -> LabelSelector:
-        return parse_label_selector(text)
-
-    @staticmethod
     def from_match(selector: Mapping[str, Any] | None) -> LabelSelector:
         """From a `metav1.LabelSelector` object; None or {} selects everything."""
         if not selector:
@@ -249,10 +245,8 @@ class _Parser:
 
 
 def _tokens(text: str) -> Iterator[str]:
-    at = 0
-    while at < len(text):
-        if text[at:].strip(" \t\r\n") == "":
-            return
+    at, end = 0, len(text.rstrip(" \t\r\n"))
+    while at < end:
         found = _TOKEN.match(text, at)
         if found is None:
             raise SelectorError(f"unable to parse {text[at:]!r} in selector {text!r}")

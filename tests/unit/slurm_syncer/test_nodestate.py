@@ -166,3 +166,42 @@ def test_rule_an_entry_whose_name_is_not_a_string_is_malformed_even_beside_read_
         "a", {}, [raw("n1"), {"name": ["x"], "state": ["IDLE"]}], 1.0, read_since_listing={"n2"}
     )
     assert outcome.states["n1"].known and len(outcome.malformed) == 1
+
+
+class _Recording(dict[str, Any]):
+    """A node entry that records which of its fields are read."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+def test_rule_a_node_listing_keeps_every_field_the_state_is_read_from() -> None:
+    """The client decodes of each listed node only the fields of `_ListedNode`; parse_node
+    must read none other, or a listed node would lose what it says (a field added to one
+    and not the other fails here)."""
+    from slurm_syncer.client import _ListedNode
+
+    whole = _Recording(
+        name="n1",
+        state=["IDLE", "DRAIN"],
+        reason="nodeflow: test",
+        reason_set_by_user="slurm",
+        reason_changed_at={"set": True, "infinite": False, "number": 1700000000},
+        cpus=64,
+        alloc_cpus=0,
+        architecture="x86_64",
+        gres="gpu:8",
+    )
+    state = parse_node("a", whole, 1.0)
+    assert whole.read <= set(_ListedNode.__struct_fields__)
+    listed = {key: whole[key] for key in _ListedNode.__struct_fields__}
+    assert parse_node("a", listed, 1.0) == state
