@@ -210,6 +210,12 @@ FINAL_OUTCOMES: frozenset[str] = frozenset(
 )
 
 
+# Final outcomes after which the command's change can never be made: the API server refused
+# it. (`failed`, and `expired` after an attempt, follow a request that may still have been
+# applied: see `CommandOutcome.never_lands`.)
+REFUSED_OUTCOMES: frozenset[str] = frozenset({"conflict", "not-found", "invalid", "forbidden"})
+
+
 class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What became of a command, on `outcome.k8s.v1.<op>`."""
 
@@ -230,6 +236,13 @@ class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def subject(self) -> str:
         return subjects.k8s_command_outcome(self.op)
+
+    @property
+    def never_lands(self) -> bool:
+        """The command's change can never be made: refused by the API server, or expired
+        before k8s-watcher ever sent it (its first attempt). Not `failed` nor a later
+        `expired`: the last request went unanswered and may still be applied."""
+        return self.outcome in REFUSED_OUTCOMES or (self.outcome == "expired" and self.attempt == 1)
 
     @property
     def msg_id(self) -> str:

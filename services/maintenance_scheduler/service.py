@@ -77,9 +77,6 @@ from nodeflow_kube.fields import (
 )
 from nodeflow_runtime.service import ServiceContext
 
-# Outcomes after which a command's write will never land (the API server refused it).
-DEFINITIVE_REFUSALS = frozenset({"conflict", "forbidden", "invalid", "not-found"})
-
 log = structlog.get_logger("maintenance_scheduler")
 
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR}
@@ -287,13 +284,9 @@ class MaintenanceScheduler:
             if outcome.outcome not in APPLIED and outcome.outcome != "retrying":
                 self._by_key.pop(outcome.idempotency_key, None)
                 self._sent.pop(outcome.idempotency_key, None)
-                # The slot is free at once only when the write can no longer land: refused by
-                # the API server, or expired before it was ever sent. A `failed` one (its last
-                # attempt unanswered) or one expired after an attempt may still land: held
-                # until the time bound of `round`.
-                if outcome.outcome in DEFINITIVE_REFUSALS or (
-                    outcome.outcome == "expired" and outcome.attempt == 1
-                ):
+                # The slot is free at once only when the write can never land; otherwise it is
+                # held until the time bound of `round`.
+                if outcome.never_lands:
                     self._scheduling.pop(uid, None)
         elif what == "evict":
             eviction = self._evictions.get(uid)
