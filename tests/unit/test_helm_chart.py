@@ -187,6 +187,9 @@ def overlay_settings(overlay: list[Obj]) -> dict[str, Any]:
             entry["user"] = env_value(syncer, f"SLURM_{suffix}_USER") or "slurm"
         clusters.append(entry)
     return {
+        # The overlay places its pods nowhere in particular and ships its NATS Secrets apart.
+        "affinity": {},
+        "nats.credentials.generate": False,
         "k8sWatcher.commandNamespaces": [n for n in namespaces.split(",") if n],
         "nats.tls.enabled": "NATS_TLS_CA_FILE" in env_names(any_service),
         "nats.tls.clientSecretName": "nodeflow-nats-client-tls" if client_certificate else "",
@@ -249,6 +252,7 @@ def test_default_values_install_the_app_without_optional_parts(chart_defaults: l
             "ConfigMap": 1,
             "StatefulSet": 1,
             "PodDisruptionBudget": 6,  # five services and NATS (metrics-exporter: one replica)
+            "Secret": 7,  # the NATS users' generated credentials
         }
     )
     for deployment in of_kind(chart_defaults, "Deployment"):
@@ -346,10 +350,18 @@ def test_chart_nats_accounts_equal_the_permissions_table(chart_production: list[
     assert render_accounts(password_variable) == printed
 
 
+def nats_bytes(line: str) -> str:
+    """A `max_file_store` line with its size in bytes (nats-server reads GB as 1024^3)."""
+    match = re.fullmatch(r"max_file_store: (\d+)(GB)?", line)
+    if match is None:
+        return line
+    return f"max_file_store: {int(match[1]) * (1024**3 if match[2] else 1)}"
+
+
 def config_settings(text: str) -> list[str]:
     """A nats-server config's lines, without comments and without its tls block (where the
-    certificate files are mounted is each install's own choice)."""
-    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    certificate files are mounted is each install's own choice); sizes in bytes."""
+    lines = [nats_bytes(line.split("#", 1)[0].strip()) for line in text.splitlines()]
     kept = re.sub(r"\ntls \{.*?\n\}", "", "\n".join(line for line in lines if line), flags=re.S)
     return kept.splitlines()
 
@@ -468,12 +480,20 @@ def test_nats_tls_gives_every_service_the_ca_and_the_server_its_certificate(
 def test_chart_renders_the_kinds_and_names_the_production_overlay_installs(
     overlay: list[Obj], chart_like_overlay: list[Obj]
 ) -> None:
-    assert sorted(map(key_of, chart_like_overlay)) == sorted(map(key_of, overlay))
+    # The chart never templates its release namespace (it is created beforehand or by
+    # --create-namespace, so Helm never refuses an existing one); the overlay creates it.
+    release_namespace = ("Namespace", NAMESPACE, None)
+    assert release_namespace in map(key_of, overlay)
+    assert release_namespace not in map(key_of, chart_like_overlay)
+    expected_keys = [key for key in map(key_of, overlay) if key != release_namespace]
+    assert sorted(map(key_of, chart_like_overlay)) == sorted(expected_keys)
     # CRDs and the Namespace go through templates (the third-party CRDs are annotated on the
     # way): they arrive with the overlay's spec and annotations.
     for kind in ("CustomResourceDefinition", "Namespace"):
         expected, rendered = by_name(overlay, kind), by_name(chart_like_overlay, kind)
         for name, want in expected.items():
+            if (kind, name) == ("Namespace", NAMESPACE):
+                continue
             got = rendered[name]
             assert got.get("spec") == want.get("spec"), name
             annotations = want["metadata"].get("annotations", {}).items()

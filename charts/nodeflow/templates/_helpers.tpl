@@ -46,14 +46,117 @@ nodeflow-admin-nats unless nats.credentials.secretNames names another.
 {{- regexReplaceAll "[^A-Za-z0-9]" . "_" | upper -}}
 {{- end -}}
 
-{{/* Every NATS server by its name under the headless Service. */}}
+{{/* Every NATS server by its name under the headless Service, or nats.url (external NATS). */}}
 {{- define "nodeflow.natsUrls" -}}
+{{- if not .Values.nats.enabled -}}
+{{ required "nats.url is required with nats.enabled=false (an external NATS)" .Values.nats.url }}
+{{- else -}}
 {{- $scheme := ternary "tls" "nats" .Values.nats.tls.enabled -}}
 {{- $urls := list -}}
 {{- range $index := until (int .Values.nats.replicas) -}}
 {{- $urls = append $urls (printf "%s://nats-%d.nats-headless.%s.svc:4222" $scheme $index $.Release.Namespace) -}}
 {{- end -}}
 {{- join "," $urls -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The client ports of nats.url's servers (4222 when a URL names none), for NetworkPolicies. */}}
+{{- define "nodeflow.externalNatsPorts" -}}
+{{- $ports := list -}}
+{{- range $url := splitList "," .Values.nats.url -}}
+{{- $port := regexFind ":[0-9]+/?$" (trim $url) | trimPrefix ":" | trimSuffix "/" | default "4222" -}}
+{{- $ports = append $ports (int $port) -}}
+{{- end -}}
+{{- toJson (uniq $ports) -}}
+{{- end -}}
+
+{{/*
+Where a pod may run and its priority: the component's own nodeSelector, tolerations, affinity
+and priorityClassName, else the chart-wide ones (the root values). `extraAffinity` (NATS'
+one-server-per-node preference) is kept unless the affinity chosen has its own podAntiAffinity.
+Called with (dict "root" $ "own" <the component's values> "extraAffinity" <dict or nil>).
+*/}}
+{{- define "nodeflow.podPlacement" -}}
+{{- $values := .root.Values -}}
+{{- $own := .own -}}
+{{- $nodeSelector := ternary $own.nodeSelector $values.nodeSelector (hasKey $own "nodeSelector") -}}
+{{- $tolerations := ternary $own.tolerations $values.tolerations (hasKey $own "tolerations") -}}
+{{- $affinity := deepCopy (ternary $own.affinity $values.affinity (hasKey $own "affinity") | default dict) -}}
+{{- $priority := ternary $own.priorityClassName $values.priorityClassName (hasKey $own "priorityClassName") -}}
+{{- if and .extraAffinity (not (hasKey $affinity "podAntiAffinity")) -}}
+{{- $affinity = merge $affinity .extraAffinity -}}
+{{- end -}}
+{{- with $nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $priority }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A duration in seconds: a number as is, or a Go-style duration string as SUNK's values take it
+("90s", "5m", "1h", "1h30m").
+*/}}
+{{- define "nodeflow.seconds" -}}
+{{- if kindIs "string" . -}}
+{{- $total := 0 -}}
+{{- range $part := regexFindAll "[0-9]+(h|m|s)" . -1 -}}
+{{- $n := int (trimSuffix "h" (trimSuffix "m" (trimSuffix "s" $part))) -}}
+{{- $unit := ternary 3600 (ternary 60 1 (hasSuffix "m" $part)) (hasSuffix "h" $part) -}}
+{{- $total = add $total (mul $n $unit) -}}
+{{- end -}}
+{{- $total -}}
+{{- else -}}
+{{- . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+JetStream's file store limit from the volume size (nats.storage.size, Mi/Gi/Ti): 80% of it in
+bytes, leaving the rest to the filesystem and to the store's compaction.
+*/}}
+{{- define "nodeflow.natsMaxFileStore" -}}
+{{- $size := .Values.nats.storage.size -}}
+{{- $number := int64 (regexFind "^[0-9]+" $size) -}}
+{{- $unit := dict "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- $bytes := mul $number (index $unit (trimPrefix (toString $number) $size)) -}}
+{{- div (mul $bytes 4) 5 -}}
+{{- end -}}
+
+{{/*
+A service's environment from the values: the chart-wide `env`, then the service's own (which
+wins), then the nodeset-controller options under SUNK's names (operator.config.operator.nodeSet).
+Names are checked by values.schema.json against each service's settings.
+*/}}
+{{- define "nodeflow.extraEnv" -}}
+{{- $values := .root.Values -}}
+{{- $env := merge (deepCopy (.service.env | default dict)) ($values.env | default dict) -}}
+{{- if eq .name "nodeset-controller" -}}
+{{- $nodeSet := $values.operator.config.operator.nodeSet -}}
+{{- if hasKey $nodeSet "scaleDownPriorityOrdering" -}}
+{{- $_ := set $env "SCALE_DOWN_PRIORITY_ORDERING" $nodeSet.scaleDownPriorityOrdering -}}
+{{- end -}}
+{{- if hasKey $nodeSet "forceScalingDeleteKnownConditionTimeout" -}}
+{{- $_ := set $env "FORCE_SCALING_DELETE_KNOWN_CONDITION_TIMEOUT" (include "nodeflow.seconds" $nodeSet.forceScalingDeleteKnownConditionTimeout) -}}
+{{- end -}}
+{{- if hasKey $nodeSet "forceScalingDeleteUnknownConditionTimeout" -}}
+{{- $_ := set $env "FORCE_SCALING_DELETE_UNKNOWN_CONDITION_TIMEOUT" (include "nodeflow.seconds" $nodeSet.forceScalingDeleteUnknownConditionTimeout) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key := keys $env | sortAlpha }}
+- name: {{ $key }}
+  value: {{ index $env $key | toString | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "nodeflow.labels" -}}
@@ -164,3 +267,23 @@ routes: [
 # Pods start in parallel and their DNS names appear one by one: keep trying.
 connect_retries: 120
 {{- end }}
+
+{{/*
+"true" when the chart may render a cluster-scoped object it creates only where it is missing
+(the Skyhook namespace, the third-party CRDs): absent from the cluster, or already this
+release's. One created by someone else (an operator, `kubectl create`) is left to its owner
+instead of failing the install with "exists and cannot be imported". `helm template` and
+client-side dry runs see no cluster: they always render it.
+Called with (dict "root" $ "apiVersion" ... "kind" ... "name" ...).
+*/}}
+{{- define "nodeflow.ownedOrMissing" -}}
+{{- $found := lookup .apiVersion .kind "" .name -}}
+{{- if not $found -}}
+true
+{{- else -}}
+{{- $annotations := $found.metadata.annotations | default dict -}}
+{{- if and (eq (index $annotations "meta.helm.sh/release-name" | default "") .root.Release.Name) (eq (index $annotations "meta.helm.sh/release-namespace" | default "") .root.Release.Namespace) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
