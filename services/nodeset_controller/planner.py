@@ -162,6 +162,9 @@ class Plan:
     wanted_status: dict[str, Any] = field(default_factory=dict)
     # Earliest time a plan would differ without any change in the cluster (forced deletion).
     wake_at: float | None = None
+    # A pod waits for a Slurm poll after this time (its SlurmDelete's): the plan differs once
+    # the cluster's last successful poll is a second past it (`PodState.read_since_delete`).
+    awaits_slurm_read_after: float | None = None
     problems: list[SpecProblem] = field(default_factory=list)
 
 
@@ -214,6 +217,8 @@ class SlurmTrust:
     # When the states go stale without a new poll (None: stale already).
     stale_at: float | None
     absence_grace: float
+    # When the states were last confirmed (the last successful poll); None: stale already.
+    read_at: float | None = None
 
 
 def slurm_trust(
@@ -224,7 +229,13 @@ def slurm_trust(
         return SlurmTrust(False, False, None, absence_grace)
     # The limit SlurmClusterStatus.fresh applies: past it, the states go stale.
     limit = max_age if max_age > 0 else STALE_AFTER_POLLS * status.poll_interval_seconds
-    return SlurmTrust(True, status.reachable, status.last_success_at + limit, absence_grace)
+    return SlurmTrust(
+        True,
+        status.reachable,
+        status.last_success_at + limit,
+        absence_grace,
+        read_at=status.last_success_at,
+    )
 
 
 @dataclass(frozen=True)
@@ -340,6 +351,9 @@ def _pod_state(view: ClusterView, trust: SlurmTrust, pod: Obj) -> PodState:
             state = dataclasses.replace(state, terminating=True)
         elif sent.reason is not None and state.delete_reason != sent.reason:
             state = dataclasses.replace(state, delete_reason=sent.reason, delete_since=sent.sent_at)
+    if trust.read_at is not None and state.delete_reason is not None:
+        # Only a pod on its way out needs to know when Slurm was read (see deletion).
+        state = dataclasses.replace(state, slurm_read_at=trust.read_at)
     return state
 
 
@@ -831,6 +845,11 @@ def plan_deletions(
         decision = deletion.decide_deletion(
             pod, round_.view.now, spec.force_delete_known_timeout, spec.force_delete_unknown_timeout
         )
+        if decision.reason == deletion.AWAITING_SLURM_READ and pod.delete_since is not None:
+            waiting = round_.result.awaits_slurm_read_after
+            round_.result.awaits_slurm_read_after = (
+                pod.delete_since if waiting is None else min(waiting, pod.delete_since)
+            )
         if decision.verdict == "wait":
             deadline = deletion.forced_deadline(
                 pod, spec.force_delete_known_timeout, spec.force_delete_unknown_timeout

@@ -37,6 +37,10 @@ NoJobReason = Literal["SlurmNodeDown", "NodeNotRegistered"]
 
 UNKNOWN_CONDITION = slurm_state_condition("Unknown")
 
+# SlurmDelete's lastTransitionTime has whole seconds: the condition may have been set up to
+# this much after the time it names.
+DELETE_TIME_RESOLUTION = 1.0
+
 
 @dataclass(frozen=True)
 class PodState:
@@ -67,6 +71,9 @@ class PodState:
     # The replica count a ScalingDeleteScheduled mark was made for (`scale_down_message`);
     # None for another mark, or one whose message does not say.
     delete_target: int | None = None
+    # When the Slurm state in `slurm` (and the absence behind `no_job`) was last confirmed: the
+    # last successful poll of its fresh cluster; None when the view is stale or unknown.
+    slurm_read_at: float | None = None
 
     @property
     def slurm_known(self) -> bool:
@@ -110,16 +117,25 @@ class PodState:
 
     @property
     def never_started(self) -> bool:
-        """No Slurm work can run in the pod: the phase says Pending (a missing phase proves
-        nothing), Slurm does not report the node busy, and either no kubelet has the pod yet
-        (not bound) or Slurm, read fresh, knows the node and reports it idle. Pending alone
-        proves nothing on a bound pod: the kubelet reports Pending while any container waits
-        (a sidecar whose image does not pull) though slurmd runs beside it, so with Slurm
-        unknown or stale such a pod waits (fail closed); a node Slurm does not list is proven
-        idle by the absence grace instead."""
+        """No Slurm work can run in the pod: no kubelet has it (not bound) and its phase says
+        Pending (a missing phase proves nothing). A bound pod never qualifies: the kubelet
+        reports Pending while any container waits (a sidecar whose image does not pull)
+        though slurmd runs and is registered beside it, and an "idle" read within the
+        freshness window says nothing of a job placed after that poll. A bound pod leaves
+        only on Slurm's word read after its SlurmDelete was set (`read_since_delete`)."""
         if self.phase != "Pending" or self.ready or self.reported_busy:
             return False
-        return not self.bound or (self.slurm is not None and self.slurm.known)
+        return not self.bound
+
+    @property
+    def read_since_delete(self) -> bool:
+        """Slurm was read after SlurmDelete was set, so what it reports follows the drain the
+        condition asks for: a state read before (a drain since undone by a scale back up, an
+        idle node that took a job since) proves nothing. The condition's time has whole
+        seconds, so the read must be a second past it; with no time, nothing is proven."""
+        if self.delete_since is None or self.slurm_read_at is None:
+            return False
+        return self.slurm_read_at >= self.delete_since + DELETE_TIME_RESOLUTION
 
     @property
     def pending_deletion(self) -> bool:

@@ -80,6 +80,7 @@ from nodeset_controller.planner import (
     plan,
     slurm_trust,
 )
+from nodeset_controller.podstate import DELETE_TIME_RESOLUTION
 
 log = structlog.get_logger("nodeset_controller")
 
@@ -224,6 +225,8 @@ class NodeSetController:
         self._all_dirty = True
         self._wake = asyncio.Event()
         self._wake_at: dict[str, float] = {}
+        # NodeSet key -> the SlurmDelete time its pods wait to see a Slurm poll after.
+        self._awaiting_read: dict[str, float] = {}
         self._leader_loop = LeaderLoop(
             bus,
             self.lease,
@@ -399,10 +402,20 @@ class NodeSetController:
         grace = self.config.slurm_absence_grace_seconds
         before = slurm_trust(old, now, max_age, grace)
         after = slurm_trust(new, now, max_age, grace)
-        if (before.fresh, before.reachable) == (after.fresh, after.reachable):
-            return
         status = new or old
         cluster = status.cluster if status is not None else key
+        if (before.fresh, before.reachable) == (after.fresh, after.reachable):
+            # Only a poll that pods on their way out were waiting for changes a plan.
+            if new is not None and self._awaiting_read:
+                for nodeset_key, since in list(self._awaiting_read.items()):
+                    nodeset = self.nodesets.get(nodeset_key)
+                    if (
+                        nodeset is not None
+                        and mapping(nodeset.get("spec")).get("slurmCluster") == cluster
+                        and new.last_success_at >= since + DELETE_TIME_RESOLUTION
+                    ):
+                        self._mark(nodeset_key)
+            return
         for nodeset_key, nodeset in self.nodesets.items():
             if mapping(nodeset.get("spec")).get("slurmCluster") == cluster:
                 self._mark(nodeset_key)
@@ -573,6 +586,7 @@ class NodeSetController:
             nodeset = self.nodesets.get(key)
             if nodeset is None:
                 self._memos.pop(key, None)
+                self._awaiting_read.pop(key, None)
                 continue
             outgoing.extend(self.plan_nodeset(key, nodeset, now))
         self.last_plan_at = now
@@ -623,6 +637,10 @@ class NodeSetController:
             self._wake_at[key] = result.wake_at
         else:
             self._wake_at.pop(key, None)
+        if result.awaits_slurm_read_after is not None:
+            self._awaiting_read[key] = result.awaits_slurm_read_after
+        else:
+            self._awaiting_read.pop(key, None)
         produced: list[Outgoing] = []
         if result.nodeset is None:
             namespace, name = namespace_of(nodeset), name_of(nodeset)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from nodeflow_contracts.pod_protocol import (
@@ -22,6 +23,8 @@ from nodeset_controller.spec import Defaults
 NS = "slurm"
 CLUSTER = "a"
 T0 = 1_700_000_000.0
+# How long before T0 a pod marked with SlurmDelete (and no time given) was marked.
+MARKED_BEFORE = 60.0
 TEMPLATE_SPEC: dict[str, Any] = {
     "containers": [
         {"name": "slurmd", "image": "slurmd:24.11", "resources": {"requests": {"cpu": "2"}}}
@@ -143,7 +146,10 @@ def pod(
                 "type": SLURM_DELETE_CONDITION,
                 "status": "True",
                 "reason": delete_reason,
-                "lastTransitionTime": rfc3339(delete_since if delete_since is not None else T0),
+                # By default the mark was set a minute before T0: Slurm was read since.
+                "lastTransitionTime": rfc3339(
+                    delete_since if delete_since is not None else T0 - MARKED_BEFORE
+                ),
                 **({"message": delete_message} if delete_message is not None else {}),
             }
         )
@@ -215,8 +221,16 @@ def cluster_status(
     )
 
 
-def state(raw_pod: dict[str, Any], slurm_state: SlurmNodeState | None = None) -> PodState:
-    return pod_state(raw_pod, slurm_state)
+def state(
+    raw_pod: dict[str, Any],
+    slurm_state: SlurmNodeState | None = None,
+    *,
+    read_at: float | None = None,
+) -> PodState:
+    """The pod as the rules see it; `read_at`: when its cluster was last polled successfully
+    (what the plan adds for a pod on its way out)."""
+    result = pod_state(raw_pod, slurm_state)
+    return dataclasses.replace(result, slurm_read_at=read_at) if read_at is not None else result
 
 
 DEFAULTS = Defaults()

@@ -11,7 +11,12 @@ ROLLING = "RollingDeleteScheduled"
 
 
 def scheduled(reason: str = SCALING, **slurm_kwargs: bool) -> PodState:
-    return state(pod("p", "n", delete_reason=reason, delete_since=T0), slurm("p", **slurm_kwargs))
+    """A pod marked at T0 whose cluster was polled two seconds later."""
+    return state(
+        pod("p", "n", delete_reason=reason, delete_since=T0),
+        slurm("p", **slurm_kwargs),
+        read_at=T0 + 2,
+    )
 
 
 def test_rule_safe_deletion_deletes_only_when_drained_and_idle() -> None:

@@ -313,11 +313,10 @@ def test_rule_pending_pod_that_slurm_reports_busy_is_not_never_started() -> None
 def test_rule_a_bound_pending_pod_proves_no_idle_node_while_slurm_is_unknown() -> None:
     """The kubelet reports Pending while any container waits (a sidecar whose image does
     not pull) even when slurmd runs beside it and has jobs: with Slurm's state stale, such a
-    pod is not taken for one that never started. Fresh and idle, or never bound, it is."""
+    pod is not taken for one that never started (nor when fresh and idle: see
+    test_rule_a_bound_pending_pod_never_counts_as_never_started). Never bound, it is."""
     pending = pod("p", "n", ready=False, phase="Pending", delete_reason=SCALING_DELETE)
     assert decide_deletion(state(pending, None), T0 + 10**6, 0, 0).verdict == "wait"
-    idle = decide_deletion(state(pending, slurm("p")), T0, 0, 0)
-    assert (idle.verdict, idle.reason) == ("delete", "NeverStarted")
     unbound = pod("p", None, ready=False, phase="Pending", delete_reason=SCALING_DELETE)
     assert decide_deletion(state(unbound, None), T0, 0, 0).verdict == "delete"
     # The whole plan, its Slurm cluster last polled ten minutes ago: marked, not deleted.
