@@ -16,7 +16,7 @@ KUBE ?= sim
 
 IMAGE ?= ghcr.io/nodeflow/nodeflow:0.1.0
 
-.PHONY: image venv tools run stop test test-real-slurm test-real-kube lint typecheck proto proto-check bench clean
+.PHONY: image venv tools run stop test test-thorough mutate test-real-slurm test-real-kube lint typecheck proto proto-check bench clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -113,6 +113,17 @@ test-real-kube: venv tools
 
 bench: venv
 	$(PY) -m bench $(BENCH)
+
+# The unit tests' property tests with ten times the examples, random (HYPOTHESIS_PROFILE in
+# tests/conftest.py; docs/testing.md). Not part of `make test`.
+test-thorough: venv
+	HYPOTHESIS_PROFILE=thorough $(VENV)/bin/pytest -q -p no:cacheprovider tests/unit $(TESTS)
+
+# Mutation testing of the pure decision cores (tools/mutate; docs/testing.md): killed/total per
+# module and every surviving mutant. Long: `make mutate MODULES=services/topology_placer/fit.py`
+# runs one module. Not part of `make test`.
+mutate: venv
+	$(PY) -m tools.mutate $(MODULES)
 
 # Build the runtime image (no simulator) and push it to the registry IMAGE names, with docker or
 # podman, whichever is installed: `make image IMAGE=registry.example.com/nodeflow:0.1.0`.

@@ -15,8 +15,41 @@ from collections.abc import Generator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["tests.fixtures.nats"]
+
+# Hypothesis profiles, chosen by HYPOTHESIS_PROFILE, else "ci" under CI=true, else "dev".
+# - ci: derandomized (the examples follow from each test alone), no example database, and a
+#   failure prints the blob that replays it (@reproduce_failure): a property test passes or
+#   fails the same way on every CI run, and a failure found there can be replayed anywhere.
+# - dev: Hypothesis's random search with its local database, so repeated runs on a
+#   developer's machine keep exploring and replay what failed before.
+# - thorough (`make test-thorough`): ten times the examples of every property test, random
+#   and without deadlines, for a long hunt before a release or after touching a safety rule.
+# No profile has a deadline: this suite makes no timed assertions (speed is `make bench`'s),
+# and a shared 2-core machine would make one flaky.
+THOROUGH_FACTOR = 10
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None)
+settings.register_profile(
+    "thorough",
+    max_examples=100 * THOROUGH_FACTOR,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or (
+    "ci" if os.environ.get("CI") == "true" else "dev"
+)
+settings.load_profile(HYPOTHESIS_PROFILE)
 
 
 def skips_fail() -> bool:
@@ -33,3 +66,17 @@ def pytest_runtest_makereport(
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, where nothing may skip: {reason}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under the thorough profile, a property test that names its own max_examples (which a
+    profile cannot override) runs THOROUGH_FACTOR times that many."""
+    if HYPOTHESIS_PROFILE != "thorough":
+        return
+    for item in items:
+        test = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if test is None or own is None or not getattr(test, "is_hypothesis_test", False):
+            continue
+        wanted = max(own.max_examples * THOROUGH_FACTOR, settings().max_examples)
+        test._hypothesis_internal_use_settings = settings(own, max_examples=wanted)

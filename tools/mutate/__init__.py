@@ -1,0 +1,1 @@
+"""Mutation testing of the pure decision cores: `make mutate` (see docs/testing.md)."""
