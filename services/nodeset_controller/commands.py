@@ -119,12 +119,31 @@ def action_slot(namespace: str, action: Action) -> str | None:
     return None
 
 
+def action_blockers(namespace: str, action: Action) -> tuple[str, ...]:
+    """Slots besides its own that must be free before `action` is sent.
+
+    A release waits for a create of the pod it names to land. A create waits for every
+    command on its node's slot -- a release of the claim still in flight (this NodeSet
+    scaled down and back up fast), another NodeSet's claim: the create was planned on a
+    claim that such a command may be removing, and landing after it, two NodeSets' slurmd
+    pods would run on one node. Once the node's slot is free, the next plan reads the claim
+    as it is and claims the node again (resourceVersion precondition) or leaves it."""
+    if isinstance(action, Release):
+        return (pod_slot(namespace, action.pod_name),) if action.pod_name else ()
+    if isinstance(action, CreatePod):
+        return (node_slot(action.node),)
+    return ()
+
+
 def pod_slot(namespace: str, name: str) -> str:
     return f"Pod/{namespace}/{name}"
 
 
+NODE_SLOT_PREFIX = "Node/"
+
+
 def node_slot(name: str) -> str:
-    return f"Node/{name}"
+    return f"{NODE_SLOT_PREFIX}{name}"
 
 
 # How long a command of ours is worth applying: as long as the service waits for its effect
@@ -301,9 +320,15 @@ def to_outgoing(
             action.node, action.node_uid, action.node_rv, spec.key, True, action.why, now
         )
     if isinstance(action, Release):
-        blocked = (pod_slot(ns, action.pod_name),) if action.pod_name else ()
         return _claim_outgoing(
-            action.node, action.node_uid, action.node_rv, spec.key, False, action.why, now, blocked
+            action.node,
+            action.node_uid,
+            action.node_rv,
+            spec.key,
+            False,
+            action.why,
+            now,
+            action_blockers(ns, action),
         )
     if isinstance(action, CreatePod):
         key = stable_key(
@@ -330,6 +355,7 @@ def to_outgoing(
             node=action.node,
             is_create=True,
             windowed=True,
+            also_blocked_by=action_blockers(ns, action),
         )
     if isinstance(action, ScheduleDelete):
         pod = action.pod

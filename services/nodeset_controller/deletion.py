@@ -1,5 +1,6 @@
-"""Rules 4 and 5: when a pod scheduled for deletion (SlurmDelete=True) is really deleted. Safe
-deletion waits until deleting the pod ends no Slurm job, read from a state that is known and
+"""Rules 4 and 5: when a pod scheduled for deletion (SlurmDelete=True) is really deleted.
+
+Safe deletion waits until deleting the pod ends no Slurm job, read from a state that is known and
 fresh: the node is drained and idle, or Slurm runs no job there at all (DOWN, or absent from
 every successful poll of its reachable cluster for longer than the absence grace) -- and
 read after the pod's SlurmDelete was set, so a drain undone since or a job placed since is

@@ -6,7 +6,9 @@ k8s-watcher; slurm_nodes and slurm_clusters from slurm-syncer) and acts only thr
 One replica is active (leader lease). What it keeps in memory is an optimisation, never a
 source of truth: the in-flight table stops it re-sending a command whose effect has not
 reached KV yet, and every entry ends on the command's outcome, on the object changing, or
-after `in_flight_timeout_seconds` -- so a lost outcome or a restart cannot wedge anything
+after `in_flight_timeout_seconds` (a node claim or release: not before its deadline has
+passed, since a create on that node waits for it) -- so a lost outcome or a restart cannot
+wedge anything
 (the anchors' "expectations" bug). The same table bounds how many pod and claim changes are
 in flight at once (`max_commands_in_flight`), so a scale of thousands of pods proceeds in
 waves and a status update never queues behind thousands of commands. The SlurmDelete sets
@@ -52,8 +54,10 @@ from nodeflow_kube.quantity import ResourceList
 from nodeflow_runtime.service import ServiceContext
 from nodeset_controller import SERVICE, metrics
 from nodeset_controller.commands import (
+    NODE_SLOT_PREFIX,
     SENDER,
     Outgoing,
+    action_blockers,
     action_slot,
     invalid_status_outgoing,
     notice_outgoing,
@@ -86,6 +90,9 @@ log = structlog.get_logger("nodeset_controller")
 
 # The `_wake_at` entry that wakes the loop when in-flight commands may have expired.
 IN_FLIGHT_WAKE = "__in_flight__"
+# How long past its deadline a claim or release may still be written (k8s-watcher checks the
+# deadline before its request; the API server may apply that request a little later).
+CLAIM_LANDING_MARGIN_SECONDS = 5.0
 # Attempt counts kept for this many idempotency keys at most (oldest forgotten first).
 MAX_REMEMBERED_ATTEMPTS = 65_536
 
@@ -103,6 +110,9 @@ class InFlight:
     pod_change: PodChangeSent | None = None
     outcome: str | None = None
     outcome_rv: str | None = None
+    # A claim or release holds its node's slot until it can no longer land (its deadline
+    # and a margin), whatever the in-flight timeout: a create waits on that slot.
+    hold_until: float = 0.0
 
 
 @dataclass
@@ -440,6 +450,16 @@ class NodeSetController:
         if outcome.outcome in ("applied", "already-applied"):
             entry.outcome = outcome.outcome
             entry.outcome_rv = outcome.resource_version
+        elif entry.hold_until and not outcome.never_lands:
+            # A claim or release whose last request went unanswered may still land: its node
+            # stays busy until its deadline has passed (`InFlight.hold_until`).
+            log.warning(
+                "command.may_still_land",
+                key=outcome.idempotency_key,
+                target=outcome.target.ordering_key,
+                outcome=outcome.outcome,
+            )
+            return
         else:
             if outcome.outcome != "conflict":
                 log.warning(
@@ -487,7 +507,7 @@ class NodeSetController:
         entry = self._in_flight.get(slot)
         if entry is None:
             return False
-        if now - entry.sent_at > self.config.in_flight_timeout_seconds:
+        if now - entry.sent_at > self.config.in_flight_timeout_seconds and now > entry.hold_until:
             log.info("command.in_flight_expired", slot=slot, key=entry.key)
             self._forget(slot)
             return False
@@ -669,7 +689,9 @@ class NodeSetController:
             if slot is not None:
                 # A pod or claim change: not while its slot is busy, and only while there is
                 # room in the window.
-                if self._busy(slot, now):
+                if self._busy(slot, now) or any(
+                    self._busy(blocker, now) for blocker in action_blockers(namespace, action)
+                ):
                     self.stats.skipped_in_flight += 1
                     continue
                 if self._room <= 0:
@@ -714,6 +736,11 @@ class NodeSetController:
                     is_create=out.is_create,
                     windowed=out.windowed,
                     pod_change=out.pod_change,
+                    hold_until=(
+                        (command.expires_at or now) + CLAIM_LANDING_MARGIN_SECONDS
+                        if out.slot.startswith(NODE_SLOT_PREFIX)
+                        else 0.0
+                    ),
                 )
                 self._by_key[command.idempotency_key] = out.slot
             msg_id = self._attempt_msg_id(command.idempotency_key) if tracked else None
