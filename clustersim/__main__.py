@@ -39,6 +39,7 @@ from clustersim.cluster.spec import (
     merge_cli_overrides,
 )
 from clustersim.runner import DEFAULT_CRD_DIR, SimulatorConfig, run_simulator
+from clustersim.slurm.releases import DEFAULT_SLURM_VERSION, SLURM_RELEASES
 
 log = structlog.get_logger("clustersim")
 
@@ -68,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="emulated Slurm cluster name (repeatable; the first is the default; 'sim')",
     )
     parser.add_argument("--slurm-user", default="slurm")
+    parser.add_argument(
+        "--slurm-version",
+        choices=sorted(SLURM_RELEASES),
+        default=DEFAULT_SLURM_VERSION,
+        help="emulated Slurm release: the slurmrestd API versions served (24.11: v0.0.41-42, "
+        f"26.05: v0.0.42-45; default {DEFAULT_SLURM_VERSION})",
+    )
     parser.add_argument("--kube-port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--admin-port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--crd-dir", type=Path, default=DEFAULT_CRD_DIR)
@@ -104,6 +112,7 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
         crd_dir=args.crd_dir if args.crd_dir and args.crd_dir.is_dir() else None,
         slurm_clusters=tuple(args.slurm_cluster) or ("sim",),
         slurm_user=args.slurm_user,
+        slurm_version=args.slurm_version,
         slurm_driver_interval=0.5,
         kube_port=args.kube_port,
         admin_port=args.admin_port,

@@ -41,6 +41,7 @@ from clustersim.kube.errors import AlreadyExists
 from clustersim.kube.objects import Obj
 from clustersim.kube.server import RunningServer, serve
 from clustersim.kube.store import Store
+from clustersim.slurm.releases import DEFAULT_SLURM_VERSION
 from clustersim.slurm.server import RunningSlurm, run_slurm_emulator
 from nodeflow_runtime.envfile import update_env_file
 
@@ -69,6 +70,8 @@ class SimulatorConfig:
     crd_dir: Path | None = DEFAULT_CRD_DIR
     slurm_clusters: Sequence[str] = ("sim",)
     slurm_user: str = "slurm"
+    # The Slurm release emulated (clustersim.slurm.releases): the API versions it serves.
+    slurm_version: str = DEFAULT_SLURM_VERSION
     slurm_driver_interval: float = 0.2
     kube_port: int = 0
     admin_port: int = 0
@@ -251,6 +254,7 @@ async def start_slurm_emulators(
                 key_path=slurm_dir / f"{name}.jwt_hs256.key",
                 key=key,
                 slurm_user=config.slurm_user,
+                slurm_version=config.slurm_version,
                 driver_interval=config.slurm_driver_interval,
                 # As tools/slurm/real_slurm.sh configures Slurm: a NodeSet pod that comes
                 # back re-registers its node even when it was drained before it went away.

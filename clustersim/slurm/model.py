@@ -20,15 +20,6 @@ from clustersim.slurm.errors import SlurmError
 # Flags in the order slurmrestd lists them after the base state.
 FLAG_ORDER: tuple[str, ...] = ("DRAIN", "COMPLETING", "NOT_RESPONDING", "DYNAMIC_NORM")
 UPDATE_STATES: frozenset[str] = frozenset({"DRAIN", "UNDRAIN", "RESUME", "DOWN", "IDLE"})
-KNOWN_NODE_STATES: frozenset[str] = frozenset(
-    {
-        "INVALID", "UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE",
-        "RESERVED", "UNDRAIN", "CLOUD", "RESUME", "DRAIN", "COMPLETING", "NOT_RESPONDING",
-        "POWERED_DOWN", "FAIL", "POWERING_UP", "MAINTENANCE", "REBOOT_REQUESTED",
-        "REBOOT_CANCELED", "POWERING_DOWN", "DYNAMIC_FUTURE", "REBOOT_ISSUED", "PLANNED",
-        "INVALID_REG", "POWER_DOWN", "POWER_UP", "POWER_DRAIN", "DYNAMIC_NORM",
-    }
-)  # fmt: skip
 NOT_RESPONDING_REASON = "Not responding"
 
 

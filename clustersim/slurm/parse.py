@@ -1,5 +1,6 @@
-"""Request bodies of slurmrestd v0.0.41 (data_parser/v0.0.41), parsed as strictly as Slurm:
-a field of the wrong type is a parse error (HTTP 400); an unknown field is a warning."""
+"""Request bodies of slurmrestd, parsed per data_parser version as strictly as Slurm: a field
+of the wrong type is a parse error (HTTP 400); a field the version does not have is a warning
+(so `exclusive`, dropped in v0.0.42, is ignored there: `shared: ["none"]` says it)."""
 
 from __future__ import annotations
 
@@ -8,42 +9,8 @@ from typing import Any
 
 from clustersim.slurm import errors as e
 from clustersim.slurm.errors import SlurmError
-from clustersim.slurm.model import KNOWN_NODE_STATES, JobRequest, cpus_per_node
-
-UPDATE_NODE_FIELDS = frozenset(
-    {
-        "comment", "cpu_bind", "extra", "features", "features_act", "gres", "address",
-        "hostname", "name", "state", "reason", "reason_uid", "resume_after", "weight",
-    }
-)  # fmt: skip
-JOB_DESC_FIELDS = frozenset(
-    {
-        "account", "account_gather_frequency", "admin_comment", "allocation_node_list",
-        "allocation_node_port", "argv", "array", "batch_features", "begin_time", "flags",
-        "burst_buffer", "clusters", "cluster_constraint", "comment", "contiguous", "container",
-        "container_id", "core_specification", "thread_specification", "cpu_binding",
-        "cpu_binding_flags", "cpu_frequency", "cpus_per_tres", "crontab", "deadline",
-        "delay_boot", "dependency", "end_time", "environment", "rlimits", "excluded_nodes",
-        "extra", "constraints", "group_id", "hetjob_group", "immediate", "job_id",
-        "kill_on_node_fail", "licenses", "mail_type", "mail_user", "mcs_label",
-        "memory_binding", "memory_binding_type", "memory_per_tres", "name", "network", "nice",
-        "tasks", "open_mode", "reserve_ports", "overcommit", "partition",
-        "distribution_plane_size", "power_flags", "prefer", "hold", "priority", "profile", "qos",
-        "reboot", "required_nodes", "requeue", "reservation", "resv_mpi_ports", "script",
-        "shared", "exclusive", "oversubscribe", "site_factor", "spank_environment",
-        "distribution", "time_limit", "time_minimum", "tres_bind", "tres_freq", "tres_per_job",
-        "tres_per_node", "tres_per_socket", "tres_per_task", "user_id", "wait_all_nodes",
-        "kill_warning_flags", "kill_warning_signal", "kill_warning_delay",
-        "current_working_directory", "cpus_per_task", "minimum_cpus", "maximum_cpus", "nodes",
-        "minimum_nodes", "maximum_nodes", "minimum_boards_per_node",
-        "minimum_sockets_per_board", "sockets_per_node", "threads_per_core", "tasks_per_node",
-        "tasks_per_socket", "tasks_per_core", "tasks_per_board", "ntasks_per_tres",
-        "minimum_cpus_per_node", "memory_per_cpu", "memory_per_node", "temporary_disk_per_node",
-        "selinux_context", "required_switches", "segment_size", "standard_error",
-        "standard_input", "standard_output", "wait_for_switch", "wckey", "x11",
-        "x11_magic_cookie", "x11_target_host", "x11_target_port",
-    }
-)  # fmt: skip
+from clustersim.slurm.model import JobRequest, cpus_per_node
+from nodeflow_contracts.slurm_api import SlurmApiVersion
 
 
 @dataclass(frozen=True)
@@ -55,12 +22,12 @@ class NodeUpdate:
     warnings: tuple[str, ...]
 
 
-def parse_node_update(body: object) -> NodeUpdate:
+def parse_node_update(body: object, version: SlurmApiVersion) -> NodeUpdate:
     data = _require_dict(body, "update_node_msg")
     warnings = [
         f'Ignoring unknown field "{key}" of type {type(value).__name__} in update_node_msg'
         for key, value in data.items()
-        if key not in UPDATE_NODE_FIELDS
+        if key not in version.node_update_fields
     ]
     raw_states = data.get("state", [])
     if isinstance(raw_states, str):
@@ -69,7 +36,7 @@ def parse_node_update(body: object) -> NodeUpdate:
         raise _parse_error("state", "expected a list of node state flag strings")
     states = tuple(s.upper() for s in raw_states)
     for state in states:
-        if state not in KNOWN_NODE_STATES:
+        if state not in version.node_states:
             raise _parse_error("state", f"Unknown node state flag: {state}")
     return NodeUpdate(
         states=states,
@@ -86,7 +53,7 @@ class ParsedSubmit:
     warnings: tuple[str, ...]
 
 
-def parse_job_submit(body: object) -> ParsedSubmit:
+def parse_job_submit(body: object, version: SlurmApiVersion) -> ParsedSubmit:
     data = _require_dict(body, "job_submit_req")
     warnings: list[str] = []
     if "jobs" in data:
@@ -97,7 +64,7 @@ def parse_job_submit(body: object) -> ParsedSubmit:
         )
     job = _require_dict(data.get("job"), "job")
     for key, value in job.items():
-        if key not in JOB_DESC_FIELDS:
+        if key not in version.job_desc_fields:
             warnings.append(
                 f'Ignoring unknown field "{key}" of type {type(value).__name__} in job_desc_msg'
             )
@@ -111,7 +78,7 @@ def parse_job_submit(body: object) -> ParsedSubmit:
     minimum_nodes = _optional_int(job, "minimum_nodes") or _range_minimum(nodes_range) or 1
     required = _csv(job, "required_nodes")
     node_count = max(minimum_nodes, len(required))
-    exclusive_flags = _str_list(job, "exclusive")
+    exclusive_flags = _str_list(job, "exclusive") if "exclusive" in version.job_desc_fields else []
     shared = _str_list(job, "shared")
     request = JobRequest(
         name=_optional_str(job, "name") or "",

@@ -1,15 +1,26 @@
-"""Response bodies in the shapes slurmrestd 24.11 serves for data_parser/v0.0.41."""
+"""Response bodies in the shapes slurmrestd serves, per data_parser version.
+
+Each entry is built whole, then cut to the fields its version's record names
+(nodeflow_contracts.slurm_api): a field a version added is given a value here, a field it
+dropped is left out, so the entry has exactly the fields of that version's OpenAPI schema.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from clustersim.slurm.hostlist import compress
 from clustersim.slurm.model import Job, Node, SlurmCluster
+from clustersim.slurm.releases import SlurmRelease
+from nodeflow_contracts.slurm_api import SlurmApiVersion
 
-SLURM_VERSION = ("24", "11", "5")
-SLURM_RELEASE = "24.11.5"
 Json = dict[str, Any]
+
+
+def _only(entry: Json, fields: Iterable[str]) -> Json:
+    wanted = set(fields)
+    return {key: value for key, value in entry.items() if key in wanted}
 
 
 def no_val(number: float | None, *, infinite: bool = False) -> Json:
@@ -21,37 +32,58 @@ def no_val(number: float | None, *, infinite: bool = False) -> Json:
     return {"set": True, "infinite": False, "number": int(number)}
 
 
-def meta(cluster: SlurmCluster, client_source: str, user: str | None) -> Json:
-    major, minor, micro = SLURM_VERSION
+def meta(
+    cluster: SlurmCluster,
+    client_source: str,
+    user: str | None,
+    release: SlurmRelease,
+    version: SlurmApiVersion,
+) -> Json:
+    major, minor, micro = release.version_parts
     return {
         "plugin": {
             "type": "openapi/slurmctld",
             "name": "Slurm OpenAPI slurmctld",
-            "data_parser": "data_parser/v0.0.41",
+            "data_parser": version.data_parser,
             "accounting_storage": "",
         },
         "client": {"source": client_source, "user": user or "", "group": user or ""},
         "command": [],
         "slurm": {
             "version": {"major": major, "micro": micro, "minor": minor},
-            "release": SLURM_RELEASE,
+            "release": release.release,
             "cluster": cluster.name,
         },
     }
+
+
+def ping(cluster: SlurmCluster, version: SlurmApiVersion) -> Json:
+    """One entry of `pings`: v0.0.42 added responding/primary, v0.0.45 dropped pinged/mode
+    and added status (slurm_strerror of the ping's result)."""
+    entry = {
+        "hostname": f"slurmctld-{cluster.name}",
+        "pinged": "UP",
+        "responding": True,
+        "latency": 500,
+        "mode": "primary",
+        "primary": True,
+        "status": "No error",
+    }
+    return _only(entry, version.ping_fields)
 
 
 def warning(description: str, source: str) -> Json:
     return {"description": description, "source": source}
 
 
-def node(cluster: SlurmCluster, n: Node) -> Json:
+def node(cluster: SlurmCluster, n: Node, version: SlurmApiVersion, release: str) -> Json:
     alloc = cluster.node_alloc_cpus(n)
     used_mb = 0
     state = cluster.node_state(n)
     tres = f"cpu={n.cpus},mem={_mem(n.real_memory)},billing={n.cpus}"
     if n.gres:
         tres += "," + ",".join(_gres_tres(n.gres))
-    return {
+    entry = {
         "architecture": "x86_64",
         "burstbuffer_network_address": "",
         "boards": 1,
@@ -115,11 +147,18 @@ def node(cluster: SlurmCluster, n: Node) -> Json:
         "temporary_disk": 0,
         "weight": 1,
         "tres": tres,
-        "version": SLURM_RELEASE,
+        "version": release,
+        # v0.0.43 on
+        "cert_flags": [],
+        "tls_cert_last_renewal": no_val(None),
+        "topology": "",
+        # v0.0.45 on
+        "suspend_time": no_val(None),
     }
+    return _only(entry, version.node_fields)
 
 
-def job(cluster: SlurmCluster, j: Job) -> Json:
+def job(cluster: SlurmCluster, j: Job, version: SlurmApiVersion) -> Json:
     nodes = list(j.allocation)
     state = [j.state, "COMPLETING"] if j.completing else [j.state]
     limit = j.time_limit_minutes
@@ -135,7 +174,7 @@ def job(cluster: SlurmCluster, j: Job) -> Json:
         "signal": {"id": no_val(None), "name": ""},
     }
     request = j.request
-    return {
+    entry = {
         "account": request.account,
         "accrue_time": no_val(j.submit_time),
         "admin_comment": "",
@@ -267,7 +306,29 @@ def job(cluster: SlurmCluster, j: Job) -> Json:
         "maximum_switch_wait_time": 0,
         "wckey": "",
         "current_working_directory": request.current_working_directory,
+        # v0.0.42 on
+        "priority_by_partition": [],
+        "required_switches": 0,
+        # v0.0.43 on
+        "licenses_allocated": "",
+        "segment_size": 0,
+        "stderr_expanded": request.standard_error or _default_output(j),
+        "stdin_expanded": "/dev/null",
+        "stdout_expanded": request.standard_output or _default_output(j),
+        # v0.0.44 on
+        "step_id": {
+            "sluid": "",
+            "job_id": no_val(j.job_id),
+            "step_het_component": no_val(None),
+            "step_id": "batch",
+        },
+        "submit_line": "",
+        # v0.0.45 on
+        "container_type": "",
+        "memory_update_delay": 0,
+        "memory_update_margin": 0,
     }
+    return _only(entry, version.job_fields)
 
 
 def _job_resources(j: Job) -> Json:

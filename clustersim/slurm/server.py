@@ -1,7 +1,11 @@
-"""slurmrestd v0.0.41 over HTTP (aiohttp), JWT auth, faults, and a `/_sim/slurm/` admin API.
+"""slurmrestd over HTTP (aiohttp), JWT auth, faults, and a `/_sim/slurm/` admin API.
 
 Each `SlurmEmulator` is one named cluster with its own aiohttp app; run several on several
-ports for several clusters. `run_slurm_emulator()` serves one on 127.0.0.1 for tests.
+ports for several clusters. `run_slurm_emulator()` serves one on 127.0.0.1 for tests. It is
+one Slurm release (`slurm_version`, clustersim.slurm.releases: 24.11 or 26.05, the newest by
+default) and serves the `/slurm/<version>/` paths of each API version that release serves,
+each in its version's shapes, and `/openapi/v3` listing those paths as slurmrestd does (paths
+only: the emulator has no schemas to give).
 """
 
 from __future__ import annotations
@@ -34,11 +38,13 @@ from clustersim.slurm.clock import Clock, ManualClock, SystemClock
 from clustersim.slurm.errors import SlurmError
 from clustersim.slurm.model import Partition, SlurmCluster
 from clustersim.slurm.parse import parse_job_submit, parse_node_update
+from clustersim.slurm.releases import DEFAULT_SLURM_VERSION, SlurmRelease, slurm_release
+from nodeflow_contracts.slurm_api import SlurmApiVersion
 
 log = structlog.get_logger("clustersim.slurm")
 
-API = "/slurm/v0.0.41"
 ADMIN = "/_sim/slurm"
+OPENAPI_PATHS = ("/openapi/v3", "/openapi", "/openapi.json")
 DOWN_MODES = ("refuse", "503", "controller")
 Json = dict[str, Any]
 
@@ -86,9 +92,11 @@ class SlurmEmulator:
         slurm_user: str = "slurm",
         partitions: Sequence[Partition] | None = None,
         key: bytes | None = None,
+        slurm_version: str = DEFAULT_SLURM_VERSION,
         **cluster_options: Any,
     ) -> None:
         self.name = name
+        self.release: SlurmRelease = slurm_release(slurm_version)
         self.clock: Clock = clock or SystemClock()
         self.key_path = key_path
         self.key = write_key_file(key_path, key)
@@ -130,9 +138,17 @@ class SlurmEmulator:
         self.cluster.tick()
         return self.cluster.node_state(self.cluster.nodes[name])
 
-    def node_json(self, name: str) -> Json:
+    @property
+    def api_versions(self) -> tuple[SlurmApiVersion, ...]:
+        """The API versions served, oldest first."""
+        return self.release.api_versions
+
+    def node_json(self, name: str, version: SlurmApiVersion | None = None) -> Json:
         self.cluster.tick()
-        return render.node(self.cluster, self.cluster.nodes[name])
+        return self._render_node(self.cluster.nodes[name], version or self.release.newest)
+
+    def _render_node(self, node: Any, version: SlurmApiVersion) -> Json:
+        return render.node(self.cluster, node, version, self.release.release)
 
     def mint_token(self, user: str = "root", lifespan: int = DEFAULT_LIFESPAN_SECONDS) -> str:
         return mint_token(self.key, user, self.clock.now(), lifespan)
@@ -161,21 +177,13 @@ class SlurmEmulator:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._faults_middleware])
-        routes: list[tuple[str, str, Callable[[web.Request, str], Awaitable[_Reply]]]] = [
-            ("GET", "/ping", self._ping),
-            ("GET", "/nodes", self._nodes),
-            ("GET", "/node/{name}", self._node),
-            ("POST", "/node/{name}", self._update_node),
-            ("DELETE", "/node/{name}", self._delete_node),
-            ("GET", "/jobs", self._jobs),
-            ("GET", "/job/{job_id}", self._job),
-            ("DELETE", "/job/{job_id}", self._cancel_job),
-            ("POST", "/job/submit", self._submit),
-        ]
-        for method, path, handler in routes:
-            endpoint = self._endpoint(handler)
-            app.router.add_route(method, API + path, endpoint)
-            app.router.add_route(method, API + path + "/", endpoint)
+        for version in self.release.api_versions:
+            for method, path, handler_name in _SLURM_ROUTES:
+                endpoint = self._endpoint(getattr(self, handler_name), version)
+                app.router.add_route(method, version.prefix + path, endpoint)
+                app.router.add_route(method, version.prefix + path + "/", endpoint)
+        for path in OPENAPI_PATHS:
+            app.router.add_get(path, self._openapi)
         app.router.add_get(ADMIN + "/state", self._admin_state)
         app.router.add_post(ADMIN + "/faults", self._admin_faults)
         app.router.add_delete(ADMIN + "/faults", self._admin_clear_faults)
@@ -200,12 +208,54 @@ class SlurmEmulator:
         return await handler(request)
 
     def _endpoint(
-        self, handler: Callable[[web.Request, str], Awaitable[_Reply]]
+        self, handler: Callable[[web.Request, str], Awaitable[_Reply]], version: SlurmApiVersion
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def endpoint(request: web.Request) -> web.StreamResponse:
+            request[_API_KEY] = version
             return await self._serve(request, handler)
 
         return endpoint
+
+    def openapi_document(self) -> Json:
+        """The OpenAPI document of the versions served: their paths, with no schemas."""
+        paths: Json = {}
+        for route in self.app_routes:
+            method, path = route
+            paths.setdefault(path, {})[method.lower()] = {"responses": {"200": {}}}
+        major, minor, micro = self.release.version_parts
+        return {
+            "openapi": "3.0.3",
+            "info": {
+                "title": "Slurm REST API",
+                "version": f"Slurm-{self.release.release}&openapi/slurmctld",
+                "x-slurm": {
+                    "data_parsers": [
+                        {"plugin": version.name, "flags": ["NONE"]}
+                        for version in self.release.api_versions
+                    ],
+                    "openapi": ["openapi/slurmctld"],
+                    "version": {"major": major, "micro": micro, "minor": minor},
+                    "release": self.release.release,
+                },
+            },
+            "paths": paths,
+        }
+
+    @property
+    def app_routes(self) -> list[tuple[str, str]]:
+        """(method, path) of every `/slurm/` route served, as the OpenAPI document lists them."""
+        return [
+            (method, version.prefix + path + ("/" if path in _LISTED_WITH_SLASH else ""))
+            for version in self.release.api_versions
+            for method, path, _ in _SLURM_ROUTES
+        ]
+
+    async def _openapi(self, request: web.Request) -> web.StreamResponse:
+        # slurmrestd authenticates every request (rest_auth/jwt wants a token) but serves its
+        # document without asking slurmctld anything: a token is needed, not a valid one.
+        if not request.headers.get("X-SLURM-USER-TOKEN"):
+            return web.Response(status=401, text="Authentication failure")
+        return json_response(self.openapi_document())
 
     async def _serve(
         self, request: web.Request, handler: Callable[[web.Request, str], Awaitable[_Reply]]
@@ -227,7 +277,7 @@ class SlurmEmulator:
                 _AUTH_FAILURE_SOURCE.get(operation, "_op_handler"),
             )
             log.info("slurm_token_refused", cluster=self.name, problem=check.problem)
-            return self._error_response(failure, source, header_user)
+            return self._error_response(request, failure, source, header_user)
         user = check.user
         if self.faults.down == "controller":
             failure = SlurmError(
@@ -235,17 +285,17 @@ class SlurmEmulator:
                 "Unable to contact slurmctld",
                 "slurm_load_ctl_conf()",
             )
-            return self._error_response(failure, source, user)
+            return self._error_response(request, failure, source, user)
         if self.faults.roll(self.faults.error_rate):
             failure = SlurmError(e.SLURM_ERROR, "Simulated internal failure", "clustersim")
-            return self._error_response(failure, source, user)
+            return self._error_response(request, failure, source, user)
         self.cluster.tick()
         try:
             reply = await handler(request, user)
         except _ErrorsIn200 as partial:
             partial_body = {
                 **partial.data,
-                "meta": render.meta(self.cluster, source, user),
+                "meta": render.meta(self.cluster, source, user, self.release, _api(request)),
                 "errors": [partial.entry],
                 "warnings": [],
             }
@@ -253,10 +303,10 @@ class SlurmEmulator:
         except SlurmError as failure:
             if failure.error_number == e.SLURM_NO_CHANGE_IN_DATA:
                 return web.Response(status=304)
-            return self._error_response(failure, source, user)
+            return self._error_response(request, failure, source, user)
         body: Json = {
             **reply.data,
-            "meta": render.meta(self.cluster, source, user),
+            "meta": render.meta(self.cluster, source, user, self.release, _api(request)),
             "errors": [],
             "warnings": reply.warnings,
         }
@@ -272,10 +322,15 @@ class SlurmEmulator:
         return json_response(body)
 
     def _error_response(
-        self, failure: SlurmError, source: str, user: str | None, status: int | None = None
+        self,
+        request: web.Request,
+        failure: SlurmError,
+        source: str,
+        user: str | None,
+        status: int | None = None,
     ) -> web.Response:
         body = {
-            "meta": render.meta(self.cluster, source, user),
+            "meta": render.meta(self.cluster, source, user, self.release, _api(request)),
             "errors": [failure.as_entry()],
             "warnings": [],
         }
@@ -285,21 +340,16 @@ class SlurmEmulator:
     # ---- slurmrestd handlers ----
 
     async def _ping(self, request: web.Request, user: str) -> _Reply:
-        ping = {
-            "hostname": f"slurmctld-{self.name}",
-            "pinged": "UP",
-            "latency": 500,
-            "mode": "primary",
-        }
-        return _Reply({"pings": [ping]})
+        return _Reply({"pings": [render.ping(self.cluster, _api(request))]})
 
     async def _nodes(self, request: web.Request, user: str) -> _Reply:
         _not_modified_since(request, self.cluster.last_node_update)
-        nodes = [render.node(self.cluster, n) for n in self.cluster.nodes.values()]
+        version = _api(request)
+        nodes = [self._render_node(n, version) for n in self.cluster.nodes.values()]
         return _Reply({"nodes": nodes, "last_update": render.no_val(self.cluster.last_node_update)})
 
     async def _node(self, request: web.Request, user: str) -> _Reply:
-        name = request.match_info["name"]
+        name = request.match_info["node_name"]
         node = self.cluster.nodes.get(name)
         last_update = render.no_val(self.cluster.last_node_update)
         if node is None:
@@ -307,12 +357,14 @@ class SlurmEmulator:
             # the failure inside an HTTP 200 body: clients must read `errors`.
             failure = {"description": f"Failure to query node {name}", "source": "_dump_nodes"}
             raise _ErrorsIn200({"nodes": [], "last_update": last_update}, failure)
-        return _Reply({"nodes": [render.node(self.cluster, node)], "last_update": last_update})
+        return _Reply(
+            {"nodes": [self._render_node(node, _api(request))], "last_update": last_update}
+        )
 
     async def _update_node(self, request: web.Request, user: str) -> _Reply:
-        update = parse_node_update(await _json_body(request))
+        update = parse_node_update(await _json_body(request), _api(request))
         self.cluster.update_node(
-            request.match_info["name"],
+            request.match_info["node_name"],
             user,
             update.states,
             update.reason,
@@ -322,12 +374,12 @@ class SlurmEmulator:
         return _Reply({}, [render.warning(w, "_update_node") for w in update.warnings])
 
     async def _delete_node(self, request: web.Request, user: str) -> _Reply:
-        self.cluster.delete_node(request.match_info["name"], user)
+        self.cluster.delete_node(request.match_info["node_name"], user)
         return _Reply({})
 
     async def _jobs(self, request: web.Request, user: str) -> _Reply:
         _not_modified_since(request, self.cluster.last_job_update)
-        jobs = [render.job(self.cluster, j) for j in self.cluster.jobs.values()]
+        jobs = [render.job(self.cluster, j, _api(request)) for j in self.cluster.jobs.values()]
         return _Reply(
             {
                 "jobs": jobs,
@@ -340,7 +392,7 @@ class SlurmEmulator:
         job = self.cluster.get_job(_job_id(request))
         return _Reply(
             {
-                "jobs": [render.job(self.cluster, job)],
+                "jobs": [render.job(self.cluster, job, _api(request))],
                 "last_backfill": render.no_val(self.cluster.last_job_update),
                 "last_update": render.no_val(self.cluster.last_job_update),
             }
@@ -354,7 +406,8 @@ class SlurmEmulator:
         return _Reply({}, [warning])
 
     async def _submit(self, request: web.Request, user: str) -> _Reply:
-        parsed = parse_job_submit(await _json_body(request))
+        version = _api(request)
+        parsed = parse_job_submit(await _json_body(request), version)
         job_id = self.cluster.submit_job(parsed.request, user)
         result = {
             "job_id": job_id,
@@ -363,8 +416,14 @@ class SlurmEmulator:
             "error": "No error",
             "job_submit_user_msg": "",
         }
+        answer = {
+            "result": result,
+            "job_id": job_id,
+            "step_id": "batch",
+            "job_submit_user_msg": "",
+        }
         return _Reply(
-            {"result": result, "job_id": job_id, "step_id": "batch", "job_submit_user_msg": ""},
+            {key: value for key, value in answer.items() if key in version.job_submit_fields},
             [render.warning(w, "job_submit_req") for w in parsed.warnings],
         )
 
@@ -431,6 +490,28 @@ class SlurmEmulator:
         self.clock.advance(float(body.get("seconds", 0)))
         self.cluster.tick()
         return web.json_response({"now": self.clock.now()})
+
+
+_API_KEY = web.RequestKey("slurm_api", SlurmApiVersion)
+# Method, path under the version's prefix, handler (its name also picks the auth failure text).
+_SLURM_ROUTES = (
+    ("GET", "/ping", "_ping"),
+    ("GET", "/nodes", "_nodes"),
+    ("GET", "/node/{node_name}", "_node"),
+    ("POST", "/node/{node_name}", "_update_node"),
+    ("DELETE", "/node/{node_name}", "_delete_node"),
+    ("GET", "/jobs", "_jobs"),
+    ("GET", "/job/{job_id}", "_job"),
+    ("DELETE", "/job/{job_id}", "_cancel_job"),
+    ("POST", "/job/submit", "_submit"),
+)
+# slurmrestd's document lists these with a trailing slash (/slurm/v0.0.42/nodes/).
+_LISTED_WITH_SLASH = frozenset({"/ping", "/nodes", "/jobs"})
+
+
+def _api(request: web.Request) -> SlurmApiVersion:
+    """The API version of the path the request came in on."""
+    return request[_API_KEY]
 
 
 _AUTH_FAILURE_DESCRIPTION = {
@@ -525,6 +606,16 @@ class RunningSlurm:
     @property
     def cluster(self) -> SlurmCluster:
         return self.emulator.cluster
+
+    @property
+    def api_versions(self) -> tuple[SlurmApiVersion, ...]:
+        """The API versions served, oldest first."""
+        return self.emulator.api_versions
+
+    @property
+    def api_prefix(self) -> str:
+        """`/slurm/<newest version served>`, the one a client that negotiates would choose."""
+        return self.emulator.release.newest.prefix
 
     def mint_token(self, user: str = "root", lifespan: int = DEFAULT_LIFESPAN_SECONDS) -> str:
         return self.emulator.mint_token(user, lifespan)

@@ -314,6 +314,8 @@ class Stack:
             argv += ["--topology", self.args.topology]
         if self.real_kubeconfig is not None:
             argv += ["--follow-kubeconfig", str(self.real_kubeconfig)]
+        if getattr(self.args, "slurm_version", None):
+            argv += ["--slurm-version", self.args.slurm_version]
         child = await self.start_child("clustersim", argv, dict(os.environ))
         # Each mode writes its env file once it is up: the emulator with its API's URL, the
         # Slurm bridge (real Kubernetes) with the Slurm URLs after its first list of pods.
@@ -646,6 +648,11 @@ def main(argv: list[str] | None = None) -> int:
         default="sim",
         help="sim: the simulator's API emulator; real: kube-apiserver and friends on loopback "
         "(tools/kube/real_kube.sh, needs Go), with the simulator's Slurm emulator",
+    )
+    parser.add_argument(
+        "--slurm-version",
+        help="the Slurm release the simulator emulates (clustersim --slurm-version: 24.11 or "
+        "26.05); default: the simulator's, the newest",
     )
     parser.add_argument("--stop", action="store_true", help="stop a stack started elsewhere")
     parser.add_argument(

@@ -158,6 +158,15 @@ async def run_service(
         log.info("service.stopping")
         await ctx.shutdown()
         return EXIT_FAILED if ctx.failure else EXIT_OK
+    except ConfigError as exc:
+        # A setup that finds its configuration unusable once it can look (slurm-syncer: a
+        # slurmrestd that speaks none of our API versions): one line, as run_main says it.
+        print(f"{name}: {exc}", file=sys.stderr)
+        log.error("service.bad_config", error=str(exc))
+        health.shutting_down = True
+        if ctx is not None:
+            await ctx.shutdown()
+        return EXIT_BAD_CONFIG
     except Exception as exc:
         log.exception("service.failed", error=repr(exc))
         health.shutting_down = True

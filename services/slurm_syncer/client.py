@@ -1,4 +1,12 @@
-"""An aiohttp client for slurmrestd v0.0.41 (Slurm 24.11): the only code that talks to Slurm.
+"""An aiohttp client for slurmrestd (data_parser v0.0.41 to v0.0.45): the only code that talks
+to Slurm.
+
+Before its first call the client chooses the API version (`negotiate`): the newest one both
+slurmrestd and we speak, read from the paths of slurmrestd's `/openapi/v3` document, or, when
+that document cannot be read, by asking `/slurm/<version>/ping/` of each of ours, newest first.
+SLURM_API_VERSION (`api_version`) names the version instead; slurmrestd must still speak it.
+A slurmrestd that speaks none of ours is a `SlurmVersionMismatch` naming both lists. What each
+version reads and writes is its record in nodeflow_contracts.slurm_api.
 
 Every answer is checked: the HTTP status, that the body is a JSON object, and its `errors`
 list, since slurmrestd can answer 200 with an error inside. Connection failures, timeouts and
@@ -21,12 +29,21 @@ import msgspec
 import structlog
 
 from nodeflow_bus import Backoff
+from nodeflow_contracts.slurm_api import (
+    API_VERSIONS,
+    NODE_FIELDS_READ,
+    NoCommonApiVersion,
+    SlurmApiVersion,
+    choose_version,
+    versions_in_openapi,
+)
+from nodeflow_contracts.slurm_api import api_version as known_version
 from slurm_syncer import metrics
 from slurm_syncer.auth import TokenSource
 
 log = structlog.get_logger("slurm_syncer.client")
 
-API_PREFIX = "/slurm/v0.0.41"
+OPENAPI_PATH = "/openapi/v3"
 # slurmrestd refuses a missing token with 401; a token slurmctld rejects (expired, bad
 # signature) comes back as 511 with error 1007 in `errors` (Slurm 24.11.5).
 AUTH_FAILURE_STATUSES = frozenset({401, 403, 511})
@@ -37,7 +54,8 @@ Json = dict[str, Any]
 class _ListedNode(msgspec.Struct):
     """What the syncer reads of a node in a listing (`nodestate.parse_node` judges the
     values, hence Any); the other sixty-odd fields of each entry are skipped while decoding:
-    at 10,000 nodes the whole entries were the syncer's peak memory during a poll."""
+    at 10,000 nodes the whole entries were the syncer's peak memory during a poll. Its fields
+    are NODE_FIELDS_READ, which every version's node entry has (checked at import)."""
 
     name: Any = msgspec.UNSET
     state: Any = msgspec.UNSET
@@ -67,6 +85,8 @@ class _NodeListing(msgspec.Struct):
 
 
 _NODE_LISTING = msgspec.json.Decoder(_NodeListing)
+if _ListedNode.__struct_fields__ != NODE_FIELDS_READ:
+    raise ImportError("_ListedNode must decode exactly slurm_api.NODE_FIELDS_READ")
 
 
 def decode_body(data: bytes, *, node_listing: bool = False) -> Any:
@@ -130,9 +150,19 @@ class SlurmAuthError(SlurmApiError):
 
 
 class SlurmMalformedResponse(SlurmError):
-    """An answer that is not the JSON object slurmrestd v0.0.41 sends."""
+    """An answer that is not the JSON object slurmrestd sends."""
 
     kind = "malformed"
+
+
+class SlurmVersionMismatch(SlurmError):
+    """slurmrestd speaks none of the API versions we speak (or not SLURM_API_VERSION)."""
+
+    kind = "version"
+
+    def __init__(self, cluster: str, mismatch: NoCommonApiVersion) -> None:
+        self.mismatch = mismatch
+        super().__init__(cluster, str(mismatch))
 
 
 def describe_errors(errors: list[Any]) -> str:
@@ -184,11 +214,17 @@ class SlurmClient:
         options: ClientOptions | None = None,
         *,
         ca_file: Path | None = None,
+        api_version: str | None = None,
     ) -> None:
         self.cluster = cluster
         self.base_url = base_url.rstrip("/")
         self.tokens = tokens
         self.options = options or ClientOptions()
+        # SLURM_API_VERSION: checked now (a version we do not speak stops the service at
+        # start); slurmrestd is asked whether it speaks it on the first call.
+        self.wanted_version = known_version(api_version).name if api_version else None
+        self._version: SlurmApiVersion | None = None
+        self._negotiating = asyncio.Lock()
         # Built now, so that an unreadable CA file stops the service at start.
         self._ssl = slurm_ssl_context(ca_file)
         self._session: aiohttp.ClientSession | None = None
@@ -205,6 +241,62 @@ class SlurmClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    # --- the API version --------------------------------------------------------------------
+
+    @property
+    def version(self) -> SlurmApiVersion | None:
+        """The version chosen by `negotiate`, None before."""
+        return self._version
+
+    async def negotiate(self) -> SlurmApiVersion:
+        """The API version to speak, chosen once: see the module's docstring. Unreachable
+        slurmrestd: SlurmUnreachable, and the next call asks again."""
+        if self._version is not None:
+            return self._version
+        async with self._negotiating:
+            if self._version is None:
+                served = await self._served_versions()
+                try:
+                    chosen = choose_version(served, self.wanted_version)
+                except NoCommonApiVersion as exc:
+                    raise SlurmVersionMismatch(self.cluster, exc) from None
+                log.info(
+                    "slurm.api_version",
+                    cluster=self.cluster,
+                    version=chosen.name,
+                    served=sorted(served),
+                    wanted=self.wanted_version,
+                )
+                self._version = chosen
+            return self._version
+
+    async def _served_versions(self) -> frozenset[str]:
+        try:
+            document = await self._call("GET", OPENAPI_PATH, what="read openapi")
+        except SlurmAuthError:
+            raise
+        except (SlurmApiError, SlurmMalformedResponse) as exc:
+            # No readable document (a proxy that only passes /slurm/, an old slurmrestd):
+            # ask each version's ping instead.
+            log.info("slurm.openapi_unreadable", cluster=self.cluster, error=str(exc))
+        else:
+            served = versions_in_openapi(document)
+            if served:
+                return served
+        candidates = [self.wanted_version] if self.wanted_version else list(API_VERSIONS)
+        for name in sorted(candidates, key=lambda n: API_VERSIONS[n].number, reverse=True):
+            try:
+                await self._call("GET", f"{API_VERSIONS[name].prefix}/ping/", what="ping")
+            except SlurmAuthError:
+                raise
+            except SlurmApiError as exc:
+                if exc.status == 404:  # slurmrestd has no path of that version
+                    continue
+                raise
+            # The newest of ours that answers is the one we would choose anyway.
+            return frozenset({name})
+        return frozenset()
 
     # --- the calls the syncer makes ----------------------------------------------------------
 
@@ -234,9 +326,8 @@ class SlurmClient:
         return None
 
     async def update_node(self, name: str, states: list[str], reason: str | None = None) -> None:
-        payload: Json = {"state": states}
-        if reason is not None:
-            payload["reason"] = reason
+        version = await self.negotiate()
+        payload = version.node_update_body(states, reason)
         await self.request("POST", f"/node/{name}", payload, what=f"update node {name}")
 
     async def list_jobs(self) -> list[Json]:
@@ -255,6 +346,27 @@ class SlurmClient:
         retry_errors_in_body: bool = False,
         node_listing: bool = False,
     ) -> Json:
+        """One call of the `/slurm/` API, `path` under the chosen version's prefix."""
+        version = await self.negotiate()
+        return await self._call(
+            method,
+            version.prefix + path,
+            payload,
+            what=what,
+            retry_errors_in_body=retry_errors_in_body,
+            node_listing=node_listing,
+        )
+
+    async def _call(
+        self,
+        method: str,
+        url_path: str,
+        payload: Json | None = None,
+        *,
+        what: str,
+        retry_errors_in_body: bool = False,
+        node_listing: bool = False,
+    ) -> Json:
         attempts = self.options.attempts
         refreshed_token = False
         attempt = 0
@@ -262,7 +374,7 @@ class SlurmClient:
             attempt += 1
             try:
                 body = await self._once(
-                    method, path, payload, what, retry_errors_in_body, node_listing
+                    method, url_path, payload, what, retry_errors_in_body, node_listing
                 )
                 metrics.SLURM_REQUESTS.labels(self.cluster, what.split(" ")[0], "ok").inc()
                 return body
@@ -297,7 +409,7 @@ class SlurmClient:
     async def _once(
         self,
         method: str,
-        path: str,
+        url_path: str,
         payload: Json | None,
         what: str,
         retry_errors_in_body: bool,
@@ -314,7 +426,7 @@ class SlurmClient:
             "X-SLURM-USER-TOKEN": token,
             "Accept": "application/json",
         }
-        url = f"{self.base_url}{API_PREFIX}{path}"
+        url = f"{self.base_url}{url_path}"
         try:
             async with self._get_session().request(
                 method, url, json=payload, headers=headers

@@ -12,10 +12,11 @@ import os
 from nodeflow_bus import Backoff, ConsumerOptions, LeaderLease, PullConsumer
 from nodeflow_contracts.slurm import SlurmNodeCommand
 from nodeflow_contracts.topology import CONSUMERS
+from nodeflow_runtime.config import ConfigError
 from nodeflow_runtime.service import ServiceContext
 from slurm_syncer import SERVICE
 from slurm_syncer.auth import token_source
-from slurm_syncer.client import ClientOptions, SlurmClient
+from slurm_syncer.client import ClientOptions, SlurmClient, SlurmError, SlurmVersionMismatch
 from slurm_syncer.reasons import DrainReasons
 from slurm_syncer.settings import SlurmSyncerConfig, cluster_settings
 from slurm_syncer.syncer import Syncer, SyncerOptions
@@ -38,8 +39,40 @@ def build_clients(config: SlurmSyncerConfig) -> dict[str, SlurmClient]:
             lifespan=config.slurm_token_lifespan_seconds,
             margin=config.slurm_token_refresh_margin_seconds,
         )
-        clients[name] = SlurmClient(name, settings.url, tokens, options, ca_file=settings.ca_file)
+        clients[name] = SlurmClient(
+            name,
+            settings.url,
+            tokens,
+            options,
+            ca_file=settings.ca_file,
+            api_version=settings.api_version,
+        )
     return clients
+
+
+async def choose_api_versions(
+    ctx: ServiceContext[SlurmSyncerConfig], clients: dict[str, SlurmClient]
+) -> None:
+    """Choose every cluster's API version now, so that a slurmrestd that speaks none of ours
+    stops the service at start with one line (ConfigError) instead of failing every poll. A
+    cluster that cannot be reached now is asked again on its first call."""
+
+    async def choose(client: SlurmClient) -> None:
+        try:
+            await client.negotiate()
+        except SlurmVersionMismatch:
+            raise
+        except SlurmError as exc:
+            ctx.log.warning(
+                "slurm_syncer.api_version_later", cluster=client.cluster, error=str(exc)
+            )
+
+    try:
+        await asyncio.gather(*(choose(client) for client in clients.values()))
+    except SlurmVersionMismatch as exc:
+        for client in clients.values():
+            await client.close()
+        raise ConfigError(str(exc)) from None
 
 
 class LeaderWork:
@@ -101,6 +134,7 @@ async def setup(ctx: ServiceContext[SlurmSyncerConfig]) -> None:
         ctx.log.warning(
             "slurm_syncer.no_clusters", hint="set SLURM_CLUSTERS and SLURM_<CLUSTER>_URL"
         )
+    await choose_api_versions(ctx, clients)
     syncer = Syncer(
         ctx.bus,
         clients,

@@ -3,11 +3,14 @@
 Clusters are listed in SLURM_CLUSTERS (comma separated). Each cluster's settings come from
 `SLURM_<CLUSTER>_<SETTING>` (the cluster name upper-cased, non-alphanumerics as `_`, which is
 what the simulator writes to .run/env, e.g. SLURM_SIM_URL), falling back to the cluster-less
-`SLURM_<SETTING>`: URL, TOKEN, TOKEN_FILE, JWT_KEY_FILE, USER, CA_FILE. A cluster authenticates
-with a static token (TOKEN or TOKEN_FILE) or with a signing key (JWT_KEY_FILE) from which the
-syncer mints its own short-lived tokens; a signing key wins when both are given, since it never
-expires. An `https://` URL is verified against CA_FILE when set, else the system trust store;
-a CA_FILE with a plain `http://` URL is refused (the operator meant TLS and would not get it).
+`SLURM_<SETTING>`: URL, TOKEN, TOKEN_FILE, JWT_KEY_FILE, USER, CA_FILE, API_VERSION. A cluster
+authenticates with a static token (TOKEN or TOKEN_FILE) or with a signing key (JWT_KEY_FILE)
+from which the syncer mints its own short-lived tokens; a signing key wins when both are
+given, since it never expires. An `https://` URL is verified against CA_FILE when set, else
+the system trust store; a CA_FILE with a plain `http://` URL is refused (the operator meant
+TLS and would not get it). API_VERSION (e.g. v0.0.42) names the slurmrestd API version to
+speak instead of the newest one both sides speak (client.SlurmClient.negotiate); one we do not
+speak is refused here.
 """
 
 from __future__ import annotations
@@ -17,10 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeflow_contracts.pod_protocol import DEFAULT_DRAIN_REASON_PREFIX
+from nodeflow_contracts.slurm_api import api_version
 from nodeflow_runtime.config import ConfigError, ServiceConfig
 from slurm_syncer.nodestate import DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS
 
-PER_CLUSTER_SETTINGS = ("URL", "TOKEN", "TOKEN_FILE", "JWT_KEY_FILE", "USER", "CA_FILE")
+PER_CLUSTER_SETTINGS = (
+    "URL",
+    "TOKEN",
+    "TOKEN_FILE",
+    "JWT_KEY_FILE",
+    "USER",
+    "CA_FILE",
+    "API_VERSION",
+)
 
 
 class SlurmSyncerConfig(ServiceConfig, kw_only=True):
@@ -81,12 +93,15 @@ class ClusterSettings:
     jwt_key_file: Path | None = None
     # The CA that signs slurmrestd's certificate (https only); None: the system trust store.
     ca_file: Path | None = None
+    # SLURM_API_VERSION: the slurmrestd API version to speak; None: the newest both speak.
+    api_version: str | None = None
 
     def __repr__(self) -> str:  # never print the token
         return (
             f"ClusterSettings(name={self.name!r}, url={self.url!r}, user={self.user!r}, "
             f"token={'<hidden>' if self.token else None}, token_file={self.token_file}, "
-            f"jwt_key_file={self.jwt_key_file}, ca_file={self.ca_file})"
+            f"jwt_key_file={self.jwt_key_file}, ca_file={self.ca_file}, "
+            f"api_version={self.api_version})"
         )
 
 
@@ -116,6 +131,7 @@ def cluster_settings(
         token_file = _setting(environ, "TOKEN_FILE", cluster)
         key_file = _setting(environ, "JWT_KEY_FILE", cluster)
         ca_file = _setting(environ, "CA_FILE", cluster)
+        version = _setting(environ, "API_VERSION", cluster)
         if url is None:
             problems.append(f"cluster {cluster!r}: set SLURM_{suffix}_URL or SLURM_URL")
             continue
@@ -131,6 +147,14 @@ def cluster_settings(
                 f" or SLURM_{suffix}_TOKEN (or the same without the cluster name)"
             )
             continue
+        if version is not None:
+            try:
+                version = api_version(version).name
+            except ValueError as exc:
+                problems.append(
+                    f"cluster {cluster!r}: SLURM_{suffix}_API_VERSION or SLURM_API_VERSION: {exc}"
+                )
+                continue
         settings[cluster] = ClusterSettings(
             name=cluster,
             url=url.rstrip("/"),
@@ -139,6 +163,7 @@ def cluster_settings(
             token_file=Path(token_file) if token_file else None,
             jwt_key_file=Path(key_file) if key_file else None,
             ca_file=Path(ca_file) if ca_file else None,
+            api_version=version,
         )
     if problems:
         raise ConfigError("invalid Slurm configuration: " + "; ".join(problems))

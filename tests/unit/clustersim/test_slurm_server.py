@@ -11,8 +11,11 @@ import pytest
 
 from clustersim.slurm import ManualClock, RunningSlurm, run_slurm_emulator
 from clustersim.slurm.auth import mint_token
+from clustersim.slurm.releases import DEFAULT_SLURM_VERSION, SLURM_RELEASES
 
-API = "/slurm/v0.0.41"
+# The newest version of the default release (tests/unit/clustersim/test_slurm_versions.py
+# covers each version of each release).
+API = SLURM_RELEASES[DEFAULT_SLURM_VERSION].newest.prefix
 
 
 async def call(
@@ -127,7 +130,7 @@ async def test_update_time_answers_304_when_unchanged(sim: RunningSlurm) -> None
 async def test_job_lifecycle_on_manual_clock(sim: RunningSlurm) -> None:
     job = {"name": "j", "script": "#!/bin/bash\nsleep 10", "time_limit": 5, "tasks": 2}
     status, body = await call(sim, "POST", API + "/job/submit", {"job": job}, user="alice")
-    assert status == 200 and body["result"]["error_code"] == 0
+    assert status == 200 and body["errors"] == [] and body["job_id"]
     job_id = body["job_id"]
     assert sim.emulator.node_state("n-1") == ["MIXED"]
     status, body = await call(sim, "GET", f"{API}/job/{job_id}")
@@ -161,7 +164,7 @@ async def test_submit_required_nodes_are_a_hostlist_and_a_bad_one_is_a_parse_err
 ) -> None:
     job = {"script": "sleep 1", "required_nodes": ["n-[1]"]}
     status, body = await call(sim, "POST", API + "/job/submit", {"job": job})
-    assert status == 200 and body["result"]["error_code"] == 0, body
+    assert status == 200 and body["errors"] == [] and body["job_id"], body
     status, body = await call(sim, "GET", f"{API}/job/{body['job_id']}")
     assert body["jobs"][0]["required_nodes"] == "n-1"
     job = {"script": "sleep 1", "required_nodes": ["n-[2-1]"]}
