@@ -86,9 +86,13 @@ def authorize(
     if command_namespaces:
         namespace = command_namespace(cmd)
         if namespace is not None and namespace not in command_namespaces:
+            # The refusal names the setting to change (and its Helm values key): the sender
+            # sees only `forbidden` otherwise, and the fix is the operator's, not the sender's.
             return Refused(
                 f"namespace {namespace!r} is outside the namespaces k8s-watcher acts in "
-                f"(COMMAND_NAMESPACES={','.join(sorted(command_namespaces))})"
+                f"(COMMAND_NAMESPACES={','.join(sorted(command_namespaces))}): add it there "
+                f"(Helm: k8sWatcher.commandNamespaces, with the RBAC to match) or leave the "
+                f"setting empty to act in every namespace"
             )
     grants = COMMAND_POLICY.get(cmd.sender)
     if grants is None:

@@ -62,6 +62,16 @@ def test_commands_outside_command_namespaces_are_refused(
         assert repr(namespace) in verdict.reason
 
 
+def test_a_namespace_refusal_names_the_setting_to_change() -> None:
+    """The sender only sees `forbidden`: the reason tells the operator what to change."""
+    cmd = admin_command(pod("default"), POD_OPERATIONS[0])
+    verdict = authorize(cmd, cmd.subject, {"slurm", "skyhook"})
+    assert isinstance(verdict, Refused)
+    assert "COMMAND_NAMESPACES=skyhook,slurm" in verdict.reason
+    assert "k8sWatcher.commandNamespaces" in verdict.reason
+    assert "empty" in verdict.reason
+
+
 @given(allowed=st.frozensets(NAMESPACES))
 def test_command_namespaces_leave_cluster_scoped_nodes_alone(allowed: frozenset[str]) -> None:
     cmd = admin_command(ObjectRef(api_version="v1", kind="Node", name="n1"), CordonNode())
