@@ -58,9 +58,11 @@ from nodeset_controller.spec import (
 from nodeset_controller.status import (
     INVALID_SPEC,
     NAME_COLLISION,
+    SLURM_STATE_UNKNOWN,
     Counts,
     WantedCondition,
     build_status,
+    last_known_slurm_counts,
     status_differs,
 )
 
@@ -476,20 +478,24 @@ def _invalid_spec_plan(view: ClusterView, problems: list[SpecProblem]) -> Plan:
     spec_condition = _spec_conditions(problems)
     if _condition_message(existing_status, INVALID_SPEC) != spec_condition.message:
         result.actions.append(Notice("invalid-spec", problems[0].reason, spec_condition.message))
-    kept_collision = WantedCondition(
-        NAME_COLLISION, "False", "NoCollision", "every pod name is unique"
-    )
+    # The controller did not look at the pods or Slurm: the other conditions stay as they were.
+    kept: dict[str, WantedCondition] = {
+        NAME_COLLISION: WantedCondition(
+            NAME_COLLISION, "False", "NoCollision", "every pod name is unique"
+        )
+    }
     for entry in sequence(existing_status.get("conditions")):
-        if mapping(entry).get("type") == NAME_COLLISION:
-            kept_collision = WantedCondition(
-                NAME_COLLISION,
-                str(mapping(entry).get("status") or "False"),
-                str(mapping(entry).get("reason") or "NoCollision"),
+        kind = str(mapping(entry).get("type") or "")
+        if kind in (NAME_COLLISION, SLURM_STATE_UNKNOWN):
+            kept[kind] = WantedCondition(
+                kind,
+                str(mapping(entry).get("status") or "Unknown"),
+                str(mapping(entry).get("reason") or "Unknown"),
                 str(mapping(entry).get("message") or ""),
             )
     name = name_of(view.nodeset)
     _finish_status(
-        result, view, None, [spec_condition, kept_collision], f"nodeflow.dev/nodeset={name}"
+        result, view, None, [spec_condition, *kept.values()], f"nodeflow.dev/nodeset={name}"
     )
     return result
 
@@ -994,7 +1000,9 @@ def plan_status(
     collision_condition: WantedCondition,
 ) -> None:
     """The nine fields. numberRunning and numberDrain count every pod of ours on a node,
-    misscheduled ones included; numberDrain counts nodes drained (Drain and not Busy)."""
+    misscheduled ones included; numberDrain counts nodes drained (Drain and not Busy).
+    Without a fresh Slurm view those two keep their last known values (`last_known_slurm_counts`)
+    and the SlurmStateUnknown condition says so, since when (`slurm_condition`)."""
     counted = pods.kept
     on_nodes = pods.kept + pods.misscheduled
     revision = round_.revision
@@ -1009,12 +1017,42 @@ def plan_status(
         number_running=sum(1 for p in on_nodes if p.reported_busy),
         number_drain=sum(1 for p in on_nodes if p.drained),
     )
+    if not round_.trust.fresh:
+        counts = last_known_slurm_counts(
+            counts, mapping(round_.view.nodeset.get("status")), len(on_nodes)
+        )
     _finish_status(
         round_.result,
         round_.view,
         counts,
-        [_spec_conditions([]), collision_condition],
+        [_spec_conditions([]), collision_condition, slurm_condition(round_)],
         selector(round_.spec),
+    )
+
+
+def slurm_condition(round_: _Round) -> WantedCondition:
+    """SlurmStateUnknown: True while the cluster's view is stale or missing (its
+    lastTransitionTime: since when), False while it is fresh."""
+    cluster = round_.spec.slurm_cluster
+    if round_.trust.fresh:
+        return WantedCondition(
+            SLURM_STATE_UNKNOWN, "False", "SlurmStateFresh", f"Slurm cluster {cluster} is read"
+        )
+    status = round_.view.slurm_cluster
+    if status is None:
+        detail = "slurm-syncer has reported no status for it"
+    elif status.last_success_at <= 0:
+        detail = "slurm-syncer has not read it yet"
+    else:
+        detail = f"last read at {rfc3339(status.last_success_at)}"
+        if not status.reachable and status.error:
+            detail += f"; {status.error}"[:200]
+    return WantedCondition(
+        SLURM_STATE_UNKNOWN,
+        "True",
+        "SlurmStateStale",
+        f"no fresh view of Slurm cluster {cluster} ({detail}): numberRunning and numberDrain "
+        "are the last known counts",
     )
 
 

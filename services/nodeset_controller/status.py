@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nodeflow_kube.fields import (
@@ -13,6 +13,11 @@ from nodeflow_kube.fields import (
 
 INVALID_SPEC = "InvalidSpec"
 NAME_COLLISION = "NameCollision"
+# True while the NodeSet's Slurm cluster has no fresh view: numberRunning and numberDrain
+# then keep their last known values, and lastTransitionTime says since when.
+SLURM_STATE_UNKNOWN = "SlurmStateUnknown"
+# The two counts only Slurm can tell.
+SLURM_COUNTS = ("number_running", "number_drain")
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,20 @@ def build_status(
     status["selector"] = selector
     status["conditions"] = merge_conditions(sequence(existing.get("conditions")), conditions, now)
     return status
+
+
+def last_known_slurm_counts(counts: Counts, existing: Mapping[str, Any], on_nodes: int) -> Counts:
+    """`counts` with numberRunning and numberDrain as the stored status last had them: what
+    the controller reads of Slurm is stale, and zeros would tell dashboards and autoscalers
+    that nodes which may run jobs are idle. The status in Kubernetes is the durable store,
+    so a restarted controller keeps them too. A count without a stored value keeps the one
+    computed (no Slurm state counts: zero); none can exceed the pods still on nodes."""
+    kept: dict[str, int] = {}
+    for key in SLURM_COUNTS:
+        stored = existing.get(_camel(key))
+        if isinstance(stored, int) and not isinstance(stored, bool) and stored >= 0:
+            kept[key] = min(stored, on_nodes)
+    return replace(counts, **kept)
 
 
 def _camel(snake: str) -> str:
