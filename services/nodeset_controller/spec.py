@@ -261,6 +261,42 @@ def template_problems(template: Any) -> list[SpecProblem]:
     return problems
 
 
+# Reason of a template under which slurmd would register under a name other than the pod's.
+SLURM_NODE_NAME_NOT_POD_NAME = "SlurmNodeNameNotPodName"
+
+
+def slurm_node_name_problems(template: Any) -> list[SpecProblem]:
+    """The controller and slurm-syncer find a pod's Slurm node by the pod's name: slurmd
+    registers under the pod's hostname, which is the pod name unless the template says
+    otherwise. With `hostNetwork: true` the pod has its Kubernetes node's hostname; with
+    `hostname` set, that name (the same for every pod of the template). slurmd then
+    registers under a name nobody reads: the pod looks unregistered and, past the absence
+    grace, is deleted while its jobs run. Such a template is refused rather than the name
+    guessed."""
+    pod_spec = mapping(mapping(template).get("spec"))
+    problems: list[SpecProblem] = []
+    if pod_spec.get("hostNetwork") is True:
+        problems.append(
+            SpecProblem(
+                "spec.template.spec.hostNetwork",
+                SLURM_NODE_NAME_NOT_POD_NAME,
+                "slurmd would register under the Kubernetes node's hostname, not the pod name "
+                "its Slurm node is read by",
+            )
+        )
+    hostname = pod_spec.get("hostname")
+    if hostname not in (None, ""):
+        problems.append(
+            SpecProblem(
+                "spec.template.spec.hostname",
+                SLURM_NODE_NAME_NOT_POD_NAME,
+                f"slurmd would register as {hostname!r}, not the pod name its Slurm node is "
+                "read by",
+            )
+        )
+    return problems
+
+
 def _timeout_problem(value: Any, field: str) -> SpecProblem | None:
     if value is None:
         return None
@@ -300,6 +336,7 @@ def validate(nodeset: Mapping[str, Any]) -> list[SpecProblem]:
     if not isinstance(cluster, str) or not _DNS_LABEL.match(cluster):
         problems.append(SpecProblem("spec.slurmCluster", "InvalidSlurmCluster", f"{cluster!r}"))
     problems += template_problems(spec.get("template"))
+    problems += slurm_node_name_problems(spec.get("template"))
     strategy = mapping(spec.get("updateStrategy"))
     strategy_type = strategy.get("type", "RollingUpdate")
     if strategy_type not in ("RollingUpdate", "OnDelete"):

@@ -485,3 +485,15 @@ def test_plan_with_a_memo_equals_the_plan_without_through_changes() -> None:
     memo.forget_absent(["n0"], ["gpu-001-001"])
     assert set(memo.facts) == {"n0"} and set(memo.pod_states) == {"gpu-001-001"}
     same_plan()
+
+
+def test_rule_bad_input_host_network_template_touches_no_pod() -> None:
+    """A template under which slurmd registers under the node's hostname: InvalidSpec, and
+    no pod is marked or deleted though Slurm does not list the pods' names."""
+    node_map, pods = full(2)
+    template = {**TEMPLATE_SPEC, "hostNetwork": True}
+    result = plan(view(nodeset(replicas=1, template_spec=template), node_map, pods, {}))
+    assert [a for a in result.actions if not isinstance(a, Notice)] == []
+    assert result.status is not None
+    (invalid,) = [c for c in result.status["conditions"] if c["type"] == "InvalidSpec"]
+    assert (invalid["status"], invalid["reason"]) == ("True", "SlurmNodeNameNotPodName")

@@ -167,3 +167,26 @@ def test_slurm_trust_and_lock_settings_come_from_the_environment() -> None:
             NodeSetControllerConfig,
             {"NATS_URL": "nats://x:4222", "SLURM_ABSENCE_GRACE_SECONDS": "-1"},
         )
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"hostNetwork": True}, "spec.template.spec.hostNetwork"),
+        ({"hostname": "slurm-node"}, "spec.template.spec.hostname"),
+    ],
+)
+def test_rule_bad_input_slurm_node_name_must_be_the_pod_name(
+    extra: dict[str, Any], field: str
+) -> None:
+    """Issue 28 item 4: with hostNetwork or a hostname, slurmd registers under another name
+    than the pod's, so the pod would look unregistered and be deleted past the absence grace
+    while its jobs run. The template is refused (InvalidSpec), the name never guessed."""
+    problems = validate(nodeset(template_spec={**TEMPLATE_SPEC, **extra}))
+    assert [(p.field, p.reason) for p in problems] == [(field, "SlurmNodeNameNotPodName")]
+
+
+def test_rule_bad_input_pod_named_hostname_settings_are_accepted() -> None:
+    """hostNetwork false, an empty hostname and a subdomain leave the hostname the pod name."""
+    template = {**TEMPLATE_SPEC, "hostNetwork": False, "hostname": "", "subdomain": "slurm"}
+    assert validate(nodeset(template_spec=template)) == []

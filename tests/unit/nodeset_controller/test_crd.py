@@ -1,0 +1,59 @@
+"""The NodeSet CRD offers only what the controller honours (issue 28 item 5: a field users
+set that does nothing is the worst option), and refuses templates whose slurmd would not
+register under the pod's name (item 4), as the controller does (`spec.validate`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodeset_controller.spec import parse, validate
+from tests.unit.nodeset_controller.builders import DEFAULTS, TEMPLATE_SPEC, nodeset
+
+ROOT = Path(__file__).resolve().parents[3]
+CRDS = (
+    ROOT / "k8s" / "crds" / "nodesets.nodeflow.dev.yaml",
+    ROOT / "charts" / "nodeflow" / "crds" / "nodesets.nodeflow.dev.yaml",
+)
+
+# For each spec field: two values that must give two different parsed specs.
+HONOURED: dict[str, tuple[Any, Any]] = {
+    "replicas": (3, 4),
+    "podNamePrefix": ("a", "b"),
+    "slurmCluster": ("x", "y"),
+    "template": (
+        {"spec": TEMPLATE_SPEC},
+        {"spec": {"containers": [{"name": "slurmd", "image": "slurmd:25.05"}]}},
+    ),
+    "updateStrategy": ({"type": "RollingUpdate"}, {"type": "OnDelete"}),
+    "scaleDownPriorityOrdering": (True, False),
+    "forceScalingDeleteKnownConditionTimeout": (0, 10),
+    "forceScalingDeleteUnknownConditionTimeout": (0, 10),
+}
+
+
+def _spec_schema(path: Path) -> dict[str, Any]:
+    crd = yaml.safe_load(path.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return schema
+
+
+def test_rule_every_crd_spec_field_is_honoured_by_the_controller() -> None:
+    for path in CRDS:
+        fields = set(_spec_schema(path)["properties"])
+        assert fields == set(HONOURED), (path, fields ^ set(HONOURED))
+    for field, (one, other) in HONOURED.items():
+        first, second = nodeset(extra={field: one}), nodeset(extra={field: other})
+        assert validate(first) == [] and validate(second) == [], field
+        assert parse(first, DEFAULTS) != parse(second, DEFAULTS), field
+
+
+def test_rule_crd_refuses_templates_whose_slurm_node_is_not_the_pod() -> None:
+    for path in CRDS:
+        pod_spec = _spec_schema(path)["properties"]["template"]["properties"]["spec"]
+        fields = pod_spec["properties"]
+        assert fields["hostNetwork"]["enum"] == [False]
+        assert fields["hostname"]["maxLength"] == 0
