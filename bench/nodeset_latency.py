@@ -32,6 +32,7 @@ import aiohttp
 from bench import nodeset_controller as stack
 from nodeflow_bus import Bus, BusOptions, ensure_topology
 from nodeflow_contracts.pod_protocol import SLURM_DELETE_CONDITION
+from nodeflow_contracts.slurm_api import prefix_from_openapi
 from nodeflow_contracts.topology import KV_BUCKETS, STREAMS
 from nodeflow_runtime.logs import configure_logging
 from nodeflow_runtime.natsd import NatsServerProcess
@@ -42,7 +43,6 @@ NS = stack.NS
 NODESET = "latency"
 NODESETS_PATH = stack.NODESETS_PATH
 PODS_PATH = stack.PODS_PATH
-SLURM_API = "/slurm/v0.0.41"
 TICK = 0.02
 # A user's pod: Kubernetes' default grace (slurmd exits on SIGTERM well before it ends).
 TEMPLATE: dict[str, Any] = {
@@ -67,10 +67,15 @@ class Slurm:
             "X-SLURM-USER-NAME": env.get(prefix + "USER") or env.get("SLURM_USER", "slurm"),
             "X-SLURM-USER-TOKEN": Path(token_file).read_text().strip(),
         }
+        self.api: str | None = None
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
+        if self.api is None:
+            # The newest API version both slurmrestd and Nodeflow speak, as slurm-syncer picks.
+            async with self.session.get(self.url + "/openapi/v3", headers=self.headers) as reply:
+                self.api = prefix_from_openapi(await reply.json())
         async with self.session.request(
-            method, self.url + SLURM_API + path, json=body, headers=self.headers
+            method, self.url + self.api + path, json=body, headers=self.headers
         ) as response:
             if response.status >= 400:
                 raise RuntimeError(f"slurmrestd {method} {path}: HTTP {response.status}")

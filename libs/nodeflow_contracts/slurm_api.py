@@ -314,3 +314,9 @@ def choose_version(server: Iterable[str], wanted: str | None = None) -> SlurmApi
     if not common:
         raise NoCommonApiVersion(served)
     return max(common, key=lambda version: version.number)
+
+
+def prefix_from_openapi(document: Mapping[str, Any], wanted: str | None = None) -> str:
+    """`/slurm/<version>` of the version `choose_version` picks from a `/openapi/v3` document:
+    what a script that calls slurmrestd directly (tests, benchmarks) prefixes its paths with."""
+    return choose_version(versions_in_openapi(document), wanted).prefix

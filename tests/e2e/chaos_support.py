@@ -49,12 +49,12 @@ from typing import Any
 import aiohttp
 
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, SLURM_DELETE_CONDITION
+from nodeflow_contracts.slurm_api import prefix_from_openapi
 from nodeflow_runtime.envfile import read_env_file
 from nodeflow_runtime.launcher import SERVICES, env_key
 
 NS = "default"
 OPERATOR_NAMESPACE = "nodeflow-system"
-SLURM_API = "/slurm/v0.0.41"
 POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
 NODESETS = f"/apis/nodeflow.dev/v1alpha1/namespaces/{NS}/nodesets"
 PODS = f"/api/v1/namespaces/{NS}/pods"
@@ -186,10 +186,15 @@ class Slurm:
             "X-SLURM-USER-NAME": env.get("SLURM_USER", "slurm"),
             "X-SLURM-USER-TOKEN": Path(env["SLURM_TOKEN_FILE"]).read_text().strip(),
         }
+        self.api: str | None = None
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
+        if self.api is None:
+            # The newest API version both slurmrestd and Nodeflow speak, as slurm-syncer picks.
+            async with self.session.get(self.url + "/openapi/v3", headers=self.headers) as reply:
+                self.api = prefix_from_openapi(await reply.json())
         async with self.session.request(
-            method, self.url + SLURM_API + path, json=body, headers=self.headers
+            method, self.url + self.api + path, json=body, headers=self.headers
         ) as response:
             if response.status >= 400:
                 raise RuntimeError(f"slurmrestd {method} {path}: HTTP {response.status}")

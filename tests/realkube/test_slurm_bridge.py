@@ -68,7 +68,7 @@ async def slurm_node(bridge: RunningBridge, name: str) -> dict[str, Any] | None:
     async with (
         aiohttp.ClientSession() as session,
         session.get(
-            f"{sim.url}/slurm/v0.0.41/node/{name}", headers=sim.headers("slurm")
+            f"{sim.url}{sim.api_prefix}/node/{name}", headers=sim.headers("slurm")
         ) as response,
     ):
         if response.status != 200:

@@ -1,6 +1,6 @@
-"""A thin slurmrestd v0.0.41 client and polling helpers for the conformance suite.
+"""A thin slurmrestd client of one API version, and polling helpers, for the conformance suite.
 
-Nothing here knows whether the server is the emulator or a real Slurm 24.11.
+Nothing here knows whether the server is the emulator or a real Slurm (24.11 or 26.05).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-API = "/slurm/v0.0.41"
+from nodeflow_contracts.slurm_api import SlurmApiVersion
+
 BASE_STATES = {"IDLE", "ALLOCATED", "MIXED", "DOWN", "UNKNOWN", "ERROR", "FUTURE", "INVALID"}
 BUSY_BASES = {"ALLOCATED", "MIXED"}
 UNUSABLE_FLAGS = {"DRAIN", "NOT_RESPONDING", "COMPLETING", "FAIL", "MAINTENANCE", "RESERVED"}
@@ -47,9 +48,12 @@ class Reply:
 
 @dataclass
 class SlurmTarget:
-    """Where the suite runs: a URL, an admin user and token, and the nodes it may use."""
+    """Where the suite runs: a URL, the API version under test, the Slurm release expected
+    ("24.11"; None: whatever the server says), an admin user and token, and its nodes."""
 
     url: str
+    api: SlurmApiVersion
+    release: str | None
     user: str
     token: str
     nodes: list[str]
@@ -73,7 +77,7 @@ class SlurmTarget:
     ) -> Reply:
         async with self.session.request(
             method,
-            self.url + API + path,
+            self.url + self.api.prefix + path,
             json=body,
             headers=self.headers() if headers is None else headers,
         ) as response:
@@ -82,6 +86,13 @@ class SlurmTarget:
             if "json" in (response.content_type or "") and text:
                 parsed = json.loads(text)
             return Reply(response.status, parsed, text)
+
+    async def openapi(self) -> Json:
+        """slurmrestd's `/openapi/v3` document (outside any version's prefix)."""
+        async with self.session.get(self.url + "/openapi/v3", headers=self.headers()) as reply:
+            assert reply.status == 200, f"/openapi/v3: HTTP {reply.status}"
+            document: Json = await reply.json(content_type=None)
+            return document
 
     async def node(self, name: str) -> Json:
         body = (await self.request("GET", f"/node/{name}")).ok()

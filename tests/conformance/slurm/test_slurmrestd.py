@@ -1,7 +1,10 @@
-"""slurmrestd v0.0.41 behaviours Nodeflow relies on, checked against any server.
+"""slurmrestd behaviours Nodeflow relies on, checked against any server, per API version.
 
-Runs against the emulator by default and against a real Slurm 24.11 when
-NODEFLOW_SLURM_URL is set (see conftest.py). Nothing here touches emulator internals.
+Runs against the emulator (as Slurm 24.11 and 26.05, each API version they serve) by default
+and against a real Slurm when NODEFLOW_SLURM_URL is set (see conftest.py). The entries'
+fields are checked against the version's record (nodeflow_contracts.slurm_api), so the real
+server holds the records, and the emulator, to what it serves. Nothing here touches emulator
+internals.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Any
 
 import jwt
 
+from nodeflow_contracts.slurm_api import ERROR_FIELDS, versions_in_openapi
 from tests.conformance.slurm.support import (
     BASE_STATES,
     BUSY_BASES,
@@ -35,32 +39,49 @@ def assert_no_val(value: Any) -> None:
     assert isinstance(value["number"], int)
 
 
-def assert_meta(body: Json) -> None:
+def assert_meta(body: Json, slurm: SlurmTarget) -> None:
     meta = body["meta"]
     version = meta["slurm"]["version"]
-    assert (version["major"], version["minor"]) == ("24", "11"), version
     assert isinstance(version["micro"], str)
-    assert meta["slurm"]["release"].startswith("24.11")
-    assert meta["plugin"]["data_parser"] == "data_parser/v0.0.41"
+    if slurm.release is not None:
+        assert f"{version['major']}.{version['minor']}" == slurm.release, version
+        assert meta["slurm"]["release"].startswith(slurm.release)
+    assert meta["plugin"]["data_parser"] == slurm.api.data_parser
     assert isinstance(body["errors"], list) and isinstance(body["warnings"], list)
+
+
+async def test_openapi_lists_the_version(slurm: SlurmTarget) -> None:
+    document = await slurm.openapi()
+    assert slurm.api.name in versions_in_openapi(document)
+    paths = {path.rstrip("/") for path in document["paths"]}
+    for tail in ("ping", "nodes", "node/{node_name}", "jobs", "job/{job_id}", "job/submit"):
+        assert f"{slurm.api.prefix}/{tail}" in paths, tail
 
 
 async def test_ping(slurm: SlurmTarget) -> None:
     body = (await slurm.request("GET", "/ping")).ok()
-    assert_meta(body)
+    assert_meta(body, slurm)
     assert body["pings"], body
-    assert {ping["pinged"] for ping in body["pings"]} == {"UP"}
-    assert all(isinstance(ping["hostname"], str) for ping in body["pings"])
+    for ping in body["pings"]:
+        assert set(ping) == slurm.api.ping_fields, ping
+        assert isinstance(ping["hostname"], str)
+        # v0.0.42 added `responding`; v0.0.45 dropped `pinged`.
+        if "responding" in ping:
+            assert ping["responding"] is True, ping
+        if "pinged" in ping:
+            assert ping["pinged"] == "UP", ping
 
 
 async def test_nodes_list_shape(slurm: SlurmTarget) -> None:
     body = (await slurm.request("GET", "/nodes")).ok()
-    assert_meta(body)
+    assert_meta(body, slurm)
     assert_no_val(body["last_update"])
     listed = {node["name"]: node for node in body["nodes"]}
     assert set(slurm.nodes) <= set(listed), (slurm.nodes, sorted(listed))
     for name in slurm.nodes:
         node = listed[name]
+        assert set(node) == slurm.api.node_fields, sorted(set(node) ^ slurm.api.node_fields)
+        assert set(node["state"]) <= slurm.api.node_states, node["state"]
         for key in ("hostname", "address", "reason", "reason_set_by_user", "gres", "comment"):
             assert isinstance(node[key], str), (key, node[key])
         for key in ("cpus", "alloc_cpus", "alloc_idle_cpus", "real_memory"):
@@ -151,6 +172,7 @@ async def test_submit_list_get_cancel_job(slurm: SlurmTarget) -> None:
     job_id = await slurm.submit("nodeflow-conformance-cancel", SLEEP_SCRIPT.format(seconds=50))
     listed = await slurm.job(job_id)
     assert listed is not None, f"job {job_id} not in /jobs"
+    assert set(listed) == slurm.api.job_fields, sorted(set(listed) ^ slurm.api.job_fields)
     assert listed["name"] == "nodeflow-conformance-cancel"
     assert listed["user_name"] == slurm.user
     assert_no_val(listed["time_limit"])
@@ -255,6 +277,30 @@ async def test_unknown_node_is_an_error(slurm: SlurmTarget) -> None:
     assert not (reply.body or {}).get("nodes")
     update = await slurm.update_node(missing, state=["DRAIN"], reason=our_reason("missing"))
     assert update.refused() and update.errors, (update.status, update.text[:300])
+
+
+async def test_submit_answer_has_the_version_fields(slurm: SlurmTarget) -> None:
+    desc = {
+        "name": "nodeflow-conformance-answer",
+        "script": SLEEP_SCRIPT.format(seconds=30),
+        "time_limit": {"set": True, "infinite": False, "number": 1},
+        "current_working_directory": "/tmp",
+        "environment": ["PATH=/usr/bin:/bin"],
+    }
+    body = (await slurm.request("POST", "/job/submit", {"job": desc})).ok()
+    try:
+        # v0.0.41 has a `result` object beside job_id; v0.0.42 dropped it.
+        assert set(body) == slurm.api.job_submit_fields, sorted(body)
+    finally:
+        await slurm.cancel(int(body["job_id"]))
+
+
+async def test_error_entries_have_the_version_fields(slurm: SlurmTarget) -> None:
+    reply = await slurm.request("GET", "/job/999999999")
+    assert reply.errors, (reply.status, reply.text[:300])
+    for error in reply.errors:
+        assert set(error) <= ERROR_FIELDS, error
+        assert isinstance(error["description"], str) and isinstance(error["error_number"], int)
 
 
 async def test_unknown_job_is_an_error(slurm: SlurmTarget) -> None:

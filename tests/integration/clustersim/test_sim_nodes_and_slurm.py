@@ -38,11 +38,12 @@ def nodeset_pod(name: str, cluster: str | None = None) -> Any:
 
 
 async def slurm_node(sim: Simulator, name: str, cluster: str | None = None) -> Any:
-    url = sim.slurm[cluster or sim.default_slurm_cluster].url
+    slurm = sim.slurm[cluster or sim.default_slurm_cluster]
     async with (
         aiohttp.ClientSession() as session,
         session.get(
-            f"{url}/slurm/v0.0.41/node/{name}", headers=sim.slurm_headers(cluster=cluster)
+            f"{slurm.url}{slurm.api_prefix}/node/{name}",
+            headers=sim.slurm_headers(cluster=cluster),
         ) as response,
     ):
         if response.status != 200:
