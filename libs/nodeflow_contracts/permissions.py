@@ -372,7 +372,8 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         # Garbage collection of requests Ready for longer than maxNodeMaintenanceTimeSeconds,
         # and the Skyhook controller's own requests once their interrupts are done.
         _grant("delete", "NodeMaintenance"),
-        _grant("record-event", "NodeMaintenance", "Node", "Pod"),
+        # The MaintenanceOperatorConfig's: a maxParallelOperations read otherwise upstream.
+        _grant("record-event", "NodeMaintenance", "Node", "Pod", "MaintenanceOperatorConfig"),
         # Skyhook: a Job per package stage and node (labelled with its Skyhook), failing one
         # stuck pulling its image and keeping a failed one with its logs; a NodeMaintenance
         # before an interrupt; the per-node state; the Skyhook's status; the policy in use.

@@ -77,6 +77,20 @@ class Event:
 
 
 @dataclass(frozen=True)
+class ConfigEvent:
+    """An Event about the MaintenanceOperatorConfig, once per version of it (a value read
+    here otherwise than NVIDIA's controller reads it)."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    reason: str
+    message: str
+    type: Literal["Normal", "Warning"] = "Warning"
+
+
+@dataclass(frozen=True)
 class Decision:
     request: NodeMaintenance
     kind: MaintenanceDecisionKind
@@ -86,4 +100,13 @@ class Decision:
     node: str = ""
 
 
-Action = SetStatus | PatchRequest | CordonNode | UncordonNode | EvictPod | DeleteRequest | Event
+Action = (
+    SetStatus
+    | PatchRequest
+    | CordonNode
+    | UncordonNode
+    | EvictPod
+    | DeleteRequest
+    | Event
+    | ConfigEvent
+)

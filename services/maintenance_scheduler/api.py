@@ -163,6 +163,27 @@ class NodeMaintenance:
     def drain_started_at(self) -> float | None:
         return parse_time(self.annotations.get(DRAIN_START_ANNOTATION))
 
+    @property
+    def node_owner_uid(self) -> str | None:
+        """The uid of the Node this request was made for, from its Node ownerReference (set
+        at its first round, as upstream sets it); None before that."""
+        return next(
+            (
+                str(ref.get("uid"))
+                for ref in self.owner_references
+                if ref.get("kind") == "Node" and ref.get("uid")
+            ),
+            None,
+        )
+
+    def meant_for(self, node_uid: str) -> bool:
+        """Whether the node of `spec.nodeName` with this uid is the one the request was made
+        for: a node that replaced it under the same name is not (upstream's garbage collector
+        deletes a request whose owner Node is gone; until it has, the request must not touch
+        the newcomer)."""
+        owner = self.node_owner_uid
+        return owner is None or owner == node_uid
+
     def owned_by_node(self, node_uid: str) -> bool:
         return any(
             ref.get("kind") == "Node" and ref.get("uid") == node_uid
@@ -246,10 +267,17 @@ def parse_node_maintenance(obj: Obj) -> NodeMaintenance:
         raw_filters = drain_raw.get("podEvictionFilters")
         if raw_filters is not None and not isinstance(raw_filters, list):
             problems.append("drainSpec.podEvictionFilters must be a list")
-        for entry in raw_filters if isinstance(raw_filters, list) else ():
+        for index, entry in enumerate(raw_filters if isinstance(raw_filters, list) else ()):
             regex = mapping(entry).get("byResourceNameRegex")
             if isinstance(regex, str):
                 filters.append(regex)
+            else:
+                # Skipping it would leave no filter, and no filter evicts every pod: the
+                # opposite of what a filter asks (upstream dereferences the missing regex).
+                problems.append(
+                    f"drainSpec.podEvictionFilters[{index}].byResourceNameRegex is required "
+                    "(a filter without it selects nothing to evict, not every pod)"
+                )
         drain = DrainSpec(
             force=_bool(drain_raw.get("force"), False, "drainSpec.force", problems),
             pod_selector=_text(drain_raw.get("podSelector"), "drainSpec.podSelector", problems),
@@ -360,6 +388,25 @@ class OperatorConfig:
         if self.max_unavailable is None:
             return None
         return self.max_unavailable.resolve(total_nodes, round_up=False)
+
+
+UNLIMITED_PARALLEL_OPERATIONS_REASON: Final = "UnlimitedParallelOperations"
+
+
+def config_warnings(config: OperatorConfig) -> tuple[tuple[str, str], ...]:
+    """(reason, message) of each Warning Event the config deserves: values it reads here
+    otherwise than NVIDIA's controller would."""
+    if config.max_parallel_operations.value != 0:
+        return ()
+    return (
+        (
+            UNLIMITED_PARALLEL_OPERATIONS_REASON,
+            f"maxParallelOperations {config.max_parallel_operations} means no limit here, as "
+            "the field's documentation says; NVIDIA's maintenance-operator controller computes "
+            "zero slots from it and schedules nothing. Set a positive limit to mean the same "
+            "to both.",
+        ),
+    )
 
 
 def parse_operator_config(obj: Obj | None) -> OperatorConfig:

@@ -13,7 +13,8 @@ The commands this service sends (sender "maintenance-scheduler"):
                  (`nodeflow.dev/node-cordon-reason`)
   cordon, uncordon  Node
   evict          Pod
-  record-event   about a NodeMaintenance
+  record-event   about a NodeMaintenance; about the MaintenanceOperatorConfig (a value read
+                 otherwise than NVIDIA's controller reads it)
   delete         NodeMaintenance (garbage collection only)
 """
 
@@ -25,6 +26,7 @@ from typing import Any, Final
 
 from maintenance_scheduler.actions import (
     Action,
+    ConfigEvent,
     CordonNode,
     Decision,
     DeleteRequest,
@@ -36,6 +38,7 @@ from maintenance_scheduler.actions import (
 )
 from maintenance_scheduler.api import (
     API_VERSION,
+    CONFIG_KIND,
     DRAIN_START_ANNOTATION,
     NODE_MAINTENANCE_KIND,
     READY_TIME_ANNOTATION,
@@ -184,6 +187,31 @@ def commands_for(action: Action, now: float, *, eviction_attempt: int = 0) -> li
                 request_ref(request),
                 k8s.DeleteObject(),
                 "Ready for longer than maxNodeMaintenanceTimeSeconds",
+                now,
+            )
+        ]
+    if isinstance(action, ConfigEvent):
+        target = ObjectRef(
+            api_version=API_VERSION,
+            kind=CONFIG_KIND,
+            name=action.name,
+            namespace=action.namespace,
+            uid=action.uid or None,
+        )
+        # Once per version of the config: a leader that sees it again sends the same key.
+        key = f"maint:config-event:{action.uid}:{action.resource_version}:{action.reason}"
+        return [
+            _command(
+                key,
+                target,
+                k8s.RecordEvent(
+                    reason=action.reason,
+                    message=action.message[:1024],
+                    type=action.type,
+                    action=action.reason,
+                    reporting_component=REPORTING_COMPONENT,
+                ),
+                action.message,
                 now,
             )
         ]

@@ -11,6 +11,11 @@ Deletion cleans up by phase: before the cordon there is nothing to undo but the 
 from the cordon on, the node is uncordoned if we cordoned it (the initial-state annotation
 says "false") and no other request on the node still needs it cordoned, then the finalizer
 goes. A Ready request with additionalRequestors left waits for them to be removed.
+
+A request's node is the one it was made for: its Node ownerReference, written at its first
+round as upstream writes it, names the node's uid. When that node is gone (or another took its
+name), the request is never scheduled, cordons and drains nothing, and loses its finalizer in
+any phase, deleted or not, additionalRequestors or not, as upstream drops it on NotFound.
 """
 
 from __future__ import annotations
@@ -204,6 +209,18 @@ def reconcile_request(
     now: float,
 ) -> Step:
     step = Step()
+    gone = None
+    if node is None:
+        gone = f"node {request.node_name} does not exist"
+    elif not request.meant_for(node.uid):
+        # A node that took the name of the one this request was made for: not ours to cordon,
+        # drain or uncordon (upstream's garbage collector deletes the request with its node).
+        gone = (
+            f"node {request.node_name} this request was made for (uid "
+            f"{request.node_owner_uid}) is gone; the node now named so (uid {node.uid}) is "
+            "another"
+        )
+        node = None
     if request.deleting:
         _cleanup(step, request, node, others_on_node)
         return step
@@ -217,32 +234,50 @@ def reconcile_request(
         set_phase(step, request, request.phase if request.in_progress else PENDING, now, message)
         return step
     phase = request.phase
-    if phase == UNINITIALIZED:
-        set_phase(step, request, PENDING, now)
-    elif phase == PENDING:
-        _pending(step, request, node, now)
-    elif node is None:
-        # In progress on a node that has gone: nothing to cordon or drain, say so and wait
-        # (deleting the request cleans up).
-        message = f"node {request.node_name} does not exist"
-        if request.ready_message != message:
-            step.actions.append(Event(request, "NodeNotFound", message, "Warning"))
-            step.decisions.append(
-                Decision(request, "node-not-found", "NodeNotFound", message, node=request.node_name)
-            )
-        set_phase(step, request, phase, now, message)
-    elif not request.has_finalizer or not request.owned_by_node(node.uid):
-        # Scheduled (or in progress from a release that set no owner): the finalizer holds
-        # the request until its cleanup is done; the Node as owner has the garbage collector
-        # delete the request when the node goes, whose cleanup then only drops the finalizer.
+    if node is not None and (
+        not request.owned_by_node(node.uid) or (request.in_progress and not request.has_finalizer)
+    ):
+        # The Node as owner from the first round, as upstream sets it before anything else:
+        # it binds the request to this node (a node that later takes its name is another),
+        # and has the garbage collector delete the request with its node. The finalizer from
+        # Scheduled on (or for a request in progress from a release that set neither) holds
+        # the request until its cleanup is done.
+        add_finalizer = request.in_progress and not request.has_finalizer
         owned = request.owned_by_node(node.uid)
         step.actions.append(
             PatchRequest(
                 request,
-                finalizers=None if request.has_finalizer else (*request.finalizers, FINALIZER),
+                finalizers=(*request.finalizers, FINALIZER) if add_finalizer else None,
                 owner_references=None if owned else request.with_node_owner(node.name, node.uid),
             )
         )
+    elif phase == UNINITIALIZED:
+        set_phase(step, request, PENDING, now)
+    elif phase == PENDING:
+        _pending(step, request, gone, now)
+    elif node is None:
+        gone = gone or f"node {request.node_name} does not exist"
+        # In progress on a node that has gone: nothing to cordon, drain or undo. Upstream drops
+        # the finalizer on NotFound in any phase (first, so a deletion is never held by it);
+        # the request keeps its phase and says why it stopped.
+        if request.has_finalizer:
+            step.actions.append(_without_finalizer(request))
+            step.decisions.append(
+                Decision(
+                    request,
+                    "finalizer-removed",
+                    "NodeNotFound",
+                    f"{gone}: nothing to clean up in phase {phase}",
+                    node=request.node_name,
+                )
+            )
+            return step
+        if request.ready_message != gone:
+            step.actions.append(Event(request, "NodeNotFound", gone, "Warning"))
+            step.decisions.append(
+                Decision(request, "node-not-found", "NodeNotFound", gone, node=request.node_name)
+            )
+        set_phase(step, request, phase, now, gone)
     elif phase == SCHEDULED:
         set_phase(step, request, CORDON, now)
     elif phase == CORDON:
@@ -262,9 +297,9 @@ def reconcile_request(
     return step
 
 
-def _pending(step: Step, request: NodeMaintenance, node: NodeFacts | None, now: float) -> None:
-    if node is None:
-        message = f"node {request.node_name} does not exist"
+def _pending(step: Step, request: NodeMaintenance, gone: str | None, now: float) -> None:
+    if gone is not None:
+        message = gone
         if request.ready_message != message:
             step.actions.append(Event(request, "NodeNotFound", message, "Warning"))
             step.decisions.append(
@@ -477,10 +512,15 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
 # --- deletion and garbage collection ----------------------------------------------------------
 
 
-def other_needs_cordon(request: NodeMaintenance, others: Iterable[NodeMaintenance]) -> bool:
+def other_needs_cordon(
+    request: NodeMaintenance, others: Iterable[NodeMaintenance], node_uid: str
+) -> bool:
+    """Whether another request on this node (the one it was made for) still needs it
+    cordoned; one made for a node that had the name before is no reason to keep this one."""
     return any(
         o.uid != request.uid
         and o.node_name == request.node_name
+        and o.meant_for(node_uid)
         and not o.deleting
         and o.cordon
         and o.phase in PHASES_NEEDING_CORDON
@@ -497,6 +537,20 @@ def _cleanup(
     if not request.has_finalizer:
         return
     phase = request.phase
+    if node is None:
+        # The node is gone (or is another that took its name): nothing to uncordon, and no
+        # requestor can still use it. Upstream drops the finalizer on NotFound in any phase,
+        # additionalRequestors or not; waiting for them would hold the request for ever.
+        step.actions.append(_without_finalizer(request))
+        step.decisions.append(
+            Decision(
+                request,
+                "finalizer-removed",
+                "Cleanup",
+                f"cleanup done in phase {phase or 'new'}: node {request.node_name} is gone",
+            )
+        )
+        return
     if phase in (READY, REQUESTOR_FAILED) and request.additional_requestors:
         message = "deletion waits for additionalRequestors: " + ", ".join(
             request.additional_requestors
@@ -511,8 +565,7 @@ def _cleanup(
         ours
         and phase not in NOT_STARTED
         and phase != SCHEDULED
-        and node is not None
-        and not other_needs_cordon(request, others)
+        and not other_needs_cordon(request, others, node.uid)
     ):
         # Deleted during the Cordon phase, our cordon may still be on its way: an uncordon
         # sent after it is applied after it (one node's commands apply in the order sent).
@@ -533,12 +586,14 @@ def _cleanup(
             )
         if node.unschedulable:
             return
-    step.actions.append(
-        PatchRequest(request, finalizers=tuple(f for f in request.finalizers if f != FINALIZER))
-    )
+    step.actions.append(_without_finalizer(request))
     step.decisions.append(
         Decision(request, "finalizer-removed", "Cleanup", f"cleanup done in phase {phase or 'new'}")
     )
+
+
+def _without_finalizer(request: NodeMaintenance) -> PatchRequest:
+    return PatchRequest(request, finalizers=tuple(f for f in request.finalizers if f != FINALIZER))
 
 
 def garbage_collect(

@@ -1,6 +1,8 @@
 """Which Pending NodeMaintenances start now: the reference scheduler's six steps (pure).
 
-1. slots = maxParallelOperations - nodes under maintenance (a request past Pending).
+1. slots = maxParallelOperations - nodes under maintenance (a request past Pending whose node
+   exists: upstream's preSchedule counts no request whose node is gone, so a decommissioned
+   node's request never holds a slot).
 2. canBecomeUnavailable = maxUnavailable - nodes unavailable (cordoned, not Ready, or under
    maintenance); no limit when maxUnavailable is unset.
 3. candidate nodes = nodes targeted by a Pending request and not under maintenance.
@@ -12,6 +14,8 @@
    unavailable spends no budget. A request skipped for the budget does not use a slot.
 
 A request whose node does not exist is never a candidate (it stays Pending, and says why).
+Nor is a request whose node was replaced by another of the same name (its Node ownerReference
+names another uid): the node it was made for is gone, and neither holds a slot.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class NodeInfo:
     name: str
     unschedulable: bool
     ready: bool
+    uid: str = ""
 
     @property
     def unavailable(self) -> bool:
@@ -78,13 +83,21 @@ def rank_order(
     )
 
 
+def node_of(request: NodeMaintenance, nodes: Mapping[str, NodeInfo]) -> NodeInfo | None:
+    """The node the request was made for, if it still exists."""
+    node = nodes.get(request.node_name)
+    return node if node is not None and request.meant_for(node.uid) else None
+
+
 def schedule(
     nodes: Mapping[str, NodeInfo],
     requests: Iterable[NodeMaintenance],
     config: OperatorConfig,
 ) -> ScheduleResult:
     all_requests = list(requests)
-    under_maintenance = {r.node_name for r in all_requests if r.in_progress}
+    under_maintenance = {
+        r.node_name for r in all_requests if r.in_progress and node_of(r, nodes) is not None
+    }
     pending_requests = [
         r for r in all_requests if r.phase == PENDING and not r.deleting and not r.problems
     ]
@@ -98,9 +111,7 @@ def schedule(
         slots = min(max(0, parallel_limit - len(under_maintenance)), total)
 
     # Step 2.
-    unavailable = {name for name, node in nodes.items() if node.unavailable} | (
-        under_maintenance & nodes.keys()
-    )
+    unavailable = {name for name, node in nodes.items() if node.unavailable} | under_maintenance
     unavailable_limit = config.unavailable_limit(total)
     if unavailable_limit is None:
         can_become_unavailable = slots
@@ -119,7 +130,7 @@ def schedule(
     # Steps 3 and 4.
     candidates: list[NodeMaintenance] = []
     for request in pending_requests:
-        if request.node_name not in nodes:
+        if node_of(request, nodes) is None:
             result.skipped.append(
                 Skipped(request, "node-not-found", f"node {request.node_name} does not exist")
             )

@@ -32,7 +32,7 @@ import structlog
 from nats.aio.msg import Msg
 
 from maintenance_scheduler import SERVICE, metrics
-from maintenance_scheduler.actions import Decision, EvictPod, SetStatus
+from maintenance_scheduler.actions import ConfigEvent, Decision, EvictPod, SetStatus
 from maintenance_scheduler.api import (
     CONFIG_NAME,
     PENDING,
@@ -40,6 +40,7 @@ from maintenance_scheduler.api import (
     SCHEDULED,
     NodeMaintenance,
     OperatorConfig,
+    config_warnings,
     parse_node_maintenance,
     parse_operator_config,
 )
@@ -181,6 +182,8 @@ class MaintenanceScheduler:
         self._pods_on: dict[str, dict[str, PodFacts]] = {}  # node -> pod key -> pod
         self._operator_config = OperatorConfig()
         self._config_seen: Obj | None = None
+        # Warning Events about the config version last seen, sent with the next round.
+        self._config_events: list[ConfigEvent] = []
         # uid -> when its Scheduled write was sent (until KV shows it past Pending).
         self._scheduling: dict[str, float] = {}
         self._evictions: dict[str, Eviction] = {}  # pod uid -> eviction in flight
@@ -250,6 +253,8 @@ class MaintenanceScheduler:
         self._evictions.clear()
         self._by_key.clear()
         self._sent.clear()
+        # A new leader tells again what it reads of the config (the same key: one Event).
+        self._config_seen = None
         self._wake.set()
 
     async def _on_outcome(self, msg: Msg) -> None:
@@ -353,6 +358,20 @@ class MaintenanceScheduler:
                     problems=list(parsed.problems),
                 )
             self._operator_config = parsed
+            metadata = meta(obj)
+            self._config_events = [
+                ConfigEvent(
+                    namespace=str(metadata.get("namespace") or ""),
+                    name=str(metadata.get("name") or ""),
+                    uid=str(metadata.get("uid") or ""),
+                    resource_version=str(metadata.get("resourceVersion") or ""),
+                    reason=reason,
+                    message=message,
+                )
+                for reason, message in config_warnings(parsed)
+            ]
+            for event in self._config_events:
+                log.warning("operator_config.warning", reason=event.reason, message=event.message)
             # The config's logLevel (debug, info, error) sets this service's own loggers, as
             # it sets the reference operator's.
             logging.getLogger("maintenance_scheduler").setLevel(LOG_LEVELS[parsed.log_level])
@@ -392,7 +411,7 @@ class MaintenanceScheduler:
         nodes = {name.partition(".")[2]: obj for name, obj in self.nodes.items()}
         facts = {name: node_facts(obj) for name, obj in nodes.items()}
         infos = {
-            name: NodeInfo(name=name, unschedulable=f.unschedulable, ready=f.ready)
+            name: NodeInfo(name=name, unschedulable=f.unschedulable, ready=f.ready, uid=f.uid)
             for name, f in facts.items()
         }
         result = schedule(infos, seen, config)
@@ -400,6 +419,9 @@ class MaintenanceScheduler:
         self._report_schedule(result)
 
         steps: list[Step] = []
+        if self._config_events:
+            steps.append(Step(actions=list(self._config_events)))
+            self._config_events = []
         scheduled_now: set[str] = set()
         for request in result.scheduled:
             step = Step()

@@ -49,10 +49,10 @@ def nm_object(
     }
     if finalizer:
         metadata["finalizers"] = [FINALIZER]
-    # A request gets its finalizer and its node as owner in the same write: by default a
-    # request with the finalizer has the owner too.
+    # A request gets its node as owner at its first round (upstream sets it before anything
+    # else): by default a request has it already; `owners=()` builds one that has not.
     if owners is None:
-        owners = (node_owner(node),) if finalizer else ()
+        owners = (node_owner(node),)
     if owners:
         metadata["ownerReferences"] = [dict(owner) for owner in owners]
     if deleting:
@@ -96,12 +96,18 @@ def node_owner(node: str) -> dict[str, str]:
     return {"apiVersion": "v1", "kind": "Node", "name": node, "uid": f"uid-{node}"}
 
 
+def predecessor_owner(node: str) -> dict[str, str]:
+    """The ownerReference of a request made for a node that another, of the same name and a
+    new uid, has since replaced."""
+    return {"apiVersion": "v1", "kind": "Node", "name": node, "uid": f"uid-{node}-before"}
+
+
 def nm(name: str, node: str, **kwargs: Any) -> NodeMaintenance:
     return parse_node_maintenance(nm_object(name, node, **kwargs))
 
 
 def node_info(name: str, *, unschedulable: bool = False, ready: bool = True) -> NodeInfo:
-    return NodeInfo(name=name, unschedulable=unschedulable, ready=ready)
+    return NodeInfo(name=name, unschedulable=unschedulable, ready=ready, uid=f"uid-{name}")
 
 
 def node_facts(name: str, *, unschedulable: bool = False, reason: str = "") -> NodeFacts:

@@ -6,6 +6,7 @@ import pytest
 
 from maintenance_scheduler.api import (
     IntOrPercent,
+    config_warnings,
     parse_int_or_percent,
     parse_node_maintenance,
     parse_operator_config,
@@ -97,3 +98,32 @@ def test_rule_unreadable_max_unavailable_fails_closed() -> None:
     cfg = parse_operator_config({"spec": {"maxUnavailable": "lots"}})
     assert cfg.problems
     assert cfg.unavailable_limit(100) == 0
+
+
+def test_rule_an_eviction_filter_without_regex_is_refused() -> None:
+    """Skipped, `[{}]` would read as no filter, and no filter evicts every pod."""
+    request = nm("r", "n1", drainSpec={"podEvictionFilters": [{}]})
+    assert any(
+        "drainSpec.podEvictionFilters[0].byResourceNameRegex is required" in p
+        for p in request.problems
+    )
+    numbered = nm(
+        "r",
+        "n1",
+        drainSpec={"podEvictionFilters": [{"byResourceNameRegex": "gpu"}, {"other": 1}]},
+    )
+    assert [p for p in numbered.problems if "podEvictionFilters[1]" in p]
+    assert nm("r", "n1", drainSpec={"podEvictionFilters": []}).problems == ()
+
+
+def test_rule_max_parallel_operations_zero_means_no_limit_with_a_warning() -> None:
+    """The field's documentation says 0 means no limit, and so it reads here; upstream's
+    controller schedules nothing with it, so the config is told (a Warning Event)."""
+    for zero in (0, "0", "0%"):
+        cfg = parse_operator_config({"spec": {"maxParallelOperations": zero}})
+        assert cfg.parallel_limit(10) is None
+        ((reason, message),) = config_warnings(cfg)
+        assert reason == "UnlimitedParallelOperations"
+        assert "no limit" in message and "schedules nothing" in message
+    assert config_warnings(parse_operator_config({"spec": {"maxParallelOperations": 2}})) == ()
+    assert config_warnings(parse_operator_config(None)) == ()

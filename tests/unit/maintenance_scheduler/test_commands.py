@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from k8s_watcher.policy import Allowed, authorize
 from maintenance_scheduler.actions import (
     Action,
+    ConfigEvent,
     CordonNode,
     Decision,
     DeleteRequest,
@@ -105,3 +107,21 @@ def test_rule_decision_subject_names_the_request() -> None:
     decision = decision_message(Decision(REQUEST, "evict", "Evict", "evict pod default/a"), T0)
     assert decision.subject == "maintenance.v1.nodemaintenance.default.r.decision"
     assert decision.requestor == REQUEST.requestor_id
+
+
+def test_rule_the_config_warning_is_one_event_per_config_version_the_policy_allows() -> None:
+    warning = ConfigEvent(
+        "nodeflow-system", "default", "uid-c", "7", "UnlimitedParallelOperations", "why", "Warning"
+    )
+    (command,) = commands_for(warning, T0)
+    assert command.op == "record-event"
+    assert (command.target.kind, command.target.name) == ("MaintenanceOperatorConfig", "default")
+    assert isinstance(command.operation, k8s.RecordEvent)
+    assert command.operation.type == "Warning"
+    assert commands_for(warning, T0 + 60)[0].idempotency_key == command.idempotency_key
+    newer = ConfigEvent(
+        "nodeflow-system", "default", "uid-c", "8", "UnlimitedParallelOperations", "why"
+    )
+    assert commands_for(newer, T0)[0].idempotency_key != command.idempotency_key
+    # k8s-watcher's executor lets maintenance-scheduler send it.
+    assert isinstance(authorize(command, command.subject), Allowed)

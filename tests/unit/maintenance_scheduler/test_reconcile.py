@@ -32,7 +32,14 @@ from nodeflow_kube.fields import (
     condition,
     rfc3339,
 )
-from tests.unit.maintenance_scheduler.builders import T0, nm, node_facts, node_owner, pod
+from tests.unit.maintenance_scheduler.builders import (
+    T0,
+    nm,
+    node_facts,
+    node_owner,
+    pod,
+    predecessor_owner,
+)
 
 NODE = node_facts("n1")
 CORDONED = node_facts("n1", unschedulable=True, reason=CORDON_REASON_PREFIX + "x")
@@ -70,7 +77,8 @@ def test_rule_pending_on_missing_node_says_so_with_event() -> None:
 
 def test_rule_scheduled_adds_finalizer_and_node_owner_then_moves_to_cordon() -> None:
     (patch,) = only(
-        step := reconcile_request(nm("r", "n1", phase="Scheduled"), NODE, [], [], T0), PatchRequest
+        step := reconcile_request(nm("r", "n1", phase="Scheduled", owners=()), NODE, [], [], T0),
+        PatchRequest,
     )
     assert patch.finalizers == (FINALIZER,)
     # The Node owns the request (not as controller): deleting the node deletes the request.
@@ -422,3 +430,103 @@ def test_rule_slurm_first_without_cordon_says_nothing_drains_slurm() -> None:
     assert only(step, EvictPod) == []
     ready = condition({"status": only(step, SetStatus)[0].status}, "Ready")
     assert ready is not None and "spec.cordon is false" in str(ready["message"])
+
+
+# --- the node a request was made for (issue 28, items 6 and 7) ---------------------------------
+
+
+def test_rule_a_new_request_gets_its_node_as_owner_before_anything_else() -> None:
+    """As upstream's first reconcile: the ownerReference binds the request to this node (and
+    has the garbage collector delete it with the node) before it is even Pending."""
+    for phase in (None, "Pending"):
+        step = reconcile_request(nm("r", "n1", phase=phase, owners=()), NODE, [], [], T0)
+        (patch,) = only(step, PatchRequest)
+        assert patch.owner_references == (node_owner("n1"),)
+        # The finalizer comes with Scheduled, as upstream's.
+        assert patch.finalizers is None
+        assert new_phase(step) is None
+    owned = nm("r", "n1", owners=(node_owner("n1"),))
+    assert new_phase(reconcile_request(owned, NODE, [], [], T0)) == "Pending"
+
+
+def test_rule_ready_request_with_additional_requestors_on_a_deleted_node_loses_its_finalizer() -> (
+    None
+):
+    """Upstream drops the finalizer on NotFound in any phase: waiting for additionalRequestors
+    of a node that is gone would hold the request, and its slot, for ever."""
+    request = nm(
+        "r",
+        "n1",
+        phase="Ready",
+        finalizer=True,
+        deleting=True,
+        annotations=OURS,
+        additionalRequestors=["other.example.com"],
+    )
+    step = reconcile_request(request, None, [], [], T0)
+    (patch,) = only(step, PatchRequest)
+    assert patch.finalizers == ()
+    assert only(step, UncordonNode) == []
+
+
+def test_rule_request_in_progress_on_a_deleted_node_drops_its_finalizer_then_says_so() -> None:
+    request = draining()
+    step = reconcile_request(request, None, [pod("a")], [], T0)
+    (patch,) = only(step, PatchRequest)
+    assert patch.finalizers == ()
+    assert only(step, EvictPod) == [] and only(step, SetStatus) == []
+    released = nm("r", "n1", phase="Draining", drainSpec={"force": True}, status=DRAIN_STATUS)
+    step = reconcile_request(released, None, [], [], T0)
+    assert new_phase(step) == "Draining"
+    ready = condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    assert ready is not None and ready["message"] == "node n1 does not exist"
+    assert [e.reason for e in only(step, Event)] == ["NodeNotFound"]
+
+
+def test_rule_a_node_that_took_the_name_is_not_the_requests_node() -> None:
+    """The request was made for node n1 of uid `uid-n1-before`; a new n1 (`uid-n1`) replaced it.
+    Nothing is cordoned, drained or uncordoned on the newcomer, the owner is not moved to it,
+    and a Pending request says NodeNotFound."""
+    before = (predecessor_owner("n1"),)
+    step = reconcile_request(draining(owners=before), CORDONED, [pod("a")], [], T0)
+    assert only(step, EvictPod) == []
+    assert [p.finalizers for p in only(step, PatchRequest)] == [()]
+    assert all(p.owner_references is None for p in only(step, PatchRequest))
+    cordon = nm("r", "n1", phase="Cordon", finalizer=True, annotations=OURS, owners=before)
+    step = reconcile_request(cordon, NODE, [], [], T0)
+    assert only(step, CordonNode) == []
+    gone = nm(
+        "r", "n1", phase="Cordon", deleting=True, finalizer=True, annotations=OURS, owners=before
+    )
+    step = reconcile_request(gone, CORDONED, [], [], T0)
+    assert only(step, UncordonNode) == []
+    assert [p.finalizers for p in only(step, PatchRequest)] == [()]
+    pending = nm("r", "n1", phase="Pending", owners=before)
+    step = reconcile_request(pending, NODE, [], [], T0)
+    assert only(step, PatchRequest) == []
+    ready = condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    assert ready is not None and ready["reason"] == "Pending"
+    assert "uid-n1-before" in str(ready["message"]) and "is gone" in str(ready["message"])
+    assert [e.reason for e in only(step, Event)] == ["NodeNotFound"]
+
+
+def test_rule_a_request_for_a_replaced_node_does_not_keep_the_newcomer_cordoned() -> None:
+    predecessor_request = nm(
+        "old", "n1", phase="Draining", finalizer=True, owners=(predecessor_owner("n1"),)
+    )
+    request = nm("r", "n1", phase="Ready", finalizer=True, deleting=True, annotations=OURS)
+    step = reconcile_request(request, CORDONED, [], [predecessor_request, request], T0)
+    assert len(only(step, UncordonNode)) == 1
+
+
+def test_rule_an_eviction_filter_without_regex_stops_the_drain_with_invalid_spec() -> None:
+    """`podEvictionFilters: [{}]` read as no filter would evict every pod on the node."""
+    spec = {"force": True, "podEvictionFilters": [{}]}
+    request = draining(drainSpec=spec)
+    step = reconcile_request(request, CORDONED, [pod("a")], [], T0)
+    assert only(step, EvictPod) == []
+    assert new_phase(step) == "Draining"
+    ready = condition({"status": only(step, SetStatus)[0].status}, "Ready")
+    assert ready is not None
+    assert "podEvictionFilters[0].byResourceNameRegex is required" in str(ready["message"])
+    assert [e.reason for e in only(step, Event)] == ["InvalidSpec"]

@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from maintenance_scheduler.api import IntOrPercent, NodeMaintenance, OperatorConfig
 from maintenance_scheduler.scheduler import NodeInfo, rank, rank_order, schedule
-from tests.unit.maintenance_scheduler.builders import T0, nm, node_info
+from tests.unit.maintenance_scheduler.builders import (
+    T0,
+    nm,
+    node_info,
+    node_owner,
+    predecessor_owner,
+)
 
 
 def cluster(count: int, unavailable: int = 0) -> dict[str, NodeInfo]:
@@ -197,16 +203,20 @@ def clusters(draw: st.DrawFn) -> tuple[dict[str, NodeInfo], list[NodeMaintenance
         for i in range(count)
     }
     names = [*nodes, "ghost"]
-    requests = [
-        nm(
-            f"r{i}",
-            draw(st.sampled_from(names)),
-            requestor=draw(st.sampled_from(["a.x.com", "b.x.com", "c.x.com"])),
-            phase=draw(st.sampled_from(PHASES)),
-            created=T0 + draw(st.integers(0, 100)),
+    requests = []
+    for i in range(draw(st.integers(0, 40))):
+        target = draw(st.sampled_from(names))
+        requests.append(
+            nm(
+                f"r{i}",
+                target,
+                requestor=draw(st.sampled_from(["a.x.com", "b.x.com", "c.x.com"])),
+                phase=draw(st.sampled_from(PHASES)),
+                created=T0 + draw(st.integers(0, 100)),
+                # Made for the node of that name, or for one it replaced (another uid).
+                owners=(draw(st.sampled_from([node_owner(target), predecessor_owner(target)])),),
+            )
         )
-        for i in range(draw(st.integers(0, 40)))
-    ]
     parallel = draw(st.one_of(st.integers(0, 10), st.integers(0, 100).map(lambda p: f"{p}%")))
     unavailable = draw(
         st.one_of(st.none(), st.integers(0, 10), st.integers(0, 100).map(lambda p: f"{p}%"))
@@ -226,8 +236,14 @@ def test_rule_property_scheduled_set_respects_slots_budget_and_one_per_node(
     became_unavailable = [n for n in scheduled_nodes if not nodes[n].unavailable]
     assert len(became_unavailable) <= result.can_become_unavailable
     assert len(set(scheduled_nodes)) == len(scheduled_nodes)
-    in_progress = {r.node_name for r in requests if r.in_progress}
+    # Only a request whose node (the one it was made for) exists holds a slot.
+    in_progress = {
+        r.node_name
+        for r in requests
+        if r.in_progress and r.node_name in nodes and r.meant_for(nodes[r.node_name].uid)
+    }
     assert not in_progress & set(scheduled_nodes)
+    assert all(r.meant_for(nodes[r.node_name].uid) for r in result.scheduled)
     assert all(r.phase == "Pending" for r in result.scheduled)
     limit = cfg.parallel_limit(len(nodes))
     if limit is not None:
@@ -238,3 +254,32 @@ def test_rule_property_scheduled_set_respects_slots_budget_and_one_per_node(
             in_progress & nodes.keys()
         )
         assert len(unavailable_after) + len(became_unavailable) <= cap
+
+
+def test_rule_request_on_a_deleted_node_holds_no_slot() -> None:
+    """With the default maxParallelOperations 1, a Ready request whose node was deleted (kept by
+    its additionalRequestors, say) must not stop every new maintenance: upstream's preSchedule
+    counts only requests whose node exists."""
+    requests = [
+        nm("decommissioned", "gone", phase="Ready", finalizer=True, deleting=True),
+        nm("next", "n1", phase="Pending"),
+    ]
+    result = schedule(cluster(2), requests, config(parallel=1))
+    assert [r.name for r in result.scheduled] == ["next"]
+    assert result.under_maintenance == 0
+
+
+def test_rule_request_made_for_a_replaced_node_is_not_scheduled_and_holds_no_slot() -> None:
+    """Node n0 was replaced by a new n0 (another uid): a request made for the old one neither
+    starts on the newcomer nor holds a slot."""
+    before = (predecessor_owner("n0"),)
+    requests = [
+        nm("old-draining", "n0", phase="Draining", finalizer=True, owners=before),
+        nm("old-pending", "n0", phase="Pending", owners=before, created=T0 - 10),
+        nm("other", "n1", phase="Pending"),
+    ]
+    result = schedule(cluster(2), requests, config(parallel=1))
+    assert [r.name for r in result.scheduled] == ["other"]
+    assert [(s.request.name, s.reason) for s in result.skipped] == [
+        ("old-pending", "node-not-found")
+    ]

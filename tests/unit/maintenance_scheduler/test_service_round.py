@@ -145,3 +145,75 @@ async def test_rule_a_scheduling_frees_its_slot_at_once_only_when_its_write_cann
         await tell(service, write, outcome, attempt=attempt)
         await service.round(T0 + 2.0)
         assert bool(bus.scheduled()) == freed, (outcome, attempt)
+
+
+def service_with(
+    requests: Mapping[str, Any], nodes: tuple[str, ...], spec: Mapping[str, Any] | None = None
+) -> tuple[MaintenanceScheduler, CaughtCommands]:
+    bus = CaughtCommands()
+    service = MaintenanceScheduler(cast(Bus, bus), MaintenanceSchedulerConfig())
+    service.requests = DictView(requests)  # type: ignore[assignment]
+    service.nodes = DictView({f"_.{n}": node(n) for n in nodes})  # type: ignore[assignment]
+    configs = {}
+    if spec is not None:
+        configs["nodeflow-system.default"] = {
+            "metadata": {
+                "name": "default",
+                "namespace": "nodeflow-system",
+                "uid": "uid-config",
+                "resourceVersion": "3",
+            },
+            "spec": dict(spec),
+        }
+    service.configs = DictView(configs)  # type: ignore[assignment]
+    service.clusters = DictView()  # type: ignore[assignment]
+    return service, bus
+
+
+async def test_rule_a_request_on_a_deleted_node_frees_its_slot_and_its_finalizer() -> None:
+    """Default config (one operation at a time): node n9 of a Ready request kept by its
+    additionalRequestors was deleted, and so was the request. The request loses its
+    finalizer and the next request, on n1, is scheduled in the same round."""
+    stuck = nm_object(
+        "x",
+        "n9",
+        phase="Ready",
+        finalizer=True,
+        deleting=True,
+        additionalRequestors=["other.example.com"],
+    )
+    waiting = nm_object("a", "n1", requestor="r1.example.com", phase="Pending")
+    service, bus = service_with({"default.x": stuck, "default.a": waiting}, ("n1",))
+    await service.round(T0)
+    commands = [m.message for m in bus.sent if isinstance(m.message, K8sCommand)]
+    scheduled = [c for c in commands if c.op == "update-status" and "Scheduled" in c.reason]
+    assert [c.target.name for c in scheduled] == ["a"]
+    assert any(
+        c.target.name == "x" and c.op == "patch" and "finalizers" in c.reason for c in commands
+    )
+
+
+async def test_rule_max_parallel_operations_zero_warns_on_the_config_once() -> None:
+    requests = {
+        f"default.r{i}": nm_object(f"r{i}", f"n{i}", requestor=f"r{i}.example.com", phase="Pending")
+        for i in range(3)
+    }
+    service, bus = service_with(requests, ("n0", "n1", "n2"), {"maxParallelOperations": 0})
+    await service.round(T0)
+    events = [
+        m.message
+        for m in bus.sent
+        if isinstance(m.message, K8sCommand)
+        and m.message.target.kind == "MaintenanceOperatorConfig"
+    ]
+    (event,) = events
+    assert event.op == "record-event" and "schedules nothing" in event.reason
+    # 0 keeps its documented meaning: no limit.
+    assert len(bus.scheduled()) == 3
+    await service.round(T0 + 1)
+    assert not [
+        m
+        for m in bus.sent
+        if isinstance(m.message, K8sCommand)
+        and m.message.target.kind == "MaintenanceOperatorConfig"
+    ]
