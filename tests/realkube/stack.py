@@ -50,9 +50,14 @@ def admin_session() -> aiohttp.ClientSession:
 
 
 @contextlib.asynccontextmanager
-async def real_stack(directory: Path) -> AsyncIterator[Stack]:
-    """The stack, ready; stopped with SIGINT at the end (killed if it overstays)."""
-    as_watcher = await watcher_kubeconfig(directory)
+async def real_stack(
+    directory: Path, as_watcher: Path | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[Stack]:
+    """The stack, ready; stopped with SIGINT at the end (killed if it overstays). k8s-watcher
+    authenticates with `as_watcher` (default: k8s/rbac's ServiceAccount); `env` adds settings
+    for the services."""
+    if as_watcher is None:
+        as_watcher = await watcher_kubeconfig(directory)
     simulator = SimulatorConfig(run_dir=directory / "bridge", slurm_driver_interval=0.2)
     async with (
         run_slurm_bridge(simulator, admin_kubeconfig()) as bridge,
@@ -79,6 +84,7 @@ async def real_stack(directory: Path) -> AsyncIterator[Stack]:
                 **bridge_env,
                 "KUBECONFIG": str(as_watcher),
                 **CHAOS_ENV,
+                **(env or {}),
                 "PYTHONUNBUFFERED": "1",
             },
         )

@@ -117,8 +117,9 @@ def test_server_side_dry_run_refuses_what_the_api_server_refuses(
     namespaces: tuple[str, str],
 ) -> None:
     release, workloads = namespaces
-    # The chart's schema leaves a quantity's format to the API server, which refuses this one.
-    settings = production_settings(workloads) | {"nats.storage.size": "twenty-gigabytes"}
+    # The chart's schema leaves a resource quantity's format to the API server, which refuses
+    # this one (nats.storage.size has a pattern of its own: the store limit is derived from it).
+    settings = production_settings(workloads) | {"nats.resources.requests.cpu": "lots"}
     result = dry_run(rendered(release, settings))
     assert result.returncode != 0
     assert "quantities must match the regular expression" in result.stderr

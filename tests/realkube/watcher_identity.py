@@ -22,16 +22,19 @@ async def install_rbac() -> None:
     await kubectl("apply", "-n", INSTALL_NAMESPACE, "-k", str(REPO / "k8s/rbac"))
 
 
-async def watcher_kubeconfig(directory: Path) -> Path:
+async def watcher_kubeconfig(directory: Path, namespace: str | None = None) -> Path:
     """A kubeconfig for the real API server that authenticates as k8s-watcher's
-    ServiceAccount (a bound token from the TokenRequest API), written under `directory`."""
-    await install_rbac()
+    ServiceAccount (a bound token from the TokenRequest API), written under `directory`:
+    k8s/rbac's, installed here, or (`namespace`) one already installed there, e.g. by Helm."""
+    if namespace is None:
+        await install_rbac()
+        namespace = INSTALL_NAMESPACE
     _, token, _ = await kubectl(
-        "-n", INSTALL_NAMESPACE, "create", "token", SERVICE_ACCOUNT, f"--duration={TOKEN_DURATION}"
+        "-n", namespace, "create", "token", SERVICE_ACCOUNT, f"--duration={TOKEN_DURATION}"
     )
     admin = yaml.safe_load(admin_kubeconfig().read_text())
     cluster = admin["clusters"][0]
-    user = f"system:serviceaccount:{INSTALL_NAMESPACE}:{SERVICE_ACCOUNT}"
+    user = f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}"
     config = {
         "apiVersion": "v1",
         "kind": "Config",
