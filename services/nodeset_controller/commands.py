@@ -14,6 +14,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
+
 from nodeflow_contracts.k8s import (
     CreateObject,
     DeleteObject,
@@ -29,6 +31,7 @@ from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION, NODESET_LABEL, SLU
 from nodeflow_kube.fields import (
     rfc3339,
 )
+from nodeset_controller.deletion import NEVER_STARTED
 from nodeset_controller.objects import (
     NODESET_API_VERSION,
     NODESET_KIND,
@@ -399,7 +402,12 @@ def to_outgoing(
     if isinstance(action, DeletePod):
         pod = action.pod
         key = stable_key("delete", pod.uid)
-        command = _command(key, pod_ref(ns, pod.name, pod.uid), DeleteObject(), action.why, now)
+        target = pod_ref(ns, pod.name, pod.uid)
+        if action.reason == NEVER_STARTED:
+            # Proven only while no kubelet has the pod: a binding since changes its
+            # resourceVersion, and the delete is refused.
+            target = msgspec.structs.replace(target, resource_version=pod.resource_version or None)
+        command = _command(key, target, DeleteObject(), action.why, now)
         kind: DecisionKind = "forced-delete" if action.forced else "delete"
         return pod_change(
             pod, command, kind, action.reason, action.why, PodChangeSent("delete", now)

@@ -18,6 +18,9 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
     # A pod whose Slurm node has been absent from every successful poll of its (fresh,
     # reachable) cluster for this long runs no job, and may be deleted without a drain.
     slurm_absence_grace_seconds: float = 300.0
+    # An unbound pod Pending this long on a node that no longer fits it (others took its
+    # room) is replaced on a free feasible node, if there is one.
+    pending_pod_replace_seconds: float = 120.0
     # The taint key NodeSet pods tolerate (the reference's, unless a cluster needs another).
     lock_toleration_key: str = DEFAULT_LOCK_TOLERATION_KEY
     # One active replica: the others wait on this lease.
@@ -47,6 +50,7 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
             "force_scaling_delete_unknown_condition_timeout",
             "slurm_state_max_age_seconds",
             "slurm_absence_grace_seconds",
+            "pending_pod_replace_seconds",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")

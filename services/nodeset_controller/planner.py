@@ -264,6 +264,8 @@ class ClusterView:
     slurm_max_age: float = 0.0
     # A node absent from the successful polls for this long runs no job.
     absence_grace: float = 300.0
+    # An unbound pod Pending this long on a node it no longer fits is replaced on a free node.
+    pending_replace_after: float = 120.0
     # Reuse of per-object checks across plans (never changes the plan, only its cost).
     memo: PlanMemo | None = None
 
@@ -420,6 +422,7 @@ def plan(view: ClusterView) -> Plan:
     pods = classify_pods(round_)
     naming = name_nodes(round_, pods)
     feasible = find_feasible_nodes(round_, pods, naming)
+    pods, feasible = move_stuck_pending_pods(round_, pods, feasible)
     desired = round_.spec.replicas if round_.spec.replicas is not None else feasible.count
     scale_down = plan_scale_down(round_, pods, desired)
     cancelled = plan_leaving(round_, pods, scale_down)
@@ -666,6 +669,68 @@ def find_feasible_nodes(round_: _Round, pods: PodClasses, naming: NodeNames) -> 
             continue
         placeable.append(node_name)
     return FeasibleNodes(kept_nodes, placeable, collisions)
+
+
+# --- phase: pods stuck Pending on a full node --------------------------------------------------
+
+
+def move_stuck_pending_pods(
+    round_: _Round, pods: PodClasses, feasible: FeasibleNodes
+) -> tuple[PodClasses, FeasibleNodes]:
+    """A pod no kubelet has (unbound, Pending) on a node that can no longer take it (other
+    pods took its room after it was created), for `pending_replace_after` seconds, while a
+    feasible node is free beyond those the scale-up needs, leaves like a misscheduled pod
+    (MisscheduledDeleteScheduled; never bound, it goes at once, see `PodState.never_started`)
+    and the scale-up puts its replacement on the free node. A pod already marked so stays
+    leaving while it is still stuck, so a free node taken meanwhile does not make the
+    decision flap; once bound it is kept (its mark cancelled). Oldest first."""
+    view = round_.view
+    wait = view.pending_replace_after
+    candidates: list[tuple[PodState, str]] = []
+    for pod in pods.kept:
+        if pod.bound or pod.phase != "Pending" or pod.ready or pod.node is None:
+            continue
+        if pod.delete_reason not in (None, MISSCHEDULED_DELETE):
+            continue
+        verdict = _new_pod_fits(round_, pods, pod.node)
+        if verdict.feasible:
+            continue
+        if view.now - pod.created_at < wait:
+            round_.wake(pod.created_at + wait)
+            continue
+        candidates.append((pod, verdict.reason))
+    if not candidates:
+        return pods, feasible
+    existing = len(pods.kept) + len(pods.terminating_in_place)
+    desired = round_.spec.replicas if round_.spec.replicas is not None else feasible.count
+    spare = len(feasible.placeable) - max(0, desired - existing)
+    stuck: list[tuple[PodState, str]] = []
+    for pod, reason in sorted(candidates, key=lambda c: (c[0].created_at, c[0].name)):
+        if pod.delete_reason == MISSCHEDULED_DELETE:
+            stuck.append((pod, reason))
+        elif spare > 0:
+            spare -= 1
+            stuck.append((pod, reason))
+    if not stuck:
+        return pods, feasible
+    names = {pod.name for pod, _ in stuck}
+    moved = [
+        (
+            pod,
+            f"pending unbound on {pod.node} for {view.now - pod.created_at:.0f}s ({reason}) "
+            "while another feasible node is free: replaced there",
+        )
+        for pod, reason in stuck
+    ]
+    pods = dataclasses.replace(
+        pods,
+        kept=[pod for pod in pods.kept if pod.name not in names],
+        leaving=[*pods.leaving, *moved],
+        misscheduled=[*pods.misscheduled, *(pod for pod, _ in stuck)],
+    )
+    stuck_nodes = {pod.node for pod, _ in stuck}
+    feasible = dataclasses.replace(feasible, kept_nodes=feasible.kept_nodes - stuck_nodes)
+    return pods, feasible
 
 
 # --- phase: scale-down -----------------------------------------------------------------------

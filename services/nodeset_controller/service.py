@@ -648,6 +648,7 @@ class NodeSetController:
             in_flight=self._pod_changes_in_flight(namespace_of(nodeset), ours, now),
             slurm_max_age=self.config.slurm_state_max_age_seconds,
             absence_grace=self.config.slurm_absence_grace_seconds,
+            pending_replace_after=self.config.pending_pod_replace_seconds,
             memo=memo,
         )
         result = plan(view)
