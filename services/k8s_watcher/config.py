@@ -35,6 +35,10 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
     kube_qps: float = 300.0
     kube_burst: int = 600
     kube_request_timeout_seconds: float = 30.0
+    # Longest the API server may go without answering any call before k8s-watcher asks it
+    # (GET /version) to keep readiness true: a standby replica (no mirror) makes no call
+    # between commands. While it does not answer, asked with backoff up to 5 s.
+    kube_probe_interval_seconds: float = 10.0
     list_page_size: int = 500
     # Server-side watch timeout; each watch asks for this plus up to 100% random jitter so the
     # watches of all kinds do not end together (client-go does the same).
@@ -58,6 +62,8 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
             problems.append("KUBE_QPS must be > 0")
         if self.kube_burst < 1:
             problems.append("KUBE_BURST must be >= 1")
+        if self.kube_probe_interval_seconds <= 0:
+            problems.append("KUBE_PROBE_INTERVAL_SECONDS must be > 0")
         if self.command_concurrency < 1:
             problems.append("COMMAND_CONCURRENCY must be >= 1")
         if self.list_page_size < 1:

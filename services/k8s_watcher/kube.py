@@ -8,6 +8,7 @@ talks to a real kube-apiserver and to the emulator, and responses are decoded wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -163,6 +164,15 @@ def env_proxy_for(host: str) -> tuple[str, str] | None:
 
 
 class KubeClient:
+    """Requests to the API server, and its health: every answer updates `health`, and a probe
+    (GET /version, authenticated like every call) keeps it current when no other call is made.
+
+    `probe_interval`: while the API answers, the longest it may go without an answer before
+    the probe asks; None probes only while it is unavailable. A replica that only applies
+    commands (a standby of the mirror) makes no call between commands: without the probe its
+    readiness would stay "no answer yet" and a rollout or a node drain would wait for it forever.
+    """
+
     def __init__(
         self,
         api: k8s_client.ApiClient,
@@ -171,14 +181,23 @@ class KubeClient:
         health: ApiHealth | None = None,
         request_timeout: float = 30.0,
         probe_backoff: Backoff | None = None,
+        probe_interval: float | None = None,
     ) -> None:
+        if probe_interval is not None and probe_interval <= 0:
+            raise ValueError("probe_interval must be positive")
         self.api = api
         self.limiter = limiter
         self.health = health or ApiHealth()
         self.request_timeout = request_timeout
+        self.probe_interval = probe_interval
         self._probe_backoff = probe_backoff or Backoff(initial=0.2, maximum=5.0)
         self._probe: asyncio.Task[None] | None = None
+        self._last_answer: float | None = None
+        # Set on a failure, so that a probe waiting out `probe_interval` starts its backoff.
+        self._unavailable = asyncio.Event()
         self._closed = False
+        if probe_interval is not None:
+            self._start_probe()
 
     async def close(self) -> None:
         self._closed = True
@@ -212,10 +231,7 @@ class KubeClient:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             self._failed(f"{type(exc).__name__}: {exc}")
             raise ApiUnavailable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        if response.status >= 500:
-            self._failed(f"HTTP {response.status} on {method} {path}")
-        else:
-            self.health.record_success()
+        self._answered(response.status, f"{method} {path}")
         return response
 
     async def request(
@@ -271,35 +287,70 @@ class KubeClient:
 
     # --- availability --------------------------------------------------------------------
 
+    def _answered(self, status: int, request: str) -> None:
+        """Any HTTP answer below 500 means the API server is there (ApiHealth)."""
+        self._last_answer = time.monotonic()
+        if status >= 500:
+            self._failed(f"HTTP {status} on {request}")
+        else:
+            self.health.record_success()
+
     def _failed(self, reason: str) -> None:
         self.health.record_failure(reason)
-        if (self._probe is None or self._probe.done()) and not self._closed:
-            self._probe = asyncio.create_task(self._probe_until_available())
+        self._unavailable.set()
+        self._start_probe()
 
-    async def _probe_until_available(self) -> None:
-        """While unavailable, ask /version with backoff so that waiting commands resume even
-        when no watch is retrying at that moment."""
+    def _start_probe(self) -> None:
+        if (self._probe is None or self._probe.done()) and not self._closed:
+            self._probe = asyncio.create_task(self._probe_loop(), name="kube api probe")
+
+    async def _probe_loop(self) -> None:
+        """Ask /version while the API server is unavailable (or has never answered), at once
+        then with backoff, so that waiting commands resume once it is back even when no watch
+        is retrying at that moment; and, with `probe_interval`, whenever that long has passed
+        without an answer to any call (the mirror's lists and watches count, so a busy replica
+        is not probed), so a replica that makes no call of its own still knows."""
         attempt = 0
-        while not self.health.available and not self._closed:
-            attempt += 1
-            await asyncio.sleep(self._probe_backoff.delay(attempt))
+        while not self._closed:
             if self.health.available:
-                return
-            started = time.monotonic()
-            try:
-                await self.limiter.acquire()
-                response = await self.api.call_api(
-                    "/version",
-                    "GET",
-                    header_params={"Accept": JSON},
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                    _request_timeout=self.request_timeout,
-                )
-                response.release()
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                log.debug("kube.probe_failed", attempt=attempt, error=repr(exc))
-                continue
-            if response.status < 500:
-                log.info("kube.probe_ok", seconds=round(time.monotonic() - started, 3))
-                self.health.record_success()
+                if self.probe_interval is None:
+                    return
+                attempt = 0
+                last = self._last_answer if self._last_answer is not None else 0.0
+                wait = last + self.probe_interval - time.monotonic()
+                if wait > 0:
+                    self._unavailable.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._unavailable.wait(), wait)
+                    continue  # another call may have answered or failed meanwhile
+            elif attempt:
+                await asyncio.sleep(self._probe_backoff.delay(attempt))
+                if self.health.available:
+                    continue
+            attempt += 1
+            await self._probe_once(attempt)
+
+    async def _probe_once(self, attempt: int) -> None:
+        started = time.monotonic()
+        try:
+            await self.limiter.acquire()
+            response = await self.api.call_api(
+                "/version",
+                "GET",
+                header_params={"Accept": JSON},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=self.request_timeout,
+            )
+            response.release()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.debug("kube.probe_failed", attempt=attempt, error=repr(exc))
+            self.health.record_failure(f"{type(exc).__name__}: {exc}")
+            return
+        if response.status < 500 and not self.health.available:
+            log.info("kube.probe_ok", seconds=round(time.monotonic() - started, 3))
+        self._last_answer = time.monotonic()
+        if response.status >= 500:
+            self.health.record_failure(f"HTTP {response.status} on GET /version")
+        else:
+            self.health.record_success()

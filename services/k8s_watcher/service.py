@@ -129,6 +129,7 @@ class K8sWatcher:
             api,
             limiter=TokenBucket(config.kube_qps, config.kube_burst),
             request_timeout=config.kube_request_timeout_seconds,
+            probe_interval=config.kube_probe_interval_seconds,
         )
         return cls(config, bus, kube)
 

@@ -42,6 +42,7 @@ def test_environment_sets_kubeconfig_namespaces_selectors_and_limits() -> None:
         {"WATCHED_KINDS": "Secret"},
         {"WATCHED_KINDS": "Pod", "LABEL_SELECTORS": "Node=a=b"},
         {"COMMAND_CONCURRENCY": "0"},
+        {"KUBE_PROBE_INTERVAL_SECONDS": "0"},
     ],
 )
 def test_bad_settings_fail_at_start(environ: dict[str, str]) -> None:
