@@ -789,13 +789,40 @@ def test_schema_env_names_are_exactly_each_services_settings() -> None:
     """services.<name>.env takes every setting the service reads and the chart does not set
     itself; the chart-wide env those every service reads. A setting added to a service's
     config without the schema (or a schema name no service reads) fails here."""
-    settings = service_settings()
+    expected = settable_env_names()
     services = schema()["properties"]["services"]["properties"]
-    for name, names in settings.items():
+    fix = "run `python -m tests.unit.test_helm_chart` and add the names to docs/helm.md"
+    for name, names in expected.items():
+        if name == "":
+            continue
         allowed = set(services[name]["properties"]["env"]["propertyNames"]["enum"])
-        assert allowed == names - set(CHART_SET), name
-    shared = set.intersection(*settings.values()) - set(CHART_SET)
-    assert set(schema()["properties"]["env"]["propertyNames"]["enum"]) == shared
+        assert allowed == names, (name, fix)
+    assert set(schema()["properties"]["env"]["propertyNames"]["enum"]) == expected[""], fix
+
+
+def settable_env_names() -> dict[str, set[str]]:
+    """What `services.<name>.env` may name, per service, and ("") what the chart-wide `env`
+    may: the settings every service reads."""
+    settings = {n: names - set(CHART_SET) for n, names in service_settings().items()}
+    return settings | {"": set.intersection(*settings.values())}
+
+
+def write_schema_env_names() -> None:
+    """Rewrite the env names of values.schema.json from the services' configs and print the
+    settings table of docs/helm.md."""
+    path = CHART / "values.schema.json"
+    document = json.loads(path.read_text())
+    names = settable_env_names()
+    for name, service in document["properties"]["services"]["properties"].items():
+        service["properties"]["env"]["propertyNames"]["enum"] = sorted(names[name])
+    document["properties"]["env"]["propertyNames"]["enum"] = sorted(names[""])
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    print("| service | settings (`services.<service>.env.<SETTING>`) |\n|---|---|")
+    for name in SERVICES:
+        listed = ", ".join(f"`services.{name}.env.{s}`" for s in sorted(names[name]))
+        print(f"| {name} | {listed} |")
+    shared = ", ".join(f"`env.{s}`" for s in sorted(names[""]))
+    print(f"\nChart-wide (every service reads them): {shared}.")
 
 
 def test_every_settable_setting_is_documented_by_its_values_key() -> None:
@@ -1040,3 +1067,7 @@ def test_nats_credentials_are_generated_for_every_user_not_named(
     assert "nodeflow-k8s-watcher-nats" not in by_name(named, "Secret")
     assert len(of_kind(named, "Secret")) == len(users) - 1
     assert not of_kind(render(settings={"nats.credentials.generate": False}), "Secret")
+
+
+if __name__ == "__main__":
+    write_schema_env_names()
