@@ -906,7 +906,7 @@ def placement(pod: Obj) -> Obj:
 
 
 def test_placement_values_reach_every_pod_and_a_service_may_set_its_own() -> None:
-    chart_wide = {
+    chart_wide: dict[str, Any] = {
         "nodeSelector": {"node-role.example/control-plane": "true"},
         "tolerations": [{"key": "control-plane", "operator": "Exists", "effect": "NoSchedule"}],
         "affinity": {
