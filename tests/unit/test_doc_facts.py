@@ -1,0 +1,68 @@
+"""Facts the README and k8s/README state about the repository agree with the repository: the
+third-party CRDs `k8s/third-party-crds/` installs, and the name of slurmrestd's JWT signing key
+file (the one real Slurm is configured with, `AuthAltParameters=jwt_key=...`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+OUR_GROUP = "nodeflow.dev"
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def third_party_kinds() -> set[str]:
+    """Every CRD kind in k8s/crds that is not ours: what k8s/third-party-crds installs (its
+    kustomization takes ../crds and deletes our two)."""
+    kinds = set()
+    for path in (ROOT / "k8s/crds").glob("*.yaml"):
+        document = yaml.safe_load(path.read_text())
+        if document.get("kind") != "CustomResourceDefinition":
+            continue
+        if document["spec"]["group"] != OUR_GROUP:
+            kinds.add(document["spec"]["names"]["kind"])
+    return kinds
+
+
+def table_row(page: Path, first_cell: str) -> str:
+    (row,) = [line for line in page.read_text().splitlines() if line.startswith(f"| {first_cell}")]
+    return row
+
+
+def test_the_third_party_crds_the_readmes_list_are_those_k8s_third_party_crds_installs() -> None:
+    kinds = third_party_kinds()
+    ours = yaml.safe_load((ROOT / "k8s/third-party-crds/kustomization.yaml").read_text())
+    assert len(ours["patches"]) == 2, "k8s/third-party-crds drops exactly our two CRDs"
+    count = NUMBERS[len(kinds)]
+    for page, cell in (
+        (ROOT / "README.md", "`k8s/third-party-crds/`"),
+        (ROOT / "k8s/README.md", "`third-party-crds/`"),
+    ):
+        row = table_row(page, cell)
+        named = set(re.findall(r"\b[A-Z][A-Za-z]+\b", row)) & kinds
+        assert named == kinds, (str(page), kinds - named)
+        assert f"the {count} third-party CRDs" in row, (str(page), row)
+
+
+def slurm_key_file_name() -> str:
+    """The file name real Slurm's slurm.conf gives the JWT key (tools/slurm/real_slurm.sh)."""
+    script = (ROOT / "tools/slurm/real_slurm.sh").read_text()
+    (path,) = re.findall(r"^AuthAltParameters=jwt_key=(\S+)$", script, re.MULTILINE)
+    return path.rsplit("/", 1)[-1]
+
+
+def test_the_readme_and_the_manifests_name_the_slurm_jwt_key_file_as_slurm_does() -> None:
+    name = slurm_key_file_name()
+    assert name == "jwt_hs256.key"
+    pages = [ROOT / "README.md", *sorted((ROOT / "k8s").rglob("*.yaml")), ROOT / "k8s/README.md"]
+    key_files = re.compile(r"\bjwt[\w.-]*\.key\b")
+    named = {
+        (page.relative_to(ROOT).as_posix(), found)
+        for page in pages
+        for found in key_files.findall(page.read_text())
+    }
+    assert named, "nothing names the key file: the check would hold nothing"
+    assert {found for _, found in named} == {name}, sorted(named)
