@@ -318,10 +318,10 @@ async def test_production_values_after_the_pre_step_and_the_examples_take_effect
             gpu_nodes = {
                 n["metadata"]["name"]
                 for n in (await get_json("nodes"))["items"]
-                if "nvidia.com/gpu.present" in (n["metadata"].get("labels") or {})
+                if (n["metadata"].get("labels") or {}).get("nvidia.com/gpu.present") == "true"
             }
             placed = {p["spec"].get("nodeName") for p in pods["items"]}
-            assert placed and not placed & gpu_nodes, placed
+            assert gpu_nodes and placed and not placed & gpu_nodes, placed
             for pod in pods["items"]:
                 assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
             # The third-party CRDs were there already (their operators' here): left alone.
