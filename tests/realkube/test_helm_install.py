@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -251,39 +251,58 @@ async def status_of(kind: str, name: str, namespace: str | None = None) -> Any:
 
 
 async def examples_take_effect(recorder: Recorder) -> None:
+    """Each file of k8s/examples/ applied as is, and its effect seen before the next: the
+    Skyhook last (its reboot interrupt drains a node at a time, which would race the others)."""
+
     async def nodeset_pods_created() -> bool:
         return len(recorder.live_pods("gpu")) == 4
 
-    await until(nodeset_pods_created, "the NodeSet gpu's four pods created", STEP_TIMEOUT * 2)
-
     async def maintenance_ready() -> bool:
         got = await status_of("nodemaintenance", "gpu-003-firmware", "default")
-        ready = condition({"status": got or {}}, "Ready") or {}
-        return ready.get("status") == "True"
+        return (condition({"status": got or {}}, "Ready") or {}).get("status") == "True"
 
-    await until(maintenance_ready, "NodeMaintenance gpu-003-firmware Ready", STEP_TIMEOUT * 2)
-    node = recorder.nodes["gpu-003"]
-    assert node["spec"].get("unschedulable") is True
+    async def cordoned() -> bool:
+        return bool(recorder.nodes["gpu-003"]["spec"].get("unschedulable"))
 
     async def bound() -> bool:
         return gang_bound(recorder)
 
-    await until(bound, "the gang train bound, all four", STEP_TIMEOUT * 2)
-
-    async def skyhook_status() -> Any:
-        return ((await status_of("skyhook", "gpu-init")) or {}).get("status")
-
-    await until(skyhook_status, "Skyhook gpu-init given a status", STEP_TIMEOUT * 2)
+    async def operator_config_seen() -> bool:
+        return recorder.operator_config is not None
 
     async def topology_status() -> Any:
         return await status_of("clusternetworktopology", "default")
 
-    await until(topology_status, "ClusterNetworkTopology default given a status")
+    async def skyhook_status() -> Any:
+        return ((await status_of("skyhook", "gpu-init")) or {}).get("status")
+
+    steps: list[tuple[str, list[tuple[Callable[[], Awaitable[Any]], str]]]] = [
+        ("maintenanceoperatorconfig.yaml", [(operator_config_seen, "the config watched")]),
+        ("clusternetworktopology.yaml", [(topology_status, "the topology given a status")]),
+        ("nodeset.yaml", [(nodeset_pods_created, "the NodeSet gpu's four pods created")]),
+        (
+            "nodemaintenance.yaml",
+            [(maintenance_ready, "gpu-003-firmware Ready"), (cordoned, "gpu-003 cordoned")],
+        ),
+        ("gang.yaml", [(bound, "the gang train bound, all four")]),
+        ("skyhook.yaml", [(skyhook_status, "Skyhook gpu-init given a status")]),
+    ]
+    assert {name for name, _ in steps} == {p.name for p in EXAMPLES.glob("*.yaml")}
+    for name, checks in steps:
+        await kubectl("apply", "-f", str(EXAMPLES / name))
+        for check, what in checks:
+            await until(check, f"{name}: {what}", STEP_TIMEOUT * 2)
 
 
 async def remove_examples(recorder: Recorder, stack: Stack) -> None:
     """Everything k8s/examples/ made, gone while the services run (finalizers, safe
     deletion of the NodeSet's pods)."""
+    # The Skyhook first: its rollout stops taking nodes.
+    for name in ("skyhook.yaml", "gang.yaml", "nodemaintenance.yaml"):
+        await kubectl(
+            "delete", "-f", str(EXAMPLES / name), "--ignore-not-found", "--timeout=180s",
+            check=False,
+        )  # fmt: skip
     await remove_nodeset(stack, recorder, "gpu")
     await kubectl(
         "delete", "-f", str(EXAMPLES), "--ignore-not-found", "--timeout=180s", check=False
@@ -364,7 +383,6 @@ async def run_examples_as_the_release(
         recording(stack) as recorder,
     ):
         try:
-            await kubectl("apply", "-f", str(EXAMPLES))
             await examples_take_effect(recorder)
         finally:
             await remove_examples(recorder, stack)
