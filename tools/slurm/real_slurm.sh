@@ -1,18 +1,35 @@
 #!/usr/bin/env bash
-# A real Slurm 24.11 on loopback, from Debian trixie packages in a debootstrapped root.
+# A real Slurm on loopback, from a Debian release's packages in a debootstrapped root.
 #
-#   tools/slurm/real_slurm.sh start   # prints `export NODEFLOW_SLURM_...` lines
-#   tools/slurm/real_slurm.sh stop
+#   tools/slurm/real_slurm.sh start [SUITE]         # prints `export NODEFLOW_SLURM_...` lines
+#   tools/slurm/real_slurm.sh stop [SUITE]
+#   tools/slurm/real_slurm.sh openapi [SUITE] DIR   # (running) one OpenAPI document per version
 #
-# Needs root (debootstrap, chroot, bind mounts). The root is cached in $SLURM_ROOT so only
-# the first start downloads anything. slurmctld, four slurmd (a-000-[001-004]) and slurmrestd
-# (JWT, as an unprivileged user) all listen on 127.0.0.1.
+# SUITE (or $SLURM_SUITE) is the Debian suite whose Slurm runs: trixie (the default, Slurm
+# 24.11, data_parser v0.0.40-v0.0.42) or forky (Slurm 26.05, data_parser v0.0.42-v0.0.45; sid
+# ships the same). start prints the Slurm version and the data_parser versions the running
+# slurmrestd serves, read from its own OpenAPI document (NODEFLOW_SLURM_VERSION,
+# NODEFLOW_SLURM_API_VERSIONS).
+#
+# Needs root (debootstrap, chroot, bind mounts). Each suite's root is cached in its own
+# $SLURM_ROOT (/var/tmp/nodeflow-slurm/<suite>/root) so only the first start of a suite downloads
+# anything, and both can stay on one machine. slurmctld, four slurmd (a-000-[001-004]) and
+# slurmrestd (JWT, as an unprivileged user) all listen on 127.0.0.1.
 #
 # The nodes are named as NodeSet pods are, <prefix>-<octet 3>-<octet 4> of the Kubernetes
 # node's InternalIP (10.x.0.1 -> a-000-001), so a NodeSet can own them in the tests.
 set -euo pipefail
 
-SLURM_ROOT="${SLURM_ROOT:-/var/tmp/nodeflow-slurm/root}"
+COMMAND="${1:-}"
+SUITE="${SLURM_SUITE:-trixie}"
+if [[ $# -ge 2 && ( "$COMMAND" != openapi || $# -ge 3 ) ]]; then
+    SUITE="$2"
+fi
+case "$SUITE" in
+trixie | forky | sid) ;;
+*) echo "real_slurm: unknown suite '$SUITE' (trixie, forky or sid)" >&2; exit 2 ;;
+esac
+SLURM_ROOT="${SLURM_ROOT:-/var/tmp/nodeflow-slurm/$SUITE/root}"
 REST_PORT="${SLURM_REST_PORT:-6820}"
 CTLD_PORT="${SLURM_CTLD_PORT:-6817}"
 # The four slurmd listen on NODE_PORT..NODE_PORT+3. With another SLURM_ROOT and other ports a
@@ -21,26 +38,56 @@ NODE_PORT="${SLURM_NODE_PORT:-17001}"
 NODES=(a-000-001 a-000-002 a-000-003 a-000-004)
 NONADMIN=nodeflow-user
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# Debian names the JWT auth plugin's package slurm-wlm-jwt-plugin in every release that has
+# slurmrestd's rest_auth/jwt; curl is what start reads slurmrestd's own document with.
+PACKAGES=(slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin curl)
 
 log() { echo "real_slurm: $*" >&2; }
 in_root() { chroot "$SLURM_ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
 
+missing_packages() {
+    local package
+    for package in "${PACKAGES[@]}"; do
+        [[ -f "$SLURM_ROOT/var/lib/dpkg/info/$package.list" ]] || echo "$package"
+    done
+}
+
 ensure_root() {
-    if [[ ! -f "$SLURM_ROOT/var/lib/dpkg/info/slurmctld.list" ]]; then
-        command -v debootstrap >/dev/null || {
-            apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null
-        }
-        if [[ ! -x "$SLURM_ROOT/bin/bash" ]]; then
-            mkdir -p "$SLURM_ROOT"
-            log "debootstrap --variant=minbase trixie $SLURM_ROOT"
-            debootstrap --variant=minbase trixie "$SLURM_ROOT" "$MIRROR" >&2
-        fi
-        cp /etc/resolv.conf "$SLURM_ROOT/etc/resolv.conf" 2>/dev/null || true
-        log "installing Slurm packages in the root"
-        in_root /bin/bash -c 'export DEBIAN_FRONTEND=noninteractive
-            apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-                slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin' >&2
+    [[ -z "$(missing_packages)" ]] && return
+    command -v debootstrap >/dev/null || {
+        apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null
+    }
+    # debootstrap removes $SLURM_ROOT/debootstrap when it has finished: a root that still has it
+    # was interrupted and is bootstrapped again from scratch (never while anything is mounted
+    # in it).
+    if [[ -d "$SLURM_ROOT/debootstrap" ]] && ! mounted_any; then
+        log "removing the unfinished root $SLURM_ROOT"
+        rm -rf --one-file-system "$SLURM_ROOT"
     fi
+    if [[ ! -x "$SLURM_ROOT/bin/bash" ]]; then
+        mkdir -p "$SLURM_ROOT"
+        # An older debootstrap has no script for a newer suite: Debian's testing suites
+        # bootstrap as sid does.
+        local script=/usr/share/debootstrap/scripts/$SUITE
+        [[ -e "$script" ]] || script=/usr/share/debootstrap/scripts/sid
+        log "debootstrap --variant=minbase $SUITE $SLURM_ROOT ($script)"
+        debootstrap --variant=minbase "$SUITE" "$SLURM_ROOT" "$MIRROR" "$script" >&2
+    fi
+    cp /etc/resolv.conf "$SLURM_ROOT/etc/resolv.conf" 2>/dev/null || true
+    log "installing $(missing_packages | tr '\n' ' ')in the $SUITE root"
+    # A testing suite's Release is valid for a week only: a mirror that lags behind (or a
+    # snapshot) would otherwise refuse the index debootstrap has just verified. The signatures
+    # are still checked.
+    in_root /bin/bash -c "export DEBIAN_FRONTEND=noninteractive
+        apt-get -o Acquire::Check-Valid-Until=false update -qq && apt-get install -y -qq --no-install-recommends ${PACKAGES[*]}" >&2
+}
+
+mounted_any() {
+    local fs
+    for fs in proc dev sys; do
+        mountpoint -q "$SLURM_ROOT/$fs" && return 0
+    done
+    return 1
 }
 
 mount_all() {
@@ -115,16 +162,25 @@ start() {
     done
     in_root /bin/bash -c "cd /tmp && SLURM_JWT=daemon setsid /usr/sbin/slurmrestd \
         -u slurmrestd -g slurmrestd -a rest_auth/jwt -s openapi/slurmctld \
-        127.0.0.1:$REST_PORT >/var/log/slurm/slurmrestd.log 2>&1 &"
+        127.0.0.1:$REST_PORT >/var/log/slurm/slurmrestd.log 2>&1 &" </dev/null >/dev/null 2>&1
     for _ in $(seq 1 60); do
         nodes_ready && break
         sleep 0.5
     done
     nodes_ready || log "not every node is ready: $(in_root sinfo -h -N -o '%N=%T' | tr '\n' ' ')"
-    local admin nonadmin
+    local admin nonadmin versions
     admin="$(in_root scontrol token username=root lifespan=7200 | sed 's/^SLURM_JWT=//')"
     nonadmin="$(in_root scontrol token username="$NONADMIN" lifespan=7200 | sed 's/^SLURM_JWT=//')"
+    versions="$(served_api_versions "$admin" || true)"
+    [[ -n "$versions" ]] || {
+        log "slurmrestd serves no API (see $SLURM_ROOT/var/log/slurm/slurmrestd.log)"
+        exit 1
+    }
+    log "Slurm $(slurm_version) ($SUITE), slurmrestd serves data_parser ${versions:-nothing}"
     cat <<EOF
+export NODEFLOW_SLURM_SUITE=$SUITE
+export NODEFLOW_SLURM_VERSION=$(slurm_version)
+export NODEFLOW_SLURM_API_VERSIONS=$versions
 export NODEFLOW_SLURM_URL=http://127.0.0.1:$REST_PORT
 export NODEFLOW_SLURM_USER=root
 export NODEFLOW_SLURM_TOKEN=$admin
@@ -133,6 +189,69 @@ export NODEFLOW_SLURM_NONADMIN_TOKEN=$nonadmin
 export NODEFLOW_SLURM_NODES=$(IFS=,; echo "${NODES[*]}")
 export NODEFLOW_SLURM_JWT_KEY=$SLURM_ROOT/var/spool/slurmctld/jwt_hs256.key
 EOF
+}
+
+slurm_version() {
+    in_root /usr/bin/sinfo -V | awk '{print $2}'
+}
+
+# The data_parser versions an OpenAPI document of slurmrestd's covers (each has its
+# /slurm/<version>/ping), comma separated, oldest first.
+document_versions() {
+    # The document escapes its slashes (`\/slurm\/v0.0.42\/ping\/`).
+    sed 's|\\/|/|g' | grep -oE '"/slurm/v[0-9]+\.[0-9]+\.[0-9]+/ping/?"' |
+        sed -E 's|"/slurm/([^/]+)/ping/?"|\1|' | sort -uV | paste -sd,
+}
+
+# GET /openapi/v3 of the slurmrestd on port $1 with token $2, waiting for it to answer.
+served_document() {
+    local port="$1" token="$2" document
+    for _ in $(seq 1 40); do
+        document="$(in_root curl -sf -H "X-SLURM-USER-NAME: root" -H "X-SLURM-USER-TOKEN: $token" \
+            "http://127.0.0.1:$port/openapi/v3")" && break
+        sleep 0.25
+    done
+    echo "$document"
+}
+
+# The data_parser versions the running slurmrestd serves, from its own OpenAPI document.
+served_api_versions() {
+    served_document "$REST_PORT" "$1" | document_versions
+}
+
+# One OpenAPI document per data_parser version this root's slurmrestd has, exactly as a
+# slurmrestd that loads only that data_parser (and the slurmctld OpenAPI plugin, as start runs
+# it) serves it at GET /openapi/v3: $dir/slurm-<release>-<version>.json.gz (gzip -n, so the same
+# document gives the same bytes). `slurmrestd --generate-openapi-spec` would not do: it leaves
+# out the YAML media types, and 24.11's v0.0.41 inlines every schema there instead of the $refs
+# it serves. Needs the Slurm of this suite started (the token comes from its slurmctld).
+openapi() {
+    local dir="$1" release token plugin version port=$((REST_PORT + 1)) pid document
+    release="$(slurm_version)"
+    token="$(in_root scontrol token username=root lifespan=600 | sed 's/^SLURM_JWT=//')" || {
+        log "start the $SUITE Slurm first ($0 start $SUITE)"
+        exit 1
+    }
+    mkdir -p "$dir"
+    for plugin in "$SLURM_ROOT"/usr/lib/*/slurm-wlm/data_parser_v*.so; do
+        version="$(basename "$plugin" .so | sed -E 's/^data_parser_//; s/_/./g')"
+        # chroot itself in the background (not in_root, a function: its subshell would be $!).
+        chroot "$SLURM_ROOT" /usr/bin/env -i PATH=/usr/bin:/bin /bin/bash -c \
+            "cd /tmp && SLURM_JWT=daemon exec /usr/sbin/slurmrestd \
+            -u slurmrestd -g slurmrestd -a rest_auth/jwt -s openapi/slurmctld -d $version \
+            127.0.0.1:$port 2>/var/log/slurm/slurmrestd-openapi.log" </dev/null >/dev/null 2>&1 &
+        pid=$!
+        document="$(served_document "$port" "$token")"
+        kill "$pid"
+        wait "$pid" || true
+        # Only this version's: never a document of another slurmrestd left on the port.
+        [[ "$(document_versions <<<"$document")" == "$version" ]] || {
+            log "slurmrestd -d $version did not serve a $version document"
+            exit 1
+        }
+        gzip -9n <<<"$document" >"$dir/slurm-$release-$version.json.gz"
+        log "$dir/slurm-$release-$version.json.gz"
+    done
 }
 
 stop() {
@@ -157,8 +276,9 @@ stop() {
     done
 }
 
-case "${1:-}" in
+case "$COMMAND" in
 start) start ;;
 stop) stop ;;
-*) echo "usage: $0 start|stop" >&2; exit 2 ;;
+openapi) openapi "${@: -1}" ;;
+*) echo "usage: $0 start|stop [SUITE] | openapi [SUITE] DIR" >&2; exit 2 ;;
 esac
