@@ -202,3 +202,83 @@ async def test_process_killed_mid_drain_resumes_without_a_second_eviction(stack:
         assert len(stack.evictions_applied(uid)) == 1
     finally:
         await processes.stop_processes(process, second)
+
+
+def request_manifest(name: str, node: str, **spec: Any) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "maintenance.nvidia.com/v1alpha1",
+            "kind": "NodeMaintenance",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"requestorID": "e2e.nodeflow.dev", "nodeName": node, **spec},
+        }
+    )
+
+
+async def test_a_deleted_node_frees_its_slot_for_a_request_on_another_node(stack: Stack) -> None:
+    """Issue 28, item 6: with the default maxParallelOperations of 1, a request Ready on a node
+    and kept by an additional requestor holds the one slot; a request for another node waits.
+    The node is deleted with kubectl: its request (owned by the node from its first round)
+    goes with it, loses its finalizer though additionalRequestors remain, and the waiting
+    request is scheduled and goes to Ready."""
+    decommissioned, other = stack.node_names()[2:4]
+    port = free_port()
+    process = await start_process(stack, port)
+    try:
+        await processes.wait_ready(port, "maintenance-scheduler process", timeout=30)
+        await processes.kubectl(
+            stack,
+            "apply",
+            "-f",
+            "-",
+            stdin=request_manifest(
+                "decommission", decommissioned, additionalRequestors=["other.example.com"]
+            ),
+        )
+        await eventually(lambda: stack.phase("decommission") == "Ready", timeout=40, what="Ready")
+        owners = await processes.kubectl(
+            stack,
+            "get",
+            "nodemaintenances.maintenance.nvidia.com",
+            "decommission",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.metadata.ownerReferences[?(@.kind=='Node')].uid}",
+        )
+        assert owners.strip() == stack.node(decommissioned)["metadata"]["uid"]
+
+        await processes.kubectl(stack, "apply", "-f", "-", stdin=request_manifest("next", other))
+        await eventually(
+            lambda: any(
+                d.name == "next" and d.kind == "skipped" and d.reason == "no-slot"
+                for d in stack.decisions
+            ),
+            timeout=40,
+            what="the second request waiting for the one slot",
+        )
+        assert stack.phase("next") == "Pending"
+
+        await processes.kubectl(stack, "delete", "node", decommissioned, "--wait=false")
+        await eventually(
+            lambda: stack.phase("next") == "Ready",
+            timeout=40,
+            what="the request on another node scheduled once the node is gone",
+        )
+        await eventually(
+            lambda: stack.get_request("decommission") is None,
+            timeout=40,
+            what="the deleted node's request gone, its finalizer dropped",
+        )
+        gone = await processes.kubectl(
+            stack,
+            "get",
+            "nodemaintenances.maintenance.nvidia.com",
+            "decommission",
+            "-n",
+            "default",
+            check=False,
+        )
+        assert "NotFound" in gone
+    finally:
+        await processes.stop_processes(process)
