@@ -53,12 +53,14 @@ Json = dict[str, Any]
 class Faults:
     """Injected failures. `down`: refuse connections, answer 503, or answer as slurmrestd
     does when slurmctld is unreachable (502 with an error); `latency` in seconds;
-    `error_rate` answers 500; `errors_in_200_rate` answers 200 with an error and no data."""
+    `error_rate` answers 500; `errors_in_200_rate` answers 200 with an error and no data;
+    `openapi_hidden` answers 404 to `/openapi/v3` (a proxy that passes only `/slurm/`)."""
 
     down: str | None = None
     latency: float = 0.0
     error_rate: float = 0.0
     errors_in_200_rate: float = 0.0
+    openapi_hidden: bool = False
     seed: int = 0
     _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
 
@@ -155,7 +157,14 @@ class SlurmEmulator:
 
     def set_faults(self, **changes: Any) -> None:
         for key, value in changes.items():
-            if key not in ("down", "latency", "error_rate", "errors_in_200_rate", "seed"):
+            if key not in (
+                "down",
+                "latency",
+                "error_rate",
+                "errors_in_200_rate",
+                "openapi_hidden",
+                "seed",
+            ):
                 raise ValueError(f"unknown fault {key!r}")
             if key == "down" and value is not None and value not in DOWN_MODES:
                 raise ValueError(f"down must be one of {DOWN_MODES} or None")
@@ -255,6 +264,8 @@ class SlurmEmulator:
         # document without asking slurmctld anything: a token is needed, not a valid one.
         if not request.headers.get("X-SLURM-USER-TOKEN"):
             return web.Response(status=401, text="Authentication failure")
+        if self.faults.openapi_hidden:
+            return web.Response(status=404, text="Not Found")
         return json_response(self.openapi_document())
 
     async def _serve(

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from clustersim.kube.patch import merge_patch, strategic_merge_patch
-from clustersim.slurm import ManualClock, RunningSlurm, run_slurm_emulator
+from clustersim.slurm import SLURM_RELEASES, ManualClock, RunningSlurm, run_slurm_emulator
 from nodeflow_bus import Backoff, Bus, ConsumerOptions, PullConsumer, ensure_topology
 from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import codec, subjects
@@ -225,10 +225,11 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture
-async def slurm(clock: ManualClock) -> AsyncIterator[RunningSlurm]:
-    """Time in the emulator moves only when a test advances `clock`."""
-    async with run_slurm_emulator(CLUSTER, clock=clock) as running:
+@pytest.fixture(params=sorted(SLURM_RELEASES))
+async def slurm(clock: ManualClock, request: pytest.FixtureRequest) -> AsyncIterator[RunningSlurm]:
+    """Time in the emulator moves only when a test advances `clock`. Every test runs against
+    each emulated release (24.11: the syncer speaks v0.0.42; 26.05: v0.0.45)."""
+    async with run_slurm_emulator(CLUSTER, clock=clock, slurm_version=request.param) as running:
         yield running
 
 

@@ -1,4 +1,4 @@
-"""The Slurm the real-Slurm syncer tests run against: a real Slurm 24.11 or the emulator.
+"""The Slurm the real-Slurm syncer tests run against: a real Slurm (24.11, 26.05) or the emulator.
 
 With NODEFLOW_SLURM_URL set (tools/slurm/real_slurm.sh start prints it, `make test-real-slurm`
 sources it) the tests drive that slurmrestd; otherwise they drive the emulator, so the same
@@ -9,6 +9,9 @@ NODEFLOW_SLURM_USER                        that token's user (default root)
 NODEFLOW_SLURM_NODES                       comma separated nodes the tests may drain and use
 NODEFLOW_SLURM_JWT_KEY                     the signing key; when readable the syncer mints its
                                            own tokens from it, as it does in production
+NODEFLOW_SLURM_VERSION                     the release it runs (checked by the conformance suite)
+
+The admin's view speaks the API version the syncer would choose (the newest both speak).
 
 Everything goes through slurmrestd's REST API, never emulator internals, so nothing here
 depends on which of the two is behind the URL.
@@ -28,6 +31,7 @@ import pytest
 
 from clustersim.slurm import RunningSlurm, run_slurm_emulator
 from nodeflow_bus import Backoff
+from nodeflow_contracts.slurm_api import NEWEST, choose_version, versions_in_openapi
 from slurm_syncer.auth import token_source
 from slurm_syncer.client import ClientOptions, SlurmClient
 from slurm_syncer.settings import cluster_settings
@@ -159,8 +163,10 @@ async def real_slurm(
         pytest.fail("NODEFLOW_SLURM_URL is set but NODEFLOW_SLURM_TOKEN is not")
     user = environ.get("NODEFLOW_SLURM_USER", "root")
     listed = [n.strip() for n in environ.get("NODEFLOW_SLURM_NODES", "").split(",") if n.strip()]
-    target = SlurmTarget(url=url, user=user, token=token, nodes=listed)
+    release = environ.get("NODEFLOW_SLURM_VERSION") or None
+    target = SlurmTarget(url=url, api=NEWEST, release=release, user=user, token=token, nodes=listed)
     target.session = session
+    target.api = choose_version(versions_in_openapi(await target.openapi()))
     if not target.nodes:
         body = (await target.request("GET", "/nodes")).ok()
         target.nodes = sorted(node["name"] for node in body["nodes"])
@@ -185,6 +191,8 @@ async def emulated_slurm_running(
             running.emulator.register_node(name, cpus=EMULATED_CPUS, real_memory=1000)
         target = SlurmTarget(
             url=running.url,
+            api=running.emulator.release.newest,
+            release=running.emulator.release.name,
             user="root",
             token=running.mint_token("root"),
             nodes=list(EMULATED_NODES),
