@@ -18,7 +18,14 @@ violation:
   unavailable pods (not Ready, terminating, or SlurmDelete=True) never exceed maxUnavailable.
 * `maintenance-parallel` -- NodeMaintenances in progress (past Pending, deleting ones too:
   their node is still being released) never exceed maxParallelOperations of the
-  MaintenanceOperatorConfig (seen on the NodeMaintenance stream alone).
+  MaintenanceOperatorConfig. Only a request whose node exists counts (upstream's scheduler
+  counts no other): the node it was made for, by name and, once it names one in its Node
+  ownerReference, by uid.
+* `maintenance-gone-node-slot` -- no NodeMaintenance slot held by a request whose node is gone:
+  at quiescence (`assert_quiescent`), no request whose node is gone still holds its finalizer
+  while deleted, and, while one of them is in progress, no Pending request waits on an
+  existing node that the limits would let start (fewer than maxParallelOperations in
+  progress, and its node already unavailable or fewer than maxUnavailable nodes down).
 * `maintenance-unavailable` -- nodes unavailable (cordoned or not Ready) never exceed its
   maxUnavailable (seen on the node stream alone; the tests cordon nothing themselves).
 * `partial-gang` -- a PodGroup whose bound members are fewer than minMember while some
@@ -436,12 +443,66 @@ class Recorder:
         limit = int(value)
         return None if key == "maxParallelOperations" and limit == 0 else limit
 
+    def node_exists_for(self, maintenance: dict[str, Any]) -> bool:
+        """Whether the node the request was made for exists: its name, and the uid its Node
+        ownerReference names (a node that took the name is another)."""
+        node = self.nodes.get(str(maintenance["spec"]["nodeName"]))
+        if node is None:
+            return False
+        owners = [
+            r
+            for r in maintenance["metadata"].get("ownerReferences") or ()
+            if r.get("kind") == "Node"
+        ]
+        return all(r.get("uid") == node["metadata"].get("uid") for r in owners)
+
+    def in_progress(self, maintenance: dict[str, Any]) -> bool:
+        return (condition(maintenance, "Ready") or {}).get("reason") not in (None, "", "Pending")
+
     def in_maintenance(self) -> set[str]:
         return {
             str(m["spec"]["nodeName"])
             for m in self.maintenances.values()
-            if (condition(m, "Ready") or {}).get("reason") not in (None, "", "Pending")
+            if self.in_progress(m) and self.node_exists_for(m)
         }
+
+    def gone_node_slots(self) -> list[str]:
+        """maintenance-gone-node-slot at rest: what requests of gone nodes still hold."""
+        holders = sorted(
+            name
+            for name, m in self.maintenances.items()
+            if self.in_progress(m) and not self.node_exists_for(m)
+        )
+        held = [
+            f"request {name} of a gone node still holds its finalizer while deleted"
+            for name, m in sorted(self.maintenances.items())
+            if not self.node_exists_for(m)
+            and m["metadata"].get("deletionTimestamp")
+            and "maintenance.nvidia.com/finalizer" in (m["metadata"].get("finalizers") or ())
+        ]
+        if not holders:
+            return held
+        busy = self.in_maintenance()
+        limit = self._limit("maxParallelOperations", len(self.nodes), round_up=True)
+        down_limit = self._limit("maxUnavailable", len(self.nodes), round_up=False)
+        down = self.unavailable_nodes() | busy
+        for name, m in sorted(self.maintenances.items()):
+            node = str(m["spec"]["nodeName"])
+            if (
+                (condition(m, "Ready") or {}).get("reason") != "Pending"
+                or m["metadata"].get("deletionTimestamp")
+                or not self.node_exists_for(m)
+                or node in busy
+            ):
+                continue
+            slot_free = limit is None or len(busy) < limit
+            budget_free = down_limit is None or node in down or len(down) < down_limit
+            if slot_free and budget_free:
+                held.append(
+                    f"request {name} on {node} waits with a slot free while requests of gone "
+                    f"nodes {holders} are in progress"
+                )
+        return held
 
     def unavailable_nodes(self) -> set[str]:
         return {
@@ -550,9 +611,12 @@ class Recorder:
         )
 
     def assert_quiescent(self) -> None:
-        """At rest: no violation recorded and no gang left bound in part."""
+        """At rest: no violation recorded, no gang left bound in part, no maintenance slot
+        held by a request whose node is gone."""
         partial = self.partial_gangs()
         assert not partial, f"partial gangs at quiescence: {partial}"
+        for detail in self.gone_node_slots():
+            self.record("maintenance-gone-node-slot", detail)
         self.assert_no_violation()
 
     async def converged(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -19,8 +19,10 @@ from tests.e2e.chaos_support import (
     OPERATOR_CONFIGS,
     OPERATOR_NAMESPACE,
     PODS,
+    Kube,
     Monkey,
     Recorder,
+    Slurm,
     Stack,
     chaos_seed,
     condition,
@@ -149,3 +151,64 @@ async def test_chaos_node_maintenance_drain_keeps_the_budgets(tmp_path: Path) ->
         )
         assert recorder.most_in_maintenance == 1
         recorder.assert_quiescent()
+
+
+def node_object(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}"},
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def request_object(
+    name: str, node: str, phase: str, *, owner_uid: str | None = None, deleting: bool = False
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": "default"}
+    if phase != "Pending":
+        metadata["finalizers"] = ["maintenance.nvidia.com/finalizer"]
+    metadata["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Node", "name": node, "uid": owner_uid or f"uid-{node}"}
+    ]
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {
+        "metadata": metadata,
+        "spec": {"requestorID": REQUESTOR, "nodeName": node},
+        "status": {"conditions": [{"type": "Ready", "status": "False", "reason": phase}]},
+    }
+
+
+def test_recorder_counts_no_slot_for_a_gone_node_and_catches_one_that_blocks() -> None:
+    """The recorder's rules as the NodeMaintenance stream shows them, without a stack: with
+    maxParallelOperations 1, a request in progress on a deleted node and one on a live node
+    are one operation, not two (`maintenance-parallel` stays quiet); a Pending request
+    waiting with the slot free while the gone node's request is in progress, or that request
+    deleted and still holding its finalizer, is `maintenance-gone-node-slot` at quiescence."""
+    recorder = Recorder(cast(Kube, None), cast(Slurm, None))
+    recorder._on_operator_config(
+        "ADDED",
+        {"metadata": {"name": "default"}, "spec": {"maxParallelOperations": 1}},
+    )
+    for name in ("n1", "n2", "n3"):
+        recorder._on_node("ADDED", node_object(name))
+    recorder._on_maintenance("ADDED", request_object("on-n1", "n1", "Ready"))
+    recorder._on_node("DELETED", node_object("n1"))
+    recorder._on_maintenance("MODIFIED", request_object("on-n2", "n2", "Draining"))
+    # A node n3 that replaced the one a request was made for: that request holds nothing.
+    recorder._on_maintenance(
+        "ADDED", request_object("on-old-n3", "n3", "Draining", owner_uid="uid-n3-before")
+    )
+    assert recorder.in_maintenance() == {"n2"}
+    recorder.assert_quiescent()
+
+    recorder._on_maintenance("DELETED", request_object("on-n2", "n2", "Draining"))
+    recorder._on_maintenance("ADDED", request_object("waiting", "n3", "Pending"))
+    with pytest.raises(AssertionError, match="maintenance-gone-node-slot"):
+        recorder.assert_quiescent()
+    assert any("waits with a slot free" in v.detail for v in recorder.violations)
+
+    stuck = Recorder(cast(Kube, None), cast(Slurm, None))
+    stuck._on_maintenance("ADDED", request_object("on-n1", "n1", "Ready", deleting=True))
+    with pytest.raises(AssertionError, match="still holds its finalizer while deleted"):
+        stuck.assert_quiescent()
