@@ -8,6 +8,8 @@
 # digest of that tag's multi-architecture index, so a re-pushed tag cannot change what we build.
 # To move it: `docker buildx imagetools inspect python:<version>-slim-bookworm` and take the
 # top-level Digest.
+# Nodeflow runs on Python 3.11 to 3.13; the image stays on 3.11 until a newer base is pinned the
+# same way (the clustersim pruning below follows whichever Python the base has).
 ARG PYTHON_BASE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
 FROM ${PYTHON_BASE} AS build
@@ -20,7 +22,7 @@ ENV UV_VERSION=0.13.9 \
 RUN pip install --no-cache-dir "uv==${UV_VERSION}"
 WORKDIR /src
 # Dependencies first, in their own layer, so a code change does not reinstall them.
-COPY pyproject.toml uv.lock README.md ./
+COPY pyproject.toml uv.lock README.md LICENSE ./
 RUN uv sync --frozen --no-dev --no-install-project
 COPY libs ./libs
 COPY services ./services
@@ -29,7 +31,7 @@ COPY clustersim ./clustersim
 RUN uv sync --frozen --no-dev --no-editable
 # The runtime environment: the same, without the simulator package.
 RUN cp -a /opt/nodeflow /opt/nodeflow-runtime \
- && rm -rf /opt/nodeflow-runtime/lib/python3.11/site-packages/clustersim
+ && rm -rf /opt/nodeflow-runtime/lib/python3.*/site-packages/clustersim
 
 FROM ${PYTHON_BASE} AS simulator
 RUN groupadd --system --gid 10001 nodeflow \

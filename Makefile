@@ -1,5 +1,6 @@
 # Nodeflow: every set-up step lives here so that `make run` and `make test` work on a
-# fresh machine that has only Python 3.11 and make.
+# fresh machine that has only Python (3.11, 3.12 or 3.13: `make run PYTHON=python3.13` picks one)
+# and make.
 SHELL := /bin/bash
 PYTHON ?= python3
 UV_VERSION := 0.13.9

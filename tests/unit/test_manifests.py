@@ -1225,7 +1225,8 @@ def test_dockerfile_installs_from_the_lock_file_and_runs_as_non_root() -> None:
     assert ignore[ignore.index("*")] == "*", ".dockerignore must exclude everything by default"
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
     assert allowed == {
-        "pyproject.toml", "uv.lock", "README.md", "libs", "services", "clustersim", "k8s/crds",
+        "pyproject.toml", "uv.lock", "README.md", "LICENSE", "libs", "services", "clustersim",
+        "k8s/crds",
     }  # fmt: skip
     assert "COPY k8s/crds /usr/share/nodeflow/crds" in text
 
