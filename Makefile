@@ -126,11 +126,26 @@ test-thorough: venv
 mutate: venv
 	$(PY) -m tools.mutate $(MODULES)
 
-# Build the runtime image (no simulator) and push it to the registry IMAGE names, with docker or
-# podman, whichever is installed: `make image IMAGE=registry.example.com/nodeflow:0.1.0`.
+# Build the runtime image (no simulator) and push it to the registry IMAGE names:
+# `make image IMAGE=registry.example.com/nodeflow:0.1.0`. With docker buildx, one multi-arch
+# image for PLATFORMS (the builder must reach both: QEMU binfmt or a node per architecture, e.g.
+# `docker buildx create --use`); with podman, a manifest list of PLATFORMS (QEMU binfmt for the
+# foreign one); with only a docker that has no buildx, this machine's architecture, said so.
+PLATFORMS ?= linux/amd64,linux/arm64
 image:
-	@engine=$$(command -v docker || command -v podman) || { echo "neither docker nor podman found"; exit 1; }; \
-	  $$engine build --target runtime -t "$(IMAGE)" . && $$engine push "$(IMAGE)"
+	@if command -v docker >/dev/null && docker buildx version >/dev/null 2>&1; then \
+	  echo "docker buildx: $(IMAGE) for $(PLATFORMS)"; \
+	  docker buildx build --platform "$(PLATFORMS)" --target runtime -t "$(IMAGE)" --push .; \
+	elif command -v podman >/dev/null; then \
+	  echo "podman: $(IMAGE) for $(PLATFORMS), as a manifest list"; \
+	  podman manifest rm "$(IMAGE)" >/dev/null 2>&1 || true; \
+	  podman build --platform "$(PLATFORMS)" --target runtime --manifest "$(IMAGE)" . && \
+	    podman manifest push --all "$(IMAGE)" "docker://$(IMAGE)"; \
+	elif command -v docker >/dev/null; then \
+	  echo "docker buildx not found: building $(IMAGE) for this machine's architecture only" \
+	    "($$(uname -m)), not $(PLATFORMS); install the buildx plugin for a multi-arch image"; \
+	  docker build --target runtime -t "$(IMAGE)" . && docker push "$(IMAGE)"; \
+	else echo "neither docker nor podman found"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .run .mypy_cache .ruff_cache .pytest_cache
