@@ -87,6 +87,9 @@ class Outgoing:
     windowed: bool = False
     # A SlurmDelete set or a pod delete: while in flight, the plan counts it as done.
     pod_change: PodChangeSent | None = None
+    # A claim release: its slot stays busy until the command can no longer land (a create on
+    # the node waits for it, see `action_blockers`), whatever the in-flight timeout.
+    busy_until_deadline: bool = False
 
 
 def pod_ref(namespace: str, name: str, uid: str | None = None) -> ObjectRef:
@@ -142,11 +145,8 @@ def pod_slot(namespace: str, name: str) -> str:
     return f"Pod/{namespace}/{name}"
 
 
-NODE_SLOT_PREFIX = "Node/"
-
-
 def node_slot(name: str) -> str:
-    return f"{NODE_SLOT_PREFIX}{name}"
+    return f"Node/{name}"
 
 
 # How long a command of ours is worth applying: as long as the service waits for its effect
@@ -251,6 +251,7 @@ def _claim_outgoing(
         command,
         also_blocked_by=blocked,
         windowed=True,
+        busy_until_deadline=not held,
     )
 
 

@@ -6,8 +6,8 @@ k8s-watcher; slurm_nodes and slurm_clusters from slurm-syncer) and acts only thr
 One replica is active (leader lease). What it keeps in memory is an optimisation, never a
 source of truth: the in-flight table stops it re-sending a command whose effect has not
 reached KV yet, and every entry ends on the command's outcome, on the object changing, or
-after `in_flight_timeout_seconds` (a node claim or release: not before its deadline has
-passed, since a create on that node waits for it) -- so a lost outcome or a restart cannot
+after `in_flight_timeout_seconds` (a claim release: not before its deadline has passed,
+since a create on that node waits for it) -- so a lost outcome or a restart cannot
 wedge anything
 (the anchors' "expectations" bug). The same table bounds how many pod and claim changes are
 in flight at once (`max_commands_in_flight`), so a scale of thousands of pods proceeds in
@@ -54,7 +54,6 @@ from nodeflow_kube.quantity import ResourceList
 from nodeflow_runtime.service import ServiceContext
 from nodeset_controller import SERVICE, metrics
 from nodeset_controller.commands import (
-    NODE_SLOT_PREFIX,
     SENDER,
     Outgoing,
     action_blockers,
@@ -90,9 +89,9 @@ log = structlog.get_logger("nodeset_controller")
 
 # The `_wake_at` entry that wakes the loop when in-flight commands may have expired.
 IN_FLIGHT_WAKE = "__in_flight__"
-# How long past its deadline a claim or release may still be written (k8s-watcher checks the
+# How long past its deadline a claim release may still be written (k8s-watcher checks the
 # deadline before its request; the API server may apply that request a little later).
-CLAIM_LANDING_MARGIN_SECONDS = 5.0
+RELEASE_LANDING_MARGIN_SECONDS = 5.0
 # Attempt counts kept for this many idempotency keys at most (oldest forgotten first).
 MAX_REMEMBERED_ATTEMPTS = 65_536
 
@@ -110,8 +109,8 @@ class InFlight:
     pod_change: PodChangeSent | None = None
     outcome: str | None = None
     outcome_rv: str | None = None
-    # A claim or release holds its node's slot until it can no longer land (its deadline
-    # and a margin), whatever the in-flight timeout: a create waits on that slot.
+    # A claim release holds its node's slot until it can no longer land (its deadline and a
+    # margin), whatever the in-flight timeout: a create on the node waits on that slot.
     hold_until: float = 0.0
 
 
@@ -451,8 +450,8 @@ class NodeSetController:
             entry.outcome = outcome.outcome
             entry.outcome_rv = outcome.resource_version
         elif entry.hold_until and not outcome.never_lands:
-            # A claim or release whose last request went unanswered may still land: its node
-            # stays busy until its deadline has passed (`InFlight.hold_until`).
+            # A release whose last request went unanswered may still land: its node stays
+            # busy until its deadline has passed (`InFlight.hold_until`).
             log.warning(
                 "command.may_still_land",
                 key=outcome.idempotency_key,
@@ -738,8 +737,8 @@ class NodeSetController:
                     windowed=out.windowed,
                     pod_change=out.pod_change,
                     hold_until=(
-                        (command.expires_at or now) + CLAIM_LANDING_MARGIN_SECONDS
-                        if out.slot.startswith(NODE_SLOT_PREFIX)
+                        (command.expires_at or now) + RELEASE_LANDING_MARGIN_SECONDS
+                        if out.busy_until_deadline
                         else 0.0
                     ),
                 )

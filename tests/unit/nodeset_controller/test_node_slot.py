@@ -143,3 +143,58 @@ def test_rule_scale_down_and_up_fast_never_puts_two_nodesets_on_one_node() -> No
         assert on_nodes["n0"][0].startswith(prefix)
     finally:
         loop.close()
+
+
+def test_rule_a_release_holds_its_node_until_it_can_no_longer_land() -> None:
+    """The in-flight timeout is shorter than a command's life: a release neither applied nor
+    refused (its last request unanswered: `failed`) may still land, so the create on its
+    node waits until the release's deadline has passed, not just the timeout."""
+    loop = asyncio.new_event_loop()
+    try:
+        cluster = MemoryCluster(
+            NodeSetControllerConfig(
+                nats_url=("nats://unused",), in_flight_timeout_seconds=0.5, resync_seconds=1.0
+            )
+        )
+        cluster.clusters.put(
+            CLUSTER,
+            SlurmClusterStatus(
+                cluster=CLUSTER,
+                reachable=True,
+                last_poll_at=T0,
+                last_success_at=T0,
+                poll_interval_seconds=10.0,
+            ),
+        )
+        cluster.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
+        cluster.nodesets.put(A, nodeset("gpu", replicas=0))
+
+        def round_at(now: float) -> list[K8sCommand]:
+            return _changes(loop.run_until_complete(cluster.round(A, now)))
+
+        (release,) = round_at(T0)
+        outcome = CommandOutcome(
+            idempotency_key=release.idempotency_key,
+            op="PatchObject",
+            sender=release.sender,
+            target=release.target,
+            outcome="failed",
+            sent_at=release.sent_at,
+            finished_at=T0 + 1,
+        )
+        loop.run_until_complete(
+            cluster.controller._on_outcome(
+                cast(Msg, _Delivered(codec.encode(outcome), outcome.subject))
+            )
+        )
+        cluster.nodesets.put(A, nodeset("gpu", replicas=1, rv="11"))
+        assert release.expires_at is not None
+        for now in (T0 + 1, T0 + 5, release.expires_at):
+            held = round_at(now)
+            assert not any(isinstance(c.operation, CreateObject) for c in held), now
+        later = round_at(release.expires_at + 10)
+        assert [c.target.name for c in later if isinstance(c.operation, CreateObject)] == [
+            "gpu-001-001"
+        ]
+    finally:
+        loop.close()
