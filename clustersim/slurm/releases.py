@@ -37,7 +37,7 @@ SLURM_RELEASES: Mapping[str, SlurmRelease] = {
     release.name: release
     for release in (
         SlurmRelease("24.11", "24.11.5", _versions("v0.0.41", "v0.0.42")),
-        SlurmRelease("26.05", "26.05.2", _versions("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")),
+        SlurmRelease("26.05", "26.05.5", _versions("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")),
     )
 }
 DEFAULT_SLURM_VERSION = "26.05"

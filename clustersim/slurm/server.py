@@ -236,7 +236,7 @@ class SlurmEmulator:
             "openapi": "3.0.3",
             "info": {
                 "title": "Slurm REST API",
-                "version": f"Slurm-{self.release.release}&openapi/slurmctld",
+                "version": f"Slurm-{self.release.release}",
                 "x-slurm": {
                     "data_parsers": [
                         {"plugin": version.name, "flags": ["NONE"]}

@@ -8,6 +8,7 @@ real Slurm releases live in tests/conformance/slurm/openapi/ (tools/slurm/real_s
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,8 +36,9 @@ class VersionFacts:
     error_fields: frozenset[str]
     warning_fields: frozenset[str]
     meta_fields: frozenset[str]
-    # Fields of the node entry whose schema is a `*_no_val_struct` -> that struct's fields.
-    node_number_structs: Mapping[str, frozenset[str]]
+    # Fields of the node entry whose schema is an object (a `*_no_val_struct`, referenced or,
+    # in 24.11's v0.0.41, inlined) -> that object's fields.
+    node_objects: Mapping[str, frozenset[str]]
 
 
 class _Spec:
@@ -80,12 +82,11 @@ def facts(document: Json, version: str) -> VersionFacts:
     ping_answer = spec.properties(spec.answer("ping", "get"))
     job = spec.items(spec.properties(spec.answer("job/{job_id}", "get"))["jobs"])
     submit = spec.resolve(spec.body("job/submit", "post"))
-    numbers = {}
-    for name, schema in node_properties.items():
-        resolved = spec.resolve(schema)
-        keys = frozenset(resolved.get("properties", {}))
-        if "$ref" in schema and str(schema["$ref"]).endswith("_no_val_struct"):
-            numbers[name] = keys
+    objects = {
+        name: frozenset(spec.properties(schema))
+        for name, schema in node_properties.items()
+        if spec.resolve(schema).get("type") == "object"
+    }
     return VersionFacts(
         name=version,
         node_states=frozenset(spec.items(node_properties["state"])["enum"]),
@@ -100,18 +101,30 @@ def facts(document: Json, version: str) -> VersionFacts:
         error_fields=frozenset(spec.properties(spec.items(ping_answer["errors"]))),
         warning_fields=frozenset(spec.properties(spec.items(ping_answer["warnings"]))),
         meta_fields=frozenset(spec.properties(ping_answer["meta"])),
-        node_number_structs=numbers,
+        node_objects=objects,
     )
 
 
-def captured_documents(directory: Path = CAPTURED) -> dict[str, tuple[Path, Json]]:
-    """Version -> (file, document) of every captured document; when several documents hold a
-    version (two releases), the newest release's (last in name order) is kept."""
-    found: dict[str, tuple[Path, Json]] = {}
-    for path in sorted(directory.glob("*.json")):
-        document = json.loads(path.read_text())
+@dataclass(frozen=True)
+class Captured:
+    """One captured document: `<release>/slurm-<release>.<micro>-<version>.json.gz`."""
+
+    path: Path
+    release: str
+    version: str
+    document: Json
+
+
+def captured_documents(directory: Path = CAPTURED) -> list[Captured]:
+    """Every captured document of every release, one per (release, version) it holds."""
+    found: list[Captured] = []
+    for path in sorted([*directory.rglob("*.json.gz"), *directory.rglob("*.json")]):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as handle:
+            document = json.load(handle)
         if not isinstance(document, dict):
             continue
-        for version in versions_in_openapi(document):
-            found[version] = (path, document)
+        release = path.parent.name  # 24.11, 26.05
+        for version in sorted(versions_in_openapi(document)):
+            found.append(Captured(path, release, version, document))
     return found

@@ -13,6 +13,7 @@ import pytest
 from clustersim.slurm import SLURM_RELEASES, ManualClock, RunningSlurm, run_slurm_emulator
 from clustersim.slurm.releases import SlurmRelease, slurm_release
 from nodeflow_contracts.slurm_api import API_VERSIONS, SlurmApiVersion, versions_in_openapi
+from tests.conformance.slurm.openapi_facts import captured_documents
 
 SERVED = [
     (release, version) for release in SLURM_RELEASES.values() for version in release.api_versions
@@ -48,7 +49,7 @@ def test_releases_serve_what_real_slurmrestd_loads_of_ours() -> None:
         "v0.0.44",
         "v0.0.45",
     ]
-    with pytest.raises(ValueError, match="24.11, 26.05"):
+    with pytest.raises(ValueError, match=r"24\.11, 26\.05"):
         slurm_release("25.05")
 
 
@@ -142,3 +143,33 @@ async def test_a_state_word_is_parsed_by_its_version() -> None:
             sim, "POST", "/slurm/v0.0.45/node/n-1", {"state": ["DRAIN"], "reason": "x"}
         )
         assert status == 200 and sim.emulator.node_state("n-1") == ["IDLE", "DRAIN"]
+
+
+CAPTURED = {
+    (captured.release, captured.version): captured
+    for captured in captured_documents()
+}
+
+
+@pytest.mark.parametrize(
+    ("release", "version"), SERVED, ids=[f"{r.name}-{v.name}" for r, v in SERVED]
+)
+async def test_every_path_and_method_served_is_the_real_releases(
+    release: SlurmRelease, version: SlurmApiVersion
+) -> None:
+    """What the emulator's /openapi/v3 lists is in the document the real release serves
+    (tests/conformance/slurm/openapi/), methods included."""
+    real = CAPTURED[(release.name, version.name)]
+    async with run_slurm_emulator("v", clock=ManualClock(), slurm_version=release.name) as sim:
+        _, document = await call(sim, "GET", "/openapi/v3")
+    ours = {
+        (path, method)
+        for path, methods in document["paths"].items()
+        if path.startswith(version.prefix + "/")
+        for method in methods
+    }
+    assert ours
+    theirs = {
+        (path, method) for path, methods in real.document["paths"].items() for method in methods
+    }
+    assert ours <= theirs, sorted(ours - theirs)

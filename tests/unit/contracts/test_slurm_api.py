@@ -18,14 +18,13 @@ from nodeflow_contracts.slurm_api import (
     NODE_FIELDS_READ,
     WARNING_FIELDS,
     NoCommonApiVersion,
-    SlurmApiVersion,
     api_version,
     choose_version,
     prefix_from_openapi,
     version_number,
     versions_in_openapi,
 )
-from tests.conformance.slurm.openapi_facts import CAPTURED, captured_documents, facts
+from tests.conformance.slurm.openapi_facts import CAPTURED, Captured, captured_documents, facts
 
 # What each real release's slurmrestd loads (the data_parser plugins it is built with).
 SLURM_24_11 = {"v0.0.40", "v0.0.41", "v0.0.42"}
@@ -104,7 +103,7 @@ def test_node_update_body_names_only_states_of_its_version() -> None:
     }
     assert v42.node_update_body(["UNDRAIN"]) == {"state": ["UNDRAIN"]}
     # BLOCKED came with v0.0.44 (Slurm 25.11).
-    with pytest.raises(ValueError, match="v0.0.42 has no node state BLOCKED"):
+    with pytest.raises(ValueError, match=r"v0\.0\.42 has no node state BLOCKED"):
         v42.node_update_body(["BLOCKED"])
     assert v44.node_update_body(["BLOCKED"]) == {"state": ["BLOCKED"]}
 
@@ -118,21 +117,24 @@ def test_every_record_has_what_the_syncer_reads_and_writes() -> None:
 
 # --- the records against the real documents ------------------------------------------------------
 
-DOCUMENTS = captured_documents() if CAPTURED.is_dir() else {}
+DOCUMENTS = captured_documents() if CAPTURED.is_dir() else []
 
 
 def test_a_captured_document_holds_every_version_we_speak() -> None:
     assert CAPTURED.is_dir(), f"{CAPTURED} is missing (tools/slurm/real_slurm.sh captures it)"
-    missing = sorted(set(API_VERSIONS) - set(DOCUMENTS))
+    missing = sorted(set(API_VERSIONS) - {captured.version for captured in DOCUMENTS})
     assert not missing, f"no captured OpenAPI document of {missing} in {CAPTURED}"
 
 
-@pytest.mark.parametrize("version", list(API_VERSIONS.values()), ids=lambda v: v.name)
-def test_record_matches_the_real_openapi_document(version: SlurmApiVersion) -> None:
-    if version.name not in DOCUMENTS:
-        pytest.fail(f"no captured OpenAPI document of {version.name} in {CAPTURED}")
-    path, document = DOCUMENTS[version.name]
-    real = facts(document, version.name)
+@pytest.mark.parametrize(
+    "captured",
+    [captured for captured in DOCUMENTS if captured.version in API_VERSIONS],
+    ids=lambda captured: f"{captured.release}-{captured.version}",
+)
+def test_record_matches_the_real_openapi_document(captured: Captured) -> None:
+    """Every release's document of a version: the record is the same for all of them."""
+    version = API_VERSIONS[captured.version]
+    real = facts(captured.document, version.name)
     for field in (
         "node_states",
         "node_fields",
@@ -144,7 +146,7 @@ def test_record_matches_the_real_openapi_document(version: SlurmApiVersion) -> N
     ):
         ours, theirs = getattr(version, field), getattr(real, field)
         assert ours == theirs, (
-            f"{version.name} {field} ({path.name}): only ours {sorted(ours - theirs)}, "
+            f"{version.name} {field} ({captured.path.name}): only ours {sorted(ours - theirs)}, "
             f"only the document's {sorted(theirs - ours)}"
         )
     assert real.node_update_states == version.node_states
@@ -152,4 +154,4 @@ def test_record_matches_the_real_openapi_document(version: SlurmApiVersion) -> N
     assert real.warning_fields == WARNING_FIELDS
     assert real.meta_fields == META_FIELDS
     assert {"nodes", "last_update", "meta", "errors", "warnings"} == real.nodes_answer_fields
-    assert real.node_number_structs["reason_changed_at"] == NO_VAL_FIELDS
+    assert real.node_objects["reason_changed_at"] == NO_VAL_FIELDS
