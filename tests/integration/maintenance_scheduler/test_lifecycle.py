@@ -101,6 +101,70 @@ async def test_rule_a_deleted_node_takes_its_maintenance_with_it_and_frees_the_s
     await eventually(lambda: stack.phase("next") == "Ready", what="next Ready in the freed slot")
 
 
+async def test_rule_a_request_is_owned_by_its_node_while_still_pending(stack: Stack) -> None:
+    # Upstream sets the Node owner at the first reconcile, before the phase: a request that
+    # waits for a slot is already bound to its node (and would go with it).
+    busy, waiting = stack.node_names()[:2]
+    stack.set_config(maxParallelOperations=1)
+    await stack.start_scheduler()
+    stack.request("first", busy)
+    await eventually(lambda: stack.phase("first") == "Ready", what="first Ready")
+    stack.request("waiting", waiting)
+    await eventually(
+        lambda: any(d.kind == "skipped" and d.name == "waiting" for d in stack.decisions),
+        what="waiting skipped for want of a slot",
+    )
+    await eventually(
+        lambda: (stack.get_request("waiting") or {})["metadata"].get("ownerReferences"),
+        what="the owner set while Pending",
+    )
+    owners = (stack.get_request("waiting") or {})["metadata"]["ownerReferences"]
+    uid = stack.node(waiting)["metadata"]["uid"]
+    assert owners == [{"apiVersion": "v1", "kind": "Node", "name": waiting, "uid": uid}]
+    assert stack.phase("waiting") == "Pending"
+
+
+async def test_rule_a_request_made_for_a_replaced_node_is_never_started_on_the_newcomer(
+    stack: Stack,
+) -> None:
+    # The request names, as its owner, a node of that name the garbage collector has not yet
+    # caught up with (another uid): the node now of that name is another, nothing is done on it.
+    node = stack.node_names()[1]
+    await stack.start_scheduler()
+    stack.sim.store.create(
+        "nodemaintenances.maintenance.nvidia.com",
+        {
+            "apiVersion": "maintenance.nvidia.com/v1alpha1",
+            "kind": "NodeMaintenance",
+            "metadata": {
+                "name": "for-the-predecessor",
+                "namespace": NS,
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Node", "name": node, "uid": "predecessor"}
+                ],
+            },
+            "spec": {"requestorID": "it.nodeflow.dev", "nodeName": node},
+        },
+    )
+    await eventually(
+        lambda: (
+            "is gone"
+            in str(
+                (condition(stack.get_request("for-the-predecessor") or {}, "Ready") or {}).get(
+                    "message"
+                )
+            )
+        ),
+        what="NodeNotFound message",
+    )
+    await eventually(lambda: stack.events("NodeNotFound"), what="NodeNotFound Event")
+    assert stack.phase("for-the-predecessor") == "Pending"
+    assert not stack.unschedulable(node)
+    assert not any(
+        d.kind == "scheduled" and d.name == "for-the-predecessor" for d in stack.decisions
+    )
+
+
 async def test_rule_missing_node_stays_pending_with_message(stack: Stack) -> None:
     await stack.start_scheduler()
     stack.request("ghost", "no-such-node")
