@@ -82,7 +82,7 @@ async def test_rule_slurm_api_version_is_spoken_when_the_server_speaks_it(
 async def foreign_slurmrestd() -> AsyncIterator[str]:
     """A slurmrestd that serves only API versions we do not speak (v0.0.39, v0.0.40, and a
     future v0.0.46): its document lists their paths; every path of ours is 404."""
-    document = {
+    document: dict[str, object] = {
         "paths": {
             f"/slurm/{name}/{tail}": {"get": {}}
             for name in ("v0.0.39", "v0.0.40", "v0.0.46")

@@ -73,7 +73,7 @@ def test_a_version_we_do_not_speak_is_refused_by_name() -> None:
 
 
 def test_versions_are_read_from_the_openapi_paths() -> None:
-    document = {
+    document: dict[str, object] = {
         "paths": {
             "/slurm/v0.0.42/nodes/": {},
             "/slurm/v0.0.43/node/{node_name}": {},
