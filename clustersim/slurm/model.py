@@ -67,7 +67,7 @@ class Node:
 
 @dataclass(frozen=True)
 class JobRequest:
-    """The parts of a v0.0.41 job description the emulator acts on."""
+    """The parts of a job description (job_desc_msg, any version) the emulator acts on."""
 
     name: str
     script: str

@@ -1,4 +1,10 @@
-"""Slurm node JSON (v0.0.41) -> SlurmNodeState, with the derived states of the reference.
+"""Slurm node JSON -> SlurmNodeState, with the derived states of the reference.
+
+Every API version we speak (v0.0.41 to v0.0.45, nodeflow_contracts.slurm_api) has the fields
+read here in the same shapes (NODE_FIELDS_READ, checked against each version's OpenAPI
+document); state words a version adds (EXTERNAL, BLOCKED, POWER_DOWN_ASAP...) are not the
+reference's and are left out, and a node with none of the reference's base states (an
+EXTERNAL node) is Unknown.
 
 See docs/slurm-syncer.md: Busy = Allocated, Mixed or Completing; Drain = Drain and not
 Undrain; Drained = Drain and not Busy; Draining = Drain and Busy. A node that cannot be read
@@ -32,7 +38,7 @@ _FLAG_ORDER = {flag: index for index, flag in enumerate(FLAGS)}
 
 
 class MalformedNode(ValueError):
-    """A node entry without the fields every v0.0.41 node has."""
+    """A node entry without the fields every node of every version has."""
 
 
 def split_state(raw: Iterable[str]) -> tuple[BaseState, tuple[str, ...]]:
@@ -78,7 +84,7 @@ def reason_applies(base: str, flags: Iterable[str]) -> bool:
 
 
 def _number(value: Any) -> float | None:
-    """A plain number or a v0.0.41 `*_no_val_struct` ({set, infinite, number})."""
+    """A plain number or a `*_no_val_struct` ({set, infinite, number}, in every version)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
