@@ -145,10 +145,7 @@ async def test_a_state_word_is_parsed_by_its_version() -> None:
         assert status == 200 and sim.emulator.node_state("n-1") == ["IDLE", "DRAIN"]
 
 
-CAPTURED = {
-    (captured.release, captured.version): captured
-    for captured in captured_documents()
-}
+CAPTURED = {(captured.release, captured.version): captured for captured in captured_documents()}
 
 
 @pytest.mark.parametrize(
