@@ -1,18 +1,25 @@
 """Safety rules as properties over random inputs: a drain never evicts a pod it must not
 (Slurm node busy or unknown, DaemonSet, mirror, filtered out, while a pod blocks), and a
-deletion never uncordons a node it did not cordon or that another request still needs."""
+deletion never uncordons a node it did not cordon or that another request still needs, and a
+node that replaced the one a request was made for is never touched for it."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maintenance_scheduler.actions import UncordonNode
+from maintenance_scheduler.actions import CordonNode, EvictPod, PatchRequest, UncordonNode
 from maintenance_scheduler.api import INITIAL_STATE_ANNOTATION, DrainSpec
 from maintenance_scheduler.drain import filter_matches, plan_drain
 from maintenance_scheduler.pods import PodFacts
 from maintenance_scheduler.reconcile import reconcile_request
-from tests.unit.maintenance_scheduler.builders import T0, nm, node_facts, pod
+from tests.unit.maintenance_scheduler.builders import (
+    T0,
+    nm,
+    node_facts,
+    pod,
+    predecessor_owner,
+)
 
 SLURM_STATES = st.one_of(
     st.none(),
@@ -136,3 +143,51 @@ def test_rule_property_deletion_uncordons_only_its_own_unneeded_cordon(
         assert not (
             other_cordon and other_phase in ("Cordon", "WaitForPodCompletion", "Draining", "Ready")
         )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    phase=st.sampled_from(
+        [None, "Pending", "Scheduled", "Cordon", "WaitForPodCompletion", "Draining", "Ready"]
+    ),
+    deleting=st.booleans(),
+    finalizer=st.booleans(),
+    initial=st.sampled_from([None, "true", "false"]),
+    unschedulable=st.booleans(),
+    additional=st.booleans(),
+    drain=st.booleans(),
+    pod_count=st.integers(0, 3),
+)
+def test_rule_property_a_replacement_node_is_never_touched_for_its_predecessors_request(
+    phase: str | None,
+    deleting: bool,
+    finalizer: bool,
+    initial: str | None,
+    unschedulable: bool,
+    additional: bool,
+    drain: bool,
+    pod_count: int,
+) -> None:
+    """A request made for node n1 of another uid (its Node ownerReference) is never cordoned,
+    drained, uncordoned or re-owned on the n1 that replaced it, in any phase or state."""
+    spec: dict[str, object] = {}
+    if additional:
+        spec["additionalRequestors"] = ["other.example.com"]
+    if drain:
+        spec["drainSpec"] = {"force": True, "deleteEmptyDir": True, "timeoutSeconds": 0}
+    request = nm(
+        "r",
+        "n1",
+        phase=phase,
+        deleting=deleting,
+        finalizer=finalizer,
+        annotations={} if initial is None else {INITIAL_STATE_ANNOTATION: initial},
+        owners=(predecessor_owner("n1"),),
+        **spec,
+    )
+    newcomer = node_facts("n1", unschedulable=unschedulable)
+    pods_on_node = [pod(f"p{i}") for i in range(pod_count)]
+    step = reconcile_request(request, newcomer, pods_on_node, [request], T0)
+    touched = [a for a in step.actions if isinstance(a, CordonNode | UncordonNode | EvictPod)]
+    assert touched == []
+    assert all(a.owner_references is None for a in step.actions if isinstance(a, PatchRequest))
