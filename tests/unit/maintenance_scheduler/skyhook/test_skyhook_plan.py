@@ -39,6 +39,7 @@ from maintenance_scheduler.skyhook.plan import (
     plan_round,
 )
 from maintenance_scheduler.skyhook.stages import JobFacts, PackageState, render_node_state
+from tests.unit.plan_checks import expect_actions, expect_no_actions
 
 T0 = 1_000_000.0
 
@@ -117,6 +118,11 @@ class FakeCluster:
     fail_images: tuple[str, ...] = ()
     batches: list[set[str]] = field(default_factory=list)
     started_nodes: set[str] = field(default_factory=set)
+    # Maintenance requests the maintenance-scheduler holds Pending (it has not drained the
+    # node yet); every other request is Ready one round after it is made.
+    held_pending: set[str] = field(default_factory=set)
+    # What the last round's plan was made from.
+    last_world: World | None = None
     now: float = T0
 
     def world(self) -> World:
@@ -136,8 +142,9 @@ class FakeCluster:
             if job.outcome == "running":
                 self.jobs[name] = replace(job, outcome=self.fate.get(name, "complete"))
         for name in self.maintenances:
-            self.maintenances[name] = "Ready"
-        plan = plan_round(self.world(), now=self.now)
+            self.maintenances[name] = "Pending" if name in self.held_pending else "Ready"
+        self.last_world = self.world()
+        plan = plan_round(self.last_world, now=self.now)
         started: set[str] = set()
         for action in plan.actions:
             if isinstance(action, CreateJob):
@@ -259,27 +266,92 @@ def test_dependencies_run_before_their_dependents_on_each_node() -> None:
     ]
 
 
-def test_interrupt_stage_runs_only_once_the_node_maintenance_is_ready_and_is_released_after() -> (
-    None
-):
+def test_rule_an_interrupt_waits_for_its_node_maintenance_to_be_ready() -> None:
+    """The reboot runs only once the maintenance-scheduler has cordoned and drained the node
+    (its NodeMaintenance Ready): never while the request is still Pending."""
+    packages = {
+        "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
+    }
+    request = maintenance_name("gpu-init", "node-00")
+    cluster = FakeCluster(
+        skyhooks=[skyhook(packages=packages)], nodes=cluster_nodes(1), held_pending={request}
+    )
+    stages_run: list[str] = []
+    for _ in range(8):
+        plan = cluster.round()
+        stages_run += [a.stage for a in plan.actions if isinstance(a, CreateJob)]
+    # The stages before the interrupt ran; the request was made and is still Pending.
+    assert stages_run == ["apply", "config"]
+    assert cluster.maintenances == {request: "Pending"}
+    assert cluster.status()["nodeStatus"] == {"node-00": "in_progress"}
+    # The node is drained: the interrupt starts in the very next round, and only then.
+    cluster.held_pending.clear()
+    plan = cluster.round()
+    assert cluster.last_world is not None
+    assert cluster.last_world.maintenances == {request: "Ready"}
+    expect_actions(plan.actions, CreateJob, count=1, stage="interrupt", node="node-00")
+
+
+def test_interrupt_stage_is_released_after_it_ran_once() -> None:
     packages = {
         "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
     }
     cluster = FakeCluster(skyhooks=[skyhook(packages=packages)], nodes=cluster_nodes(1))
     request = maintenance_name("gpu-init", "node-00")
-    seen_interrupt_with: list[str | None] = []
+    phases_at_interrupt: list[str | None] = []
     released = False
     for _ in range(20):
-        before = dict(cluster.maintenances)
         plan = cluster.round()
+        assert cluster.last_world is not None
         for action in plan.actions:
             if isinstance(action, CreateJob) and action.stage == "interrupt":
-                seen_interrupt_with.append(before.get(request) and "Ready")
+                phases_at_interrupt.append(cluster.last_world.maintenances.get(request))
             if isinstance(action, DeleteMaintenance):
                 released = True
-    assert seen_interrupt_with == ["Ready"]
+    assert phases_at_interrupt == ["Ready"]
     assert released and request not in cluster.maintenances
     assert cluster.status()["status"] == "complete"
+
+
+def test_rule_a_node_labelled_skyhook_ignore_gets_no_job() -> None:
+    nodes = cluster_nodes(2)
+    ignored = replace(nodes["node-00"], labels={"skyhook.nvidia.com/ignore": "True"})
+    nodes["node-00"] = ignored
+    cluster = FakeCluster(skyhooks=[skyhook()], nodes=nodes)
+    plan = cluster.round()
+    expect_no_actions(plan.actions, CreateJob, node="node-00", while_it_has=CreateJob)
+    expect_actions(plan.actions, CreateJob, node="node-01")
+    assert "node-00" not in cluster.status()["nodeStatus"]
+    # The label's value decides: "false" ignores nothing.
+    alone = {"node-00": replace(ignored, labels={"skyhook.nvidia.com/ignore": "false"})}
+    plan = FakeCluster(skyhooks=[skyhook()], nodes=alone).round()
+    expect_actions(plan.actions, CreateJob, node="node-00")
+
+
+def test_rule_serial_true_runs_one_package_at_a_time_on_a_node() -> None:
+    packages = {
+        "driver": {"version": "1.0.0", "image": "ghcr.io/x/driver"},
+        "tuning": {"version": "1.0.0", "image": "ghcr.io/x/tuning"},
+    }
+    serial = parse_skyhook(
+        {
+            "metadata": {"name": "gpu-init", "uid": "u", "finalizers": [SKYHOOK_FINALIZER]},
+            "spec": {"packages": packages, "serial": True},
+        }
+    )
+    cluster = FakeCluster(skyhooks=[serial], nodes=cluster_nodes(1))
+    running: list[set[str]] = []
+    for _ in range(12):
+        plan = cluster.round()
+        started = {a.package.name for a in plan.actions if isinstance(a, CreateJob)}
+        if started:
+            running.append(started)
+    # One package per round, each of its stages before the next package starts.
+    assert running == [{"driver"}, {"driver"}, {"tuning"}, {"tuning"}]
+    assert cluster.status()["status"] == "complete"
+    # Without serial, independent packages start together.
+    parallel = FakeCluster(skyhooks=[skyhook(packages=packages)], nodes=cluster_nodes(1))
+    expect_actions(parallel.round().actions, CreateJob, count=2, stage="apply")
 
 
 def test_failed_batches_stop_the_rollout_after_failure_threshold() -> None:
@@ -449,6 +521,9 @@ def test_no_job_is_ever_created_twice_nor_on_unreadable_nodes_nor_while_paused(
                     request = maintenance_name("gpu-init", action.node)
                     assert before_maintenances.get(request) is not None
     assert max(cluster.created.values(), default=1) == 1
+    # ... and the rollout does run where it may: a planner that starts nothing fails here.
+    if not paused and not disabled and len(broken) < len(nodes):
+        assert cluster.created
 
 
 def test_a_left_over_maintenance_request_is_released_once_no_interrupt_needs_it() -> None:
@@ -485,7 +560,12 @@ def test_a_request_is_kept_while_the_node_state_cannot_be_read() -> None:
     cluster.maintenances[request] = "Ready"
     cluster.maintenance_owners[request] = ("gpu-init", "node-00")
     plan = cluster.round()
-    assert not [a for a in plan.actions if isinstance(a, DeleteMaintenance)]
+    expect_no_actions(plan.actions, DeleteMaintenance, while_it_has=SetSkyhookStatus)
+    assert cluster.status()["nodeStatus"] == {"node-00": "unknown"}
+    # Once the state reads again and no interrupt needs the request, it goes.
+    cluster.nodes["node-00"] = replace(nodes["node-00"], annotations={})
+    plan = cluster.round()
+    expect_actions(plan.actions, DeleteMaintenance, count=1, name=request)
 
 
 def test_clearing_the_batch_state_resumes_a_stopped_rollout() -> None:
@@ -613,3 +693,7 @@ def test_rule_deleted_skyhook_keeps_its_finalizer_while_a_node_cannot_be_cleaned
     )
     plan = plan_round(world, now=T0)
     assert plan.actions == []
+    # Once the patch is visible, the node is cleaned (and the finalizer goes after that).
+    plan = plan_round(replace(world, settling=frozenset()), now=T0)
+    expect_actions(plan.actions, ForgetNode, count=1, node__name="node-00")
+    expect_no_actions(plan.actions, SetSkyhookFinalizer, while_it_has=ForgetNode)
