@@ -85,6 +85,29 @@ def restart_delay(crashes: int) -> float:
     return RESTART_BACKOFF.delay(crashes)
 
 
+def simulator_argv(
+    args: argparse.Namespace, run_dir: Path, real_kubeconfig: Path | None
+) -> list[str]:
+    """How the launcher starts the cluster simulator (its Slurm release: --slurm-version,
+    else the simulator's default, the newest)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "clustersim",
+        "--nodes",
+        str(args.nodes),
+        "--run-dir",
+        str(run_dir),
+    ]
+    if args.topology:
+        argv += ["--topology", args.topology]
+    if real_kubeconfig is not None:
+        argv += ["--follow-kubeconfig", str(real_kubeconfig)]
+    if getattr(args, "slurm_version", None):
+        argv += ["--slurm-version", args.slurm_version]
+    return argv
+
+
 @dataclass
 class Child:
     name: str
@@ -301,21 +324,7 @@ class Stack:
         print(f"environment written to {self.env_file}; Ctrl-C stops everything")
 
     async def start_simulator(self) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "clustersim",
-            "--nodes",
-            str(self.args.nodes),
-            "--run-dir",
-            str(self.run_dir),
-        ]
-        if self.args.topology:
-            argv += ["--topology", self.args.topology]
-        if self.real_kubeconfig is not None:
-            argv += ["--follow-kubeconfig", str(self.real_kubeconfig)]
-        if getattr(self.args, "slurm_version", None):
-            argv += ["--slurm-version", self.args.slurm_version]
+        argv = simulator_argv(self.args, self.run_dir, self.real_kubeconfig)
         child = await self.start_child("clustersim", argv, dict(os.environ))
         # Each mode writes its env file once it is up: the emulator with its API's URL, the
         # Slurm bridge (real Kubernetes) with the Slurm URLs after its first list of pods.
