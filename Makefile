@@ -76,17 +76,29 @@ test: venv tools
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-real-slurm; fi
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-real-kube; fi
 
-# The Slurm conformance suite, slurm-syncer's real-Slurm tests and the NodeSet safe deletion
-# (whole stack) against a real Slurm 24.11 (slurmctld, four slurmd, slurmrestd with JWT) in a
-# debootstrapped Debian trixie root on loopback. Needs root; CI runs it.
+# The Slurm conformance suite (once per API version the slurmrestd serves and we speak),
+# slurm-syncer's real-Slurm tests and the NodeSet safe deletion (whole stack) against a real Slurm
+# (slurmctld, four slurmd, slurmrestd with JWT) in a debootstrapped Debian root on loopback, for
+# each Debian suite of SLURM_SUITES in turn: trixie is Slurm 24.11 (v0.0.40-v0.0.42), forky 26.05
+# (v0.0.42-v0.0.45). Each suite's root is cached in /var/tmp/nodeflow-slurm/<suite>. Needs root;
+# CI runs it. `make test-real-slurm SLURM_SUITES=trixie` tests one release only.
+SLURM_SUITES ?= trixie forky
 test-real-slurm: venv
 	@mkdir -p .run
-	tools/slurm/real_slurm.sh start > .run/real-slurm.env
-	set -a && . ./.run/real-slurm.env && set +a && \
-	  status=0; $(VENV)/bin/pytest -q -p no:cacheprovider tests/conformance/slurm \
-	    tests/integration/slurm_syncer/test_real_slurm.py \
-	    tests/integration/nodeset_controller/test_real_slurm.py || status=$$?; \
-	  tools/slurm/real_slurm.sh stop; exit $$status
+	@status=0; for suite in $(SLURM_SUITES); do \
+	  if tools/slurm/real_slurm.sh start $$suite > .run/real-slurm-$$suite.env; then \
+	    ( set -a && . ./.run/real-slurm-$$suite.env && set +a && \
+	      echo "test-real-slurm: Debian $$suite, Slurm $$NODEFLOW_SLURM_RELEASE, slurmrestd" \
+	        "serves $$NODEFLOW_SLURM_API_VERSIONS; slurm-syncer uses $$($(PY) -c \
+	        'import os; from nodeflow_contracts.slurm_api import choose_version as c; \
+	        print(c(os.environ["NODEFLOW_SLURM_API_VERSIONS"].split(",")).name)')," \
+	        "the conformance suite each of ours served" && \
+	      $(VENV)/bin/pytest -v -p no:cacheprovider tests/conformance/slurm \
+	        tests/integration/slurm_syncer/test_real_slurm.py \
+	        tests/integration/nodeset_controller/test_real_slurm.py ) || status=1; \
+	  else echo "test-real-slurm: the $$suite Slurm did not start"; status=1; fi; \
+	  tools/slurm/real_slurm.sh stop $$suite; \
+	done; exit $$status
 
 # The Kubernetes conformance suite against a real control plane on loopback: etcd 3.6,
 # kube-apiserver, kube-controller-manager and kube-scheduler v1.36 and KWOK, built from their Go

@@ -7,9 +7,9 @@
 #
 # SUITE (or $SLURM_SUITE) is the Debian suite whose Slurm runs: trixie (the default, Slurm
 # 24.11, data_parser v0.0.40-v0.0.42) or forky (Slurm 26.05, data_parser v0.0.42-v0.0.45; sid
-# ships the same). start prints the Slurm version and the data_parser versions the running
-# slurmrestd serves, read from its own OpenAPI document (NODEFLOW_SLURM_VERSION,
-# NODEFLOW_SLURM_API_VERSIONS).
+# ships the same). start prints the Slurm release (NODEFLOW_SLURM_RELEASE=26.05.5,
+# NODEFLOW_SLURM_VERSION=26.05) and the data_parser versions the running slurmrestd serves, read
+# from its own OpenAPI document (NODEFLOW_SLURM_API_VERSIONS=v0.0.42,v0.0.43,...).
 #
 # Needs root (debootstrap, chroot, bind mounts). Each suite's root is cached in its own
 # $SLURM_ROOT (/var/tmp/nodeflow-slurm/<suite>/root) so only the first start of a suite downloads
@@ -168,7 +168,7 @@ start() {
         sleep 0.5
     done
     nodes_ready || log "not every node is ready: $(in_root sinfo -h -N -o '%N=%T' | tr '\n' ' ')"
-    local admin nonadmin versions
+    local admin nonadmin versions release
     admin="$(in_root scontrol token username=root lifespan=7200 | sed 's/^SLURM_JWT=//')"
     nonadmin="$(in_root scontrol token username="$NONADMIN" lifespan=7200 | sed 's/^SLURM_JWT=//')"
     versions="$(served_api_versions "$admin" || true)"
@@ -176,10 +176,12 @@ start() {
         log "slurmrestd serves no API (see $SLURM_ROOT/var/log/slurm/slurmrestd.log)"
         exit 1
     }
-    log "Slurm $(slurm_version) ($SUITE), slurmrestd serves data_parser ${versions:-nothing}"
+    release="$(slurm_release)"
+    log "Slurm $release ($SUITE), slurmrestd serves data_parser $versions"
     cat <<EOF
 export NODEFLOW_SLURM_SUITE=$SUITE
-export NODEFLOW_SLURM_VERSION=$(slurm_version)
+export NODEFLOW_SLURM_RELEASE=$release
+export NODEFLOW_SLURM_VERSION=${release%.*}
 export NODEFLOW_SLURM_API_VERSIONS=$versions
 export NODEFLOW_SLURM_URL=http://127.0.0.1:$REST_PORT
 export NODEFLOW_SLURM_USER=root
@@ -188,10 +190,12 @@ export NODEFLOW_SLURM_NONADMIN_USER=$NONADMIN
 export NODEFLOW_SLURM_NONADMIN_TOKEN=$nonadmin
 export NODEFLOW_SLURM_NODES=$(IFS=,; echo "${NODES[*]}")
 export NODEFLOW_SLURM_JWT_KEY=$SLURM_ROOT/var/spool/slurmctld/jwt_hs256.key
+export NODEFLOW_SLURM_ROOT=$SLURM_ROOT
 EOF
 }
 
-slurm_version() {
+# The Slurm release installed in the root, e.g. 26.05.5.
+slurm_release() {
     in_root /usr/bin/sinfo -V | awk '{print $2}'
 }
 
@@ -227,7 +231,7 @@ served_api_versions() {
 # it serves. Needs the Slurm of this suite started (the token comes from its slurmctld).
 openapi() {
     local dir="$1" release token plugin version port=$((REST_PORT + 1)) pid document
-    release="$(slurm_version)"
+    release="$(slurm_release)"
     token="$(in_root scontrol token username=root lifespan=600 | sed 's/^SLURM_JWT=//')" || {
         log "start the $SUITE Slurm first ($0 start $SUITE)"
         exit 1

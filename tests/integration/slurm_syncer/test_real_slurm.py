@@ -66,8 +66,8 @@ NOT_RESPONDING = "SlurmNodeStateNotResponding"
 DOWN = "SlurmNodeStateDown"
 # How long the emulated slurmd takes to answer the ping after an UNDRAIN (real: 0.2-0.8 s).
 EMULATED_PING_SECONDS = 0.3
-# tools/slurm/real_slurm.sh's root, where the slurmd pid files are.
-REAL_SLURM_ROOT = Path(os.environ.get("SLURM_ROOT", "/var/tmp/nodeflow-slurm/root"))
+# tools/slurm/real_slurm.sh's root, where the slurmd pid files are (its start prints it).
+REAL_SLURM_ROOT = Path(os.environ.get("NODEFLOW_SLURM_ROOT", "/var/tmp/nodeflow-slurm/trixie/root"))
 
 
 class RecordingKube(KubeKV):
