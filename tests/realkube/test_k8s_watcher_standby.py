@@ -109,9 +109,9 @@ async def test_rule_two_replicas_on_the_real_api_server_are_both_ready_one_mirro
                 entry = await kv.get(subjects.object_key(namespace, "watchers"))
             except nats.js.errors.KeyNotFoundError:
                 return False
-            return (
-                bool(entry.value) and msgspec.json.decode(entry.value)["spec"]["minAvailable"] == 1
-            )
+            if not entry.value:
+                return False
+            return bool(msgspec.json.decode(entry.value)["spec"]["minAvailable"] == 1)
 
         await until(pdb_mirrored, "the new PodDisruptionBudget mirrored by the leader")
 

@@ -50,7 +50,8 @@ def test_the_third_party_crds_the_readmes_list_are_those_k8s_third_party_crds_in
 def slurm_key_file_name() -> str:
     """The file name real Slurm's slurm.conf gives the JWT key (tools/slurm/real_slurm.sh)."""
     script = (ROOT / "tools/slurm/real_slurm.sh").read_text()
-    (path,) = re.findall(r"^AuthAltParameters=jwt_key=(\S+)$", script, re.MULTILINE)
+    paths: list[str] = re.findall(r"^AuthAltParameters=jwt_key=(\S+)$", script, re.MULTILINE)
+    (path,) = paths
     return path.rsplit("/", 1)[-1]
 
 
