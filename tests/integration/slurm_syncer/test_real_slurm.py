@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from clustersim.slurm import RunningSlurm
+from clustersim.slurm import SLURM_RELEASES, RunningSlurm
 from nodeflow_bus import Bus
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.slurm import SlurmNodeState
@@ -125,24 +125,32 @@ class Slurmd:
 
 @contextlib.asynccontextmanager
 async def emulated_slurm_pinging(
-    session: aiohttp.ClientSession,
+    session: aiohttp.ClientSession, slurm_version: str
 ) -> AsyncIterator[tuple[SlurmUnderTest, RunningSlurm]]:
     """real_slurm_support's emulator, but with real Slurm's ping after an UNDRAIN and its
     ReturnToService=2 (a node whose slurmd comes back returns to service)."""
     async with emulated_slurm_running(
-        session, resume_ping_seconds=EMULATED_PING_SECONDS, return_to_service=2
+        session,
+        resume_ping_seconds=EMULATED_PING_SECONDS,
+        return_to_service=2,
+        slurm_version=slurm_version,
     ) as pair:
         yield pair
 
 
-@pytest.fixture
-async def slurm_and_slurmd() -> AsyncIterator[tuple[SlurmUnderTest, Slurmd]]:
+# The real Slurm is the one release NODEFLOW_SLURM_URL names; the emulator runs as each.
+@pytest.fixture(params=["real"] if real_slurm_configured() else sorted(SLURM_RELEASES))
+async def slurm_and_slurmd(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[tuple[SlurmUnderTest, Slurmd]]:
     async with aiohttp.ClientSession() as session, contextlib.AsyncExitStack() as stack:
         if real_slurm_configured():
             slurm = await stack.enter_async_context(real_slurm(session))
             slurmd = Slurmd(None)
         else:
-            slurm, running = await stack.enter_async_context(emulated_slurm_pinging(session))
+            slurm, running = await stack.enter_async_context(
+                emulated_slurm_pinging(session, request.param)
+            )
             slurmd = Slurmd(running)
         try:
             yield slurm, slurmd
