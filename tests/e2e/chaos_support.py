@@ -11,7 +11,9 @@ violation:
   once; a job still RUNNING on the node named after the pod is a violation (our jobs end only
   by our own cancel, and a draining node starts none). A job that ends NODE_FAIL (its pod went
   away under it) is one too, in case the pod vanished before the question was answered.
-* `two-pods-on-one-node` -- no two live pods of one NodeSet bound to one node.
+* `two-pods-on-one-node` -- no two live NodeSet pods bound to one node, of one NodeSet or of
+  any two (one slurmd per node); a pod of another NodeSet still terminating there counts too
+  (its slurmd may still run).
 * `duplicate-pod` -- a NodeSet never has more live pods than the highest `replicas` it was
   given, and a pod name (derived from its node's address) is never seen on two nodes.
 * `rolling-budget` -- once armed for a NodeSet (steady `replicas`, all pods Ready), its
@@ -357,7 +359,25 @@ class Recorder:
             first = self.node_of_pod_name.setdefault(name, node)
             if first != node:
                 self.record("duplicate-pod", f"pod name {name} seen on {first} and on {node}")
+            self._check_one_nodeset_pod_per_node(node)
         self._check_nodeset_pods(nodeset)
+
+    def _check_one_nodeset_pod_per_node(self, node: str) -> None:
+        """two-pods-on-one-node over every NodeSet: at most one live NodeSet pod on `node`,
+        and none of another NodeSet beside one still terminating there."""
+        live: list[str] = []
+        owners: set[str] = set()
+        for other in self.pods.values():
+            owner = (other["metadata"].get("labels") or {}).get(NODESET_LABEL)
+            if owner is None or (other.get("spec") or {}).get("nodeName") != node:
+                continue
+            if pod_finished(other):
+                continue
+            owners.add(owner)
+            if not terminating(other):
+                live.append(f"{owner}/{other['metadata']['name']}")
+        if len(live) > 1 or len(owners) > 1:
+            self.record("two-pods-on-one-node", f"node {node}: {sorted(live)} of {sorted(owners)}")
 
     async def _judge_deletion(self, pod_name: str) -> None:
         try:
@@ -387,14 +407,6 @@ class Recorder:
 
     def _check_nodeset_pods(self, nodeset: str) -> None:
         live = self.live_pods(nodeset)
-        by_node: dict[str, list[str]] = {}
-        for pod in live:
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node:
-                by_node.setdefault(node, []).append(pod["metadata"]["name"])
-        for node, names in by_node.items():
-            if len(names) > 1:
-                self.record("two-pods-on-one-node", f"NodeSet {nodeset} on {node}: {names}")
         most = self.most_replicas.get(nodeset)
         if most is not None and len(live) > most:
             names = sorted(p["metadata"]["name"] for p in live)
