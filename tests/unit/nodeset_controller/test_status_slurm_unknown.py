@@ -13,8 +13,9 @@ from tests.unit.nodeset_controller.test_planner import full, view
 
 
 def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
-    (found,) = [c for c in status["conditions"] if c["type"] == kind]
-    return found
+    found: list[dict[str, Any]] = [c for c in status["conditions"] if c["type"] == kind]
+    (only,) = found
+    return only
 
 
 def _states(count: int, **kwargs: bool) -> dict[str, Any]:
