@@ -45,7 +45,7 @@ def expect_actions(
     """The actions of `kind` with these attributes; fails when there is none (or not exactly
     `count`)."""
     every = list(actions)
-    found = [a for a in every if _matches(a, kind, fields)]
+    found = [a for a in every if isinstance(a, kind) and _matches(a, kind, fields)]
     wanted = f"exactly {count}" if count is not None else "at least one"
     ok = len(found) == count if count is not None else bool(found)
     assert ok, (

@@ -75,11 +75,40 @@ def test_prefer_gather_falls_back_layer_by_layer() -> None:
     slots = {f"node{i}": 2 for i in range(1, 9)}
     spine = _placed(gather(_tree(reference_nodes()), _pods(6), BLOCK_PREFER, slots))
     assert spine.layer == "SpineLayer"
-    # Children largest-first: one whole block, then the rest in its sibling.
-    blocks = {n for _, n in spine.assignments}
-    assert len(blocks) == 3
+    assert spine.domain == ("s1",)
+    # One whole block (b1, the first of two equal ones), then the rest in its sibling.
+    assert [n for _, n in spine.assignments] == ["node1", "node1", "node2", "node2"] + ["node3"] * 2
     cluster = _placed(gather(_tree(reference_nodes()), _pods(12), BLOCK_PREFER, slots))
     assert cluster.layer == "ClusterTopologyLayer"
+
+
+def test_rule_the_largest_child_domain_is_filled_first() -> None:
+    # Spine s1: b1 offers 2 (one slot per node), b2 offers 4. Five pods fit no block: the
+    # spine takes them, b2 (the larger) first and whole, then b1; in b2 the node offering
+    # more first.
+    slots = {"node1": 1, "node2": 1, "node3": 3, "node4": 1}
+    placement = _placed(gather(_tree(reference_nodes()), _pods(5), BLOCK_PREFER, slots))
+    assert placement.domain == ("s1",)
+    assert [n for _, n in placement.assignments] == ["node3"] * 3 + ["node4", "node1"]
+
+
+def test_rule_with_several_must_gather_layers_the_deepest_wins() -> None:
+    # Four pods fit spine s1 (2 + 2) but no single block (2 each): MustGather on both the
+    # spine and the block layer confines the gang to a block, so it does not fit, in
+    # whichever order the rules are listed.
+    slots = {f"node{i}": 1 for i in range(1, 5)}
+    spine_must = GatherRule("SpineLayer", "MustGather")
+    block_must = GatherRule("BlockLayer", "MustGather")
+    for rules in ((spine_must, block_must), (block_must, spine_must)):
+        result = gather(_tree(reference_nodes()), _pods(4), rules, slots)
+        assert isinstance(result, NoFit), rules
+        assert result.message.startswith("MustGather BlockLayer:")
+        # Two pods fit a block: then the gang is placed inside one.
+        two = _placed(gather(_tree(reference_nodes()), _pods(2), rules, slots))
+        assert two.layer == "BlockLayer"
+    # The spine rule alone lets the four pods spread over s1's two blocks.
+    four = _placed(gather(_tree(reference_nodes()), _pods(4), (spine_must,), slots))
+    assert four.domain == ("s1",)
 
 
 def test_pod_count_multiple_floors_a_domains_slots() -> None:

@@ -87,3 +87,35 @@ def test_node_missing_a_layer_label_hangs_from_its_deepest_labelled_domain() -> 
     assert tree.leaves["n1"].path == ("s1", "n1")
     assert tree.root.children["s1"].node_count == 2
     assert tree.root.children["s1"].children["b1"].node_count == 1
+
+
+RACK = "network.topology.nvidia.com/rack"
+RACK_TOPOLOGY: dict[str, Any] = {
+    **TOPOLOGY,
+    "spec": {
+        "networkTopologySpec": [
+            *TOPOLOGY["spec"]["networkTopologySpec"][:2],
+            {"labelKey": [RACK], "parentTopologyLayer": "BlockLayer", "topologyLayer": "RackLayer"},
+            {"parentTopologyLayer": "RackLayer", "topologyLayer": "NodeTopologyLayer"},
+        ]
+    },
+}
+
+
+def test_rule_a_node_missing_a_middle_layer_label_stops_there_and_joins_no_deeper_domain() -> None:
+    """A node with spine and rack labels but no block label belongs to its spine only: its
+    rack label names no rack of any block, so it is never taken for a rack (or a block)."""
+    spec = parse_topology(RACK_TOPOLOGY)
+    gap = node("gap", "s1", None, labels={RACK: "r1"})
+    whole = node("whole", "s1", "b1", labels={RACK: "r1"})
+    tree = build_tree(
+        spec, [(n["metadata"]["name"], n["metadata"]["labels"]) for n in (gap, whole)]
+    )
+    assert tree.leaves["gap"].path == ("s1", "gap")
+    assert tree.leaves["whole"].path == ("s1", "b1", "r1", "whole")
+    spine = tree.root.children["s1"]
+    assert spine.node_count == 2
+    assert set(spine.children) == {"b1", "gap"}
+    assert spine.children["b1"].node_count == 1
+    assert spine.children["b1"].children["r1"].node_count == 1
+    assert [d.path for d in tree.domains_at(3)] == [("s1", "b1", "r1")]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.plan_checks import expect_actions, expect_no_actions
 from tests.unit.topology_placer.builders import (
     BLOCK,
     TOPOLOGY,
@@ -148,7 +150,9 @@ def test_nominations_are_reservations_so_a_restart_never_double_books() -> None:
     b = [pod(f"b-{i}", "b", gpus=8) for i in range(2)]
     # A fresh placer (no memory) sees a's nominations in the pods and keeps off those nodes.
     _, after = run(nodes, a + b, groups, topology=TOPOLOGY)
-    assert set(_nodes_of(after, "b").values()).isdisjoint({"node1", "node2"})
+    b_nodes = set(_nodes_of(after, "b").values())
+    assert b_nodes.isdisjoint({"node1", "node2"})
+    assert len(b_nodes) == 2 and "" not in b_nodes  # b is placed, elsewhere
 
 
 def test_bound_pods_and_other_schedulers_pods_are_charged_to_their_nodes() -> None:
@@ -164,28 +168,82 @@ def test_pods_of_other_schedulers_are_left_alone() -> None:
     result, _ = run(reference_nodes(), [stranger], [pod_group("gang", 1)], topology=TOPOLOGY)
     assert not _of(result, Nominate)
     assert not _of(result, MarkUnschedulable)
+    # The same pod naming this placer is placed.
+    ours = pod("s-0", "gang")
+    result, _ = run(reference_nodes(), [ours], [pod_group("gang", 1)], topology=TOPOLOGY)
+    expect_actions(result.actions, Nominate, count=1, pod__name="s-0")
 
 
-def test_cordoned_not_ready_tainted_and_unmatched_nodes_are_excluded() -> None:
-    nodes = [
-        node("cordoned", "s1", "b1", unschedulable=True),
-        node("down", "s1", "b1", ready=False),
-        node("tainted", "s1", "b1", taints=[{"key": "gpu", "effect": "NoSchedule"}]),
-        node("wrong-zone", "s1", "b1", labels={"zone": "b"}),
-        node("good", "s1", "b1", labels={"zone": "a"}),
-    ]
-    affinity = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "c"]}]}
-                ]
-            }
+ZONE_A_OR_C = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "c"]}]}
+            ]
         }
     }
-    gang = [pod("w-0", gpus=8, affinity=affinity)]
-    _, after = run(nodes, gang, [pod_group("gang", 1)], topology=TOPOLOGY)
-    assert _nodes_of(after) == {"w-0": "good"}
+}
+GPU_TAINT = {"key": "gpu", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+# Each exclusion alone: the one node fails only that filter, and the pod asks nothing else
+# (no affinity) unless the filter is the affinity itself. The sibling is the same node and
+# pod with that one thing changed, which the pod must then be placed on.
+EXCLUSIONS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    # reason: (node kwargs, pod kwargs, sibling node kwargs, sibling pod kwargs)
+    "cordoned": ({"unschedulable": True}, {}, {}, {}),
+    "not-ready": ({"ready": False}, {}, {}, {}),
+    "untolerated-taint": (
+        {"taints": [GPU_TAINT]},
+        {},
+        {"taints": [GPU_TAINT]},
+        {"tolerations": [GPU_TOLERATION]},
+    ),
+    "required-affinity": (
+        {"labels": {"zone": "b"}},
+        {"affinity": ZONE_A_OR_C},
+        {"labels": {"zone": "c"}},
+        {"affinity": ZONE_A_OR_C},
+    ),
+}
+
+
+def _place_one(node_kwargs: dict[str, Any], pod_kwargs: dict[str, Any]) -> Plan:
+    nodes = [node("only", "s1", "b1", **node_kwargs)]
+    result, _ = run(
+        nodes, [pod("w-0", gpus=8, **pod_kwargs)], [pod_group("gang", 1)], topology=TOPOLOGY
+    )
+    return result
+
+
+@pytest.mark.parametrize("reason", sorted(EXCLUSIONS))
+def test_rule_a_node_is_excluded_by_each_filter_alone(reason: str) -> None:
+    node_kwargs, pod_kwargs, sibling_node, sibling_pod = EXCLUSIONS[reason]
+    excluded = _place_one(node_kwargs, pod_kwargs)
+    expect_no_actions(excluded.actions, Nominate, while_it_has=MarkUnschedulable)
+    expect_no_actions(excluded.actions, Bind, while_it_has=MarkUnschedulable)
+    expect_actions(excluded.actions, MarkUnschedulable, count=1, pod__name="w-0")
+    placed = _place_one(sibling_node, sibling_pod)
+    expect_actions(placed.actions, Nominate, count=1, pod__name="w-0", node="only")
+
+
+def test_rule_the_placer_never_uses_a_node_whose_taint_the_pod_does_not_tolerate() -> None:
+    """A pod with no node selector nor affinity, beside an emptier tainted node: only the
+    untainted (fuller) one is used, whatever the binpack would prefer."""
+    nodes = [
+        node("tainted", "s1", "b1", taints=[GPU_TAINT]),
+        node("busy", "s1", "b1"),
+        node("free", "s2", "b2", taints=[{"key": "gpu", "effect": "NoExecute"}]),
+    ]
+    half = pod("half", None, gpus=4, node_name="busy", scheduler="x")
+    gang = [pod("w-0", gpus=4)]
+    result, after = run(nodes, [half, *gang], [pod_group("gang", 1)], topology=TOPOLOGY)
+    expect_actions(result.actions, Nominate, count=1, pod__name="w-0", node="busy")
+    assert _nodes_of(after) == {"w-0": "busy"}
+    # Tolerated (Exists without a key tolerates every taint), the tainted nodes are usable.
+    tolerant = [pod("w-0", gpus=8, tolerations=[{"operator": "Exists"}])]
+    result, after = run(nodes, [half, *tolerant], [pod_group("gang", 1)], topology=TOPOLOGY)
+    assert _nodes_of(after)["w-0"] in {"tainted", "free"}
 
 
 def test_gpus_fit_counts_requests_of_bound_and_nominated_pods() -> None:
@@ -257,8 +315,14 @@ def test_non_strict_gang_keeps_its_bound_members_and_nominations() -> None:
         pod("w-2", gpus=8, nominated="n2"),
     ]
     result, _ = run(nodes, pods, groups, topology=TOPOLOGY)
-    assert not _of(result, Disrupt)
-    assert not _of(result, Nominate)
+    # The gang cannot gather in one block, and says so, but keeps what it holds.
+    expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
+    expect_no_actions(result.actions, Nominate, while_it_has=MarkUnschedulable)
+    # A Strict gang in the same state gives its reservations back.
+    strict = [pod_group("gang", 3, gather=BLOCK_MUST, annotations={MODE: "Strict"})]
+    result, _ = run(nodes, pods, strict, topology=TOPOLOGY)
+    cleared = expect_actions(result.actions, Nominate, count=2, node="")
+    assert {c.pod.name for c in cleared} == {"w-1", "w-2"}
 
 
 def test_unschedulable_is_reported_once_with_an_event_and_a_decision() -> None:
@@ -397,6 +461,13 @@ def test_property_placement_never_exceeds_allocatable_and_gangs_are_whole(
         assert len(placed) in (0, size)
         if placed and must:
             assert len({_block(p["spec"]["nodeName"], nodes) for p in placed}) == 1
+    # ... and a gang goes whole onto a node that has room for all of it: the first gang
+    # (placed first: same age, lowest name) is placed whenever one node can take it, so a
+    # planner that places nothing fails here.
+    size, gpus = gangs[0]
+    if any(8 - used.get(f"node{i}", 0) >= size * gpus for i in range(1, 9)):
+        first = [p for p in after if p["metadata"]["name"].startswith("g0-")]
+        assert all(p["spec"].get("nodeName") for p in first)
 
 
 def test_recreated_member_of_a_satisfied_must_gather_gang_stays_in_its_domain() -> None:

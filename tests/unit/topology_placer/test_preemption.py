@@ -8,10 +8,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodeflow_contracts.pod_protocol import NODESET_LABEL
+from tests.unit.plan_checks import expect_actions, expect_no_actions
 from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
 from tests.unit.topology_placer.simulate import run, state
 from topology_placer.gang import MODE
-from topology_placer.planner import Decision, Disrupt, Nominate, Plan, plan
+from topology_placer.planner import (
+    Decision,
+    Disrupt,
+    MarkUnschedulable,
+    Nominate,
+    Plan,
+    plan,
+)
 from topology_placer.preemption import broken_budgets, preemption_message
 
 BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
@@ -175,11 +183,24 @@ def test_preemption_not_helpful_evicts_nothing() -> None:
 
 
 def test_higher_or_equal_priority_pods_are_never_victims() -> None:
-    nodes = [node("n1", "s1", "b1")]
-    peer = pod("peer", None, gpus=8, node_name="n1", priority=100)
-    gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
-    result, _ = run(nodes, [peer, *gang], [pod_group("hello-job", 1)])
-    assert not _of(result, Disrupt)
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1"), node("n3", "s1", "b1")]
+    running = [
+        pod("peer", None, gpus=8, node_name="n1", priority=100),
+        pod("higher", None, gpus=8, node_name="n2", priority=200),
+        pod("lower", None, gpus=8, node_name="n3", priority=99),
+    ]
+    # One pod: the lower-priority pod is the victim, never the peer or the higher one.
+    one = [pod("p-1", "hello-job", gpus=8, priority=100)]
+    result, _ = run(nodes, [*running, *one], [pod_group("hello-job", 1)])
+    expect_actions(result.actions, Disrupt, count=1, pod__name="lower")
+    expect_actions(result.actions, Nominate, count=1, pod__name="p-1", node="n3")
+    # Two pods need a second node, which only evicting the peer or the higher pod would
+    # free: nothing is evicted at all (all or nothing), and the gang is told why.
+    two = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    result, _ = run(nodes, [*running, *two], [pod_group("hello-job", 2)])
+    expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
+    decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
+    assert "preemption not helpful" in decision.message
 
 
 @settings(max_examples=80, deadline=None)
@@ -215,6 +236,11 @@ def test_property_preemption_never_evicts_equal_or_higher_priority_and_places_wh
         if p["metadata"]["name"].startswith("p-") and p["status"].get("nominatedNodeName")
     ]
     assert len(nominated) in (0, size)
+    # ... and all of it whenever evicting only lower-priority pods frees enough nodes: a
+    # planner that places or evicts nothing fails here.
+    blocked = {p["spec"]["nodeName"] for p in kept if p["spec"]["priority"] >= 100}
+    if len({n["metadata"]["name"] for n in nodes} - blocked) >= size:
+        assert len(nominated) == size
     per_node: dict[str, int] = {}
     for p in after:
         where = p["spec"].get("nodeName") or p["status"].get("nominatedNodeName")
