@@ -39,7 +39,6 @@ def nodeset(replicas: int) -> dict[str, Any]:
             "replicas": replicas,
             "slurmCluster": "sim",
             "podNamePrefix": "gpu",
-            "selector": {"matchLabels": {"nodeflow.dev/nodeset": "gpu"}},
             "template": {
                 "metadata": {"labels": {"nodeflow.dev/nodeset": "gpu"}},
                 "spec": {

@@ -62,7 +62,6 @@ NODESET = {
     "spec": {
         "replicas": 0,
         "slurmCluster": "sim",
-        "selector": {"matchLabels": {"nodeflow.dev/nodeset": "mirrored"}},
         "template": {
             "metadata": {"labels": {"nodeflow.dev/nodeset": "mirrored"}},
             "spec": {"containers": [{"name": "slurmd", "image": "busybox"}]},
