@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -428,12 +430,21 @@ class SlurmClient:
         }
         url = f"{self.base_url}{url_path}"
         try:
-            async with self._get_session().request(
-                method, url, json=payload, headers=headers
-            ) as response:
-                status = response.status
-                data = await response.read()
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            try:
+                async with self._get_session().request(
+                    method, url, json=payload, headers=headers
+                ) as response:
+                    status = response.status
+                    data = await response.read()
+            except aiohttp.ClientResponseError as exc:
+                if not is_doubled_answer(exc):
+                    raise
+                # Slurm 26.05.5: an error answer followed by a second one; ask again and read
+                # only the first, so a refused token or a refused update is seen as such.
+                status, data = await first_answer(
+                    method, url, headers, payload, self._ssl, self.options.timeout_seconds
+                )
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             raise _Retry(
                 SlurmUnreachable(self.cluster, f"{what}: {type(exc).__name__}: {exc}")
             ) from exc
@@ -479,6 +490,72 @@ class SlurmClient:
         if isinstance(warnings, list) and warnings:
             log.debug("slurm.warnings", cluster=self.cluster, what=what, warnings=warnings)
         return body
+
+
+# slurmrestd 26.05.5 sends every non-2xx answer twice on one connection: the JSON answer with
+# `Connection: Close`, then a text/plain one of the same status. aiohttp refuses the whole
+# exchange with this message (as an HTTP 400 of its own).
+_DOUBLED_ANSWER = "Data after `Connection: close`"
+# The most of a first answer without Content-Length that is read (to the end of the stream).
+_FIRST_ANSWER_LIMIT = 16 * 1024 * 1024
+
+
+def is_doubled_answer(error: aiohttp.ClientResponseError) -> bool:
+    return str(error.message).startswith(_DOUBLED_ANSWER)
+
+
+async def first_answer(
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    payload: Json | None,
+    ssl_context: ssl.SSLContext,
+    timeout: float,
+) -> tuple[int, bytes]:
+    """Send one request on a connection of its own and read only the first answer: its status
+    and body (by Content-Length, else to the end of the stream). ValueError when the answer
+    cannot be read so (chunked, or no HTTP status line)."""
+    target = urllib.parse.urlsplit(url)
+    tls = target.scheme == "https"
+    host = target.hostname or ""
+    port = target.port or (443 if tls else 80)
+    path = target.path + (f"?{target.query}" if target.query else "")
+    body = msgspec.json.encode(payload) if payload is not None else b""
+    lines = [
+        f"{method} {path or '/'} HTTP/1.1",
+        f"Host: {target.netloc}",
+        "Connection: close",
+        *(f"{name}: {value}" for name, value in headers.items()),
+        f"Content-Length: {len(body)}",
+    ]
+    if payload is not None:
+        lines.append("Content-Type: application/json")
+    async with asyncio.timeout(timeout):
+        reader, writer = await asyncio.open_connection(
+            host, port, ssl=ssl_context if tls else None, server_hostname=host if tls else None
+        )
+        try:
+            writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+            await writer.drain()
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+            status_line, *header_lines = head.strip().split("\r\n")
+            parts = status_line.split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+                raise ValueError(f"not an HTTP answer: {status_line[:80]!r}")
+            fields = {
+                name.strip().lower(): value.strip()
+                for name, _, value in (line.partition(":") for line in header_lines)
+            }
+            if "chunked" in fields.get("transfer-encoding", "").lower():
+                raise ValueError("a chunked first answer is not read")
+            length = fields.get("content-length")
+            if length is not None and length.isdigit():
+                data = await reader.readexactly(int(length))
+            else:
+                data = await reader.read(_FIRST_ANSWER_LIMIT)
+            return int(parts[1]), data
+        finally:
+            writer.close()
 
 
 def _list_of_objects(cluster: str, body: Json, field: str) -> list[Json]:
