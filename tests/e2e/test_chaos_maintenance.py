@@ -2,7 +2,10 @@
 requests under a MaintenanceOperatorConfig of maxParallelOperations 1 and maxUnavailable 1,
 each node running a pod to drain, while maintenance-scheduler, k8s-watcher and nats-server are
 killed with kill -9 at seeded random points (CHAOS_SEED=<seed> replays a run); the recorder
-holds the budgets, and every request reaches Ready and releases its node."""
+holds the budgets, and every request reaches Ready and releases its node. Each request names an
+additional requestor; the first to be Ready has its node decommissioned (the Node deleted) while
+that requestor is still listed: the request must go with its node, drop its finalizer and leave
+its slot to the next (the recorder's `maintenance-gone-node-slot`)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import pytest
 from tests.e2e.chaos_support import (
     NATS,
     NODE_MAINTENANCES,
+    NODES,
     OPERATOR_CONFIGS,
     OPERATOR_NAMESPACE,
     PODS,
@@ -69,6 +73,7 @@ def maintenance(name: str, node: str) -> dict[str, Any]:
             "requestorID": REQUESTOR,
             "nodeName": node,
             "cordon": True,
+            "additionalRequestors": ["chaos.other.nodeflow.dev"],
             "drainSpec": {"force": True, "timeoutSeconds": 0, "deleteEmptyDir": True},
         },
     }
@@ -122,9 +127,11 @@ async def test_chaos_node_maintenance_drain_keeps_the_budgets(tmp_path: Path) ->
             monkey.run(["maintenance-scheduler", "k8s-watcher", NATS], pause=(0.3, 2.5))
         )
 
-        # The requestor's side: each request that reaches Ready is done with and deleted,
-        # which lets the next one start.
+        # The requestors' side: the first request that reaches Ready has its node
+        # decommissioned; each other one is done with (its additional requestor removes
+        # itself) and deleted, which lets the next one start.
         finished: list[str] = []
+        decommissioned: str | None = None
         while len(finished) < len(requests):
 
             async def one_ready() -> bool:
@@ -132,7 +139,14 @@ async def test_chaos_node_maintenance_drain_keeps_the_budgets(tmp_path: Path) ->
 
             await wait_until(one_ready, 120, f"a NodeMaintenance Ready after {finished}")
             done = next(n for n in requests if n not in finished and phase(recorder, n) == "Ready")
-            await stack.kube.delete(f"{NODE_MAINTENANCES}/{done}")
+            if decommissioned is None:
+                decommissioned = targets[requests.index(done)]
+                await stack.kube.delete(f"{NODES}/{decommissioned}")
+            else:
+                await stack.kube.merge_patch(
+                    f"{NODE_MAINTENANCES}/{done}", {"spec": {"additionalRequestors": None}}
+                )
+                await stack.kube.delete(f"{NODE_MAINTENANCES}/{done}")
             finished.append(done)
         kills = await chaos
 
@@ -144,8 +158,10 @@ async def test_chaos_node_maintenance_drain_keeps_the_budgets(tmp_path: Path) ->
             )
 
         took = await recorder.converged(released, monkey.last_kill, "every node maintained")
+        assert decommissioned is not None and decommissioned not in recorder.nodes
         print(
-            f"maintenance converged {took:.1f} s after the last kill (order {finished}, at most "
+            f"maintenance converged {took:.1f} s after the last kill (order {finished}, node "
+            f"{decommissioned} decommissioned, at most "
             f"{recorder.most_in_maintenance} in maintenance and {recorder.most_unavailable_nodes} "
             f"unavailable); {summary(kills)}"
         )
