@@ -184,8 +184,10 @@ def run_target(
             else:
                 outcome = Outcome(mutant, True, f"pytest exit {code} (import or collection broke)")
             outcomes.append(outcome)
-            mark = "." if outcome.killed else "S"
-            print(mark, end="", flush=True)
+            if outcome.killed:
+                print(".", end="", flush=True)
+            else:  # named at once, so a run stopped early still says what it found
+                print(f"\nsurvived: {mutant.key}", flush=True)
     print(flush=True)
     killed = sum(o.killed for o in outcomes)
     out.append(
