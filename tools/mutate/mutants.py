@@ -87,6 +87,11 @@ def _annotation_nodes(tree: ast.AST) -> set[int]:
             skip(node.annotation)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             skip(node.returns)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            # Decorators (`@dataclass(frozen=True)`, `@lru_cache(maxsize=256)`) shape the
+            # object, not a decision: their mutants only test Python.
+            for decorator in node.decorator_list:
+                skip(decorator)
         elif _skipped_whole(node):
             skip(node)
     return skipped
@@ -210,7 +215,11 @@ def find_mutants(path: str, source: str) -> list[Mutant]:
     found: list[Mutant] = []
     for index, node in _sites(tree):
         for variant, (description, _edit) in enumerate(_variants(node)):
-            line = getattr(node, "lineno", 0)
+            # A comprehension has no line of its own: its first filter's (or target's) line.
+            where = node.ifs[0] if isinstance(node, ast.comprehension) and node.ifs else node
+            line = int(
+                getattr(where, "lineno", 0) or getattr(getattr(node, "target", None), "lineno", 0)
+            )
             found.append(Mutant(path, line, description, index, variant))
     found.sort(key=lambda m: (m.line, m.node_index, m.variant))
     # Two like mutations on one line are told apart by their order on it.
