@@ -40,6 +40,7 @@ pytestmark = [pytest.mark.real_kube, pytest.mark.timeout(1200)]
 EXAMPLES = REPO / "k8s" / "examples"
 STORAGE_CLASS = "nodeflow-helm-static"
 OPERATOR_NAMESPACE = "nodeflow-system"  # k8s/examples/maintenanceoperatorconfig.yaml's
+EXAMPLE_NODE = "gpu-003"  # k8s/examples/nodemaintenance.yaml's
 # The Prometheus operator's CRDs are not on this control plane (the unit tests render those).
 NO_PROMETHEUS = {
     "monitoring.serviceMonitor.enabled": False,
@@ -188,7 +189,7 @@ async def test_default_values_install_and_upgrade_in_one_pass() -> None:
                 "Deployment/metrics-exporter": 1,
                 "StatefulSet/nats": 3,
             }
-            generated = await get_json("secret", "nodeflow-nodeflow-admin-nats", "-n", namespace)
+            generated = await get_json("secret", "nodeflow-admin-nats", "-n", namespace)
             password = generated["data"]["password"]
             # An upgrade with a setting for one service: its pods roll, the passwords stay.
             await run_helm(
@@ -198,7 +199,7 @@ async def test_default_values_install_and_upgrade_in_one_pass() -> None:
             watcher = await get_json("deployment", "k8s-watcher", "-n", namespace)
             assert container_env(watcher)["KUBE_QPS"] == "100"
             assert watcher["status"]["updatedReplicas"] == watcher["status"]["readyReplicas"] == 2
-            again = await get_json("secret", "nodeflow-nodeflow-admin-nats", "-n", namespace)
+            again = await get_json("secret", "nodeflow-admin-nats", "-n", namespace)
             assert again["data"]["password"] == password
             history = json.loads(await run_helm("history", RELEASE, "-n", namespace, "-o", "json"))
             assert [h["status"] for h in history] == ["superseded", "deployed"]
@@ -258,11 +259,13 @@ async def examples_take_effect(recorder: Recorder) -> None:
         return len(recorder.live_pods("gpu")) == 4
 
     async def maintenance_ready() -> bool:
-        got = await status_of("nodemaintenance", "gpu-003-firmware", "default")
+        got = await status_of(
+            "nodemaintenances.maintenance.nvidia.com", "gpu-003-firmware", "default"
+        )
         return (condition({"status": got or {}}, "Ready") or {}).get("status") == "True"
 
     async def cordoned() -> bool:
-        return bool(recorder.nodes["gpu-003"]["spec"].get("unschedulable"))
+        return bool(recorder.nodes[EXAMPLE_NODE]["spec"].get("unschedulable"))
 
     async def bound() -> bool:
         return gang_bound(recorder)
@@ -271,10 +274,10 @@ async def examples_take_effect(recorder: Recorder) -> None:
         return recorder.operator_config is not None
 
     async def topology_status() -> Any:
-        return await status_of("clusternetworktopology", "default")
+        return await status_of("clusternetworktopologies.scheduling.koordinator.sh", "default")
 
     async def skyhook_status() -> Any:
-        return ((await status_of("skyhook", "gpu-init")) or {}).get("status")
+        return ((await status_of("skyhooks.skyhook.nvidia.com", "gpu-init")) or {}).get("status")
 
     steps: list[tuple[str, list[tuple[Callable[[], Awaitable[Any]], str]]]] = [
         ("maintenanceoperatorconfig.yaml", [(operator_config_seen, "the config watched")]),
@@ -312,7 +315,7 @@ async def remove_examples(recorder: Recorder, stack: Stack) -> None:
         return (
             not recorder.maintenances
             and not recorder.gang_members("train")
-            and not recorder.nodes["gpu-003"]["spec"].get("unschedulable")
+            and not recorder.nodes[EXAMPLE_NODE]["spec"].get("unschedulable")
         )
 
     await until(gone, "every example object gone", STEP_TIMEOUT * 2)
@@ -379,6 +382,7 @@ async def run_examples_as_the_release(
     env = {k: v for k, v in watcher_env.items() if k == "COMMAND_NAMESPACES"}
     await kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
     async with (
+        example_node(),
         real_stack(tmp_path, as_watcher=as_release, env=env) as stack,
         recording(stack) as recorder,
     ):
@@ -387,3 +391,29 @@ async def run_examples_as_the_release(
         finally:
             await remove_examples(recorder, stack)
         assert not recorder.violations, recorder.violations
+
+
+@contextlib.asynccontextmanager
+async def example_node() -> AsyncIterator[None]:
+    """The node k8s/examples/nodemaintenance.yaml names, gpu-003, as one more KWOK GPU node
+    shaped as the others (tools/kube names its nodes node-000, node-001, ...)."""
+    nodes = (await get_json("nodes", "-l", "nvidia.com/gpu.present=true"))["items"]
+    model = min(nodes, key=lambda n: n["metadata"]["name"])
+    labels = dict(model["metadata"]["labels"]) | {"kubernetes.io/hostname": EXAMPLE_NODE}
+    await apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": EXAMPLE_NODE,
+                "labels": labels,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+            },
+            "spec": {"taints": model["spec"].get("taints") or []},
+        }
+    )
+    await kubectl("wait", "--for=condition=Ready", "--timeout=120s", f"node/{EXAMPLE_NODE}")
+    try:
+        yield
+    finally:
+        await kubectl("delete", "node", EXAMPLE_NODE, "--ignore-not-found", check=False)
