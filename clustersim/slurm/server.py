@@ -54,13 +54,16 @@ class Faults:
     """Injected failures. `down`: refuse connections, answer 503, or answer as slurmrestd
     does when slurmctld is unreachable (502 with an error); `latency` in seconds;
     `error_rate` answers 500; `errors_in_200_rate` answers 200 with an error and no data;
-    `openapi_hidden` answers 404 to `/openapi/v3` (a proxy that passes only `/slurm/`)."""
+    `openapi_hidden` answers 404 to `/openapi/v3` (a proxy that passes only `/slurm/`);
+    `doubled_error_answers` follows every error answer with a second, text/plain one on the
+    same connection, as Slurm 26.05.5's slurmrestd does (aiohttp refuses such an exchange)."""
 
     down: str | None = None
     latency: float = 0.0
     error_rate: float = 0.0
     errors_in_200_rate: float = 0.0
     openapi_hidden: bool = False
+    doubled_error_answers: bool = False
     seed: int = 0
     _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
 
@@ -163,6 +166,7 @@ class SlurmEmulator:
                 "error_rate",
                 "errors_in_200_rate",
                 "openapi_hidden",
+                "doubled_error_answers",
                 "seed",
             ):
                 raise ValueError(f"unknown fault {key!r}")
@@ -214,7 +218,10 @@ class SlurmEmulator:
             await asyncio.sleep(self.faults.latency)
         if self.faults.down == "503":
             return web.Response(status=503, text="Service Unavailable")
-        return await handler(request)
+        response = await handler(request)
+        if self.faults.doubled_error_answers and response.status >= 400:
+            await _answer_twice(request, response)
+        return response
 
     def _endpoint(
         self, handler: Callable[[web.Request, str], Awaitable[_Reply]], version: SlurmApiVersion
@@ -518,6 +525,21 @@ _SLURM_ROUTES = (
 )
 # slurmrestd's document lists these with a trailing slash (/slurm/v0.0.42/nodes/).
 _LISTED_WITH_SLASH = frozenset({"/ping", "/nodes", "/jobs"})
+
+
+async def _answer_twice(request: web.Request, response: web.StreamResponse) -> None:
+    """Send `response` with `Connection: Close`, then a second text/plain answer of the same
+    status on the same connection (what Slurm 26.05.5's slurmrestd sends for an error)."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    text = (response.reason or "error").encode()
+    second = (
+        f"HTTP/1.1 {response.status} {response.reason}\r\nConnection: Close\r\n"
+        f"Content-Length: {len(text)}\r\nContent-Type: text/plain\r\n\r\n"
+    ).encode() + text
+    if request.transport is not None:
+        request.transport.write(second)
 
 
 def _api(request: web.Request) -> SlurmApiVersion:

@@ -77,6 +77,9 @@ async def slurm(request: pytest.FixtureRequest) -> AsyncIterator[SlurmTarget]:
     ) as running:
         for name in EMULATED_NODES:
             running.emulator.register_node(name, cpus=4, real_memory=8192, gres="gpu:2")
+        if release == "26.05":
+            # As Slurm 26.05.5's slurmrestd: every error answer is followed by a second one.
+            running.emulator.set_faults(doubled_error_answers=True)
         target = SlurmTarget(
             url=running.url,
             api=version,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -17,6 +18,7 @@ import aiohttp
 import pytest
 
 from nodeflow_contracts.slurm_api import SlurmApiVersion
+from slurm_syncer.client import first_answer, is_doubled_answer
 
 BASE_STATES = {"IDLE", "ALLOCATED", "MIXED", "DOWN", "UNKNOWN", "ERROR", "FUTURE", "INVALID"}
 BUSY_BASES = {"ALLOCATED", "MIXED"}
@@ -75,17 +77,29 @@ class SlurmTarget:
         body: Json | None = None,
         headers: dict[str, str] | None = None,
     ) -> Reply:
-        async with self.session.request(
-            method,
-            self.url + self.api.prefix + path,
-            json=body,
-            headers=self.headers() if headers is None else headers,
-        ) as response:
-            text = await response.text()
-            parsed: Json | None = None
-            if "json" in (response.content_type or "") and text:
-                parsed = json.loads(text)
-            return Reply(response.status, parsed, text)
+        url = self.url + self.api.prefix + path
+        sent = self.headers() if headers is None else headers
+        try:
+            async with self.session.request(method, url, json=body, headers=sent) as response:
+                text = await response.text()
+                parsed: Json | None = None
+                if "json" in (response.content_type or "") and text:
+                    parsed = json.loads(text)
+                return Reply(response.status, parsed, text)
+        except aiohttp.ClientResponseError as exc:
+            if not is_doubled_answer(exc):
+                raise
+        # Slurm 26.05.5 answers an error twice on one connection: read the first answer, as
+        # slurm-syncer's client does.
+        status, data = await first_answer(
+            method, url, sent, body, ssl.create_default_context(), timeout=30.0
+        )
+        text = data.decode("utf-8", "replace")
+        try:
+            decoded = json.loads(text) if text.strip() else None
+        except json.JSONDecodeError:
+            decoded = None
+        return Reply(status, decoded if isinstance(decoded, dict) else None, text)
 
     async def openapi(self) -> Json:
         """slurmrestd's `/openapi/v3` document (outside any version's prefix)."""

@@ -3,8 +3,8 @@
 exchange whole. The client reads the first answer, so a refused token is refreshed and a
 refused update is an API error, not an unreachable cluster.
 
-The server here is a raw asyncio server writing those bytes as the real slurmrestd does (a
-fault of the real server the emulator does not reproduce)."""
+The servers here: a raw asyncio server writing those bytes as the real slurmrestd does, and
+the emulator as 26.05 with its `doubled_error_answers` fault, which writes the same."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from clustersim.slurm import run_slurm_emulator
 from nodeflow_bus import Backoff
 from nodeflow_contracts.slurm_api import NEWEST
-from slurm_syncer.auth import StaticToken
+from slurm_syncer.auth import SigningKeyTokens, StaticToken
 from slurm_syncer.client import (
     ClientOptions,
     SlurmApiError,
@@ -125,3 +126,26 @@ async def test_rule_a_doubled_refusal_of_an_update_is_an_api_error_not_unreachab
             await client.close()
     # 4xx is not retried: the update was sent once by aiohttp and read once more on its own.
     assert seen.count(f"POST {NEWEST.prefix}/node/n1") == 3  # RESUME twice, DRAIN once
+
+
+async def test_rule_the_emulated_26_05_doubled_answers_are_read_as_the_first() -> None:
+    """The same against the emulator as 26.05 with its doubled error answers turned on."""
+    async with run_slurm_emulator(CLUSTER, slurm_version="26.05") as running:
+        running.emulator.register_node("n1", cpus=4, real_memory=8192)
+        running.emulator.set_faults(doubled_error_answers=True)
+        refused = SlurmClient(CLUSTER, running.url, StaticToken("slurm", value="bad"), OPTIONS)
+        client = SlurmClient(
+            CLUSTER, running.url, SigningKeyTokens("slurm", running.key_path), OPTIONS
+        )
+        try:
+            with pytest.raises(SlurmAuthError):
+                await refused.list_nodes()
+            with pytest.raises(SlurmApiError) as invalid:
+                await client.update_node("n1", ["RESUME"])  # not drained: refused
+            assert not isinstance(invalid.value, SlurmUnreachable)
+            assert invalid.value.errors[0]["error_number"] == 2028
+            await client.update_node("n1", ["DRAIN"], "nodeflow: doubled")
+            assert running.emulator.node_state("n1") == ["IDLE", "DRAIN"]
+        finally:
+            await refused.close()
+            await client.close()
