@@ -34,6 +34,7 @@ def test_largest_request_is_the_component_wise_maximum_of_what_is_asked() -> Non
     assert fit.largest_request(requests) == {"cpu": 4000, GPU: 8000, "memory": 5}
     # Nothing asked is nothing charged: a zero request names no resource.
     assert fit.largest_request([{"cpu": 0}]) == {}
+    assert fit.largest_request([{"cpu": 1}]) == {"cpu": 1}
     assert fit.largest_request([]) == {}
 
 

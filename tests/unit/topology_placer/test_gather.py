@@ -119,6 +119,54 @@ def test_pod_count_multiple_floors_a_domains_slots() -> None:
     assert placement.domain == ("s1", "b2")
 
 
+def test_pod_count_multiple_on_the_node_layer_floors_each_nodes_slots() -> None:
+    rules = (GatherRule("NodeTopologyLayer", "PreferGather", pod_count_multiple=2),)
+    # node1 can take 3 pods of the gang but offers 2 (pods go in twos); node3 offers 2.
+    slots = {"node1": 3, "node3": 2}
+    result = gather(_tree(reference_nodes()), _pods(3), rules, slots)
+    placement = _placed(result)
+    assert placement.layer == "BlockLayer" or placement.layer == "SpineLayer"
+    assert sorted(placement.node_of.values()) == ["node1", "node1", "node3"]
+    # A multiple of 1 floors nothing: the three pods fit node1 alone.
+    alone = _placed(gather(_tree(reference_nodes()), _pods(3), (), {"node1": 3}))
+    assert set(alone.node_of.values()) == {"node1"}
+
+
+def test_a_node_offers_no_more_than_its_floored_domain() -> None:
+    # b1 offers 3, floored to 2 by the block's podCountMultiple: node1 inside it offers 2 too,
+    # so three pods fit nowhere (no node, no block, the spine and the cluster sum to 2).
+    rules = (GatherRule("BlockLayer", "PreferGather", pod_count_multiple=2),)
+    result = gather(_tree(reference_nodes()), _pods(3), rules, {"node1": 3})
+    assert isinstance(result, NoFit)
+    assert result.best_slots == 2
+    two = _placed(gather(_tree(reference_nodes()), _pods(2), rules, {"node1": 3}))
+    assert (two.layer, set(two.node_of.values())) == ("NodeTopologyLayer", {"node1"})
+    # Confined to node1 itself (a plan costed domain by domain), it still offers 2.
+    confined = gather(
+        _tree(reference_nodes()), _pods(3), rules, {"node1": 3}, within=("s1", "b1", "node1")
+    )
+    assert isinstance(confined, NoFit)
+    assert confined.best_slots == 2
+
+
+def test_a_domain_without_the_jobs_pods_counts_none_whatever_its_size() -> None:
+    # b1 (three nodes) and b2 (two nodes) fit the gang equally tightly (two slots each, one
+    # per node); neither holds a pod of the job (it has one in s2): the path decides, b1,
+    # not the number of nodes of either.
+    nodes = [
+        node("big-1", "s1", "b1"),
+        node("big-2", "s1", "b1"),
+        node("big-3", "s1", "b1"),
+        node("small-1", "s1", "b2"),
+        node("small-2", "s1", "b2"),
+        node("far", "s2", "b3"),
+    ]
+    slots = {"big-1": 1, "big-2": 1, "small-1": 1, "small-2": 1, "far": 1}
+    existing = {"far": 1}
+    placement = _placed(gather(_tree(nodes), _pods(2), BLOCK_MUST, slots, existing))
+    assert placement.domain == ("s1", "b1")
+
+
 def test_unknown_gather_layer_is_unschedulable_naming_the_known_layers() -> None:
     rules = (GatherRule("AcceleratorLayer", "MustGather"),)
     result = gather(_tree(reference_nodes()), _pods(1), rules, {"node1": 1})
