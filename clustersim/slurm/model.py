@@ -167,6 +167,7 @@ class SlurmCluster:
         slurm_user: str = "slurm",
         partitions: Sequence[Partition] | None = None,
         return_to_service: int = 1,
+        invalid_resume_error: int = e.ESLURM_INVALID_NODE_STATE,
         slurmd_timeout: float = 300.0,
         min_job_age: float = 300.0,
         completing_seconds: float = 1.0,
@@ -184,6 +185,8 @@ class SlurmCluster:
             p.name: p for p in (partitions or [Partition("debug", all_nodes=True, default=True)])
         }
         self.return_to_service = return_to_service
+        # What slurmctld answers a RESUME of a node neither drained nor down (per release).
+        self.invalid_resume_error = invalid_resume_error
         self.slurmd_timeout = slurmd_timeout
         self.min_job_age = min_job_age
         self.completing_seconds = completing_seconds
@@ -313,7 +316,7 @@ class SlurmCluster:
             if state not in UPDATE_STATES:
                 raise SlurmError(e.ESLURM_INVALID_NODE_STATE, failure, "_update_node")
         if "RESUME" in states and not (node.down or node.drain):
-            raise SlurmError(e.ESLURM_INVALID_NODE_STATE, failure, "_update_node")
+            raise SlurmError(self.invalid_resume_error, failure, "_update_node")
         now = self.clock.now()
         who = reason_user or user
         # Observed on Slurm 24.11.5 over REST: DRAIN and DOWN need no reason (only scontrol

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from clustersim.slurm import errors as e
 from nodeflow_contracts.slurm_api import API_VERSIONS, SlurmApiVersion
 
 
@@ -18,6 +19,8 @@ class SlurmRelease:
     name: str  # "26.05", what --slurm-version takes
     release: str  # "26.05.2", what `meta.slurm.release` says
     api_versions: tuple[SlurmApiVersion, ...]  # served, oldest first
+    # slurmctld's error for a RESUME of a node neither drained nor down (seen on each release).
+    invalid_resume_error: int
 
     @property
     def version_parts(self) -> tuple[str, str, str]:
@@ -36,8 +39,15 @@ def _versions(*names: str) -> tuple[SlurmApiVersion, ...]:
 SLURM_RELEASES: Mapping[str, SlurmRelease] = {
     release.name: release
     for release in (
-        SlurmRelease("24.11", "24.11.5", _versions("v0.0.41", "v0.0.42")),
-        SlurmRelease("26.05", "26.05.5", _versions("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")),
+        SlurmRelease(
+            "24.11", "24.11.5", _versions("v0.0.41", "v0.0.42"), e.ESLURM_INVALID_NODE_STATE
+        ),
+        SlurmRelease(
+            "26.05",
+            "26.05.5",
+            _versions("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+            e.ESLURM_INVALID_NODE_STATE_TRANSITION,
+        ),
     )
 }
 DEFAULT_SLURM_VERSION = "26.05"

@@ -111,6 +111,7 @@ class SlurmEmulator:
             admin_users=admin_users,
             slurm_user=slurm_user,
             partitions=partitions,
+            invalid_resume_error=self.release.invalid_resume_error,
             **cluster_options,
         )
         self.proxy_users = frozenset({"root", slurm_user})

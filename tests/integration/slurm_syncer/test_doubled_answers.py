@@ -143,7 +143,7 @@ async def test_rule_the_emulated_26_05_doubled_answers_are_read_as_the_first() -
             with pytest.raises(SlurmApiError) as invalid:
                 await client.update_node("n1", ["RESUME"])  # not drained: refused
             assert not isinstance(invalid.value, SlurmUnreachable)
-            assert invalid.value.errors[0]["error_number"] == 2028
+            assert invalid.value.errors[0]["error_number"] == 2180  # 26.05.5's number
             await client.update_node("n1", ["DRAIN"], "nodeflow: doubled")
             assert running.emulator.node_state("n1") == ["IDLE", "DRAIN"]
         finally:
