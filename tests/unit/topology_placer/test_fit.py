@@ -122,6 +122,9 @@ def test_filter_reason_names_each_filter_alone() -> None:
     # PreferNoSchedule is no filter.
     soft = node("n", "s1", "b1", taints=[{"key": "gpu", "effect": "PreferNoSchedule"}])
     assert fit.filter_reason(plain, soft) is None
+    # A node object without a spec (nothing tainted, nothing cordoned) passes.
+    specless = {"metadata": {"name": "n", "labels": {}}, "status": {}}
+    assert fit.filter_reason(plain, specless) is None
     selecting = dict(plain, nodeSelector={"zone": "a"})
     assert fit.filter_reason(selecting, node("n", "s1", "b1")) == "node affinity"
     assert fit.filter_reason(selecting, node("n", "s1", "b1", labels={"zone": "a"})) is None
