@@ -141,7 +141,12 @@ def _environment(extra: dict[str, str]) -> dict[str, str]:
 
 
 def run_target(
-    target: Target, exclusions: dict[str, str], *, limit: int | None, out: list[str]
+    target: Target,
+    exclusions: dict[str, str],
+    *,
+    limit: int | None,
+    only: set[str],
+    out: list[str],
 ) -> tuple[list[Outcome], list[Mutant]]:
     source = (ROOT / target.path).read_text(encoding="utf-8")
     baseline_code, baseline_seconds = _pytest(target, _environment({}), timeout=1800)
@@ -154,6 +159,8 @@ def run_target(
     outcomes: list[Outcome] = []
     excluded: list[Mutant] = []
     mutants = find_mutants(target.path, source)
+    if only:
+        mutants = [m for m in mutants if m.key in only]
     if limit is not None:
         mutants = mutants[:limit]
     with tempfile.TemporaryDirectory(prefix="nodeflow-mutant-") as scratch:
@@ -206,6 +213,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--limit", type=int, help="first N mutants of each module only")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="run only this mutant, as printed (`path:line: mutation`); repeatable: re-check "
+        "the survivors of a run after adding tests",
+    )
     args = parser.parse_args(argv)
     chosen = [
         t
@@ -231,7 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     matched: set[str] = set()
     for target in chosen:
         print(f"{target.path} ({', '.join(target.tests)})", flush=True)
-        outcomes, excluded = run_target(target, exclusions, limit=args.limit, out=summary)
+        outcomes, excluded = run_target(
+            target, exclusions, limit=args.limit, only=set(args.only), out=summary
+        )
         survivors += [o.mutant for o in outcomes if not o.killed]
         matched.update(m.key for m in excluded)
     print(f"\nmutation run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
@@ -245,7 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stale = [
         key
         for key in exclusions
-        if key.split(":", 1)[0] in chosen_paths and key not in matched and args.limit is None
+        if key.split(":", 1)[0] in chosen_paths
+        and key not in matched
+        and args.limit is None
+        and not args.only
     ]
     if stale:
         print("\nexclusions that name no mutant any more (update tools/mutate/equivalent.txt):")
