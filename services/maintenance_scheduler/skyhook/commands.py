@@ -81,6 +81,9 @@ def command_for(
             action.node,
             namespace=namespace,
             default_stage_timeout_seconds=default_stage_timeout_seconds,
+            run=action.run,
+            config=action.config,
+            node_uid=action.node_uid,
         )
         target = ObjectRef(
             api_version="batch/v1", kind="Job", name=action.name, namespace=namespace

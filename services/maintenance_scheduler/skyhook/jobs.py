@@ -1,8 +1,14 @@
 """The batch/v1 Job of one stage and the NodeMaintenance of one interrupt (pure builders).
 
-Names are deterministic -- one Job per (skyhook, package, version, stage, node), one request
-per (skyhook, node) -- so a restarted controller re-creating them is refused as already
-existing, never a second Job for a stage. They are memoised: every round asks for the same.
+Names are deterministic -- one Job per (skyhook, package, version, stage, node, run, config),
+one request per (skyhook, node) -- so a restarted controller re-creating them is refused as
+already existing, never a second Job for a stage. They are memoised: every round asks for the
+same.
+
+A Job proves only what it ran: its IDENTITY_ANNOTATION records the Skyhook's uid, the node's
+uid, the package version, the run and the config hash it ran with, so a Complete Job left by
+an earlier run (a re-added package, a reset node, a version rolled back, an edited configMap,
+a re-created Skyhook or node) within its 24 h TTL does not count for the current one.
 """
 
 from __future__ import annotations
@@ -31,7 +37,13 @@ from maintenance_scheduler.skyhook.api import (
 
 MANAGED_BY: Final = "nodeflow-maintenance-scheduler"
 PACKAGE_ANNOTATION: Final = "skyhook.nvidia.com/package"
+IDENTITY_ANNOTATION: Final = "skyhook.nvidia.com/identity"
 SUCCEEDED_TTL_SECONDS: Final = 86400
+# Interrupt Jobs restart their pod OnFailure, as upstream's interrupt pods and Jobs do: the
+# reboot kills the interrupt pod (exit 143, upstream issue #633), the kubelet restarts it after
+# the boot and the Job completes then. The Job controller counts container restarts of an
+# OnFailure pod against backoffLimit, hence upstream's JOB_BACKOFF_LIMIT default of 3.
+INTERRUPT_BACKOFF_LIMIT: Final = 3
 # Package pods survive the node being NotReady or unreachable for as long as it takes: the
 # interrupt (a reboot) makes it so on purpose.
 UNBOUNDED_TOLERATIONS: Final[tuple[Mapping[str, Any], ...]] = (
@@ -51,9 +63,16 @@ def _slug(text: str, length: int) -> str:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def job_name(skyhook: str, package: str, version: str, stage: str, node: str) -> str:
-    """<= 63 characters (the job-name label), readable, unique by a digest of every part."""
-    digest = _digest(skyhook, package, version, stage, node)[:8]
+def job_name(
+    skyhook: str, package: str, version: str, stage: str, node: str, identity: str = ""
+) -> str:
+    """<= 63 characters (the job-name label), readable, unique by a digest of every part.
+    `identity` (the entry's run and config) is left out when empty, so an entry written before
+    it existed still finds its Jobs."""
+    parts_digested: tuple[str, ...] = (skyhook, package, version, stage, node)
+    if identity:
+        parts_digested += (identity,)
+    digest = _digest(*parts_digested)[:8]
     parts = (_slug(skyhook, 12), _slug(package, 12), _slug(stage, 14), _slug(node, 12), digest)
     return "-".join(parts)
 
@@ -68,6 +87,24 @@ def resource_id(skyhook: str, package: str, version: str, node: str) -> str:
 def maintenance_name(skyhook: str, node: str) -> str:
     digest = _digest(skyhook, node)[:8]
     return f"skyhook-{_slug(skyhook, 20)}-{_slug(node, 24)}-{digest}"
+
+
+def entry_identity(run: str, config: str) -> str:
+    """The part of a Job's name that says which run and config it is for."""
+    return f"{run}:{config}" if run or config else ""
+
+
+def job_identity(
+    skyhook_uid: str, node_uid: str, version: str, run: str, config: str
+) -> dict[str, str]:
+    """What a Complete Job must have run to count for a stage (IDENTITY_ANNOTATION)."""
+    return {
+        "skyhook": skyhook_uid,
+        "node": node_uid,
+        "version": version,
+        "run": run,
+        "config": config,
+    }
 
 
 def requestor_id(skyhook: str) -> str:
@@ -96,11 +133,18 @@ def build_job(
     *,
     namespace: str,
     default_stage_timeout_seconds: int,
+    run: str = "",
+    config: str = "",
+    node_uid: str = "",
 ) -> dict[str, Any]:
     """parallelism 1, completions 1, backoffLimit 0 (the controller decides retries),
     podReplacementPolicy Failed (no two pods racing for the node's host paths), the pod
-    pinned to its node; an eviction (DisruptionTarget) is not a package failure."""
-    name = job_name(skyhook.name, package.name, package.version, stage, node)
+    pinned to its node; an eviction (DisruptionTarget) is not a package failure. An
+    interrupt Job restarts its pod OnFailure (INTERRUPT_BACKOFF_LIMIT) instead: the reboot
+    it causes kills its own pod."""
+    name = job_name(
+        skyhook.name, package.name, package.version, stage, node, entry_identity(run, config)
+    )
     labels = job_labels(skyhook.name, package, stage, node, package.version)
     env = [
         {"name": "SKYHOOK_NAME", "value": skyhook.name},
@@ -133,28 +177,32 @@ def build_job(
             },
         }
     timeout = package.stage_timeout_seconds or default_stage_timeout_seconds
+    interrupting = stage == "interrupt"
     spec: dict[str, Any] = {
         "parallelism": 1,
         "completions": 1,
-        "backoffLimit": 0,
+        "backoffLimit": INTERRUPT_BACKOFF_LIMIT if interrupting else 0,
         "ttlSecondsAfterFinished": SUCCEEDED_TTL_SECONDS,
         "podReplacementPolicy": "Failed",
-        "podFailurePolicy": {
-            "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
-        },
         "template": {
             "metadata": {"labels": dict(labels)},
             "spec": {
                 "nodeName": node,
-                "restartPolicy": "Never",
+                # podFailurePolicy needs restartPolicy Never: an interrupt Job has neither.
+                "restartPolicy": "OnFailure" if interrupting else "Never",
                 "tolerations": [dict(t) for t in UNBOUNDED_TOLERATIONS]
                 + [dict(t) for t in skyhook.additional_tolerations],
                 "containers": [container],
             },
         },
     }
+    if not interrupting:
+        spec["podFailurePolicy"] = {
+            "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+        }
     if timeout:
         spec["activeDeadlineSeconds"] = timeout
+    identity = job_identity(skyhook.uid, node_uid, package.version, run, config)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -172,7 +220,8 @@ def build_job(
                         "image": package.image_ref,
                     },
                     sort_keys=True,
-                )
+                ),
+                IDENTITY_ANNOTATION: json.dumps(identity, sort_keys=True),
             },
             "ownerReferences": [
                 {

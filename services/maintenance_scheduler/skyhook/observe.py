@@ -7,9 +7,12 @@ and an image that does not pull (which no Job condition ever reports).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from maintenance_scheduler.skyhook.api import NAME_LABEL, NODE_LABEL, PACKAGE_LABEL
+from maintenance_scheduler.skyhook.jobs import IDENTITY_ANNOTATION
 from maintenance_scheduler.skyhook.plan import NodeView
 from maintenance_scheduler.skyhook.stages import JobFacts
 from nodeflow_kube.fields import (
@@ -68,8 +71,32 @@ def pull_stuck(pods: Sequence[Obj]) -> tuple[float, str] | None:
     return found
 
 
+def job_identity_of(job: Obj) -> Mapping[str, str] | None:
+    """The Job's IDENTITY_ANNOTATION; an unreadable one is an identity nothing matches."""
+    raw = mapping(meta(job).get("annotations")).get(IDENTITY_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(str(raw))
+    except ValueError:
+        return {"unreadable": str(raw)}
+    if not isinstance(data, Mapping):
+        return {"unreadable": str(raw)}
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def job_slot(job: Obj) -> tuple[str, str, str] | None:
+    labels = mapping(meta(job).get("labels"))
+    parts = (labels.get(NAME_LABEL), labels.get(PACKAGE_LABEL), labels.get(NODE_LABEL))
+    if not all(isinstance(p, str) and p for p in parts):
+        return None
+    return (str(parts[0]), str(parts[1]), str(parts[2]))
+
+
 def job_facts(job: Obj, pods: Sequence[Obj]) -> JobFacts:
     name = str(meta(job).get("name") or "")
+    identity = job_identity_of(job)
+    slot = job_slot(job)
     failed = _true(job, "Failed")
     if failed is not None:
         reason = "OOMKilled" if oom_killed(pods) else str(failed.get("reason") or "Failed")
@@ -80,13 +107,22 @@ def job_facts(job: Obj, pods: Sequence[Obj]) -> JobFacts:
             reason=reason,
             message=str(failed.get("message") or ""),
             ttl_seconds=ttl if isinstance(ttl, int) else None,
+            identity=identity,
+            slot=slot,
         )
     if _true(job, "Complete") is not None:
-        return JobFacts(name, "complete")
+        return JobFacts(name, "complete", identity=identity, slot=slot)
     stuck = pull_stuck(pods)
     if stuck is None:
-        return JobFacts(name, "running")
-    return JobFacts(name, "running", pull_stuck_since=stuck[0], pull_image=stuck[1])
+        return JobFacts(name, "running", identity=identity, slot=slot)
+    return JobFacts(
+        name,
+        "running",
+        pull_stuck_since=stuck[0],
+        pull_image=stuck[1],
+        identity=identity,
+        slot=slot,
+    )
 
 
 def node_view(node: Obj) -> NodeView:

@@ -4,7 +4,12 @@ Per Skyhook, in priority order (lower first, then name): its target nodes (nodeS
 minus nodes labelled skyhook.nvidia.com/ignore) fall into the policy's compartments; each
 compartment evaluates its finished batch and picks the nodes that may work; on each of
 those the packages advance stage by stage (dependsOn first, one at a time when serial),
-each stage one Job, an interrupt stage only once the node's NodeMaintenance is Ready.
+each stage one Job. A package that will interrupt its node waits for the node's
+NodeMaintenance to be Ready (cordoned, podNonInterruptLabels pods gone, drained) before its
+apply/upgrade, as upstream drains before applying; several interrupts due on one node are
+merged into one (reboot wins, services merged, the others `skipped`), as upstream's
+fudgeInterruptWithPriority. A Job counts for a stage only if it ran this Skyhook, node,
+package version, run and config (jobs.IDENTITY_ANNOTATION).
 
 Fail closed: a node whose state annotation is unreadable is left alone (status unknown);
 a paused or disabled Skyhook, a stopped rollout or a missing policy starts no new stage.
@@ -17,9 +22,11 @@ the finalizer; its Jobs go with it through their ownerReference.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+import functools
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
 
 from maintenance_scheduler.skyhook import stages
 from maintenance_scheduler.skyhook.api import (
@@ -28,13 +35,19 @@ from maintenance_scheduler.skyhook.api import (
     POLICY_FINALIZER,
     SKYHOOK_FINALIZER,
     DeploymentPolicy,
+    Interrupt,
     Package,
     Skyhook,
     node_state_annotation,
     policy_for,
     status_key,
 )
-from maintenance_scheduler.skyhook.jobs import job_name, maintenance_name
+from maintenance_scheduler.skyhook.jobs import (
+    entry_identity,
+    job_identity,
+    job_name,
+    maintenance_name,
+)
 from maintenance_scheduler.skyhook.rollout import (
     BLOCKED,
     COMPLETE,
@@ -54,6 +67,8 @@ from maintenance_scheduler.skyhook.rollout import (
 from maintenance_scheduler.skyhook.stages import (
     JobFacts,
     PackageState,
+    StepOutcome,
+    config_hash,
     parse_node_state,
     render_node_state,
     step_package,
@@ -87,6 +102,10 @@ class CreateJob:
     name: str
     # The stage's retries so far: a retried stage's create is a new command.
     attempt: int = 0
+    # The identity the Job records (jobs.IDENTITY_ANNOTATION) besides the Skyhook's uid.
+    run: str = ""
+    config: str = ""
+    node_uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -203,6 +222,15 @@ class World:
     # Nodes whose last patch is not yet visible: left as they are this round.
     settling: frozenset[str] = frozenset()
 
+    @functools.cached_property
+    def running_slots(self) -> Mapping[tuple[str, str, str], frozenset[str]]:
+        """Running Jobs by (skyhook, package, node), from their labels."""
+        found: dict[tuple[str, str, str], set[str]] = {}
+        for job in self.jobs.values():
+            if job.outcome == "running" and job.slot is not None:
+                found.setdefault(job.slot, set()).add(job.name)
+        return {slot: frozenset(names) for slot, names in found.items()}
+
 
 @dataclass
 class SkyhookRound:
@@ -228,11 +256,12 @@ class RoundPlan:
 # --- node status -----------------------------------------------------------------------------
 
 
-Wanted = tuple[dict[str, str], frozenset[str]]
+# name -> (version, config hash) of every package, and the names.
+Wanted = tuple[dict[str, tuple[str, str]], frozenset[str]]
 
 
 def wanted_versions(skyhook: Skyhook) -> Wanted:
-    return {p.name: p.version for p in skyhook.packages}, frozenset(
+    return {p.name: (p.version, config_hash(p)) for p in skyhook.packages}, frozenset(
         p.name for p in skyhook.packages
     )
 
@@ -243,7 +272,8 @@ def node_status(
     readable: bool,
     wanted_names: Wanted | None = None,
 ) -> str:
-    """complete: every package complete at its version and nothing left to uninstall."""
+    """complete: every package complete at its version and config (an entry written before
+    configs were recorded passes) and nothing left to uninstall."""
     if not readable:
         return UNKNOWN
     wanted, names = wanted_names or wanted_versions(skyhook)
@@ -257,9 +287,14 @@ def node_status(
             in_progress = True
     if not in_progress and entries.keys() <= names:
         done = True
-        for name, version in wanted.items():
+        for name, (version, config) in wanted.items():
             entry = entries.get(name)
-            if entry is None or entry.version != version or entry.state != stages.COMPLETE:
+            if (
+                entry is None
+                or entry.version != version
+                or entry.state != stages.COMPLETE
+                or (entry.config and entry.config != config)
+            ):
                 done = False
                 break
         if done:
@@ -298,6 +333,60 @@ class NodeStep:
     maintenance_needed: bool = False
 
 
+# Upstream's interrupt priorities (lower wins): a reboot covers every other interrupt.
+INTERRUPT_PRIORITY: Final[Mapping[str, int]] = {
+    "reboot": 0,
+    "restartAllServices": 1,
+    "service": 2,
+    "noop": 3,
+}
+
+
+def merge_interrupts(due: Sequence[Package]) -> tuple[str, Interrupt]:
+    """The one interrupt that serves every package in `due` (each has an interrupt), and the
+    package that runs it: by name, the first of the highest priority (a reboot wins at once);
+    services of equal priority are merged, sorted."""
+    winner = ""
+    merged: Interrupt | None = None
+    for package in sorted(due, key=lambda p: p.name):
+        interrupt = package.interrupt
+        assert interrupt is not None
+        if merged is None:
+            winner, merged = package.name, interrupt
+        if interrupt.type == "reboot":
+            return package.name, interrupt
+        if INTERRUPT_PRIORITY[interrupt.type] < INTERRUPT_PRIORITY[merged.type]:
+            winner, merged = package.name, interrupt
+        elif interrupt.type == merged.type == "service":
+            merged = Interrupt(
+                "service", tuple(sorted(set(merged.services) | set(interrupt.services)))
+            )
+    assert merged is not None
+    return winner, merged
+
+
+def run_marker(skyhook: Skyhook, node: NodeView | None) -> str:
+    """The run a package starting on the node now belongs to. Made of what is durable and
+    the same for a controller deciding again on the same state (the Skyhook's uid and
+    generation, the node's uid and resourceVersion), so a restart finds the Jobs it made;
+    a reset node, a re-added package or a rolled-back version is decided on a node that
+    changed since, hence a new run whose stages run again."""
+    if node is None:
+        return ""
+    text = "\x1f".join((skyhook.uid, str(skyhook.generation), node.uid, node.resource_version))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _interrupts(package: Package | None, entry: PackageState) -> bool:
+    """Whether this stage of the package belongs to a run that interrupts the node."""
+    return (
+        package is not None
+        and package.interrupt is not None
+        and entry.version == package.version
+        and entry.stage != "uninstall"
+    )
+
+
 def step_node(
     skyhook: Skyhook,
     node: str,
@@ -308,20 +397,60 @@ def step_node(
     now: float,
     pull_grace_seconds: float,
     order: Sequence[Package] | None = None,
+    node_view: NodeView | None = None,
 ) -> NodeStep:
     """Advance every package of one node; with `may_start` False, Job endings are recorded
     but no new Job or maintenance request is made."""
     result = NodeStep(dict(entries), [], [])
     maintenance = maintenance_name(skyhook.name, node)
     maintenance_phase = world.maintenances.get(maintenance)
+    drained = maintenance_phase == MAINTENANCE_READY
     needs_maintenance = False
     keeps_maintenance = False
     interrupts: list[str] = []
     busy = False  # a package of a serial Skyhook is under way
+    run = run_marker(skyhook, node_view)
+    node_uid = node_view.uid if node_view is not None else ""
     spec_names = {p.name for p in skyhook.packages}
     packages = order if order is not None else _package_order(skyhook)
     work: list[tuple[Package | None, str]] = [(p, p.name) for p in packages]
     work += [(None, name) for name in sorted(entries) if name not in spec_names]
+    # Interrupt stages due this round, decided together once every package is looked at.
+    due: list[tuple[Package, PackageState]] = []
+    skipped: list[Package] = []
+
+    def create(package: Package | None, new: PackageState) -> None:
+        target = job_name(
+            skyhook.name,
+            new.name,
+            new.version,
+            new.stage,
+            node,
+            entry_identity(new.run, new.config),
+        )
+        if target in world.jobs:
+            return
+        # A Job of an earlier run of this package still runs on the node: never a second pod
+        # beside it on the same host paths; this one starts once it has ended.
+        others = world.running_slots.get((skyhook.name, new.name, node), frozenset())
+        if others - {target}:
+            return
+        if package is None or package.version != new.version:
+            package = _uninstall_package(new)
+        result.actions.append(
+            CreateJob(
+                skyhook,
+                package,
+                new.stage,
+                node,
+                target,
+                new.restarts,
+                run=new.run,
+                config=new.config,
+                node_uid=node_uid,
+            )
+        )
+
     for package, name in work:
         entry = result.entries.get(name)
         if package is not None and (entry is None or entry.state != stages.COMPLETE):
@@ -337,10 +466,44 @@ def step_node(
             not_started = entry is None or entry.version != package.version
             if not_started and (pending or (skyhook.serial and busy)):
                 continue  # waits for its dependencies (or, serial, the package before it)
+        config = config_hash(package) if package is not None else ""
         job: JobFacts | None = None
         if entry is not None:
-            job = world.jobs.get(job_name(skyhook.name, name, entry.version, entry.stage, node))
-        outcome = step_package(package, entry, job, now=now, pull_grace_seconds=pull_grace_seconds)
+            found = world.jobs.get(
+                job_name(
+                    skyhook.name,
+                    name,
+                    entry.version,
+                    entry.stage,
+                    node,
+                    entry_identity(entry.run, entry.config),
+                )
+            )
+            expected = job_identity(skyhook.uid, node_uid, entry.version, entry.run, entry.config)
+            # A Job proves only what it ran: one recording another identity counts for nothing.
+            if found is not None and (found.identity is None or dict(found.identity) == expected):
+                job = found
+        waiting_skipped = (
+            entry is not None
+            and entry.state == stages.SKIPPED
+            and package is not None
+            and entry.version == package.version
+            and (not entry.config or entry.config == config)
+        )
+        if waiting_skipped:
+            assert package is not None and entry is not None
+            outcome = StepOutcome(entry)
+            skipped.append(package)
+        else:
+            outcome = step_package(
+                package,
+                entry,
+                job,
+                now=now,
+                pull_grace_seconds=pull_grace_seconds,
+                run=run,
+                config=config,
+            )
         new = outcome.entry
         if outcome.run_job and new is not None:
             if not may_start:
@@ -348,15 +511,12 @@ def step_node(
                 # stage's Job is made on resume); a start or a retry waits entirely.
                 if job is None or job.outcome != "complete":
                     new = entry
-            elif new.stage == "interrupt" and maintenance_phase != MAINTENANCE_READY:
-                pass  # the interrupt waits for the node's maintenance request to be Ready
+            elif new.stage == "interrupt" and package is not None and _interrupts(package, new):
+                due.append((package, new))  # one interrupt per node: decided below
+            elif _interrupts(package, new) and not drained:
+                pass  # drain before apply: its node's maintenance request is not Ready yet
             else:
-                target = job_name(skyhook.name, name, new.version, new.stage, node)
-                if target not in world.jobs:
-                    spec_package = package or _uninstall_package(new)
-                    result.actions.append(
-                        CreateJob(skyhook, spec_package, new.stage, node, target, new.restarts)
-                    )
+                create(package, new)
         if job is not None and job.outcome == "failed" and job.ttl_seconds is not None:
             attempt = entry.restarts if entry is not None else 0
             result.actions.append(KeepFailedJob(skyhook.name, job.name, attempt))
@@ -379,13 +539,6 @@ def step_node(
             result.entries[name] = new
             if new.state != stages.COMPLETE:
                 busy = True
-            if new.stage in ("interrupt", "post-interrupt") and new.state != stages.COMPLETE:
-                # A failed interrupt keeps the node out of service (fail closed) until the
-                # stage is retried or the package changes.
-                keeps_maintenance = True
-                if new.state == stages.IN_PROGRESS:
-                    needs_maintenance = True
-                    interrupts.append(new.key)
         if outcome.event and new is not entry:
             shown = new or entry
             result.decisions.append(
@@ -399,6 +552,17 @@ def step_node(
                     stage=shown.stage if shown is not None else "",
                 )
             )
+    _decide_interrupts(skyhook, node, result, due, skipped, drained, create)
+    by_name = {p.name: p for p in packages}
+    for name, new in result.entries.items():
+        if _interrupts(by_name.get(name), new) and new.state != stages.COMPLETE:
+            # The node is cordoned and drained from before apply until post-interrupt is
+            # done; a failed stage keeps it out of service (fail closed) until the stage is
+            # retried or the package changes.
+            keeps_maintenance = True
+            if new.state in (stages.IN_PROGRESS, stages.SKIPPED):
+                needs_maintenance = True
+                interrupts.append(new.key)
     if needs_maintenance and may_start and maintenance_phase is None:
         result.actions.append(
             CreateMaintenance(skyhook, node, maintenance, ",".join(sorted(interrupts)))
@@ -415,6 +579,65 @@ def step_node(
         )
     result.maintenance_needed = keeps_maintenance
     return result
+
+
+def _decide_interrupts(
+    skyhook: Skyhook,
+    node: str,
+    result: NodeStep,
+    due: Sequence[tuple[Package, PackageState]],
+    skipped: Sequence[Package],
+    drained: bool,
+    create: Callable[[Package | None, PackageState], None],
+) -> None:
+    """One interrupt for the node: once no interrupting package is still before its
+    interrupt (nor another interrupt under way), the due ones merge into one Job run by the
+    winner; the others are `skipped` and go on to post-interrupt once the winner's
+    interrupt is done."""
+    by_name = {p.name: p for p in skyhook.packages}
+    under_way = [
+        e
+        for e in result.entries.values()
+        if _interrupts(by_name.get(e.name), e)
+        and e.state == stages.IN_PROGRESS
+        and e.name not in {p.name for p, _ in due}
+        and e.stage in ("apply", "upgrade", "config", "interrupt")
+    ]
+    if due and not under_way and drained:
+        winner, merged = merge_interrupts([p for p, _ in due])
+        for package, entry in due:
+            if package.name == winner:
+                create(replace(package, interrupt=merged), entry)
+            else:
+                result.entries[package.name] = replace(
+                    entry, state=stages.SKIPPED, message=f"interrupt merged into {winner}"
+                )
+                result.decisions.append(
+                    SkyhookDecisionNote(
+                        skyhook.name,
+                        "stage",
+                        f"{package.name} on {node}: interrupt skipped: merged into {winner}'s "
+                        f"{merged.type}",
+                        reason="interrupt-skipped",
+                        node=node,
+                        package=package.name,
+                        stage="interrupt",
+                    )
+                )
+    for package in skipped:
+        entry = result.entries[package.name]
+        winner = entry.message.removeprefix("interrupt merged into ")
+        ran = result.entries.get(winner)
+        if ran is not None and ran.stage == "interrupt" and ran.state != stages.COMPLETE:
+            continue  # the merged interrupt is not done yet
+        if ran is not None and (ran.stage == "post-interrupt" or ran.state == stages.COMPLETE):
+            following = replace(entry, stage="post-interrupt", state=stages.IN_PROGRESS, message="")
+            result.entries[package.name] = following
+            if drained:
+                create(package, following)
+        else:
+            # The winner is gone or went back: this package's interrupt is due again.
+            result.entries[package.name] = replace(entry, state=stages.IN_PROGRESS, message="")
 
 
 def _uninstall_package(entry: PackageState) -> Package:
@@ -690,6 +913,7 @@ def _plan_skyhook(
                 now=now,
                 pull_grace_seconds=pull_grace_seconds,
                 order=order,
+                node_view=node,
             )
             if working:
                 plan.actions.extend(step.actions)

@@ -1,16 +1,24 @@
 """One package on one node: which stage runs next, and what its Job's end means (pure).
 
 Stages: apply -> config, or with an interrupt apply -> config -> interrupt -> post-interrupt;
-a version change starts at upgrade instead of apply; a package removed from the Skyhook runs
-uninstall. The node's state for a Skyhook is the annotation `nodeState_<skyhook>`:
-{"name|version": {name, version, image, stage, state, restarts}}. The Job of a stage is the
-truth of its completion: Complete advances, Failed marks the package erroring.
+a version change starts at upgrade instead of apply, a downgrade uninstalls the old version
+first and then applies the new one (as upstream's HandleVersionChange); a package removed from
+the Skyhook runs uninstall; a changed configMap or env re-runs config. The node's state for a
+Skyhook is the annotation `nodeState_<skyhook>`:
+{"name|version": {name, version, image, stage, state, restarts, run, config}}. The Job of a
+stage is the truth of its completion: Complete advances, Failed marks the package erroring.
+
+`run` and `config` are the identity the entry's Jobs must carry: `run` is fixed when the
+package starts on the node (so a reset node or a re-added package is a new run), `config` is
+the hash of the package's configMap and env its stages run with.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
@@ -54,6 +62,10 @@ class PackageState:
     restarts: int = 0
     # Why the package is erroring (the Job's reason, OOMKilled, the image that never pulled).
     message: str = ""
+    # The run this entry belongs to and the config hash its stages run with ("" in an entry
+    # written before they existed: its Jobs carry the older names).
+    run: str = ""
+    config: str = ""
 
     @property
     def key(self) -> str:
@@ -71,6 +83,10 @@ class PackageState:
         }
         if self.message:
             data["message"] = self.message
+        if self.run:
+            data["run"] = self.run
+        if self.config:
+            data["config"] = self.config
         return data
 
     @functools.cached_property
@@ -128,6 +144,8 @@ def _parse_node_state(raw: str) -> tuple[dict[str, PackageState], bool]:
             state=str(state),
             restarts=restarts if isinstance(restarts, int) else 0,
             message=str(value.get("message") or ""),
+            run=str(value.get("run") or ""),
+            config=str(value.get("config") or ""),
         )
     return entries, True
 
@@ -155,6 +173,11 @@ class JobFacts:
     pull_image: str = ""
     # spec.ttlSecondsAfterFinished: a failed Job keeps none, so its logs stay.
     ttl_seconds: int | None = None
+    # What it ran (jobs.IDENTITY_ANNOTATION); None when it carries no such record.
+    identity: Mapping[str, str] | None = None
+    # (skyhook, package, node) from its labels: a running Job there keeps a new one of the
+    # same package on the node from starting beside it.
+    slot: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +195,35 @@ class StepOutcome:
     event: str = ""
 
 
-def _start(package: Package, previous: PackageState | None) -> PackageState:
+@functools.lru_cache(maxsize=1 << 12)
+def config_hash(package: Package) -> str:
+    """What a config stage depends on: the package's configMap and env."""
+    text = json.dumps([list(package.config_map), list(package.env)], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?")
+
+
+def _version_key(version: str) -> tuple[tuple[int, ...], tuple[tuple[int, int | str], ...]]:
+    """Semantic-version order (build metadata ignored; a pre-release before its release)."""
+    found = _VERSION.match(version)
+    if found is None:
+        return (), ()
+    core = tuple(int(found.group(i)) for i in (1, 2, 3))
+    pre = found.group(4)
+    if pre is None:
+        return core, ((2, 0),)
+    return core, tuple((0, int(p)) if p.isdigit() else (1, p) for p in pre.split("."))
+
+
+def is_downgrade(installed: str, wanted: str) -> bool:
+    return _version_key(wanted) < _version_key(installed)
+
+
+def _start(
+    package: Package, previous: PackageState | None, run: str = "", config: str = ""
+) -> PackageState:
     upgrading = previous is not None and previous.version != package.version
     return PackageState(
         name=package.name,
@@ -180,6 +231,8 @@ def _start(package: Package, previous: PackageState | None) -> PackageState:
         image=package.image,
         stage=stages_of(package, upgrading=upgrading)[0],
         state=IN_PROGRESS,
+        run=run,
+        config=config,
     )
 
 
@@ -198,11 +251,15 @@ def step_package(
     *,
     now: float,
     pull_grace_seconds: float,
+    run: str = "",
+    config: str = "",
 ) -> StepOutcome:
     """Advance one package on one node by what its current stage's Job shows.
 
     `package` None means the package left the Skyhook: an installed one is uninstalled.
-    `job` is the Job of `entry.stage` at `entry.version` (None: there is none). Whether the
+    `job` is the Job of `entry.stage` at `entry.version` with the entry's identity (run,
+    config) (None: there is none). `run` is the identity a package starting now gets,
+    `config` the package's current config hash ("" skips the config check). Whether the
     node may start a stage at all (batch, pause, dependencies, the interrupt's maintenance
     request) is the caller's decision: `run_job` only says the stage's Job should exist.
     """
@@ -215,8 +272,33 @@ def step_package(
         if package_done:
             return StepOutcome(None, event="uninstalled")
         return _follow_job(entry, job, now=now, pull_grace_seconds=pull_grace_seconds)
-    if entry is None or entry.version != package.version:
-        return StepOutcome(_start(package, entry), run_job=True, event="started")
+    if entry is None:
+        return StepOutcome(_start(package, None, run, config), run_job=True, event="started")
+    if entry.version != package.version:
+        if not is_downgrade(entry.version, package.version):
+            return StepOutcome(_start(package, entry, run, config), run_job=True, event="started")
+        # A downgrade uninstalls the installed version, then applies the wanted one afresh.
+        if entry.stage != "uninstall":
+            return StepOutcome(
+                replace(entry, stage="uninstall", state=IN_PROGRESS, message=""),
+                run_job=True,
+                event=f"downgrade to {package.version}: uninstall {entry.version}",
+            )
+        if job is not None and job.outcome == "complete":
+            return StepOutcome(
+                _start(package, None, run, config), run_job=True, event="uninstalled: started"
+            )
+        return _follow_job(entry, job, now=now, pull_grace_seconds=pull_grace_seconds)
+    if config and entry.config and entry.config != config:
+        # The configMap or env changed: what ran with the old one proves nothing for the new.
+        # Before config has run, the stage under way runs again with the new config;
+        # from config on, config runs again.
+        stage = entry.stage if entry.stage in ("apply", "upgrade") else "config"
+        return StepOutcome(
+            replace(entry, stage=stage, state=IN_PROGRESS, config=config, message=""),
+            run_job=True,
+            event="config changed",
+        )
     if entry.state == COMPLETE:
         return StepOutcome(entry)
     if job is not None and job.outcome == "complete":

@@ -420,6 +420,7 @@ async def test_interrupt_runs_only_once_its_node_maintenance_is_ready_then_relea
         await rounds_pass(sky, 3)
         stages = {j["metadata"]["labels"]["skyhook.nvidia.com/stage"] for j in sky.jobs("rebooter")}
         assert "interrupt" not in stages  # the training pod still runs: no interrupt yet
+        assert not stages  # drained before apply (as upstream): not even apply runs yet
         stack.sim.store.delete("pods", "training", namespace=NS)
         await eventually(lambda: sky.status("rebooter") == "complete", timeout=60, what="complete")
         stages = {j["metadata"]["labels"]["skyhook.nvidia.com/stage"] for j in sky.jobs("rebooter")}
@@ -563,7 +564,8 @@ async def test_deleting_a_skyhook_removes_its_node_marks_and_cordon_before_its_f
         labels = stack.node(node)["metadata"]["labels"]
         assert labels[status_key("doomed")] == "in_progress"
         assert stack.unschedulable(node)
-        assert sky.jobs("doomed")
+        # Drained before apply (as upstream): no stage of the rebooting package runs yet.
+        assert not sky.jobs("doomed")
         stack.sim.store.delete(SKYHOOKS, "doomed")
 
         def gone() -> bool:

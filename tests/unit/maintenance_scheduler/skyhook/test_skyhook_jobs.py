@@ -52,8 +52,14 @@ KERNEL = SKYHOOK.packages[0]
 
 
 def test_stage_job_has_the_proposal_shape_and_labels() -> None:
+    # Every stage but interrupt (whose pod restarts OnFailure: test_interrupt_order.py).
     job = build_job(
-        SKYHOOK, KERNEL, "interrupt", "node-7", namespace="ops", default_stage_timeout_seconds=60
+        SKYHOOK,
+        KERNEL,
+        "post-interrupt",
+        "node-7",
+        namespace="ops",
+        default_stage_timeout_seconds=60,
     )
     spec = job["spec"]
     assert (spec["parallelism"], spec["completions"], spec["backoffLimit"]) == (1, 1, 0)
@@ -65,13 +71,13 @@ def test_stage_job_has_the_proposal_shape_and_labels() -> None:
     assert {"key": "gpu", "operator": "Exists"} in pod["tolerations"]
     container = pod["containers"][0]
     assert container["image"] == "registry.local/kernel:2.0.0"
-    assert container["args"] == ["interrupt", "reboot"]
+    assert container["args"] == ["post-interrupt", "reboot"]
     assert {"name": "MODE", "value": "fast"} in container["env"]
     labels = job["metadata"]["labels"]
     assert labels["skyhook.nvidia.com/name"] == "gpu-init"
     assert labels["skyhook.nvidia.com/package"] == "kernel"
     assert labels["skyhook.nvidia.com/node"] == "node-7"
-    assert labels["skyhook.nvidia.com/stage"] == "interrupt"
+    assert labels["skyhook.nvidia.com/stage"] == "post-interrupt"
     assert labels["skyhook.nvidia.com/resource-id"]
     assert spec["template"]["metadata"]["labels"] == labels
     owner = job["metadata"]["ownerReferences"][0]
