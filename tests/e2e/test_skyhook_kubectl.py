@@ -6,6 +6,7 @@ stage's logs through its Job, and see the policy held by its finalizer while in 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -124,6 +125,54 @@ async def test_skyhook_rollout_with_kubectl(stack: Stack) -> None:
         (config_job,) = on_node.split()
         logs = await kubectl(stack, "logs", "-n", "default", config_job)
         assert "registry.local/tuning:2.0.0 started on" in logs and ": config" in logs
+
+        # The Job records what it ran, durable in Kubernetes: the Skyhook's and the node's uid,
+        # the version, the run and the config hash.
+        uid = await kubectl(stack, "get", "skyhooks", "gpu-init", "-o", "jsonpath={.metadata.uid}")
+        node_uid = await kubectl(stack, "get", "node", node, "-o", "jsonpath={.metadata.uid}")
+        identity = json.loads(
+            await kubectl(
+                stack,
+                "get",
+                "-n",
+                "default",
+                config_job,
+                "-o",
+                r"jsonpath={.metadata.annotations.skyhook\.nvidia\.com/identity}",
+            )
+        )
+        assert (identity["skyhook"], identity["node"]) == (uid.strip(), node_uid.strip())
+        assert identity["version"] == "2.0.0" and identity["run"] and identity["config"]
+
+        # An edited configMap runs config again on every node: its earlier Complete config
+        # Jobs (still there within their TTL) prove nothing for the new config.
+        edit = {"spec": {"packages": {"tuning": {"configMap": {"mode": "fast"}}}}}
+        await kubectl(
+            stack, "patch", "skyhooks", "gpu-init", "--type=merge", "-p", json.dumps(edit)
+        )
+
+        async def tuning_config_jobs() -> int:
+            found = await kubectl(
+                stack,
+                "get",
+                "jobs",
+                "-n",
+                "default",
+                "-o",
+                "name",
+                "-l",
+                "skyhook.nvidia.com/package=tuning,skyhook.nvidia.com/stage=config",
+            )
+            return len(found.split())
+
+        deadline = time.monotonic() + 90
+        while await tuning_config_jobs() < 2 * nodes or await status() != "complete":
+            assert time.monotonic() < deadline, "config never ran again after the edit"
+            await asyncio.sleep(0.3)
+        assert await tuning_config_jobs() == 2 * nodes
+        assert len(
+            (await kubectl(stack, "get", "jobs", "-n", "default", "-o", "name")).split()
+        ) == (2 * 2 * nodes + nodes)
 
         # The policy is in use: its deletion waits on the finalizer.
         await kubectl(stack, "delete", "deploymentpolicies", "doubling", "--wait=false")
