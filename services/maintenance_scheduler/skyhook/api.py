@@ -365,6 +365,8 @@ class Package:
     interrupt: Interrupt | None = None
     depends_on: tuple[tuple[str, str], ...] = ()
     config_map: tuple[tuple[str, str], ...] = ()
+    # configInterrupts: the interrupt a change of one configMap key needs, by key.
+    config_interrupts: tuple[tuple[str, Interrupt], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     resources: Resources | None = None
     # activeDeadlineSeconds of each stage Job; None: no deadline.
@@ -454,17 +456,12 @@ def _parse_package(name: str, raw: object, problems: list[str]) -> Package | Non
             image = image[: len(image) - len(tag) - 1]
     interrupt: Interrupt | None = None
     if data.get("interrupt") is not None:
-        raw_interrupt = mapping(data.get("interrupt"))
-        kind = raw_interrupt.get("type")
-        if kind not in INTERRUPT_TYPES:
-            problems.append(
-                f"{where}.interrupt.type: {kind!r} is not one of {', '.join(INTERRUPT_TYPES)}"
-            )
-        else:
-            services = tuple(str(s) for s in raw_interrupt.get("services") or ())
-            if kind == "service" and not services:
-                problems.append(f"{where}.interrupt.services: a service interrupt names services")
-            interrupt = Interrupt(kind, services)
+        interrupt = _parse_interrupt(data.get("interrupt"), f"{where}.interrupt", problems)
+    config_interrupts: list[tuple[str, Interrupt]] = []
+    for key, raw_interrupt in sorted(mapping(data.get("configInterrupts")).items()):
+        parsed = _parse_interrupt(raw_interrupt, f"{where}.configInterrupts.{key}", problems)
+        if parsed is not None:
+            config_interrupts.append((str(key), parsed))
     timeout = _int_field(data, "stageTimeout", where, problems, low=1)
     return Package(
         name=name,
@@ -473,6 +470,7 @@ def _parse_package(name: str, raw: object, problems: list[str]) -> Package | Non
         interrupt=interrupt,
         depends_on=_pairs(data.get("dependsOn")),
         config_map=_pairs(data.get("configMap")),
+        config_interrupts=tuple(config_interrupts),
         env=tuple(
             (str(mapping(e).get("name")), str(mapping(e).get("value") or ""))
             for e in data.get("env") or ()
@@ -481,6 +479,18 @@ def _parse_package(name: str, raw: object, problems: list[str]) -> Package | Non
         resources=_parse_resources(data.get("resources"), f"{where}.resources", problems),
         stage_timeout_seconds=timeout,
     )
+
+
+def _parse_interrupt(raw: object, where: str, problems: list[str]) -> Interrupt | None:
+    data = mapping(raw)
+    kind = data.get("type")
+    if kind not in INTERRUPT_TYPES:
+        problems.append(f"{where}.type: {kind!r} is not one of {', '.join(INTERRUPT_TYPES)}")
+        return None
+    services = tuple(str(s) for s in data.get("services") or ())
+    if kind == "service" and not services:
+        problems.append(f"{where}.services: a service interrupt names services")
+    return Interrupt(kind, services)
 
 
 def dependency_cycle(packages: Mapping[str, Package]) -> list[str] | None:

@@ -26,7 +26,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from maintenance_scheduler.skyhook import stages
 from maintenance_scheduler.skyhook.api import (
@@ -69,6 +69,8 @@ from maintenance_scheduler.skyhook.stages import (
     PackageState,
     StepOutcome,
     config_hash,
+    effective_interrupt,
+    merge_interrupt_list,
     parse_node_state,
     render_node_state,
     step_package,
@@ -333,36 +335,14 @@ class NodeStep:
     maintenance_needed: bool = False
 
 
-# Upstream's interrupt priorities (lower wins): a reboot covers every other interrupt.
-INTERRUPT_PRIORITY: Final[Mapping[str, int]] = {
-    "reboot": 0,
-    "restartAllServices": 1,
-    "service": 2,
-    "noop": 3,
-}
-
-
 def merge_interrupts(due: Sequence[Package]) -> tuple[str, Interrupt]:
     """The one interrupt that serves every package in `due` (each has an interrupt), and the
-    package that runs it: by name, the first of the highest priority (a reboot wins at once);
-    services of equal priority are merged, sorted."""
-    winner = ""
-    merged: Interrupt | None = None
-    for package in sorted(due, key=lambda p: p.name):
-        interrupt = package.interrupt
-        assert interrupt is not None
-        if merged is None:
-            winner, merged = package.name, interrupt
-        if interrupt.type == "reboot":
-            return package.name, interrupt
-        if INTERRUPT_PRIORITY[interrupt.type] < INTERRUPT_PRIORITY[merged.type]:
-            winner, merged = package.name, interrupt
-        elif interrupt.type == merged.type == "service":
-            merged = Interrupt(
-                "service", tuple(sorted(set(merged.services) | set(interrupt.services)))
-            )
-    assert merged is not None
-    return winner, merged
+    package that runs it (stages.merge_interrupt_list)."""
+    owned: list[tuple[str, Interrupt]] = []
+    for package in due:
+        if package.interrupt is not None:
+            owned.append((package.name, package.interrupt))
+    return merge_interrupt_list(owned)
 
 
 def run_marker(skyhook: Skyhook, node: NodeView | None) -> str:
@@ -378,12 +358,13 @@ def run_marker(skyhook: Skyhook, node: NodeView | None) -> str:
 
 
 def _interrupts(package: Package | None, entry: PackageState) -> bool:
-    """Whether this stage of the package belongs to a run that interrupts the node."""
+    """Whether this stage of the package belongs to a run that interrupts the node (its own
+    interrupt, or for a config re-run a configInterrupt of a changed key)."""
     return (
         package is not None
-        and package.interrupt is not None
         and entry.version == package.version
         and entry.stage != "uninstall"
+        and effective_interrupt(package, entry) is not None
     )
 
 
@@ -437,6 +418,8 @@ def step_node(
             return
         if package is None or package.version != new.version:
             package = _uninstall_package(new)
+        elif new.stage == "post-interrupt":
+            package = replace(package, interrupt=effective_interrupt(package, new))
         result.actions.append(
             CreateJob(
                 skyhook,
@@ -512,7 +495,8 @@ def step_node(
                 if job is None or job.outcome != "complete":
                     new = entry
             elif new.stage == "interrupt" and package is not None and _interrupts(package, new):
-                due.append((package, new))  # one interrupt per node: decided below
+                # One interrupt per node: decided below, with what this run needs.
+                due.append((replace(package, interrupt=effective_interrupt(package, new)), new))
             elif _interrupts(package, new) and not drained:
                 pass  # drain before apply: its node's maintenance request is not Ready yet
             else:

@@ -19,11 +19,11 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
-from maintenance_scheduler.skyhook.api import Package
+from maintenance_scheduler.skyhook.api import Interrupt, Package
 
 Stage = Literal["apply", "config", "interrupt", "post-interrupt", "upgrade", "uninstall"]
 STAGES: Final[tuple[str, ...]] = (
@@ -43,11 +43,44 @@ UNKNOWN: Final = "unknown"
 PACKAGE_STATES: Final = (COMPLETE, IN_PROGRESS, SKIPPED, ERRORING, UNKNOWN)
 
 
-def stages_of(package: Package, *, upgrading: bool = False) -> tuple[str, ...]:
+def stages_of(
+    package: Package, *, upgrading: bool = False, interrupts: bool | None = None
+) -> tuple[str, ...]:
+    """`interrupts` None: whether the package has an interrupt decides."""
     first = "upgrade" if upgrading else "apply"
-    if package.interrupt is None:
+    if not (package.interrupt is not None if interrupts is None else interrupts):
         return (first, "config")
     return (first, "config", "interrupt", "post-interrupt")
+
+
+# Upstream's interrupt priorities (lower wins): a reboot covers every other interrupt.
+INTERRUPT_PRIORITY: Final[Mapping[str, int]] = {
+    "reboot": 0,
+    "restartAllServices": 1,
+    "service": 2,
+    "noop": 3,
+}
+
+
+def merge_interrupt_list(due: Sequence[tuple[str, Interrupt]]) -> tuple[str, Interrupt]:
+    """The one interrupt that serves every (owner, interrupt) in `due`, and its owner, as
+    upstream's fudgeInterruptWithPriority: by owner name, the first of the highest priority
+    (a reboot wins at once); services of equal priority are merged, sorted."""
+    owner = ""
+    merged: Interrupt | None = None
+    for name, interrupt in sorted(due, key=lambda item: item[0]):
+        if merged is None:
+            owner, merged = name, interrupt
+        if interrupt.type == "reboot":
+            return name, interrupt
+        if INTERRUPT_PRIORITY[interrupt.type] < INTERRUPT_PRIORITY[merged.type]:
+            owner, merged = name, interrupt
+        elif interrupt.type == merged.type == "service":
+            services = tuple(sorted(set(merged.services) | set(interrupt.services)))
+            merged = Interrupt("service", services)
+    if merged is None:
+        raise ValueError("no interrupt to merge")
+    return owner, merged
 
 
 @dataclass(frozen=True)
@@ -66,6 +99,12 @@ class PackageState:
     # written before they existed: its Jobs carry the older names).
     run: str = ""
     config: str = ""
+    # Digest of the value of each configMap key that has a configInterrupt, as last run.
+    config_keys: tuple[tuple[str, str], ...] = ()
+    # "config": this is a config re-run of a complete package (upstream's configUpdates),
+    # which interrupts only for the configInterrupts of `interrupt_keys`, the keys changed.
+    rerun: str = ""
+    interrupt_keys: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -87,6 +126,12 @@ class PackageState:
             data["run"] = self.run
         if self.config:
             data["config"] = self.config
+        if self.config_keys:
+            data["configKeys"] = dict(self.config_keys)
+        if self.rerun:
+            data["rerun"] = self.rerun
+        if self.interrupt_keys:
+            data["interruptKeys"] = list(self.interrupt_keys)
         return data
 
     @functools.cached_property
@@ -146,8 +191,21 @@ def _parse_node_state(raw: str) -> tuple[dict[str, PackageState], bool]:
             message=str(value.get("message") or ""),
             run=str(value.get("run") or ""),
             config=str(value.get("config") or ""),
+            config_keys=tuple(
+                sorted((str(k), str(v)) for k, v in _mapping(value.get("configKeys")).items())
+            ),
+            rerun=str(value.get("rerun") or ""),
+            interrupt_keys=tuple(str(k) for k in _sequence(value.get("interruptKeys"))),
         )
     return entries, True
+
+
+def _mapping(raw: object) -> Mapping[str, Any]:
+    return raw if isinstance(raw, Mapping) else {}
+
+
+def _sequence(raw: object) -> list[Any]:
+    return raw if isinstance(raw, list) else []
 
 
 def render_node_state(entries: Mapping[str, PackageState]) -> str:
@@ -217,6 +275,25 @@ def _version_key(version: str) -> tuple[tuple[int, ...], tuple[tuple[int, int | 
     return core, tuple((0, int(p)) if p.isdigit() else (1, p) for p in pre.split("."))
 
 
+def config_key_digests(package: Package) -> tuple[tuple[str, str], ...]:
+    """A digest of the value of each configMap key that has a configInterrupt."""
+    values = dict(package.config_map)
+    return tuple(
+        (key, hashlib.sha256(values.get(key, "").encode()).hexdigest()[:8])
+        for key, _ in package.config_interrupts
+    )
+
+
+def effective_interrupt(package: Package, entry: PackageState) -> Interrupt | None:
+    """The interrupt this run of the package needs: its own, or for a config re-run the
+    merged configInterrupts of the keys that changed (none: no interrupt), as upstream's
+    NodeState.HasInterrupt with configUpdates."""
+    if entry.rerun != "config":
+        return package.interrupt
+    hit = [(key, i) for key, i in package.config_interrupts if key in entry.interrupt_keys]
+    return merge_interrupt_list(hit)[1] if hit else None
+
+
 def is_downgrade(installed: str, wanted: str) -> bool:
     return _version_key(wanted) < _version_key(installed)
 
@@ -233,11 +310,16 @@ def _start(
         state=IN_PROGRESS,
         run=run,
         config=config,
+        config_keys=config_key_digests(package),
     )
 
 
 def next_stage(package: Package, entry: PackageState) -> str | None:
-    order = stages_of(package, upgrading=entry.stage == "upgrade")
+    order = stages_of(
+        package,
+        upgrading=entry.stage == "upgrade",
+        interrupts=effective_interrupt(package, entry) is not None,
+    )
     if entry.stage not in order:
         return None
     index = order.index(entry.stage)
@@ -290,14 +372,8 @@ def step_package(
             )
         return _follow_job(entry, job, now=now, pull_grace_seconds=pull_grace_seconds)
     if config and entry.config and entry.config != config:
-        # The configMap or env changed: what ran with the old one proves nothing for the new.
-        # Before config has run, the stage under way runs again with the new config;
-        # from config on, config runs again.
-        stage = entry.stage if entry.stage in ("apply", "upgrade") else "config"
         return StepOutcome(
-            replace(entry, stage=stage, state=IN_PROGRESS, config=config, message=""),
-            run_job=True,
-            event="config changed",
+            _config_changed(package, entry, config), run_job=True, event="config changed"
         )
     if entry.state == COMPLETE:
         return StepOutcome(entry)
@@ -316,6 +392,26 @@ def step_package(
             event=f"{entry.stage} complete",
         )
     return _follow_job(entry, job, now=now, pull_grace_seconds=pull_grace_seconds)
+
+
+def _config_changed(package: Package, entry: PackageState, config: str) -> PackageState:
+    """The configMap or env changed: what ran with the old one proves nothing for the new.
+    Before config has run, the stage under way runs again with the new config. A complete
+    package (or one in a config re-run) runs config again, interrupting only for the
+    configInterrupts of the keys that changed (accumulated until the re-run completes), as
+    upstream's HandleConfigUpdates; a first run past config runs config again and keeps its
+    own interrupt due."""
+    keys = config_key_digests(package)
+    changed = replace(entry, state=IN_PROGRESS, config=config, config_keys=keys, message="")
+    if entry.stage in ("apply", "upgrade"):
+        return changed
+    if entry.state != COMPLETE and entry.rerun != "config":
+        return replace(changed, stage="config")
+    before, after = dict(entry.config_keys), dict(keys)
+    hit = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    if entry.rerun == "config" and entry.state != COMPLETE:
+        hit |= set(entry.interrupt_keys)
+    return replace(changed, stage="config", rerun="config", interrupt_keys=tuple(sorted(hit)))
 
 
 def _follow_job(

@@ -130,7 +130,8 @@ class Cluster:
                 annotations = dict(node.annotations)
                 annotations[node_state_annotation(action.skyhook)] = action.node_state
                 annotations[status_key(action.skyhook)] = action.status
-                self.nodes[node.name] = self.bump(node, annotations=annotations)
+                labels = {**node.labels, status_key(action.skyhook): action.status}
+                self.nodes[node.name] = self.bump(node, annotations=annotations, labels=labels)
             elif isinstance(action, CreateMaintenance):
                 self.maintenances[action.name] = "Pending"
                 self.owners[action.name] = (action.skyhook.name, action.node)
