@@ -142,6 +142,10 @@ def test_slots_are_the_fewest_pods_any_asked_resource_has_room_for() -> None:
     assert fit.slots_in(allocatable, {"cpu": 8000}, {"cpu": 0, GPU: 8000}) == 1
     assert fit.slots_in(allocatable, {}, {}) == 0
     assert fit.slots_in(allocatable, {}, {"cpu": 0}) == 0
+    # At the edges: one milli-unit asked, one free; a resource nothing uses yet.
+    assert fit.slots_in({"x": 5}, {}, {"x": 1}) == 5
+    assert fit.slots_in({"x": 1}, {}, {"x": 1}) == 1
+    assert fit.slots_in({GPU: 1999}, {}, {GPU: 1000}) == 1
 
 
 def test_capacity_charges_every_pod_on_the_node() -> None:
@@ -164,6 +168,7 @@ def test_offer_slots_lists_the_usable_nodes_that_take_at_least_one_pod() -> None
     usable = ["full", "half", "empty", "unknown"]
     assert fit.offer_slots(capacities, usable, {GPU: 2000}) == {"half": 2, "empty": 4}
     assert fit.offer_slots(capacities, ["empty"], {GPU: 2000}) == {"empty": 4}
+    assert fit.offer_slots(capacities, usable, {GPU: 4000}) == {"half": 1, "empty": 2}
 
 
 def test_node_facts_read_schedulable_and_tainted_once_per_version() -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tests.unit.topology_placer.builders import TOPOLOGY, node, reference_nodes
 from topology_placer.gang import GatherRule
 from topology_placer.gather import NoFit, Placement, gather
-from topology_placer.network import TopologyTree, build_tree, parse_topology
+from topology_placer.network import TopologySpec, TopologyTree, build_tree, parse_topology
 
 BLOCK_MUST = (GatherRule("BlockLayer", "MustGather"),)
 BLOCK_PREFER = (GatherRule("BlockLayer", "PreferGather"),)
@@ -269,3 +269,34 @@ def test_within_confines_the_gang_and_names_the_domain_when_it_is_full() -> None
     assert full.message == (
         "no domain within s2/b4, where the gang's bound pods are, offers 5 slots; it offers 4"
     )
+
+
+def test_within_places_in_the_deepest_domain_inside_it_even_without_a_gather_rule() -> None:
+    slots = {f"node{i}": 2 for i in range(1, 9)}
+    placed = _placed(gather(_tree(reference_nodes()), _pods(2), (), slots, within=("s1",)))
+    assert placed.layer == "NodeTopologyLayer"
+    assert placed.domain[:1] == ("s1",)
+
+
+def test_within_a_domain_above_the_must_gather_layer_keeps_to_its_blocks() -> None:
+    # s2's b3 fits three pods tighter than s1's blocks (4 each), but the gang is confined to s1.
+    slots = {"node1": 2, "node2": 2, "node3": 2, "node4": 2, "node5": 2, "node6": 1}
+    placed = _placed(gather(_tree(reference_nodes()), _pods(3), BLOCK_MUST, slots, within=("s1",)))
+    assert placed.domain in {("s1", "b1"), ("s1", "b2")}
+    free = _placed(gather(_tree(reference_nodes()), _pods(3), BLOCK_MUST, slots))
+    assert free.domain == ("s2", "b3")
+
+
+def test_a_gather_rule_without_pod_count_multiple_floors_nothing() -> None:
+    # b1 offers 3 (an odd number): a MustGather gang of three takes it.
+    slots = {"node1": 2, "node2": 1}
+    placed = _placed(gather(_tree(reference_nodes()), _pods(3), BLOCK_MUST, slots))
+    assert placed.domain == ("s1", "b1")
+
+
+def test_unknown_layer_on_a_topology_without_layers_says_none_and_offers_nothing() -> None:
+    tree = build_tree(TopologySpec(layers=()), [("n1", {})])
+    result = gather(tree, _pods(1), BLOCK_MUST, {"n1": 1})
+    assert isinstance(result, NoFit)
+    assert result.message.endswith("(layers: none)")
+    assert (result.best_domain, result.best_slots) == ("", 0)
