@@ -268,7 +268,42 @@ def test_dependencies_run_before_their_dependents_on_each_node() -> None:
 
 def test_rule_an_interrupt_waits_for_its_node_maintenance_to_be_ready() -> None:
     """The reboot runs only once the maintenance-scheduler has cordoned and drained the node
-    (its NodeMaintenance Ready): never while the request is still Pending."""
+    (its NodeMaintenance Ready): never while the request is still Pending. Here the node is
+    already at its interrupt (apply and config done), so only the interrupt's own gate holds
+    it."""
+    packages = {
+        "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
+    }
+    at_interrupt = render_node_state(
+        {"kernel": PackageState("kernel", "1.0.0", "ghcr.io/x/k", "interrupt", "in_progress")}
+    )
+    nodes = cluster_nodes(1)
+    nodes["node-00"] = replace(
+        nodes["node-00"], annotations={node_state_annotation("gpu-init"): at_interrupt}
+    )
+    request = maintenance_name("gpu-init", "node-00")
+    cluster = FakeCluster(
+        skyhooks=[skyhook(packages=packages)], nodes=nodes, held_pending={request}
+    )
+    cluster.maintenances[request] = "Pending"
+    cluster.maintenance_owners[request] = ("gpu-init", "node-00")
+    for _ in range(6):
+        plan = cluster.round()
+        assert not [a for a in plan.actions if isinstance(a, CreateJob)]
+    # The request is kept (not released, not made again) and the node is in progress.
+    assert cluster.maintenances == {request: "Pending"}
+    assert cluster.status()["nodeStatus"] == {"node-00": "in_progress"}
+    # The node is drained: the interrupt starts in the very next round.
+    cluster.held_pending.clear()
+    plan = cluster.round()
+    assert cluster.last_world is not None
+    assert cluster.last_world.maintenances == {request: "Ready"}
+    expect_actions(plan.actions, CreateJob, count=1, stage="interrupt", node="node-00")
+
+
+def test_rule_an_interrupting_package_starts_only_on_a_drained_node() -> None:
+    """Drain before apply: a package with an interrupt asks for its NodeMaintenance first and
+    starts no stage while it is Pending."""
     packages = {
         "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
     }
@@ -276,20 +311,14 @@ def test_rule_an_interrupt_waits_for_its_node_maintenance_to_be_ready() -> None:
     cluster = FakeCluster(
         skyhooks=[skyhook(packages=packages)], nodes=cluster_nodes(1), held_pending={request}
     )
-    stages_run: list[str] = []
-    for _ in range(8):
+    first = cluster.round()
+    expect_actions(first.actions, CreateMaintenance, count=1, name=request)
+    for _ in range(6):
         plan = cluster.round()
-        stages_run += [a.stage for a in plan.actions if isinstance(a, CreateJob)]
-    # The stages before the interrupt ran; the request was made and is still Pending.
-    assert stages_run == ["apply", "config"]
+        assert not [a for a in plan.actions if isinstance(a, CreateJob)]
     assert cluster.maintenances == {request: "Pending"}
-    assert cluster.status()["nodeStatus"] == {"node-00": "in_progress"}
-    # The node is drained: the interrupt starts in the very next round, and only then.
     cluster.held_pending.clear()
-    plan = cluster.round()
-    assert cluster.last_world is not None
-    assert cluster.last_world.maintenances == {request: "Ready"}
-    expect_actions(plan.actions, CreateJob, count=1, stage="interrupt", node="node-00")
+    expect_actions(cluster.round().actions, CreateJob, count=1, stage="apply")
 
 
 def test_interrupt_stage_is_released_after_it_ran_once() -> None:
