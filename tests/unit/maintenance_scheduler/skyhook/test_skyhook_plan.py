@@ -301,26 +301,6 @@ def test_rule_an_interrupt_waits_for_its_node_maintenance_to_be_ready() -> None:
     expect_actions(plan.actions, CreateJob, count=1, stage="interrupt", node="node-00")
 
 
-def test_rule_an_interrupting_package_starts_only_on_a_drained_node() -> None:
-    """Drain before apply: a package with an interrupt asks for its NodeMaintenance first and
-    starts no stage while it is Pending."""
-    packages = {
-        "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
-    }
-    request = maintenance_name("gpu-init", "node-00")
-    cluster = FakeCluster(
-        skyhooks=[skyhook(packages=packages)], nodes=cluster_nodes(1), held_pending={request}
-    )
-    first = cluster.round()
-    expect_actions(first.actions, CreateMaintenance, count=1, name=request)
-    for _ in range(6):
-        plan = cluster.round()
-        assert not [a for a in plan.actions if isinstance(a, CreateJob)]
-    assert cluster.maintenances == {request: "Pending"}
-    cluster.held_pending.clear()
-    expect_actions(cluster.round().actions, CreateJob, count=1, stage="apply")
-
-
 def test_interrupt_stage_is_released_after_it_ran_once() -> None:
     packages = {
         "kernel": {"version": "1.0.0", "image": "ghcr.io/x/k", "interrupt": {"type": "reboot"}}
