@@ -27,6 +27,7 @@ from maintenance_scheduler.skyhook.rollout import (
     batch_size,
     evaluate_batch,
     plan_compartment,
+    progress_percent,
 )
 
 FIXED = Strategy(kind="fixed", initial_batch=3)
@@ -342,3 +343,45 @@ def test_every_node_lands_in_exactly_one_compartment(labels: list[dict[str, str]
     assert sorted(placed) == sorted(n.name for n in members)
     for node in result[DEFAULT_COMPARTMENT]:
         assert not node.labels
+
+
+FRESH_BATCH_STATUS = {
+    "currentBatch": 1,
+    "consecutiveFailures": 0,
+    "completedNodes": 0,
+    "failedNodes": 0,
+    "shouldStop": False,
+    "lastBatchSize": 0,
+    "lastBatchFailed": False,
+}
+
+
+def test_a_fresh_rollout_is_at_batch_one_with_nothing_counted() -> None:
+    assert BatchState().to_status() == FRESH_BATCH_STATUS
+    assert BatchState.from_status(None) == BatchState()
+    assert BatchState.from_status({}) == BatchState()
+
+
+def test_batch_state_reads_back_what_it_wrote_and_refuses_what_is_not_a_count() -> None:
+    state = BatchState(3, 2, 5, 1, True, 4, True)
+    assert BatchState.from_status(state.to_status()) == state
+    garbled = {
+        "currentBatch": 0,
+        "consecutiveFailures": -2,
+        "completedNodes": True,
+        "failedNodes": "3",
+        "shouldStop": "true",
+        "lastBatchSize": -1,
+        "lastBatchFailed": 1,
+    }
+    assert BatchState.from_status(garbled) == BatchState()
+    assert BatchState.from_status({"currentBatch": 2, "completedNodes": 1}) == BatchState(
+        current_batch=2, completed_nodes=1
+    )
+
+
+def test_progress_counts_completed_and_failed_nodes_rounded_down() -> None:
+    assert progress_percent(BatchState(completed_nodes=1), 3) == 33
+    assert progress_percent(BatchState(completed_nodes=1, failed_nodes=1), 3) == 66
+    assert progress_percent(BatchState(completed_nodes=3), 3) == 100
+    assert progress_percent(BatchState(completed_nodes=1), 0) == 0
