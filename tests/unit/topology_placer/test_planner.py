@@ -272,8 +272,10 @@ def test_network_topology_index_orders_ranks() -> None:
     gang = [pod(f"p-{c}", gpus=4, index=i) for i, c in enumerate("dcba")]
     _, after = run(nodes, gang, [pod_group("gang", 4, gather=BLOCK_MUST)], topology=TOPOLOGY)
     placed = _nodes_of(after)
+    assert "" not in placed.values()  # all four are placed: two per 8-GPU node
     assert placed["p-d"] == placed["p-c"]
     assert placed["p-b"] == placed["p-a"]
+    assert placed["p-d"] != placed["p-b"]
 
 
 def test_failed_bind_replans_the_rest_inside_the_same_domain() -> None:
