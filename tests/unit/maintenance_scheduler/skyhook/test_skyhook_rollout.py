@@ -22,9 +22,11 @@ from maintenance_scheduler.skyhook.rollout import (
     IN_PROGRESS,
     WAITING,
     BatchState,
+    CompartmentPlan,
     RolloutNode,
     assign_compartments,
     batch_size,
+    compartment_of,
     evaluate_batch,
     plan_compartment,
     progress_percent,
@@ -375,6 +377,8 @@ def test_batch_state_reads_back_what_it_wrote_and_refuses_what_is_not_a_count() 
         "lastBatchFailed": 1,
     }
     assert BatchState.from_status(garbled) == BatchState()
+    negative = {"completedNodes": -1, "failedNodes": -5, "lastBatchSize": -3}
+    assert BatchState.from_status(negative) == BatchState()
     assert BatchState.from_status({"currentBatch": 2, "completedNodes": 1}) == BatchState(
         current_batch=2, completed_nodes=1
     )
@@ -385,3 +389,65 @@ def test_progress_counts_completed_and_failed_nodes_rounded_down() -> None:
     assert progress_percent(BatchState(completed_nodes=1, failed_nodes=1), 3) == 66
     assert progress_percent(BatchState(completed_nodes=3), 3) == 100
     assert progress_percent(BatchState(completed_nodes=1), 0) == 0
+    assert progress_percent(BatchState(completed_nodes=1), 1) == 100
+
+
+def test_a_fixed_strategy_keeps_its_size_whatever_the_last_batch_was() -> None:
+    assert batch_size(FIXED, 100, BatchState(last_batch_size=7)) == 3
+    after_failure = BatchState(last_batch_size=7, last_batch_failed=True)
+    assert batch_size(FIXED, 100, after_failure) == 3
+
+
+def test_a_batch_without_a_strategy_only_moves_the_counters() -> None:
+    state = BatchState(current_batch=2, consecutive_failures=1)
+    after = evaluate_batch(None, state, 3, 0, 10)
+    assert after == replace(state, current_batch=3, last_batch_size=3)
+
+
+def test_an_empty_batch_changes_nothing() -> None:
+    state = BatchState(current_batch=2, completed_nodes=4)
+    assert evaluate_batch(Strategy(kind="fixed", failure_threshold=1), state, 0, 0, 10) == state
+
+
+def test_failures_stop_the_rollout_only_while_progress_is_below_the_safety_limit() -> None:
+    strategy = Strategy(kind="fixed", failure_threshold=1, safety_limit=50)
+    below = evaluate_batch(strategy, BatchState(completed_nodes=4), 1, 0, 10)
+    assert below.last_batch_failed and below.should_stop
+    at_limit = evaluate_batch(strategy, BatchState(completed_nodes=5), 1, 0, 10)
+    assert at_limit.last_batch_failed and not at_limit.should_stop
+
+
+def test_compartment_members_are_ordered_by_creation_then_name() -> None:
+    policy = DeploymentPolicy(
+        name="p", compartments=(compartment("gpu", "gpu", FIXED, Budget(count=1)),)
+    )
+    members = [
+        RolloutNode("late", {"gpu": "true"}, 5, WAITING),
+        RolloutNode("b-early", {"gpu": "true"}, 1, WAITING),
+        RolloutNode("a-early", {"gpu": "true"}, 1, WAITING),
+        RolloutNode("plain-late", {}, 9, WAITING),
+        RolloutNode("plain", {}, 2, WAITING),
+    ]
+    result = {k: [n.name for n in v] for k, v in assign_compartments(policy, members).items()}
+    assert result == {
+        "gpu": ["a-early", "b-early", "late"],
+        DEFAULT_COMPARTMENT: ["plain", "plain-late"],
+    }
+
+
+def test_compartment_of_finds_the_default_and_each_named_compartment() -> None:
+    gpu = compartment("gpu", "gpu", FIXED, Budget(count=1))
+    policy = DeploymentPolicy(name="p", compartments=(gpu,))
+    assert compartment_of(policy, DEFAULT_COMPARTMENT) is policy.default
+    assert compartment_of(policy, "gpu") is gpu
+    with pytest.raises(KeyError):
+        compartment_of(policy, "missing")
+
+
+def test_a_compartments_progress_is_its_complete_share_rounded_down() -> None:
+    def planned(completed: int, matched: int) -> CompartmentPlan:
+        return CompartmentPlan("c", None, matched, 1, 0, completed, BatchState(), ())
+
+    assert planned(1, 3).progress_percent == 33
+    assert planned(3, 3).progress_percent == 100
+    assert planned(0, 0).progress_percent == 0
