@@ -451,3 +451,37 @@ def test_a_compartments_progress_is_its_complete_share_rounded_down() -> None:
     assert planned(1, 3).progress_percent == 33
     assert planned(3, 3).progress_percent == 100
     assert planned(0, 0).progress_percent == 0
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "now"),
+    [
+        ((3, 0), (2, 0)),  # a complete node left the compartment
+        ((0, 2), (0, 1)),  # an erroring node was reset (its failed Job deleted: the retry)
+        ((3, 0), (2, 3)),  # one left while three failed: the deltas mean nothing
+    ],
+)
+def test_a_checkpoint_that_went_backwards_is_void_and_judges_no_batch(
+    checkpoint: tuple[int, int], now: tuple[int, int]
+) -> None:
+    completed, failed = now
+    members = nodes(8)
+    for i in range(completed):
+        members[i] = replace(members[i], status=COMPLETE)
+    for i in range(completed, completed + failed):
+        members[i] = replace(members[i], status=ERRORING)
+    state = BatchState(
+        current_batch=3,
+        completed_nodes=checkpoint[0],
+        failed_nodes=checkpoint[1],
+        last_batch_size=2,
+    )
+    strategy = Strategy(kind="fixed", initial_batch=2, failure_threshold=1)
+    decided = plan_compartment(
+        Compartment("c", LabelSelector(), Budget(count=8), strategy), members, state
+    )
+    assert not decided.evaluated
+    assert (decided.state.completed_nodes, decided.state.failed_nodes) == now
+    assert decided.state.current_batch == 3 and not decided.state.should_stop
+    # ... and the next batch starts from there.
+    assert len(decided.batch) == 2
