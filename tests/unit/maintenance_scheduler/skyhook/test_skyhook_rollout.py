@@ -459,6 +459,7 @@ def test_a_compartments_progress_is_its_complete_share_rounded_down() -> None:
         ((3, 0), (2, 0)),  # a complete node left the compartment
         ((0, 2), (0, 1)),  # an erroring node was reset (its failed Job deleted: the retry)
         ((3, 0), (2, 3)),  # one left while three failed: the deltas mean nothing
+        ((0, 2), (3, 1)),  # one reset while three completed: the same
     ],
 )
 def test_a_checkpoint_that_went_backwards_is_void_and_judges_no_batch(
