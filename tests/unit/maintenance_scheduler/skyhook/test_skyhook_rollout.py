@@ -17,6 +17,7 @@ from maintenance_scheduler.skyhook.api import (
     Strategy,
 )
 from maintenance_scheduler.skyhook.rollout import (
+    BLOCKED,
     COMPLETE,
     ERRORING,
     IN_PROGRESS,
@@ -486,3 +487,29 @@ def test_a_checkpoint_that_went_backwards_is_void_and_judges_no_batch(
     assert decided.state.current_batch == 3 and not decided.state.should_stop
     # ... and the next batch starts from there.
     assert len(decided.batch) == 2
+
+
+def test_a_blocked_node_alone_judges_no_batch() -> None:
+    members = nodes(4)
+    members[0] = replace(members[0], status=COMPLETE)
+    members[1] = replace(members[1], status=BLOCKED)
+    state = BatchState(current_batch=2, completed_nodes=1, last_batch_size=1)
+    decided = plan_compartment(
+        Compartment("c", LabelSelector(), Budget(count=4), FIXED), members, state
+    )
+    assert not decided.evaluated and not decided.batch_failed
+    assert decided.state == state
+    assert decided.batch  # the rollout goes on with a new batch
+
+
+def test_a_stop_recorded_by_a_strategy_does_not_hold_a_compartment_without_one() -> None:
+    # The policy lost its strategy: the old shouldStop belongs to rules no longer in force.
+    stopped = BatchState(should_stop=True)
+    decided = plan_compartment(
+        Compartment("c", LabelSelector(), Budget(count=2), None), nodes(3), stopped
+    )
+    assert decided.batch == ("n000", "n001")
+    held = plan_compartment(
+        Compartment("c", LabelSelector(), Budget(count=2), FIXED), nodes(3), stopped
+    )
+    assert held.batch == ()
