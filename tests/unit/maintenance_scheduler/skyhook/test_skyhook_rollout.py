@@ -513,3 +513,23 @@ def test_a_stop_recorded_by_a_strategy_does_not_hold_a_compartment_without_one()
         Compartment("c", LabelSelector(), Budget(count=2), FIXED), nodes(3), stopped
     )
     assert held.batch == ()
+
+
+def test_an_overlap_goes_to_the_smaller_ceiling_counted_on_the_nodes_each_matches() -> None:
+    # Both 50%: "a-wide" matches four nodes (ceiling 2), "b-narrow" two (ceiling 1). The node
+    # in both goes to the smaller ceiling, b-narrow, though its name sorts second.
+    policy = DeploymentPolicy(
+        name="p",
+        compartments=(
+            compartment("a-wide", "wide", FIXED, Budget(percent=50)),
+            compartment("b-narrow", "narrow", FIXED, Budget(percent=50)),
+        ),
+    )
+    members = [
+        RolloutNode("both", {"wide": "true", "narrow": "true"}, 0, WAITING),
+        *[RolloutNode(f"w{i}", {"wide": "true"}, 1, WAITING) for i in range(3)],
+        RolloutNode("n0", {"narrow": "true"}, 1, WAITING),
+    ]
+    result = {k: [n.name for n in v] for k, v in assign_compartments(policy, members).items()}
+    assert result["b-narrow"] == ["both", "n0"]
+    assert result["a-wide"] == ["w0", "w1", "w2"]
