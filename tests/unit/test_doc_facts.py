@@ -1,13 +1,19 @@
-"""Facts the README and k8s/README state about the repository agree with the repository: the
-third-party CRDs `k8s/third-party-crds/` installs, and the name of slurmrestd's JWT signing key
-file (the one real Slurm is configured with, `AuthAltParameters=jwt_key=...`)."""
+"""Facts the README, k8s/README and docs/configuration.md state about the repository agree with
+it: the third-party CRDs `k8s/third-party-crds/` installs, the name of slurmrestd's JWT signing
+key file (the one real Slurm is configured with, `AuthAltParameters=jwt_key=...`), and every
+setting each service reads."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
+import msgspec
 import yaml
+
+from nodeflow_runtime.config import ServiceConfig
+from nodeflow_runtime.launcher import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 OUR_GROUP = "nodeflow.dev"
@@ -67,3 +73,42 @@ def test_the_readme_and_the_manifests_name_the_slurm_jwt_key_file_as_slurm_does(
     }
     assert named, "nothing names the key file: the check would hold nothing"
     assert {found for _, found in named} == {name}, sorted(named)
+
+
+SERVICE_CONFIGS = {
+    "k8s-watcher": "k8s_watcher.config:K8sWatcherConfig",
+    "slurm-syncer": "slurm_syncer.settings:SlurmSyncerConfig",
+    "nodeset-controller": "nodeset_controller.config:NodeSetControllerConfig",
+    "maintenance-scheduler": "maintenance_scheduler.config:MaintenanceSchedulerConfig",
+    "topology-placer": "topology_placer.config:TopologyPlacerConfig",
+    "metrics-exporter": "metrics_exporter.service:ExporterConfig",
+}
+
+
+def section(text: str, heading: str) -> str:
+    """A `## heading` section of a page, up to the next `## `."""
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def setting_names(config: type[ServiceConfig]) -> set[str]:
+    return {field.name.upper() for field in msgspec.structs.fields(config)}
+
+
+def test_every_setting_of_every_service_is_documented_where_the_readme_points() -> None:
+    """The settings every service shares in the README's Configuration section, each service's
+    own in its section of docs/configuration.md, each as `NAME`: a setting a service reads
+    that no table names (or a table naming one in the wrong place) fails here."""
+    assert set(SERVICE_CONFIGS) == {service for service, _ in SERVICES}
+    shared = setting_names(ServiceConfig)
+    readme = section((ROOT / "README.md").read_text(), "Configuration")
+    assert {name for name in shared if f"`{name}`" not in readme} == set()
+    assert "docs/configuration.md" in readme
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    for service, where in SERVICE_CONFIGS.items():
+        module, name = where.split(":")
+        config = getattr(importlib.import_module(module), name)
+        own = section(page, service)
+        missing = {s for s in setting_names(config) - shared if f"`{s}`" not in own}
+        assert missing == set(), (service, sorted(missing))
