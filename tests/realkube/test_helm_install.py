@@ -220,7 +220,7 @@ async def production_pre_step(namespace: str, tmp_path: Path) -> None:
     """docs/helm.md, "Install", with Secrets of yours: the namespace, its label, the Secrets."""
     await kubectl("create", "namespace", namespace)
     await kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
-    key = tmp_path / "jwt.key"
+    key = tmp_path / "jwt_hs256.key"
     key.write_bytes(secrets.token_bytes(32))
     ca = tmp_path / "ca.crt"
     ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
@@ -228,7 +228,7 @@ async def production_pre_step(namespace: str, tmp_path: Path) -> None:
     (cluster,) = values["slurm"]["clusters"]
     await kubectl(
         "-n", namespace, "create", "secret", "generic", cluster["jwtKeySecret"],
-        f"--from-file=jwt.key={key}",
+        f"--from-file=jwt_hs256.key={key}",
     )  # fmt: skip
     await kubectl(
         "-n", namespace, "create", "secret", "generic", cluster["caSecret"],

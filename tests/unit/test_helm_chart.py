@@ -632,6 +632,12 @@ def test_slurm_clusters_become_slurm_syncer_settings_with_their_secrets_mounted(
         volume = volumes[mounts[str(path.parent)]]
         assert volume["secret"]["secretName"] == secret
         assert [item["path"] for item in volume["secret"]["items"]] == [path.name]
+    # The Secret's key is the name slurmctld gives its HS256 key file (AuthAltParameters
+    # jwt_key=.../jwt_hs256.key), as in the kustomize deploy and README.
+    jwt_volume = volumes[
+        mounts[str(Path(env_value(container, "SLURM_GPU_EAST_JWT_KEY_FILE") or "").parent)]
+    ]
+    assert [item["key"] for item in jwt_volume["secret"]["items"]] == ["jwt_hs256.key"]
     for name, deployment in deployments.items():
         if name != "slurm-syncer":
             assert not {n for n in env_names(container_of(deployment)) if n.startswith("SLURM_")}

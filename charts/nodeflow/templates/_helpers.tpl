@@ -234,7 +234,7 @@ slurm-syncer's clusters: SLURM_CLUSTERS, then per cluster its URL, the JWT signi
 - name: SLURM_{{ $suffix }}_URL
   value: {{ required (printf "slurm.clusters[%s].url is required" $cluster.name) $cluster.url | quote }}
 - name: SLURM_{{ $suffix }}_JWT_KEY_FILE
-  value: /etc/nodeflow/slurm/{{ $cluster.name }}/jwt/jwt.key
+  value: /etc/nodeflow/slurm/{{ $cluster.name }}/jwt/jwt_hs256.key
 {{- if $cluster.caSecret }}
 - name: SLURM_{{ $suffix }}_CA_FILE
   value: /etc/nodeflow/slurm/{{ $cluster.name }}/ca/ca.crt
