@@ -1097,7 +1097,10 @@ def plan_status(
 
 def slurm_condition(round_: _Round) -> WantedCondition:
     """SlurmStateUnknown: True while the cluster's view is stale or missing (its
-    lastTransitionTime: since when), False while it is fresh."""
+    lastTransitionTime: since when), False while it is fresh. The message holds only what
+    stays the same while an outage lasts (the last successful read, reachable or not): the
+    syncer's error text changes from poll to poll and would rewrite the status each time
+    (the controller logs it when the view turns stale)."""
     cluster = round_.spec.slurm_cluster
     if round_.trust.fresh:
         return WantedCondition(
@@ -1110,8 +1113,8 @@ def slurm_condition(round_: _Round) -> WantedCondition:
         detail = "slurm-syncer has not read it yet"
     else:
         detail = f"last read at {rfc3339(status.last_success_at)}"
-        if not status.reachable and status.error:
-            detail += f"; {status.error}"[:200]
+        if not status.reachable:
+            detail += "; slurm-syncer cannot reach it"
     return WantedCondition(
         SLURM_STATE_UNKNOWN,
         "True",

@@ -413,6 +413,16 @@ class NodeSetController:
         after = slurm_trust(new, now, max_age, grace)
         status = new or old
         cluster = status.cluster if status is not None else key
+        if new is not None and not new.reachable and (old is None or old.reachable):
+            # The NodeSet status names only the last read (an error text that changed each
+            # poll would rewrite it each poll): the error that began the outage is logged here,
+            # the later ones by slurm-syncer.
+            log.warning(
+                "slurm_cluster.unreachable",
+                cluster=cluster,
+                last_success_at=new.last_success_at,
+                error=new.error,
+            )
         if (before.fresh, before.reachable) == (after.fresh, after.reachable):
             # Only a poll that pods on their way out were waiting for changes a plan.
             if new is not None and self._awaiting_read:

@@ -16,8 +16,6 @@ NAME_COLLISION = "NameCollision"
 # True while the NodeSet's Slurm cluster has no fresh view: numberRunning and numberDrain
 # then keep their last known values, and lastTransitionTime says since when.
 SLURM_STATE_UNKNOWN = "SlurmStateUnknown"
-# The two counts only Slurm can tell.
-SLURM_COUNTS = ("number_running", "number_drain")
 
 
 @dataclass(frozen=True)
@@ -108,13 +106,24 @@ def last_known_slurm_counts(counts: Counts, existing: Mapping[str, Any], on_node
     the controller reads of Slurm is stale, and zeros would tell dashboards and autoscalers
     that nodes which may run jobs are idle. The status in Kubernetes is the durable store,
     so a restarted controller keeps them too. A count without a stored value keeps the one
-    computed (no Slurm state counts: zero); none can exceed the pods still on nodes."""
-    kept: dict[str, int] = {}
-    for key in SLURM_COUNTS:
-        stored = existing.get(_camel(key))
-        if isinstance(stored, int) and not isinstance(stored, bool) and stored >= 0:
-            kept[key] = min(stored, on_nodes)
-    return replace(counts, **kept)
+    computed (no Slurm state counts: zero). A node is either running or drained (numberDrain
+    counts Drain and not Busy), so together they claim at most the pods still on nodes:
+    running first (a node that may run jobs matters most), drained within what is left."""
+    running = _stored_count(existing, "number_running")
+    drain = _stored_count(existing, "number_drain")
+    if running is None:
+        running = counts.number_running
+    if drain is None:
+        drain = counts.number_drain
+    running = min(running, on_nodes)
+    return replace(counts, number_running=running, number_drain=min(drain, on_nodes - running))
+
+
+def _stored_count(existing: Mapping[str, Any], key: str) -> int | None:
+    stored = existing.get(_camel(key))
+    if isinstance(stored, int) and not isinstance(stored, bool) and stored >= 0:
+        return stored
+    return None
 
 
 def _camel(snake: str) -> str:
