@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from maintenance_scheduler.skyhook.api import NAME_LABEL, NODE_LABEL, PACKAGE_LABEL
+from maintenance_scheduler.skyhook.api import NAME_LABEL, NODE_LABEL, PACKAGE_LABEL, STAGE_LABEL
 from maintenance_scheduler.skyhook.jobs import IDENTITY_ANNOTATION
 from maintenance_scheduler.skyhook.plan import NodeView
 from maintenance_scheduler.skyhook.stages import JobFacts
@@ -97,6 +97,7 @@ def job_facts(job: Obj, pods: Sequence[Obj]) -> JobFacts:
     name = str(meta(job).get("name") or "")
     identity = job_identity_of(job)
     slot = job_slot(job)
+    stage = str(mapping(meta(job).get("labels")).get(STAGE_LABEL) or "")
     failed = _true(job, "Failed")
     if failed is not None:
         reason = "OOMKilled" if oom_killed(pods) else str(failed.get("reason") or "Failed")
@@ -109,12 +110,13 @@ def job_facts(job: Obj, pods: Sequence[Obj]) -> JobFacts:
             ttl_seconds=ttl if isinstance(ttl, int) else None,
             identity=identity,
             slot=slot,
+            stage=stage,
         )
     if _true(job, "Complete") is not None:
-        return JobFacts(name, "complete", identity=identity, slot=slot)
+        return JobFacts(name, "complete", identity=identity, slot=slot, stage=stage)
     stuck = pull_stuck(pods)
     if stuck is None:
-        return JobFacts(name, "running", identity=identity, slot=slot)
+        return JobFacts(name, "running", identity=identity, slot=slot, stage=stage)
     return JobFacts(
         name,
         "running",
@@ -122,6 +124,7 @@ def job_facts(job: Obj, pods: Sequence[Obj]) -> JobFacts:
         pull_image=stuck[1],
         identity=identity,
         slot=slot,
+        stage=stage,
     )
 
 

@@ -233,6 +233,17 @@ class World:
                 found.setdefault(job.slot, set()).add(job.name)
         return {slot: frozenset(names) for slot, names in found.items()}
 
+    @functools.cached_property
+    def running_on_node(self) -> Mapping[tuple[str, str], Mapping[str, str]]:
+        """Running Jobs (name -> stage) by (skyhook, node), from their labels, whatever
+        package or run they belong to now."""
+        found: dict[tuple[str, str], dict[str, str]] = {}
+        for job in self.jobs.values():
+            if job.outcome == "running" and job.slot is not None:
+                skyhook, _, node = job.slot
+                found.setdefault((skyhook, node), {})[job.name] = job.stage
+        return found
+
 
 @dataclass
 class SkyhookRound:
@@ -368,6 +379,21 @@ def _interrupts(package: Package | None, entry: PackageState) -> bool:
     )
 
 
+def _records_stage_end(entry: PackageState | None, job: JobFacts | None, new: PackageState) -> bool:
+    """Whether `new` only records that the Job of `entry`'s current stage completed (the
+    same run, version and config going on to its next stage)."""
+    return (
+        entry is not None
+        and job is not None
+        and job.outcome == "complete"
+        and entry.state != stages.COMPLETE
+        and new.version == entry.version
+        and new.config == entry.config
+        and new.run == entry.run
+        and new.stage not in (entry.stage, "uninstall")
+    )
+
+
 def step_node(
     skyhook: Skyhook,
     node: str,
@@ -415,6 +441,17 @@ def step_node(
         # beside it on the same host paths; this one starts once it has ended.
         others = world.running_slots.get((skyhook.name, new.name, node), frozenset())
         if others - {target}:
+            return
+        # One interrupt at a time, alone on its node (upstream's Interrupt waits for every
+        # package pod of the Skyhook on the node to be gone): an interrupt Job starts only
+        # once no other Job of this Skyhook runs there, and while one runs nothing else
+        # starts there, whatever package (removed, rolled back) it was for.
+        beside = {
+            other: stage
+            for other, stage in world.running_on_node.get((skyhook.name, node), {}).items()
+            if other != target
+        }
+        if beside and (new.stage == "interrupt" or "interrupt" in beside.values()):
             return
         if package is None or package.version != new.version:
             package = _uninstall_package(new)
@@ -491,8 +528,9 @@ def step_node(
         if outcome.run_job and new is not None:
             if not may_start:
                 # Nothing new starts: only a stage that just ended is recorded (its next
-                # stage's Job is made on resume); a start or a retry waits entirely.
-                if job is None or job.outcome != "complete":
+                # stage's Job is made on resume); a start, a retry, a version or config
+                # change waits entirely, so the node does not enter a run outside its batch.
+                if not _records_stage_end(entry, job, new):
                     new = entry
             elif new.stage == "interrupt" and package is not None and _interrupts(package, new):
                 # One interrupt per node: decided below, with what this run needs.
@@ -719,8 +757,15 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
         )
     # A request no interrupt needs any more goes, whoever left it: the round that finished
     # post-interrupt, one whose delete was lost, or a Skyhook deleted mid-interrupt.
+    deleting = {s.name for s in world.skyhooks if s.deleting}
     for name, (owner, node) in sorted(world.maintenance_owners.items()):
         if name in plan.kept_maintenances:
+            continue
+        if owner not in deleting and world.running_on_node.get((owner, node)):
+            # A Job of the Skyhook still runs on the drained node (a reboot whose version
+            # was rolled back, whose package was removed, on a node now ignored or no
+            # longer selected): it stays cordoned until that Job has ended, as upstream
+            # uncordons only after post-interrupt. A deleted Skyhook's Jobs go with it.
             continue
         plan.actions.append(
             DeleteMaintenance(owner, node, name, world.maintenance_uids.get(name, ""))
@@ -909,7 +954,12 @@ def _plan_skyhook(
             if step.maintenance_needed:
                 plan.kept_maintenances.add(maintenance_name(skyhook.name, name))
             status = node_status(skyhook, step.entries, True, wanted)
-            if status == WAITING and step.entries:
+            # A node with a run under way is in progress; one outside the batch whose
+            # packages are all done for an older version or config waits for its batch.
+            if status == WAITING and (
+                (working and bool(step.entries))
+                or any(e.state != stages.COMPLETE for e in step.entries.values())
+            ):
                 status = IN_PROGRESS
             if status in (WAITING, UNKNOWN) and name in blocked_by:
                 status = BLOCKED

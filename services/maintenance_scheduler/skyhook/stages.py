@@ -236,6 +236,8 @@ class JobFacts:
     # (skyhook, package, node) from its labels: a running Job there keeps a new one of the
     # same package on the node from starting beside it.
     slot: tuple[str, str, str] | None = None
+    # Its stage label: a running interrupt Job keeps every other Job off its node.
+    stage: str = ""
 
 
 @dataclass(frozen=True)
