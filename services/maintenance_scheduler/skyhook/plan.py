@@ -356,16 +356,44 @@ def merge_interrupts(due: Sequence[Package]) -> tuple[str, Interrupt]:
     return merge_interrupt_list(owned)
 
 
-def run_marker(skyhook: Skyhook, node: NodeView | None) -> str:
+def run_marker(skyhook: Skyhook, node: NodeView | None, package: Package | None = None) -> str:
     """The run a package starting on the node now belongs to. Made of what is durable and
-    the same for a controller deciding again on the same state (the Skyhook's uid and
-    generation, the node's uid and resourceVersion), so a restart finds the Jobs it made;
-    a reset node, a re-added package or a rolled-back version is decided on a node that
-    changed since, hence a new run whose stages run again."""
+    the same for a controller deciding again on the same state: the Skyhook's uid and
+    generation, the node's uid, and the run the Skyhook's own status last recorded for the
+    package on the node (status.nodeState). Never the node's resourceVersion: a restarted
+    controller whose node patch was lost, on a node something else changed since, finds the
+    Jobs it made. A start the status records as under way (its node patch lost) keeps that
+    run; after a recorded run, a reset node starts a new one; a re-added package or a
+    rolled-back version comes with a new generation, hence a new run whose stages run
+    again."""
     if node is None:
         return ""
-    text = "\x1f".join((skyhook.uid, str(skyhook.generation), node.uid, node.resource_version))
+    previous = ""
+    recorded = _recorded_entry(skyhook, node.name, package.name) if package is not None else None
+    if recorded is not None and package is not None:
+        version, state, run = recorded
+        if run and version == package.version and state != stages.COMPLETE:
+            return run
+        previous = run
+    text = "\x1f".join((skyhook.uid, str(skyhook.generation), node.uid, previous))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _recorded_entry(skyhook: Skyhook, node: str, package: str) -> tuple[str, str, str] | None:
+    """(version, state, run) of the package on the node as the Skyhook's status last
+    recorded it (status.nodeState), or None."""
+    states = skyhook.status.get("nodeState")
+    recorded = states.get(node) if isinstance(states, Mapping) else None
+    if not isinstance(recorded, Mapping):
+        return None
+    for value in recorded.values():
+        if isinstance(value, Mapping) and value.get("name") == package:
+            return (
+                str(value.get("version") or ""),
+                str(value.get("state") or ""),
+                str(value.get("run") or ""),
+            )
+    return None
 
 
 def _interrupts(package: Package | None, entry: PackageState) -> bool:
@@ -416,7 +444,6 @@ def step_node(
     keeps_maintenance = False
     interrupts: list[str] = []
     busy = False  # a package of a serial Skyhook is under way
-    run = run_marker(skyhook, node_view)
     node_uid = node_view.uid if node_view is not None else ""
     spec_names = {p.name for p in skyhook.packages}
     packages = order if order is not None else _package_order(skyhook)
@@ -515,13 +542,14 @@ def step_node(
             outcome = StepOutcome(entry)
             skipped.append(package)
         else:
+            starts = package is not None and (entry is None or entry.version != package.version)
             outcome = step_package(
                 package,
                 entry,
                 job,
                 now=now,
                 pull_grace_seconds=pull_grace_seconds,
-                run=run,
+                run=run_marker(skyhook, node_view, package) if starts else "",
                 config=config,
             )
         new = outcome.entry

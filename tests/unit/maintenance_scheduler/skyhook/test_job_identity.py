@@ -192,3 +192,42 @@ def test_config_hash_follows_config_map_and_env_and_downgrade_follows_semver() -
     assert not is_downgrade("1.9.0", "1.10.0")
     assert not is_downgrade("1.0.0-rc.1", "1.0.0")
     assert not is_downgrade("1.0.0", "1.0.0")
+
+
+def test_rule_a_restarted_controller_whose_node_patch_was_lost_reruns_no_stage() -> None:
+    """The run never depends on the node's resourceVersion: the apply Job was made, its node
+    patch (and the status write) lost with the controller, and the node changed since (a
+    kubelet heartbeat, a label): the next controller finds that Job, it makes no second."""
+    cluster = Cluster.of(make_skyhook(with_driver()))
+    plan = plan_round(cluster.world(), now=cluster.now)
+    (made,) = [a for a in plan.actions if isinstance(a, CreateJob)]
+    assert made.stage == "apply"
+    cluster.jobs[made.name] = build_job(
+        made.skyhook,
+        made.package,
+        made.stage,
+        made.node,
+        namespace=NAMESPACE,
+        default_stage_timeout_seconds=0,
+        run=made.run,
+        config=made.config,
+        node_uid=made.node_uid,
+    )
+    cluster.created.append(made)
+    node = cluster.nodes["node-0"]
+    cluster.nodes["node-0"] = cluster.bump(node, labels={**node.labels, "rack": "r1"})
+    complete(cluster)
+    assert cluster.stages_created() == [("driver", "1.0.0", "apply"), ("driver", "1.0.0", "config")]
+
+
+def test_rule_a_start_the_status_recorded_keeps_its_run_when_the_node_patch_was_lost() -> None:
+    cluster = Cluster.of(make_skyhook(with_driver()))
+    cluster.round()  # apply made; node patched and status written
+    (made,) = cluster.created
+    # The node lost its record (the patch never landed): the status still has the start.
+    node = cluster.nodes["node-0"]
+    kept = {k: v for k, v in node.annotations.items() if k != node_state_annotation("gpu-init")}
+    cluster.nodes["node-0"] = cluster.bump(node, annotations=kept)
+    complete(cluster)
+    assert cluster.stages_created() == [("driver", "1.0.0", "apply"), ("driver", "1.0.0", "config")]
+    assert cluster.created[1].run == made.run
