@@ -78,7 +78,10 @@ def request_object(name: str, node: str, requestor: str, phase: str, created: fl
 def scheduling_round() -> None:
     nodes = {
         f"node-{i:05d}": NodeInfo(
-            name=f"node-{i:05d}", unschedulable=i % 40 == 0, ready=i % 41 != 0
+            name=f"node-{i:05d}",
+            unschedulable=i % 40 == 0,
+            ready=i % 41 != 0,
+            uid=f"uid-node-{i:05d}",
         )
         for i in range(10_000)
     }

@@ -163,37 +163,47 @@ class NodeMaintenance:
     def drain_started_at(self) -> float | None:
         return parse_time(self.annotations.get(DRAIN_START_ANNOTATION))
 
+    def _is_own_node_ref(self, ref: Mapping[str, Any]) -> bool:
+        """A Node ownerReference that names spec.nodeName: one naming another node says
+        nothing about which node of this name the request was made for."""
+        return ref.get("kind") == "Node" and ref.get("name") == self.node_name
+
     @property
     def node_owner_uid(self) -> str | None:
-        """The uid of the Node this request was made for, from its Node ownerReference (set
-        at its first round, as upstream sets it); None before that."""
+        """The uid of the Node this request was made for, from its Node ownerReference of
+        spec.nodeName (set at its first round, as upstream sets it); None before that."""
         return next(
             (
                 str(ref.get("uid"))
                 for ref in self.owner_references
-                if ref.get("kind") == "Node" and ref.get("uid")
+                if self._is_own_node_ref(ref) and ref.get("uid")
             ),
             None,
         )
 
-    def meant_for(self, node_uid: str) -> bool:
+    def meant_for(self, node_uid: str) -> bool | None:
         """Whether the node of `spec.nodeName` with this uid is the one the request was made
         for: a node that replaced it under the same name is not (upstream's garbage collector
         deletes a request whose owner Node is gone; until it has, the request must not touch
-        the newcomer)."""
+        the newcomer). None when that cannot be told: a node read without a uid is no evidence
+        either way, neither the request's node nor another."""
         owner = self.node_owner_uid
-        return owner is None or owner == node_uid
+        if owner is None:
+            return True
+        if not node_uid:
+            return None
+        return owner == node_uid
 
     def owned_by_node(self, node_uid: str) -> bool:
-        return any(
-            ref.get("kind") == "Node" and ref.get("uid") == node_uid
+        return bool(node_uid) and any(
+            self._is_own_node_ref(ref) and ref.get("uid") == node_uid
             for ref in self.owner_references
         )
 
     def with_node_owner(self, node_name: str, node_uid: str) -> tuple[dict[str, Any], ...]:
         """The ownerReferences with the Node added, as upstream sets it: not the controller,
         not blocking the Node's deletion; the garbage collector deletes the request with it."""
-        kept = tuple(dict(ref) for ref in self.owner_references if ref.get("kind") != "Node")
+        kept = tuple(dict(ref) for ref in self.owner_references if not self._is_own_node_ref(ref))
         node = {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}
         return (*kept, node)
 

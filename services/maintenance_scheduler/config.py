@@ -27,6 +27,10 @@ class MaintenanceSchedulerConfig(ServiceConfig, kw_only=True):
     # Slurm states older than this (seconds since slurm-syncer's last successful poll of the
     # cluster) count as unknown; 0 uses slurm-syncer's own staleness rule.
     slurm_state_max_age_seconds: Annotated[float, Meta(ge=0)] = 0.0
+    # A node absent from the k8s_nodes view counts as gone (its requests free their slot and
+    # lose their finalizer) only once it has been absent this long: the view can lack a live
+    # node (k8s-watcher's label selector drops a node whose labels stop matching).
+    node_gone_grace_seconds: Annotated[float, Meta(ge=0)] = 300.0
     # Most messages published in one batch (JetStream acks outstanding).
     publish_window: Annotated[int, Meta(ge=1)] = 256
     # The Skyhook controller (skyhook.nvidia.com): node packages as batch/v1 Jobs.

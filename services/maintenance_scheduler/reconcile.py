@@ -16,6 +16,9 @@ A request's node is the one it was made for: its Node ownerReference, written at
 round as upstream writes it, names the node's uid. When that node is gone (or another took its
 name), the request is never scheduled, cordons and drains nothing, and loses its finalizer in
 any phase, deleted or not, additionalRequestors or not, as upstream drops it on NotFound.
+"Gone" needs evidence: another uid under the name, or an absence from the view that has lasted
+the grace (`absent_past_grace`). Until then a request whose node the view lacks (or shows
+without a uid) keeps its finalizer, and nothing is cordoned, drained or undone.
 """
 
 from __future__ import annotations
@@ -207,12 +210,28 @@ def reconcile_request(
     pods_on_node: Sequence[PodFacts],
     others_on_node: Iterable[NodeMaintenance],
     now: float,
+    *,
+    absent_past_grace: bool = False,
 ) -> Step:
+    """`node` None: the view lacks the node. `absent_past_grace`: it has lacked it for the
+    whole grace, the only absence taken as the node being gone (False by default: an absence
+    alone then undoes nothing)."""
     step = Step()
     gone = None
+    unsure = None
     if node is None:
-        gone = f"node {request.node_name} does not exist"
-    elif not request.meant_for(node.uid):
+        if absent_past_grace:
+            gone = f"node {request.node_name} does not exist"
+        else:
+            # Absent from the view, but one view is no evidence that the node is gone (a
+            # label-filtered view drops live nodes): nothing is undone until the absence
+            # has lasted the grace. A Pending request says what it would say after it (it
+            # cannot be scheduled either way).
+            unsure = f"node {request.node_name} does not exist"
+    elif (verdict := request.meant_for(node.uid)) is None:
+        unsure = f"node {request.node_name} has no uid in the view"
+        node = None
+    elif not verdict:
         # A node that took the name of the one this request was made for: not ours to cordon,
         # drain or uncordon (upstream's garbage collector deletes the request with its node).
         gone = (
@@ -221,8 +240,23 @@ def reconcile_request(
             "another"
         )
         node = None
+    if unsure is not None and request.has_finalizer:
+        # Cordon, slot and finalizer are kept; the request goes on once the node is seen
+        # again, or loses its finalizer once the absence has lasted the grace.
+        message = (
+            f"node {request.node_name} is not in the view (or has no uid there): cordon, "
+            "slot and finalizer kept until it has been absent for the grace"
+        )
+        step.decisions.append(
+            Decision(request, "node-not-found", "NodeNotInView", message, node=request.node_name)
+        )
+        return step
     if request.deleting:
         _cleanup(step, request, node, others_on_node)
+        return step
+    if gone is not None and request.in_progress:
+        # Before the spec check: an invalid request on a gone node still loses its finalizer.
+        _gone_in_progress(step, request, gone, now)
         return step
     if request.problems:
         message = "invalid spec: " + "; ".join(request.problems)
@@ -232,6 +266,10 @@ def reconcile_request(
         # A request not yet started stays Pending; one in progress keeps its phase (going
         # back to Pending would forget the cordon) and waits until it is fixed or deleted.
         set_phase(step, request, request.phase if request.in_progress else PENDING, now, message)
+        return step
+    if unsure is not None and request.in_progress:
+        # In progress without a finalizer (a release that set none): nothing to do without
+        # the node, and nothing to undo until it is known to be gone.
         return step
     phase = request.phase
     if node is not None and (
@@ -254,30 +292,10 @@ def reconcile_request(
     elif phase == UNINITIALIZED:
         set_phase(step, request, PENDING, now)
     elif phase == PENDING:
-        _pending(step, request, gone, now)
+        _pending(step, request, gone or unsure, now)
     elif node is None:
-        gone = gone or f"node {request.node_name} does not exist"
-        # In progress on a node that has gone: nothing to cordon, drain or undo. Upstream drops
-        # the finalizer on NotFound in any phase (first, so a deletion is never held by it);
-        # the request keeps its phase and says why it stopped.
-        if request.has_finalizer:
-            step.actions.append(_without_finalizer(request))
-            step.decisions.append(
-                Decision(
-                    request,
-                    "finalizer-removed",
-                    "NodeNotFound",
-                    f"{gone}: nothing to clean up in phase {phase}",
-                    node=request.node_name,
-                )
-            )
-            return step
-        if request.ready_message != gone:
-            step.actions.append(Event(request, "NodeNotFound", gone, "Warning"))
-            step.decisions.append(
-                Decision(request, "node-not-found", "NodeNotFound", gone, node=request.node_name)
-            )
-        set_phase(step, request, phase, now, gone)
+        # In progress without the node: handled above (gone or not yet known to be).
+        return step
     elif phase == SCHEDULED:
         set_phase(step, request, CORDON, now)
     elif phase == CORDON:
@@ -295,6 +313,31 @@ def reconcile_request(
                 PatchRequest(request, annotations={READY_TIME_ANNOTATION: rfc3339(now)})
             )
     return step
+
+
+def _gone_in_progress(step: Step, request: NodeMaintenance, gone: str, now: float) -> None:
+    """In progress on a node that is gone: nothing to cordon, drain or undo. Upstream drops the
+    finalizer on NotFound in any phase (first, so a deletion is never held by it); the request
+    keeps its phase and says why it stopped."""
+    phase = request.phase
+    if request.has_finalizer:
+        step.actions.append(_without_finalizer(request))
+        step.decisions.append(
+            Decision(
+                request,
+                "finalizer-removed",
+                "NodeNotFound",
+                f"{gone}: nothing to clean up in phase {phase}",
+                node=request.node_name,
+            )
+        )
+        return
+    if request.ready_message != gone:
+        step.actions.append(Event(request, "NodeNotFound", gone, "Warning"))
+        step.decisions.append(
+            Decision(request, "node-not-found", "NodeNotFound", gone, node=request.node_name)
+        )
+    set_phase(step, request, phase, now, gone)
 
 
 def _pending(step: Step, request: NodeMaintenance, gone: str | None, now: float) -> None:
@@ -520,7 +563,7 @@ def other_needs_cordon(
     return any(
         o.uid != request.uid
         and o.node_name == request.node_name
-        and o.meant_for(node_uid)
+        and o.meant_for(node_uid) is not False
         and not o.deleting
         and o.cordon
         and o.phase in PHASES_NEEDING_CORDON

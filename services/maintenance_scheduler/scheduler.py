@@ -13,15 +13,23 @@
    node unavailable needs canBecomeUnavailable > 0 and spends it, one whose node is already
    unavailable spends no budget. A request skipped for the budget does not use a slot.
 
-A request whose node does not exist is never a candidate (it stays Pending, and says why).
+A request whose node is not in the view is never a candidate (it stays Pending, and says why).
 Nor is a request whose node was replaced by another of the same name (its Node ownerReference
 names another uid): the node it was made for is gone, and neither holds a slot.
+
+"Gone" is decided on evidence, never on one view that lacks the node: the k8s_nodes view can
+lack a live node (k8s-watcher's label selector turns a node whose labels stop matching into a
+KV delete). A request in progress whose node is absent keeps its slot and counts as
+unavailable until the node has been absent for the grace (`absent_past_grace`, from the
+service's NODE_GONE_GRACE_SECONDS); a node of another uid under the name is gone at once, and
+a node read without a uid is no verdict (the request keeps its slot).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -35,7 +43,8 @@ class NodeInfo:
     name: str
     unschedulable: bool
     ready: bool
-    uid: str = ""
+    # Required: a node read without one ("") is no evidence of which node holds the name.
+    uid: str
 
     @property
     def unavailable(self) -> bool:
@@ -84,19 +93,53 @@ def rank_order(
 
 
 def node_of(request: NodeMaintenance, nodes: Mapping[str, NodeInfo]) -> NodeInfo | None:
-    """The node the request was made for, if it still exists."""
+    """The node the request was made for, if the view shows it as that node."""
     node = nodes.get(request.node_name)
-    return node if node is not None and request.meant_for(node.uid) else None
+    return node if node is not None and request.meant_for(node.uid) is True else None
+
+
+def node_gone(
+    request: NodeMaintenance, nodes: Mapping[str, NodeInfo], absent_past_grace: AbstractSet[str]
+) -> bool:
+    """Whether there is evidence that the node the request was made for is gone: another uid
+    holds its name, or the name has been absent from the view for the whole grace. One view
+    that lacks the node is not evidence (a label-filtered view drops live nodes)."""
+    node = nodes.get(request.node_name)
+    if node is None:
+        return request.node_name in absent_past_grace
+    return request.meant_for(node.uid) is False
+
+
+def track_absences(
+    absent_since: Mapping[str, float], named: Iterable[str], in_view: Iterable[str], now: float
+) -> dict[str, float]:
+    """When each node name that a request names was first seen absent from the view, kept
+    while it stays absent; a name seen again (or no longer named) starts over."""
+    present = set(in_view)
+    return {name: absent_since.get(name, now) for name in set(named) if name not in present}
+
+
+def names_absent_past_grace(
+    absent_since: Mapping[str, float], now: float, grace_seconds: float
+) -> frozenset[str]:
+    """The node names absent from the view for at least the grace."""
+    return frozenset(name for name, since in absent_since.items() if now - since >= grace_seconds)
 
 
 def schedule(
     nodes: Mapping[str, NodeInfo],
     requests: Iterable[NodeMaintenance],
     config: OperatorConfig,
+    *,
+    absent_past_grace: AbstractSet[str] = frozenset(),
 ) -> ScheduleResult:
+    """`absent_past_grace`: the node names absent from the view long enough to count as gone
+    (none by default: an absence alone then frees no slot)."""
     all_requests = list(requests)
     under_maintenance = {
-        r.node_name for r in all_requests if r.in_progress and node_of(r, nodes) is not None
+        r.node_name
+        for r in all_requests
+        if r.in_progress and not node_gone(r, nodes, absent_past_grace)
     }
     pending_requests = [
         r for r in all_requests if r.phase == PENDING and not r.deleting and not r.problems

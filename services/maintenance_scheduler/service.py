@@ -60,7 +60,13 @@ from maintenance_scheduler.reconcile import (
     reconcile_request,
     set_phase,
 )
-from maintenance_scheduler.scheduler import NodeInfo, ScheduleResult, schedule
+from maintenance_scheduler.scheduler import (
+    NodeInfo,
+    ScheduleResult,
+    names_absent_past_grace,
+    schedule,
+    track_absences,
+)
 from maintenance_scheduler.skyhook.service import SkyhookController
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
 from nodeflow_bus.leader_loop import LeaderLoop
@@ -193,6 +199,11 @@ class MaintenanceScheduler:
         self._phase_seen: dict[str, tuple[str, float]] = {}  # uid -> (phase, since)
         self._parse_cache: dict[str, tuple[str, NodeMaintenance]] = {}  # key -> (rv, parsed)
         self._gc_sent: dict[str, float] = {}  # request uid -> when its GC delete was sent
+        # Node name -> when this replica first saw it absent from the view while a request
+        # names it. In memory on purpose: it only delays the destructive step (a slot freed,
+        # a finalizer dropped); after a restart or a change of leader the grace starts again,
+        # which fails closed.
+        self._absent_since: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._wake_at: float | None = None
         self._leader_loop = LeaderLoop(
@@ -253,6 +264,8 @@ class MaintenanceScheduler:
         self._evictions.clear()
         self._by_key.clear()
         self._sent.clear()
+        # Absences seen before a pause in leadership may have ended meanwhile: start again.
+        self._absent_since.clear()
         # A new leader tells again what it reads of the config (the same key: one Event).
         self._config_seen = None
         self._wake.set()
@@ -414,7 +427,13 @@ class MaintenanceScheduler:
             name: NodeInfo(name=name, unschedulable=f.unschedulable, ready=f.ready, uid=f.uid)
             for name, f in facts.items()
         }
-        result = schedule(infos, seen, config)
+        self._absent_since = track_absences(
+            self._absent_since, {r.node_name for r in requests}, facts.keys(), now
+        )
+        gone_nodes = names_absent_past_grace(
+            self._absent_since, now, self.config.node_gone_grace_seconds
+        )
+        result = schedule(infos, seen, config, absent_past_grace=gone_nodes)
         self.stats.last_schedule = result
         self._report_schedule(result)
 
@@ -453,7 +472,12 @@ class MaintenanceScheduler:
             )
             try:
                 step = reconcile_request(
-                    request, node, pods, on_node.get(request.node_name, []), now
+                    request,
+                    node,
+                    pods,
+                    on_node.get(request.node_name, []),
+                    now,
+                    absent_past_grace=request.node_name in gone_nodes,
                 )
             except Exception:
                 # One odd object must not stop every other request's progress.

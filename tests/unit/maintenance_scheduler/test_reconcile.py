@@ -463,7 +463,7 @@ def test_rule_ready_request_with_additional_requestors_on_a_deleted_node_loses_i
         annotations=OURS,
         additionalRequestors=["other.example.com"],
     )
-    step = reconcile_request(request, None, [], [], T0)
+    step = reconcile_request(request, None, [], [], T0, absent_past_grace=True)
     (patch,) = only(step, PatchRequest)
     assert patch.finalizers == ()
     assert only(step, UncordonNode) == []
@@ -471,12 +471,12 @@ def test_rule_ready_request_with_additional_requestors_on_a_deleted_node_loses_i
 
 def test_rule_request_in_progress_on_a_deleted_node_drops_its_finalizer_then_says_so() -> None:
     request = draining()
-    step = reconcile_request(request, None, [pod("a")], [], T0)
+    step = reconcile_request(request, None, [pod("a")], [], T0, absent_past_grace=True)
     (patch,) = only(step, PatchRequest)
     assert patch.finalizers == ()
     assert only(step, EvictPod) == [] and only(step, SetStatus) == []
     released = nm("r", "n1", phase="Draining", drainSpec={"force": True}, status=DRAIN_STATUS)
-    step = reconcile_request(released, None, [], [], T0)
+    step = reconcile_request(released, None, [], [], T0, absent_past_grace=True)
     assert new_phase(step) == "Draining"
     ready = condition({"status": only(step, SetStatus)[0].status}, "Ready")
     assert ready is not None and ready["message"] == "node n1 does not exist"

@@ -259,12 +259,12 @@ def test_rule_property_scheduled_set_respects_slots_budget_and_one_per_node(
 def test_rule_request_on_a_deleted_node_holds_no_slot() -> None:
     """With the default maxParallelOperations 1, a Ready request whose node was deleted (kept by
     its additionalRequestors, say) must not stop every new maintenance: upstream's preSchedule
-    counts only requests whose node exists."""
+    counts only requests whose node exists (here: absent from the view for the grace)."""
     requests = [
         nm("decommissioned", "gone", phase="Ready", finalizer=True, deleting=True),
         nm("next", "n1", phase="Pending"),
     ]
-    result = schedule(cluster(2), requests, config(parallel=1))
+    result = schedule(cluster(2), requests, config(parallel=1), absent_past_grace={"gone"})
     assert [r.name for r in result.scheduled] == ["next"]
     assert result.under_maintenance == 0
 

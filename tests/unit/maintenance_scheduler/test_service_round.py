@@ -173,7 +173,8 @@ def service_with(
 async def test_rule_a_request_on_a_deleted_node_frees_its_slot_and_its_finalizer() -> None:
     """Default config (one operation at a time): node n9 of a Ready request kept by its
     additionalRequestors was deleted, and so was the request. The request loses its
-    finalizer and the next request, on n1, is scheduled in the same round."""
+    finalizer and the next request, on n1, is scheduled in the round that finds n9 absent for
+    NODE_GONE_GRACE_SECONDS; before that, the request keeps both."""
     stuck = nm_object(
         "x",
         "n9",
@@ -185,6 +186,11 @@ async def test_rule_a_request_on_a_deleted_node_frees_its_slot_and_its_finalizer
     waiting = nm_object("a", "n1", requestor="r1.example.com", phase="Pending")
     service, bus = service_with({"default.x": stuck, "default.a": waiting}, ("n1",))
     await service.round(T0)
+    assert not [
+        m for m in bus.sent if isinstance(m.message, K8sCommand) and m.message.op == "patch"
+    ]
+    assert bus.scheduled() == []
+    await service.round(T0 + service.config.node_gone_grace_seconds)
     commands = [m.message for m in bus.sent if isinstance(m.message, K8sCommand)]
     scheduled = [c for c in commands if c.op == "update-status" and "Scheduled" in c.reason]
     assert [c.target.name for c in scheduled] == ["a"]
