@@ -701,10 +701,14 @@ def _blocked_by_priority(
     skyhook: Skyhook,
     node: str,
     earlier: Sequence[tuple[Skyhook, Mapping[str, str], bool]],
+    world: World,
 ) -> str:
-    """The earlier Skyhook this node waits for, or ''."""
+    """The earlier Skyhook this node waits for, or ''. A disabled one is passed over, but
+    not while a Job of it (its reboot) still runs on the node."""
     for other, statuses, all_complete in earlier:
         if other.disabled:
+            if world.running_on_node.get((other.name, node)):
+                return other.name
             continue
         if other.sequencing == "all" and not all_complete:
             return other.name
@@ -873,7 +877,7 @@ def _plan_skyhook(
             state_id, node_status(skyhook, parsed, readable, wanted)
         )
         if status in (WAITING, UNKNOWN) and readable:
-            blocker = _blocked_by_priority(skyhook, node.name, earlier)
+            blocker = _blocked_by_priority(skyhook, node.name, earlier, world)
             if blocker:
                 blocked_by[node.name] = blocker
                 status = BLOCKED

@@ -11,14 +11,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maintenance_scheduler.skyhook.api import (
+    DISABLE_ANNOTATION,
     IGNORE_NODE_LABEL,
     SKYHOOK_FINALIZER,
     Skyhook,
     parse_skyhook,
 )
-from maintenance_scheduler.skyhook.jobs import maintenance_name
-from maintenance_scheduler.skyhook.plan import CreateJob
-from tests.unit.maintenance_scheduler.skyhook.skyhook_cluster import Cluster, make_skyhook
+from maintenance_scheduler.skyhook.jobs import build_job, maintenance_name
+from maintenance_scheduler.skyhook.observe import job_facts
+from maintenance_scheduler.skyhook.plan import (
+    CreateJob,
+    CreateMaintenance,
+    NodeView,
+    World,
+    plan_round,
+)
+from tests.unit.maintenance_scheduler.skyhook.skyhook_cluster import (
+    NAMESPACE,
+    T0,
+    Cluster,
+    make_skyhook,
+)
 
 REBOOT = {"type": "reboot"}
 SERVICE = {"type": "service", "services": ["nvidia-persistenced"]}
@@ -228,3 +241,47 @@ def test_rule_a_node_leaving_the_selector_stays_drained_while_the_reboot_still_r
     )
     _keeps_drain_while_reboot_runs(cluster, reboot)
     assert cluster.maintenances == {}
+
+
+def test_rule_a_disabled_earlier_skyhook_still_blocks_its_node_while_its_reboot_runs() -> None:
+    def skyhook(name: str, priority: int, disabled: bool) -> Skyhook:
+        return parse_skyhook(
+            {
+                "metadata": {
+                    "name": name,
+                    "uid": f"uid-{name}",
+                    "generation": 1,
+                    "finalizers": [SKYHOOK_FINALIZER],
+                    "annotations": {DISABLE_ANNOTATION: "true"} if disabled else {},
+                },
+                "spec": {"packages": {"kern": package(interrupt=REBOOT)}, "priority": priority},
+            }
+        )
+
+    first, second = skyhook("first", 1, True), skyhook("second", 2, False)
+    reboot = build_job(
+        first,
+        first.packages[0],
+        "interrupt",
+        "node-0",
+        namespace=NAMESPACE,
+        default_stage_timeout_seconds=0,
+        run="r1",
+        node_uid="node-uid-0",
+    )
+    node = NodeView("node-0", "node-uid-0", "1", {}, {}, created=0.0)
+    name = reboot["metadata"]["name"]
+    running = World(
+        skyhooks=[first, second],
+        policies={},
+        nodes=[node],
+        jobs={name: job_facts(reboot, [])},
+        maintenances={},
+    )
+    plan = plan_round(running, now=T0)
+    assert not [a for a in plan.actions if isinstance(a, CreateJob | CreateMaintenance)]
+    assert plan.rounds[-1].node_status == {"node-0": "blocked"}
+    # Its reboot over, the disabled Skyhook no longer holds the node.
+    reboot["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    plan = plan_round(replace(running, jobs={name: job_facts(reboot, [])}), now=T0)
+    assert [a.skyhook.name for a in plan.actions if isinstance(a, CreateMaintenance)] == ["second"]
