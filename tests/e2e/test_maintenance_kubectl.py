@@ -54,9 +54,14 @@ def require_kubectl() -> None:
         pytest.skip("kubectl not installed (apt-get install kubernetes-client)")
 
 
-async def start_process(running: Stack, port: int) -> asyncio.subprocess.Process:
+async def start_process(running: Stack, port: int, **settings: str) -> asyncio.subprocess.Process:
     return await processes.start_service(
-        "maintenance_scheduler", running, port, "e2e-maintenance", OPERATOR_NAMESPACE="default"
+        "maintenance_scheduler",
+        running,
+        port,
+        "e2e-maintenance",
+        OPERATOR_NAMESPACE="default",
+        **settings,
     )
 
 
@@ -223,7 +228,9 @@ async def test_a_deleted_node_frees_its_slot_for_a_request_on_another_node(stack
     request is scheduled and goes to Ready."""
     decommissioned, other = stack.node_names()[2:4]
     port = free_port()
-    process = await start_process(stack, port)
+    # A node absent from the view counts as gone after NODE_GONE_GRACE_SECONDS (default 300 s):
+    # shortened here, the rule unchanged.
+    process = await start_process(stack, port, NODE_GONE_GRACE_SECONDS="2")
     try:
         await processes.wait_ready(port, "maintenance-scheduler process", timeout=30)
         await processes.kubectl(

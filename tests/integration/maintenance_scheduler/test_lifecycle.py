@@ -82,10 +82,11 @@ async def test_rule_a_deleted_node_takes_its_maintenance_with_it_and_frees_the_s
 ) -> None:
     # The Node owns each request once scheduled: the garbage collector deletes the request
     # when its node is deleted, the cleanup drops the finalizer (nothing to uncordon), and
-    # the parallel-operations slot it held goes to the next request.
+    # the parallel-operations slot it held goes to the next request, once the node has been
+    # absent for NODE_GONE_GRACE_SECONDS (shortened here; the rule is unchanged).
     gone, other = stack.node_names()[:2]
     stack.set_config(maxParallelOperations=1)
-    await stack.start_scheduler()
+    await stack.start_scheduler(node_gone_grace_seconds=1.0)
     stack.request("on-gone", gone)
     await eventually(lambda: stack.phase("on-gone") == "Ready", what="on-gone Ready")
     owners = (stack.get_request("on-gone") or {})["metadata"]["ownerReferences"]
