@@ -10,6 +10,7 @@ resourceVersion where staleness matters), so a stale command is refused with a c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -149,18 +150,26 @@ def node_slot(name: str) -> str:
     return f"Node/{name}"
 
 
-# How long a command of ours is worth applying: as long as the service waits for its effect
-# before it plans again (the in-flight timeout's default). One held longer (a crashed
-# k8s-watcher's) is reported expired instead of applied over a newer decision.
+# How long a command of ours is worth applying by default (the setting
+# command_lifetime_seconds): as long as the service waits for its effect before it plans
+# again (the in-flight timeout's default). One held longer (a crashed k8s-watcher's) is
+# reported expired instead of applied over a newer decision.
 COMMAND_LIFETIME_SECONDS = 20.0
 
 
-def _command(key: str, target: ObjectRef, operation: Any, reason: str, now: float) -> K8sCommand:
+def _command(
+    key: str,
+    target: ObjectRef,
+    operation: Any,
+    reason: str,
+    now: float,
+    lifetime: float = COMMAND_LIFETIME_SECONDS,
+) -> K8sCommand:
     return K8sCommand(
         idempotency_key=key,
         sender=SENDER,
         sent_at=now,
-        expires_at=deadline_after(COMMAND_LIFETIME_SECONDS, now=now),
+        expires_at=deadline_after(lifetime, now=now),
         target=target,
         operation=operation,
         reason=reason,
@@ -231,6 +240,7 @@ def _claim_outgoing(
     why: str,
     now: float,
     blocked: tuple[str, ...] = (),
+    lifetime: float = COMMAND_LIFETIME_SECONDS,
 ) -> Outgoing:
     """Set (`held`) or remove the node's claim annotation `claim` (a NodeSet key), with the
     node's resourceVersion as precondition."""
@@ -243,6 +253,7 @@ def _claim_outgoing(
         PatchObject(patch_type="merge", patch=patch),
         f"{verb} node {'for' if held else 'from'} NodeSet {claim}: {why}",
         now,
+        lifetime,
     )
     return Outgoing(
         node_slot(node),
@@ -256,13 +267,19 @@ def _claim_outgoing(
 
 
 def to_outgoing(
-    spec: NodeSetSpec, action: Action, now: float, *, pod_deleted_revision: int = 0
+    spec: NodeSetSpec,
+    action: Action,
+    now: float,
+    *,
+    pod_deleted_revision: int = 0,
+    lifetime: float = COMMAND_LIFETIME_SECONDS,
 ) -> Outgoing:
     """The command for `action`. `pod_deleted_revision` (creates only): the KV revision at
     which the last pod of that name was deleted, so each incarnation of a pod name gets its
     own idempotency key -- a re-create must not be dropped by JetStream's duplicate window
     or the applied-commands record as a repeat of the create of the pod it replaces."""
     ns = spec.namespace
+    command_of = functools.partial(_command, lifetime=lifetime)
     patch: dict[str, Any]
     owner = nodeset_ref(spec, with_rv=False)
 
@@ -321,7 +338,14 @@ def to_outgoing(
 
     if isinstance(action, Claim):
         return _claim_outgoing(
-            action.node, action.node_uid, action.node_rv, spec.key, True, action.why, now
+            action.node,
+            action.node_uid,
+            action.node_rv,
+            spec.key,
+            True,
+            action.why,
+            now,
+            lifetime=lifetime,
         )
     if isinstance(action, Release):
         return _claim_outgoing(
@@ -333,6 +357,7 @@ def to_outgoing(
             action.why,
             now,
             action_blockers(ns, action),
+            lifetime=lifetime,
         )
     if isinstance(action, CreatePod):
         key = stable_key(
@@ -344,7 +369,7 @@ def to_outgoing(
             action.node_rv,
             str(pod_deleted_revision),
         )
-        command = _command(
+        command = command_of(
             key, pod_ref(ns, action.name), CreateObject(object=action.pod), action.why, now
         )
         return explained(
@@ -377,7 +402,7 @@ def to_outgoing(
                 ]
             }
         }
-        command = _command(
+        command = command_of(
             key,
             pod_ref(ns, pod.name, pod.uid),
             PatchObject(patch_type="strategic", patch=patch, subresource="status"),
@@ -392,7 +417,7 @@ def to_outgoing(
         pod = action.pod
         key = stable_key("cancel", pod.uid, pod.resource_version)
         patch = {"status": {"conditions": [{"type": SLURM_DELETE_CONDITION, "$patch": "delete"}]}}
-        command = _command(
+        command = command_of(
             key,
             pod_ref(ns, pod.name, pod.uid),
             PatchObject(patch_type="strategic", patch=patch, subresource="status"),
@@ -408,7 +433,7 @@ def to_outgoing(
             # Proven only while no kubelet has the pod: a binding since changes its
             # resourceVersion, and the delete is refused.
             target = msgspec.structs.replace(target, resource_version=pod.resource_version or None)
-        command = _command(key, target, DeleteObject(), action.why, now)
+        command = command_of(key, target, DeleteObject(), action.why, now)
         kind: DecisionKind = "forced-delete" if action.forced else "delete"
         return pod_change(
             pod, command, kind, action.reason, action.why, PodChangeSent("delete", now)
@@ -445,7 +470,7 @@ def to_outgoing(
             ref = ObjectRef(
                 api_version=NODESET_API_VERSION, kind=NODESLICE_KIND, name=change.name, namespace=ns
             )
-            command = _command(key, ref, CreateObject(object=obj), "NodeSlice for new nodes", now)
+            command = command_of(key, ref, CreateObject(object=obj), "NodeSlice for new nodes", now)
             return Outgoing(slot, watch, "", command, is_create=True)
         rv = action.resource_version or ""
         key = stable_key("slice-update", ns, change.name, action.uid, rv)
@@ -457,7 +482,7 @@ def to_outgoing(
             uid=action.uid,
             resource_version=action.resource_version,
         )
-        command = _command(
+        command = command_of(
             key,
             ref,
             PatchObject(patch_type="merge", patch={"spec": {"nodes": nodes}}),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nodeflow_contracts.pod_protocol import DEFAULT_LOCK_TOLERATION_KEY
 from nodeflow_runtime.config import ServiceConfig
+from nodeset_controller.commands import COMMAND_LIFETIME_SECONDS
 from nodeset_controller.spec import Defaults
 
 
@@ -31,6 +32,11 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
     debounce_seconds: float = 0.05
     # A command with no visible effect for this long may be sent again.
     in_flight_timeout_seconds: float = 20.0
+    # How long a command of ours may be applied (its expires_at) -- every replica must use the
+    # same value. A new leader (or a restarted controller) sends no pod create, claim or
+    # release until this long plus the landing margin has passed since it took the lead: an
+    # earlier leader's command may land until then (see docs/protocols.md).
+    command_lifetime_seconds: float = COMMAND_LIFETIME_SECONDS
     # Most commands published in one batch (JetStream acks outstanding).
     publish_window: int = 512
     # Most pod and claim changes (claims, releases, creates, SlurmDelete set or removed,
@@ -54,7 +60,12 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
-        for name in ("leader_lease_ttl_seconds", "resync_seconds", "in_flight_timeout_seconds"):
+        for name in (
+            "leader_lease_ttl_seconds",
+            "resync_seconds",
+            "in_flight_timeout_seconds",
+            "command_lifetime_seconds",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.debounce_seconds < 0:

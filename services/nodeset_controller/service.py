@@ -75,11 +75,13 @@ from nodeset_controller.objects import (
     pod_requests,
 )
 from nodeset_controller.planner import (
+    Claim,
     ClusterView,
     CreatePod,
     Notice,
     PlanMemo,
     PodChangeSent,
+    Release,
     plan,
     slurm_trust,
 )
@@ -122,6 +124,8 @@ class Stats:
     skipped_in_flight: int = 0
     # Pod and claim changes left for a later round: max_commands_in_flight were in flight.
     deferred: int = 0
+    # Pod creates, claims and releases left for later: an earlier leader's may still land.
+    held_after_leadership: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
 
 
@@ -236,6 +240,9 @@ class NodeSetController:
         self._wake_at: dict[str, float] = {}
         # NodeSet key -> the SlurmDelete time its pods wait to see a Slurm poll after.
         self._awaiting_read: dict[str, float] = {}
+        # Until when pod creates, claims and releases wait after taking the lead (None: set by
+        # the first round as leader). See `_hold_node_commands_until`.
+        self._node_commands_held_until: float | None = None
         self._leader_loop = LeaderLoop(
             bus,
             self.lease,
@@ -544,10 +551,32 @@ class NodeSetController:
 
     def _on_leadership(self, leader: bool) -> None:
         # Whatever another replica had in flight is unknown here; its commands are deduped by
-        # key, so starting from an empty table only costs a few repeats.
+        # key, so starting from an empty table only costs a few repeats. What the table held
+        # back (a claim release holding its node) is held by the window below instead.
         self._in_flight.clear()
         self._by_key.clear()
+        self._node_commands_held_until = None
         self._mark(None)
+
+    def _hold_node_commands_until(self, now: float) -> float:
+        """Until when this leader sends no pod create, claim or release (the rule "no two
+        NodeSets on one node" across a leadership change or a restart).
+
+        An earlier leader -- another replica, or this process before it lost the lease or
+        restarted -- may have commands in flight this one cannot see: a claim release that
+        lands after this leader's create on its node leaves a pod on an unclaimed node that
+        another NodeSet may claim; a create that lands after this leader's release does the
+        same. Each such command was sent before this leader's first round and can land no
+        later than its deadline (command_lifetime_seconds) plus the landing margin, so the
+        window starts at the first round as leader (later than the lead itself: safe side).
+        Status, SlurmDelete marks, deletes and NodeSlices go on meanwhile. This is the interim
+        rule until a durable ledger of commands in flight exists."""
+        if self._node_commands_held_until is None:
+            self._node_commands_held_until = (
+                now + self.config.command_lifetime_seconds + RELEASE_LANDING_MARGIN_SECONDS
+            )
+            log.info("leadership.node_commands_held", until=self._node_commands_held_until)
+        return self._node_commands_held_until
 
     async def _run(self) -> None:
         while True:
@@ -598,6 +627,7 @@ class NodeSetController:
         else:
             keys, self._dirty = self._dirty, set()
         keys.discard(IN_FLIGHT_WAKE)
+        self._hold_node_commands_until(now)
         outgoing: list[Outgoing] = []
         # Drop entries whose effect is visible, so finished commands never linger.
         for slot in list(self._in_flight):
@@ -694,7 +724,14 @@ class NodeSetController:
                 )
             return produced
         namespace = result.nodeset.namespace
+        held_until = self._hold_node_commands_until(now)
         for action in result.actions:
+            if isinstance(action, CreatePod | Claim | Release) and now < held_until:
+                # An earlier leader's command may still land on this node (see
+                # `_hold_node_commands_until`); the NodeSet is planned again when that ends.
+                self.stats.held_after_leadership += 1
+                self._wake_at[key] = min(self._wake_at.get(key, held_until), held_until)
+                continue
             slot = action_slot(namespace, action)
             if slot is not None:
                 # A pod or claim change: not while its slot is busy, and only while there is
@@ -714,7 +751,13 @@ class NodeSetController:
             if isinstance(action, CreatePod):
                 deleted_at = self.pods.deleted_revision(f"{namespace}.{action.name}") or 0
             produced.append(
-                to_outgoing(result.nodeset, action, now, pod_deleted_revision=deleted_at)
+                to_outgoing(
+                    result.nodeset,
+                    action,
+                    now,
+                    pod_deleted_revision=deleted_at,
+                    lifetime=self.config.command_lifetime_seconds,
+                )
             )
         if result.status is not None:
             produced.append(status_outgoing(result.nodeset, result.status, now))

@@ -24,7 +24,13 @@ stack = whole_stack.stack
 
 async def start_process(running: Stack, port: int, name: str) -> asyncio.subprocess.Process:
     return await processes.start_service(
-        "nodeset_controller", running, port, name, IN_FLIGHT_TIMEOUT_SECONDS="5"
+        "nodeset_controller",
+        running,
+        port,
+        name,
+        IN_FLIGHT_TIMEOUT_SECONDS="5",
+        # A new process waits out the earlier one's commands (this plus a margin).
+        COMMAND_LIFETIME_SECONDS="2",
     )
 
 

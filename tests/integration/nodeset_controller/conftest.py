@@ -90,6 +90,9 @@ class Stack(InProcessStack):
             "nats_url": (self.nats_url,),
             "instance_id": f"it-{generation}",
             **shared.CONTROLLER_TIMINGS,
+            # A new leader sends no create, claim or release until an earlier leader's
+            # commands can no longer land (this plus the landing margin): short lives here.
+            "command_lifetime_seconds": 2.0,
             **overrides,
         }
         return NodeSetController(bus, NodeSetControllerConfig(**settings))

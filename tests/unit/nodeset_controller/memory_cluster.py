@@ -135,10 +135,17 @@ class CommandSink:
 class MemoryCluster:
     """A controller wired to in-memory views, and the API writes its commands make."""
 
-    def __init__(self, config: NodeSetControllerConfig) -> None:
+    def __init__(
+        self, config: NodeSetControllerConfig, *, leading_since: float | None = None
+    ) -> None:
+        """`leading_since`: when the controller's first round as leader was (None: the first
+        round of a test is its first; until the window after it has passed, it sends no pod
+        create, claim or release)."""
         self.sink = CommandSink()
         self.controller = NodeSetController(cast(Bus, self.sink), config)
         c = self.controller
+        if leading_since is not None:
+            c._hold_node_commands_until(leading_since)
         self.nodesets: MemoryView[dict[str, Any]] = MemoryView(c._on_nodeset)
         self.nodes: MemoryView[dict[str, Any]] = MemoryView(c._on_node)
         # Raw pods for the tests; the controller sees them as its KV view keeps them.

@@ -22,12 +22,15 @@ from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeset_controller.commands import node_slot, to_outgoing
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.planner import CreatePod, Release
+from nodeset_controller.service import RELEASE_LANDING_MARGIN_SECONDS
 from nodeset_controller.spec import parse
 from tests.unit.nodeset_controller.builders import CLUSTER, DEFAULTS, NS, T0, node, nodeset
 from tests.unit.nodeset_controller.memory_cluster import MemoryCluster, _Delivered
 
 A = f"{NS}.gpu"
 B = f"{NS}.cpu"
+# The controller has led long enough that no earlier leader's command can still land.
+LEADING_SINCE = T0 - 3600.0
 
 
 def test_rule_a_create_is_blocked_by_its_node_slot() -> None:
@@ -95,7 +98,8 @@ def test_rule_scale_down_and_up_fast_never_puts_two_nodesets_on_one_node() -> No
     loop = asyncio.new_event_loop()
     try:
         cluster = MemoryCluster(
-            NodeSetControllerConfig(nats_url=("nats://unused",), in_flight_timeout_seconds=20.0)
+            NodeSetControllerConfig(nats_url=("nats://unused",), in_flight_timeout_seconds=20.0),
+            leading_since=LEADING_SINCE,
         )
         cluster.clusters.put(
             CLUSTER,
@@ -154,7 +158,8 @@ def test_rule_a_release_holds_its_node_until_it_can_no_longer_land() -> None:
         cluster = MemoryCluster(
             NodeSetControllerConfig(
                 nats_url=("nats://unused",), in_flight_timeout_seconds=0.5, resync_seconds=1.0
-            )
+            ),
+            leading_since=LEADING_SINCE,
         )
         cluster.clusters.put(
             CLUSTER,
@@ -196,5 +201,102 @@ def test_rule_a_release_holds_its_node_until_it_can_no_longer_land() -> None:
         assert [c.target.name for c in later if isinstance(c.operation, CreateObject)] == [
             "gpu-001-001"
         ]
+    finally:
+        loop.close()
+
+
+def _slurm_read(cluster: MemoryCluster, at: float) -> None:
+    cluster.clusters.put(
+        CLUSTER,
+        SlurmClusterStatus(
+            cluster=CLUSTER,
+            reachable=True,
+            last_poll_at=at,
+            last_success_at=at,
+            poll_interval_seconds=10.0,
+        ),
+    )
+
+
+def _creates(commands: list[K8sCommand]) -> list[str]:
+    return [c.target.name for c in commands if isinstance(c.operation, CreateObject)]
+
+
+def test_rule_a_regained_lead_sends_no_create_while_an_earlier_release_may_land() -> None:
+    """Rule 1a across a leadership change: the leader releases n0 (gpu scaled to 0), loses
+    and regains the lead (its in-flight table is gone), and gpu is scaled back to 1 while
+    the release is still in flight. The plan reads n0 as gpu's; a create sent now could be
+    followed by the release, leaving gpu's pod on an unclaimed node for another NodeSet.
+    No create, claim or release goes out until the release's whole life and landing margin
+    have passed since the lead was regained; the NodeSet status is still kept meanwhile."""
+    loop = asyncio.new_event_loop()
+    try:
+        config = NodeSetControllerConfig(nats_url=("nats://unused",))
+        cluster = MemoryCluster(config, leading_since=LEADING_SINCE)
+        _slurm_read(cluster, T0)
+        cluster.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
+        cluster.nodesets.put(A, nodeset("gpu", replicas=0))
+
+        def round_at(now: float) -> list[K8sCommand]:
+            return loop.run_until_complete(cluster.round(A, now))
+
+        (release,) = _changes(round_at(T0))
+        assert release.expires_at is not None
+        cluster.controller._on_leadership(False)
+        cluster.controller._on_leadership(True)
+        cluster.nodesets.put(A, nodeset("gpu", replicas=1, rv="11"))
+        regained = T0 + 1
+        window = config.command_lifetime_seconds + RELEASE_LANDING_MARGIN_SECONDS
+        first = round_at(regained)
+        assert _changes(first) == []
+        assert [c.target.kind for c in first] == ["NodeSet"], "the status is still written"
+        for now in (regained + 5, release.expires_at, regained + window - 0.01):
+            _slurm_read(cluster, now)
+            assert _changes(round_at(now)) == [], now
+        # The release was lost on its way: once it can no longer land, the create goes out.
+        _slurm_read(cluster, regained + window)
+        assert _creates(round_at(regained + window)) == ["gpu-001-001"]
+    finally:
+        loop.close()
+
+
+def test_rule_a_restarted_controller_waits_out_the_earlier_commands_life() -> None:
+    """A new controller (a restart, or another replica taking over) cannot see what the
+    earlier one sent. When the earlier release lands inside the window, the new leader's
+    next plan reads n0 as free and claims it again: never a pod on an unclaimed node."""
+    loop = asyncio.new_event_loop()
+    try:
+        config = NodeSetControllerConfig(nats_url=("nats://unused",))
+        earlier = MemoryCluster(config, leading_since=LEADING_SINCE)
+        _slurm_read(earlier, T0)
+        earlier.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
+        earlier.nodesets.put(A, nodeset("gpu", replicas=0))
+        (release,) = _changes(loop.run_until_complete(earlier.round(A, T0)))
+
+        restarted = MemoryCluster(config)
+        _slurm_read(restarted, T0 + 2)
+        restarted.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
+        restarted.nodesets.put(A, nodeset("gpu", replicas=1, rv="11"))
+        started = T0 + 2
+
+        def round_at(now: float) -> list[K8sCommand]:
+            _slurm_read(restarted, now)
+            return _changes(loop.run_until_complete(restarted.round(A, now)))
+
+        assert round_at(started) == []
+        assert round_at(started + 10) == []
+        # The earlier release lands (before its deadline): n0 is no NodeSet's.
+        assert release.expires_at is not None and started + 15 < release.expires_at
+        loop.run_until_complete(_deliver(restarted, release, started + 15))
+        released = restarted.nodes.get("_.n0")
+        assert released is not None
+        assert CLAIM_ANNOTATION not in released["metadata"]["annotations"]
+        window = config.command_lifetime_seconds + RELEASE_LANDING_MARGIN_SECONDS
+        after = round_at(started + window)
+        assert _creates(after) == []
+        (claim,) = after
+        assert isinstance(claim.operation, PatchObject)
+        assert claim.operation.patch["metadata"]["annotations"][CLAIM_ANNOTATION] == A
+        assert _nodes_on(restarted) == {}
     finally:
         loop.close()
