@@ -71,6 +71,8 @@ async def test_rule_resend_after_in_flight_expiry_is_not_swallowed_by_the_duplic
             resync_seconds=0.2,
             debounce_seconds=0.01,
             in_flight_timeout_seconds=0.3,
+            # A new leader's first claim waits this plus the landing margin (rule 1a).
+            command_lifetime_seconds=1.0,
         )
         controller = NodeSetController(bus, config)
         await controller.start()
