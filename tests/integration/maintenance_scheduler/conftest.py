@@ -195,7 +195,10 @@ def simulator_slurm(sim: Simulator) -> dict[str, SlurmClient]:
 
 
 @contextlib.asynccontextmanager
-async def run_stack(nats_url: str, *, nodes: int = 4) -> AsyncIterator[Stack]:
+async def run_stack(
+    nats_url: str, *, nodes: int = 4, watcher_settings: dict[str, Any] | None = None
+) -> AsyncIterator[Stack]:
+    """`watcher_settings`: k8s-watcher settings beside the shared ones (a LABEL_SELECTORS)."""
     config = SimulatorConfig(
         cluster=ClusterSpec(nodes=nodes),
         kubelet_delay=0.02,
@@ -211,6 +214,7 @@ async def run_stack(nats_url: str, *, nodes: int = 4) -> AsyncIterator[Stack]:
             **shared.WATCHER_SETTINGS,
             "instance_id": "it-watcher",
             "command_retry_max_seconds": 0.5,
+            **(watcher_settings or {}),
         },
         bus_options=FAST_BUS,
         slurm_clients=simulator_slurm,
