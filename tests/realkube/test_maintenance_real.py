@@ -278,7 +278,12 @@ async def test_node_maintenance_drain_waits_for_the_real_disruption_budget_then_
 async def test_a_deleted_node_takes_its_node_maintenance_with_it_through_the_real_garbage_collector(
     tmp_path: Path,
 ) -> None:
-    async with real_stack(tmp_path) as stack, recording(stack) as recorder:
+    # A node absent from the view counts as gone after NODE_GONE_GRACE_SECONDS (default 300 s):
+    # shortened here, the rule unchanged.
+    async with (
+        real_stack(tmp_path, env={"NODE_GONE_GRACE_SECONDS": "5"}) as stack,
+        recording(stack) as recorder,
+    ):
         try:
             await set_operator_config(stack, recorder, maxParallelOperations=1)
             other = sorted(recorder.nodes)[0]
