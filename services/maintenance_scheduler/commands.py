@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from maintenance_scheduler.actions import (
     Action,
@@ -200,40 +200,32 @@ def commands_for(action: Action, now: float, *, eviction_attempt: int = 0) -> li
         )
         # Once per version of the config: a leader that sees it again sends the same key.
         key = f"maint:config-event:{action.uid}:{action.resource_version}:{action.reason}"
-        return [
-            _command(
-                key,
-                target,
-                k8s.RecordEvent(
-                    reason=action.reason,
-                    message=action.message[:1024],
-                    type=action.type,
-                    action=action.reason,
-                    reporting_component=REPORTING_COMPONENT,
-                ),
-                action.message,
-                now,
-            )
-        ]
+        return [_event_command(key, target, action.reason, action.message, action.type, now)]
     assert isinstance(action, Event)
     request = action.request
     key = f"maint:event:{request.uid}:{request.resource_version}:{action.reason}:"
     key += digest(action.discriminator, action.message)
-    return [
-        _command(
-            key,
-            request_ref(request, with_rv=False),
-            k8s.RecordEvent(
-                reason=action.reason,
-                message=action.message[:1024],
-                type=action.type,
-                action=action.reason,
-                reporting_component=REPORTING_COMPONENT,
-            ),
-            action.message,
-            now,
-        )
-    ]
+    target = request_ref(request, with_rv=False)
+    return [_event_command(key, target, action.reason, action.message, action.type, now)]
+
+
+def _event_command(
+    key: str,
+    target: ObjectRef,
+    reason: str,
+    message: str,
+    event_type: Literal["Normal", "Warning"],
+    now: float,
+) -> K8sCommand:
+    """An Event on `target`; its action names the reason, as our Events always do."""
+    event = k8s.RecordEvent(
+        reason=reason,
+        message=message[:1024],
+        type=event_type,
+        action=reason,
+        reporting_component=REPORTING_COMPONENT,
+    )
+    return _command(key, target, event, message, now)
 
 
 def decision_message(decision: Decision, now: float, basis: str = "") -> MaintenanceDecision:
