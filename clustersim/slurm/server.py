@@ -30,6 +30,7 @@ from clustersim.slurm import errors as e
 from clustersim.slurm import render
 from clustersim.slurm.auth import (
     DEFAULT_LIFESPAN_SECONDS,
+    JsonWebKeys,
     mint_token,
     verify_token,
     write_key_file,
@@ -97,6 +98,7 @@ class SlurmEmulator:
         slurm_user: str = "slurm",
         partitions: Sequence[Partition] | None = None,
         key: bytes | None = None,
+        jwks_path: Path | None = None,
         slurm_version: str = DEFAULT_SLURM_VERSION,
         **cluster_options: Any,
     ) -> None:
@@ -105,6 +107,8 @@ class SlurmEmulator:
         self.clock: Clock = clock or SystemClock()
         self.key_path = key_path
         self.key = write_key_file(key_path, key)
+        # AuthAltParameters=jwks=<file>: RS256 tokens are checked against it, beside HS256.
+        self.jwks = JsonWebKeys(jwks_path) if jwks_path is not None else None
         self.cluster = SlurmCluster(
             name,
             self.clock,
@@ -285,7 +289,9 @@ class SlurmEmulator:
         if not token:
             # rest_auth/jwt finds no credentials: slurmrestd rejects before any handler.
             return web.Response(status=401, text="Authentication failure")
-        check = verify_token(self.key, token, header_user, self.clock.now(), self.proxy_users)
+        check = verify_token(
+            self.key, token, header_user, self.clock.now(), self.proxy_users, self.jwks
+        )
         if check.user is None:
             # slurmrestd does not check tokens: slurmctld refuses the RPC, and slurmrestd
             # 24.11.5 answers 511 with the failed query in `errors` (seen on a real one).
