@@ -86,6 +86,12 @@ class SlurmClusterStatus(msgspec.Struct, frozen=True, kw_only=True):
     if slurm-syncer stops, its last states go stale and count as unknown (fail closed).
     `reachable` is the last poll's result; a node absent from a reachable, fresh cluster is
     not registered in Slurm.
+
+    The record and the node states travel in two buckets, each read by its own consumer, so a
+    reader may see this record before the node states written just before it. Before it
+    takes `last_success_at` as the time its node states were read (evidence that a state is
+    newer than some event), a reader checks that its view of `slurm_nodes` has applied every
+    write up to `nodes_revision`.
     """
 
     cluster: str
@@ -96,6 +102,21 @@ class SlurmClusterStatus(msgspec.Struct, frozen=True, kw_only=True):
     poll_interval_seconds: float
     error: str = ""
     syncer: str = ""
+    # The `slurm_nodes` stream sequence up to which every node state of this cluster that the
+    # poll read (or confirmed unchanged) was written: a view of `slurm_nodes` that has applied
+    # this sequence holds the poll's states (or newer ones). 0: unknown (a syncer that did not
+    # say): `last_success_at` then proves nothing about any node state (fail closed).
+    nodes_revision: int = 0
+
+    def nodes_read_at(self, applied_nodes_revision: int) -> float | None:
+        """When the states of a `slurm_nodes` view that has applied `applied_nodes_revision`
+        were read at the latest: `last_success_at` once the view holds this poll's states;
+        None while it may not (it lags, or the record does not say)."""
+        if self.last_success_at <= 0 or self.nodes_revision <= 0:
+            return None
+        if applied_nodes_revision < self.nodes_revision:
+            return None
+        return self.last_success_at
 
     @property
     def key(self) -> str:

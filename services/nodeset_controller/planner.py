@@ -219,14 +219,23 @@ class SlurmTrust:
     # When the states go stale without a new poll (None: stale already).
     stale_at: float | None
     absence_grace: float
-    # When the states were last confirmed (the last successful poll); None: stale already.
+    # When the states were last confirmed (the last successful poll); None: stale already, or
+    # the view of the node states may not hold that poll's yet (no evidence of when read).
     read_at: float | None = None
 
 
 def slurm_trust(
-    status: SlurmClusterStatus | None, now: float, max_age: float, absence_grace: float
+    status: SlurmClusterStatus | None,
+    now: float,
+    max_age: float,
+    absence_grace: float,
+    nodes_revision: int = 0,
 ) -> SlurmTrust:
-    """A cluster whose status is missing or not fresh is unknown: none of its states count."""
+    """A cluster whose status is missing or not fresh is unknown: none of its states count.
+    `nodes_revision`: the `slurm_nodes` stream sequence the reader's view has applied; the
+    status's poll time counts as when the states were read only once the view holds that
+    poll's states (`SlurmClusterStatus.nodes_read_at`): the two buckets arrive on separate
+    consumers, and a poll's status may come before its node states."""
     if status is None or not status.fresh(now, max_age):
         return SlurmTrust(False, False, None, absence_grace)
     # The limit SlurmClusterStatus.fresh applies: past it, the states go stale.
@@ -236,7 +245,7 @@ def slurm_trust(
         status.reachable,
         status.last_success_at + limit,
         absence_grace,
-        read_at=status.last_success_at,
+        read_at=status.nodes_read_at(nodes_revision),
     )
 
 
@@ -268,6 +277,9 @@ class ClusterView:
     pending_replace_after: float = 120.0
     # Reuse of per-object checks across plans (never changes the plan, only its cost).
     memo: PlanMemo | None = None
+    # The `slurm_nodes` stream sequence the view of `slurm` has applied (0: unknown): the
+    # cluster status's poll time is evidence of when `slurm` was read only from there on.
+    slurm_nodes_revision: int = 0
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -462,7 +474,13 @@ def _start_round(view: ClusterView) -> _Round:
     spec = parse(view.nodeset, view.defaults)
     revision = revision_hash(spec.template_spec)
     placement = placement_spec(spec)
-    trust = slurm_trust(view.slurm_cluster, view.now, view.slurm_max_age, view.absence_grace)
+    trust = slurm_trust(
+        view.slurm_cluster,
+        view.now,
+        view.slurm_max_age,
+        view.absence_grace,
+        view.slurm_nodes_revision,
+    )
     return _Round(
         view=view,
         spec=spec,

@@ -243,6 +243,8 @@ class NodeSetController:
         # Until when pod creates, claims and releases wait after taking the lead (None: set by
         # the first round as leader). See `_hold_node_commands_until`.
         self._node_commands_held_until: float | None = None
+        # The `slurm_nodes` stream sequence `_slurm_of` holds (what its listener has applied).
+        self._slurm_nodes_revision = 0
         self._leader_loop = LeaderLoop(
             bus,
             self.lease,
@@ -401,6 +403,10 @@ class NodeSetController:
             by_name.pop(state.name, None)
         else:
             by_name[state.name] = new
+        caught_up_from = self._slurm_nodes_revision
+        # The view calls this once it holds the change (a snapshot: once it holds all of it).
+        self._slurm_nodes_revision = max(caught_up_from, self.slurm.last_revision)
+        self._mark_awaiting_read(state.cluster, caught_up_from)
         # The Slurm node is named after the pod; find the pod's NodeSet.
         for nodeset_key, pods in self._pods_of.items():
             if state.name in pods:
@@ -416,8 +422,8 @@ class NodeSetController:
         now = time.time()
         max_age = self.config.slurm_state_max_age_seconds
         grace = self.config.slurm_absence_grace_seconds
-        before = slurm_trust(old, now, max_age, grace)
-        after = slurm_trust(new, now, max_age, grace)
+        before = slurm_trust(old, now, max_age, grace, self._slurm_nodes_revision)
+        after = slurm_trust(new, now, max_age, grace, self._slurm_nodes_revision)
         status = new or old
         cluster = status.cluster if status is not None else key
         if new is not None and not new.reachable and (old is None or old.reachable):
@@ -444,6 +450,26 @@ class NodeSetController:
             return
         for nodeset_key, nodeset in self.nodesets.items():
             if mapping(nodeset.get("spec")).get("slurmCluster") == cluster:
+                self._mark(nodeset_key)
+
+    def _mark_awaiting_read(self, cluster: str, caught_up_from: int) -> None:
+        """Re-plan the NodeSets of `cluster` whose pods wait for a Slurm read once the node
+        states of the poll they wait for have arrived after its status (the status came
+        first: its poll time was no evidence then)."""
+        if not self._awaiting_read:
+            return
+        status = self._cluster_status(cluster)
+        if status is None or not (
+            caught_up_from < status.nodes_revision <= self._slurm_nodes_revision
+        ):
+            return
+        for nodeset_key, since in list(self._awaiting_read.items()):
+            nodeset = self.nodesets.get(nodeset_key)
+            if (
+                nodeset is not None
+                and mapping(nodeset.get("spec")).get("slurmCluster") == cluster
+                and status.last_success_at >= since + DELETE_TIME_RESOLUTION
+            ):
                 self._mark(nodeset_key)
 
     # --- outcomes and the in-flight table -------------------------------------------------------
@@ -689,6 +715,7 @@ class NodeSetController:
             absence_grace=self.config.slurm_absence_grace_seconds,
             pending_replace_after=self.config.pending_pod_replace_seconds,
             memo=memo,
+            slurm_nodes_revision=self._slurm_nodes_revision,
         )
         result = plan(view)
         self.stats.plans += 1

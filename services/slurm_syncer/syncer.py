@@ -5,8 +5,10 @@ Decisions are made by pure functions: `nodestate` (what a poll changed) and `rec
 facts + Slurm states + what was sent + now -> commands, through `conditions` and `drain`).
 This module only gathers their inputs (KV views of pods, nodes and NodeSets; slurmrestd) and
 carries out their outputs (publishes and Slurm calls). After every poll, successful or not,
-the cluster's SlurmClusterStatus goes to KV `slurm_clusters` in the same batch as the node
-states, so a reader can tell a fresh view from the last word of a syncer that stopped. One
+the cluster's SlurmClusterStatus goes to KV `slurm_clusters` once the poll's node states are
+acknowledged, naming their `slurm_nodes` sequence (`nodes_revision`), so a reader can tell a
+fresh view from the last word of a syncer that stopped, and whether its view of the node
+states holds that poll's yet. One
 decision pass at a time, under a lock; Slurm updates run in the background, bounded, at most
 one per node.
 """
@@ -22,6 +24,7 @@ from functools import partial
 from typing import Any
 
 import structlog
+from nats.js.api import PubAck
 
 from nodeflow_bus import (
     BatchPublishError,
@@ -126,6 +129,10 @@ class ClusterView:
     # Node -> monotonic time of its last one-node read (a command's read-back); a poll whose
     # listing was sent before then keeps that state (apply_poll's read_since_listing).
     read_at: dict[str, float] = field(default_factory=dict)
+    # The `slurm_nodes` stream sequence up to which every state in `states` (but those in
+    # `unpublished`) has been written: the KV snapshot the term started from, then each
+    # acknowledged write. The cluster status names it (SlurmClusterStatus.nodes_revision).
+    nodes_revision: int = 0
 
     def forget_term(self) -> None:
         """Start a term as a new process would: from KV (the last leader's word), not from
@@ -135,6 +142,7 @@ class ClusterView:
         self.not_responding_since.clear()
         self.unpublished.clear()
         self.read_at.clear()
+        self.nodes_revision = 0
         self.polled = self.reachable = False
         self.last_poll_started_at = 0.0
 
@@ -278,6 +286,9 @@ class Syncer:
                 cluster = self.clusters.get(state.cluster)
                 if cluster is not None:
                     cluster.states[state.name] = state
+            for cluster in self.clusters.values():
+                # Every state just loaded was written at or before this sequence.
+                cluster.nodes_revision = max(cluster.nodes_revision, known.last_revision)
             for _, status in statuses.items():
                 cluster = self.clusters.get(status.cluster)
                 if cluster is not None:
@@ -401,22 +412,25 @@ class Syncer:
         view.unpublished.update(outcome.removed)
         if outcome.changed or outcome.removed:
             metrics.NODE_CHANGES.labels(cluster).inc(len(outcome.changed) + len(outcome.removed))
-        status = SlurmClusterStatus(
-            cluster=cluster,
-            reachable=view.reachable,
-            last_poll_at=started_at,
-            last_success_at=view.last_success_at,
-            poll_interval_seconds=self.options.poll_interval,
-            error=error,
-            syncer=self.options.sender,
-        )
-        await self._publish_states(
-            view,
-            [
+
+        def trailer(nodes_revision: int) -> list[OutgoingMessage]:
+            # Built once the poll's node states are acknowledged: it names their sequence.
+            status = SlurmClusterStatus(
+                cluster=cluster,
+                reachable=view.reachable,
+                last_poll_at=started_at,
+                last_success_at=view.last_success_at,
+                poll_interval_seconds=self.options.poll_interval,
+                error=error,
+                syncer=self.options.sender,
+                nodes_revision=nodes_revision,
+            )
+            return [
                 kv_put(SLURM_CLUSTERS_BUCKET, status.key, status),
                 OutgoingMessage(subject=result.subject, message=result),
-            ],
-        )
+            ]
+
+        await self._publish_states(view, trailer)
         metrics.POLLS.labels(cluster, "ok" if result.ok else "failed").inc()
         metrics.NODES.labels(cluster).set(len(outcome.states))
         metrics.CLUSTER_REACHABLE.labels(cluster).set(1 if result.ok else 0)
@@ -425,9 +439,12 @@ class Syncer:
         return result
 
     async def _publish_states(
-        self, view: ClusterView, trailer: list[OutgoingMessage] | None = None
+        self,
+        view: ClusterView,
+        trailer: Callable[[int], list[OutgoingMessage]] | None = None,
     ) -> None:
-        """Publish every unpublished node state of `view` (KV and event), then `trailer`.
+        """Publish every unpublished node state of `view` (KV and event), then `trailer`
+        (built with the `slurm_nodes` sequence every state of `view` is now written by).
 
         The batch is built from `view.states` inside the cluster's publish lock, so a batch
         that waited behind another still carries each node's newest state: an older poll's
@@ -440,8 +457,10 @@ class Syncer:
             names = sorted(view.unpublished)
             view.unpublished.clear()
             messages: list[OutgoingMessage] = []
+            kv_writes: list[int] = []  # indexes of the `slurm_nodes` writes in `messages`
             for name in names:
                 state = view.states.get(name)
+                kv_writes.append(len(messages))
                 if state is None:
                     messages.append(
                         kv_delete(SLURM_NODES_BUCKET, subjects.slurm_node_key(view.name, name))
@@ -454,24 +473,27 @@ class Syncer:
                     )
                 messages.append(OutgoingMessage(subject=event.subject, message=event))
             try:
-                published = await self._publish(messages, "slurm state")
+                acks = await self._publish(messages, "slurm state")
             except BaseException:
                 view.unpublished.update(names)
                 raise
-            if not published:
+            if acks is None:
                 view.unpublished.update(names)
                 return
-            await self._publish(list(trailer or ()), "slurm cluster status")
+            for index in kv_writes:
+                view.nodes_revision = max(view.nodes_revision, acks[index].seq)
+            if trailer is not None:
+                await self._publish(trailer(view.nodes_revision), "slurm cluster status")
 
-    async def _publish(self, messages: list[OutgoingMessage], what: str) -> bool:
+    async def _publish(self, messages: list[OutgoingMessage], what: str) -> list[PubAck] | None:
+        """The acks of `messages` in their order; None when the batch failed."""
         if not messages:
-            return True
+            return []
         try:
-            await self._bus.publish_batch(messages)
+            return await self._bus.publish_batch(messages)
         except (BatchPublishError, PublishError) as exc:
             log.error("syncer.publish_failed", what=what, error=str(exc))
-            return False
-        return True
+            return None
 
     # --- reconciling pods --------------------------------------------------------------------
 
@@ -534,7 +556,7 @@ class Syncer:
             ],
             "pod commands",
         )
-        if sent:
+        if sent is not None:
             # Recorded only once published: a failed publish is sent again on the next pass.
             self._sent.update(decided.sent)
         for facts, plan in decided.slurm_updates:

@@ -16,7 +16,8 @@ from nodeflow_contracts.pod_protocol import (
     SLURM_NOT_REGISTERED_REASON,
 )
 from nodeflow_contracts.slurm import SlurmClusterStatus
-from nodeflow_contracts.topology import SLURM_CLUSTERS_BUCKET
+from nodeflow_contracts.subjects import slurm_node_key
+from nodeflow_contracts.topology import SLURM_CLUSTERS_BUCKET, SLURM_NODES_BUCKET
 from nodeflow_kube.fields import rfc3339
 from slurm_syncer.syncer import Syncer, SyncerOptions
 from tests.integration.slurm_syncer.conftest import (
@@ -123,6 +124,64 @@ async def test_rule_cluster_status_is_written_after_every_poll_and_kept_across_a
         again = await successor.poll_once(CLUSTER)
         assert again.ok
         assert (await stored_status(topology)).last_success_at == clock.now()
+    finally:
+        await successor.stop()
+        await client.close()
+
+
+async def node_revision(bus: Bus, node: str) -> int:
+    """The `slurm_nodes` stream sequence of the node's state in KV."""
+    kv = await bus.js.key_value(SLURM_NODES_BUCKET)
+    entry = await kv.get(slurm_node_key(CLUSTER, node))
+    assert entry.revision is not None
+    return entry.revision
+
+
+async def test_rule_cluster_status_names_the_slurm_nodes_sequence_of_its_polls_states(
+    topology: Bus,
+    slurm: RunningSlurm,
+    clock: ManualClock,
+    kube: KubeKV,
+    watcher: FakeWatcher,
+    timed_syncer: Syncer,
+) -> None:
+    """A reader may see the status before the node states written just before it (two
+    buckets, two consumers). The status names the `slurm_nodes` sequence by which every
+    node state of its poll was written, so a reader whose view has applied it knows it holds
+    that poll's states: after a poll that changed a node, one that changed none, and the
+    first poll of a new process (which wrote nothing new)."""
+    syncer = timed_syncer
+    await setup(slurm, kube)
+    await syncer.start()
+    await eventually(lambda: syncer.clusters[CLUSTER].polled)
+    first = await stored_status(topology)
+    assert first.nodes_revision >= await node_revision(topology, "gpu-001") > 0
+
+    slurm.emulator.register_node("gpu-002", cpus=4, real_memory=8192)
+    clock.advance(10)
+    await syncer.poll_once(CLUSTER)
+    changed = await stored_status(topology)
+    newest = await node_revision(topology, "gpu-002")
+    assert changed.nodes_revision >= newest > first.nodes_revision
+
+    clock.advance(10)
+    await syncer.poll_once(CLUSTER)
+    unchanged = await stored_status(topology)
+    assert unchanged.last_success_at == clock.now()
+    assert unchanged.nodes_revision >= newest
+
+    await syncer.stop()
+    clock.advance(10)
+    client = slurm_client(slurm)
+    successor = Syncer(
+        topology, {CLUSTER: client}, SyncerOptions(poll_interval=POLL_INTERVAL), clock=clock.now
+    )
+    try:
+        await successor.start()
+        await eventually(lambda: successor.clusters[CLUSTER].polled)
+        restarted = await stored_status(topology)
+        assert restarted.last_success_at == clock.now()
+        assert restarted.nodes_revision >= newest
     finally:
         await successor.stop()
         await client.close()

@@ -209,15 +209,21 @@ def slurm(
 
 
 def cluster_status(
-    *, last_success_at: float = T0, reachable: bool = True, poll_interval: float = 10.0
+    *,
+    last_success_at: float = T0,
+    reachable: bool = True,
+    poll_interval: float = 10.0,
+    nodes_revision: int = 1,
 ) -> SlurmClusterStatus:
-    """slurm-syncer's status of CLUSTER: by default polled successfully at T0."""
+    """slurm-syncer's status of CLUSTER: by default polled successfully at T0, its node
+    states written up to `slurm_nodes` sequence `nodes_revision`."""
     return SlurmClusterStatus(
         cluster=CLUSTER,
         reachable=reachable,
         last_poll_at=last_success_at,
         last_success_at=last_success_at,
         poll_interval_seconds=poll_interval,
+        nodes_revision=nodes_revision,
     )
 
 

@@ -67,6 +67,11 @@ class MemoryView(Generic[V]):
     def deleted_revision(self, key: str) -> int | None:
         return self._deleted.get(key)
 
+    @property
+    def last_revision(self) -> int:
+        """The revision of the last change applied (a KV view's stream sequence)."""
+        return self._revision
+
     def put(self, key: str, value: V) -> None:
         self._revision += 1
         old = self._data.get(key)

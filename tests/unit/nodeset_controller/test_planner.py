@@ -60,8 +60,14 @@ def view(
     status: SlurmClusterStatus | Literal["fresh"] | None = "fresh",
     in_flight: dict[str, PodChangeSent] | None = None,
     absence_grace: float = 300.0,
+    slurm_nodes_revision: int | None = None,
 ) -> ClusterView:
+    """`slurm_nodes_revision`: what the view of `slurm_states` has applied (None: caught up
+    with the cluster status)."""
     pods = pods or []
+    cluster = cluster_status(last_success_at=now) if status == "fresh" else status
+    if slurm_nodes_revision is None:
+        slurm_nodes_revision = cluster.nodes_revision if cluster is not None else 0
     totals: dict[str, ResourceList] = dict(requested or {})
     for p in pods:
         n = p["spec"]["nodeName"]
@@ -75,12 +81,13 @@ def view(
         requested=totals,
         foreign_pod_names=foreign or set(),
         slurm=slurm_states or {},
-        slurm_cluster=cluster_status(last_success_at=now) if status == "fresh" else status,
+        slurm_cluster=cluster,
         slices=slices or {},
         defaults=DEFAULTS,
         now=now,
         in_flight=in_flight or {},
         absence_grace=absence_grace,
+        slurm_nodes_revision=slurm_nodes_revision,
     )
 
 

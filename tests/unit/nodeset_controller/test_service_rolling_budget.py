@@ -94,6 +94,8 @@ class RollingBudget(RuleBasedStateMachine):
             last_poll_at=self.now,
             last_success_at=self.now,
             poll_interval_seconds=10.0,
+            # slurm-syncer writes a poll's node states before its status.
+            nodes_revision=self.cluster.slurm.last_revision,
         )
 
     def live_pods(self) -> list[dict[str, Any]]:
