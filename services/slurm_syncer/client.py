@@ -41,7 +41,7 @@ from nodeflow_contracts.slurm_api import (
 )
 from nodeflow_contracts.slurm_api import api_version as known_version
 from slurm_syncer import metrics
-from slurm_syncer.auth import TokenSource
+from slurm_syncer.auth import CredentialsUnusable, TokenSource
 
 log = structlog.get_logger("slurm_syncer.client")
 
@@ -423,6 +423,8 @@ class SlurmClient:
             raise SlurmAuthError(
                 self.cluster, 0, [f"cannot read credentials: {exc}"], what
             ) from exc
+        except CredentialsUnusable as exc:
+            raise SlurmAuthError(self.cluster, 0, [str(exc)], what) from exc
         headers = {
             "X-SLURM-USER-NAME": self.tokens.user,
             "X-SLURM-USER-TOKEN": token,

@@ -12,7 +12,7 @@ from aiohttp import web
 from clustersim.slurm import ManualClock, RunningSlurm
 from nodeflow_bus import Backoff
 from nodeflow_contracts.slurm_api import NEWEST
-from slurm_syncer.auth import SigningKeyTokens, StaticToken
+from slurm_syncer.auth import SigningKeyTokens, StaticToken, mint
 from slurm_syncer.client import (
     ClientOptions,
     SlurmApiError,
@@ -79,16 +79,23 @@ async def test_a_refused_static_token_is_read_again_from_its_file(
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("SLURM_JWT=" + slurm.mint_token("slurm", lifespan=30) + "\n")
-    client = SlurmClient(CLUSTER, slurm.url, StaticToken("slurm", path=token_file), FAST_CLIENT)
+    tokens = StaticToken("slurm", path=token_file, margin=5, clock=clock.now)
+    client = SlurmClient(CLUSTER, slurm.url, tokens, FAST_CLIENT)
     try:
         await client.ping()
         clock.advance(60)  # the token expired; an operator (or the simulator) rotates it
         token_file.write_text(slurm.mint_token("slurm", lifespan=600))
         await client.ping()
-        clock.advance(3600)  # expired again and not replaced: reported, not retried forever
+        # A token Slurm refuses (signed with another key): read again once, then reported.
+        foreign_key = b"not the signing key of this Slurm cluster"
+        token_file.write_text(mint(foreign_key, "slurm", clock.now(), 600))
         with pytest.raises(SlurmAuthError) as refused:
             await client.ping()
         assert refused.value.status == 511  # what slurmrestd 24.11.5 answers
+        clock.advance(3600)  # expired and not replaced: reported without asking slurmrestd
+        with pytest.raises(SlurmAuthError) as expired:
+            await client.ping()
+        assert str(token_file) in str(expired.value) and "expired at" in str(expired.value)
     finally:
         await client.close()
 
