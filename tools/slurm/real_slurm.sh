@@ -37,6 +37,8 @@ CTLD_PORT="${SLURM_CTLD_PORT:-6817}"
 NODE_PORT="${SLURM_NODE_PORT:-17001}"
 NODES=(a-000-001 a-000-002 a-000-003 a-000-004)
 NONADMIN=nodeflow-user
+# The key id of the RS256 key slurmctld takes through jwks= (see configure).
+JWKS_KID=nodeflow-rs256
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # Debian names the JWT auth plugin's package slurm-wlm-jwt-plugin in every release that has
 # slurmrestd's rest_auth/jwt; curl is what start reads slurmrestd's own document with.
@@ -111,6 +113,17 @@ configure() {
             status=none
     in_root chown -R slurm:slurm /var/spool/slurmctld /var/log/slurm
     chmod 0600 "$SLURM_ROOT/var/spool/slurmctld/jwt_hs256.key"
+    # jwks=: slurmctld also accepts RS256 tokens signed by this key (standing in for an
+    # identity provider's), whose public half it reads from a JWKS file; the private key
+    # stays outside the chroot's Slurm config, for the tests that issue such tokens.
+    local rs256="$SLURM_ROOT/var/spool/slurmctld/jwks_rs256.pem"
+    [[ -s "$rs256" ]] || openssl genrsa -out "$rs256" 2048 2>/dev/null
+    chmod 0600 "$rs256"
+    local modulus
+    modulus="$(openssl rsa -in "$rs256" -noout -modulus | sed 's/^Modulus=//' | xxd -r -p |
+        base64 -w0 | tr '+/' '-_' | tr -d '=')"
+    printf '{"keys":[{"kty":"RSA","alg":"RS256","use":"sig","kid":"%s","n":"%s","e":"AQAB"}]}\n' \
+        "$JWKS_KID" "$modulus" >"$etc/jwks.json"
     cat >"$etc/slurm.conf" <<EOF
 ClusterName=nodeflow
 SlurmctldHost=$host(127.0.0.1)
@@ -118,7 +131,7 @@ SlurmctldPort=$CTLD_PORT
 SlurmUser=slurm
 AuthType=auth/munge
 AuthAltTypes=auth/jwt
-AuthAltParameters=jwt_key=/var/spool/slurmctld/jwt_hs256.key
+AuthAltParameters=jwt_key=/var/spool/slurmctld/jwt_hs256.key,jwks=/etc/slurm/jwks.json
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd/%n
 SlurmctldPidFile=/run/slurmctld.pid
@@ -190,6 +203,8 @@ export NODEFLOW_SLURM_NONADMIN_USER=$NONADMIN
 export NODEFLOW_SLURM_NONADMIN_TOKEN=$nonadmin
 export NODEFLOW_SLURM_NODES=$(IFS=,; echo "${NODES[*]}")
 export NODEFLOW_SLURM_JWT_KEY=$SLURM_ROOT/var/spool/slurmctld/jwt_hs256.key
+export NODEFLOW_SLURM_JWKS_PRIVATE_KEY=$SLURM_ROOT/var/spool/slurmctld/jwks_rs256.pem
+export NODEFLOW_SLURM_JWKS_KID=$JWKS_KID
 export NODEFLOW_SLURM_ROOT=$SLURM_ROOT
 EOF
 }

@@ -10,6 +10,8 @@ NODEFLOW_SLURM_NODES                       comma separated nodes the tests may d
 NODEFLOW_SLURM_JWT_KEY                     the signing key; when readable the syncer mints its
                                            own tokens from it, as it does in production
 NODEFLOW_SLURM_VERSION                     the release it runs (checked by the conformance suite)
+NODEFLOW_SLURM_JWKS_PRIVATE_KEY, _KID      the RSA key (PEM) and kid slurmctld takes RS256 tokens
+                                           of through jwks= (test_real_slurm.py's RS256 test)
 
 The admin's view speaks the API version the syncer would choose (the newest both speak).
 

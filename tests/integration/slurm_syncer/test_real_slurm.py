@@ -27,12 +27,16 @@ from typing import Any
 
 import aiohttp
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
-from clustersim.slurm import SLURM_RELEASES, RunningSlurm
+from clustersim.slurm import SLURM_RELEASES, RunningSlurm, run_slurm_emulator
+from clustersim.slurm.auth import mint_rs256_token, new_rsa_key, write_jwks
 from nodeflow_bus import Bus
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.slurm import SlurmNodeState
-from slurm_syncer.client import SlurmClient
+from slurm_syncer.auth import StaticToken
+from slurm_syncer.client import SlurmAuthError, SlurmClient
 from slurm_syncer.syncer import Syncer, SyncerOptions
 from tests.conformance.slurm.support import wait_for
 from tests.integration.slurm_syncer.conftest import (
@@ -47,6 +51,7 @@ from tests.integration.slurm_syncer.conftest import (
 from tests.integration.slurm_syncer.real_slurm_support import (
     CLUSTER,
     EMULATED_CPUS,
+    SYNCER_CLIENT,
     SlurmUnderTest,
     emulated_slurm_running,
     real_slurm,
@@ -444,3 +449,62 @@ async def test_a_node_whose_slurmd_stopped_is_reported_not_responding_after_the_
 
     await wait_for(responding_again, f"{name} to answer again", timeout=STEP_TIMEOUT)
     await eventually(lambda: NOT_RESPONDING not in conditions(), STEP_TIMEOUT)
+
+
+# ---- RS256 tokens from a token file, where slurmctld runs with jwks= (issue 30 item 4) ----
+
+EMULATED_JWKS_KID = "idp-rs256"
+
+
+@contextlib.asynccontextmanager
+async def rs256_slurm(tmp_path: Path) -> AsyncIterator[tuple[str, RSAPrivateKey, str]]:
+    """A slurmrestd whose slurmctld takes RS256 tokens through `jwks=`, the private key that
+    signs them and its `kid`: the real Slurm as tools/slurm/real_slurm.sh configures it (the
+    key stands in for an identity provider's), else the emulator given a JWKS."""
+    if real_slurm_configured():
+        key_file = os.environ.get("NODEFLOW_SLURM_JWKS_PRIVATE_KEY", "")
+        kid = os.environ.get("NODEFLOW_SLURM_JWKS_KID", "")
+        if not (key_file and kid):
+            pytest.fail("the real Slurm's start printed no NODEFLOW_SLURM_JWKS_* (jwks=) settings")
+        private = serialization.load_pem_private_key(Path(key_file).read_bytes(), None)
+        assert isinstance(private, RSAPrivateKey)
+        yield os.environ["NODEFLOW_SLURM_URL"].rstrip("/"), private, kid
+        return
+    private = new_rsa_key()
+    jwks_path = tmp_path / "jwks.json"
+    write_jwks(jwks_path, {EMULATED_JWKS_KID: private})
+    async with run_slurm_emulator(CLUSTER, jwks_path=jwks_path) as running:
+        for name in ("a-000-001", "a-000-002"):
+            running.emulator.register_node(name, cpus=EMULATED_CPUS, real_memory=1000)
+        yield running.url, private, EMULATED_JWKS_KID
+
+
+async def test_rs256_tokens_from_a_rotated_token_file_are_accepted_through_jwks(
+    tmp_path: Path,
+) -> None:
+    async with rs256_slurm(tmp_path) as (url, private, kid):
+        token_file = tmp_path / "token"
+
+        def refresh(signing: RSAPrivateKey = private) -> str:
+            # As an operator's refresher: a new token from the identity provider, written whole.
+            token = mint_rs256_token(signing, kid, "root", time.time(), lifespan=300)
+            staged = tmp_path / "token.new"
+            staged.write_text(token + "\n", encoding="utf-8")
+            staged.replace(token_file)
+            return token
+
+        first = refresh()
+        tokens = StaticToken("root", path=token_file, margin=30)
+        client = SlurmClient(CLUSTER, url, tokens, SYNCER_CLIENT)
+        try:
+            assert await client.list_nodes()
+            assert tokens.token() == first
+            second = refresh()  # rotated: picked up at once, accepted as well
+            assert await client.list_nodes()
+            assert tokens.token() == second
+            # A token signed by a key the JWKS does not hold is refused by slurmctld.
+            refresh(new_rsa_key())
+            with pytest.raises(SlurmAuthError):
+                await client.list_nodes()
+        finally:
+            await client.close()
