@@ -56,7 +56,10 @@ def test_the_third_party_crds_the_readmes_list_are_those_k8s_third_party_crds_in
 def slurm_key_file_name() -> str:
     """The file name real Slurm's slurm.conf gives the JWT key (tools/slurm/real_slurm.sh)."""
     script = (ROOT / "tools/slurm/real_slurm.sh").read_text()
-    paths: list[str] = re.findall(r"^AuthAltParameters=jwt_key=(\S+)$", script, re.MULTILINE)
+    # AuthAltParameters is a comma list (jwt_key=...,jwks=...): take the jwt_key option.
+    paths: list[str] = re.findall(
+        r"^AuthAltParameters=(?:\S*,)?jwt_key=([^,\s]+)", script, re.MULTILINE
+    )
     (path,) = paths
     return path.rsplit("/", 1)[-1]
 
