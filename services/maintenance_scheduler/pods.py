@@ -166,11 +166,12 @@ def with_fresh_slurm(
     max_age_seconds: float | None = None,
 ) -> PodFacts:
     """A NodeSet pod's Slurm conditions count only while slurm-syncer's view of its cluster
-    is fresh: a dead syncer's last word is unknown (fail closed). A slurm-syncer that records
-    no freshness at all (no `slurm_clusters` entry anywhere) leaves the conditions as the only
-    word; once any cluster is recorded, the pod's cluster must be, and fresh. A pod without a
-    cluster label belongs to the only cluster recorded, if there is just one."""
-    if pod.slurm is None or not pod.slurm.known or not clusters:
+    is fresh: a dead syncer's last word is unknown (fail closed). Conditions with no
+    `slurm_clusters` entry for their cluster (none recorded yet, or the bucket lost) are
+    unknown too: they live in Kubernetes and outlive the syncer that wrote them, as
+    nodeset-controller reads them. A pod without a cluster label belongs to the only cluster
+    recorded, if there is just one."""
+    if pod.slurm is None or not pod.slurm.known:
         return pod
     cluster = pod.slurm_cluster
     if not cluster and len(clusters) == 1:

@@ -161,5 +161,8 @@ def test_rule_slurm_first_stale_slurm_state_is_unknown() -> None:
     assert names(plan_drain(DrainSpec(), [stale]).waiting_for_slurm) == ["slurm-0"]
     unrecorded = with_fresh_slurm(drained, {"other": cluster_status(T0)}, T0 + 5)
     assert unrecorded.slurm is not None and not unrecorded.slurm.known
-    # A slurm-syncer that records no freshness: the conditions are the only word.
-    assert with_fresh_slurm(drained, {}, T0 + 3600) is drained
+    # No cluster status recorded at all (a lost bucket, a syncer not yet started): the
+    # conditions left in Kubernetes may be any age, so they prove nothing (fail closed).
+    unseen = with_fresh_slurm(drained, {}, T0 + 3600)
+    assert unseen.slurm is not None and not unseen.slurm.known
+    assert names(plan_drain(DrainSpec(), [unseen]).waiting_for_slurm) == ["slurm-0"]
