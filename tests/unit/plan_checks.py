@@ -44,6 +44,10 @@ def expect_actions(
 ) -> list[A]:
     """The actions of `kind` with these attributes; fails when there is none (or not exactly
     `count`)."""
+    if count == 0:
+        # An empty plan would pass it: absence is asserted with expect_no_actions, beside
+        # something the plan must hold.
+        raise ValueError("count=0 proves nothing: use expect_no_actions(..., while_it_has=...)")
     every = list(actions)
     found = [a for a in every if isinstance(a, kind) and _matches(a, kind, fields)]
     wanted = f"exactly {count}" if count is not None else "at least one"
