@@ -28,10 +28,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from nodeflow_runtime.launcher import RESTART_BACKOFF
-from nodeflow_runtime.logs import configure_logging
-from nodeset_controller.config import NodeSetControllerConfig
-from tests.e2e.chaos_support import (
+from clustersim.chaos import (
     NATS,
     NODE_MAINTENANCES,
     NODES,
@@ -49,6 +46,9 @@ from tests.e2e.chaos_support import (
     recording,
     wait_until,
 )
+from nodeflow_runtime.launcher import RESTART_BACKOFF
+from nodeflow_runtime.logs import configure_logging
+from nodeset_controller.config import NodeSetControllerConfig
 
 NODESET = "bench"
 TOPOLOGY = "spines=1,blocks_per_spine=2,nodes_per_block=4"
