@@ -563,6 +563,23 @@ async def test_rule_drains_of_an_earlier_version_are_still_ours_after_the_upgrad
     )
 
 
+async def test_rule_slinky_drains_are_lifted_after_the_switch_and_a_humans_stays(
+    topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher, syncer: Syncer
+) -> None:
+    """Nodes Slinky's slurm-operator drained (a pod cordon, a scale-in) come back once nothing
+    asks for the drain; a person's drain in Slinky's words plus more stays."""
+    await setup_cluster(slurm, kube)
+    slurm.cluster.update_node(
+        "gpu-001", "slurm", ["DRAIN"], "slurm-operator: Pod (slurm/worker-0) was cordoned", None
+    )
+    human = "slurm-operator: Pod (slurm/worker-1) was cordoned by bob, bad DIMM"
+    slurm.cluster.update_node("gpu-002", "root", ["DRAIN"], human, None)
+    await syncer.start()
+    await eventually(lambda: slurm.emulator.node_state("gpu-001") == ["IDLE"])
+    assert "DRAIN" in slurm.emulator.node_state("gpu-002")
+    assert slurm.cluster.nodes["gpu-002"].reason == human
+
+
 async def test_rule_the_drain_reason_prefix_is_a_setting(
     topology: Bus, slurm: RunningSlurm, kube: KubeKV, watcher: FakeWatcher
 ) -> None:

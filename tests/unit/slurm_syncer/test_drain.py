@@ -320,3 +320,69 @@ def command(op: Any, reason: str = "") -> SlurmNodeCommand:
 )
 def test_commands(op: str, reason: str, state: SlurmNodeState, verdict: str) -> None:
     assert decide_command(command(op, reason), state).verdict == verdict
+
+
+# --- Slinky's drain reasons (migration from SchedMD's slurm-operator) ---------------------------
+
+# What Slinky's slurm-operator writes (internal/controller/nodeset/nodeset_sync.go and the worker
+# pod's preStop in internal/builder/workerbuilder/worker_app.go).
+SLINKY_NODE_CORDON = (
+    "slurm-operator: Node (node-1) was cordoned, Pod (slurm/slurm-worker-gpu-0) must be cordoned"
+)
+SLINKY_POD_CORDON = "slurm-operator: Pod (slurm/slurm-worker-gpu-0) was cordoned"
+SLINKY_SCALE_IN = (
+    "slurm-operator: Pod (slurm/slurm-worker-gpu-0) is pending termination for scale-in"
+)
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        SLINKY_NODE_CORDON,
+        SLINKY_POD_CORDON,
+        SLINKY_SCALE_IN,
+        SLINKY_POD_CORDON + " : Not responding",
+    ],
+)
+@pytest.mark.parametrize("reasons", [DEFAULT_DRAIN_REASONS, DrainReasons("acme-ops:")])
+def test_rule_slinky_drain_reasons_are_ours_and_lifted_once_their_cause_is_gone(
+    reason: str, reasons: DrainReasons
+) -> None:
+    """A node Slinky drained before the switch comes back when nothing asks for the drain,
+    whatever prefix this site writes."""
+    assert reasons.is_ours(reason) and not reasons.is_external(reason)
+    assert reasons.owned_by_reconcile(reason)
+    plan = decide_drain(facts(), node("Idle", ("Drain",), reason), reasons)
+    assert plan.action == "undrain" and plan.origin == "uncordon"
+    # A cause that is still there keeps the node drained: the cordon takes our reason, a
+    # deletion drain of Slinky's already is one.
+    drained = node("Idle", ("Drain",), reason)
+    cordoned = decide_drain(facts(node_unschedulable=True), drained, reasons)
+    assert cordoned.action == "drain" and reasons.is_cordon(cordoned.reason)
+    if reasons.is_delete(reason):
+        deleting = facts(delete_reason="ScalingDeleteScheduled")
+        assert decide_drain(deleting, node("Idle", ("Drain",), reason), reasons).action == "none"
+
+
+def test_rule_slinky_terminating_pod_reason_is_ours_not_external() -> None:
+    """The preStop's DOWN reason does not block our drains (an external one would)."""
+    reason = "slurm-operator: Pod is terminating"
+    assert DrainReasons("acme-ops:").is_delete(reason)
+    plan = decide_drain(facts(node_unschedulable=True), node("Down", (), reason))
+    assert plan.action == "drain"
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        # A person's words, even when they look like Slinky's.
+        "Pod (slurm/slurm-worker-gpu-0) was cordoned",
+        "slurm-operator: Pod (slurm/slurm-worker-gpu-0) was cordoned by bob for a DIMM swap",
+        "slurm-operator:Pod (slurm/slurm-worker-gpu-0) was cordoned",
+        "bad GPU; slurm-operator: Pod (slurm/slurm-worker-gpu-0) was cordoned",
+    ],
+)
+def test_rule_a_humans_drain_is_never_lifted_even_if_it_looks_like_slinkys(reason: str) -> None:
+    for reasons in (DEFAULT_DRAIN_REASONS, DrainReasons("acme-ops:")):
+        assert not reasons.owned_by_reconcile(reason)
+        assert decide_drain(facts(), node("Idle", ("Drain",), reason), reasons).action == "none"
