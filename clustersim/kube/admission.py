@@ -16,7 +16,7 @@ from clustersim.kube.schema import prepare_custom_object
 from nodeflow_kube.quantity import QuantityError, parse_quantity
 
 if TYPE_CHECKING:
-    from clustersim.kube.store import Store
+    from clustersim.kube.objectstore import ObjectStore
 
 PREEMPT_LOWER = "PreemptLowerPriority"
 
@@ -24,7 +24,7 @@ PREEMPT_LOWER = "PreemptLowerPriority"
 class Admission:
     """Defaults and validates objects for ``store`` (which owns it) before they are stored."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: ObjectStore) -> None:
         self._store = store
 
     def prepare_create(self, info: ResourceInfo, obj: Obj) -> Obj:

@@ -16,13 +16,13 @@ from clustersim.kube.resources import ResourceInfo
 from clustersim.kube.selectors import selector_from_match
 
 if TYPE_CHECKING:
-    from clustersim.kube.store import Store
+    from clustersim.kube.objectstore import ObjectStore
 
 
 class Disruption:
     """Evictions and PodDisruptionBudget status for ``store`` (which owns it)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: ObjectStore) -> None:
         self._store = store
 
     def evict(

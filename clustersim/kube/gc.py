@@ -13,14 +13,14 @@ from clustersim.kube.patch import MERGE_PATCH
 from clustersim.kube.resources import ResourceInfo
 
 if TYPE_CHECKING:
-    from clustersim.kube.store import Store
+    from clustersim.kube.objectstore import ObjectStore
 
 
 class GarbageCollector:
     """Follows ownerReferences and namespaces for ``store`` (which owns it and keeps the
     dependents index it reads)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: ObjectStore) -> None:
         self._store = store
 
     def dependent_refs(self, uid: str) -> list[tuple[ResourceInfo, Obj]]:
