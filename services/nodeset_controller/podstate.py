@@ -16,6 +16,7 @@ from nodeflow_contracts.pod_protocol import (
 )
 from nodeflow_contracts.slurm import SlurmNodeState
 from nodeflow_kube.fields import (
+    annotations_of,
     condition,
     labels_of,
     mapping,
@@ -36,6 +37,15 @@ from nodeset_controller.objects import (
 NoJobReason = Literal["SlurmNodeDown", "NodeNotRegistered"]
 
 UNKNOWN_CONDITION = slurm_state_condition("Unknown")
+
+# Scale-down hints a person or a tool sets on a pod, under the names Slinky's slurm-operator
+# reads (so a team moving from it keeps them): within one scale-down rank the lower cost goes
+# first (an int32, 0 when unset or malformed), then the earlier deadline (RFC 3339, by when
+# the node's work should be done; unset or malformed counts as the earliest, as in Slinky).
+POD_DELETION_COST_ANNOTATION = "nodeset.slinky.slurm.net/pod-deletion-cost"
+POD_DEADLINE_ANNOTATION = "nodeset.slinky.slurm.net/pod-deadline"
+_INT32 = re.compile(r"^(0|-?[1-9][0-9]*)$")
+_INT32_RANGE = range(-(2**31), 2**31)
 
 # SlurmDelete's lastTransitionTime has whole seconds: the condition may have been set up to
 # this much after the time it names.
@@ -74,6 +84,9 @@ class PodState:
     # When the Slurm state in `slurm` (and the absence behind `no_job`) was last confirmed: the
     # last successful poll of its fresh cluster; None when the view is stale or unknown.
     slurm_read_at: float | None = None
+    # POD_DELETION_COST_ANNOTATION and POD_DEADLINE_ANNOTATION, read (see there).
+    deletion_cost: int = 0
+    deadline: float | None = None
 
     @property
     def slurm_known(self) -> bool:
@@ -176,6 +189,20 @@ def scale_down_target(message: object) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def deletion_cost(pod: Mapping[str, Any]) -> int:
+    """The pod's deletion cost: an int32 written without `+` or leading zeros (as Slinky and
+    the ReplicaSet controller read it), else 0."""
+    raw = annotations_of(pod).get(POD_DELETION_COST_ANNOTATION)
+    if not isinstance(raw, str) or not _INT32.match(raw) or int(raw) not in _INT32_RANGE:
+        return 0
+    return int(raw)
+
+
+def deadline(pod: Mapping[str, Any]) -> float | None:
+    """The pod's deadline (seconds since the epoch), or None when unset or malformed."""
+    return parse_time(annotations_of(pod).get(POD_DEADLINE_ANNOTATION))
+
+
 def pod_state(pod: Mapping[str, Any], slurm: SlurmNodeState | None) -> PodState:
     """The pod with `slurm`, its Slurm node's state if it may be trusted (None otherwise).
     A DOWN node is marked as running no job here; absence needs the clock and the cluster's
@@ -207,4 +234,6 @@ def pod_state(pod: Mapping[str, Any], slurm: SlurmNodeState | None) -> PodState:
             if delete and scheduled and reason == SCALING_DELETE
             else None
         ),
+        deletion_cost=deletion_cost(pod),
+        deadline=deadline(pod),
     )

@@ -7,6 +7,7 @@ a second replica decides exactly as the first did).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -43,11 +44,20 @@ def rank_reason(pod: PodState) -> str:
     return f"rank {rank}: {RANK_TEXT[rank]}"
 
 
+def deletion_hints(pod: PodState) -> tuple[int, float]:
+    """Within a rank: the lower deletion cost first, then the earlier deadline (none counts
+    as the earliest, as in Slinky). Hints never move a pod across ranks: a busy pod with a
+    low cost still goes after every idle one."""
+    return (pod.deletion_cost, -math.inf if pod.deadline is None else pod.deadline)
+
+
 def scale_down_order(pods: Iterable[PodState], *, priority_ordering: bool) -> list[PodState]:
-    """Pods in the order they are removed. With priority ordering: by rank, then newer
-    first, then name. Without: newer first, then name."""
+    """Pods in the order they are removed. With priority ordering: by rank, then the pods'
+    deletion hints, then newer first, then name. Without: newer first, then name."""
     if priority_ordering:
-        return sorted(pods, key=lambda p: (scale_down_rank(p), -p.created_at, p.name))
+        return sorted(
+            pods, key=lambda p: (scale_down_rank(p), *deletion_hints(p), -p.created_at, p.name)
+        )
     return sorted(pods, key=lambda p: (-p.created_at, p.name))
 
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeset_controller.podstate import PodState
+from nodeset_controller.podstate import (
+    POD_DEADLINE_ANNOTATION,
+    POD_DELETION_COST_ANNOTATION,
+    PodState,
+)
 from nodeset_controller.ranking import (
     choose_rolling_replacements,
     count_unavailable,
@@ -193,3 +200,98 @@ def test_rule_rolling_update_unavailable_never_exceeds_max_unavailable(
     assert all(p.revision == "old" and not p.pending_deletion for p in choice.replace)
     # Deterministic whatever the input order.
     assert choose_rolling_replacements(list(reversed(pods)), "new", budget, missing) == choice
+
+
+# --- Slinky's deletion hints: tie-breakers inside a rank ------------------------------------
+
+
+def hinted(
+    name: str, cost: str | None = None, deadline: str | None = None, **kwargs: Any
+) -> PodState:
+    slurm_kwargs = {k: kwargs.pop(k) for k in ("busy", "drain", "known") if k in kwargs}
+    raw = pod(name, "n", **kwargs)
+    annotations = raw["metadata"].setdefault("annotations", {})
+    if cost is not None:
+        annotations[POD_DELETION_COST_ANNOTATION] = cost
+    if deadline is not None:
+        annotations[POD_DEADLINE_ANNOTATION] = deadline
+    return state(raw, slurm(name, **slurm_kwargs))
+
+
+def test_rule_scale_down_deletion_cost_then_deadline_break_ties_inside_a_rank() -> None:
+    """Inside rank 4 (idle, not drained): lower cost first, then the earlier deadline (none
+    is the earliest), then newest; the seven ranks stay first."""
+    pods = [
+        hinted("busy-cheap", cost="-100", busy=True),
+        hinted("dear", cost="10", created=T0 + 90),
+        hinted("cheap", cost="-5", created=T0),
+        hinted("late", deadline="2026-12-01T00:00:00Z", created=T0 + 90),
+        hinted("early", deadline="2026-11-29T00:00:00Z", created=T0 + 90),
+        hinted("no-deadline", created=T0),
+        hinted("not-ready-dear", cost="1000", ready=False),
+    ]
+    order = [p.name for p in scale_down_order(pods, priority_ordering=True)]
+    assert order == [
+        "not-ready-dear",
+        "cheap",
+        "no-deadline",
+        "early",
+        "late",
+        "dear",
+        "busy-cheap",
+    ]
+    # Priority ordering off: the hints are not read (newest first, as documented).
+    off = [p.name for p in scale_down_order(pods[1:3], priority_ordering=False)]
+    assert off == ["dear", "cheap"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "cost"),
+    [
+        ("7", 7),
+        ("-7", -7),
+        ("0", 0),
+        ("+7", 0),
+        ("007", 0),
+        ("1.5", 0),
+        ("many", 0),
+        (str(2**31), 0),
+        (str(2**31 - 1), 2**31 - 1),
+    ],
+)
+def test_rule_scale_down_deletion_cost_is_an_int32_as_slinky_reads_it(raw: str, cost: int) -> None:
+    assert hinted("p", cost=raw).deletion_cost == cost
+
+
+def test_rule_scale_down_malformed_deadline_counts_as_none() -> None:
+    assert hinted("p", deadline="tomorrow").deadline is None
+    assert hinted("p", deadline="2026-11-29T00:00:00Z").deadline is not None
+
+
+hinted_pods = st.lists(
+    st.builds(
+        lambda name, ready, busy, drain, cost, day: hinted(
+            name,
+            cost=str(cost),
+            deadline=None if day is None else f"2026-12-{day:02d}T00:00:00Z",
+            ready=ready,
+            busy=busy,
+            drain=drain,
+        ),
+        st.text(alphabet="abcdef", min_size=1, max_size=5),
+        st.booleans(),
+        st.booleans(),
+        st.booleans(),
+        st.integers(min_value=-3, max_value=3),
+        st.none() | st.integers(min_value=1, max_value=3),
+    ),
+    max_size=20,
+    unique_by=lambda p: p.name,
+)
+
+
+@given(hinted_pods)
+def test_rule_scale_down_hints_never_move_a_pod_across_ranks(pods: list[PodState]) -> None:
+    """Whatever the hints say, a pod of a lower rank (idle before busy) goes first."""
+    ranks = [scale_down_rank(p) for p in scale_down_order(pods, priority_ordering=True)]
+    assert ranks == sorted(ranks)
