@@ -29,11 +29,11 @@ from maintenance_scheduler.skyhook.api import (
     RESOURCE_ID_LABEL,
     SKYHOOK_KIND,
     STAGE_LABEL,
-    Expression,
     LabelSelector,
     Package,
     Skyhook,
 )
+from nodeflow_kube.labels import LabelSelector as KubeLabelSelector
 
 MANAGED_BY: Final = "nodeflow-maintenance-scheduler"
 PACKAGE_ANNOTATION: Final = "skyhook.nvidia.com/package"
@@ -237,23 +237,16 @@ def build_job(
     }
 
 
-def selector_string(selector: LabelSelector) -> str:
-    """The string form NodeMaintenance's podSelector fields take."""
-    parts = [f"{k}={v}" for k, v in selector.match_labels]
-    for expression in selector.expressions:
-        parts.append(_expression_string(expression))
-    return ",".join(parts)
-
-
-def _expression_string(expression: Expression) -> str:
-    values = ",".join(sorted(expression.values))
-    if expression.operator == "In":
-        return f"{expression.key} in ({values})"
-    if expression.operator == "NotIn":
-        return f"{expression.key} notin ({values})"
-    if expression.operator == "Exists":
-        return expression.key
-    return f"!{expression.key}"
+def match_object(selector: LabelSelector) -> dict[str, Any]:
+    """The metav1.LabelSelector object a parsed Skyhook selector came from (nodeflow_kube's
+    `LabelSelector.from_match` reads it, and writes the string form a podSelector takes)."""
+    return {
+        "matchLabels": dict(selector.match_labels),
+        "matchExpressions": [
+            {"key": e.key, "operator": e.operator, "values": sorted(e.values)}
+            for e in selector.expressions
+        ],
+    }
 
 
 def build_maintenance(
@@ -277,7 +270,9 @@ def build_maintenance(
     }
     if skyhook.pod_non_interrupt_labels is not None:
         spec["waitForPodCompletion"] = {
-            "podSelector": selector_string(skyhook.pod_non_interrupt_labels),
+            "podSelector": KubeLabelSelector.from_match(
+                match_object(skyhook.pod_non_interrupt_labels)
+            ).to_string(),
             "timeoutSeconds": 0,
         }
     return {
