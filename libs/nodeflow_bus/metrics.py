@@ -61,3 +61,23 @@ LEASE_TRANSITIONS = Counter(
     "nodeflow_bus_lease_transitions_total", "Leadership gained or lost", ["lease", "transition"]
 )
 CONNECTED = Gauge("nodeflow_bus_connected", "1 while the NATS connection is up")
+LEDGER_HELD = Gauge(
+    "nodeflow_bus_ledger_entries",
+    "Commands a controller's ledger holds (sent, and possibly still landing)",
+    ["ledger"],
+)
+LEDGER_READY = Gauge(
+    "nodeflow_bus_ledger_ready",
+    "1 while the leader's command ledger is rebuilt and it may plan",
+    ["ledger"],
+)
+LEDGER_REBUILDS = Counter(
+    "nodeflow_bus_ledger_rebuilds_total",
+    "Ledger rebuilds on taking the lead, by result (ok, failed)",
+    ["ledger", "result"],
+)
+LEDGER_UNDECODABLE_OUTCOMES = Counter(
+    "nodeflow_bus_ledger_undecodable_outcomes_total",
+    "Command outcomes that did not decode (logged; they settle nothing)",
+    ["ledger"],
+)

@@ -11,6 +11,7 @@ import msgspec
 
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, K8sObjectEvent
+from nodeflow_contracts.ledger import LedgerRecord
 from nodeflow_contracts.maintenance import MaintenanceDecision, SkyhookDecision
 from nodeflow_contracts.nodeset import NodeSetDecision
 from nodeflow_contracts.placement import PlacementDecision
@@ -95,6 +96,20 @@ MESSAGES: tuple[MessageSpec, ...] = (
         description=(
             "The outcome of a command: applied, already-applied, conflict, not-found, invalid, "
             "forbidden, expired, retrying or failed, with the API server's message."
+        ),
+    ),
+    MessageSpec(
+        name="LedgerRecord",
+        subject_template="ledger.k8s.v1.{ledger}",
+        subscribe=subjects.COMMAND_LEDGER,
+        payload=LedgerRecord,
+        publishers=("nodeset-controller", "maintenance-scheduler", "topology-placer"),
+        consumers=("nodeset-controller", "maintenance-scheduler", "topology-placer"),
+        description=(
+            "The commands a controller is about to send, each with the slots it holds (a pod, "
+            "a node, a budget) and its deadline; stored before the commands are published. A "
+            "new leader reads its ledger's records and the outcomes since the earliest send "
+            "that may still land, and plans around what is still held (docs/protocols.md)."
         ),
     ),
     MessageSpec(

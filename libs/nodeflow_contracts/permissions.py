@@ -103,7 +103,11 @@ BUS_GRANTS: dict[str, BusGrant] = {
         reads_streams=("SLURM_COMMANDS",),
     ),
     "nodeset-controller": BusGrant(
-        publishes=("nodeset.v1.>", subjects.k8s_sender_commands("nodeset-controller")),
+        publishes=(
+            "nodeset.v1.>",
+            subjects.k8s_sender_commands("nodeset-controller"),
+            subjects.command_ledger("nodeset-controller"),
+        ),
         writes={LEASES_BUCKET: ("nodeset-controller", "nodeset-controller.>")},
         reads_buckets=(
             *_k8s("NodeSet", "Node", "Pod", "NodeSlice"),
@@ -111,10 +115,17 @@ BUS_GRANTS: dict[str, BusGrant] = {
             SLURM_CLUSTERS_BUCKET,
             LEASES_BUCKET,
         ),
+        # Its command ledger: records, and the outcomes a new leader reads back.
+        reads_streams=("COMMAND_LEDGER", "COMMAND_OUTCOMES"),
         subscribes=(subjects.K8S_OUTCOMES,),
     ),
     "maintenance-scheduler": BusGrant(
-        publishes=("maintenance.v1.>", subjects.k8s_sender_commands("maintenance-scheduler")),
+        publishes=(
+            "maintenance.v1.>",
+            subjects.k8s_sender_commands("maintenance-scheduler"),
+            subjects.command_ledger("maintenance-scheduler"),
+            subjects.command_ledger("maintenance-scheduler-skyhook"),
+        ),
         # Two controllers, two leases: NodeMaintenance and Skyhook.
         writes={
             LEASES_BUCKET: (
@@ -138,15 +149,23 @@ BUS_GRANTS: dict[str, BusGrant] = {
             SLURM_CLUSTERS_BUCKET,
             LEASES_BUCKET,
         ),
+        # Its command ledger: records, and the outcomes a new leader reads back.
+        reads_streams=("COMMAND_LEDGER", "COMMAND_OUTCOMES"),
         subscribes=(subjects.K8S_OUTCOMES,),
     ),
     "topology-placer": BusGrant(
-        publishes=("placement.v1.>", subjects.k8s_sender_commands("topology-placer")),
+        publishes=(
+            "placement.v1.>",
+            subjects.k8s_sender_commands("topology-placer"),
+            subjects.command_ledger("topology-placer"),
+        ),
         writes={LEASES_BUCKET: ("topology-placer", "topology-placer.>")},
         reads_buckets=(
             *_k8s("Node", "Pod", "PodGroup", "ClusterNetworkTopology", "PodDisruptionBudget"),
             LEASES_BUCKET,
         ),
+        # Its command ledger: records, and the outcomes a new leader reads back.
+        reads_streams=("COMMAND_LEDGER", "COMMAND_OUTCOMES"),
         subscribes=(subjects.K8S_OUTCOMES,),
     ),
     "metrics-exporter": BusGrant(

@@ -125,6 +125,15 @@ def parse_k8s_command(subject: str) -> tuple[str, str] | None:
         return None
 
 
+# What each controller's k8s-watcher commands hold (nodeflow_contracts.ledger), per ledger.
+COMMAND_LEDGER = f"ledger.k8s.{VERSION}.>"
+
+
+def command_ledger(ledger: str) -> str:
+    """`ledger.k8s.v1.<ledger>`: the records of one controller's command ledger."""
+    return f"ledger.k8s.{VERSION}.{token(ledger)}"
+
+
 def k8s_command_outcome(op: str) -> str:
     return f"outcome.k8s.{VERSION}.{token(op)}"
 

@@ -154,6 +154,10 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
     ),
 )
 
+# How long COMMAND_LEDGER keeps a record: a ledger refuses a command whose lifetime plus
+# landing margin is not well inside it (nodeflow_bus.ledger.LedgerSender).
+COMMAND_LEDGER_MAX_AGE_SECONDS = 3600.0
+
 STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec(
         name="K8S_EVENTS",
@@ -174,6 +178,16 @@ STREAMS: tuple[StreamSpec, ...] = (
         subjects=(subjects.K8S_OUTCOMES,),
         description="The outcome of every Kubernetes command.",
         max_age_seconds=DAY,
+    ),
+    StreamSpec(
+        name="COMMAND_LEDGER",
+        subjects=(subjects.COMMAND_LEDGER,),
+        description=(
+            "What each controller's Kubernetes commands hold until they can no longer land "
+            "(nodeflow_contracts.ledger): read back by a new leader before it plans."
+        ),
+        # Far longer than any command may land (its lifetime plus the landing margin).
+        max_age_seconds=COMMAND_LEDGER_MAX_AGE_SECONDS,
     ),
     StreamSpec(
         name="SLURM_EVENTS",

@@ -1,0 +1,121 @@
+"""The command ledger on a real nats-server (nodeflow_bus.ledger): a new leader rebuilds
+from COMMAND_LEDGER and COMMAND_OUTCOMES every command an earlier leader sent that may
+still land, and plans nothing while it cannot read them (fail closed)."""
+
+from __future__ import annotations
+
+import time
+
+from nodeflow_bus import Bus, ensure_topology
+from nodeflow_bus.ledger import LedgerNotReady, LedgerSender, Sending
+from nodeflow_contracts.k8s import (
+    CommandOutcome,
+    K8sCommand,
+    ObjectRef,
+    PatchObject,
+    deadline_after,
+)
+from nodeflow_runtime.natsd import NatsServerProcess
+from tests.fixtures.nats import TEST_BUS_OPTIONS
+from tests.fixtures.waiting import eventually
+
+SENDER = "nodeset-controller"
+LIFETIME = 20.0
+
+
+def patch(name: str, now: float) -> K8sCommand:
+    return K8sCommand(
+        idempotency_key=f"mark-{name}",
+        sender=SENDER,
+        sent_at=now,
+        expires_at=deadline_after(LIFETIME, now=now),
+        target=ObjectRef(api_version="v1", kind="Pod", name=name, namespace="ns"),
+        operation=PatchObject(patch_type="merge", patch={"metadata": {"labels": {"x": "y"}}}),
+    )
+
+
+def outcome_of(command: K8sCommand, result: str) -> CommandOutcome:
+    return CommandOutcome(
+        idempotency_key=command.idempotency_key,
+        op=command.op,
+        sender=command.sender,
+        target=command.target,
+        outcome=result,  # type: ignore[arg-type]
+        sent_at=command.sent_at,
+        finished_at=time.time(),
+    )
+
+
+def sender(bus: Bus) -> LedgerSender:
+    return LedgerSender(bus, ledger=SENDER, sender=SENDER, max_lifetime=LIFETIME)
+
+
+async def test_a_new_leader_knows_what_an_earlier_leader_sent_that_may_still_land(
+    bus: Bus, nats_server: NatsServerProcess
+) -> None:
+    await ensure_topology(bus.js)
+    old = sender(bus)
+    old.on_leadership(True)
+    await eventually(lambda: old.ready)
+    now = time.time()
+    pending, refused, unslotted = patch("a", now), patch("b", now), patch("c", now)
+    await old.send(
+        [
+            Sending(pending, ("pod:ns/a", "nodeset-budget:ns/set")),
+            Sending(refused, ("pod:ns/b", "nodeset-budget:ns/other")),
+            Sending(unslotted),
+        ]
+    )
+    # k8s-watcher refused one: it can never land. The other has no outcome yet.
+    conflict = outcome_of(refused, "conflict")
+    await bus.publish(conflict.subject, conflict, msg_id=conflict.msg_id)
+    old.on_leadership(False)
+    await old.stop()
+
+    successor_bus = await Bus.connect(nats_server.url, options=TEST_BUS_OPTIONS)
+    try:
+        new = sender(successor_bus)
+        assert not new.ready
+        new.on_leadership(True)
+        await eventually(lambda: new.ready)
+        held = new.ledger.held(time.time())
+        assert "nodeset-budget:ns/set" in held
+        assert "pod:ns/a" in held
+        assert "nodeset-budget:ns/other" not in held
+        assert "pod:ns/b" not in held
+        # An outcome arriving now settles the rebuilt entry.
+        applied = outcome_of(pending, "failed")
+        new.settle(applied)
+        assert new.ledger.holds("nodeset-budget:ns/set", time.time())
+        await new.stop()
+    finally:
+        await successor_bus.close()
+
+
+async def test_a_leader_that_cannot_read_its_ledger_sends_nothing_and_retries(
+    bus: Bus, nats_server: NatsServerProcess
+) -> None:
+    await ensure_topology(bus.js)
+    leader = sender(bus)
+    try:
+        await nats_server.kill()
+        leader.on_leadership(True)
+        before = int(metrics_failed())
+        await eventually(lambda: metrics_failed() > before, timeout=30)
+        assert not leader.ready
+        try:
+            await leader.send([Sending(patch("a", time.time()), ("pod:ns/a",))])
+        except LedgerNotReady:
+            pass
+        else:
+            raise AssertionError("a leader without its ledger sent a command")
+        await nats_server.start()
+        await eventually(lambda: leader.ready, timeout=60)
+    finally:
+        await leader.stop()
+
+
+def metrics_failed() -> float:
+    from nodeflow_bus import metrics
+
+    return float(metrics.LEDGER_REBUILDS.labels(SENDER, "failed")._value.get())
