@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 Operator = Literal["=", "!=", "in", "notin", "exists", "!exists", "gt", "lt"]
 
@@ -100,22 +100,38 @@ class LabelSelector:
         return ",".join(r.to_string() for r in self.requirements)
 
     @staticmethod
-    def from_match(selector: Mapping[str, Any] | None) -> LabelSelector:
-        """From a `metav1.LabelSelector` object; None or {} selects everything."""
+    def from_match(selector: object) -> LabelSelector:
+        """From a `metav1.LabelSelector` object; None or {} selects everything. The one reader
+        of that form (PodDisruptionBudgets in the emulator and the placer's preemption,
+        Skyhooks' podNonInterruptLabels): a part of the wrong shape or an operator the object
+        form does not have raises SelectorError."""
         if not selector:
             return LabelSelector()
+        if not isinstance(selector, Mapping):
+            raise SelectorError(f"a label selector is an object, not {selector!r}")
+        match_labels = selector.get("matchLabels") or {}
+        expressions = selector.get("matchExpressions") or []
+        if not isinstance(match_labels, Mapping):
+            raise SelectorError(f"matchLabels is an object, not {match_labels!r}")
+        if not isinstance(expressions, list):
+            raise SelectorError(f"matchExpressions is a list, not {expressions!r}")
         requirements = [
-            Requirement(str(key), "=", (str(value),))
-            for key, value in (selector.get("matchLabels") or {}).items()
+            Requirement(str(key), "=", (str(value),)) for key, value in match_labels.items()
         ]
-        for expression in selector.get("matchExpressions") or []:
+        for expression in expressions:
+            if not isinstance(expression, Mapping):
+                raise SelectorError(f"a matchExpressions entry is an object, not {expression!r}")
             operator = _OBJECT_OPERATORS.get(str(expression.get("operator")))
             if operator is None:
                 raise SelectorError(
                     f"invalid label selector operator {expression.get('operator')!r}"
                 )
-            values = tuple(str(v) for v in expression.get("values") or ())
-            requirements.append(Requirement(str(expression.get("key")), operator, values))
+            values = expression.get("values") or []
+            if not isinstance(values, list):
+                raise SelectorError(f"matchExpressions values are a list, not {values!r}")
+            requirements.append(
+                Requirement(str(expression.get("key")), operator, tuple(str(v) for v in values))
+            )
         return LabelSelector(tuple(requirements))
 
 

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from nodeflow_contracts.pod_protocol import NODESET_LABEL
-from nodeflow_kube import fields, requirement_matches
+from nodeflow_kube import fields
+from nodeflow_kube.labels import LabelSelector, SelectorError
 from topology_placer import pods as podfacts
 from topology_placer.fit import NodeCapacity
 from topology_placer.gang import GatherRule, pod_group_of
@@ -189,19 +190,12 @@ def _slots_after(
 
 def _selector_matches(selector: Obj, labels: Obj) -> bool:
     """A PodDisruptionBudget's selector: in policy/v1 an empty one ({}) selects every pod of
-    its namespace (a null one, none: the caller skips it)."""
-    match_labels = selector.get("matchLabels") or {}
-    if not isinstance(match_labels, Mapping):
+    its namespace (a null one, none: the caller skips it); one that does not read selects
+    none."""
+    try:
+        return LabelSelector.from_match(selector).matches(labels)
+    except SelectorError:
         return False
-    if any(labels.get(key) != value for key, value in match_labels.items()):
-        return False
-    for requirement in selector.get("matchExpressions") or []:
-        if not isinstance(requirement, Mapping):
-            return False
-        value = labels.get(str(requirement.get("key")))
-        if not requirement_matches(requirement, None if value is None else str(value)):
-            return False
-    return True
 
 
 def broken_budgets(victims: Sequence[Obj], budgets: Sequence[Obj]) -> int:

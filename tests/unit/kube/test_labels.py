@@ -83,6 +83,24 @@ def test_rule_the_object_form_reads_match_labels_and_expressions() -> None:
         LabelSelector.from_match({"matchExpressions": [{"key": "a", "operator": "Gt"}]})
 
 
+@pytest.mark.parametrize(
+    "selector",
+    [
+        "app=x",
+        {"matchLabels": ["app", "x"]},
+        {"matchExpressions": {"key": "a", "operator": "Exists"}},
+        {"matchExpressions": ["a"]},
+        {"matchExpressions": [{"key": "a", "operator": "In", "values": "ab"}]},
+    ],
+)
+def test_rule_an_object_form_of_the_wrong_shape_is_refused(selector: object) -> None:
+    """The one reader of metav1.LabelSelector objects refuses what it cannot read (the
+    placer's preemption then counts the budget as guarding nothing, as before) instead of
+    failing with an AttributeError, or reading "ab" as the values "a" and "b"."""
+    with pytest.raises(SelectorError):
+        LabelSelector.from_match(selector)
+
+
 LABEL_KEYS = st.sampled_from(["app", "tier", "nvidia.com/gpu.product", "team"])
 LABEL_VALUES = st.sampled_from(["", "a", "b", "x-1", "H100"])
 

@@ -172,6 +172,30 @@ def test_rule_a_budget_with_an_empty_selector_guards_every_pod_of_its_namespace(
     assert broken_budgets([victim], [budget({"matchLabels": {"app": "db"}})]) == 0
 
 
+def test_rule_a_budget_selects_by_its_match_expressions() -> None:
+    # The selector is read by nodeflow_kube.labels, as the emulator's eviction reads it.
+    victim = pod("db-0", None, gpus=8, node_name="n1", priority=1)
+    victim["metadata"]["labels"] = {"app": "db", "tier": "primary"}
+
+    def budget(*expressions: dict[str, object]) -> dict[str, object]:
+        return {
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"selector": {"matchExpressions": list(expressions)}},
+            "status": {"disruptionsAllowed": 0},
+        }
+
+    def guarded(*expressions: dict[str, object]) -> bool:
+        return broken_budgets([victim], [budget(*expressions)]) == 1
+
+    assert guarded({"key": "app", "operator": "In", "values": ["db", "cache"]})
+    assert not guarded({"key": "app", "operator": "NotIn", "values": ["db"]})
+    assert guarded({"key": "tier", "operator": "Exists"})
+    assert not guarded({"key": "tier", "operator": "DoesNotExist"})
+    assert not guarded({"key": "tier", "operator": "Exists"}, {"key": "zone", "operator": "Exists"})
+    # An operator the object form does not have (node affinity's Gt) reads as no selector.
+    assert not guarded({"key": "tier", "operator": "Gt", "values": ["1"]})
+
+
 def test_preemption_not_helpful_evicts_nothing() -> None:
     nodes = [node("n1", "s1", "b1", gpus=4)]
     victim = pod("v", None, gpus=4, node_name="n1")
