@@ -27,6 +27,7 @@ from nodeflow_contracts.pod_protocol import (
     NODE_CORDON_REASON_ANNOTATION,
     NODESET_LABEL,
     POD_CORDON_ANNOTATION,
+    POD_PROTECT_LABEL,
     POD_CORDON_SOURCE_ANNOTATION,
     SLURM_DELETE_CONDITION,
     SLURM_STATE_CONDITION_PREFIX,
@@ -110,7 +111,7 @@ BUS_GRANTS: dict[str, BusGrant] = {
         ),
         writes={LEASES_BUCKET: ("nodeset-controller", "nodeset-controller.>")},
         reads_buckets=(
-            *_k8s("NodeSet", "Node", "Pod", "NodeSlice"),
+            *_k8s("NodeSet", "Node", "Pod", "NodeSlice", "PodDisruptionBudget"),
             SLURM_NODES_BUCKET,
             SLURM_CLUSTERS_BUCKET,
             LEASES_BUCKET,
@@ -366,6 +367,16 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         _grant("patch", "NodeSlice", fields=("spec.nodes",)),
         _grant("update-status", "NodeSet"),
         _grant("record-event", "NodeSet", "Pod", "Node"),
+        # workloadDisruptionProtection: the protect label on its pods, and the NodeSet's
+        # PodDisruptionBudget (labelled with its NodeSet) over them.
+        _grant(
+            "patch",
+            "Pod",
+            fields=(f"metadata.labels[{POD_PROTECT_LABEL}]",),
+            required_label=NODESET_LABEL,
+        ),
+        _grant("create", "PodDisruptionBudget", required_label=NODESET_LABEL),
+        _grant("delete", "PodDisruptionBudget", required_label=NODESET_LABEL),
     ),
     # NodeMaintenance (issue #14): cordon and drain a node, evict its pods, report status.
     "maintenance-scheduler": (

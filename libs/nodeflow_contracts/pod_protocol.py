@@ -50,6 +50,11 @@ NODESET_LABEL: Final = "nodeflow.dev/nodeset"
 CLAIM_ANNOTATION: Final = "nodeflow.dev/nodeset"
 SLURM_CLUSTER_LABEL: Final = "nodeflow.dev/slurm-cluster"
 REVISION_LABEL: Final = "controller-revision-hash"
+# On a NodeSet pod whose Slurm node runs (or may run) a job, while the NodeSet's
+# workloadDisruptionProtection is on: its NodeSet's PodDisruptionBudget (maxUnavailable 0)
+# selects it, so the eviction API refuses to evict it. Written by nodeset-controller alone;
+# Slinky's label (`LabelNodeSetPodProtect`), with its value "true".
+POD_PROTECT_LABEL: Final = "nodeset.slinky.slurm.net/pod-protect"
 
 SLURM_DELETE_CONDITION: Final = "SlurmDelete"
 SCALING_DELETE: Final = "ScalingDeleteScheduled"

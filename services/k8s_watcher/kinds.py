@@ -39,8 +39,13 @@ _BY_API_VERSION_AND_KIND: dict[tuple[str, str], KindInfo] = {
 
 # What each write may touch: k8s/rbac/k8s-watcher.yaml grants exactly these verbs, so a command
 # outside them is refused here (outcome `forbidden`) rather than by the API server.
-CREATABLE_KINDS: frozenset[str] = frozenset({"Pod", "Job", "Event", "NodeSlice", "NodeMaintenance"})
-DELETABLE_KINDS: frozenset[str] = frozenset({"Pod", "Job", "NodeSlice", "NodeMaintenance"})
+# PodDisruptionBudget: a NodeSet's budget over its pods running jobs (workloadDisruptionProtection).
+CREATABLE_KINDS: frozenset[str] = frozenset(
+    {"Pod", "Job", "Event", "NodeSlice", "NodeMaintenance", "PodDisruptionBudget"}
+)
+DELETABLE_KINDS: frozenset[str] = frozenset(
+    {"Pod", "Job", "NodeSlice", "NodeMaintenance", "PodDisruptionBudget"}
+)
 PATCHABLE_KINDS: frozenset[str] = frozenset(
     {info.kind for info in KNOWN_KINDS} - {"PodDisruptionBudget"}
 )

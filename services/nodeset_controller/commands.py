@@ -28,7 +28,12 @@ from nodeflow_contracts.k8s import (
     deadline_after,
 )
 from nodeflow_contracts.nodeset import DecisionKind, NodeSetDecision
-from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION, NODESET_LABEL, SLURM_DELETE_CONDITION
+from nodeflow_contracts.pod_protocol import (
+    CLAIM_ANNOTATION,
+    NODESET_LABEL,
+    POD_PROTECT_LABEL,
+    SLURM_DELETE_CONDITION,
+)
 from nodeflow_kube.fields import (
     rfc3339,
 )
@@ -52,12 +57,23 @@ from nodeset_controller.planner import (
 )
 from nodeset_controller.podspec import canonical_json
 from nodeset_controller.podstate import PodState
+from nodeset_controller.protection import (
+    BUDGET_API_VERSION,
+    BUDGET_KIND,
+    PROTECTED,
+    CreateDisruptionBudget,
+    DeleteDisruptionBudget,
+    ProtectPod,
+    budget_object,
+)
 from nodeset_controller.spec import NodeSetSpec
 
 SENDER = "nodeset-controller"
 REPORTING_COMPONENT = "nodeflow-nodeset-controller"
 
-Bucket = Literal["k8s_pods", "k8s_nodes", "k8s_nodeslices", "k8s_nodesets", ""]
+Bucket = Literal[
+    "k8s_pods", "k8s_nodes", "k8s_nodeslices", "k8s_nodesets", "k8s_poddisruptionbudgets", ""
+]
 
 
 def stable_key(*parts: object) -> str:
@@ -123,6 +139,8 @@ def action_slot(namespace: str, action: Action) -> str | None:
         return pod_slot(namespace, action.name)
     if isinstance(action, ScheduleDelete | CancelDelete | DeletePod):
         return pod_slot(namespace, action.pod.name)
+    if isinstance(action, ProtectPod):
+        return protect_slot(namespace, action.pod.name)
     return None
 
 
@@ -148,6 +166,16 @@ def pod_slot(namespace: str, name: str) -> str:
 
 def node_slot(name: str) -> str:
     return f"Node/{name}"
+
+
+def protect_slot(namespace: str, name: str) -> str:
+    """A pod's protect label: its own slot, so a label change never holds back a SlurmDelete
+    or a delete of the pod (nor they it)."""
+    return f"PodProtect/{namespace}/{name}"
+
+
+def budget_slot(namespace: str, name: str) -> str:
+    return f"{BUDGET_KIND}/{namespace}/{name}"
 
 
 # How long a command of ours is worth applying by default (the setting
@@ -437,6 +465,58 @@ def to_outgoing(
         kind: DecisionKind = "forced-delete" if action.forced else "delete"
         return pod_change(
             pod, command, kind, action.reason, action.why, PodChangeSent("delete", now)
+        )
+    if isinstance(action, ProtectPod):
+        pod = action.pod
+        value = PROTECTED if action.protect else None
+        key = stable_key("protect", pod.uid, pod.resource_version, str(action.protect))
+        command = command_of(
+            key,
+            pod_ref(ns, pod.name, pod.uid),
+            PatchObject(
+                patch_type="merge", patch={"metadata": {"labels": {POD_PROTECT_LABEL: value}}}
+            ),
+            action.why,
+            now,
+        )
+        return Outgoing(
+            protect_slot(ns, pod.name),
+            ("k8s_pods", f"{ns}.{pod.name}"),
+            pod.resource_version,
+            command,
+            windowed=True,
+        )
+    if isinstance(action, CreateDisruptionBudget):
+        # The generation: a budget deleted and wanted again (the option turned off and on)
+        # is a new create, not a repeat of the first.
+        key = stable_key("budget-create", ns, action.name, spec.uid, spec.generation)
+        ref = ObjectRef(
+            api_version=BUDGET_API_VERSION, kind=BUDGET_KIND, name=action.name, namespace=ns
+        )
+        command = command_of(key, ref, CreateObject(object=budget_object(spec)), action.why, now)
+        return Outgoing(
+            budget_slot(ns, action.name),
+            ("k8s_poddisruptionbudgets", f"{ns}.{action.name}"),
+            "",
+            command,
+            is_create=True,
+        )
+    if isinstance(action, DeleteDisruptionBudget):
+        key = stable_key("budget-delete", ns, action.name, action.uid, action.resource_version)
+        ref = ObjectRef(
+            api_version=BUDGET_API_VERSION,
+            kind=BUDGET_KIND,
+            name=action.name,
+            namespace=ns,
+            uid=action.uid or None,
+            resource_version=action.resource_version or None,
+        )
+        command = command_of(key, ref, DeleteObject(), action.why, now)
+        return Outgoing(
+            budget_slot(ns, action.name),
+            ("k8s_poddisruptionbudgets", f"{ns}.{action.name}"),
+            action.resource_version,
+            command,
         )
     if isinstance(action, WriteSlice):
         change = action.change

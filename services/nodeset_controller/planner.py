@@ -36,7 +36,7 @@ from nodeflow_kube.fields import (
     uid_of,
 )
 from nodeflow_kube.quantity import ResourceList
-from nodeset_controller import deletion, feasibility, ranking
+from nodeset_controller import deletion, feasibility, protection, ranking
 from nodeset_controller.naming import Collision, assign_names
 from nodeset_controller.objects import (
     claim_of,
@@ -46,6 +46,11 @@ from nodeset_controller.objects import (
 )
 from nodeset_controller.podspec import build_pod, placement_spec, revision_hash, selector
 from nodeset_controller.podstate import PodState, pod_state, scale_down_message
+from nodeset_controller.protection import (
+    CreateDisruptionBudget,
+    DeleteDisruptionBudget,
+    ProtectPod,
+)
 from nodeset_controller.slices import SliceChange, plan_slices
 from nodeset_controller.spec import (
     Defaults,
@@ -151,7 +156,17 @@ class Notice:
 
 
 Action = (
-    Claim | Release | CreatePod | ScheduleDelete | CancelDelete | DeletePod | WriteSlice | Notice
+    Claim
+    | Release
+    | CreatePod
+    | ScheduleDelete
+    | CancelDelete
+    | DeletePod
+    | WriteSlice
+    | Notice
+    | ProtectPod
+    | CreateDisruptionBudget
+    | DeleteDisruptionBudget
 )
 
 
@@ -280,6 +295,9 @@ class ClusterView:
     # The `slurm_nodes` stream sequence the view of `slurm` has applied (0: unknown): the
     # cluster status's poll time is evidence of when `slurm` was read only from there on.
     slurm_nodes_revision: int = 0
+    # The NodeSet's PodDisruptionBudget (`protection.budget_name`) as k8s-watcher mirrors it;
+    # None: there is none.
+    disruption_budget: Obj | None = None
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -443,6 +461,7 @@ def plan(view: ClusterView) -> Plan:
     chosen = plan_scale_up(round_, pods, scale_down, feasible, naming, desired)
     plan_claims_and_releases(round_, pods, feasible, naming, chosen)
     plan_nodeslices(round_, pods)
+    plan_disruption_protection(round_, pods)
     collision_condition = report_collisions(round_, feasible.collisions)
     plan_status(round_, pods, desired, feasible.count, collision_condition)
     return round_.result
@@ -1052,6 +1071,31 @@ def plan_nodeslices(round_: _Round, pods: PodClasses) -> None:
                 uid_of(existing) if existing is not None else None,
             )
         )
+
+
+# --- phase: protection from eviction ---------------------------------------------------------
+
+
+def plan_disruption_protection(round_: _Round, pods: PodClasses) -> None:
+    """workloadDisruptionProtection (see `protection`): the protect label follows each pod's
+    Slurm state as this plan trusts it, and the NodeSet's PodDisruptionBudget exists exactly
+    while the option is on. A pod left unprotected on a fresh Slurm view is protected again
+    when that view goes stale without a change: the plan wakes up then."""
+    spec = round_.spec
+    actions = protection.plan_protection(
+        spec,
+        ((pod, pods.raw_by_name[pod.name]) for pod in pods.states),
+        round_.view.disruption_budget,
+    )
+    for action in actions:
+        round_.act(action)
+    stale_at = round_.trust.stale_at
+    if spec.workload_disruption_protection and stale_at is not None:
+        unprotected = (
+            pod for pod in pods.states if pod.bound and not pod.terminating and not pod.busy
+        )
+        if next(unprotected, None) is not None:
+            round_.wake(stale_at)
 
 
 # --- phase: status ---------------------------------------------------------------------------

@@ -86,6 +86,7 @@ from nodeset_controller.planner import (
     slurm_trust,
 )
 from nodeset_controller.podstate import DELETE_TIME_RESOLUTION
+from nodeset_controller.protection import budget_name
 
 log = structlog.get_logger("nodeset_controller")
 
@@ -214,6 +215,8 @@ class NodeSetController:
         self.slurm_clusters: KVView[SlurmClusterStatus] = KVView(
             bus, SLURM_CLUSTERS_BUCKET, SlurmClusterStatus
         )
+        # The NodeSets' PodDisruptionBudgets (workloadDisruptionProtection, see `protection`).
+        self.budgets: KVView[Obj] = KVView(bus, "k8s_poddisruptionbudgets", dict)
         self.lease = LeaderLease(
             bus, SERVICE, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds
         )
@@ -267,6 +270,7 @@ class NodeSetController:
         self.slices.add_listener(self._on_slice)
         self.slurm.add_listener(self._on_slurm)
         self.slurm_clusters.add_listener(self._on_slurm_cluster)
+        self.budgets.add_listener(self._on_budget)
         await self._leader_loop.start()
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -280,6 +284,7 @@ class NodeSetController:
             self.slices,
             self.slurm,
             self.slurm_clusters,
+            self.budgets,
         )
 
     def views_ready(self) -> bool:
@@ -393,6 +398,13 @@ class NodeSetController:
             elif new is None:
                 self._slices_of.get(nodeset_key, {}).pop(name_of(obj), None)
             self._mark(nodeset_key)
+
+    def _on_budget(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        """A budget labelled with a NodeSet (ours, or one in the way of ours) re-plans it."""
+        for obj in (old, new):
+            owner = labels_of(obj).get(NODESET_LABEL) if obj is not None else None
+            if obj is not None and isinstance(owner, str) and owner:
+                self._mark(f"{namespace_of(obj)}.{owner}")
 
     def _on_slurm(self, key: str, old: SlurmNodeState | None, new: SlurmNodeState | None) -> None:
         state = new or old
@@ -538,6 +550,7 @@ class NodeSetController:
             "k8s_nodes": self.nodes,
             "k8s_nodeslices": self.slices,
             "k8s_nodesets": self.nodesets,
+            "k8s_poddisruptionbudgets": self.budgets,
         }.get(bucket)
         if view is None:
             return ""
@@ -716,6 +729,9 @@ class NodeSetController:
             pending_replace_after=self.config.pending_pod_replace_seconds,
             memo=memo,
             slurm_nodes_revision=self._slurm_nodes_revision,
+            disruption_budget=self.budgets.get(
+                f"{namespace_of(nodeset)}.{budget_name(name_of(nodeset))}"
+            ),
         )
         result = plan(view)
         self.stats.plans += 1

@@ -80,6 +80,9 @@ class NodeSetSpec:
     force_delete_known_timeout: float
     force_delete_unknown_timeout: float
     lock_toleration_key: str = DEFAULT_LOCK_TOLERATION_KEY
+    # Busy pods carry the protect label and a PodDisruptionBudget refuses their eviction
+    # (`protection`); Slinky's field, default on.
+    workload_disruption_protection: bool = True
 
     @property
     def key(self) -> str:
@@ -353,6 +356,11 @@ def validate(nodeset: Mapping[str, Any]) -> list[SpecProblem]:
         problems.append(
             SpecProblem("spec.scaleDownPriorityOrdering", "InvalidOption", f"{ordering!r}")
         )
+    protection = spec.get("workloadDisruptionProtection")
+    if protection is not None and not isinstance(protection, bool):
+        problems.append(
+            SpecProblem("spec.workloadDisruptionProtection", "InvalidOption", f"{protection!r}")
+        )
     for field in (
         "forceScalingDeleteKnownConditionTimeout",
         "forceScalingDeleteUnknownConditionTimeout",
@@ -397,4 +405,5 @@ def parse(nodeset: Mapping[str, Any], defaults: Defaults) -> NodeSetSpec:
             float(unknown) if is_int(unknown) else defaults.force_delete_unknown_timeout
         ),
         lock_toleration_key=defaults.lock_toleration_key,
+        workload_disruption_protection=spec.get("workloadDisruptionProtection") is not False,
     )

@@ -631,7 +631,8 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("", "pods/eviction"): {"create"},
     ("", "pods/binding"): {"create"},
     ("batch", "jobs"): {"get", "list", "watch", "create", "delete", "patch"},
-    ("policy", "poddisruptionbudgets"): {"list", "watch"},
+    # create/delete: nodeset-controller's budget per NodeSet (workloadDisruptionProtection).
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "delete"},
     ("", "events"): {"get", "create", "patch"},
     ("nodeflow.dev", "nodeslices"): {"get", "list", "watch", "create", "delete", "patch"},
     ("nodeflow.dev", "nodesets"): {"list", "watch", "patch"},

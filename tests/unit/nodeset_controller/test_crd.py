@@ -31,6 +31,7 @@ HONOURED: dict[str, tuple[Any, Any]] = {
     "scaleDownPriorityOrdering": (True, False),
     "forceScalingDeleteKnownConditionTimeout": (0, 10),
     "forceScalingDeleteUnknownConditionTimeout": (0, 10),
+    "workloadDisruptionProtection": (True, False),
 }
 
 

@@ -1,0 +1,321 @@
+"""Rule 14: running jobs protected from eviction (Slinky's workloadDisruptionProtection).
+
+A NodeSet pod whose Slurm node runs a job -- or whose Slurm state is unknown or stale (fail
+closed) -- carries `nodeset.slinky.slurm.net/pod-protect: "true"`; the NodeSet's own
+PodDisruptionBudget (maxUnavailable 0 over that label) makes the eviction API refuse it. Idle
+and drained nodes lose the label; `spec.workloadDisruptionProtection: false` removes the labels
+and the budget. The commands are ones k8s-watcher lets nodeset-controller send.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from k8s_watcher.policy import Allowed, authorize
+from nodeflow_contracts.k8s import CreateObject, DeleteObject, PatchObject
+from nodeflow_contracts.pod_protocol import NODESET_LABEL, POD_PROTECT_LABEL
+from nodeflow_contracts.slurm import SlurmNodeState
+from nodeset_controller.commands import to_outgoing
+from nodeset_controller.planner import ClusterView, CreatePod, Plan, WriteSlice, plan
+from nodeset_controller.protection import (
+    CreateDisruptionBudget,
+    DeleteDisruptionBudget,
+    ProtectPod,
+    budget_name,
+    budget_object,
+)
+from nodeset_controller.spec import parse
+from tests.unit.nodeset_controller.builders import (
+    DEFAULTS,
+    T0,
+    cluster_status,
+    nodeset,
+    pod,
+    slurm,
+)
+from tests.unit.nodeset_controller.test_planner import full, view
+from tests.unit.plan_checks import expect_actions, expect_no_actions
+
+NAMES = [f"gpu-001-{i + 1:03d}" for i in range(6)]
+
+
+def labelled(raw: dict[str, Any], value: str = "true") -> dict[str, Any]:
+    raw["metadata"]["labels"][POD_PROTECT_LABEL] = value
+    return raw
+
+
+def our_budget(obj: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """The NodeSet's budget as the API server would hold it (a uid and resourceVersion)."""
+    budget = budget_object(parse(obj, DEFAULTS))
+    budget["metadata"].update(uid="uid-budget", resourceVersion="77")
+    budget["spec"].update(spec)
+    return budget
+
+
+def planned(
+    obj: dict[str, Any],
+    pods: list[dict[str, Any]],
+    states: dict[str, SlurmNodeState],
+    *,
+    budget: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> Plan:
+    node_map, _ = full(len(pods))
+    base: ClusterView = view(obj, node_map, pods, states, **kwargs)
+    return plan(dataclasses.replace(base, disruption_budget=budget))
+
+
+def protected(result: Plan, protect: bool) -> set[str]:
+    return {
+        a.pod.name for a in result.actions if isinstance(a, ProtectPod) and a.protect is protect
+    }
+
+
+def test_rule_busy_pods_get_the_protect_label_and_idle_or_drained_do_not() -> None:
+    obj = nodeset(replicas=4)
+    _, pods = full(4)
+    states = {
+        NAMES[0]: slurm(NAMES[0], busy=True),
+        NAMES[1]: slurm(NAMES[1]),
+        NAMES[2]: slurm(NAMES[2], drain=True),
+        # Draining: DRAIN set while the job still runs -- still protected.
+        NAMES[3]: slurm(NAMES[3], busy=True, drain=True),
+    }
+    result = planned(obj, pods, states, budget=our_budget(obj))
+    actions = expect_actions(result.actions, ProtectPod, count=2, protect=True)
+    assert {a.pod.name for a in actions} == {NAMES[0], NAMES[3]}
+    assert "Allocated" in actions[0].why
+    expect_no_actions(result.actions, ProtectPod, protect=False, while_it_has=ProtectPod)
+    expect_no_actions(result.actions, CreateDisruptionBudget, while_it_has=ProtectPod)
+
+
+def test_rule_the_label_follows_slurm_busy_to_idle_and_drained() -> None:
+    """The job ended (idle) or the node drained empty: the label comes off; a labelled pod
+    still busy keeps it (no action)."""
+    obj = nodeset(replicas=3)
+    _, pods = full(3)
+    pods = [labelled(p) for p in pods]
+    states = {
+        NAMES[0]: slurm(NAMES[0]),
+        NAMES[1]: slurm(NAMES[1], drain=True),
+        NAMES[2]: slurm(NAMES[2], busy=True),
+    }
+    result = planned(obj, pods, states, budget=our_budget(obj))
+    assert protected(result, False) == {NAMES[0], NAMES[1]}
+    assert protected(result, True) == set()
+
+
+def test_rule_unknown_or_stale_slurm_state_keeps_protection() -> None:
+    """Fail closed: a node Slurm could not read, one missing from the view, and every node of
+    a cluster whose view is stale may run a job: protected, and labelled ones stay so."""
+    obj = nodeset(replicas=3)
+    _, pods = full(3)
+    states = {NAMES[0]: slurm(NAMES[0], known=False)}  # NAMES[1]: no entry at all
+    states[NAMES[2]] = slurm(NAMES[2])
+    fresh = planned(obj, pods, states, budget=our_budget(obj))
+    assert protected(fresh, True) == {NAMES[0], NAMES[1]}
+
+    # The syncer stopped: its last poll is ten minutes old; the idle node is protected too.
+    stale = planned(
+        obj,
+        [labelled(p) for p in full(3)[1][:2]] + [full(3)[1][2]],
+        states,
+        budget=our_budget(obj),
+        now=T0 + 600,
+        status=cluster_status(last_success_at=T0),
+    )
+    assert protected(stale, True) == {NAMES[2]}
+    assert protected(stale, False) == set()
+    # No status at all from slurm-syncer: the same.
+    unknown = planned(obj, full(3)[1], {}, budget=our_budget(obj), status=None)
+    assert protected(unknown, True) == set(NAMES[:3])
+
+
+def test_rule_an_unprotected_pod_is_protected_again_when_slurm_goes_stale_without_a_write() -> None:
+    """An idle pod's label is off on a fresh view; the plan wakes up when that view goes
+    stale (no poll, no write to react to), so the label goes back on then."""
+    obj = nodeset(replicas=1)
+    _, pods = full(1)
+    result = planned(obj, pods, {NAMES[0]: slurm(NAMES[0])}, budget=our_budget(obj))
+    status = cluster_status(last_success_at=T0)
+    assert result.wake_at is not None
+    assert result.wake_at <= T0 + 4 * status.poll_interval_seconds
+
+
+def test_rule_slurm_proof_of_no_job_and_unbound_pods_are_not_protected() -> None:
+    """DOWN (slurmctld ended or requeued its jobs) and a pod no kubelet has run no job."""
+    obj = nodeset(replicas=2)
+    _, pods = full(2)
+    pods[1]["spec"]["nodeName"] = None
+    pods[1]["status"]["phase"] = "Pending"
+    pods = [labelled(p) for p in pods]
+    states = {NAMES[0]: slurm(NAMES[0], down=True)}
+    result = planned(obj, pods, states, budget=our_budget(obj))
+    assert protected(result, False) == {NAMES[0], NAMES[1]}
+
+
+def test_rule_one_budget_per_nodeset_owned_by_it_with_max_unavailable_zero() -> None:
+    obj = nodeset(replicas=1)
+    _, pods = full(1)
+    result = planned(obj, pods, {NAMES[0]: slurm(NAMES[0], busy=True)})
+    (create,) = expect_actions(result.actions, CreateDisruptionBudget, count=1)
+    assert create.name == budget_name("gpu") == "slurm-workers-pdb-gpu"
+    spec = parse(obj, DEFAULTS)
+    outgoing = to_outgoing(spec, create, T0)
+    operation = outgoing.command.operation
+    assert isinstance(operation, CreateObject)
+    made = operation.object
+    assert made["kind"] == "PodDisruptionBudget" and made["apiVersion"] == "policy/v1"
+    assert made["metadata"]["namespace"] == "slurm"
+    assert made["spec"] == {
+        "maxUnavailable": 0,
+        "selector": {"matchLabels": {NODESET_LABEL: "gpu", POD_PROTECT_LABEL: "true"}},
+    }
+    (owner,) = made["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("NodeSet", spec.uid, True)
+    subject = f"cmd.k8s.v1.nodeset-controller.{outgoing.command.op}"
+    assert authorize(outgoing.command, subject) == Allowed()
+
+
+def test_rule_the_label_patch_touches_only_the_label_and_is_allowed() -> None:
+    obj = nodeset(replicas=1)
+    _, pods = full(1)
+    result = planned(obj, pods, {NAMES[0]: slurm(NAMES[0], busy=True)})
+    (action,) = expect_actions(result.actions, ProtectPod, count=1, protect=True)
+    outgoing = to_outgoing(parse(obj, DEFAULTS), action, T0)
+    operation = outgoing.command.operation
+    assert isinstance(operation, PatchObject) and operation.subresource == ""
+    assert operation.patch == {"metadata": {"labels": {POD_PROTECT_LABEL: "true"}}}
+    assert outgoing.command.target.uid == f"uid-{NAMES[0]}"
+    # Its own slot: a SlurmDelete or delete of the pod is not held back by it.
+    assert outgoing.slot != f"Pod/slurm/{NAMES[0]}" and outgoing.windowed
+    verdict = authorize(outgoing.command, f"cmd.k8s.v1.nodeset-controller.{outgoing.command.op}")
+    assert verdict == Allowed(required_label=NODESET_LABEL)
+
+
+def test_rule_protection_off_removes_labels_and_deletes_the_budget() -> None:
+    obj = nodeset(replicas=2, extra={"workloadDisruptionProtection": False})
+    _, pods = full(2)
+    pods = [labelled(pods[0]), pods[1]]
+    states = {name: slurm(name, busy=True) for name in NAMES[:2]}
+    result = planned(obj, pods, states, budget=our_budget(obj))
+    assert protected(result, False) == {NAMES[0]}
+    assert protected(result, True) == set()
+    (delete,) = expect_actions(result.actions, DeleteDisruptionBudget, count=1)
+    assert (delete.name, delete.uid, delete.resource_version) == (
+        "slurm-workers-pdb-gpu",
+        "uid-budget",
+        "77",
+    )
+    command = to_outgoing(parse(obj, DEFAULTS), delete, T0).command
+    assert isinstance(command.operation, DeleteObject)
+    assert (command.target.uid, command.target.resource_version) == ("uid-budget", "77")
+    assert authorize(command, "cmd.k8s.v1.nodeset-controller.delete") == Allowed(
+        required_label=NODESET_LABEL
+    )
+    # Off and no budget: nothing is created.
+    gone = planned(obj, pods[1:], states)
+    expect_no_actions(gone.actions, CreateDisruptionBudget, while_it_has=CreatePod)
+
+
+def test_rule_a_budget_not_ours_is_never_touched_and_a_changed_one_is_made_again() -> None:
+    obj = nodeset(replicas=1)
+    _, pods = full(1)
+    states = {NAMES[0]: slurm(NAMES[0], busy=True)}
+    foreign = our_budget(obj)
+    foreign["metadata"]["ownerReferences"] = []
+    result = planned(obj, pods, states, budget=foreign)
+    expect_no_actions(
+        result.actions, (CreateDisruptionBudget, DeleteDisruptionBudget), while_it_has=ProtectPod
+    )
+    loosened = planned(obj, pods, states, budget=our_budget(obj, maxUnavailable=1))
+    expect_actions(loosened.actions, DeleteDisruptionBudget, count=1, uid="uid-budget")
+
+
+def test_rule_terminating_pods_are_left_alone() -> None:
+    obj = nodeset(replicas=1)
+    terminating = labelled(pod(NAMES[0], "n0", terminating=True))
+    result = planned(obj, [terminating], {NAMES[0]: slurm(NAMES[0])}, budget=our_budget(obj))
+    expect_no_actions(result.actions, ProtectPod, while_it_has=WriteSlice)
+
+
+# --- property: a pod that may run a job is never left unprotected ---------------------------
+
+SLURM_STATES = st.sampled_from(
+    ["idle", "busy", "drained", "draining", "unknown", "missing", "down", "mixed-completing"]
+)
+
+
+def _state(name: str, kind: str) -> SlurmNodeState | None:
+    if kind == "missing":
+        return None
+    if kind == "mixed-completing":
+        return SlurmNodeState(
+            cluster="a",
+            name=name,
+            known=True,
+            base_state="Mixed",
+            flags=("Completing",),
+            busy=True,
+        )
+    return slurm(
+        name,
+        busy=kind in ("busy", "draining"),
+        drain=kind in ("drained", "draining"),
+        known=kind != "unknown",
+        down=kind == "down",
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rounds=st.lists(
+        st.tuples(st.lists(SLURM_STATES, min_size=4, max_size=4), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_property_a_pod_that_may_run_a_job_is_protected_after_every_plan(
+    rounds: list[tuple[list[str], bool, bool]],
+) -> None:
+    """Over random sequences of Slurm states (and freshness, and the option turned on or off),
+    with each plan's label changes and budget change applied: while the option is on, every
+    pod whose node Slurm reports busy, or whose state is unknown, missing or stale, carries
+    the label and the budget exists; while it is off, no pod carries it and no budget does."""
+    _, pods = full(4)
+    budget: dict[str, Any] | None = None
+    for kinds, fresh, enabled in rounds:
+        obj = nodeset(replicas=4, extra={"workloadDisruptionProtection": enabled})
+        states = {
+            name: state
+            for name, kind in zip(NAMES, kinds, strict=False)
+            if (state := _state(name, kind)) is not None
+        }
+        now = T0 if fresh else T0 + 600
+        result = planned(
+            obj, pods, states, budget=budget, now=now, status=cluster_status(last_success_at=T0)
+        )
+        for action in result.actions:
+            if isinstance(action, ProtectPod):
+                (target,) = [p for p in pods if p["metadata"]["name"] == action.pod.name]
+                labels = target["metadata"]["labels"]
+                if action.protect:
+                    labels[POD_PROTECT_LABEL] = "true"
+                else:
+                    labels.pop(POD_PROTECT_LABEL, None)
+            elif isinstance(action, CreateDisruptionBudget):
+                budget = our_budget(obj)
+            elif isinstance(action, DeleteDisruptionBudget):
+                budget = None
+        for name, kind, raw in zip(NAMES, kinds, pods, strict=False):
+            has = raw["metadata"]["labels"].get(POD_PROTECT_LABEL) == "true"
+            may_run_a_job = not fresh or kind not in ("idle", "drained", "down")
+            if enabled:
+                assert has == may_run_a_job, (name, kind, fresh)
+            else:
+                assert not has, (name, kind)
+        assert (budget is not None) == enabled
