@@ -20,6 +20,11 @@ from nodeflow_kube import QuantityError, ResourceList, fields, parse_resources
 Obj = Mapping[str, Any]
 
 POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
+# The lightweight-coscheduling labels scheduler-plugins once used, deprecated upstream but still
+# read by Koordinator: the gang's name (after POD_GROUP_LABEL, before the `name` annotation) and
+# its minimum (before the `min-available` annotation) for a gang declared by its pods.
+DEPRECATED_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
+DEPRECATED_MIN_AVAILABLE_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"
 GANG_PREFIX = "gang.scheduling.koordinator.sh/"
 # A gang declared on its pods alone (no PodGroup object): the pods' annotations carry it.
 NAME = GANG_PREFIX + "name"
@@ -204,8 +209,10 @@ def parse_pod_group(pod_group: Obj) -> PodGroupSpec:
     spec = spec if isinstance(spec, Mapping) else {}
     annotations = _annotations(pod_group)
 
+    # minMember 0 is legal upstream (the PodGroup CRD's default): no gang check, each pod is
+    # placed as room appears. A gang declared by its pods still needs a positive minimum.
     if spec.get("minMember") is not None:
-        min_member = parse_int(spec["minMember"], key="spec.minMember", minimum=1)
+        min_member = parse_int(spec["minMember"], key="spec.minMember", minimum=0)
     elif annotations.get(MIN_AVAILABLE) is not None:
         min_member = parse_int(annotations[MIN_AVAILABLE], key=MIN_AVAILABLE, minimum=1)
     else:
@@ -214,7 +221,7 @@ def parse_pod_group(pod_group: Obj) -> PodGroupSpec:
     if annotations.get(TOTAL_NUMBER) is not None:
         # total-number below min-available reads as min-available (the anchor's floor).
         total_number = max(
-            min_member, parse_int(annotations[TOTAL_NUMBER], key=TOTAL_NUMBER, minimum=1)
+            min_member, parse_int(annotations[TOTAL_NUMBER], key=TOTAL_NUMBER, minimum=0)
         )
     try:
         min_resources = parse_resources(spec.get("minResources") or {})
@@ -223,9 +230,12 @@ def parse_pod_group(pod_group: Obj) -> PodGroupSpec:
 
     waiting_seconds = DEFAULT_WAITING_SECONDS
     if spec.get("scheduleTimeoutSeconds") is not None:
-        waiting_seconds = float(
-            parse_int(spec["scheduleTimeoutSeconds"], key="spec.scheduleTimeoutSeconds", minimum=1)
+        # 0 (or below) falls back to the default wait, as Koordinator's GetWaitTimeDuration.
+        timeout = parse_int(
+            spec["scheduleTimeoutSeconds"], key="spec.scheduleTimeoutSeconds", minimum=-(2**31)
         )
+        if timeout > 0:
+            waiting_seconds = float(timeout)
     elif annotations.get(WAITING_TIME) is not None:
         try:
             waiting_seconds = parse_go_duration(str(annotations[WAITING_TIME]))
@@ -256,11 +266,13 @@ def parse_pod_group(pod_group: Obj) -> PodGroupSpec:
 
 
 def pod_group_of(pod: Obj) -> GroupKey | None:
-    """The gang a pod belongs to: its PodGroup by the membership label, else the gang its
-    `gang.scheduling.koordinator.sh/name` annotation declares."""
+    """The gang a pod belongs to, read as Koordinator's GetGangName: the membership label,
+    else the deprecated `pod-group.scheduling.sigs.k8s.io/name` label, else the
+    `gang.scheduling.koordinator.sh/name` annotation."""
     # fields.mapping: the exact dict check first, as every pass asks this of every pod.
     metadata = fields.mapping(pod.get("metadata"))
-    name = fields.mapping(metadata.get("labels")).get(POD_GROUP_LABEL)
+    labels = fields.mapping(metadata.get("labels"))
+    name = labels.get(POD_GROUP_LABEL) or labels.get(DEPRECATED_NAME_LABEL)
     if not name:
         name = fields.mapping(metadata.get("annotations")).get(NAME)
     if not name:
@@ -268,24 +280,38 @@ def pod_group_of(pod: Obj) -> GroupKey | None:
     return GroupKey(str(metadata.get("namespace") or ""), str(name))
 
 
-def is_annotation_gang_member(pod: Obj) -> bool:
-    """A pod whose gang is declared by its annotations, not by a PodGroup."""
-    metadata = pod.get("metadata")
+def _labels(obj: Obj) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
     labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    labelled = isinstance(labels, Mapping) and bool(labels.get(POD_GROUP_LABEL))
-    return not labelled and bool(_annotations(pod).get(NAME))
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def is_annotation_gang_member(pod: Obj) -> bool:
+    """A pod whose gang is declared by the pod itself (the `name` annotation or the deprecated
+    name label) rather than by the PodGroup membership label. Such a gang is read from its
+    pods when no PodGroup of that name exists."""
+    labels = _labels(pod)
+    if labels.get(POD_GROUP_LABEL):
+        return False
+    return bool(labels.get(DEPRECATED_NAME_LABEL) or _annotations(pod).get(NAME))
 
 
 def annotation_gang_object(pod: Obj) -> dict[str, Any]:
-    """The PodGroup an annotation gang stands for, read from one member's annotations
-    (`min-available` is then required, as for Koordinator's annotation gangs)."""
+    """The PodGroup a gang declared by its pods stands for, read from one member: its
+    annotations, with the deprecated `min-available` label winning over the annotation, as
+    Koordinator's GetGangMinNumFromPod (one of the two is required)."""
     metadata = pod.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
+    annotations = dict(_annotations(pod))
+    labels = _labels(pod)
+    if labels.get(DEPRECATED_MIN_AVAILABLE_LABEL):
+        annotations[MIN_AVAILABLE] = labels[DEPRECATED_MIN_AVAILABLE_LABEL]
+    key = pod_group_of(pod)
     return {
         "metadata": {
-            "name": str(_annotations(pod).get(NAME)),
+            "name": key.name if key is not None else "",
             "namespace": str(metadata.get("namespace") or ""),
-            "annotations": dict(_annotations(pod)),
+            "annotations": annotations,
         },
         "spec": {},
     }

@@ -10,7 +10,10 @@
    and falls back to a spine, then to the cluster, layer by layer. A gang with no gather
    rule is placed across the whole cluster.
 4. Among the domains of the winning layer: the tightest fit (fewest spare slots, binpack),
-   then the domain already holding most of the job's pods, then the path.
+   then the domain already holding most of the job's pods; still tied, the same two figures
+   of their parents, then grandparents (Koordinator compares candidates ancestor by
+   ancestor), so of two equal blocks the one in the fuller spine is taken and the emptier
+   spine stays whole for a larger gang; then the path.
 5. Inside the winner, children are filled largest-first, so the gang uses as few domains as
    it can at every level.
 6. Pods in rank order (network-topology-index, then unindexed by name in natural order) go
@@ -21,8 +24,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+from topology_placer.fit import slots_in
 from topology_placer.gang import GatherRule
 from topology_placer.network import Domain, DomainPath, TopologyTree
 
@@ -145,20 +150,38 @@ def _fill(domain: Domain, count: int, sums: DomainSlots, out: list[str]) -> None
             remaining -= take
 
 
-def gather(
-    tree: TopologyTree,
-    pods_in_rank_order: Sequence[str],
-    rules: Sequence[GatherRule],
-    node_slots: Mapping[str, int],
-    existing: Mapping[str, int] | None = None,
-    within: DomainPath | None = None,
-) -> Placement | NoFit:
-    """Place every pod of the gang, or say in numbers why it cannot be placed.
+def _tightest(tree: TopologyTree, candidates: Sequence[Domain], sums: DomainSlots) -> Domain:
+    """Rule 4: the candidate with the fewest slots, then the most existing pods; ties broken
+    by the ancestors' figures, nearest first, then the path. The ancestors are looked up only
+    for the tied few (a one-pod gang may have every node of the cluster as a candidate)."""
+    slots, existing = sums.slots, sums.existing
+    best = min((slots[d.index], -existing[d.index]) for d in candidates)
+    tied = [d for d in candidates if (slots[d.index], -existing[d.index]) == best]
+    if len(tied) == 1:
+        return tied[0]
 
-    `within` confines the search to one domain (the rest of a partly bound gang stays in the
-    domain of its bound members; a preemption plan is costed domain by domain).
-    """
-    desired = len(pods_in_rank_order)
+    def by_ancestors(domain: Domain) -> tuple[list[tuple[int, int]], DomainPath]:
+        figures: list[tuple[int, int]] = []
+        for cut in range(len(domain.path) - 1, -1, -1):
+            ancestor = tree.find(domain.path[:cut])
+            if ancestor is not None:
+                figures.append((slots[ancestor.index], -existing[ancestor.index]))
+        return figures, domain.path
+
+    return min(tied, key=by_ancestors)
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """The gather rules read against the tree: podCountMultiple by depth and the deepest
+    MustGather layer."""
+
+    multiples: dict[int, int]
+    must_depth: int | None
+    must_layer: str
+
+
+def _read_rules(tree: TopologyTree, rules: Sequence[GatherRule], desired: int) -> _Rules | NoFit:
     spec = tree.spec
     multiples: dict[int, int] = {}
     must_depth: int | None = None
@@ -177,9 +200,13 @@ def gather(
         multiples[depth] = max(multiples.get(depth, 1), rule.pod_count_multiple)
         if rule.strategy == "MustGather" and (must_depth is None or depth > must_depth):
             must_depth, must_layer = depth, spec.layer_name(depth)
-    sums = sum_slots(tree, node_slots, existing or {}, multiples)
-    scope = [tree.root] if must_depth is None else _within(tree.root, must_depth)
-    highest = 0 if must_depth is None else must_depth
+    return _Rules(multiples, must_depth, must_layer)
+
+
+def _scope(tree: TopologyTree, read: _Rules, within: DomainPath | None) -> tuple[list[Domain], int]:
+    """Rules 2 and `within`: the domains the search stays inside and their depth."""
+    scope = [tree.root] if read.must_depth is None else _within(tree.root, read.must_depth)
+    highest = 0 if read.must_depth is None else read.must_depth
     if within is not None:
         confined = tree.find(within)
         if confined is None:
@@ -188,35 +215,212 @@ def gather(
             scope, highest = [confined], confined.depth
         else:
             scope = [d for d in scope if d.path[: len(within)] == within]
-    node_depth = len(spec.layers) + 1
-    lowest = node_depth if rules or within is not None else highest
-    for depth in range(lowest, highest - 1, -1):
-        candidates = [domain for top in scope for domain in _fitting(top, depth, sums, desired)]
-        if not candidates:
-            continue
-        winner = min(
-            candidates,
-            key=lambda d: (sums.slots[d.index], -sums.existing[d.index], d.path),
-        )
-        nodes: list[str] = []
-        _fill(winner, desired, sums, nodes)
-        return Placement(
-            assignments=tuple(zip(pods_in_rank_order, nodes, strict=True)),
-            domain=winner.path,
-            layer=spec.layer_name(depth),
-        )
-    best = min(scope, key=lambda d: (-sums.slots[d.index], d.path), default=tree.root)
+    return scope, highest
+
+
+def _no_fit(
+    read: _Rules,
+    scope: Sequence[Domain],
+    sums: DomainSlots,
+    desired: int,
+    within: DomainPath | None,
+    root: Domain,
+    what: str = "",
+) -> NoFit:
+    best = min(scope, key=lambda d: (-sums.slots[d.index], d.path), default=root)
     best_slots = sums.slots[best.index]
-    if must_depth is not None:
+    wanted = what or f"{desired} slots"
+    if read.must_depth is not None:
+        layer = read.must_layer
         message = (
-            f"MustGather {must_layer}: no {must_layer} domain offers {desired} slots; "
+            f"MustGather {layer}: no {layer} domain offers {wanted}; "
             f"best {best.display} offers {best_slots}"
         )
     elif within is not None:
         message = (
             f"no domain within {best.display}, where the gang's bound pods are, offers "
-            f"{desired} slots; it offers {best_slots}"
+            f"{wanted}; it offers {best_slots}"
         )
     else:
-        message = f"no topology domain offers {desired} slots; the cluster offers {best_slots}"
+        message = f"no topology domain offers {wanted}; the cluster offers {best_slots}"
     return NoFit(message=message, desired=desired, best_domain=best.display, best_slots=best_slots)
+
+
+def gather(
+    tree: TopologyTree,
+    pods_in_rank_order: Sequence[str],
+    rules: Sequence[GatherRule],
+    node_slots: Mapping[str, int],
+    existing: Mapping[str, int] | None = None,
+    within: DomainPath | None = None,
+) -> Placement | NoFit:
+    """Place every pod of a gang whose members all ask alike, or say in numbers why not.
+
+    `within` confines the search to one domain (the rest of a partly bound gang stays in the
+    domain of its bound members; a preemption plan is costed domain by domain).
+    """
+    desired = len(pods_in_rank_order)
+    read = _read_rules(tree, rules, desired)
+    if isinstance(read, NoFit):
+        return read
+    sums = sum_slots(tree, node_slots, existing or {}, read.multiples)
+    scope, highest = _scope(tree, read, within)
+    node_depth = len(tree.spec.layers) + 1
+    lowest = node_depth if rules or within is not None else highest
+    for depth in range(lowest, highest - 1, -1):
+        candidates = [domain for top in scope for domain in _fitting(top, depth, sums, desired)]
+        if not candidates:
+            continue
+        winner = _tightest(tree, candidates, sums)
+        nodes: list[str] = []
+        _fill(winner, desired, sums, nodes)
+        return Placement(
+            assignments=tuple(zip(pods_in_rank_order, nodes, strict=True)),
+            domain=winner.path,
+            layer=tree.spec.layer_name(depth),
+        )
+    return _no_fit(read, scope, sums, desired, within, tree.root)
+
+
+# --- gangs of several pod shapes ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodShape:
+    """What the members of one shape ask of a node, and the nodes whose filters they pass."""
+
+    request: Mapping[str, int]
+    usable: AbstractSet[str]
+
+
+def _fill_order(domain: Domain, sums: DomainSlots, out: list[str]) -> None:
+    """Every node under `domain`, children largest-first (as _fill), depth-first."""
+    if domain.node is not None:
+        out.append(domain.node)
+        return
+    for child in sorted(
+        domain.children.values(),
+        key=lambda c: (-sums.slots[c.index], -sums.existing[c.index], c.path),
+    ):
+        if sums.slots[child.index] > 0:
+            _fill_order(child, sums, out)
+
+
+def _pack(
+    domain: Domain,
+    members: Sequence[tuple[str, int]],
+    shapes: Sequence[PodShape],
+    free: Mapping[str, Mapping[str, int]],
+    sums: DomainSlots,
+    scarcest_first: Sequence[int],
+) -> dict[str, str] | None:
+    """Every member on a node of `domain` with its own request and filters, or None. The
+    shape with the least room to spare goes first (the 8-GPU workers before a CPU-only
+    launcher), each shape's pods in rank order onto the nodes in fill order, first fit: a
+    node's resources are taken by every pod put on it, whatever its shape."""
+    order: list[str] = []
+    _fill_order(domain, sums, order)
+    left: dict[str, dict[str, int]] = {}
+    placed: dict[str, str] = {}
+    for shape_index in scarcest_first:
+        shape = shapes[shape_index]
+        position = 0
+        for name, index in members:
+            if index != shape_index:
+                continue
+            while position < len(order):
+                node = order[position]
+                if node in shape.usable:
+                    room = left.get(node)
+                    if room is None:
+                        room = left[node] = dict(free.get(node, {}))
+                    if slots_in(room, {}, shape.request) > 0:
+                        for resource, amount in shape.request.items():
+                            room[resource] = room.get(resource, 0) - amount
+                        placed[name] = node
+                        break
+                # A node this shape does not fit now never fits it later in this pack.
+                position += 1
+            else:
+                return None
+    return placed
+
+
+def gather_mixed(
+    tree: TopologyTree,
+    members_in_rank_order: Sequence[tuple[str, int]],
+    shapes: Sequence[PodShape],
+    free: Mapping[str, Mapping[str, int]],
+    rules: Sequence[GatherRule],
+    existing: Mapping[str, int] | None = None,
+    within: DomainPath | None = None,
+) -> Placement | NoFit:
+    """Place a gang whose members ask differently (a launcher and its workers), each member
+    with its own request and filters, under the same rules as `gather`.
+
+    `members_in_rank_order` pairs each pod's name with its shape (an index into `shapes`);
+    `free` is what each node has left. A domain is a candidate when, shape by shape, it
+    offers as many slots as the gang has pods of that shape (necessary, not sufficient: the
+    shapes share the nodes), and is taken when its nodes really take every member (`_pack`).
+    Candidates are tried deepest layer first, tightest first (rule 4, on the slots of all
+    shapes together). podCountMultiple floors the slots of the shape with most pods (the
+    workers a multiple is written for); a lone launcher is not counted in it.
+    """
+    desired = len(members_in_rank_order)
+    read = _read_rules(tree, rules, desired)
+    if isinstance(read, NoFit):
+        return read
+    counts = [0] * len(shapes)
+    for _, index in members_in_rank_order:
+        counts[index] += 1
+    largest = max(range(len(shapes)), key=lambda i: (counts[i], -i))
+    per_shape: list[DomainSlots] = []
+    for index, shape in enumerate(shapes):
+        slots: dict[str, int] = {}
+        for node in shape.usable:
+            room = free.get(node)
+            if room is not None:
+                fitting = slots_in(room, {}, shape.request)
+                if fitting > 0:
+                    slots[node] = fitting
+        multiples = read.multiples if index == largest else {}
+        per_shape.append(sum_slots(tree, slots, existing or {}, multiples))
+    # All shapes together, for the binpack order and the fill order.
+    together = DomainSlots(
+        slots=[sum(column) for column in zip(*(s.slots for s in per_shape), strict=True)],
+        existing=per_shape[0].existing,
+    )
+    scope, highest = _scope(tree, read, within)
+    node_depth = len(tree.spec.layers) + 1
+    lowest = node_depth if rules or within is not None else highest
+    for depth in range(lowest, highest - 1, -1):
+        candidates = [
+            domain
+            for top in scope
+            for domain in _fitting(top, depth, per_shape[largest], counts[largest])
+            if all(per_shape[i].slots[domain.index] >= counts[i] for i in range(len(shapes)))
+        ]
+        while candidates:
+            winner = _tightest(tree, candidates, together)
+            candidates.remove(winner)
+            scarcest_first = sorted(
+                range(len(shapes)),
+                key=lambda i: (per_shape[i].slots[winner.index] - counts[i], i),
+            )
+            placed = _pack(winner, members_in_rank_order, shapes, free, together, scarcest_first)
+            if placed is not None:
+                return Placement(
+                    assignments=tuple((name, placed[name]) for name, _ in members_in_rank_order),
+                    domain=winner.path,
+                    layer=tree.spec.layer_name(depth),
+                )
+    shape_counts = " + ".join(str(count) for count in counts)
+    return _no_fit(
+        read,
+        scope,
+        together,
+        desired,
+        within,
+        tree.root,
+        what=f"room for all {desired} pods ({shape_counts} of {len(shapes)} pod shapes)",
+    )

@@ -226,12 +226,14 @@ def build_tree_from_paths(
 
 
 def detail_status(tree: TopologyTree) -> list[dict[str, Any]]:
-    """`status.detailStatus`: one entry per non-node domain, top-down, as the reference shows
-    (`childTopologyNames` omitted when the children are nodes)."""
+    """`status.detailStatus`: one entry per non-node domain in depth-first pre-order (a
+    domain, then each child's subtree in path order), as the CRD describes it and as the
+    reference example lists it (`childTopologyNames` omitted when the children are nodes)."""
     entries: list[dict[str, Any]] = []
+    # A stack: children pushed in reverse so the first child's subtree comes out next.
     frontier: list[Domain] = [tree.root]
     while frontier:
-        domain = frontier.pop(0)
+        domain = frontier.pop()
         if domain.node is not None:
             continue
         layer = tree.spec.layer_name(domain.depth)
@@ -253,7 +255,7 @@ def detail_status(tree: TopologyTree) -> list[dict[str, Any]]:
         if group_children:
             entry["childTopologyNames"] = [c.path[-1] for c in group_children]
         entries.append(entry)
-        frontier.extend(group_children)
+        frontier.extend(reversed(group_children))
     return entries
 
 

@@ -61,7 +61,7 @@ from topology_placer.gang import (
     rank_key,
     topology_index,
 )
-from topology_placer.gather import NoFit, Placement, gather
+from topology_placer.gather import NoFit, Placement, PodShape, gather, gather_mixed
 from topology_placer.memo import FactsByVersion
 from topology_placer.network import (
     DEFAULT_TOPOLOGY_NAME,
@@ -89,6 +89,7 @@ Obj = Mapping[str, Any]
 
 UNSCHEDULABLE = "Unschedulable"
 GANG_TIMEOUT = "GangTimeout"
+GATHER_LAYER_IGNORED = "GatherLayerIgnored"
 SATISFIED_PHASES = frozenset({"Scheduled", "Running", "Finished"})
 
 GangState = Literal[
@@ -221,6 +222,8 @@ class Gang:
     members: dict[GroupKey, list[Obj]] = field(default_factory=dict)
     # uid of each PodGroup object that exists (Events go to the first).
     uids: dict[GroupKey, str] = field(default_factory=dict)
+    # PreferGather layers the ClusterNetworkTopology does not have: dropped (phase 1).
+    ignored_layers: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -245,6 +248,8 @@ class Gang:
         seen: dict[tuple[str, str, int], GatherRule] = {}
         for spec in self.specs.values():
             for rule in spec.gather:
+                if rule.strategy == "PreferGather" and rule.layer in self.ignored_layers:
+                    continue
                 seen.setdefault((rule.layer, rule.strategy, rule.pod_count_multiple), rule)
         return tuple(seen.values())
 
@@ -575,6 +580,28 @@ class _Pass:
                 slots[name] = fitting
         return slots
 
+    def free_for(self, gang: Gang, nodes: AbstractSet[str]) -> dict[str, Mapping[str, int]]:
+        """What each of `nodes` has free, the gang's own nominations given back. A node
+        nothing is charged to shares its allocatable dict: read only."""
+        given_back = self.given_back(gang)
+        free: dict[str, Mapping[str, int]] = {}
+        for name in nodes:
+            facts = self.facts.get(name)
+            if facts is None:
+                continue
+            used = self.used.get(name)
+            back = given_back.get(name)
+            if not used and not back:
+                free[name] = facts.allocatable
+                continue
+            room = dict(facts.allocatable)
+            if used:
+                add_milli(room, used, -1)
+            if back:
+                add_milli(room, back)
+            free[name] = room
+        return free
+
     def reserve(self, pod: Obj, node: str) -> None:
         """Charge a pod nominated this pass, so the next gang sees it."""
         facts = pod_facts(pod)
@@ -730,8 +757,146 @@ def plan(state: ClusterState) -> Plan:
     return run.plan
 
 
+class _GangFit:
+    """How the pending members of one gang fit the nodes this pass.
+
+    When every member asks alike and passes the same filters (the usual gang) a node offers
+    slots of that one request (`gather`). When the members differ (an MPI launcher and its
+    8-GPU workers, a PyTorchJob master and its workers) each shape keeps its own request and
+    the nodes that pass its own filters, and nodes are weighed by what they have free
+    (`gather_mixed`): a member is never sized by another's request nor kept off a node by
+    another's selector. Preemption still sees the largest request of the gang (`request`)."""
+
+    def __init__(
+        self,
+        shape_of: dict[str, int],
+        shapes: list[PodShape],
+        pod_specs: list[Obj],
+        node_slots: dict[str, int],
+        free: dict[str, Mapping[str, int]],
+    ) -> None:
+        self.shape_of = shape_of
+        self.shapes = shapes
+        self.pod_specs = pod_specs
+        self.request: Milli = largest_request(shape.request for shape in shapes)
+        # One shape: offer slots per node. Several: free resources per usable node.
+        self.node_slots = node_slots
+        self.free = free
+
+    @property
+    def uniform(self) -> bool:
+        return len(self.shapes) == 1
+
+    @classmethod
+    def of(cls, run: _Pass, gang: Gang, ranked: Sequence[Obj]) -> _GangFit:
+        shape_index: dict[tuple[int, str], int] = {}
+        shape_of: dict[str, int] = {}
+        shapes: list[PodShape] = []
+        by_signature: dict[str, Obj] = {}
+        for pod in ranked:
+            request = pod_facts(pod).request
+            signature = _spec_signature(pod)
+            by_signature.setdefault(signature, podfacts.spec(pod))
+            # Requests are shared dicts (one per distinct request): identity is equality.
+            key = (id(request), signature)
+            index = shape_index.get(key)
+            if index is None:
+                usable = run.usable_nodes({signature: by_signature[signature]})
+                index = shape_index[key] = len(shapes)
+                shapes.append(PodShape(request=request, usable=usable))
+            shape_of[fields.name_of(pod)] = index
+        pod_specs = list(by_signature.values())
+        if len(shapes) <= 1:
+            request = shapes[0].request if shapes else {}
+            usable = shapes[0].usable if shapes else frozenset()
+            return cls(shape_of, shapes, pod_specs, run.offer_slots(gang, usable, request), {})
+        nodes: set[str] = set()
+        for shape in shapes:
+            nodes |= shape.usable
+        return cls(shape_of, shapes, pod_specs, {}, run.free_for(gang, nodes))
+
+    def takes(self, names_by_node: Mapping[str, Sequence[str]]) -> bool:
+        """Whether each node still takes the members named for it, all together."""
+        if self.uniform:
+            return all(
+                self.node_slots.get(node, 0) >= len(names) for node, names in names_by_node.items()
+            )
+        for node, names in names_by_node.items():
+            room = self.free.get(node)
+            if room is None:
+                return False
+            total: Milli = {}
+            for name in names:
+                shape = self.shapes[self.shape_of[name]]
+                if node not in shape.usable:
+                    return False
+                add_milli(total, shape.request)
+            if any(amount > room.get(resource, 0) for resource, amount in total.items()):
+                return False
+        return True
+
+    def place(
+        self,
+        tree: TopologyTree,
+        names: Sequence[str],
+        rules: Sequence[GatherRule],
+        existing: Mapping[str, int],
+        within: DomainPath | None,
+    ) -> Placement | NoFit:
+        if self.uniform:
+            return gather(tree, names, rules, self.node_slots, existing, within)
+        members = [(name, self.shape_of[name]) for name in names]
+        return gather_mixed(tree, members, self.shapes, self.free, rules, existing, within)
+
+    def consume(self, name: str, node: str) -> None:
+        """The member now takes room on `node` (bound this pass)."""
+        if self.uniform:
+            self.node_slots[node] = self.node_slots.get(node, 0) - 1
+            return
+        room = dict(self.free.get(node, {}))
+        add_milli(room, self.shapes[self.shape_of[name]].request, -1)
+        self.free[node] = room
+
+
 def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -> None:
-    # Phase 1: read.
+    """One GangGroup through the phases (module docstring): read, members, then either
+    regrowth (a satisfied gang) or bind / gather / preempt / unschedulable (all or nothing)."""
+    ranked = _read_phase(run, gang)
+    if ranked is None:
+        return
+    needed = _members_phase(run, gang, ranked, group_objects)
+    if needed is None:
+        return
+    fit = _GangFit.of(run, gang, ranked)
+    if not any(needed.values()):
+        _regrow_phase(run, gang, ranked, fit)
+        return
+    bound_nodes = [podfacts.node_name_of(p) for p in gang.bound]
+    within = _confinement(run.tree, gang, bound_nodes, partial=True)
+    # Phase 3: bind what is nominated and still fits.
+    if _bind_if_reserved(run, gang, ranked, fit):
+        return
+    # Phase 4: gather.
+    result = _gather_phase(run, gang, ranked, needed, fit, within)
+    if result is None:
+        return
+    # Phase 5: preempt.
+    names = [fields.name_of(p) for p in ranked]
+    preempted = _preempt(run, gang, ranked, names, fit.request, fit.pod_specs)
+    if preempted is True:
+        return
+    message = result.message if preempted is None else f"{result.message}; {preempted}"
+    waiting_for_victims = isinstance(preempted, str) and "still terminating" in preempted
+    # Phase 6: unschedulable (and the gang's waiting time).
+    _unschedulable(run, gang, ranked, "unschedulable", message, clear=not waiting_for_victims)
+
+
+def _read_phase(run: _Pass, gang: Gang) -> list[Obj] | None:
+    """Phase 1: the pending members in rank order, or None when the gang cannot be read (it
+    is then reported invalid). A PreferGather rule naming a layer the ClusterNetworkTopology
+    does not have is a preference that cannot apply: it is dropped, with a Warning Event
+    (Koordinator has no PreferGather code path at all). A MustGather on such a layer stays an
+    error, reported by the gather."""
     pending = gang.pending
     facts = [pod_facts(p) for p in pending]
     rank_error = next((f.rank_error for f in facts if f.rank_error), "")
@@ -745,8 +910,27 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
         gang.errors.append(run.topology_error)
     if gang.errors:
         _unschedulable(run, gang, ranked, "invalid", "; ".join(gang.errors), clear=False)
-        return
-    # Phase 2: members.
+        return None
+    gang.ignored_layers = tuple(
+        sorted(
+            {
+                rule.layer
+                for rule in gang.rules
+                if rule.strategy == "PreferGather" and run.tree.spec.depth_of(rule.layer) is None
+            }
+        )
+    )
+    return ranked
+
+
+def _members_phase(
+    run: _Pass, gang: Gang, ranked: Sequence[Obj], group_objects: Mapping[GroupKey, Obj]
+) -> dict[GroupKey, int] | None:
+    """Phase 2: how many more pods each PodGroup needs placed at once, or None when one of
+    them has too few members (reported waiting). A PodGroup needs none when it is satisfied:
+    under once-satisfied it reached minMember once (its phase says Scheduled, Running or
+    Finished, or minMember are bound now), under waiting-and-running minMember are bound; a
+    minMember of 0 needs none either (no gang check, as upstream)."""
     needed: dict[GroupKey, int] = {}
     for key in gang.keys:
         spec = gang.specs[key]
@@ -766,55 +950,125 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
                 f"{spec.min_member} pods ({spec.match_policy})"
             )
             _unschedulable(run, gang, ranked, "waiting", message, clear=False)
-            return
+            return None
         else:
             counted_bound = 0 if spec.match_policy == "only-waiting" else len(bound)
             needed[key] = max(0, spec.min_member - counted_bound)
-    requests = [pod_facts(p).request for p in ranked]
-    request = largest_request(requests)
-    by_signature = {_spec_signature(p): podfacts.spec(p) for p in ranked}
-    pod_specs = list(by_signature.values())
-    usable = run.usable_nodes(by_signature)
-    node_slots = run.offer_slots(gang, usable, request)
-    bound_nodes = [podfacts.node_name_of(p) for p in gang.bound]
-    within = _confinement(run.tree, gang, bound_nodes, partial=any(needed.values()))
-    # Phase 3: bind what is nominated and still fits.
-    if _bind_if_reserved(run, gang, ranked, node_slots):
-        return
-    # Phase 4: gather.
+    return needed
+
+
+def _gather_phase(
+    run: _Pass,
+    gang: Gang,
+    ranked: Sequence[Obj],
+    needed: Mapping[GroupKey, int],
+    fit: _GangFit,
+    within: DomainPath | None,
+) -> NoFit | None:
+    """Phase 4: every pending member at once, else just enough to reach each minMember (bound
+    at once when those are reserved); nominated when placed (None), else why not."""
     existing = run.existing_pods(gang, ranked)
     names = [fields.name_of(p) for p in ranked]
-    result = gather(run.tree, names, gang.rules, node_slots, existing, within)
+    result = fit.place(run.tree, names, gang.rules, existing, within)
     if isinstance(result, NoFit) and len(ranked) > sum(needed.values()) > 0:
-        # Not every pending member fits: place just enough to reach each minMember, and bind
-        # them once those are reserved.
         subset = _minimum_subset(ranked, needed)
-        if _bind_if_reserved(run, gang, subset, node_slots):
-            return
+        if _bind_if_reserved(run, gang, subset, fit):
+            return None
         subset_names = [fields.name_of(p) for p in subset]
-        smaller = gather(run.tree, subset_names, gang.rules, node_slots, existing, within)
+        smaller = fit.place(run.tree, subset_names, gang.rules, existing, within)
         if isinstance(smaller, Placement):
             result = smaller
     if isinstance(result, Placement):
         _nominate(run, gang, result)
+        return None
+    return result
+
+
+def _regrow_phase(run: _Pass, gang: Gang, ranked: Sequence[Obj], fit: _GangFit) -> None:
+    """Phase 3 for a satisfied gang (elastic regrowth, a recreated member): its pending pods
+    need no gang check, as Koordinator skips it once a gang is satisfied. Each nominated pod
+    whose node still takes it is bound on its own; of the rest, the longest run in rank order
+    that fits is nominated (all of them when they fit), still inside the gang's MustGather
+    domain (Koordinator lets recreated members escape it, its issue #3181). What does not fit
+    yet is reported unschedulable and waits for room: never a timeout, a cleared reservation
+    of the others or an eviction, since the gang is not failing but recovering."""
+    bound_nodes = [podfacts.node_name_of(p) for p in gang.bound]
+    within = _confinement(run.tree, gang, bound_nodes, partial=False)
+    bindings: list[tuple[str, str]] = []
+    rest: list[Obj] = []
+    for pod in ranked:
+        name, node = fields.name_of(pod), podfacts.nominated_node_of(pod)
+        if node and fit.takes({node: [name]}):
+            run.plan.actions.append(Bind(ref_of(pod), node))
+            fit.consume(name, node)
+            bindings.append((name, node))
+        else:
+            rest.append(pod)
+    if bindings:
+        run.plan.actions.append(
+            Decision(
+                gang.keys,
+                "bound",
+                "Scheduled",
+                f"binding {len(bindings)} pods of a satisfied gang to their nominated nodes",
+                assignments=tuple(bindings),
+            )
+        )
+        run.plan.attempts.append("bound")
+    placed: Placement | None = None
+    why = ""
+    if rest:
+        existing = run.existing_pods(gang, rest)
+        names = [fields.name_of(p) for p in rest]
+
+        def place(count: int) -> Placement | NoFit:
+            return fit.place(run.tree, names[:count], gang.rules, existing, within)
+
+        first = place(len(names))
+        if isinstance(first, Placement):
+            placed = first
+        else:
+            why = first.message
+            # The longest prefix that fits: fewer pods never need more room.
+            low, high = 0, len(names) - 1
+            while low < high:
+                middle = (low + high + 1) // 2
+                attempt = place(middle)
+                if isinstance(attempt, Placement):
+                    placed, low = attempt, middle
+                else:
+                    high = middle - 1
+    if placed is not None:
+        _nominate(run, gang, placed)
+    placed_names = set() if placed is None else set(placed.node_of)
+    left = [p for p in rest if fields.name_of(p) not in placed_names]
+    for pod in left:
+        if podfacts.nominated_node_of(pod):
+            # Its node no longer takes it: the reservation holds nothing.
+            run.plan.actions.append(Nominate(ref_of(pod), ""))
+    if bindings or placed is not None:
+        if left:
+            _unschedulable(run, gang, left, "unschedulable", why, clear=False, satisfied=True)
+        run.plan.gang_states[gang.id] = "binding" if bindings else "nominated"
         return
-    # Phase 5: preempt.
-    preempted = _preempt(run, gang, ranked, names, request, pod_specs)
+    names = [fields.name_of(p) for p in ranked]
+    preempted = _preempt(run, gang, ranked, names, fit.request, fit.pod_specs)
     if preempted is True:
         return
-    message = result.message if preempted is None else f"{result.message}; {preempted}"
-    waiting_for_victims = isinstance(preempted, str) and "still terminating" in preempted
-    # Phase 6: unschedulable (and the gang's waiting time).
-    _unschedulable(run, gang, ranked, "unschedulable", message, clear=not waiting_for_victims)
+    message = why if preempted is None else f"{why}; {preempted}"
+    _unschedulable(run, gang, left, "unschedulable", message, clear=False, satisfied=True)
 
 
 def _confinement(
     tree: TopologyTree, gang: Gang, bound_nodes: Sequence[str], *, partial: bool
 ) -> DomainPath | None:
-    """Where the rest of a gang with bound members may go. A gang still short of minMember
-    stays in the lowest domain holding its bound members (a failed bind re-plans inside it).
-    A satisfied gang's new or recreated members stay in its MustGather domain (Koordinator
-    lets them escape it, issue #3181); without MustGather they may go anywhere."""
+    """Where the rest of a gang with bound members may go. A gang with no gather rule may go
+    anywhere. A gang still short of minMember stays in the lowest domain holding its bound
+    members (a failed bind re-plans inside it). A satisfied gang's new or recreated members
+    stay in its MustGather domain (Koordinator lets them escape it, issue #3181); without
+    MustGather they may go anywhere."""
+    if not gang.rules:
+        return None
     common = _lowest_common_domain(tree, bound_nodes) if bound_nodes else None
     if common is None:
         return None
@@ -829,17 +1083,15 @@ def _confinement(
     return common[:must]
 
 
-def _bind_if_reserved(
-    run: _Pass, gang: Gang, pods: Sequence[Obj], node_slots: Mapping[str, int]
-) -> bool:
+def _bind_if_reserved(run: _Pass, gang: Gang, pods: Sequence[Obj], fit: _GangFit) -> bool:
     """Bind `pods` when every one is nominated and the nominated nodes still take them all."""
     nominated = {fields.name_of(p): podfacts.nominated_node_of(p) for p in pods}
     if not pods or not all(nominated.values()):
         return False
-    per_node: dict[str, int] = {}
-    for node in nominated.values():
-        per_node[node] = per_node.get(node, 0) + 1
-    if any(node_slots.get(node, 0) < count for node, count in per_node.items()):
+    per_node: dict[str, list[str]] = {}
+    for name, node in nominated.items():
+        per_node.setdefault(node, []).append(name)
+    if not fit.takes(per_node):
         return False
     for pod in pods:
         run.plan.actions.append(Bind(ref_of(pod), nominated[fields.name_of(pod)]))
@@ -891,6 +1143,28 @@ def _nominate(run: _Pass, gang: Gang, placement: Placement) -> None:
     )
     run.plan.gang_states[gang.id] = "nominated"
     run.plan.attempts.append("placed")
+    _warn_ignored_layers(run, gang)
+
+
+def _warn_ignored_layers(run: _Pass, gang: Gang) -> None:
+    """The Warning Event for PreferGather layers dropped in phase 1, sent with a decision
+    (a nomination, or a change of the unschedulable verdict), not on every pass."""
+    first = gang.keys[0]
+    if not gang.ignored_layers or not gang.uids.get(first):
+        return
+    known = ", ".join(layer.name for layer in run.tree.spec.layers) or "none"
+    run.plan.actions.append(
+        Notice(
+            "PodGroup",
+            first.namespace,
+            first.name,
+            gang.uids[first],
+            GATHER_LAYER_IGNORED,
+            f"PreferGather on {', '.join(gang.ignored_layers)} ignored: not a layer of "
+            f"ClusterNetworkTopology {DEFAULT_TOPOLOGY_NAME} (layers: {known})",
+            True,
+        )
+    )
 
 
 def _preempt(
@@ -978,7 +1252,13 @@ def _unschedulable(
     message: str,
     *,
     clear: bool,
+    satisfied: bool = False,
 ) -> None:
+    """Phase 6. `ranked` get PodScheduled=False with `message`; a Strict gang that is told to
+    `clear` gives its reservations back. Past its waiting time (counted only for a gang that
+    is not `satisfied`: a satisfied gang is recovering, not failing) the gang is reported
+    GangTimeout, every mode drops its nominations, and a Strict gang that never reached
+    minMember in every PodGroup of its group has its bound members evicted."""
     reason = UNSCHEDULABLE
     waiting = min((s.waiting_seconds for s in gang.specs.values()), default=float("inf"))
     # The wait runs from the PodGroups' scheduleStartTime (kept in Kubernetes, restarted when
@@ -999,19 +1279,20 @@ def _unschedulable(
         kind = "invalid"
     elif state == "waiting":
         kind = "waiting"
-    if state != "invalid" and run.state.now - started > waiting:
+    timed_out = not satisfied and state != "invalid" and run.state.now - started > waiting
+    if timed_out:
         reason = GANG_TIMEOUT
         message = f"gang {gang.id} waited more than {waiting:g}s: {message}"
         kind = "timed-out"
-        clear = True
         run.restarted.update(gang.keys)
     changed = [p for p in ranked if _condition_differs(p, reason, message)]
     for pod in changed:
         run.plan.actions.append(MarkUnschedulable(ref_of(pod), reason, message, run.now_text))
-    if gang.strict and clear:
+    if timed_out or (gang.strict and clear and not satisfied):
         for pod in ranked:
             if podfacts.nominated_node_of(pod):
                 run.plan.actions.append(Nominate(ref_of(pod), ""))
+    if timed_out and gang.strict:
         _evict_partial_gang(run, gang, message)
     run.plan.gang_states[gang.id] = state
     run.plan.attempts.append(kind)
@@ -1030,17 +1311,25 @@ def _unschedulable(
                 )
             )
         run.plan.actions.append(Decision(gang.keys, kind, reason, message))
+        _warn_ignored_layers(run, gang)
+
+
+def _reached_min_member(run: _Pass, gang: Gang, key: GroupKey) -> bool:
+    """The PodGroup reached minMember: it has them bound now, or its phase says it had."""
+    spec = gang.specs.get(key)
+    if spec is None:
+        return False
+    bound = [p for p in gang.members.get(key, []) if podfacts.occupies_node(p)]
+    previous = podfacts.status(run.group_objects.get(key, {}))
+    return len(bound) >= spec.min_member or previous.get("phase") in SATISFIED_PHASES
 
 
 def _evict_partial_gang(run: _Pass, gang: Gang, message: str) -> None:
-    """Strict mode: a gang that never reached minMember bound must not run in part."""
-    for key in gang.keys:
-        spec = gang.specs.get(key)
-        if spec is None:
-            return
-        bound = [p for p in gang.members.get(key, []) if podfacts.occupies_node(p)]
-        if len(bound) >= spec.min_member:
-            return
+    """Strict mode, on timeout: a gang group that never reached minMember in every one of its
+    PodGroups must not run in part; its bound members are evicted (GangIncomplete), the
+    members of every PodGroup of the group alike."""
+    if all(_reached_min_member(run, gang, key) for key in gang.keys):
+        return
     partial = [p for p in gang.bound if not podfacts.is_deleting(p)]
     if not partial:
         return

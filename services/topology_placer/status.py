@@ -3,8 +3,10 @@ scheduler-plugins does it (Koordinator reuses it).
 
 Pending while fewer than minMember pods exist; PreScheduling once they do and none has a
 node or a nomination; Scheduling while fewer than minMember are bound; Scheduled once
-minMember are bound; Running once minMember run or have succeeded; Failed when a member
-failed and failed+running+succeeded reach minMember; Finished when minMember succeeded.
+minMember are bound, and kept while a group that was Scheduled or Running has lost a member
+but still has one on a node (it is recovering, see pod_group_status); Running once minMember
+run or have succeeded; Failed when a member failed and failed+running+succeeded reach
+minMember; Finished when minMember succeeded.
 `occupiedBy` names the owners of the members. `scheduleStartTime` is set on entering
 Scheduling and kept; it is set again when the gang times out, as it marks when its wait
 began (the placer's timeouts count from it).
@@ -21,6 +23,7 @@ from topology_placer import pods as podfacts
 Obj = Mapping[str, Any]
 
 PHASES = ("Pending", "PreScheduling", "Scheduling", "Scheduled", "Running", "Finished", "Failed")
+RECOVERING_FROM = frozenset({"Scheduled", "Running"})
 
 
 def pod_group_status(
@@ -33,7 +36,12 @@ def pod_group_status(
     succeeded = sum(1 for pod in live if podfacts.phase_of(pod) == "Succeeded")
     failed = sum(1 for pod in live if podfacts.phase_of(pod) == "Failed")
     nominated = any(podfacts.nominated_node_of(pod) for pod in live)
-    if len(live) < min_member or not live:
+    # A group that reached minMember and still has a member on a node is recovering a lost
+    # member, not scheduling anew: it stays Scheduled. The placer keeps no memory, so this
+    # phase is its durable record that the gang was satisfied once (Koordinator keeps that
+    # flag in its scheduler's cache; its controller would show Scheduling here).
+    recovering = previous.get("phase") in RECOVERING_FROM and scheduled > 0
+    if not live:
         phase = "Pending"
     elif succeeded >= min_member:
         phase = "Finished"
@@ -41,8 +49,10 @@ def pod_group_status(
         phase = "Failed"
     elif scheduled >= min_member and running + succeeded >= min_member:
         phase = "Running"
-    elif scheduled >= min_member:
+    elif scheduled >= min_member or recovering:
         phase = "Scheduled"
+    elif len(live) < min_member:
+        phase = "Pending"
     elif scheduled == 0 and not nominated:
         phase = "PreScheduling"
     else:

@@ -87,9 +87,18 @@ def test_total_number_is_floored_at_min_member() -> None:
         parse_pod_group(pod_group("g", 4, annotations={TOTAL_NUMBER: "six"}))
 
 
-def test_min_member_must_be_a_positive_integer() -> None:
+def test_rule_min_member_zero_is_read_as_upstream_and_a_negative_one_is_an_error() -> None:
+    # minMember 0 is the PodGroup CRD's default: no gang check (each pod placed on its own).
+    assert parse_pod_group(pod_group("g", 0)).min_member == 0
     with pytest.raises(GangSpecError, match=r"spec\.minMember"):
-        parse_pod_group(pod_group("g", 0))
+        parse_pod_group(pod_group("g", -1))
+
+
+@pytest.mark.parametrize("timeout", [0, -5])
+def test_rule_schedule_timeout_seconds_zero_means_the_600_second_default(timeout: int) -> None:
+    # Koordinator's GetWaitTimeDuration: a scheduleTimeoutSeconds that is not positive falls
+    # back to the default timeout, it does not make the PodGroup invalid.
+    assert parse_pod_group(pod_group("g", 1, timeout=timeout)).waiting_seconds == 600.0
 
 
 def test_network_topology_spec_reads_layers_strategies_and_multiples() -> None:

@@ -300,3 +300,12 @@ def test_unknown_layer_on_a_topology_without_layers_says_none_and_offers_nothing
     assert isinstance(result, NoFit)
     assert result.message.endswith("(layers: none)")
     assert (result.best_domain, result.best_slots) == ("", 0)
+
+
+def test_rule_binpack_ties_go_to_the_block_of_the_fuller_spine() -> None:
+    # b1 (spine s1) and b3 (spine s2) both offer exactly 4; s2 has nothing else free while
+    # s1's b2 offers 6 more. Taking b1 would fragment s1, the only spine that can still take
+    # a 10-pod gang: the ancestors' slots break the tie towards b3, as Koordinator does.
+    slots = {"node1": 2, "node2": 2, "node3": 3, "node4": 3, "node5": 2, "node6": 2}
+    placement = _placed(gather(_tree(reference_nodes()), _pods(4), BLOCK_MUST, slots))
+    assert placement.domain == ("s2", "b3")

@@ -64,6 +64,14 @@ def test_reference_example_detail_status() -> None:
     assert len(status) == 7
 
 
+def test_rule_detail_status_is_a_depth_first_pre_order_walk() -> None:
+    # The CRD says pre-order: a spine is followed by its blocks before the next spine (a
+    # breadth-first walk would list s1, s2, b1, b2, ...).
+    status = detail_status(_tree(reference_nodes()))
+    order = [entry["topologyInfo"]["topologyName"] for entry in status]
+    assert order == ["", "s1", "b1", "b2", "s2", "b3", "b4"]
+
+
 def test_detail_status_follows_nodes_coming_and_going() -> None:
     nodes = reference_nodes()
     fewer = [n for n in nodes if n["metadata"]["labels"][BLOCK] != "b4"]

@@ -285,7 +285,7 @@ def test_failed_bind_replans_the_rest_inside_the_same_domain() -> None:
         node("n3", "s2", "b3"),
         node("n4", "s2", "b3"),
     ]
-    groups = [pod_group("gang", 3)]
+    groups = [pod_group("gang", 3, gather=BLOCK_PREFER)]
     bound = [pod("w-0", gpus=8, node_name="n1", phase="Running")]
     # w-1 was nominated to a node that has since gone (its bind failed with not-found).
     lost = [pod("w-1", gpus=4, nominated="gone"), pod("w-2", gpus=4, nominated="gone")]
@@ -296,14 +296,22 @@ def test_failed_bind_replans_the_rest_inside_the_same_domain() -> None:
 
 def test_strict_gang_that_cannot_complete_is_sent_back_whole() -> None:
     nodes = [node("n1", "s1", "b1"), node("n2", "s2", "b3")]
-    groups = [pod_group("gang", 3, gather=BLOCK_MUST)]
+    groups = [pod_group("gang", 3, gather=BLOCK_MUST, timeout=30)]
     pods = [
         pod("w-0", gpus=8, node_name="n1", phase="Running"),
         pod("w-1", gpus=8, nominated="n2"),
         pod("w-2", gpus=8, nominated="n2"),
     ]
-    result, _ = run(nodes, pods, groups, topology=TOPOLOGY)
-    assert {a.pod.name for a in _of(result, Disrupt)} == {"w-0"}
+    for p in pods:
+        p["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    created = 1_767_225_600.0
+    # Within its waiting time the Strict gang gives its reservations back and keeps w-0 ...
+    result, _ = run(nodes, pods, groups, topology=TOPOLOGY, now=created + 10)
+    assert not _of(result, Disrupt)
+    assert {(a.pod.name, a.node) for a in _of(result, Nominate)} == {("w-1", ""), ("w-2", "")}
+    # ... and once the wait is over, the part that is bound goes too (GangIncomplete).
+    result, _ = run(nodes, pods, groups, topology=TOPOLOGY, now=created + 31)
+    assert {(a.pod.name, a.reason) for a in _of(result, Disrupt)} == {("w-0", "GangIncomplete")}
     assert {(a.pod.name, a.node) for a in _of(result, Nominate)} == {("w-1", ""), ("w-2", "")}
     assert any(d.kind == "gang-evicted" for d in _of(result, Decision))
 
