@@ -7,10 +7,10 @@ gang holds), except the gang's own pods, which are being placed again. The filte
 nodeflow_kube's: taints and tolerations, nodeSelector and required node affinity; a cordoned
 or not-Ready node takes nothing.
 
-A GangGroup may mix pod shapes (a master and its workers). The placer offers slots for the
-largest request of each resource across the members and a node must pass the filters for
-every distinct member spec: for a homogeneous gang this is exact, for a mixed one it may
-under-count but never over-commit a node.
+A GangGroup may mix pod shapes (a master and its workers): then each member is fitted with
+its own request and its own filters (planner._GangFit, gather.gather_mixed); offer slots of
+one request serve the usual gang whose members all ask alike. `largest_request` is what
+preemption still sizes a mixed gang by.
 """
 
 from __future__ import annotations

@@ -2,23 +2,31 @@
 
 `plan(state)` reads nodes, pods, PodGroups, the ClusterNetworkTopology and the
 PodDisruptionBudgets, and returns what should change. It remembers nothing between calls:
-the reservations are the pods' `status.nominatedNodeName`, kept in Kubernetes, so a
-restarted placer sees every reservation the killed one made and never books a node twice.
+the reservations are the pods' `status.nominatedNodeName` and a gang's "satisfied once" is
+its PodGroup's phase (status.py), both kept in Kubernetes, so a restarted placer sees every
+reservation the killed one made and never books a node twice.
 
 Each GangGroup (PodGroups tied by the `groups` annotation; a pod of ours without a PodGroup
 is a gang of one) goes through named phases, highest priority first:
 
-1. read: every PodGroup parses, every PodGroup of the group exists, every rank parses;
-2. members: each PodGroup has minMember pods counted by its match policy (or was satisfied
-   once, under once-satisfied);
-3. bind: every pending member is nominated and the nominated nodes still take them: bind all;
-4. gather: otherwise place every pending member at once (or, failing that, just enough to
-   reach each minMember) and nominate them; a partly bound gang stays in the domain of its
+1. read (`_read_phase`): every PodGroup parses, every PodGroup of the group exists, every
+   rank parses; a PreferGather layer the topology lacks is dropped with a Warning Event;
+2. members (`_members_phase`): each PodGroup has minMember pods counted by its match policy,
+   or is satisfied (reached minMember once under once-satisfied, has minMember bound under
+   waiting-and-running, or has minMember 0);
+3. a satisfied gang regrows (`_regrow_phase`): its pending pods need no gang check, each is
+   bound or nominated on its own as room appears; it never times out nor is evicted;
+   otherwise, bind (`_bind_if_reserved`): every pending member is nominated and the
+   nominated nodes still take them: bind all;
+4. gather (`_gather_phase`): place every pending member at once (or, failing that, just
+   enough to reach each minMember) and nominate them, each member with its own request and
+   filters (`_GangFit`); a partly bound gang with gather rules stays in the domain of its
    bound members;
-5. preempt: when nothing fits, job-level preemption (preemption module);
-6. unschedulable: PodScheduled=False with the reason in numbers; in Strict mode the group
-   goes back whole (nominations cleared, a partly bound gang that was never satisfied is
-   evicted); past its waiting time the gang is reported timed out and its cycle restarts.
+5. preempt (`_preempt`): when nothing fits, job-level preemption (preemption module);
+6. unschedulable (`_unschedulable`): PodScheduled=False with the reason in numbers; a Strict
+   gang gives its nominations back. Past its waiting time the gang is reported GangTimeout,
+   every mode drops its nominations, a Strict group that never reached minMember in all its
+   PodGroups has its bound members evicted (GangIncomplete), and its cycle restarts.
 
 PodGroup status and the ClusterNetworkTopology's detailStatus are derived each pass.
 """
@@ -789,7 +797,7 @@ class _GangFit:
 
     @classmethod
     def of(cls, run: _Pass, gang: Gang, ranked: Sequence[Obj]) -> _GangFit:
-        shape_index: dict[tuple[int, str], int] = {}
+        shape_index: dict[tuple[tuple[tuple[str, int], ...], str], int] = {}
         shape_of: dict[str, int] = {}
         shapes: list[PodShape] = []
         by_signature: dict[str, Obj] = {}
@@ -797,8 +805,7 @@ class _GangFit:
             request = pod_facts(pod).request
             signature = _spec_signature(pod)
             by_signature.setdefault(signature, podfacts.spec(pod))
-            # Requests are shared dicts (one per distinct request): identity is equality.
-            key = (id(request), signature)
+            key = (tuple(sorted(request.items())), signature)
             index = shape_index.get(key)
             if index is None:
                 usable = run.usable_nodes({signature: by_signature[signature]})
