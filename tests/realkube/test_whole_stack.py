@@ -1,8 +1,9 @@
 """The whole stack on the real control plane (kube-apiserver, kube-controller-manager,
 kube-scheduler, KWOK nodes) with the Slurm emulator following its pods: a NodeSet scales out
-to Ready pods on KWOK nodes, scales in safely while a Slurm job runs, and rolls out a new
-template within its unavailability budget, with the chaos suite's recorder of safety rules
-watching the real API server and Slurm throughout."""
+to Ready pods on KWOK nodes, scales in safely while a Slurm job runs, rolls out a new
+template within its unavailability budget, and keeps a pod running a job from `kubectl drain`
+(its PodDisruptionBudget, kube-controller-manager's disruption controller), with the chaos
+suite's recorder of safety rules watching the real API server and Slurm throughout."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from nodeflow_contracts.pod_protocol import SLURM_DELETE_CONDITION
+from nodeflow_contracts.pod_protocol import NODESET_LABEL, POD_PROTECT_LABEL, SLURM_DELETE_CONDITION
 from tests.e2e.chaos_support import NODESETS, is_true, recording, terminating
 from tests.realkube.stack import nodeset_pods, ready_and_idle, real_stack, remove_nodeset
-from tests.realkube.support import STEP_TIMEOUT, until
+from tests.realkube.support import STEP_TIMEOUT, kubectl, until
 
 pytestmark = [pytest.mark.real_kube, pytest.mark.timeout(600)]
 
@@ -151,3 +152,67 @@ async def test_rolling_update_keeps_the_unavailable_budget(tmp_path: Path) -> No
             del recorder.rolling["roll"]  # the scale-down that cleans up is not an update
         finally:
             await remove_nodeset(stack, recorder, "roll")
+
+
+async def test_a_pod_running_a_slurm_job_is_not_evicted_by_kubectl_drain(tmp_path: Path) -> None:
+    """Rule 4a of docs/nodeset-controller.md on the real API server: the NodeSet's budget
+    (maxUnavailable 0 over the protect label) makes `kubectl drain` give up on the busy pod,
+    and once the job ends the label goes and the same drain evicts it."""
+    budget = "/apis/policy/v1/namespaces/default/poddisruptionbudgets/slurm-workers-pdb-guard"
+    async with real_stack(tmp_path) as stack, recording(stack) as recorder:
+        node = ""
+        try:
+            await stack.kube.create(NODESETS, nodeset("guard", 1))
+            (name,) = await ready_and_idle(stack, recorder, "guard", 1)
+            node = recorder.pods[name]["spec"]["nodeName"]
+            uid = recorder.pods[name]["metadata"]["uid"]
+
+            async def budget_made() -> bool:
+                try:
+                    got = await stack.kube.call("GET", budget)
+                except RuntimeError:
+                    return False
+                return bool(got["spec"]["maxUnavailable"] == 0)
+
+            await until(budget_made, "the NodeSet's PodDisruptionBudget")
+            job = await stack.slurm.run_job(name)
+
+            async def protected() -> bool:
+                labels = recorder.pods[name]["metadata"].get("labels") or {}
+                return labels.get(POD_PROTECT_LABEL) == "true"
+
+            await until(protected, f"{name} labelled protected while job {job} runs")
+            drain = (
+                "drain",
+                node,
+                "--disable-eviction=false",
+                f"--pod-selector={NODESET_LABEL}=guard",
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+            )
+            code, out, err = await kubectl(*drain, "--timeout=8s", check=False)
+            assert code != 0, out + err
+            assert "violate the pod's disruption budget" in out + err, out + err
+            assert recorder.pods[name]["metadata"]["uid"] == uid
+            assert not terminating(recorder.pods[name]), "the busy pod was evicted"
+
+            await stack.slurm.end_job(job)
+
+            async def unprotected() -> bool:
+                pod = recorder.pods.get(name)
+                return pod is None or POD_PROTECT_LABEL not in (pod["metadata"].get("labels") or {})
+
+            await until(unprotected, f"{name}'s protect label removed once the job ended")
+            code, out, err = await kubectl(*drain, "--timeout=60s", check=False)
+            assert code == 0, out + err
+
+            async def evicted() -> bool:
+                pod = recorder.pods.get(name)
+                return pod is None or pod["metadata"]["uid"] != uid or terminating(pod)
+
+            await until(evicted, f"{name} evicted")
+            recorder.assert_quiescent()
+        finally:
+            if node:
+                await kubectl("uncordon", node, check=False)
+            await remove_nodeset(stack, recorder, "guard")
