@@ -1,4 +1,4 @@
-"""Rule 14 on the whole stack as `make run` starts it, driven with kubectl and Slurm's REST API
+"""Rule 4a on the whole stack as `make run` starts it, driven with kubectl and Slurm's REST API
 (issue 32 item 1): a NodeSet pod whose Slurm node runs a job is not evicted by
 `kubectl drain --disable-eviction=false` -- the NodeSet's PodDisruptionBudget refuses it and
 drain gives up at its timeout -- and once the job has ended the same drain evicts it.

@@ -1,4 +1,4 @@
-"""Rule 14: running jobs protected from eviction (Slinky's workloadDisruptionProtection).
+"""Rule 4a: running jobs protected from eviction (Slinky's workloadDisruptionProtection).
 
 A NodeSet pod whose Slurm node runs a job -- or whose Slurm state is unknown or stale (fail
 closed) -- carries `nodeset.slinky.slurm.net/pod-protect: "true"`; the NodeSet's own
