@@ -16,7 +16,9 @@ Figures (median of BENCH_PLACER_ROUNDS runs, default 5):
   says (requests, gang, charged node, rank; labels, allocatable, readiness, taints) is read
   once per resourceVersion, and what only the nodes decide (the domain tree, the filter
   verdicts) is kept while the node versions stay the same, so only what changed is read
-  again; fit, gather, nominations and statuses are worked out afresh.
+  again; fit, gather, nominations and statuses are worked out afresh;
+* steady pass with a launcher: the same gang plus a CPU-only launcher, so its members have
+  two shapes and each is fitted with its own request (the heterogeneous gather).
 
 Each is printed with its ratio to the target (100 ms): below 1.0 meets it.
 
@@ -24,7 +26,10 @@ Each is printed with its ratio to the target (100 ms): below 1.0 meets it.
   created at once on 1,000 simulated nodes (BENCH_PLACER_E2E_NODES), through the Kubernetes
   API emulator, NATS, k8s-watcher and the placer (all in this process), timed until every
   pod is bound: bound pods per second, beside the anchor's published 17.2 pods/s
-  (Koordinator's gang scenario, kind + kwok, 100 nodes).
+  (Koordinator's gang scenario, kind + kwok, 100 nodes); and the placer's commands that
+  k8s-watcher refused with a conflict (409, a precondition that no longer held), counted
+  from COMMAND_OUTCOMES by operation: a nomination planned while the pod's previous command
+  was still in flight is refused so (the target is 0 refused nominations).
 """
 
 from __future__ import annotations
@@ -36,13 +41,18 @@ import os
 import random
 import statistics
 import time
+from collections import Counter
 from typing import Any
 
 import structlog
+from nats.aio.msg import Msg
 
 from bench._stack import InProcessStack, run_inprocess_stack, scratch_nats_server
 from clustersim.cluster.spec import ClusterSpec
 from clustersim.runner import SimulatorConfig
+from nodeflow_contracts import codec, subjects
+from nodeflow_contracts.k8s import CommandOutcome
+from topology_placer.commands import SENDER
 from topology_placer.config import TopologyPlacerConfig
 from topology_placer.fit import (
     Milli,
@@ -247,6 +257,30 @@ async def main() -> None:
     line(f"first pass (parse, fit on every node, gather, {nominated} nominations)", cold)
     warm, _ = median_seconds(lambda: plan(state), rounds)
     line("steady pass (the same with every unchanged pod and node already read)", warm)
+    # The same gang with a CPU-only launcher: two pod shapes, each fitted with its own
+    # request (gather_mixed), the path an MPI job or a PyTorchJob with a master takes.
+    launcher = pod(
+        "train-launcher",
+        0,
+        schedulerName="nodeflow-placer",
+        labels={"pod-group.scheduling.sigs.k8s.io": "train"},
+    )
+    launcher["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4"}}
+    mixed_group = {**group, "spec": {"minMember": GANG + 1}}
+    mixed = ClusterState(
+        nodes=all_nodes,
+        pods=[*pods, launcher],
+        pod_groups=[mixed_group],
+        topologies=[topology()],
+        budgets=[],
+        now=time.time(),
+        scheduler_names=frozenset({"nodeflow-placer"}),
+    )
+    plan(mixed)  # the launcher read once, as the gang's pods were
+    mixed_warm, mixed_result = median_seconds(lambda: plan(mixed), rounds)
+    nominated = sum(1 for a in mixed_result.actions if isinstance(a, Nominate))
+    assert nominated == GANG + 1, f"{nominated} of {GANG + 1} nominated"
+    line(f"steady pass, a launcher and {GANG} workers (two pod shapes)", mixed_warm)
     await end_to_end(
         int(os.environ.get("BENCH_PLACER_E2E_GANGS", "100")),
         int(os.environ.get("BENCH_PLACER_E2E_NODES", "1000")),
@@ -305,6 +339,15 @@ async def end_to_end(gangs: int, node_count: int) -> None:
         ) as stack,
     ):
         sim, bus = stack.sim, stack.bus
+        # Refused commands by operation, read from the outcomes k8s-watcher publishes.
+        refused: Counter[str] = Counter()
+
+        async def count_refused(msg: Msg) -> None:
+            outcome = codec.decode(CommandOutcome, msg.data, subject=msg.subject)
+            if outcome.sender == SENDER and outcome.outcome == "conflict":
+                refused[outcome.op] += 1
+
+        counting = await bus.nc.subscribe(subjects.K8S_OUTCOMES, cb=count_refused)
         placer = TopologyPlacer(
             bus, TopologyPlacerConfig(nats_url=(server.url,), instance_id="bench-placer")
         )
@@ -323,11 +366,18 @@ async def end_to_end(gangs: int, node_count: int) -> None:
             await asyncio.sleep(0.1)
         seconds = time.perf_counter() - started
         await placer.stop()
+        await counting.unsubscribe()
     rate = bound / seconds if seconds else 0.0
     state = "all bound" if bound >= total else f"only {bound} of {total} bound (budget spent)"
     print(
         f"   end to end: {gangs} gangs of {E2E_GANG_SIZE} on {node_count} nodes, {state} in "
         f"{seconds:.1f} s: {rate:.1f} pods/s, {rate / ANCHOR_PODS_PER_SECOND:.2f}x the anchor's "
         f"{ANCHOR_PODS_PER_SECOND} pods/s",
+        flush=True,
+    )
+    others = sum(count for op, count in refused.items() if op != "nominate")
+    print(
+        f"   refused (409 conflict): {refused['nominate']} nominations (target 0), "
+        f"{others} other commands",
         flush=True,
     )
