@@ -229,9 +229,8 @@ def test_rule_a_budget_not_ours_is_never_touched_and_a_changed_one_is_made_again
     foreign = our_budget(obj)
     foreign["metadata"]["ownerReferences"] = []
     result = planned(obj, pods, states, budget=foreign)
-    expect_no_actions(
-        result.actions, (CreateDisruptionBudget, DeleteDisruptionBudget), while_it_has=ProtectPod
-    )
+    expect_no_actions(result.actions, CreateDisruptionBudget, while_it_has=ProtectPod)
+    expect_no_actions(result.actions, DeleteDisruptionBudget, while_it_has=ProtectPod)
     loosened = planned(obj, pods, states, budget=our_budget(obj, maxUnavailable=1))
     expect_actions(loosened.actions, DeleteDisruptionBudget, count=1, uid="uid-budget")
 
