@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k8s_watcher.policy import Allowed, authorize
+from k8s_watcher.policy import Allowed, Refused, authorize
 from nodeflow_contracts.k8s import CreateObject, DeleteObject, PatchObject
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, POD_PROTECT_LABEL
 from nodeflow_contracts.slurm import SlurmNodeState
@@ -318,3 +319,26 @@ def test_property_a_pod_that_may_run_a_job_is_protected_after_every_plan(
             else:
                 assert not has, (name, kind)
         assert (budget is not None) == enabled
+
+
+def test_rule_nodeset_controller_may_touch_only_the_protect_label_and_its_budgets() -> None:
+    """Least privilege: another label of a pod, or a budget not labelled with a NodeSet, is
+    refused (k8s-watcher's policy), so the protection grants open nothing else."""
+    obj = nodeset(replicas=1)
+    spec = parse(obj, DEFAULTS)
+    _, pods = full(1)
+    result = planned(obj, pods, {NAMES[0]: slurm(NAMES[0], busy=True)})
+    (protect,) = expect_actions(result.actions, ProtectPod, count=1)
+    (create,) = expect_actions(result.actions, CreateDisruptionBudget, count=1)
+    label = to_outgoing(spec, protect, T0).command
+    other_label = msgspec.structs.replace(
+        label,
+        operation=PatchObject(patch_type="merge", patch={"metadata": {"labels": {"app": "x"}}}),
+    )
+    assert isinstance(authorize(other_label, "cmd.k8s.v1.nodeset-controller.patch"), Refused)
+    made = to_outgoing(spec, create, T0).command
+    assert isinstance(made.operation, CreateObject)
+    unlabelled = dict(made.operation.object)
+    unlabelled["metadata"] = {**unlabelled["metadata"], "labels": {}}
+    foreign = msgspec.structs.replace(made, operation=CreateObject(object=unlabelled))
+    assert isinstance(authorize(foreign, "cmd.k8s.v1.nodeset-controller.create"), Refused)
