@@ -32,8 +32,11 @@ class Disruption:
         info = self._store._infos["pods"]
         pod = self._store._lookup(info, name, namespace)
         options = dict(delete_options or {})
-        terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        if not terminal and not pod["metadata"].get("deletionTimestamp"):
+        # kube-apiserver's canIgnorePDB: a finished, Pending or deleting pod is evicted
+        # whatever its budgets say (a Pending pod counts as no disruption).
+        phase = (pod.get("status") or {}).get("phase")
+        ignores_budgets = phase in ("Succeeded", "Failed", "Pending")
+        if not ignores_budgets and not pod["metadata"].get("deletionTimestamp"):
             budgets = self._matching_pdbs(pod)
             if len(budgets) > 1:
                 raise errors.InternalError(

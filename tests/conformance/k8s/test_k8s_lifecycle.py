@@ -464,3 +464,29 @@ async def test_job_template_restart_policy_must_be_never_or_on_failure(
     else:
         assert status == 201
         assert body["spec"]["selector"]["matchLabels"]
+
+
+async def test_a_pending_pod_is_evicted_whatever_its_budget_and_a_running_one_is_not(
+    kube: Kube, controller: Controller
+) -> None:
+    # A budget of maxUnavailable 0 over a label (as a NodeSet's over its pods running jobs):
+    # kube-apiserver refuses to evict a Running pod it selects, and ignores budgets for a
+    # Pending one (canIgnorePDB).
+    owner = await controller(2)
+    (running,) = await ready_pods(kube, 1, {"app": "held"}, owner)
+    await kube.core.create_namespaced_pod(
+        kube.namespace, pod("held-pending", {"app": "held"}, ownerReferences=[owner])
+    )
+    await create_pdb(
+        kube, "held", {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "held"}}}
+    )
+
+    async def computed() -> bool:
+        pdb = await kube.policy.read_namespaced_pod_disruption_budget("held", kube.namespace)
+        return bool(pdb.status and pdb.status.observed_generation)
+
+    await eventually(nudging(kube, [running], computed), timeout=90.0)
+    status, body = await evict(kube, running)
+    assert status == 429, body
+    status, body = await evict(kube, "held-pending")
+    assert status == 201, body
