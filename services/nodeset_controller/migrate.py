@@ -314,19 +314,11 @@ def _unsupported(spec: Mapping[str, Any], version: str, out: Conversion) -> None
             "nodes are not tainted for you: taint them yourself (the pods tolerate the lock "
             "taint only) or keep other pods away with their affinity",
         )
-    if spec.get("pruneSlurmNodeRecords") not in (None, "", "Never"):
+    if spec.get("pruneSlurmNodeRecords") not in (None, "", "Never", "NodeNotFound"):
         out.add(
             "spec.pruneSlurmNodeRecords",
-            "change",
-            f"{spec.get('pruneSlurmNodeRecords')}: Slurm node records are not removed for you: "
-            "remove a gone node's record with `scontrol delete nodename=<name>`",
-        )
-    if spec.get("workloadDisruptionProtection") is False:
-        out.add(
-            "spec.workloadDisruptionProtection",
-            "change",
-            "false: Nodeflow protects busy slurmd pods from eviction; nothing here turns "
-            "that off per NodeSet in this conversion",
+            "error",
+            f"{spec.get('pruneSlurmNodeRecords')!r}: Never or NodeNotFound",
         )
     history = spec.get("revisionHistoryLimit")
     if is_int(history) and history > 0:
@@ -376,6 +368,34 @@ _KNOWN_FIELDS: Final = frozenset(
         "taintKubeNodes",
     }
 )
+
+
+def _carried_options(
+    spec: Mapping[str, Any], replicas: int | None, out: Conversion
+) -> dict[str, Any]:
+    """Options both NodeSets have: `workloadDisruptionProtection` (on by default in both)
+    and `pruneSlurmNodeRecords` (Never by default in both)."""
+    carried: dict[str, Any] = {}
+    if spec.get("workloadDisruptionProtection") is False:
+        carried["workloadDisruptionProtection"] = False
+    if spec.get("pruneSlurmNodeRecords") == "NodeNotFound":
+        if replicas is None:
+            carried["pruneSlurmNodeRecords"] = "NodeNotFound"
+            out.add(
+                "spec.pruneSlurmNodeRecords",
+                "note",
+                "NodeNotFound: slurm-syncer deletes the record of a pod that is gone once Slurm "
+                "reads it DOWN, or drained for the deletion, and idle",
+            )
+        else:
+            # Slinky prunes in DaemonSet mode only; carrying it would start pruning here.
+            out.add(
+                "spec.pruneSlurmNodeRecords",
+                "note",
+                "NodeNotFound did nothing in Slinky's StatefulSet mode: left at Never; set "
+                "NodeNotFound to have the records of gone pods deleted",
+            )
+    return carried
 
 
 def _metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -497,6 +517,7 @@ def convert_slinky(doc: Mapping[str, Any], options: Options = Options()) -> Conv
     replicas = _replicas(spec, version, out)
     strategy = _update_strategy(spec, version, out)
     _unsupported(spec, version, out)
+    carried = _carried_options(spec, replicas, out)
     if out.errors:
         return out
     our_spec: dict[str, Any] = {"slurmCluster": cluster}
@@ -505,6 +526,7 @@ def convert_slinky(doc: Mapping[str, Any], options: Options = Options()) -> Conv
     if prefix:
         our_spec["podNamePrefix"] = prefix
     our_spec["updateStrategy"] = strategy
+    our_spec.update(carried)
     our_spec["template"] = template
     out.nodeset = {
         "apiVersion": OUR_API_VERSION,

@@ -361,6 +361,10 @@ def validate(nodeset: Mapping[str, Any]) -> list[SpecProblem]:
         problems.append(
             SpecProblem("spec.workloadDisruptionProtection", "InvalidOption", f"{protection!r}")
         )
+    # Acted on by slurm-syncer; checked here so that a bad value is reported on the NodeSet.
+    prune = spec.get("pruneSlurmNodeRecords")
+    if prune is not None and prune not in ("Never", "NodeNotFound"):
+        problems.append(SpecProblem("spec.pruneSlurmNodeRecords", "InvalidOption", f"{prune!r}"))
     for field in (
         "forceScalingDeleteKnownConditionTimeout",
         "forceScalingDeleteUnknownConditionTimeout",

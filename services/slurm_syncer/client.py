@@ -332,6 +332,17 @@ class SlurmClient:
         payload = version.node_update_body(states, reason)
         await self.request("POST", f"/node/{name}", payload, what=f"update node {name}")
 
+    async def delete_node(self, name: str) -> bool:
+        """Delete the node's record (`DELETE /node/{name}`); False when Slurm had no such node.
+        Slurm refuses a node that is not dynamic or still runs work (SlurmApiError)."""
+        try:
+            await self.request("DELETE", f"/node/{name}", what=f"delete node {name}")
+        except SlurmApiError as exc:
+            if _says_no_such_node(exc):
+                return False
+            raise
+        return True
+
     async def list_jobs(self) -> list[Json]:
         body = await self.request("GET", "/jobs", what="list jobs", retry_errors_in_body=True)
         return _list_of_objects(self.cluster, body, "jobs")

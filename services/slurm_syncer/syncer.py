@@ -72,6 +72,7 @@ from slurm_syncer.pods import (
     only_nodeset_pods,
     pod_facts,
 )
+from slurm_syncer.prune import decide_prune, is_dynamic, nodeset_names, owner_of, plan_prunes
 from slurm_syncer.reasons import DEFAULT_DRAIN_REASONS, DrainReasons
 from slurm_syncer.reconcile import (
     LEDGERS,
@@ -435,6 +436,8 @@ class Syncer:
         metrics.NODES.labels(cluster).set(len(outcome.states))
         metrics.CLUSTER_REACHABLE.labels(cluster).set(1 if result.ok else 0)
         await self.reconcile(None, cluster=cluster)
+        if view.reachable:
+            await self.prune(cluster)
         metrics.POLL_SECONDS.labels(cluster).observe(time.perf_counter() - started)
         return result
 
@@ -729,6 +732,63 @@ class Syncer:
             metrics.NODE_CHANGES.labels(cluster).inc()
         if view.unpublished:
             await self._publish_states(view)
+
+    # --- pruning Slurm node records (prune.py) --------------------------------------------
+
+    async def prune(self, cluster: str) -> list[str]:
+        """Delete the records `plan_prunes` picks on the last poll of `cluster`, each decided
+        again on the node as read under its lock; the names of those deleted."""
+        view = self.clusters[cluster]
+        nodesets = [nodeset for _, nodeset in self._nodesets.items()]
+        planned = plan_prunes(
+            cluster, view.states, nodesets, self._pods, self.options.drain_reasons
+        )
+        deleted = []
+        for node in planned:
+            if (cluster, node) in self._in_flight:
+                continue
+            try:
+                async with self._node_updating(cluster, node):
+                    if await self._prune_node(view, node, nodesets):
+                        deleted.append(node)
+            except SlurmError as exc:
+                metrics.NODE_UPDATES.labels(cluster, "delete", "prune", "failed").inc()
+                log.warning("syncer.prune_failed", cluster=cluster, node=node, error=str(exc))
+        return deleted
+
+    async def _prune_node(self, view: ClusterView, node: str, nodesets: list[Obj]) -> bool:
+        async with self._slurm_slots:
+            requested_at = time.monotonic()
+            raw = await view.client.get_node(node)
+        if raw is None:
+            await self._record_node(view.name, node, None, requested_at)
+            return False
+        try:
+            read = parse_node(view.name, raw, self._clock(), self.options.drain_reasons)
+        except MalformedNode:
+            return False
+        owner = owner_of(
+            node,
+            [n for n in (nodeset_names(ns) for ns in nodesets) if n and n.cluster == view.name],
+        )
+        exists = owner is not None and subjects.object_key(owner.namespace, node) in self._pods
+        decision = decide_prune(read, owner, exists, self.options.drain_reasons)
+        if not decision.prune or not is_dynamic(raw):
+            log.debug(
+                "syncer.prune_skipped",
+                cluster=view.name,
+                node=node,
+                why=decision.why if not decision.prune else "not a dynamic node",
+            )
+            await self._record_node(view.name, node, raw, requested_at)
+            return False
+        async with self._slurm_slots:
+            await view.client.delete_node(node)
+            requested_at = time.monotonic()
+        metrics.NODE_UPDATES.labels(view.name, "delete", "prune", "ok").inc()
+        log.info("syncer.node_pruned", cluster=view.name, node=node, why=decision.why)
+        await self._record_node(view.name, node, None, requested_at)
+        return True
 
     # --- drain commands ----------------------------------------------------------------------
 

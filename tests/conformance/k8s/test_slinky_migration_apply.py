@@ -59,3 +59,27 @@ async def test_rule_migrated_slinky_examples_apply_with_our_crd(kube: Kube) -> N
             assert stored["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "25%"
             container = stored["spec"]["template"]["spec"]["containers"][0]
             assert container["name"] == "slurmd" and container["args"][0] == "-Z"
+
+
+async def test_rule_migrated_options_apply_with_our_crd(kube: Kube, tmp_path: Path) -> None:
+    """A DaemonSet-mode NodeSet with pruning on and protection off: both carried, both taken
+    by our schema (an enum and a boolean), and a value outside the enum refused."""
+    await _install(kube, _project_crd("nodesets.nodeflow.dev.yaml"))
+    slinky = yaml.safe_load((FIXTURES / "chart-default.yaml").read_text())
+    slinky["spec"].update(
+        scalingMode="DaemonSet",
+        pruneSlurmNodeRecords="NodeNotFound",
+        workloadDisruptionProtection=False,
+    )
+    source = tmp_path / "slinky.yaml"
+    source.write_text(yaml.safe_dump(slinky))
+    (ours,) = migrated(source, kube.namespace)
+    await kubectl(kube, "apply", "-f", "-", stdin=yaml.safe_dump(ours))
+    name = ours["metadata"]["name"]
+    stored = json.loads(await kubectl(kube, "get", "nodesets.nodeflow.dev", name, "-o", "json"))
+    assert stored["spec"]["pruneSlurmNodeRecords"] == "NodeNotFound"
+    assert stored["spec"]["workloadDisruptionProtection"] is False
+    assert "replicas" not in stored["spec"]
+    ours["spec"]["pruneSlurmNodeRecords"] = "Sometimes"
+    refused = await kubectl(kube, "apply", "-f", "-", stdin=yaml.safe_dump(ours), check=False)
+    assert "Unsupported value" in refused or "Invalid value" in refused, refused

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from nodeset_controller.spec import parse, validate
+from slurm_syncer.prune import prune_mode
 from tests.unit.nodeset_controller.builders import DEFAULTS, TEMPLATE_SPEC, nodeset
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,10 +43,23 @@ def _spec_schema(path: Path) -> dict[str, Any]:
     return schema
 
 
+# Spec fields slurm-syncer acts on (the controller only validates them): two values that its
+# reading tells apart.
+HONOURED_BY_SLURM_SYNCER: dict[str, tuple[Any, Any]] = {
+    "pruneSlurmNodeRecords": ("Never", "NodeNotFound"),
+}
+
+
 def test_rule_every_crd_spec_field_is_honoured_by_the_controller() -> None:
     for path in CRDS:
         fields = set(_spec_schema(path)["properties"])
-        assert fields == set(HONOURED), (path, fields ^ set(HONOURED))
+        honoured = set(HONOURED) | set(HONOURED_BY_SLURM_SYNCER)
+        assert fields == honoured, (path, fields ^ honoured)
+    for field, (one, other) in HONOURED_BY_SLURM_SYNCER.items():
+        first, second = nodeset(extra={field: one}), nodeset(extra={field: other})
+        assert validate(first) == [] and validate(second) == [], field
+        assert prune_mode(first) != prune_mode(second), field
+        assert validate(nodeset(extra={field: "Sometimes"})) != [], field
     for field, (one, other) in HONOURED.items():
         first, second = nodeset(extra={field: one}), nodeset(extra={field: other})
         assert validate(first) == [] and validate(second) == [], field

@@ -158,14 +158,31 @@ def test_rule_migrate_max_unavailable_defaults_to_slinkys_25_percent() -> None:
     assert kept is not None and kept["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
+def test_rule_migrate_carries_protection_off_and_record_pruning_in_daemonset_mode() -> None:
+    slinky = chart_default()
+    slinky["spec"]["workloadDisruptionProtection"] = False
+    slinky["spec"]["pruneSlurmNodeRecords"] = "NodeNotFound"
+    statefulset = convert_slinky(slinky).nodeset
+    assert statefulset is not None
+    assert statefulset["spec"]["workloadDisruptionProtection"] is False
+    # Slinky prunes only in DaemonSet mode: StatefulSet mode keeps Never (the default).
+    assert "pruneSlurmNodeRecords" not in statefulset["spec"]
+    slinky["spec"]["scalingMode"] = "DaemonSet"
+    daemonset = convert_slinky(slinky).nodeset
+    assert daemonset is not None and daemonset["spec"]["pruneSlurmNodeRecords"] == "NodeNotFound"
+    assert validate(daemonset) == []
+    # Slinky's defaults (protection on, Never) are ours: nothing written.
+    default = convert_slinky(chart_default()).nodeset
+    assert default is not None
+    assert {"workloadDisruptionProtection", "pruneSlurmNodeRecords"}.isdisjoint(default["spec"])
+
+
 UNSUPPORTED: list[tuple[str, Any]] = [
     ("ssh", {"enabled": True}),
     ("partition", {"enabled": True, "config": "MaxTime=1:00:00"}),
     ("volumeClaimTemplates", [{"metadata": {"name": "scratch"}}]),
     ("minReadySeconds", 30),
     ("oversubscribeNode", True),
-    ("pruneSlurmNodeRecords", "NodeNotFound"),
-    ("workloadDisruptionProtection", False),
     ("updateStrategy", {"type": "ScheduledUpdate", "scheduledUpdate": {"duration": "1h"}}),
     ("someFutureField", "x"),
 ]
