@@ -408,6 +408,10 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         # stuck pulling its image and keeping a failed one with its logs; a NodeMaintenance
         # before an interrupt; the per-node state; the Skyhook's status; the policy in use.
         _grant("create", "Job", required_label=SKYHOOK_NAME_LABEL),
+        # The ConfigMaps a package pod mounts (node metadata, the package's configMap), only
+        # those labelled with a Skyhook; their data rewritten when it changed.
+        _grant("create", "ConfigMap", required_label=SKYHOOK_NAME_LABEL),
+        _grant("patch", "ConfigMap", fields=("data",), required_label=SKYHOOK_NAME_LABEL),
         _grant(
             "patch", "Job", fields=("spec.activeDeadlineSeconds", "spec.ttlSecondsAfterFinished")
         ),

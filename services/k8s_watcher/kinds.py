@@ -29,9 +29,19 @@ def _from_watched(watched: WatchedKind) -> KindInfo:
 
 
 CORE_EVENT = KindInfo(kind="Event", group="", version="v1", plural="events", namespaced=True)
+# Written, never mirrored: the ConfigMaps a Skyhook package pod mounts (its node metadata and
+# its package's configMap), as upstream's operator writes them.
+CORE_CONFIG_MAP = KindInfo(
+    kind="ConfigMap", group="", version="v1", plural="configmaps", namespaced=True
+)
 
-# Commands may target the watched kinds and core Events; nothing else is in k8s-watcher's RBAC.
-KNOWN_KINDS: tuple[KindInfo, ...] = (*(_from_watched(w) for w in WATCHED_KINDS), CORE_EVENT)
+# Commands may target the watched kinds, core Events and ConfigMaps; nothing else is in
+# k8s-watcher's RBAC.
+KNOWN_KINDS: tuple[KindInfo, ...] = (
+    *(_from_watched(w) for w in WATCHED_KINDS),
+    CORE_EVENT,
+    CORE_CONFIG_MAP,
+)
 
 _BY_API_VERSION_AND_KIND: dict[tuple[str, str], KindInfo] = {
     (info.api_version, info.kind): info for info in KNOWN_KINDS
@@ -41,7 +51,7 @@ _BY_API_VERSION_AND_KIND: dict[tuple[str, str], KindInfo] = {
 # outside them is refused here (outcome `forbidden`) rather than by the API server.
 # PodDisruptionBudget: a NodeSet's budget over its pods running jobs (workloadDisruptionProtection).
 CREATABLE_KINDS: frozenset[str] = frozenset(
-    {"Pod", "Job", "Event", "NodeSlice", "NodeMaintenance", "PodDisruptionBudget"}
+    {"Pod", "Job", "Event", "NodeSlice", "NodeMaintenance", "PodDisruptionBudget", "ConfigMap"}
 )
 DELETABLE_KINDS: frozenset[str] = frozenset(
     {"Pod", "Job", "NodeSlice", "NodeMaintenance", "PodDisruptionBudget"}

@@ -634,6 +634,8 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     # create/delete: nodeset-controller's budget per NodeSet (workloadDisruptionProtection).
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "delete"},
     ("", "events"): {"get", "create", "patch"},
+    # The ConfigMaps a Skyhook package pod mounts (written, never listed).
+    ("", "configmaps"): {"get", "create", "patch"},
     ("nodeflow.dev", "nodeslices"): {"get", "list", "watch", "create", "delete", "patch"},
     ("nodeflow.dev", "nodesets"): {"list", "watch", "patch"},
     ("maintenance.nvidia.com", "nodemaintenances"): {
