@@ -260,10 +260,11 @@ def test_slurm_syncer_status_patch_is_allowed_only_when_it_touches_nothing_else(
     assert isinstance(verdict, Allowed) == (not forbidden)
 
 
-# What each service may delete at all: nodeset-controller its NodeSet pods, and
-# maintenance-scheduler the NodeMaintenance requests it garbage-collects. Nothing else.
+# What each service may delete at all: nodeset-controller its NodeSet pods and their
+# NodeSet's PodDisruptionBudget (both labelled with the NodeSet), and maintenance-scheduler the
+# NodeMaintenance requests it garbage-collects. Nothing else.
 DELETERS = {
-    "nodeset-controller": {"Pod"},
+    "nodeset-controller": {"Pod", "PodDisruptionBudget"},
     "maintenance-scheduler": {"NodeMaintenance"},
     "topology-placer": {"Pod"},
 }
@@ -282,3 +283,6 @@ def test_no_service_may_delete_anything_but_what_it_owns(
     verdict = judged(command(sender, target, DeleteObject(propagation_policy=propagation)))
     if kind not in DELETERS.get(sender, set()):
         assert isinstance(verdict, Refused)
+    elif sender == "nodeset-controller":
+        # Only an object that carries the NodeSet label (the executor reads it first).
+        assert verdict == Allowed(NODESET_LABEL)
