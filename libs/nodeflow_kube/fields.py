@@ -53,6 +53,16 @@ def resource_version_of(obj: Obj) -> str:
     return text(meta(obj).get("resourceVersion"))
 
 
+def resource_version_reached(current: str, target: str) -> bool:
+    """Has an object whose resourceVersion is `current` seen the write that produced
+    `target`? resourceVersions are opaque; numeric ones (etcd, the emulator) compare."""
+    if current == target:
+        return True
+    if current.isdigit() and target.isdigit():
+        return int(current) >= int(target)
+    return False
+
+
 def labels_of(obj: Obj) -> Obj:
     return mapping(meta(obj).get("labels"))
 

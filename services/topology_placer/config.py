@@ -7,6 +7,7 @@ from typing import Annotated
 from msgspec import Meta
 
 from nodeflow_runtime.config import ServiceConfig
+from topology_placer.commands import COMMAND_LIFETIME_SECONDS
 
 
 class TopologyPlacerConfig(ServiceConfig, kw_only=True):
@@ -21,7 +22,19 @@ class TopologyPlacerConfig(ServiceConfig, kw_only=True):
     resync_seconds: Annotated[float, Meta(gt=0)] = 5.0
     # Changes arriving within this window are planned together.
     debounce_seconds: Annotated[float, Meta(ge=0)] = 0.05
-    # A command is not sent again for this long unless the state it was based on changes.
-    in_flight_timeout_seconds: Annotated[float, Meta(gt=0)] = 20.0
+    # An applied command whose effect KV has not shown for this long frees its pod (one not
+    # applied holds it until it can no longer land: the command ledger, docs/protocols.md).
+    # At least the command lifetime (30 s): a view may lag that long behind a reconnect.
+    in_flight_timeout_seconds: Annotated[float, Meta(gt=0)] = COMMAND_LIFETIME_SECONDS
     # Most commands published in one batch (JetStream acks outstanding).
     publish_window: Annotated[int, Meta(ge=1)] = 512
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.in_flight_timeout_seconds < COMMAND_LIFETIME_SECONDS:
+            # A hold shorter than a command's life frees a pod while the command's effect may
+            # still be on its way to the view: the next pass would nominate on a stale view.
+            raise ValueError(
+                f"in_flight_timeout_seconds ({self.in_flight_timeout_seconds:g}) must be at "
+                f"least the command lifetime ({COMMAND_LIFETIME_SECONDS:g})"
+            )

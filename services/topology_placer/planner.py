@@ -70,6 +70,7 @@ from topology_placer.gang import (
     topology_index,
 )
 from topology_placer.gather import NoFit, Placement, PodShape, gather, gather_mixed
+from topology_placer.inflight import InFlight
 from topology_placer.memo import FactsByVersion
 from topology_placer.network import (
     DEFAULT_TOPOLOGY_NAME,
@@ -101,7 +102,14 @@ GATHER_LAYER_IGNORED = "GatherLayerIgnored"
 SATISFIED_PHASES = frozenset({"Scheduled", "Running", "Finished"})
 
 GangState = Literal[
-    "bound", "binding", "nominated", "waiting", "unschedulable", "preempting", "invalid"
+    "bound",
+    "binding",
+    "nominated",
+    "waiting",
+    "unschedulable",
+    "preempting",
+    "invalid",
+    "in-flight",
 ]
 
 
@@ -208,6 +216,8 @@ class ClusterState:
     budgets: Sequence[Obj]
     now: float
     scheduler_names: frozenset[str]
+    # The placer's commands that may still land (its command ledger, inflight.py).
+    in_flight: InFlight = field(default_factory=InFlight)
 
 
 @dataclass
@@ -758,7 +768,10 @@ def plan(state: ClusterState) -> Plan:
             run.plan.gang_states[gang.id] = "bound" if gang.bound else "waiting"
     if ordered:
         run.account()
-    for gang in ordered:
+    # Gangs with a command on its way are left as they are, their reservations charged
+    # first, so no gang is placed on a node another's nomination is about to take.
+    placing = [gang for gang in ordered if not _hold_in_flight(run, gang)]
+    for gang in placing:
         _place_gang(run, gang, group_objects)
     _group_statuses(run, specs, group_objects, all_members)
     _topology_status(run)
@@ -863,6 +876,28 @@ class _GangFit:
         room = dict(self.free.get(node, {}))
         add_milli(room, self.shapes[self.shape_of[name]].request, -1)
         self.free[node] = room
+
+
+def _hold_in_flight(run: _Pass, gang: Gang) -> bool:
+    """A gang with a command of the placer's that may still land (a nomination, bind or
+    status patch of a member, by this leader or an earlier one) is not planned this pass:
+    a plan on a view that lacks that command's effect would nominate on a stale
+    resourceVersion (refused with a conflict), or place the gang twice. Its nominations on
+    their way are charged to their nodes."""
+    in_flight = run.state.in_flight
+    if not in_flight:
+        return False
+    members = gang.all_members
+    if not any(key in in_flight.gangs for key in gang.keys) and not any(
+        (fields.namespace_of(pod), fields.name_of(pod)) in in_flight.pods for pod in members
+    ):
+        return False
+    for pod in gang.pending:
+        node = in_flight.nominations.get((fields.namespace_of(pod), fields.name_of(pod)))
+        if node:
+            run.reserve(pod, node)
+    run.plan.gang_states[gang.id] = "in-flight"
+    return True
 
 
 def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -> None:

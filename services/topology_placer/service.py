@@ -2,11 +2,15 @@
 
 The placer reads only KV (k8s_pods, k8s_nodes, k8s_podgroups, k8s_clusternetworktopologies,
 k8s_poddisruptionbudgets from k8s-watcher) and acts only through `cmd.k8s.v1.*` commands.
-One replica is active (leader lease). Nothing it keeps in memory is a source of truth: the
-reservations are the pods' nominations, in Kubernetes, and the plan is re-derived from KV on
-every pass. The `recently_sent` table only spares re-publishing a command whose effect has
-not reached KV yet; every entry expires after `in_flight_timeout_seconds`, and a repeat is in
-any case dropped by its idempotency key.
+One replica is active (leader lease). The reservations are the pods' nominations, in
+Kubernetes, and the plan is re-derived from KV on every pass. What may still land is the
+command ledger's (`nodeflow_bus.ledger`, slots in `inflight.py`): a pod's command holds the
+pod (and a nomination or bind its gang) until its outcome says it never lands, or it applied
+and KV shows its effect (or `in_flight_timeout_seconds` has passed since it was sent), or its
+deadline plus the landing margin has passed. The plan reads what is held (`InFlight`), so no
+pod is nominated on a view that lacks its previous command's effect, and a new leader, which
+rebuilds the ledger before its first pass, leaves an earlier leader's gangs alone until their
+commands have landed.
 """
 
 from __future__ import annotations
@@ -19,18 +23,21 @@ from typing import Any
 
 import msgspec
 import structlog
-from nats.aio.msg import Msg
 
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
 from nodeflow_bus.leader_loop import LeaderLoop
-from nodeflow_contracts import codec, subjects
-from nodeflow_contracts.codec import ContractDecodeError
+from nodeflow_bus.ledger import LedgerSender, Sending
+from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome
+from nodeflow_contracts.ledger import LedgerEntry
+from nodeflow_kube.fields import resource_version_of, resource_version_reached
 from nodeflow_runtime.service import ServiceContext
 from topology_placer import SERVICE, metrics
-from topology_placer.commands import SENDER, Outgoing, to_outgoing
+from topology_placer.commands import COMMAND_LIFETIME_SECONDS, SENDER, Outgoing, to_outgoing
 from topology_placer.config import TopologyPlacerConfig
-from topology_placer.planner import ClusterState, Plan, plan
+from topology_placer.gang import GroupKey, pod_group_of
+from topology_placer.inflight import POD_PREFIX, STATUS_PREFIX, in_flight_of, slots_of
+from topology_placer.planner import Action, ClusterState, Plan, plan
 from topology_placer.pods import placement_fields, placement_node_fields
 
 log = structlog.get_logger("topology_placer")
@@ -44,7 +51,25 @@ BUCKETS = (
     "k8s_clusternetworktopologies",
     "k8s_poddisruptionbudgets",
 )
-GANG_STATES = ("bound", "binding", "nominated", "waiting", "unschedulable", "preempting", "invalid")
+GANG_STATES = (
+    "bound",
+    "binding",
+    "nominated",
+    "waiting",
+    "unschedulable",
+    "preempting",
+    "invalid",
+    "in-flight",
+)
+# Kinds whose KV view shows what a status write did (an applied one is released once seen).
+STATUS_BUCKETS = {
+    "PodGroup": "k8s_podgroups",
+    "ClusterNetworkTopology": "k8s_clusternetworktopologies",
+}
+# Slots one command of a pass takes for itself (a pod, a status).
+EXCLUSIVE_PREFIXES = (POD_PREFIX, STATUS_PREFIX)
+# Refusal counts kept for this many idempotency keys at most.
+MAX_SALTED_KEYS = 100_000
 
 
 class TopologyPlacer:
@@ -60,19 +85,26 @@ class TopologyPlacer:
         self.lease = LeaderLease(
             bus, SERVICE, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds
         )
-        self.recently_sent: dict[str, float] = {}
+        self.ledger = LedgerSender(
+            bus,
+            ledger=SERVICE,
+            sender=SENDER,
+            max_lifetime=COMMAND_LIFETIME_SECONDS,
+            on_outcome=self._on_outcome,
+        )
         # Commands refused before: the count goes into a repeat's key ("<key>~<n>").
         self.salt: dict[str, int] = {}
         self.outcomes: Tally[str] = Tally()
         self.passes = 0
         self.last_plan: Plan | None = None
         self._wake = asyncio.Event()
+        self.ledger.on_ready = self._wake.set
         self._leader_loop = LeaderLoop(
             bus,
             self.lease,
             tuple(self.views.values()),
             outcomes_subject=subjects.K8S_OUTCOMES,
-            on_outcome=self._on_outcome,
+            on_outcome=self.ledger.handle_outcome,
             on_leadership=self._on_leadership,
             loop=self._run,
             name="topology-placer loop",
@@ -87,6 +119,7 @@ class TopologyPlacer:
 
     async def stop(self, grace: float = 5.0) -> None:
         await self._leader_loop.stop()
+        await self.ledger.stop()
 
     def views_ready(self) -> bool:
         return all(view.ready.is_set() for view in self.views.values())
@@ -100,16 +133,14 @@ class TopologyPlacer:
         self._wake.set()
 
     def _on_leadership(self, leader: bool) -> None:
-        # What another replica sent is unknown here: its commands are deduped by key anyway.
-        self.recently_sent.clear()
+        # The ledger is rebuilt from the streams before this replica plans as leader: it then
+        # holds whatever an earlier leader sent that may still land.
+        self.ledger.on_leadership(leader)
         self._wake.set()
 
-    async def _on_outcome(self, msg: Msg) -> None:
-        try:
-            outcome = codec.decode(CommandOutcome, msg.data, subject=msg.subject)
-        except ContractDecodeError:
-            return
-        if outcome.sender != SENDER or outcome.outcome == "retrying":
+    def _on_outcome(self, outcome: CommandOutcome, entry: LedgerEntry | None) -> None:
+        """An outcome of ours, decoded and already settled in the ledger."""
+        if outcome.outcome == "retrying":
             return
         self.outcomes[outcome.outcome] += 1
         metrics.OUTCOMES.labels(outcome.outcome).inc()
@@ -118,7 +149,6 @@ class TopologyPlacer:
             # re-planned from the state as it is now. If the new plan is the same command, it
             # needs a new key: JetStream would drop a repeat of the refused one as a duplicate.
             base = outcome.idempotency_key.split("~", 1)[0]
-            self.recently_sent.pop(base, None)
             self.salt[base] = self.salt.get(base, 0) + 1
             log.info(
                 "command.refused",
@@ -128,16 +158,23 @@ class TopologyPlacer:
                 outcome=outcome.outcome,
                 message=outcome.message,
             )
-            self._wake.set()
+        self._wake.set()
 
     # --- the loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
         while True:
+            timeout = self.config.resync_seconds
+            expiry = self.ledger.ledger.next_expiry()
+            if expiry is not None:
+                # Wake when a held command can no longer land: its gang is planned again.
+                timeout = max(0.0, min(timeout, expiry - time.time()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.resync_seconds)
+                await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
-            if not self.lease.is_leader or not self.views_ready():
+            if not self.lease.is_leader or not self.views_ready() or not self.ledger.ready:
+                # A leader whose ledger is not rebuilt yet plans nothing: it may not know an
+                # earlier leader's commands (the ledger wakes the loop once rebuilt).
                 if not self.lease.is_leader:
                     await asyncio.sleep(0.2)
                 continue
@@ -163,10 +200,28 @@ class TopologyPlacer:
             budgets=values("k8s_poddisruptionbudgets"),
             now=now,
             scheduler_names=frozenset(self.config.scheduler_names),
+            in_flight=in_flight_of(self.ledger.ledger.held(now)),
         )
+
+    def _effect_seen(self, entry: LedgerEntry, rv: str | None, now: float) -> bool:
+        """Does KV show what an applied command did (so what it held is free again)?"""
+        if now - entry.sent_at > self.config.in_flight_timeout_seconds:
+            log.info("command.in_flight_expired", key=entry.idempotency_key)
+            return True
+        target = entry.target
+        bucket = "k8s_pods" if target.kind == "Pod" else STATUS_BUCKETS.get(target.kind)
+        if bucket is None or not rv:
+            return True
+        current = self.views[bucket].get(subjects.object_key(target.namespace, target.name))
+        if current is None:
+            return True  # deleted: nothing of it is left to see
+        return resource_version_reached(resource_version_of(current), rv)
 
     async def run_pass(self) -> Plan:
         now = time.time()
+        ledger = self.ledger.ledger
+        ledger.release_seen(lambda entry, _, rv: self._effect_seen(entry, rv, now))
+        ledger.expire(now)
         started = time.perf_counter()
         result = plan(self.state(now))
         metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
@@ -179,58 +234,76 @@ class TopologyPlacer:
             metrics.ATTEMPTS.labels(attempt).inc()
         for layer, count in result.domains_by_layer.items():
             metrics.DOMAINS.labels(layer).set(count)
-        outgoing = [out for action in result.actions for out in to_outgoing(action, now)]
-        await self.send(outgoing, now)
+        await self.send(result.actions, now)
         return result
 
-    async def send(self, outgoing: list[Outgoing], now: float) -> None:
-        expired = [k for k, at in self.recently_sent.items() if now - at > self._timeout]
-        for key in expired:
-            del self.recently_sent[key]
-        if len(self.salt) > 100_000:
+    def _group_of(self, namespace: str | None, name: str) -> GroupKey | None:
+        pod = self.views["k8s_pods"].get(subjects.object_key(namespace, name))
+        return None if pod is None else pod_group_of(pod)
+
+    async def send(self, actions: list[Action], now: float) -> None:
+        """Send the plan's commands through the ledger. An action whose slots are held (a
+        command on the same pod still on its way, this pass's included) is left for a later
+        pass, which plans it from a view that shows that command's effect."""
+        if len(self.salt) > MAX_SALTED_KEYS:
             self.salt.clear()
+        held = self.ledger.ledger.held(now)
+        taken: set[str] = set()
+        sendings: list[Sending] = []
+        messages: list[OutgoingMessage] = []
+        for action in actions:
+            outgoing = to_outgoing(action, now)
+            planned: list[Sending] = []
+            for out in outgoing:
+                if out.command is not None:
+                    command = out.command
+                    group = None
+                    if command.target.kind == "Pod":
+                        group = self._group_of(command.target.namespace, command.target.name)
+                    salt = self.salt.get(out.key, 0)
+                    if salt:
+                        command = msgspec.structs.replace(
+                            command, idempotency_key=f"{out.key}~{salt}"
+                        )
+                    planned.append(Sending(command, slots_of(command, group)))
+            slots = {slot for sending in planned for slot in sending.slots}
+            # Within the pass only a pod (or a status) is one command's at a time: a gang's
+            # members go out together.
+            exclusive = {slot for slot in slots if slot.startswith(EXCLUSIVE_PREFIXES)}
+            if any(slot in held for slot in slots) or not exclusive.isdisjoint(taken):
+                continue
+            taken |= exclusive
+            sendings.extend(planned)
+            messages.extend(self._decisions(outgoing))
+        metrics.MESSAGES.inc(len(sendings) + len(messages))
+        if sendings or messages:
+            await self.ledger.send(sendings, messages, publish_window=self.config.publish_window)
+
+    def _decisions(self, outgoing: list[Outgoing]) -> list[OutgoingMessage]:
         messages: list[OutgoingMessage] = []
         for out in outgoing:
-            if out.key in self.recently_sent:
+            decision = out.decision
+            if decision is None:
                 continue
-            self.recently_sent[out.key] = now
-            if out.command is not None:
-                command = out.command
-                salt = self.salt.get(out.key, 0)
-                if salt:
-                    command = msgspec.structs.replace(command, idempotency_key=f"{out.key}~{salt}")
-                messages.append(
-                    OutgoingMessage(
-                        subject=command.subject, message=command, msg_id=command.idempotency_key
-                    )
+            messages.append(
+                OutgoingMessage(
+                    subject=decision.subject, message=decision, msg_id=decision.decision_id
                 )
-            if out.decision is not None:
-                decision = out.decision
-                messages.append(
-                    OutgoingMessage(
-                        subject=decision.subject, message=decision, msg_id=decision.decision_id
-                    )
-                )
-                if decision.kind == "preempted":
-                    metrics.PREEMPTIONS.inc()
-                    metrics.VICTIMS.inc(len(decision.victims))
-                log.info(
-                    "placement.decision",
-                    gang=",".join(decision.gang_group),
-                    kind=decision.kind,
-                    reason=decision.reason,
-                    domain=decision.domain,
-                    layer=decision.layer,
-                    message=decision.message,
-                    victims=list(decision.victims),
-                )
-        metrics.MESSAGES.inc(len(messages))
-        if messages:
-            await self.bus.publish_batch(messages, max_in_flight=self.config.publish_window)
-
-    @property
-    def _timeout(self) -> float:
-        return self.config.in_flight_timeout_seconds
+            )
+            if decision.kind == "preempted":
+                metrics.PREEMPTIONS.inc()
+                metrics.VICTIMS.inc(len(decision.victims))
+            log.info(
+                "placement.decision",
+                gang=",".join(decision.gang_group),
+                kind=decision.kind,
+                reason=decision.reason,
+                domain=decision.domain,
+                layer=decision.layer,
+                message=decision.message,
+                victims=list(decision.victims),
+            )
+        return messages
 
 
 async def setup(ctx: ServiceContext[TopologyPlacerConfig]) -> None:

@@ -21,6 +21,7 @@ from nodeflow_bus import Bus
 from nodeflow_runtime.natsd import NatsServerProcess
 from tests.fixtures import stack as shared
 from tests.fixtures.stack import ServiceSlot
+from topology_placer.commands import COMMAND_LIFETIME_SECONDS
 from topology_placer.config import TopologyPlacerConfig
 from topology_placer.service import TopologyPlacer
 
@@ -114,6 +115,8 @@ class Stack(InProcessStack):
             "nats_url": (self.nats_url,),
             "instance_id": f"placer-it-{generation}",
             **shared.CONTROLLER_TIMINGS,
+            # The placer refuses a hold shorter than its commands' life (config.py).
+            "in_flight_timeout_seconds": COMMAND_LIFETIME_SECONDS,
             **overrides,
         }
         return TopologyPlacer(bus, TopologyPlacerConfig(**settings))

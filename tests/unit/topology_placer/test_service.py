@@ -1,18 +1,18 @@
-"""The service's sending rules, without NATS: a command is not re-published while its effect
-is on its way, and a command refused before gets a new key when it is sent again (JetStream
-would drop a repeat of the refused key as a duplicate)."""
+"""The service's sending rules, without NATS: a pod's command holds the pod in the command
+ledger while it may still land, so no second command on that pod goes out (in a later pass
+or the same one), and a command refused before gets a new key when it is sent again
+(JetStream would drop a repeat of the refused key as a duplicate)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from nodeflow_bus import OutgoingMessage
-from nodeflow_contracts import codec
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand
-from topology_placer.commands import to_outgoing
+from nodeflow_contracts.ledger import CommandLedger, LedgerRecord
+from topology_placer.commands import COMMAND_LIFETIME_SECONDS, SENDER
 from topology_placer.config import TopologyPlacerConfig
-from topology_placer.planner import Bind
+from topology_placer.planner import Bind, MarkUnschedulable, Nominate
 from topology_placer.pods import PodRef
 from topology_placer.service import TopologyPlacer
 
@@ -22,53 +22,74 @@ NOW = 1_767_225_600.0
 class RecordingBus:
     def __init__(self) -> None:
         self.sent: list[OutgoingMessage] = []
+        self.records: list[LedgerRecord] = []
+
+    async def publish(self, subject: str, message: Any, **_: Any) -> None:
+        assert isinstance(message, LedgerRecord)
+        self.records.append(message)
 
     async def publish_batch(self, messages: list[OutgoingMessage], **_: Any) -> list[Any]:
         self.sent.extend(messages)
         return []
 
 
-@dataclass
-class FakeMsg:
-    data: bytes
-    subject: str
-
-
 def _placer(bus: RecordingBus) -> TopologyPlacer:
-    config = TopologyPlacerConfig(instance_id="unit", in_flight_timeout_seconds=20.0)
-    return TopologyPlacer(bus, config)  # type: ignore[arg-type]
+    placer = TopologyPlacer(bus, TopologyPlacerConfig(instance_id="unit"))  # type: ignore[arg-type]
+    # As after a rebuild that found nothing held.
+    placer.ledger.adopt(CommandLedger(SENDER, max_lifetime=COMMAND_LIFETIME_SECONDS))
+    return placer
 
 
-async def test_a_command_is_not_republished_while_in_flight_and_is_after_the_timeout() -> None:
-    bus = RecordingBus()
-    placer = _placer(bus)
-    outgoing = to_outgoing(Bind(PodRef("default", "w-0", "uid", "1"), "n1"), NOW)
-    await placer.send(outgoing, NOW)
-    await placer.send(outgoing, NOW + 1)
-    assert len(bus.sent) == 1
-    await placer.send(outgoing, NOW + 21)
-    assert len(bus.sent) == 2
+def _commands(bus: RecordingBus) -> list[K8sCommand]:
+    return [m.message for m in bus.sent if isinstance(m.message, K8sCommand)]
 
 
-async def test_a_refused_command_gets_a_new_key_when_sent_again() -> None:
-    bus = RecordingBus()
-    placer = _placer(bus)
-    outgoing = to_outgoing(Bind(PodRef("default", "w-0", "uid", "1"), "n1"), NOW)
-    await placer.send(outgoing, NOW)
-    first = bus.sent[0].message
-    assert isinstance(first, K8sCommand)
-    refused = CommandOutcome(
-        idempotency_key=first.idempotency_key,
-        op="bind",
-        sender="topology-placer",
-        target=first.target,
-        outcome="conflict",
-        sent_at=NOW,
-        finished_at=NOW + 0.1,
+def _outcome(command: K8sCommand, result: str) -> CommandOutcome:
+    return CommandOutcome(
+        idempotency_key=command.idempotency_key,
+        op=command.op,
+        sender=SENDER,
+        target=command.target,
+        outcome=result,  # type: ignore[arg-type]
+        sent_at=command.sent_at,
+        finished_at=command.sent_at + 0.1,
     )
-    await placer._on_outcome(FakeMsg(codec.encode(refused), refused.subject))  # type: ignore[arg-type]
-    await placer.send(outgoing, NOW + 1)
-    second = bus.sent[1].message
-    assert isinstance(second, K8sCommand)
+
+
+POD = PodRef("default", "w-0", "uid", "1")
+
+
+async def test_rule_a_pod_command_is_not_sent_again_while_it_may_still_land() -> None:
+    bus = RecordingBus()
+    placer = _placer(bus)
+    await placer.send([Bind(POD, "n1")], NOW)
+    # The record naming what it holds is stored before the command goes out.
+    assert [e.slots for r in bus.records for e in r.entries] == [("pod:default/w-0",)]
+    await placer.send([Bind(POD, "n1")], NOW + 1)
+    # A command with no outcome may land until its deadline and the landing margin.
+    await placer.send([Bind(POD, "n1")], NOW + COMMAND_LIFETIME_SECONDS + 39)
+    assert len(_commands(bus)) == 1
+    await placer.send([Bind(POD, "n1")], NOW + COMMAND_LIFETIME_SECONDS + 41)
+    assert len(_commands(bus)) == 2
+
+
+async def test_rule_a_nomination_waits_for_the_status_patch_of_its_pod_in_the_same_pass() -> None:
+    # The nomination carries the pod's resourceVersion, which the patch is about to change:
+    # sent together, the nomination would be refused with a conflict.
+    bus = RecordingBus()
+    placer = _placer(bus)
+    mark = MarkUnschedulable(POD, "Unschedulable", "waiting", "2026-01-01T00:00:00Z")
+    await placer.send([mark, Nominate(POD, "n1")], NOW)
+    assert [c.op for c in _commands(bus)] == ["patch"]
+
+
+async def test_a_refused_command_frees_its_pod_and_gets_a_new_key_when_sent_again() -> None:
+    bus = RecordingBus()
+    placer = _placer(bus)
+    await placer.send([Bind(POD, "n1")], NOW)
+    first = _commands(bus)[0]
+    placer.ledger.settle(_outcome(first, "conflict"))
+    await placer.send([Bind(POD, "n1")], NOW + 1)
+    second = _commands(bus)[1]
     assert second.idempotency_key == f"{first.idempotency_key}~1"
     assert bus.sent[1].msg_id == second.idempotency_key
