@@ -258,9 +258,7 @@ class LedgerSender:
             )
         finally:
             self._during_rebuild = None
-        self.ledger = rebuilt
-        metrics.LEDGER_HELD.labels(self.name).set(len(rebuilt))
-        self._set_ready(True)
+        self.adopt(rebuilt)
         log.info(
             "ledger.rebuilt",
             ledger=self.name,
@@ -269,6 +267,14 @@ class LedgerSender:
             held=len(rebuilt),
             took=round(time.time() - now, 3),
         )
+
+    def adopt(self, ledger: CommandLedger) -> None:
+        """Start from `ledger` (what `rebuild` read from the streams) and become ready."""
+        if ledger.sender != self.sender:
+            raise ValueError(f"a ledger of {ledger.sender} cannot be {self.sender}'s")
+        self.ledger = ledger
+        metrics.LEDGER_HELD.labels(self.name).set(len(ledger))
+        self._set_ready(True)
 
     async def _read_since(self, stream: str, subject: str, since: float) -> list[tuple[str, bytes]]:
         """Every message of `stream` on `subject` stored since `since` (epoch seconds), read

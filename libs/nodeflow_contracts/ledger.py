@@ -33,7 +33,7 @@ This module is pure: the clock is an argument, nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -123,6 +123,8 @@ class _Held:
     # The outcome said it applied: held until the controller sees the effect (`release`).
     applied_rv: str | None = None
     applied: bool = False
+    # "applied" or "already-applied" once applied.
+    outcome: str = ""
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,7 @@ class CommandLedger:
         elif outcome.outcome in APPLIED_OUTCOMES:
             held.applied = True
             held.applied_rv = outcome.resource_version
+            held.outcome = outcome.outcome
         return held.entry
 
     def release(self, idempotency_key: str, sent_at: float | None = None) -> None:
@@ -219,6 +222,19 @@ class CommandLedger:
             return
         for at in [a for a, h in sends.items() if h.applied and sent_at in (None, a)]:
             self._drop(idempotency_key, at)
+
+    def release_seen(self, seen: Callable[[LedgerEntry, str, str | None], bool]) -> int:
+        """Release every applied entry whose effect `seen(entry, outcome, resource_version)`
+        says the controller's view shows; returns how many."""
+        done = [
+            (key, at)
+            for key, sends in self._entries.items()
+            for at, held in sends.items()
+            if held.applied and seen(held.entry, held.outcome, held.applied_rv)
+        ]
+        for key, at in done:
+            self._drop(key, at)
+        return len(done)
 
     def expire(self, now: float) -> list[LedgerEntry]:
         """Drop the entries that can no longer land; returns them."""

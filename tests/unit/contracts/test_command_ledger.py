@@ -236,10 +236,8 @@ def test_property_no_slot_is_given_twice_while_a_holder_may_land(
             slot, expires, _ = model.sends[(key, sent_at)]
             entry = LedgerEntry.of(command(key, sent_at), [slot])
             result = str(arg)
-            if result == "expired" and now > expires:
-                attempt = 1  # never sent: never lands
-            else:
-                attempt = 2
+            # An expired outcome past the deadline: never sent (it never lands).
+            attempt = 1 if result == "expired" and now > expires else 2
             out = outcome(entry, result, attempt)
             outcomes.append(out)
             ledger.settle(out)
@@ -265,3 +263,25 @@ def test_property_no_slot_is_given_twice_while_a_holder_may_land(
         for slot in ("s1", "s2"):
             if model.may_land(slot, now):
                 assert ledger.holds(slot, now)
+
+
+def test_release_seen_releases_only_applied_entries_the_view_shows() -> None:
+    ledger = CommandLedger(SENDER, max_lifetime=LIFETIME)
+    shown = LedgerEntry.of(command("a", 100.0), ["pod:ns/a"])
+    lagging = LedgerEntry.of(command("b", 100.0), ["pod:ns/b"])
+    unanswered = LedgerEntry.of(command("c", 100.0), ["pod:ns/c"])
+    for entry in (shown, lagging, unanswered):
+        ledger.record(entry)
+    ledger.settle(outcome(shown, "applied"))
+    ledger.settle(
+        msgspec.structs.replace(outcome(lagging, "already-applied"), resource_version="9")
+    )
+    seen: list[tuple[str, str, str | None]] = []
+
+    def view_shows(entry: LedgerEntry, result: str, rv: str | None) -> bool:
+        seen.append((entry.idempotency_key, result, rv))
+        return entry.idempotency_key == "a"
+
+    assert ledger.release_seen(view_shows) == 1
+    assert sorted(seen) == [("a", "applied", "7"), ("b", "already-applied", "9")]
+    assert set(ledger.held(101.0)) == {"pod:ns/b", "pod:ns/c"}
