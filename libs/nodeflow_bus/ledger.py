@@ -300,6 +300,22 @@ class LedgerSender:
         return found
 
 
+def log_refused(outcome: CommandOutcome) -> None:
+    """The one log line of a command that was not applied (refused, expired or failed): a
+    conflict (the object changed after the decision, so it is decided again) at info, the
+    rest at warning. A controller's outcome listener calls it for the outcomes it re-plans."""
+    report = log.info if outcome.outcome == "conflict" else log.warning
+    report(
+        "command.refused",
+        sender=outcome.sender,
+        key=outcome.idempotency_key,
+        op=outcome.op,
+        target=outcome.target.ordering_key,
+        outcome=outcome.outcome,
+        message=outcome.message,
+    )
+
+
 def _record_id(ledger: str, entries: Sequence[LedgerEntry]) -> str:
     """The Nats-Msg-Id of a record: the same commands sent at the same instant are one."""
     digest = hashlib.sha256()

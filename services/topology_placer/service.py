@@ -19,14 +19,14 @@ import asyncio
 import contextlib
 import time
 from collections import Counter as Tally
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import structlog
 
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
 from nodeflow_bus.leader_loop import LeaderLoop
-from nodeflow_bus.ledger import LedgerSender, Sending
+from nodeflow_bus.ledger import LedgerSender, Sending, log_refused
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome
 from nodeflow_contracts.ledger import LedgerEntry
@@ -37,7 +37,7 @@ from topology_placer.commands import COMMAND_LIFETIME_SECONDS, SENDER, Outgoing,
 from topology_placer.config import TopologyPlacerConfig
 from topology_placer.gang import GroupKey, pod_group_of
 from topology_placer.inflight import POD_PREFIX, STATUS_PREFIX, in_flight_of, slots_of
-from topology_placer.planner import Action, ClusterState, Plan, plan
+from topology_placer.planner import Action, ClusterState, GangState, Plan, plan
 from topology_placer.pods import placement_fields, placement_node_fields
 
 log = structlog.get_logger("topology_placer")
@@ -51,16 +51,7 @@ BUCKETS = (
     "k8s_clusternetworktopologies",
     "k8s_poddisruptionbudgets",
 )
-GANG_STATES = (
-    "bound",
-    "binding",
-    "nominated",
-    "waiting",
-    "unschedulable",
-    "preempting",
-    "invalid",
-    "in-flight",
-)
+GANG_STATES: tuple[GangState, ...] = get_args(GangState)
 # Kinds whose KV view shows what a status write did (an applied one is released once seen).
 STATUS_BUCKETS = {
     "PodGroup": "k8s_podgroups",
@@ -150,14 +141,7 @@ class TopologyPlacer:
             # needs a new key: JetStream would drop a repeat of the refused one as a duplicate.
             base = outcome.idempotency_key.split("~", 1)[0]
             self.salt[base] = self.salt.get(base, 0) + 1
-            log.info(
-                "command.refused",
-                key=outcome.idempotency_key,
-                op=outcome.op,
-                target=outcome.target.ordering_key,
-                outcome=outcome.outcome,
-                message=outcome.message,
-            )
+            log_refused(outcome)
         self._wake.set()
 
     # --- the loop ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeflow_bus import OutgoingMessage
+from nodeflow_bus import BusOptions, OutgoingMessage
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand
 from nodeflow_contracts.ledger import CommandLedger, LedgerRecord
 from topology_placer.commands import COMMAND_LIFETIME_SECONDS, SENDER
@@ -20,6 +20,8 @@ NOW = 1_767_225_600.0
 
 
 class RecordingBus:
+    options = BusOptions()
+
     def __init__(self) -> None:
         self.sent: list[OutgoingMessage] = []
         self.records: list[LedgerRecord] = []
