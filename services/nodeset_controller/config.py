@@ -30,12 +30,13 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
     resync_seconds: float = 30.0
     # Changes arriving within this window are planned together.
     debounce_seconds: float = 0.05
-    # A command with no visible effect for this long may be sent again.
+    # An applied command whose effect KV has not shown for this long frees its slot (one not
+    # applied holds it until it can no longer land: the command ledger, docs/protocols.md).
+    # At least command_lifetime_seconds: a view may lag that long behind a reconnect.
     in_flight_timeout_seconds: float = 20.0
-    # How long a command of ours may be applied (its expires_at) -- every replica must use the
-    # same value. A new leader (or a restarted controller) sends no pod create, claim or
-    # release until this long plus the landing margin has passed since it took the lead: an
-    # earlier leader's command may land until then (see docs/protocols.md).
+    # How long a command of ours may be applied (its expires_at). The command ledger holds a
+    # command's slots until this plus the landing margin has passed unless its outcome frees
+    # them earlier; a new leader rebuilds the ledger before it plans (docs/protocols.md).
     command_lifetime_seconds: float = COMMAND_LIFETIME_SECONDS
     # Most commands published in one batch (JetStream acks outstanding).
     publish_window: int = 512
@@ -68,6 +69,13 @@ class NodeSetControllerConfig(ServiceConfig, kw_only=True):
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.in_flight_timeout_seconds < self.command_lifetime_seconds:
+            # A hold shorter than a command's life frees a slot while the command's effect may
+            # still be on its way to the view: the plan would spend the slot twice.
+            raise ValueError(
+                f"in_flight_timeout_seconds ({self.in_flight_timeout_seconds:g}) must be at "
+                f"least command_lifetime_seconds ({self.command_lifetime_seconds:g})"
+            )
         if self.debounce_seconds < 0:
             raise ValueError("debounce_seconds must not be negative")
         if self.publish_window < 1:

@@ -3,17 +3,20 @@
 The controller reads only KV (k8s_nodesets, k8s_nodes, k8s_pods, k8s_nodeslices from
 k8s-watcher; slurm_nodes and slurm_clusters from slurm-syncer) and acts only through
 `cmd.k8s.v1.*` commands.
-One replica is active (leader lease). What it keeps in memory is an optimisation, never a
-source of truth: the in-flight table stops it re-sending a command whose effect has not
-reached KV yet, and every entry ends on the command's outcome, on the object changing, or
-after `in_flight_timeout_seconds` (a claim release: not before its deadline has passed,
-since a create on that node waits for it) -- so a lost outcome or a restart cannot
-wedge anything
-(the anchors' "expectations" bug). The same table bounds how many pod and claim changes are
-in flight at once (`max_commands_in_flight`), so a scale of thousands of pods proceeds in
-waves and a status update never queues behind thousands of commands. The SlurmDelete sets
-and pod deletes in that table are also an input of the plan (`ClusterView.in_flight`): a
-change sent and not yet visible already counts against the rolling budget.
+One replica is active (leader lease). Every command goes through the command ledger
+(`nodeflow_bus.ledger`, protocol in `nodeflow_contracts.ledger`): a command holds its slot
+(the pod, node claim, NodeSet status or NodeSlice it changes) until its outcome says it can
+never land, or it applied and KV shows its effect (or `in_flight_timeout_seconds` has passed
+since it was sent), or its deadline plus the landing margin has passed -- so a lost outcome
+or a restart cannot wedge anything (the anchors' "expectations" bug), and no second command
+for a slot goes out while the first may still land. A new leader rebuilds the ledger from
+the streams before its first plan, so it holds what an earlier leader sent, across a
+handover. The same ledger bounds how many pod and claim changes are in flight at once
+(`max_commands_in_flight`, the holders of `WINDOW_SLOT`), so a scale of thousands of pods
+proceeds in waves and a status update never queues behind thousands of commands. The
+SlurmDelete sets and pod deletes it holds are also an input of the plan
+(`ClusterView.in_flight`, from their `pod-change:` slots): a change sent and not yet visible
+already counts against the rolling budget, whichever leader sent it.
 
 A command sent again on purpose (its in-flight entry expired, or it was refused) keeps its
 idempotency key -- k8s-watcher and the preconditions keep it idempotent -- but its
@@ -31,13 +34,13 @@ from typing import Any
 
 import msgspec
 import structlog
-from nats.aio.msg import Msg
 
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
 from nodeflow_bus.leader_loop import LeaderLoop
-from nodeflow_contracts import codec, subjects
-from nodeflow_contracts.codec import ContractDecodeError
+from nodeflow_bus.ledger import LedgerSender, Sending
+from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, RecordEvent
+from nodeflow_contracts.ledger import HeldSlots, LedgerEntry
 from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeState
 from nodeflow_contracts.subjects import slurm_cluster_key
@@ -54,6 +57,7 @@ from nodeflow_kube.quantity import ResourceList
 from nodeflow_runtime.service import ServiceContext
 from nodeset_controller import SERVICE, metrics
 from nodeset_controller.commands import (
+    COMMAND_LIFETIME_SECONDS,
     SENDER,
     Outgoing,
     action_blockers,
@@ -75,13 +79,11 @@ from nodeset_controller.objects import (
     pod_requests,
 )
 from nodeset_controller.planner import (
-    Claim,
     ClusterView,
     CreatePod,
     Notice,
     PlanMemo,
     PodChangeSent,
-    Release,
     plan,
     slurm_trust,
 )
@@ -92,29 +94,39 @@ log = structlog.get_logger("nodeset_controller")
 
 # The `_wake_at` entry that wakes the loop when in-flight commands may have expired.
 IN_FLIGHT_WAKE = "__in_flight__"
-# How long past its deadline a claim release may still be written (k8s-watcher checks the
-# deadline before its request; the API server may apply that request a little later).
-RELEASE_LANDING_MARGIN_SECONDS = 5.0
 # Attempt counts kept for this many idempotency keys at most (oldest forgotten first).
 MAX_REMEMBERED_ATTEMPTS = 65_536
+# Held by every pod and claim change: its holders are the changes in flight, at most
+# `max_commands_in_flight`.
+WINDOW_SLOT = "nodeset-window"
+# A SlurmDelete set or a pod delete also holds `pod-change:<kind>:<reason>:<pod slot>`, so a
+# new leader counts it in the plan as the leader that sent it did.
+POD_CHANGE_PREFIX = "pod-change:"
 
 Obj = dict[str, Any]
 
 
-@dataclass
-class InFlight:
-    key: str
-    watch: tuple[str, str]
-    basis: str
-    sent_at: float
-    is_create: bool
-    windowed: bool = False
-    pod_change: PodChangeSent | None = None
-    outcome: str | None = None
-    outcome_rv: str | None = None
-    # A claim release holds its node's slot until it can no longer land (its deadline and a
-    # margin), whatever the in-flight timeout: a create on the node waits on that slot.
-    hold_until: float = 0.0
+def pod_change_slot(slot: str, sent: PodChangeSent) -> str:
+    return f"{POD_CHANGE_PREFIX}{sent.kind}:{sent.reason or ''}:{slot}"
+
+
+def pod_changes_held(held: HeldSlots) -> dict[str, PodChangeSent]:
+    """Pod slot -> the SlurmDelete set or delete held for it (the latest sent)."""
+    found: dict[str, PodChangeSent] = {}
+    for ledger_slot, entries in held.with_prefix(POD_CHANGE_PREFIX).items():
+        kind, reason, slot = ledger_slot[len(POD_CHANGE_PREFIX) :].split(":", 2)
+        if kind not in ("schedule-delete", "delete"):
+            continue
+        sent_at = max(entry.sent_at for entry in entries)
+        change = PodChangeSent(
+            kind,  # type: ignore[arg-type]
+            sent_at,
+            reason or None,  # type: ignore[arg-type]
+        )
+        previous = found.get(slot)
+        if previous is None or previous.sent_at < sent_at:
+            found[slot] = change
+    return found
 
 
 @dataclass
@@ -125,8 +137,6 @@ class Stats:
     skipped_in_flight: int = 0
     # Pod and claim changes left for a later round: max_commands_in_flight were in flight.
     deferred: int = 0
-    # Pod creates, claims and releases left for later: an earlier leader's may still land.
-    held_after_leadership: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
 
 
@@ -227,13 +237,23 @@ class NodeSetController:
         self._requested: dict[str, ResourceList] = {}  # node -> summed requests
         self._slices_of: dict[str, dict[str, Obj]] = {}
         self._slurm_of: dict[str, dict[str, SlurmNodeState]] = {}  # cluster -> name -> state
-        self._in_flight: dict[str, InFlight] = {}
+        self.ledger = LedgerSender(
+            bus,
+            ledger=SERVICE,
+            sender=SENDER,
+            # Status writes and Events live the default lifetime whatever the setting.
+            max_lifetime=max(config.command_lifetime_seconds, COMMAND_LIFETIME_SECONDS),
+            on_outcome=self._on_outcome,
+        )
+        self.ledger.on_ready = lambda: self._mark(None)
+        # What the ledger held at the start of the round (the plan's pod changes in flight).
+        self._held = HeldSlots()
+        self._pod_changes: dict[str, PodChangeSent] = {}
         # Idempotency key -> how many times it was published (names each attempt's msg id).
         self._attempts: dict[str, int] = {}
         self._memos: dict[str, PlanMemo] = {}  # nodeset key -> reusable per-object checks
         self._room = config.max_commands_in_flight
         self._last_round_seconds = 0.0
-        self._by_key: dict[str, str] = {}  # idempotency key -> slot
         self._salt: dict[str, int] = {}
         self._dirty: set[str] = set()
         # NodeSets with changes deferred for want of room in the in-flight window.
@@ -243,9 +263,6 @@ class NodeSetController:
         self._wake_at: dict[str, float] = {}
         # NodeSet key -> the SlurmDelete time its pods wait to see a Slurm poll after.
         self._awaiting_read: dict[str, float] = {}
-        # Until when pod creates, claims and releases wait after taking the lead (None: set by
-        # the first round as leader). See `_hold_node_commands_until`.
-        self._node_commands_held_until: float | None = None
         # The `slurm_nodes` stream sequence `_slurm_of` holds (what its listener has applied).
         self._slurm_nodes_revision = 0
         self._leader_loop = LeaderLoop(
@@ -253,7 +270,7 @@ class NodeSetController:
             self.lease,
             self._views(),
             outcomes_subject=subjects.K8S_OUTCOMES,
-            on_outcome=self._on_outcome,
+            on_outcome=self.ledger.handle_outcome,
             on_leadership=self._on_leadership,
             loop=self._run,
             name="nodeset-controller loop",
@@ -275,6 +292,7 @@ class NodeSetController:
 
     async def stop(self, grace: float = 5.0) -> None:
         await self._leader_loop.stop()
+        await self.ledger.stop()
 
     def _views(self) -> tuple[KVView[Any], ...]:
         return (
@@ -486,45 +504,23 @@ class NodeSetController:
 
     # --- outcomes and the in-flight table -------------------------------------------------------
 
-    async def _on_outcome(self, msg: Msg) -> None:
-        try:
-            outcome = codec.decode(CommandOutcome, msg.data, subject=msg.subject)
-        except ContractDecodeError:
-            return
-        if outcome.sender != SENDER or outcome.outcome == "retrying":
+    def _on_outcome(self, outcome: CommandOutcome, entry: LedgerEntry | None) -> None:
+        """An outcome of ours, decoded and already settled in the ledger."""
+        if outcome.outcome == "retrying":
             return
         self.stats.outcomes[outcome.outcome] = self.stats.outcomes.get(outcome.outcome, 0) + 1
         metrics.OUTCOMES.labels(outcome.outcome).inc()
-        slot = self._by_key.get(outcome.idempotency_key)
-        if slot is None:
+        if entry is None:
             return
-        entry = self._in_flight.get(slot)
-        if entry is None or entry.key != outcome.idempotency_key:
-            return
-        if outcome.outcome in ("applied", "already-applied"):
-            entry.outcome = outcome.outcome
-            entry.outcome_rv = outcome.resource_version
-        elif entry.hold_until and not outcome.never_lands:
-            # A release whose last request went unanswered may still land: its node stays
-            # busy until its deadline has passed (`InFlight.hold_until`).
+        if outcome.never_lands and outcome.outcome != "conflict":
             log.warning(
-                "command.may_still_land",
+                "command.refused",
                 key=outcome.idempotency_key,
+                op=outcome.op,
                 target=outcome.target.ordering_key,
                 outcome=outcome.outcome,
+                message=outcome.message,
             )
-            return
-        else:
-            if outcome.outcome != "conflict":
-                log.warning(
-                    "command.refused",
-                    key=outcome.idempotency_key,
-                    op=outcome.op,
-                    target=outcome.target.ordering_key,
-                    outcome=outcome.outcome,
-                    message=outcome.message,
-                )
-            self._forget(slot)
         self._wake.set()
         self._mark(self._nodeset_of_slot_target(outcome))
 
@@ -533,11 +529,6 @@ class NodeSetController:
         if outcome.target.kind == "NodeSet" and outcome.target.namespace:
             return f"{outcome.target.namespace}.{outcome.target.name}"
         return None
-
-    def _forget(self, slot: str) -> None:
-        entry = self._in_flight.pop(slot, None)
-        if entry is not None:
-            self._by_key.pop(entry.key, None)
 
     def _watched_rv(self, watch: tuple[str, str]) -> str:
         bucket, key = watch
@@ -558,64 +549,37 @@ class NodeSetController:
         return resource_version_of(obj) if obj is not None else ""
 
     def _busy(self, slot: str, now: float) -> bool:
-        """Is a command for `slot` still in flight (sent, and its effect not yet in KV)?"""
-        entry = self._in_flight.get(slot)
-        if entry is None:
-            return False
-        if now - entry.sent_at > self.config.in_flight_timeout_seconds and now > entry.hold_until:
-            log.info("command.in_flight_expired", slot=slot, key=entry.key)
-            self._forget(slot)
-            return False
-        if entry.outcome is None:
+        """Does a command that may still land hold `slot` (see the module docstring)?"""
+        return self.ledger.ledger.holds(slot, now)
+
+    def _effect_seen(self, entry: LedgerEntry, outcome: str, rv: str | None, now: float) -> bool:
+        """Does KV show what an applied command did (so its slot is free again)?"""
+        if now - entry.sent_at > self.config.in_flight_timeout_seconds:
+            log.info("command.in_flight_expired", key=entry.idempotency_key)
             return True
-        current = self._watched_rv(entry.watch)
-        if entry.outcome == "already-applied" and entry.is_create and current == "":
+        target = entry.target
+        bucket = subjects.k8s_bucket(target.kind)
+        current = self._watched_rv((bucket, subjects.object_key(target.namespace, target.name)))
+        is_create = entry.op == "create"
+        if outcome == "already-applied" and is_create and current == "":
             # Applied long ago (before a restart) and gone since: a new create needs a new key.
-            base = entry.key.split("~", 1)[0]
+            base = entry.idempotency_key.split("~", 1)[0]
             self._salt[base] = self._salt.get(base, 0) + 1
-            self._forget(slot)
-            return False
-        if entry.outcome_rv:
-            done = current != "" and rv_reached(current, entry.outcome_rv)
-            if entry.watch[0] == "k8s_pods" and not entry.is_create and current == "":
-                done = True  # deleted
-        else:
-            done = current != entry.basis
-        if done:
-            self._forget(slot)
-            return False
-        return True
+            return True
+        if not rv:
+            return True
+        if bucket == "k8s_pods" and not is_create and current == "":
+            return True  # deleted
+        return current != "" and rv_reached(current, rv)
 
     # --- leadership and the loop ---------------------------------------------------------------
 
     def _on_leadership(self, leader: bool) -> None:
-        # Whatever another replica had in flight is unknown here; its commands are deduped by
-        # key, so starting from an empty table only costs a few repeats. What the table held
-        # back (a claim release holding its node) is held by the window below instead.
-        self._in_flight.clear()
-        self._by_key.clear()
-        self._node_commands_held_until = None
+        # The ledger is rebuilt from the streams before this replica plans as leader: it then
+        # holds whatever an earlier leader (another replica, or this one before it lost the
+        # lease or restarted) sent that may still land, so no fixed pause is needed.
+        self.ledger.on_leadership(leader)
         self._mark(None)
-
-    def _hold_node_commands_until(self, now: float) -> float:
-        """Until when this leader sends no pod create, claim or release (the rule "no two
-        NodeSets on one node" across a leadership change or a restart).
-
-        An earlier leader -- another replica, or this process before it lost the lease or
-        restarted -- may have commands in flight this one cannot see: a claim release that
-        lands after this leader's create on its node leaves a pod on an unclaimed node that
-        another NodeSet may claim; a create that lands after this leader's release does the
-        same. Each such command was sent before this leader's first round and can land no
-        later than its deadline (command_lifetime_seconds) plus the landing margin, so the
-        window starts at the first round as leader (later than the lead itself: safe side).
-        Status, SlurmDelete marks, deletes and NodeSlices go on meanwhile. This is the interim
-        rule until a durable ledger of commands in flight exists."""
-        if self._node_commands_held_until is None:
-            self._node_commands_held_until = (
-                now + self.config.command_lifetime_seconds + RELEASE_LANDING_MARGIN_SECONDS
-            )
-            log.info("leadership.node_commands_held", until=self._node_commands_held_until)
-        return self._node_commands_held_until
 
     async def _run(self) -> None:
         while True:
@@ -625,7 +589,9 @@ class NodeSetController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
-            if not self.lease.is_leader or not self.views_ready():
+            if not self.lease.is_leader or not self.views_ready() or not self.ledger.ready:
+                # A leader whose ledger is not rebuilt yet plans nothing: it may not know an
+                # earlier leader's commands (the ledger wakes the loop once rebuilt).
                 if not self.lease.is_leader:
                     await asyncio.sleep(0.2)
                 continue
@@ -647,10 +613,13 @@ class NodeSetController:
             await self.reconcile_dirty()
             self._last_round_seconds = time.perf_counter() - round_started
             metrics.PLAN_SECONDS.observe(self._last_round_seconds)
-            metrics.IN_FLIGHT.set(len(self._in_flight))
+            metrics.IN_FLIGHT.set(len(self.ledger.ledger))
             # Commands in flight need a look again once they may have expired.
-            if self._in_flight:
-                self._wake_at[IN_FLIGHT_WAKE] = now + self.config.in_flight_timeout_seconds
+            expiry = self.ledger.ledger.next_expiry()
+            if expiry is not None:
+                self._wake_at[IN_FLIGHT_WAKE] = min(
+                    expiry, now + self.config.in_flight_timeout_seconds
+                )
             else:
                 self._wake_at.pop(IN_FLIGHT_WAKE, None)
 
@@ -666,14 +635,15 @@ class NodeSetController:
         else:
             keys, self._dirty = self._dirty, set()
         keys.discard(IN_FLIGHT_WAKE)
-        self._hold_node_commands_until(now)
         outgoing: list[Outgoing] = []
-        # Drop entries whose effect is visible, so finished commands never linger.
-        for slot in list(self._in_flight):
-            self._busy(slot, now)
-        self._room = self.config.max_commands_in_flight - sum(
-            1 for entry in self._in_flight.values() if entry.windowed
-        )
+        # Release what KV shows done and drop what can no longer land, so finished commands
+        # never linger.
+        ledger = self.ledger.ledger
+        ledger.release_seen(lambda entry, result, rv: self._effect_seen(entry, result, rv, now))
+        ledger.expire(now)
+        self._held = ledger.held(now)
+        self._pod_changes = pod_changes_held(self._held)
+        self._room = self.config.max_commands_in_flight - len(ledger.holders(WINDOW_SLOT, now))
         if self._room > 0:
             # NodeSets whose changes waited for room get it now, whichever change freed it
             # (a NodeSet deferred again in this round adds itself back).
@@ -694,16 +664,16 @@ class NodeSetController:
     def _pod_changes_in_flight(
         self, namespace: str, ours: Mapping[str, Obj], now: float
     ) -> dict[str, PodChangeSent]:
-        """SlurmDelete sets and deletes of the NodeSet's pods sent and not yet visible."""
+        """SlurmDelete sets and deletes of the NodeSet's pods that may still land or are not
+        yet visible, by whichever leader they were sent (the ledger at the round's start)."""
+        if not self._pod_changes:
+            return {}
         prefix = pod_slot(namespace, "")
-        found: dict[str, PodChangeSent] = {}
-        for slot, entry in list(self._in_flight.items()):
-            if entry.pod_change is None or not slot.startswith(prefix):
-                continue
-            name = slot[len(prefix) :]
-            if name in ours and self._busy(slot, now):
-                found[name] = entry.pod_change
-        return found
+        return {
+            slot[len(prefix) :]: change
+            for slot, change in self._pod_changes.items()
+            if slot.startswith(prefix) and slot[len(prefix) :] in ours
+        }
 
     def plan_nodeset(self, key: str, nodeset: Obj, now: float) -> list[Outgoing]:
         cluster = str(mapping(nodeset.get("spec")).get("slurmCluster") or "")
@@ -767,14 +737,7 @@ class NodeSetController:
                 )
             return produced
         namespace = result.nodeset.namespace
-        held_until = self._hold_node_commands_until(now)
         for action in result.actions:
-            if isinstance(action, CreatePod | Claim | Release) and now < held_until:
-                # An earlier leader's command may still land on this node (see
-                # `_hold_node_commands_until`); the NodeSet is planned again when that ends.
-                self.stats.held_after_leadership += 1
-                self._wake_at[key] = min(self._wake_at.get(key, held_until), held_until)
-                continue
             slot = action_slot(namespace, action)
             if slot is not None:
                 # A pod or claim change: not while its slot is busy, and only while there is
@@ -807,13 +770,20 @@ class NodeSetController:
         return produced
 
     async def send(self, outgoing: list[Outgoing], now: float) -> None:
+        """Send through the ledger: a tracked command holds its slot (and, for a pod or claim
+        change, a place in the window; for a SlurmDelete set or delete, its pod change)."""
+        sendings: list[Sending] = []
         messages: list[OutgoingMessage] = []
         events: list[K8sCommand] = []
+        # Slots taken by this batch (the ledger records them when it sends the batch).
+        taken: set[str] = set()
+
+        def busy(slot: str) -> bool:
+            return slot in taken or self._busy(slot, now)
+
         for out in outgoing:
             tracked = out.watch[0] != ""
-            if tracked and (
-                self._busy(out.slot, now) or any(self._busy(s, now) for s in out.also_blocked_by)
-            ):
+            if tracked and (busy(out.slot) or any(busy(s) for s in out.also_blocked_by)):
                 self.stats.skipped_in_flight += 1
                 continue
             command = out.command
@@ -822,31 +792,16 @@ class NodeSetController:
                 command = msgspec.structs.replace(
                     command, idempotency_key=f"{command.idempotency_key}~{salt}"
                 )
+            slots: list[str] = []
             if tracked:
-                self._forget(out.slot)
-                self._in_flight[out.slot] = InFlight(
-                    key=command.idempotency_key,
-                    watch=out.watch,
-                    basis=out.basis,
-                    sent_at=now,
-                    is_create=out.is_create,
-                    windowed=out.windowed,
-                    pod_change=out.pod_change,
-                    hold_until=(
-                        (command.expires_at or now) + RELEASE_LANDING_MARGIN_SECONDS
-                        if out.busy_until_deadline
-                        else 0.0
-                    ),
-                )
-                self._by_key[command.idempotency_key] = out.slot
+                taken.add(out.slot)
+                slots.append(out.slot)
+                if out.windowed:
+                    slots.append(WINDOW_SLOT)
+                if out.pod_change is not None:
+                    slots.append(pod_change_slot(out.slot, out.pod_change))
             msg_id = self._attempt_msg_id(command.idempotency_key) if tracked else None
-            messages.append(
-                OutgoingMessage(
-                    subject=command.subject,
-                    message=command,
-                    msg_id=msg_id or command.idempotency_key,
-                )
-            )
+            sendings.append(Sending(command, tuple(slots), msg_id))
             if out.decision is not None:
                 messages.append(
                     OutgoingMessage(
@@ -867,14 +822,11 @@ class NodeSetController:
                 )
             if out.event is not None:
                 events.append(out.event)
-        for event in aggregate_events(events):
-            messages.append(
-                OutgoingMessage(subject=event.subject, message=event, msg_id=event.idempotency_key)
-            )
-        self.stats.commands += len(messages)
-        metrics.MESSAGES.inc(len(messages))
-        if messages:
-            await self.bus.publish_batch(messages, max_in_flight=self.config.publish_window)
+        sendings.extend(Sending(event) for event in aggregate_events(events))
+        self.stats.commands += len(messages) + len(sendings)
+        metrics.MESSAGES.inc(len(messages) + len(sendings))
+        if sendings or messages:
+            await self.ledger.send(sendings, messages, publish_window=self.config.publish_window)
 
     def _attempt_msg_id(self, key: str) -> str:
         """The Nats-Msg-Id of this attempt at sending `key`: the key itself the first time

@@ -81,6 +81,8 @@ async def test_rule_nodeset_pod_stays_off_the_node_until_maintenance_ends(stack:
             resync_seconds=0.5,
             debounce_seconds=0.02,
             in_flight_timeout_seconds=5.0,
+            # The in-flight hold may not be shorter than a command's life.
+            command_lifetime_seconds=5.0,
         ),
     )
     await controller.start()

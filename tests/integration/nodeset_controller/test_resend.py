@@ -11,7 +11,7 @@ from typing import Any
 
 from nodeflow_bus import Bus, ensure_topology
 from nodeflow_contracts import codec
-from nodeflow_contracts.k8s import K8sCommand
+from nodeflow_contracts.k8s import CommandOutcome, K8sCommand
 from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeflow_contracts.topology import KV_BUCKETS, SLURM_CLUSTERS_BUCKET, STREAMS
 from nodeflow_runtime.natsd import NatsServerProcess
@@ -62,16 +62,17 @@ async def test_rule_resend_after_in_flight_expiry_is_not_swallowed_by_the_duplic
             poll_interval_seconds=10.0,
         )
         await clusters_kv.put(CLUSTER, codec.encode(status))
-        # Nobody applies the claim (no k8s-watcher): its in-flight entry expires and the
-        # controller sends it again, the same command under the same idempotency key.
+        # Nobody applies the claim: k8s-watcher stands in by reporting each attempt expired
+        # before it was ever sent (it can never land), which frees the node in the command
+        # ledger, and the controller sends it again, the same command under the same
+        # idempotency key.
         config = NodeSetControllerConfig(
             nats_url=(nats_server.url,),
             instance_id="resend-it",
             leader_lease_ttl_seconds=1.5,
             resync_seconds=0.2,
             debounce_seconds=0.01,
-            in_flight_timeout_seconds=0.3,
-            # A new leader's first claim waits this plus the landing margin (rule 1a).
+            in_flight_timeout_seconds=1.0,
             command_lifetime_seconds=1.0,
         )
         controller = NodeSetController(bus, config)
@@ -85,10 +86,26 @@ async def test_rule_resend_after_in_flight_expiry_is_not_swallowed_by_the_duplic
             ]
 
         stored: list[tuple[K8sCommand, str]] = []
+        answered: set[str] = set()
         async with asyncio.timeout(30):
             while len(stored) < 3:
                 await asyncio.sleep(0.1)
                 stored = await claims()
+                for command, msg_id in stored:
+                    if msg_id in answered:
+                        continue
+                    answered.add(msg_id)
+                    expired = CommandOutcome(
+                        idempotency_key=command.idempotency_key,
+                        op=command.op,
+                        sender=command.sender,
+                        target=command.target,
+                        outcome="expired",
+                        attempt=1,
+                        sent_at=command.sent_at,
+                        finished_at=time.time(),
+                    )
+                    await bus.publish(expired.subject, expired, msg_id=f"{msg_id}:expired")
         keys = Counter(c.idempotency_key for c, _ in stored)
         assert len(keys) == 1, keys  # one command ...
         assert len(stored) >= 3  # ... stored once per attempt

@@ -1,7 +1,12 @@
 """The service's decision loop without NATS: the controller's KV views are in-memory dicts
 and its bus is a command sink. A test applies the commands it chooses, when it chooses,
 as k8s-watcher would (uid preconditions, each idempotency key applied once), so it can
-interleave delivery delays with Slurm and pod changes freely."""
+interleave delivery delays with Slurm and pod changes freely.
+
+The sink keeps the command ledger's records and the cluster the outcomes it reported, so a
+leader change is the ledger a successor rebuilds from them (`rebuilt_ledger`, what
+`LedgerSender.rebuild` does with the records and outcomes it reads from NATS:
+tests/integration/bus/test_command_ledger.py)."""
 
 from __future__ import annotations
 
@@ -22,11 +27,14 @@ from nodeflow_contracts.k8s import (
     K8sCommand,
     PatchObject,
 )
+from nodeflow_contracts.ledger import CommandLedger, LedgerRecord, rebuilt_ledger
 from nodeflow_contracts.pod_protocol import SLURM_DELETE_CONDITION
 from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeState
 from nodeflow_kube.fields import (
     rfc3339,
 )
+from nodeset_controller import SERVICE
+from nodeset_controller.commands import SENDER
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.objects import OtherPod, keep_in_view
 from nodeset_controller.service import NodeSetController
@@ -123,6 +131,12 @@ class CommandSink:
     msg_ids: set[str] = field(default_factory=set)
     dropped_as_duplicates: int = 0
     now: float = 0.0
+    # The command ledger's records, stored before their commands (as on COMMAND_LEDGER).
+    records: list[LedgerRecord] = field(default_factory=list)
+
+    async def publish(self, subject: str, message: Any, *, msg_id: str | None = None) -> None:
+        assert isinstance(message, LedgerRecord), subject
+        self.records.append(message)
 
     async def publish_batch(
         self, messages: list[OutgoingMessage], *, max_in_flight: int = 512
@@ -141,16 +155,25 @@ class MemoryCluster:
     """A controller wired to in-memory views, and the API writes its commands make."""
 
     def __init__(
-        self, config: NodeSetControllerConfig, *, leading_since: float | None = None
+        self,
+        config: NodeSetControllerConfig,
+        *,
+        predecessor: MemoryCluster | None = None,
+        leading_since: float = 0.0,
     ) -> None:
-        """`leading_since`: when the controller's first round as leader was (None: the first
-        round of a test is its first; until the window after it has passed, it sends no pod
-        create, claim or release)."""
+        """A controller leading with an empty ledger, or (`predecessor`) one that took the lead
+        at `leading_since` from the controller of `predecessor` and rebuilt its ledger from
+        what that one recorded and was told."""
         self.sink = CommandSink()
+        self.outcomes: list[CommandOutcome] = []
         self.controller = NodeSetController(cast(Bus, self.sink), config)
         c = self.controller
-        if leading_since is not None:
-            c._hold_node_commands_until(leading_since)
+        if predecessor is None:
+            c.ledger.adopt(CommandLedger(SENDER, max_lifetime=c.ledger.ledger.max_lifetime))
+        else:
+            self.sink.records = list(predecessor.sink.records)
+            self.outcomes = list(predecessor.outcomes)
+            self.regain_lead(leading_since)
         self.nodesets: MemoryView[dict[str, Any]] = MemoryView(c._on_nodeset)
         self.nodes: MemoryView[dict[str, Any]] = MemoryView(c._on_node)
         # Raw pods for the tests; the controller sees them as its KV view keeps them.
@@ -178,6 +201,30 @@ class MemoryCluster:
     def next_uid(self) -> str:
         self._uid += 1
         return f"uid-{self._uid}"
+
+    def regain_lead(self, now: float) -> None:
+        """The controller loses the lead and takes it again at `now` (or a successor takes
+        over): its ledger is what the records and outcomes so far rebuild."""
+        c = self.controller
+        c._on_leadership(False)
+        assert not c.ledger.ready
+        c.ledger.adopt(
+            rebuilt_ledger(
+                SENDER,
+                SERVICE,
+                self.sink.records,
+                self.outcomes,
+                now,
+                max_lifetime=c.ledger.ledger.max_lifetime,
+            )
+        )
+
+    async def report(self, outcome: CommandOutcome) -> None:
+        """k8s-watcher publishes `outcome`: the controller's outcome subscription hears it."""
+        self.outcomes.append(outcome)
+        await self.controller.ledger.handle_outcome(
+            cast(Msg, _Delivered(codec.encode(outcome), outcome.subject))
+        )
 
     async def round(self, nodeset_key: str, now: float) -> list[K8sCommand]:
         """One decision round of the service for one NodeSet: plan, then send."""
@@ -208,9 +255,7 @@ class MemoryCluster:
             if applied and current is not None
             else None,
         )
-        await self.controller._on_outcome(
-            cast(Msg, _Delivered(codec.encode(outcome), outcome.subject))
-        )
+        await self.report(outcome)
         return applied
 
     def apply(self, command: K8sCommand) -> bool:

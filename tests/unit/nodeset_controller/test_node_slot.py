@@ -11,26 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from typing import cast
 
-from nats.aio.msg import Msg
-
-from nodeflow_contracts import codec
 from nodeflow_contracts.k8s import CommandOutcome, CreateObject, K8sCommand, PatchObject
+from nodeflow_contracts.ledger import LANDING_MARGIN_SECONDS
 from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION
 from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeset_controller.commands import node_slot, to_outgoing
 from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.planner import CreatePod, Release
-from nodeset_controller.service import RELEASE_LANDING_MARGIN_SECONDS
 from nodeset_controller.spec import parse
 from tests.unit.nodeset_controller.builders import CLUSTER, DEFAULTS, NS, T0, node, nodeset
-from tests.unit.nodeset_controller.memory_cluster import MemoryCluster, _Delivered
+from tests.unit.nodeset_controller.memory_cluster import MemoryCluster
 
 A = f"{NS}.gpu"
 B = f"{NS}.cpu"
-# The controller has led long enough that no earlier leader's command can still land.
-LEADING_SINCE = T0 - 3600.0
 
 
 def test_rule_a_create_is_blocked_by_its_node_slot() -> None:
@@ -82,8 +76,18 @@ async def _deliver(cluster: MemoryCluster, command: K8sCommand, now: float) -> N
         finished_at=now,
         resource_version=rv,
     )
-    await cluster.controller._on_outcome(
-        cast(Msg, _Delivered(codec.encode(outcome), outcome.subject))
+    await cluster.report(outcome)
+
+
+def _outcome(command: K8sCommand, result: str, at: float) -> CommandOutcome:
+    return CommandOutcome(
+        idempotency_key=command.idempotency_key,
+        op=command.op,
+        sender=command.sender,
+        target=command.target,
+        outcome=result,  # type: ignore[arg-type]
+        sent_at=command.sent_at,
+        finished_at=at,
     )
 
 
@@ -99,7 +103,6 @@ def test_rule_scale_down_and_up_fast_never_puts_two_nodesets_on_one_node() -> No
     try:
         cluster = MemoryCluster(
             NodeSetControllerConfig(nats_url=("nats://unused",), in_flight_timeout_seconds=20.0),
-            leading_since=LEADING_SINCE,
         )
         cluster.clusters.put(
             CLUSTER,
@@ -150,16 +153,14 @@ def test_rule_scale_down_and_up_fast_never_puts_two_nodesets_on_one_node() -> No
 
 
 def test_rule_a_release_holds_its_node_until_it_can_no_longer_land() -> None:
-    """The in-flight timeout is shorter than a command's life: a release neither applied nor
-    refused (its last request unanswered: `failed`) may still land, so the create on its
-    node waits until the release's deadline has passed, not just the timeout."""
+    """A release neither applied nor refused (its last request unanswered: `failed`) may
+    still land, so the create on its node waits until the release's deadline and the
+    landing margin (k8s-watcher's request timeout, clock skew) have passed, not just the
+    in-flight timeout."""
     loop = asyncio.new_event_loop()
     try:
         cluster = MemoryCluster(
-            NodeSetControllerConfig(
-                nats_url=("nats://unused",), in_flight_timeout_seconds=0.5, resync_seconds=1.0
-            ),
-            leading_since=LEADING_SINCE,
+            NodeSetControllerConfig(nats_url=("nats://unused",), resync_seconds=1.0),
         )
         cluster.clusters.put(
             CLUSTER,
@@ -187,17 +188,16 @@ def test_rule_a_release_holds_its_node_until_it_can_no_longer_land() -> None:
             sent_at=release.sent_at,
             finished_at=T0 + 1,
         )
-        loop.run_until_complete(
-            cluster.controller._on_outcome(
-                cast(Msg, _Delivered(codec.encode(outcome), outcome.subject))
-            )
-        )
+        loop.run_until_complete(cluster.report(outcome))
         cluster.nodesets.put(A, nodeset("gpu", replicas=1, rv="11"))
         assert release.expires_at is not None
-        for now in (T0 + 1, T0 + 5, release.expires_at):
+        last_landing = release.expires_at + LANDING_MARGIN_SECONDS
+        for now in (T0 + 1, T0 + 5, release.expires_at, release.expires_at + 6, last_landing):
+            _slurm_read(cluster, now)
             held = round_at(now)
             assert not any(isinstance(c.operation, CreateObject) for c in held), now
-        later = round_at(release.expires_at + 10)
+        _slurm_read(cluster, last_landing + 1)
+        later = round_at(last_landing + 1)
         assert [c.target.name for c in later if isinstance(c.operation, CreateObject)] == [
             "gpu-001-001"
         ]
@@ -219,20 +219,24 @@ def _slurm_read(cluster: MemoryCluster, at: float) -> None:
 
 
 def _creates(commands: list[K8sCommand]) -> list[str]:
-    return [c.target.name for c in commands if isinstance(c.operation, CreateObject)]
+    return [
+        c.target.name
+        for c in commands
+        if isinstance(c.operation, CreateObject) and c.target.kind == "Pod"
+    ]
 
 
 def test_rule_a_regained_lead_sends_no_create_while_an_earlier_release_may_land() -> None:
     """Rule 1a across a leadership change: the leader releases n0 (gpu scaled to 0), loses
-    and regains the lead (its in-flight table is gone), and gpu is scaled back to 1 while
-    the release is still in flight. The plan reads n0 as gpu's; a create sent now could be
-    followed by the release, leaving gpu's pod on an unclaimed node for another NodeSet.
-    No create, claim or release goes out until the release's whole life and landing margin
-    have passed since the lead was regained; the NodeSet status is still kept meanwhile."""
+    and regains the lead (its ledger rebuilt from the streams), and gpu is scaled back to 1
+    while the release is still in flight. The plan reads n0 as gpu's; a create sent now
+    could be followed by the release, leaving gpu's pod on an unclaimed node for another
+    NodeSet. The rebuilt ledger holds n0 until the release can no longer land (its deadline
+    and the landing margin); the NodeSet status is still kept meanwhile."""
     loop = asyncio.new_event_loop()
     try:
         config = NodeSetControllerConfig(nats_url=("nats://unused",))
-        cluster = MemoryCluster(config, leading_since=LEADING_SINCE)
+        cluster = MemoryCluster(config)
         _slurm_read(cluster, T0)
         cluster.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
         cluster.nodesets.put(A, nodeset("gpu", replicas=0))
@@ -240,45 +244,73 @@ def test_rule_a_regained_lead_sends_no_create_while_an_earlier_release_may_land(
         def round_at(now: float) -> list[K8sCommand]:
             return loop.run_until_complete(cluster.round(A, now))
 
-        (release,) = _changes(round_at(T0))
+        sent = round_at(T0)
+        (release,) = _changes(sent)
         assert release.expires_at is not None
-        cluster.controller._on_leadership(False)
-        cluster.controller._on_leadership(True)
-        cluster.nodesets.put(A, nodeset("gpu", replicas=1, rv="11"))
         regained = T0 + 1
-        window = config.command_lifetime_seconds + RELEASE_LANDING_MARGIN_SECONDS
+        cluster.regain_lead(regained)
+        cluster.nodesets.put(A, nodeset("gpu", replicas=1, rv="11"))
+        # The scale changed the NodeSet: k8s-watcher refuses the earlier status write.
+        for status in (c for c in sent if c.target.kind == "NodeSet"):
+            loop.run_until_complete(cluster.report(_outcome(status, "conflict", T0 + 1)))
+        window_end = release.expires_at + LANDING_MARGIN_SECONDS
         first = round_at(regained)
         assert _changes(first) == []
-        # The status (and the NodeSet's PodDisruptionBudget, no node command) still go out.
-        assert {c.target.kind for c in first} == {"NodeSet", "PodDisruptionBudget"}
-        for now in (regained + 5, release.expires_at, regained + window - 0.01):
+        # The status still goes out: only the node's slot is held.
+        assert "NodeSet" in {c.target.kind for c in first}
+        for now in (regained + 5, release.expires_at, window_end):
             _slurm_read(cluster, now)
             assert _changes(round_at(now)) == [], now
         # The release was lost on its way: once it can no longer land, the create goes out.
-        _slurm_read(cluster, regained + window)
-        assert _creates(round_at(regained + window)) == ["gpu-001-001"]
+        _slurm_read(cluster, window_end + 0.01)
+        assert _creates(round_at(window_end + 0.01)) == ["gpu-001-001"]
+    finally:
+        loop.close()
+
+
+def test_rule_a_new_leader_plans_at_once_around_settled_commands() -> None:
+    """No fixed pause after taking the lead: the earlier leader's release was refused
+    (`conflict`: it can never land), so the rebuilt ledger holds nothing on n0 and the new
+    leader's first round creates gpu's pod on the node gpu still claims."""
+    loop = asyncio.new_event_loop()
+    try:
+        config = NodeSetControllerConfig(nats_url=("nats://unused",))
+        earlier = MemoryCluster(config)
+        _slurm_read(earlier, T0)
+        earlier.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
+        earlier.nodesets.put(A, nodeset("gpu", replicas=0))
+        (release,) = _changes(loop.run_until_complete(earlier.round(A, T0)))
+        loop.run_until_complete(earlier.report(_outcome(release, "conflict", T0 + 0.5)))
+
+        successor = MemoryCluster(config, predecessor=earlier, leading_since=T0 + 1)
+        _slurm_read(successor, T0 + 1)
+        successor.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
+        successor.nodesets.put(A, nodeset("gpu", replicas=1, rv="11"))
+        first = loop.run_until_complete(successor.round(A, T0 + 1))
+        assert _creates(first) == ["gpu-001-001"]
     finally:
         loop.close()
 
 
 def test_rule_a_restarted_controller_waits_out_the_earlier_commands_life() -> None:
-    """A new controller (a restart, or another replica taking over) cannot see what the
-    earlier one sent. When the earlier release lands inside the window, the new leader's
-    next plan reads n0 as free and claims it again: never a pod on an unclaimed node."""
+    """A restarted controller (or another replica taking over) rebuilds its ledger from the
+    earlier one's records: the release it sent holds n0. When that release lands, the new
+    leader's next plan reads n0 as free and claims it again at once (no fixed window):
+    never a pod on an unclaimed node."""
     loop = asyncio.new_event_loop()
     try:
         config = NodeSetControllerConfig(nats_url=("nats://unused",))
-        earlier = MemoryCluster(config, leading_since=LEADING_SINCE)
+        earlier = MemoryCluster(config)
         _slurm_read(earlier, T0)
         earlier.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
         earlier.nodesets.put(A, nodeset("gpu", replicas=0))
         (release,) = _changes(loop.run_until_complete(earlier.round(A, T0)))
 
-        restarted = MemoryCluster(config)
-        _slurm_read(restarted, T0 + 2)
+        started = T0 + 2
+        restarted = MemoryCluster(config, predecessor=earlier, leading_since=started)
+        _slurm_read(restarted, started)
         restarted.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
         restarted.nodesets.put(A, nodeset("gpu", replicas=1, rv="11"))
-        started = T0 + 2
 
         def round_at(now: float) -> list[K8sCommand]:
             _slurm_read(restarted, now)
@@ -292,8 +324,7 @@ def test_rule_a_restarted_controller_waits_out_the_earlier_commands_life() -> No
         released = restarted.nodes.get("_.n0")
         assert released is not None
         assert CLAIM_ANNOTATION not in released["metadata"]["annotations"]
-        window = config.command_lifetime_seconds + RELEASE_LANDING_MARGIN_SECONDS
-        after = round_at(started + window)
+        after = round_at(started + 16)
         assert _creates(after) == []
         (claim,) = after
         assert isinstance(claim.operation, PatchObject)

@@ -1,9 +1,11 @@
-"""The rolling budget at the service level: the controller's decision loop (plan, in-flight
-table, send) against an in-memory cluster, with commands delivered late and in any order,
-Slurm states changing and new pods turning ready in between.
+"""The rolling budget at the service level: the controller's decision loop (plan, command
+ledger, send) against an in-memory cluster, with commands delivered late and in any order,
+Slurm states changing, new pods turning ready and the lead changing hands in between.
 
-The bound holds for commands applied within `in_flight_timeout_seconds`; one that is not is
-lost here (as a refused one would be), which is the in-flight table's own assumption."""
+A command may land at any time until its deadline plus the landing margin (k8s-watcher's
+last request may be applied that late); one not delivered by then is lost. A new leader
+starts from the ledger rebuilt from what the earlier one recorded and was told
+(`MemoryCluster.regain_lead`)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from nodeflow_contracts.ledger import LANDING_MARGIN_SECONDS
 from nodeflow_contracts.pod_protocol import (
     CLAIM_ANNOTATION,
     NODESET_LABEL,
@@ -120,9 +123,17 @@ class RollingBudget(RuleBasedStateMachine):
     def deliver_a_command(self, data: st.DataObject) -> None:
         index = data.draw(st.integers(min_value=0, max_value=len(self.pending) - 1))
         sent = self.pending.pop(index)
-        if self.now - sent.sent_at > IN_FLIGHT_TIMEOUT:
+        expires_at = sent.command.expires_at
+        assert expires_at is not None
+        if self.now > expires_at + LANDING_MARGIN_SECONDS:
             return  # too late: lost
         self.loop.run_until_complete(self.cluster.deliver(sent.command, self.now))
+
+    @rule()
+    def the_lead_changes_hands(self) -> None:
+        """The leader stops (a helm upgrade) and another takes over at once: its ledger is
+        rebuilt from the streams, the commands in flight still land later."""
+        self.cluster.regain_lead(self.now)
 
     @rule(seconds=st.sampled_from([0.5, 3.0, 12.0, 25.0]))
     def time_passes(self, seconds: float) -> None:
@@ -260,3 +271,28 @@ def test_rule_rolling_update_finishes_when_every_command_lands() -> None:
         assert "old" not in revisions and len(machine.live_pods()) == 3
     finally:
         machine.teardown()
+
+
+def test_rule_a_new_leader_counts_the_earlier_leaders_mark_against_the_budget() -> None:
+    """maxUnavailable 1 across a handover: the leader marks one outdated idle pod, a job
+    starts on it (so a fresh plan would pick another pod), and the lead changes hands before
+    the mark lands. The new leader's rebuilt ledger holds the mark: it marks no second pod,
+    and once both leaders' commands have landed at most one pod is unavailable."""
+    machine = RollingBudget()
+    try:
+        machine.start(replicas=3, budget=1, busy=[False] * 5)
+        machine.decision_round()
+        (mark,) = machine.pending
+        assert mark.command.target.kind == "Pod"
+        first = mark.command.target.name
+        machine.cluster.slurm.put(f"{CLUSTER}.{first}", slurm_state(first, busy=True))
+        machine.time_passes(0.5)
+        machine.the_lead_changes_hands()
+        machine.decision_round()
+        assert {s.command.target.name for s in machine.pending} == {first}
+        while machine.pending:
+            sent = machine.pending.pop()
+            machine.loop.run_until_complete(machine.cluster.deliver(sent.command, machine.now))
+        machine.unavailable_never_exceeds_the_budget()
+    finally:
+        machine.loop.close()
