@@ -7,8 +7,11 @@ condition is not True has a dead kubelet: its pods freeze (and deletions hang) u
 returns, as on a real cluster. Pods bound to a node that no longer exists are failed with
 DisruptionTarget/DeletionByPodGC and force-deleted, as the pod GC controller does.
 
-A pod that runs a reboot (`podlife.requests_reboot`, e.g. the Skyhook agent's reboot interrupt)
-reboots its node once it exits 0: the node is Ready=False (KubeletNotReady, not-ready taint) for
+A pod's init containers run in order first; a Skyhook package pod's follow the agent contract
+(`agent.run_init_containers`: the copy into the node's simulated host, then the stage and its
+check by image and arguments). A pod that runs a reboot (`podlife.requests_reboot`, or the
+Skyhook agent's node_restart interrupt, `agent.requests_reboot`) reboots its node once it
+exits 0: the node is Ready=False (KubeletNotReady, not-ready taint) for
 `reboot_seconds`, then comes back Ready with a new `status.nodeInfo.bootID`; the containers the
 reboot killed restart (restartCount + 1, last state terminated/Unknown/255) or, with
 restartPolicy Never, their pod fails.
@@ -26,11 +29,21 @@ from typing import Any
 
 import structlog
 
+from clustersim.cluster.agent import (
+    Step,
+    chain_outcome,
+    run_init_containers,
+    with_init_statuses,
+)
+from clustersim.cluster.agent import (
+    requests_reboot as agent_reboots,
+)
 from clustersim.cluster.loop import Controller, Obj, pod_key
 from clustersim.cluster.nodes import set_node_ready
 from clustersim.cluster.podlife import (
     Outcome,
     crashloop_status,
+    image_outcome,
     is_pod_ready,
     killed_by_reboot,
     lost_in_reboot_status,
@@ -91,6 +104,8 @@ class _PodRun:
     backoff_at: float = 0.0  # when ErrImagePull turns into ImagePullBackOff
     restarts: int = 0
     last_state: dict[str, Any] | None = None  # how the previous container ended
+    # How its init containers ran this start (agent.run_init_containers); None: not yet.
+    steps: list[Step] | None = None
 
 
 def node_is_ready(node: Obj) -> bool:
@@ -130,6 +145,8 @@ class Kubelet(Controller[KubeletKey]):
         self._runs: dict[PodKey, _PodRun] = {}
         self._ips = PodIpAllocator()
         self._boots_due: dict[str, float] = {}  # rebooting node -> when it is Ready again
+        # Each node's simulated host: the Skyhook copy dirs package pods copied there.
+        self.host_dirs: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ events
 
@@ -209,6 +226,33 @@ class Kubelet(Controller[KubeletKey]):
         host_ip = node_internal_ip(node)
         return host_ip, run.pod_ip or host_ip
 
+    def _outcome(self, pod: Obj, run: _PodRun) -> Outcome:
+        """The pod's fate: its init containers' first failure (run once per start), else its
+        containers'."""
+        if pod["spec"].get("initContainers"):
+            if run.steps is None:
+                host = self.host_dirs.setdefault(str(pod["spec"].get("nodeName")), set())
+                run.steps = run_init_containers(pod, host)
+            failed = chain_outcome(run.steps)
+            if failed is not None:
+                return failed
+        return pod_outcome(pod)
+
+    def _write(
+        self, pod: Obj, run: _PodRun, status: dict[str, Any], mode: str, killed: bool = False
+    ) -> None:
+        if run.steps:
+            status = with_init_statuses(
+                status,
+                pod,
+                run.steps,
+                mode=mode,
+                now=now_rfc3339(),
+                started=run.start_time,
+                killed=killed,
+            )
+        self._write_status(pod, status)
+
     def _write_status(self, pod: Obj, status: Obj) -> None:
         meta = pod["metadata"]
         self.store.patch(
@@ -225,15 +269,18 @@ class Kubelet(Controller[KubeletKey]):
         if wait > 0:
             return wait
         host_ip, pod_ip = self._ips_for(node, run)
-        outcome = pod_outcome(pod)
+        outcome = self._outcome(pod, run)
         now = now_rfc3339()
         if outcome is Outcome.UNPULLABLE:
-            image = _first_image(pod, ":unpullable")
+            image = _first_unpullable_image(pod)
             if run.stage == "new":
                 reason, message = unpullable_message(image, backoff=False)
                 run.stage = "pull-error"
-                self._write_status(
-                    pod, waiting_status(pod, host_ip, pod_ip, run.start_time, now, reason, message)
+                self._write(
+                    pod,
+                    run,
+                    waiting_status(pod, host_ip, pod_ip, run.start_time, now, reason, message),
+                    "pulling",
                 )
                 run.backoff_at = self._now() + self.config.pull_error_seconds
                 return self.config.pull_error_seconds
@@ -242,20 +289,25 @@ class Kubelet(Controller[KubeletKey]):
                     return remaining
                 reason, message = unpullable_message(image, backoff=True)
                 run.stage = "pull-backoff"
-                self._write_status(
-                    pod, waiting_status(pod, host_ip, pod_ip, run.start_time, now, reason, message)
+                self._write(
+                    pod,
+                    run,
+                    waiting_status(pod, host_ip, pod_ip, run.start_time, now, reason, message),
+                    "pulling",
                 )
             return None
         run.started_at = self._now()
         run.stage = "running"
-        self._write_status(
+        self._write(
             pod,
+            run,
             running_status(pod, host_ip, pod_ip, run.start_time, now, run.restarts, run.last_state),
+            "running",
         )
         return self._due(pod, run)
 
     def _due(self, pod: Obj, run: _PodRun) -> float | None:
-        outcome = pod_outcome(pod)
+        outcome = self._outcome(pod, run)
         if outcome is Outcome.RUN_FOREVER or run.started_at is None:
             return None
         if outcome is Outcome.SUCCEED:
@@ -272,13 +324,17 @@ class Kubelet(Controller[KubeletKey]):
         due = self._due(pod, run)
         if due is None:
             if not is_pod_ready(pod):  # back from a NotReady node
-                self._write_status(pod, running_status(pod, host_ip, pod_ip, run.start_time, now))
+                self._write(
+                    pod, run, running_status(pod, host_ip, pod_ip, run.start_time, now), "running"
+                )
             return None
         if due > 0:
             if not is_pod_ready(pod):
-                self._write_status(pod, running_status(pod, host_ip, pod_ip, run.start_time, now))
+                self._write(
+                    pod, run, running_status(pod, host_ip, pod_ip, run.start_time, now), "running"
+                )
             return due
-        outcome = pod_outcome(pod)
+        outcome = self._outcome(pod, run)
         if pod["spec"].get("restartPolicy", "Always") == "Always" and outcome in (
             Outcome.FAIL,
             Outcome.OOM,
@@ -290,8 +346,8 @@ class Kubelet(Controller[KubeletKey]):
             return None
         run.stage = "done"
         status = terminated_status(pod, host_ip, pod_ip, run.start_time, now, outcome)
-        self._write_status(pod, status)
-        if status["phase"] == "Succeeded" and requests_reboot(pod):
+        self._write(pod, run, status, "terminated")
+        if status["phase"] == "Succeeded" and (requests_reboot(pod) or agent_reboots(pod)):
             self._start_reboot(node["metadata"]["name"])
         return None
 
@@ -353,6 +409,7 @@ class Kubelet(Controller[KubeletKey]):
         run.last_state = killed_by_reboot(str(started), now)
         run.started_at = None
         run.stage = "new"
+        run.steps = None  # a restarted pod runs its init containers again
         run.seen_at = self._now()
 
     def _terminate(self, pod: Obj, node: Obj, run: _PodRun) -> float | None:
@@ -368,9 +425,15 @@ class Kubelet(Controller[KubeletKey]):
         if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             host_ip, pod_ip = self._ips_for(node, run)
             status = terminated_status(
-                pod, host_ip, pod_ip, run.start_time, now_rfc3339(), pod_outcome(pod), killed=True
+                pod,
+                host_ip,
+                pod_ip,
+                run.start_time,
+                now_rfc3339(),
+                self._outcome(pod, run),
+                killed=True,
             )
-            self._write_status(pod, status)
+            self._write(pod, run, status, "terminated", killed=run.started_at is not None)
         with contextlib.suppress(NotFound, Conflict):
             self.store.delete(
                 "pods",
@@ -431,9 +494,10 @@ def _crashlooping(pod: Obj) -> bool:
     )
 
 
-def _first_image(pod: Obj, suffix: str) -> str:
-    for container in pod["spec"].get("containers") or []:
+def _first_unpullable_image(pod: Obj) -> str:
+    """The image that does not pull, init containers first (they are pulled first)."""
+    for container in (*(pod["spec"].get("initContainers") or ()), *pod["spec"]["containers"]):
         image = str(container.get("image") or "")
-        if image.endswith(suffix):
+        if image_outcome(image, True) is Outcome.UNPULLABLE:
             return image
     return ""

@@ -5,18 +5,17 @@ ImagePullBackOff), `:fail` exits 1, `:oom` is OOMKilled (exit 137), `:sleep` run
 killed (a hung stage, for deadlines); any other image runs for the configured runtime and
 exits 0 when the pod is finite (owned by a Job, or restartPolicy is not Always), or runs
 until deleted. The suffix may also end a longer tag after a dash (`:1.0.0-unpullable`), so a
-semantic version can carry it. A finite container that runs the Skyhook agent's reboot
-interrupt (`interrupt reboot` in its command and args) or `reboot` itself reboots its node when
-it exits 0 (`requests_reboot`). The annotation `RUNTIME_ANNOTATION` overrides the
-runtime of one pod. A deleted pod's containers exit on SIGTERM after the kubelet's stop time
-(as slurmd does), or after `STOP_ANNOTATION` seconds for one pod; one that takes longer than
-the pod's grace period is killed when the grace ends.
+semantic version can carry it. A finite container that runs `reboot` reboots its node when it
+exits 0 (`requests_reboot`; the Skyhook agent's reboot interrupt: `agent.requests_reboot`).
+The annotation `RUNTIME_ANNOTATION` overrides the runtime of one pod. A deleted pod's
+containers exit on SIGTERM after the kubelet's stop time (as slurmd does), or after
+`STOP_ANNOTATION` seconds for one pod; one that takes longer than the pod's grace period is
+killed when the grace ends.
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -416,14 +415,13 @@ def scheduled_condition(now: str, message: str = "") -> dict[str, Any]:
 
 
 def requests_reboot(pod: Obj) -> bool:
-    """A finite container whose command line is `reboot ...` or holds `interrupt reboot`."""
+    """A finite container whose command line is `reboot ...` (the Skyhook agent's reboot
+    interrupt: `agent.requests_reboot`)."""
     if not is_finite(pod):
         return False
     for container in pod.get("spec", {}).get("containers") or []:
         words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
         if words[:1] == ["reboot"]:
-            return True
-        if ("interrupt", "reboot") in itertools.pairwise(words):
             return True
     return False
 

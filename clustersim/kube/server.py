@@ -375,7 +375,9 @@ def pod_log(pod: Obj, container: str | None) -> str:
     exit code -- so `kubectl logs` (and `kubectl logs job/<name>`) show a stage's output."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     containers = spec.get("containers") or []
-    chosen = [c for c in containers if container in (None, c.get("name"))]
+    # An init container's log is read by naming it (`kubectl logs -c`), as the kubelet serves.
+    named = [*containers, *(spec.get("initContainers") or [])] if container else containers
+    chosen = [c for c in named if container in (None, c.get("name"))]
     if not chosen:
         raise BadRequest(f"container {container} is not valid for pod {pod['metadata']['name']}")
     if container is None and len(containers) > 1:
@@ -384,7 +386,13 @@ def pod_log(pod: Obj, container: str | None) -> str:
             f"of: [{' '.join(str(c.get('name')) for c in containers)}]"
         )
     found = chosen[0]
-    states = {c.get("name"): c.get("state") or {} for c in status.get("containerStatuses") or []}
+    states = {
+        c.get("name"): c.get("state") or {}
+        for c in [
+            *(status.get("initContainerStatuses") or []),
+            *(status.get("containerStatuses") or []),
+        ]
+    }
     state = states.get(found.get("name")) or {}
     if "running" not in state and "terminated" not in state:
         reason = (state.get("waiting") or {}).get("reason", "ContainerCreating")

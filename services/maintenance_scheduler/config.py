@@ -46,3 +46,20 @@ class MaintenanceSchedulerConfig(ServiceConfig, kw_only=True):
     skyhook_stage_timeout_seconds: Annotated[int, Meta(ge=0)] = 3600
     # drainSpec.timeoutSeconds of the NodeMaintenance an interrupt requests.
     skyhook_drain_timeout_seconds: Annotated[int, Meta(ge=0)] = 600
+    # The package pod contract, as upstream's operator settings of the same name without the
+    # SKYHOOK_ prefix (AGENT_IMAGE, COPY_DIR_ROOT, AGENT_LOG_ROOT, IMAGE_PULL_SECRET,
+    # RUNTIME_REQUIRED_TAINT). The agent image runs every stage (with a tag, as upstream
+    # requires); a package's agentImageOverride replaces it.
+    skyhook_agent_image: Annotated[str, Meta(pattern=r"^[^\s]+:[^\s/]+$")] = (
+        "nvcr.io/nvidia/skyhook/agent:v6.4.1"
+    )
+    # Where a package's files are copied on the host: <root>/<skyhook>/<pkg>-<version>-...
+    skyhook_copy_dir_root: Annotated[str, Meta(pattern=r"^/")] = "/var/lib/skyhook"
+    # SKYHOOK_LOG_DIR of the agent: <root>/<skyhook>.
+    skyhook_agent_log_root: Annotated[str, Meta(pattern=r"^/")] = "/var/log/skyhook"
+    # A Secret in SKYHOOK_NAMESPACE the package pods pull their images with; empty: none.
+    skyhook_image_pull_secret: str = ""
+    # The taint a runtime-required Skyhook's nodes carry; package pods tolerate it.
+    skyhook_runtime_required_taint: Annotated[
+        str, Meta(pattern=r"^[^=:\s]+(=[^=:\s]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$")
+    ] = "skyhook.nvidia.com=runtime-required:NoSchedule"

@@ -123,8 +123,42 @@ async def test_skyhook_rollout_with_kubectl(stack: Stack) -> None:
             "skyhook.nvidia.com/stage=config",
         )
         (config_job,) = on_node.split()
-        logs = await kubectl(stack, "logs", "-n", "default", config_job)
-        assert "registry.local/tuning:2.0.0 started on" in logs and ": config" in logs
+        # The package pod contract: the package image copied its files to the host copy dir,
+        # then the agent ran the stage and its check there (the init containers' logs), apply
+        # then apply-check, config then config-check.
+        generation = await kubectl(
+            stack, "get", "skyhooks", "gpu-init", "-o", "jsonpath={.metadata.generation}"
+        )
+        sky_uid = await kubectl(
+            stack, "get", "skyhooks", "gpu-init", "-o", "jsonpath={.metadata.uid}"
+        )
+        copy_dir = f"/var/lib/skyhook/gpu-init/tuning-2.0.0-{sky_uid.strip()}-{generation.strip()}"
+        for stage in ("apply", "config"):
+            (job,) = (
+                await kubectl(
+                    stack,
+                    "get",
+                    "jobs",
+                    "-n",
+                    "default",
+                    "-o",
+                    "name",
+                    "-l",
+                    f"skyhook.nvidia.com/node={node},skyhook.nvidia.com/package=tuning,"
+                    f"skyhook.nvidia.com/stage={stage}",
+                )
+            ).split()
+            logs = {
+                container: await kubectl(stack, "logs", "-n", "default", job, "-c", container)
+                for container in ("tuning-init", f"tuning-{stage}", f"tuning-{stage}check")
+            }
+            assert all("exited with code 0" in text for text in logs.values()), logs
+            assert "registry.local/tuning:2.0.0 started on" in logs["tuning-init"]
+            assert f"SKYHOOK_DIR={copy_dir}" in logs["tuning-init"]
+            first_line = {name: text.splitlines()[0] for name, text in logs.items()}
+            assert "nvcr.io/nvidia/skyhook/agent:" in first_line[f"tuning-{stage}"]
+            assert first_line[f"tuning-{stage}"].endswith(f": {stage} /root {copy_dir}")
+            assert first_line[f"tuning-{stage}check"].endswith(f": {stage}-check /root {copy_dir}")
 
         # The Job records what it ran, durable in Kubernetes: the Skyhook's and the node's uid,
         # the version, the run and the config hash.

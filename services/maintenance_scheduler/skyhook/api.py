@@ -8,6 +8,7 @@ starts nothing for an object with problems.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -63,6 +64,17 @@ SEMVER = re.compile(
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+# A Go time.Duration as metav1.Duration reads it (`30s`, `1m30s`, `1.5h`, `500ms`).
+_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNIT_SECONDS: Final[Mapping[str, float]] = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
 
 
 # --- label selectors (metav1.LabelSelector) --------------------------------------------------
@@ -351,10 +363,28 @@ class Interrupt:
 
 @dataclass(frozen=True)
 class Resources:
+    """Quantities as the manifest gives them (upstream's resource.Quantity is int-or-string
+    in the CRD: `1` and `"500m"` both)."""
+
     cpu_request: str
     cpu_limit: str
     memory_request: str
     memory_limit: str
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One corev1.EnvVar of a package: a value, or a valueFrom source (kept as canonical
+    JSON, handed to the pod as written)."""
+
+    name: str
+    value: str = ""
+    value_from: str = ""
+
+    def to_container(self) -> dict[str, Any]:
+        if self.value_from:
+            return {"name": self.name, "valueFrom": json.loads(self.value_from)}
+        return {"name": self.name, "value": self.value}
 
 
 @dataclass(frozen=True)
@@ -367,10 +397,17 @@ class Package:
     config_map: tuple[tuple[str, str], ...] = ()
     # configInterrupts: the interrupt a change of one configMap key needs, by key.
     config_interrupts: tuple[tuple[str, Interrupt], ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[EnvVar, ...] = ()
     resources: Resources | None = None
     # activeDeadlineSeconds of each stage Job; None: no deadline.
     stage_timeout_seconds: int | None = None
+    # The image digest (`sha256:...`): pulled by digest instead of the version tag.
+    container_sha: str = ""
+    # The agent image for this package instead of the controller's SKYHOOK_AGENT_IMAGE.
+    agent_image_override: str = ""
+    # gracefulShutdown (a Go duration) in whole seconds: the pod's
+    # terminationGracePeriodSeconds; None: the Kubernetes default.
+    graceful_shutdown_seconds: int | None = None
 
     @property
     def key(self) -> str:
@@ -379,6 +416,10 @@ class Package:
 
     @property
     def image_ref(self) -> str:
+        """The package image as upstream's getPackageImage pulls it: by digest when
+        containerSHA is set, else by the version tag."""
+        if self.container_sha:
+            return f"{self.image}@{self.container_sha}"
         return f"{self.image}:{self.version}"
 
 
@@ -425,10 +466,53 @@ def _parse_resources(raw: object, where: str, problems: list[str]) -> Resources 
         problems.append(f"{where}: set all of {', '.join(names)} or none")
         return None
     for name in names:
-        if not _QUANTITY.match(str(data[name])):
-            problems.append(f"{where}.{name}: {data[name]!r} is not a quantity")
+        value = data[name]
+        # int-or-string, as upstream's CRD (x-kubernetes-int-or-string): 2 means "2".
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            problems.append(f"{where}.{name}: {value!r} is not a quantity")
+            return None
+        if not _QUANTITY.match(str(value)):
+            problems.append(f"{where}.{name}: {value!r} is not a quantity")
             return None
     return Resources(*(str(data[n]) for n in names))
+
+
+def parse_go_duration(text: str) -> float | None:
+    """Seconds of a Go duration string (metav1.Duration's form); None when it is not one."""
+    raw = text.strip()
+    sign = -1.0 if raw.startswith("-") else 1.0
+    raw = raw.lstrip("+-")
+    if raw == "0":
+        return 0.0
+    total, at = 0.0, 0
+    while at < len(raw):
+        found = _DURATION_PART.match(raw, at)
+        if found is None:
+            return None
+        total += float(found.group(1)) * _DURATION_UNIT_SECONDS[found.group(2)]
+        at = found.end()
+    return sign * total if raw else None
+
+
+def _parse_env(raw: object, where: str, problems: list[str]) -> tuple[EnvVar, ...]:
+    """corev1.EnvVar entries in order; `valueFrom` is kept (upstream hands the package's env
+    to its agent containers as written)."""
+    found: list[EnvVar] = []
+    for index, entry in enumerate(raw if isinstance(raw, list) else ()):
+        item = mapping(entry)
+        name = str(item.get("name") or "")
+        if not name:
+            problems.append(f"{where}[{index}].name: required")
+            continue
+        source = item.get("valueFrom")
+        if source is not None:
+            if item.get("value"):
+                problems.append(f"{where}[{index}]: value and valueFrom are exclusive")
+                continue
+            found.append(EnvVar(name, value_from=json.dumps(source, sort_keys=True)))
+        else:
+            found.append(EnvVar(name, value=str(item.get("value") or "")))
+    return tuple(found)
 
 
 def _parse_package(name: str, raw: object, problems: list[str]) -> Package | None:
@@ -471,14 +555,24 @@ def _parse_package(name: str, raw: object, problems: list[str]) -> Package | Non
         depends_on=_pairs(data.get("dependsOn")),
         config_map=_pairs(data.get("configMap")),
         config_interrupts=tuple(config_interrupts),
-        env=tuple(
-            (str(mapping(e).get("name")), str(mapping(e).get("value") or ""))
-            for e in data.get("env") or ()
-            if mapping(e).get("name")
-        ),
+        env=_parse_env(data.get("env"), f"{where}.env", problems),
         resources=_parse_resources(data.get("resources"), f"{where}.resources", problems),
         stage_timeout_seconds=timeout,
+        container_sha=str(data.get("containerSHA") or ""),
+        agent_image_override=str(data.get("agentImageOverride") or ""),
+        graceful_shutdown_seconds=_graceful_shutdown(data.get("gracefulShutdown"), where, problems),
     )
+
+
+def _graceful_shutdown(raw: object, where: str, problems: list[str]) -> int | None:
+    if raw is None or raw == "":
+        return None
+    seconds = parse_go_duration(str(raw))
+    if seconds is None or seconds < 0:
+        problems.append(f"{where}.gracefulShutdown: {raw!r} is not a duration")
+        return None
+    # upstream: int64(Duration.Seconds()), the fraction dropped.
+    return int(seconds)
 
 
 def _parse_interrupt(raw: object, where: str, problems: list[str]) -> Interrupt | None:

@@ -3,6 +3,7 @@
 Idempotency keys come from the state the action was decided on, so a restarted controller
 sending the same action again is deduplicated, never applied twice:
   create   Job              key: Job name + attempt (its name is deterministic)
+  create+patch ConfigMap    node metadata and package configMap a Job's pod mounts (content key)
   patch    Job              spec.activeDeadlineSeconds, to fail a Job whose image never pulls;
                             spec.ttlSecondsAfterFinished removed from a failed Job
   patch    Node             nodeState_<skyhook> annotation, status_<skyhook> annotation+label
@@ -28,7 +29,7 @@ from maintenance_scheduler.skyhook.api import (
     node_state_annotation,
     status_key,
 )
-from maintenance_scheduler.skyhook.jobs import build_job, build_maintenance
+from maintenance_scheduler.skyhook.jobs import DEFAULT_POD_OPTIONS, build_job, build_maintenance
 from maintenance_scheduler.skyhook.plan import (
     CreateJob,
     CreateMaintenance,
@@ -42,6 +43,13 @@ from maintenance_scheduler.skyhook.plan import (
     SetSkyhookStatus,
     SkyhookAction,
     SkyhookDecisionNote,
+    WriteNodeMetadata,
+    WritePackageConfig,
+)
+from maintenance_scheduler.skyhook.pod import (
+    PodOptions,
+    node_metadata_config_map,
+    package_config_map,
 )
 from nodeflow_contracts import k8s
 from nodeflow_contracts.k8s import K8sCommand, ObjectRef, deadline_after
@@ -65,6 +73,70 @@ def _command(key: str, target: ObjectRef, operation: Any, reason: str, now: floa
     )
 
 
+def commands_for(
+    action: SkyhookAction,
+    now: float,
+    *,
+    namespace: str,
+    default_stage_timeout_seconds: int,
+    drain_timeout_seconds: int,
+    options: PodOptions = DEFAULT_POD_OPTIONS,
+) -> list[K8sCommand]:
+    """A ConfigMap write is two commands, a create and a patch of its data, each keyed by
+    the content: whichever finds the ConfigMap absent or present does the work, and the
+    other is refused (conflict or not found) without harm. k8s-watcher has no upsert and
+    does not mirror ConfigMaps, so this is how the content is made sure of."""
+    if isinstance(action, WriteNodeMetadata | WritePackageConfig):
+        if isinstance(action, WriteNodeMetadata):
+            node = action.node
+            body = node_metadata_config_map(
+                options,
+                action.skyhook,
+                node.name,
+                node.labels,
+                node.annotations,
+                namespace=namespace,
+            )
+            why = f"Skyhook {action.skyhook.name}: metadata of node {node.name} for its agent"
+        else:
+            body = package_config_map(action.skyhook, action.package, namespace=namespace)
+            why = (
+                f"Skyhook {action.skyhook.name}: configMap of "
+                f"{action.package.name} {action.package.version}"
+            )
+        name = str(body["metadata"]["name"])
+        content = digest(canonical(body))
+        target = ObjectRef(api_version="v1", kind="ConfigMap", name=name, namespace=namespace)
+        return [
+            _command(
+                f"cm:{action.skyhook.uid}:{name}:{content}",
+                target,
+                k8s.CreateObject(object=body),
+                why,
+                now,
+            ),
+            _command(
+                f"cm-data:{action.skyhook.uid}:{name}:{content}",
+                target,
+                k8s.PatchObject(
+                    patch_type="json", patch=[{"op": "add", "path": "/data", "value": body["data"]}]
+                ),
+                why,
+                now,
+            ),
+        ]
+    return [
+        command_for(
+            action,
+            now,
+            namespace=namespace,
+            default_stage_timeout_seconds=default_stage_timeout_seconds,
+            drain_timeout_seconds=drain_timeout_seconds,
+            options=options,
+        )
+    ]
+
+
 def command_for(
     action: SkyhookAction,
     now: float,
@@ -72,7 +144,9 @@ def command_for(
     namespace: str,
     default_stage_timeout_seconds: int,
     drain_timeout_seconds: int,
+    options: PodOptions = DEFAULT_POD_OPTIONS,
 ) -> K8sCommand:
+    assert not isinstance(action, WriteNodeMetadata | WritePackageConfig), "commands_for"
     if isinstance(action, CreateJob):
         body = build_job(
             action.skyhook,
@@ -84,6 +158,8 @@ def command_for(
             run=action.run,
             config=action.config,
             node_uid=action.node_uid,
+            options=options,
+            node_order=action.node_order,
         )
         target = ObjectRef(
             api_version="batch/v1", kind="Job", name=action.name, namespace=namespace

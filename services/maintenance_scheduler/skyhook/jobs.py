@@ -29,10 +29,12 @@ from maintenance_scheduler.skyhook.api import (
     RESOURCE_ID_LABEL,
     SKYHOOK_KIND,
     STAGE_LABEL,
+    Interrupt,
     LabelSelector,
     Package,
     Skyhook,
 )
+from maintenance_scheduler.skyhook.pod import PodOptions, interrupt_pod_spec, stage_pod_spec
 from nodeflow_kube.labels import LabelSelector as KubeLabelSelector
 
 MANAGED_BY: Final = "nodeflow-maintenance-scheduler"
@@ -45,12 +47,13 @@ SUCCEEDED_TTL_SECONDS: Final = 86400
 # OnFailure pod against backoffLimit, hence upstream's JOB_BACKOFF_LIMIT default of 3.
 INTERRUPT_BACKOFF_LIMIT: Final = 3
 # Package pods survive the node being NotReady or unreachable for as long as it takes: the
-# interrupt (a reboot) makes it so on purpose.
+# interrupt (a reboot) makes it so on purpose (upstream's Jobs add these, no
+# tolerationSeconds, to the package pod's own tolerations).
 UNBOUNDED_TOLERATIONS: Final[tuple[Mapping[str, Any], ...]] = (
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
     {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
-    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 )
+DEFAULT_POD_OPTIONS: Final = PodOptions()
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
 
@@ -136,46 +139,24 @@ def build_job(
     run: str = "",
     config: str = "",
     node_uid: str = "",
+    options: PodOptions = DEFAULT_POD_OPTIONS,
+    node_order: int = 0,
 ) -> dict[str, Any]:
     """parallelism 1, completions 1, backoffLimit 0 (the controller decides retries),
     podReplacementPolicy Failed (no two pods racing for the node's host paths), the pod
     pinned to its node; an eviction (DisruptionTarget) is not a package failure. An
     interrupt Job restarts its pod OnFailure (INTERRUPT_BACKOFF_LIMIT) instead: the reboot
-    it causes kills its own pod."""
+    it causes kills its own pod. The pod is upstream's package pod (pod.stage_pod_spec,
+    pod.interrupt_pod_spec)."""
     name = job_name(
         skyhook.name, package.name, package.version, stage, node, entry_identity(run, config)
     )
     labels = job_labels(skyhook.name, package, stage, node, package.version)
-    env = [
-        {"name": "SKYHOOK_NAME", "value": skyhook.name},
-        {"name": "SKYHOOK_PACKAGE", "value": package.name},
-        {"name": "SKYHOOK_VERSION", "value": package.version},
-        {"name": "SKYHOOK_STAGE", "value": stage},
-        {"name": "SKYHOOK_NODE", "value": node},
-        {"name": "SKYHOOK_RESOURCE_ID", "value": labels[RESOURCE_ID_LABEL]},
-    ]
-    args = [stage]
-    if stage in ("interrupt", "post-interrupt") and package.interrupt is not None:
-        env.append({"name": "SKYHOOK_INTERRUPT", "value": package.interrupt.type})
-        args += [package.interrupt.type, *package.interrupt.services]
-    env += [{"name": k, "value": v} for k, v in package.env]
-    container: dict[str, Any] = {
-        "name": package.name,
-        "image": package.image_ref,
-        "args": args,
-        "env": env,
-    }
-    if package.resources is not None:
-        container["resources"] = {
-            "requests": {
-                "cpu": package.resources.cpu_request,
-                "memory": package.resources.memory_request,
-            },
-            "limits": {
-                "cpu": package.resources.cpu_limit,
-                "memory": package.resources.memory_limit,
-            },
-        }
+    if stage == "interrupt":
+        interrupt = package.interrupt or Interrupt("noop")
+        pod_spec = interrupt_pod_spec(options, skyhook, package, interrupt, node, node_order)
+    else:
+        pod_spec = stage_pod_spec(options, skyhook, package, stage, node, node_order)
     timeout = package.stage_timeout_seconds or default_stage_timeout_seconds
     interrupting = stage == "interrupt"
     spec: dict[str, Any] = {
@@ -187,12 +168,13 @@ def build_job(
         "template": {
             "metadata": {"labels": dict(labels)},
             "spec": {
-                "nodeName": node,
+                **pod_spec,
                 # podFailurePolicy needs restartPolicy Never: an interrupt Job has neither.
                 "restartPolicy": "OnFailure" if interrupting else "Never",
-                "tolerations": [dict(t) for t in UNBOUNDED_TOLERATIONS]
-                + [dict(t) for t in skyhook.additional_tolerations],
-                "containers": [container],
+                "tolerations": [
+                    *pod_spec["tolerations"],
+                    *(dict(t) for t in UNBOUNDED_TOLERATIONS),
+                ],
             },
         },
     }
@@ -218,6 +200,7 @@ def build_job(
                         "skyhook": skyhook.name,
                         "stage": stage,
                         "image": package.image_ref,
+                        "containerSHA": package.container_sha,
                     },
                     sort_keys=True,
                 ),

@@ -48,6 +48,7 @@ from maintenance_scheduler.skyhook.jobs import (
     job_name,
     maintenance_name,
 )
+from maintenance_scheduler.skyhook.pod import node_orders
 from maintenance_scheduler.skyhook.rollout import (
     BLOCKED,
     COMPLETE,
@@ -108,6 +109,26 @@ class CreateJob:
     run: str = ""
     config: str = ""
     node_uid: str = ""
+    # SKYHOOK_NODE_ORDER: the node's place among the nodes the rollout picked.
+    node_order: int = 0
+
+
+@dataclass(frozen=True)
+class WriteNodeMetadata:
+    """The node-metadata ConfigMap a package pod mounts (the node's labels, annotations and
+    the Skyhook's packages), written before each of its Jobs as upstream does before each
+    package pod."""
+
+    skyhook: Skyhook
+    node: NodeView
+
+
+@dataclass(frozen=True)
+class WritePackageConfig:
+    """The package's configMap as the ConfigMap `<skyhook>-<pkg>-<version>` its pods mount."""
+
+    skyhook: Skyhook
+    package: Package
 
 
 @dataclass(frozen=True)
@@ -196,6 +217,8 @@ class SkyhookDecisionNote:
 
 SkyhookAction = (
     CreateJob
+    | WriteNodeMetadata
+    | WritePackageConfig
     | FailJob
     | KeepFailedJob
     | PatchNode
@@ -484,6 +507,11 @@ def step_node(
             package = _uninstall_package(new)
         elif new.stage == "post-interrupt":
             package = replace(package, interrupt=effective_interrupt(package, new))
+        # The ConfigMaps its pod mounts first: a pod whose ConfigMap is missing does not start.
+        if node_view is not None:
+            result.actions.append(WriteNodeMetadata(skyhook, node_view))
+        if package.config_map:
+            result.actions.append(WritePackageConfig(skyhook, package))
         result.actions.append(
             CreateJob(
                 skyhook,
@@ -851,6 +879,7 @@ def _plan_skyhook(
     pull_grace_seconds: float,
 ) -> SkyhookRound:
     conditions: list[dict[str, Any]] = []
+    first_action = len(plan.actions)
     selector = skyhook.node_selector
     # No selector selects every node: skip thousands of calls that could only say yes.
     select_all = not selector.match_labels and not selector.expressions
@@ -1032,6 +1061,7 @@ def _plan_skyhook(
     for name in list(priorities):
         if name not in node_by_name:
             priorities.pop(name)
+    _set_node_orders(plan.actions, first_action, priorities, skyhook.status)
     statuses = list(after.values())
     overall = overall_status(skyhook, statuses, bool(problems) or policy is None)
     if problems:
@@ -1099,6 +1129,28 @@ def _rendered_node_states(
             shown = rendered[id(entries)] = {e.key: e.as_json for e in entries.values()}
         out[name] = shown
     return out
+
+
+def _set_node_orders(
+    actions: list[SkyhookAction],
+    first: int,
+    priorities: Mapping[str, object],
+    status: Mapping[str, Any],
+) -> None:
+    """Each new Job's SKYHOOK_NODE_ORDER, from the nodes picked as of this round (upstream
+    reads status.nodePriority as it creates the pod)."""
+    creates = [i for i in range(first, len(actions)) if isinstance(actions[i], CreateJob)]
+    if not creates:
+        return
+    offset = status.get("nodeOrderOffset")
+    offset = offset if isinstance(offset, int) and not isinstance(offset, bool) else 0
+    orders = node_orders(priorities, offset)
+    for index in creates:
+        action = actions[index]
+        assert isinstance(action, CreateJob)
+        order = orders.get(action.node, 0)
+        if order != action.node_order:
+            actions[index] = replace(action, node_order=order)
 
 
 def _rfc3339(at: float | str) -> str:

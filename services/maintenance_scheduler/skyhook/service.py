@@ -35,7 +35,7 @@ from maintenance_scheduler.skyhook.api import (
     parse_deployment_policy,
     parse_skyhook,
 )
-from maintenance_scheduler.skyhook.commands import KEY_PREFIX, command_for, decision_for
+from maintenance_scheduler.skyhook.commands import KEY_PREFIX, commands_for, decision_for
 from maintenance_scheduler.skyhook.observe import NodeViews, job_facts, maintenance_phase
 from maintenance_scheduler.skyhook.plan import (
     ForgetNode,
@@ -45,6 +45,7 @@ from maintenance_scheduler.skyhook.plan import (
     World,
     plan_round,
 )
+from maintenance_scheduler.skyhook.pod import pod_options
 from maintenance_scheduler.skyhook.stages import JobFacts
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
 from nodeflow_bus.leader_loop import LeaderLoop
@@ -307,14 +308,19 @@ class SkyhookController:
         for key in [k for k, at in self._sent.items() if at < horizon]:
             self._sent.pop(key, None)
         messages: list[OutgoingMessage] = []
-        for action in plan.actions:
-            command = command_for(
+        commands = [
+            (action, command)
+            for action in plan.actions
+            for command in commands_for(
                 action,
                 now,
                 namespace=self.namespace,
                 default_stage_timeout_seconds=self.config.skyhook_stage_timeout_seconds,
                 drain_timeout_seconds=self.config.skyhook_drain_timeout_seconds,
+                options=pod_options(self.config),
             )
+        ]
+        for action, command in commands:
             if command.idempotency_key in self._sent:
                 continue
             self._sent[command.idempotency_key] = now

@@ -258,7 +258,12 @@ class StepOutcome:
 @functools.lru_cache(maxsize=1 << 12)
 def config_hash(package: Package) -> str:
     """What a config stage depends on: the package's configMap and env."""
-    text = json.dumps([list(package.config_map), list(package.env)], separators=(",", ":"))
+    # A plain env entry hashes as the [name, value] pair it always did (no re-run of config
+    # when the controller is upgraded); a valueFrom entry adds its source.
+    env = [
+        [e.name, e.value, e.value_from] if e.value_from else [e.name, e.value] for e in package.env
+    ]
+    text = json.dumps([list(package.config_map), env], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -8,11 +8,11 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from clustersim.runner import Simulator
+from tests.integration.clustersim.test_sim_skyhook_agent import interrupt_job
 from tests.integration.clustersim.test_sim_workloads import (
     NS,
     condition,
     eventually,
-    job_body,
     pod_body,
 )
 
@@ -46,10 +46,8 @@ async def test_reboot_interrupt_pod_reboots_its_node_with_a_new_boot_id(sim: Sim
 
         await eventually(lambda: running("service"))
         await eventually(lambda: running("one-shot"))
-        body = job_body("reboot", "registry.local/kernel")
-        body["spec"]["template"]["spec"]["nodeName"] = node_name
-        body["spec"]["template"]["spec"]["containers"][0]["args"] = ["interrupt", "reboot"]
-        await batch.create_namespaced_job(NS, body)
+        # The Skyhook agent's reboot interrupt, as the Skyhook controller's Job runs it.
+        await batch.create_namespaced_job(NS, interrupt_job("reboot", node_name, "reboot"))
 
         async def rebooted() -> Any:
             node = await core.read_node(node_name)
@@ -80,10 +78,7 @@ async def test_only_the_reboot_interrupt_reboots_the_node(sim: Simulator) -> Non
     async with sim.api_client() as api:
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
         before = boot_id(await core.read_node(node_name))
-        body = job_body("post", "registry.local/kernel")
-        body["spec"]["template"]["spec"]["nodeName"] = node_name
-        body["spec"]["template"]["spec"]["containers"][0]["args"] = ["post-interrupt", "reboot"]
-        await batch.create_namespaced_job(NS, body)
+        await batch.create_namespaced_job(NS, interrupt_job("post", node_name, "service"))
 
         async def complete() -> Any:
             job = await batch.read_namespaced_job_status("post", NS)

@@ -4,6 +4,7 @@ kubelet, real NATS, k8s-watcher, and maintenance-scheduler's Skyhook controller.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -585,3 +586,40 @@ async def test_deleting_a_skyhook_removes_its_node_marks_and_cordon_before_its_f
         assert stack.get_request(request) is None
         assert not stack.unschedulable(node)  # its cordon undone
         await eventually(lambda: not sky.jobs("doomed"), timeout=30, what="Jobs collected")
+
+
+async def test_rule_package_pods_find_their_config_maps_written_through_k8s_watcher(
+    sky: SkyhookStack,
+) -> None:
+    """The node-metadata and package ConfigMaps a package pod mounts exist (upstream writes
+    them before each package pod), with what the agent reads, owned by the Skyhook."""
+    await sky.start()
+    packages = {
+        "driver": {"version": "1.0.0", "image": "registry.local/driver", "configMap": {"a": "1"}}
+    }
+    sky.skyhook("cm-init", packages)
+    await eventually(lambda: sky.status("cm-init") == "complete", timeout=60, what="complete")
+    uid = sky.get("cm-init")["metadata"]["uid"]
+    store = sky.stack.sim.store
+    package_cm = store.get("configmaps", "cm-init-driver-1.0.0", NS)
+    assert package_cm["data"] == {"a": "1"}
+    assert package_cm["metadata"]["ownerReferences"][0]["uid"] == uid
+    found = store.list("configmaps", NS, label_selector="skyhook.nvidia.com/skyhook-node-meta")
+    by_node = {
+        cm["metadata"]["annotations"]["skyhook.nvidia.com/Node.name"]: cm for cm in found.items
+    }
+    assert sorted(by_node) == sorted(sky.stack.node_names())
+    node = sky.stack.node_names()[0]
+    data = by_node[node]["data"]
+    # The node's labels as they were when it was written (only Skyhook's own marks move on).
+    written = json.loads(data["labels.json"])
+    now = sky.stack.node(node)["metadata"]["labels"]
+    assert written and {k: v for k, v in written.items() if not k.startswith("skyhook.")} == {
+        k: v for k, v in now.items() if not k.startswith("skyhook.")
+    }
+    assert json.loads(data["packages.json"])["packages"]["driver"]["version"] == "1.0.0"
+    # Every Job's pod mounts the ConfigMap named for its node.
+    for job in sky.jobs("cm-init"):
+        spec = job["spec"]["template"]["spec"]
+        names = {v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v}
+        assert by_node[spec["nodeName"]]["metadata"]["name"] in names

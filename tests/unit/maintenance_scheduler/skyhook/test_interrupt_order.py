@@ -6,6 +6,7 @@ the others are `skipped`."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -125,8 +126,14 @@ def test_rule_service_interrupts_merge_their_services_into_one_job() -> None:
     (interrupt,) = [a for a in cluster.created if a.stage == "interrupt"]
     assert interrupt.package.name == "alpha"
     job = cluster.jobs[interrupt.name]
-    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == ["interrupt", "service", "a.service", "b.service", "z.service"]
+    (agent,) = job["spec"]["template"]["spec"]["initContainers"]
+    assert agent["args"][:2] == ["interrupt", "/root"]
+    # The agent's interrupt argument (upstream Interrupt.ToArgs): base64 JSON, agent names.
+    decoded = json.loads(base64.b64decode(agent["args"][3]))
+    assert decoded == {
+        "type": "service_restart",
+        "services": ["a.service", "b.service", "z.service"],
+    }
 
 
 def test_merge_interrupts_follows_upstream_priority() -> None:

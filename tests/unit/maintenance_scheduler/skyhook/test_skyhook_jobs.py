@@ -69,10 +69,12 @@ def test_stage_job_has_the_proposal_shape_and_labels() -> None:
     pod = spec["template"]["spec"]
     assert pod["nodeName"] == "node-7"
     assert {"key": "gpu", "operator": "Exists"} in pod["tolerations"]
-    container = pod["containers"][0]
-    assert container["image"] == "registry.local/kernel:2.0.0"
-    assert container["args"] == ["post-interrupt", "reboot"]
-    assert {"name": "MODE", "value": "fast"} in container["env"]
+    # The package pod contract (test_package_pod.py holds it field by field).
+    copy, stage, check = pod["initContainers"]
+    assert copy["image"] == "registry.local/kernel:2.0.0"
+    assert stage["args"][0] == "post-interrupt" and check["args"][0] == "post-interrupt-check"
+    assert {"name": "MODE", "value": "fast"} in stage["env"]
+    assert [c["name"] for c in pod["containers"]] == ["done"]
     labels = job["metadata"]["labels"]
     assert labels["skyhook.nvidia.com/name"] == "gpu-init"
     assert labels["skyhook.nvidia.com/package"] == "kernel"
