@@ -863,8 +863,8 @@ def plan_rolling_update(
     round_: _Round, pods: PodClasses, scale_down: ScaleDown, desired: int, feasible: FeasibleNodes
 ) -> set[str]:
     """Outdated pods that stay get RollingDeleteScheduled within maxUnavailable; a pod that
-    matches the template again loses its mark. Returns the names whose mark this plan cancels
-    (scale-down's included).
+    matches the template again, or any under OnDelete, loses its mark. Returns the names
+    whose mark this plan cancels (scale-down's included).
 
     The budget is a share of the pods the NodeSet can really run, min(desiredNumberScheduled,
     numberFeasible), rounded up; unavailable counts each of those that is not Ready or is
@@ -890,18 +890,22 @@ def plan_rolling_update(
             verdict = _new_pod_fits(round_, pods, pod.node)
             if not verdict.feasible:
                 unfit[pod.name] = verdict.reason
+    spec = round_.spec
     for pod in scale_down.staying:
         if pod.delete_reason != ROLLING_DELETE:
             continue
         if pod.revision == round_.revision:
             why = "the pod matches the template again: replacement cancelled"
+        elif spec.update_strategy == "OnDelete":
+            # A mark left from a RollingUpdate: under OnDelete only a deletion by someone
+            # else replaces a pod, so its drain is undone rather than finished.
+            why = "updateStrategy is OnDelete: replacement cancelled"
         elif pod.name in unfit:
             why = f"its node cannot take the replacement ({unfit[pod.name]}): replacement cancelled"
         else:
             continue
         round_.act(CancelDelete(pod, why))
         cancelled.add(pod.name)
-    spec = round_.spec
     if spec.update_strategy != "RollingUpdate":
         return cancelled
     placeable = set(feasible.placeable)
