@@ -78,12 +78,10 @@ def node_ref(name: str, uid: str) -> ObjectRef:
 
 
 # How long a command is worth applying: past it, a held command (a crashed k8s-watcher's) is
-# reported expired and the next round decides again from what is then true.
+# reported expired and the next round decides again from what is then true. (How long after
+# it a command may still land is the command ledger's one margin,
+# nodeflow_contracts.ledger.LANDING_MARGIN_SECONDS.)
 COMMAND_LIFETIME_SECONDS = 60.0
-# How long after its deadline a command may still land: k8s-watcher checks the deadline
-# before it sends the request, which may then take its request timeout (30 s by default),
-# and the change reaches KV after that.
-LATE_LANDING_SECONDS = 60.0
 
 
 # Annotations that record when something began: their value is the moment it was decided.

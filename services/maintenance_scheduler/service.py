@@ -6,14 +6,17 @@ states projected on NodeSet pods) and acts only through `cmd.k8s.v1.*` commands.
 is active (leader lease). A round runs on every change of those views (debounced), on a
 timeout a request is waiting for, and at least every `resync_seconds`.
 
-What it keeps in memory is an optimisation, never a source of truth: which requests it has
-just scheduled (so a second round before the write shows in KV cannot spend a slot twice),
-which evictions are in flight (so a pod is not evicted again while k8s-watcher retries a
-PodDisruptionBudget refusal) and which commands it has just sent. Every entry ends on the
-command's outcome, on the object changing, or after `in_flight_timeout_seconds` (a scheduling
-on an outcome that says its write will not land, or once it can no longer land: a minute past
-its command's deadline); after a restart, the same state yields the same idempotency keys, so
-nothing is applied twice.
+Every command goes through the command ledger (`nodeflow_bus.ledger`, protocol in
+`nodeflow_contracts.ledger`). A request's Scheduled write holds its `maintenance-slot:<uid>`
+there: the request counts as scheduled (it takes one of maxParallelOperations) until KV
+shows it past Pending, its outcome says the write can never land, or the write can no longer
+land (its deadline plus the landing margin). A new leader rebuilds the ledger from the
+streams before its first round, so an earlier leader's scheduling still in flight keeps its
+slot across the handover. What else it keeps in memory is an optimisation, never a source of
+truth: which evictions are in flight (so a pod is not evicted again while k8s-watcher retries
+a PodDisruptionBudget refusal) and which commands it has just sent, each ending on the
+command's outcome or after `in_flight_timeout_seconds`; after a restart, the same state
+yields the same idempotency keys, so nothing is applied twice.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from nats.aio.msg import Msg
 
 from maintenance_scheduler import SERVICE, metrics
 from maintenance_scheduler.actions import ConfigEvent, Decision, EvictPod, SetStatus
@@ -46,7 +48,6 @@ from maintenance_scheduler.api import (
 )
 from maintenance_scheduler.commands import (
     COMMAND_LIFETIME_SECONDS,
-    LATE_LANDING_SECONDS,
     SENDER,
     commands_for,
     decision_message,
@@ -70,9 +71,10 @@ from maintenance_scheduler.scheduler import (
 from maintenance_scheduler.skyhook.service import SkyhookController
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
 from nodeflow_bus.leader_loop import LeaderLoop
-from nodeflow_contracts import codec, subjects
-from nodeflow_contracts.codec import ContractDecodeError
+from nodeflow_bus.ledger import LedgerSender, Sending
+from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand
+from nodeflow_contracts.ledger import LedgerEntry, maintenance_slot
 from nodeflow_contracts.maintenance import MaintenanceDecision
 from nodeflow_contracts.pod_protocol import NODE_CORDON_REASON_ANNOTATION
 from nodeflow_contracts.slurm import SlurmClusterStatus
@@ -185,13 +187,20 @@ class MaintenanceScheduler:
         self.lease = LeaderLease(
             bus, SERVICE, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds
         )
+        self._wake = asyncio.Event()
         self._pods_on: dict[str, dict[str, PodFacts]] = {}  # node -> pod key -> pod
         self._operator_config = OperatorConfig()
         self._config_seen: Obj | None = None
         # Warning Events about the config version last seen, sent with the next round.
         self._config_events: list[ConfigEvent] = []
-        # uid -> when its Scheduled write was sent (until KV shows it past Pending).
-        self._scheduling: dict[str, float] = {}
+        self.ledger = LedgerSender(
+            bus,
+            ledger=SERVICE,
+            sender=SENDER,
+            max_lifetime=COMMAND_LIFETIME_SECONDS,
+            on_outcome=self._on_outcome,
+        )
+        self.ledger.on_ready = self._wake.set
         self._evictions: dict[str, Eviction] = {}  # pod uid -> eviction in flight
         self._by_key: dict[str, tuple[str, str]] = {}  # idempotency key -> (what, uid)
         self._sent: dict[str, float] = {}  # command key / decision id -> sent at
@@ -204,14 +213,13 @@ class MaintenanceScheduler:
         # a finalizer dropped); after a restart or a change of leader the grace starts again,
         # which fails closed.
         self._absent_since: dict[str, float] = {}
-        self._wake = asyncio.Event()
         self._wake_at: float | None = None
         self._leader_loop = LeaderLoop(
             bus,
             self.lease,
             self.views,
             outcomes_subject=subjects.K8S_OUTCOMES,
-            on_outcome=self._on_outcome,
+            on_outcome=self.ledger.handle_outcome,
             on_leadership=self._on_leadership,
             loop=self._run,
             name="maintenance-scheduler loop",
@@ -229,6 +237,7 @@ class MaintenanceScheduler:
 
     async def stop(self, grace: float = 5.0) -> None:
         await self._leader_loop.stop()
+        await self.ledger.stop()
 
     def views_ready(self) -> bool:
         return all(v.ready.is_set() for v in self.views)
@@ -258,9 +267,10 @@ class MaintenanceScheduler:
         self._wake.set()
 
     def _on_leadership(self, leader: bool) -> None:
-        # What another replica had in flight is unknown here; its commands are deduplicated
-        # by key, so an empty table only costs a few repeats.
-        self._scheduling.clear()
+        # The ledger is rebuilt before this replica decides as leader: an earlier leader's
+        # schedulings that may still land keep their slots. Its evictions and sent commands
+        # are deduplicated by key, so empty tables here only cost a few repeats.
+        self.ledger.on_leadership(leader)
         self._evictions.clear()
         self._by_key.clear()
         self._sent.clear()
@@ -270,13 +280,9 @@ class MaintenanceScheduler:
         self._config_seen = None
         self._wake.set()
 
-    async def _on_outcome(self, msg: Msg) -> None:
-        try:
-            outcome = codec.decode(CommandOutcome, msg.data, subject=msg.subject)
-        except ContractDecodeError:
-            return
-        if outcome.sender != SENDER:
-            return
+    def _on_outcome(self, outcome: CommandOutcome, entry: LedgerEntry | None) -> None:
+        """An outcome of ours, decoded and already settled in the ledger (a Scheduled write
+        that can never land has freed its slot there)."""
         metrics.OUTCOMES.labels(outcome.op, outcome.outcome).inc()
         self.stats.outcomes[outcome.outcome] = self.stats.outcomes.get(outcome.outcome, 0) + 1
         tracked = self._by_key.get(outcome.idempotency_key)
@@ -298,15 +304,7 @@ class MaintenanceScheduler:
             return
         what, uid = tracked
         now = time.time()
-        if what == "schedule":
-            if outcome.outcome not in APPLIED and outcome.outcome != "retrying":
-                self._by_key.pop(outcome.idempotency_key, None)
-                self._sent.pop(outcome.idempotency_key, None)
-                # The slot is free at once only when the write can never land; otherwise it is
-                # held until the time bound of `round`.
-                if outcome.never_lands:
-                    self._scheduling.pop(uid, None)
-        elif what == "evict":
+        if what == "evict":
             eviction = self._evictions.get(uid)
             if eviction is None or eviction.key != outcome.idempotency_key:
                 return
@@ -340,7 +338,9 @@ class MaintenanceScheduler:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
-            if not self.lease.is_leader or not self.views_ready():
+            if not self.lease.is_leader or not self.views_ready() or not self.ledger.ready:
+                # A leader whose ledger is not rebuilt yet decides nothing: an earlier
+                # leader's scheduling may still land (the ledger wakes the loop once rebuilt).
                 if not self.lease.is_leader:
                     await asyncio.sleep(0.2)
                 continue
@@ -404,22 +404,9 @@ class MaintenanceScheduler:
         requests = self._parsed_requests()
         by_uid = {r.uid: r for r in requests}
         self._observe_phases(requests, now)
-        # A request whose Scheduled write is on its way counts as scheduled until the write
-        # shows, is refused or expires (its outcome), or can no longer land: k8s-watcher
-        # keeps retrying it (a 429, a 5xx, no answer) until the command's deadline, and a
-        # request it sent just before then may land a request timeout later. Forgetting it
-        # sooner would let a second request take the same slot and exceed
-        # maxParallelOperations once both land.
-        holds_for = max(
-            self.config.in_flight_timeout_seconds, COMMAND_LIFETIME_SECONDS + LATE_LANDING_SECONDS
-        )
-        for uid, sent_at in list(self._scheduling.items()):
-            request = by_uid.get(uid)
-            if request is None or request.phase != PENDING or now - sent_at > holds_for:
-                self._scheduling.pop(uid, None)
+        scheduling = self._scheduling(by_uid, now)
         seen = [
-            dataclasses.replace(r, phase=SCHEDULED) if r.uid in self._scheduling else r
-            for r in requests
+            dataclasses.replace(r, phase=SCHEDULED) if r.uid in scheduling else r for r in requests
         ]
         nodes = {name.partition(".")[2]: obj for name, obj in self.nodes.items()}
         facts = {name: node_facts(obj) for name, obj in nodes.items()}
@@ -462,7 +449,7 @@ class MaintenanceScheduler:
         remaining = 0
         waiting_for_slurm = 0
         for request in requests:
-            if request.uid in scheduled_now or request.uid in self._scheduling:
+            if request.uid in scheduled_now or request.uid in scheduling:
                 continue
             node = facts.get(request.node_name)
             pods = (
@@ -517,6 +504,34 @@ class MaintenanceScheduler:
         metrics.DRAINS_TIMED_OUT.set(drains_timed_out)
         self._forget_gone(by_uid, now)
         await self._send(steps, now)
+
+    def _scheduling(self, by_uid: Mapping[str, NodeMaintenance], now: float) -> set[str]:
+        """The Pending requests whose Scheduled write (this leader's or an earlier one's)
+        may still land: they count as scheduled. A write counts until KV shows the request
+        past Pending (or gone), its outcome says it can never land, or it can no longer land
+        (the ledger: k8s-watcher retries it -- a 429, a 5xx, no answer -- until its deadline,
+        and a request sent just before may land a request timeout later). Forgetting it
+        sooner would let a second request take the same slot and exceed
+        maxParallelOperations once both land."""
+        ledger = self.ledger.ledger
+
+        prefix = maintenance_slot("")
+
+        def shown(entry: LedgerEntry, outcome: str, rv: str | None) -> bool:
+            for slot in entry.slots:
+                request = by_uid.get(slot[len(prefix) :]) if slot.startswith(prefix) else None
+                if request is not None and request.phase == PENDING:
+                    return False
+            return True
+
+        ledger.release_seen(shown)
+        ledger.expire(now)
+        held = ledger.held(now)
+        return {
+            uid
+            for uid, request in by_uid.items()
+            if request.phase == PENDING and maintenance_slot(uid) in held
+        }
 
     def _parsed_requests(self) -> list[NodeMaintenance]:
         """Every request, parsed once per resourceVersion (a round at 2,000 requests would
@@ -576,14 +591,11 @@ class MaintenanceScheduler:
         )
 
     async def _send(self, steps: list[Step], now: float) -> None:
+        sendings: list[Sending] = []
         messages: list[OutgoingMessage] = []
 
-        def add_command(command: K8sCommand) -> None:
-            messages.append(
-                OutgoingMessage(
-                    subject=command.subject, message=command, msg_id=command.idempotency_key
-                )
-            )
+        def add_command(command: K8sCommand, *slots: str) -> None:
+            sendings.append(Sending(command, slots))
 
         def add_decision(decision: MaintenanceDecision) -> None:
             if decision.decision_id in self._sent:
@@ -633,8 +645,9 @@ class MaintenanceScheduler:
                         PENDING,
                         SCHEDULED,
                     ):
-                        self._scheduling[action.request.uid] = now
-                        self._by_key[command.idempotency_key] = ("schedule", action.request.uid)
+                        # It takes a maxParallelOperations slot until the ledger frees it.
+                        add_command(command, maintenance_slot(action.request.uid))
+                        continue
                     add_command(command)
                 if step.drain_timed_out and isinstance(action, SetStatus):
                     message = str(
@@ -650,10 +663,10 @@ class MaintenanceScheduler:
                 basis = decision.message if decision.kind != "evict" else ""
                 add_decision(decision_message(decision, now, basis))
         self._skipped_decisions(now, add_decision)
-        self.stats.commands += len(messages)
-        metrics.MESSAGES.inc(len(messages))
-        if messages:
-            await self.bus.publish_batch(messages, max_in_flight=self.config.publish_window)
+        self.stats.commands += len(messages) + len(sendings)
+        metrics.MESSAGES.inc(len(messages) + len(sendings))
+        if sendings or messages:
+            await self.ledger.send(sendings, messages, publish_window=self.config.publish_window)
 
     def _skipped_decisions(self, now: float, add: Any) -> None:
         """One decision per request each time the reason it waits changes."""

@@ -1,6 +1,10 @@
 """One round of the service (`MaintenanceScheduler.round`) over in-memory views, its commands
 caught instead of sent, and outcomes handed to it as k8s-watcher would publish them: what
-the service keeps between rounds while a command is on its way."""
+the service keeps between rounds while a command is on its way.
+
+The caught command ledger records stand for COMMAND_LEDGER: a new leader starts from the
+ledger they rebuild (`rebuilt_ledger`, what `LedgerSender.rebuild` does with what it reads
+from NATS: tests/integration/bus/test_command_ledger.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +14,19 @@ from typing import Any, cast
 
 from nats.aio.msg import Msg
 
+from maintenance_scheduler import SERVICE
+from maintenance_scheduler.commands import COMMAND_LIFETIME_SECONDS, SENDER
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.service import MaintenanceScheduler
 from nodeflow_bus import Bus, OutgoingMessage
 from nodeflow_contracts import codec
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, Outcome
+from nodeflow_contracts.ledger import (
+    LANDING_MARGIN_SECONDS,
+    CommandLedger,
+    LedgerRecord,
+    rebuilt_ledger,
+)
 from tests.unit.maintenance_scheduler.builders import nm_object
 
 T0 = 1_800_000_000.0
@@ -39,6 +51,13 @@ class DictView:
 class CaughtCommands:
     def __init__(self) -> None:
         self.sent: list[OutgoingMessage] = []
+        # The command ledger's records (COMMAND_LEDGER) and the outcomes told.
+        self.records: list[LedgerRecord] = []
+        self.outcomes: list[CommandOutcome] = []
+
+    async def publish(self, subject: str, message: Any, *, msg_id: str | None = None) -> None:
+        assert isinstance(message, LedgerRecord), subject
+        self.records.append(message)
 
     async def publish_batch(self, messages: list[OutgoingMessage], **_: Any) -> list[Any]:
         self.sent.extend(messages)
@@ -65,6 +84,25 @@ def node(name: str) -> dict[str, Any]:
     }
 
 
+def leading(bus: CaughtCommands, *, since: float | None = None) -> MaintenanceScheduler:
+    """A service that leads: with an empty ledger, or (`since`) one that took the lead at
+    that time from whoever sent what `bus` caught."""
+    service = MaintenanceScheduler(cast(Bus, bus), MaintenanceSchedulerConfig())
+    if since is None:
+        ledger = CommandLedger(SENDER, max_lifetime=COMMAND_LIFETIME_SECONDS)
+    else:
+        ledger = rebuilt_ledger(
+            SENDER,
+            SERVICE,
+            bus.records,
+            bus.outcomes,
+            since,
+            max_lifetime=COMMAND_LIFETIME_SECONDS,
+        )
+    service.ledger.adopt(ledger)
+    return service
+
+
 async def tell(
     service: MaintenanceScheduler, command: K8sCommand, outcome: Outcome, attempt: int = 1
 ) -> None:
@@ -78,17 +116,20 @@ async def tell(
         sent_at=command.sent_at,
         finished_at=command.sent_at + 1,
     )
+    if isinstance(service.bus, CaughtCommands):
+        service.bus.outcomes.append(report)
     message = SimpleNamespace(data=codec.encode(report), subject=report.subject)
-    await service._on_outcome(cast(Msg, message))
+    await service.ledger.handle_outcome(cast(Msg, message))
 
 
 async def test_rule_a_scheduling_still_retried_holds_its_slot_until_its_command_expires() -> None:
     """maxParallelOperations 2, one request already Ready: request a is scheduled and its
     write keeps being retried by k8s-watcher (the API server answers 429) until the command's
     60 s deadline. Request c, arriving meanwhile, must not take a's slot while that write may
-    still land: both would be in maintenance, three against a limit of two."""
+    still land (until the deadline plus the landing margin): both would be in maintenance,
+    three against a limit of two."""
     bus = CaughtCommands()
-    service = MaintenanceScheduler(cast(Bus, bus), MaintenanceSchedulerConfig())
+    service = leading(bus)
     ready = nm_object("x", "n9", requestor="r3.example.com", phase="Ready", finalizer=True)
     first = nm_object("a", "n1", requestor="r1.example.com", phase="Pending")
     service.requests = DictView({"default.x": ready, "default.a": first})  # type: ignore[assignment]
@@ -108,14 +149,56 @@ async def test_rule_a_scheduling_still_retried_holds_its_slot_until_its_command_
     service.requests.values["default.c"] = nm_object(  # type: ignore[attr-defined]
         "c", "n3", requestor="r2.example.com", phase="Pending"
     )
-    for seconds in (10.0, 31.0, 59.0, 90.0, 119.0):
+    last_landing = COMMAND_LIFETIME_SECONDS + LANDING_MARGIN_SECONDS
+    for seconds in (10.0, 31.0, 59.0, 90.0, last_landing):
         if seconds < 60.0:
             await tell(service, write, "retrying")
         await service.round(T0 + seconds)
         assert bus.scheduled() == [], f"c took a's slot {seconds:.0f} s after a was scheduled"
-    # A request timeout past the deadline the write can no longer land: the slot is free.
-    await service.round(T0 + 121.0)
+    # The landing margin past the deadline the write can no longer land: the slot is free.
+    await service.round(T0 + last_landing + 1.0)
     assert [w.target.name for w in bus.scheduled()] == ["a"]
+
+
+async def test_rule_a_new_leader_keeps_the_slot_of_an_earlier_leaders_scheduling() -> None:
+    """maxParallelOperations 2 across a handover, one slot taken by request x (Ready, of
+    requestor r2): leader A schedules request a (r1) and stops (a helm upgrade) before its
+    write lands; leader B takes over at once and request c of r2 arrives (r2 has a request
+    in progress: c ranks before a). B's ledger, rebuilt from A's records, holds a's slot: c
+    is not scheduled while a's write may land (x, a and c would be three against two), nor
+    is a scheduled twice."""
+    bus = CaughtCommands()
+    first = leading(bus)
+    views: dict[str, Any] = {
+        "default.x": nm_object(
+            "x", "n9", requestor="r2.example.com", phase="Ready", finalizer=True
+        ),
+        "default.a": nm_object("a", "n1", requestor="r1.example.com", phase="Pending"),
+    }
+    first.requests = DictView(views)  # type: ignore[assignment]
+    first.nodes = DictView({f"_.{n}": node(n) for n in ("n1", "n3", "n9")})  # type: ignore[assignment]
+    first.configs = DictView(  # type: ignore[assignment]
+        {
+            "nodeflow-system.default": {
+                "metadata": {"name": "default", "namespace": "nodeflow-system"},
+                "spec": {"maxParallelOperations": 2},
+            }
+        }
+    )
+    first.clusters = DictView()  # type: ignore[assignment]
+    await first.round(T0)
+    (write,) = bus.scheduled()
+    assert write.target.name == "a"
+
+    second = leading(bus, since=T0 + 1.0)
+    views["default.c"] = nm_object("c", "n3", requestor="r2.example.com", phase="Pending")
+    second.requests = DictView(views)  # type: ignore[assignment]
+    second.nodes = first.nodes
+    second.configs = first.configs
+    second.clusters = first.clusters
+    for seconds in (1.0, 5.0, 30.0):
+        await second.round(T0 + seconds)
+        assert [w.target.name for w in bus.scheduled()] == [], seconds
 
 
 async def test_rule_a_scheduling_frees_its_slot_at_once_only_when_its_write_cannot_land() -> None:
@@ -130,7 +213,7 @@ async def test_rule_a_scheduling_frees_its_slot_at_once_only_when_its_write_cann
     )
     for outcome, attempt, freed in cases:
         bus = CaughtCommands()
-        service = MaintenanceScheduler(cast(Bus, bus), MaintenanceSchedulerConfig())
+        service = leading(bus)
         service.requests = DictView(  # type: ignore[assignment]
             {
                 "default.a": nm_object("a", "n1", requestor="r1.example.com", phase="Pending"),
@@ -151,7 +234,7 @@ def service_with(
     requests: Mapping[str, Any], nodes: tuple[str, ...], spec: Mapping[str, Any] | None = None
 ) -> tuple[MaintenanceScheduler, CaughtCommands]:
     bus = CaughtCommands()
-    service = MaintenanceScheduler(cast(Bus, bus), MaintenanceSchedulerConfig())
+    service = leading(bus)
     service.requests = DictView(requests)  # type: ignore[assignment]
     service.nodes = DictView({f"_.{n}": node(n) for n in nodes})  # type: ignore[assignment]
     configs = {}
