@@ -293,14 +293,6 @@ def _unsupported(spec: Mapping[str, Any], version: str, out: Conversion) -> None
             "no per-pod PersistentVolumeClaims: use a volume in the template (a hostPath or "
             "a shared claim) or create the claims yourself",
         )
-    minimum = spec.get("minReadySeconds")
-    if is_int(minimum) and minimum > 0:
-        out.add(
-            "spec.minReadySeconds",
-            "change",
-            f"{minimum}s: a pod counts as available once Ready; give slurmd a readiness probe "
-            "that waits as long",
-        )
     if spec.get("oversubscribeNode"):
         out.add(
             "spec.oversubscribeNode",
@@ -373,9 +365,12 @@ _KNOWN_FIELDS: Final = frozenset(
 def _carried_options(
     spec: Mapping[str, Any], replicas: int | None, out: Conversion
 ) -> dict[str, Any]:
-    """Options both NodeSets have: `workloadDisruptionProtection` (on by default in both)
-    and `pruneSlurmNodeRecords` (Never by default in both)."""
+    """Options both NodeSets have: `workloadDisruptionProtection` (on by default in both),
+    `pruneSlurmNodeRecords` (Never by default in both) and `minReadySeconds` (0 in both)."""
     carried: dict[str, Any] = {}
+    minimum = spec.get("minReadySeconds")
+    if is_int(minimum) and minimum > 0:
+        carried["minReadySeconds"] = minimum
     if spec.get("workloadDisruptionProtection") is False:
         carried["workloadDisruptionProtection"] = False
     if spec.get("pruneSlurmNodeRecords") == "NodeNotFound":

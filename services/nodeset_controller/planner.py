@@ -45,7 +45,13 @@ from nodeset_controller.objects import (
     pod_requests,
 )
 from nodeset_controller.podspec import build_pod, placement_spec, revision_hash, selector
-from nodeset_controller.podstate import PodState, pod_state, scale_down_message
+from nodeset_controller.podstate import (
+    PodState,
+    available_at,
+    pod_state,
+    scale_down_message,
+    with_availability,
+)
 from nodeset_controller.protection import (
     CreateDisruptionBudget,
     DeleteDisruptionBudget,
@@ -572,7 +578,7 @@ def classify_pods(round_: _Round) -> PodClasses:
     forced) and the deletion rules decide when, on that proof.
     """
     view = round_.view
-    states = [_pod_state(view, round_.trust, p) for p in view.pods]
+    states = [_available(round_, _pod_state(view, round_.trust, p)) for p in view.pods]
     raw_by_name = {name_of(p): p for p in view.pods}
     occupied: dict[str, list[PodState]] = {}
     for pod in states:
@@ -610,6 +616,18 @@ def classify_pods(round_: _Round) -> PodClasses:
     return PodClasses(
         states, raw_by_name, occupied, kept, leaving, misscheduled, terminating_in_place
     )
+
+
+def _available(round_: _Round, pod: PodState) -> PodState:
+    """minReadySeconds: a pod Ready for less than that is not yet available; the plan wakes
+    when it becomes so (the rollout goes on without any change in the cluster)."""
+    min_ready = round_.spec.min_ready_seconds
+    pod = with_availability(pod, min_ready, round_.view.now)
+    if pod.not_yet_available:
+        at = available_at(pod, min_ready)
+        if at is not None:
+            round_.wake(at)
+    return pod
 
 
 def _keeps(round_: _Round, node_name: str, node: Obj) -> bool:
@@ -1144,7 +1162,8 @@ def plan_status(
         updated_number_scheduled=sum(1 for p in counted if p.revision == revision),
         number_feasible=number_feasible,
         number_ready=sum(1 for p in counted if p.ready),
-        number_unavailable=sum(1 for p in counted if not p.ready),
+        # Not available: not Ready, or Ready for less than minReadySeconds.
+        number_unavailable=sum(1 for p in counted if not p.available),
         number_running=sum(1 for p in on_nodes if p.reported_busy),
         number_drain=sum(1 for p in on_nodes if p.drained),
     )

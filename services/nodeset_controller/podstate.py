@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from nodeflow_contracts.pod_protocol import (
@@ -87,6 +87,11 @@ class PodState:
     # POD_DELETION_COST_ANNOTATION and POD_DEADLINE_ANNOTATION, read (see there).
     deletion_cost: int = 0
     deadline: float | None = None
+    # When the pod last turned Ready (its Ready condition's lastTransitionTime), while Ready.
+    ready_since: float | None = None
+    # Ready for less than the NodeSet's minReadySeconds (or since an unknown time): not yet
+    # available. Set by the plan, which knows the clock (`with_availability`).
+    not_yet_available: bool = False
 
     @property
     def slurm_known(self) -> bool:
@@ -155,9 +160,34 @@ class PodState:
         return self.delete_reason is not None or self.terminating
 
     @property
+    def available(self) -> bool:
+        """Ready for at least minReadySeconds (see `with_availability`)."""
+        return self.ready and not self.not_yet_available
+
+    @property
     def unavailable(self) -> bool:
-        """Counts against maxUnavailable: not ready, or on its way out."""
-        return not self.ready or self.pending_deletion
+        """Counts against maxUnavailable: not available, or on its way out."""
+        return not self.available or self.pending_deletion
+
+
+def available_at(pod: PodState, min_ready_seconds: int) -> float | None:
+    """When a Ready pod becomes available: `min_ready_seconds` after it turned Ready. None when
+    that time is unknown (a Ready condition without lastTransitionTime: never available while
+    minReadySeconds is set, as Kubernetes' IsPodAvailable, so the budget fails closed)."""
+    if pod.ready_since is None:
+        return None
+    return pod.ready_since + min_ready_seconds
+
+
+def with_availability(pod: PodState, min_ready_seconds: int, now: float) -> PodState:
+    """The pod with `not_yet_available` set when it is Ready for less than
+    `min_ready_seconds` at `now` (a DaemonSet's and Slinky's minReadySeconds)."""
+    if min_ready_seconds <= 0 or not pod.ready:
+        return pod
+    at = available_at(pod, min_ready_seconds)
+    if at is not None and now >= at:
+        return pod
+    return replace(pod, not_yet_available=True)
 
 
 def not_registered_since(pod: Mapping[str, Any]) -> float | None:
@@ -213,6 +243,7 @@ def pod_state(pod: Mapping[str, Any], slurm: SlurmNodeState | None) -> PodState:
     # DOWN: slurmctld has ended or requeued the node's jobs -- unless it still reports work
     # there (COMPLETING): only a forced timeout deletes a pod Slurm reports busy.
     down = slurm is not None and slurm.known and slurm.base_state == "Down" and not slurm.busy
+    ready = condition(pod, "Ready")
     return PodState(
         name=name_of(pod),
         uid=uid_of(pod),
@@ -236,4 +267,9 @@ def pod_state(pod: Mapping[str, Any], slurm: SlurmNodeState | None) -> PodState:
         ),
         deletion_cost=deletion_cost(pod),
         deadline=deadline(pod),
+        ready_since=(
+            parse_time(ready.get("lastTransitionTime"))
+            if ready is not None and ready.get("status") == "True"
+            else None
+        ),
     )

@@ -87,8 +87,9 @@ class RollingChoice:
 
 
 def count_unavailable(pods: Iterable[PodState], missing: int) -> int:
-    """Unavailable pods: not ready, pending deletion (SlurmDelete or terminating), plus the
-    pods that should exist but do not (e.g. a replaced pod not yet recreated)."""
+    """Unavailable pods: not available (not Ready, or Ready for less than minReadySeconds),
+    pending deletion (SlurmDelete or terminating), plus the pods that should exist but do
+    not (e.g. a replaced pod not yet recreated)."""
     return sum(1 for pod in pods if pod.unavailable) + max(0, missing)
 
 

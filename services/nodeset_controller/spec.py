@@ -83,6 +83,9 @@ class NodeSetSpec:
     # Busy pods carry the protect label and a PodDisruptionBudget refuses their eviction
     # (`protection`); Slinky's field, default on.
     workload_disruption_protection: bool = True
+    # A pod counts as available (for maxUnavailable and numberUnavailable) once it has been
+    # Ready this long, as for a DaemonSet and Slinky; 0: as soon as it is Ready.
+    min_ready_seconds: int = 0
 
     @property
     def key(self) -> str:
@@ -351,6 +354,15 @@ def validate(nodeset: Mapping[str, Any]) -> list[SpecProblem]:
         problem = max_unavailable_problem(rolling.get("maxUnavailable"))
         if problem is not None:
             problems.append(problem)
+    min_ready = spec.get("minReadySeconds")
+    if min_ready is not None and (not is_int(min_ready) or min_ready < 0):
+        problems.append(
+            SpecProblem(
+                "spec.minReadySeconds",
+                "InvalidMinReadySeconds",
+                f"{min_ready!r} is not a non-negative integer",
+            )
+        )
     ordering = spec.get("scaleDownPriorityOrdering")
     if ordering is not None and not isinstance(ordering, bool):
         problems.append(
@@ -385,6 +397,7 @@ def parse(nodeset: Mapping[str, Any], defaults: Defaults) -> NodeSetSpec:
     known = spec.get("forceScalingDeleteKnownConditionTimeout")
     unknown = spec.get("forceScalingDeleteUnknownConditionTimeout")
     generation = meta(nodeset).get("generation")
+    min_ready = spec.get("minReadySeconds")
     return NodeSetSpec(
         namespace=namespace_of(nodeset),
         name=name_of(nodeset),
@@ -410,4 +423,5 @@ def parse(nodeset: Mapping[str, Any], defaults: Defaults) -> NodeSetSpec:
         ),
         lock_toleration_key=defaults.lock_toleration_key,
         workload_disruption_protection=spec.get("workloadDisruptionProtection") is not False,
+        min_ready_seconds=min_ready if is_int(min_ready) else 0,
     )

@@ -128,8 +128,13 @@ def pod(
     requests: dict[str, str] | None = None,
     not_registered_since: float | None = None,
     phase_missing: bool = False,
+    ready_since: float | None = None,
 ) -> dict[str, Any]:
-    conditions: list[dict[str, Any]] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    """`ready_since`: the Ready condition's lastTransitionTime (none written when None)."""
+    readiness: dict[str, Any] = {"type": "Ready", "status": "True" if ready else "False"}
+    if ready_since is not None:
+        readiness["lastTransitionTime"] = rfc3339(ready_since)
+    conditions: list[dict[str, Any]] = [readiness]
     if not_registered_since is not None:
         conditions.append(
             {

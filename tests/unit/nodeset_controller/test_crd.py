@@ -33,6 +33,7 @@ HONOURED: dict[str, tuple[Any, Any]] = {
     "forceScalingDeleteKnownConditionTimeout": (0, 10),
     "forceScalingDeleteUnknownConditionTimeout": (0, 10),
     "workloadDisruptionProtection": (True, False),
+    "minReadySeconds": (0, 30),
 }
 
 

@@ -171,17 +171,30 @@ def test_rule_migrate_carries_protection_off_and_record_pruning_in_daemonset_mod
     daemonset = convert_slinky(slinky).nodeset
     assert daemonset is not None and daemonset["spec"]["pruneSlurmNodeRecords"] == "NodeNotFound"
     assert validate(daemonset) == []
-    # Slinky's defaults (protection on, Never) are ours: nothing written.
+    # Slinky's defaults (protection on, Never, 0) are ours: nothing written.
     default = convert_slinky(chart_default()).nodeset
     assert default is not None
-    assert {"workloadDisruptionProtection", "pruneSlurmNodeRecords"}.isdisjoint(default["spec"])
+    assert {"workloadDisruptionProtection", "pruneSlurmNodeRecords", "minReadySeconds"}.isdisjoint(
+        default["spec"]
+    )
+
+
+def test_rule_migrate_carries_min_ready_seconds() -> None:
+    """minReadySeconds means the same in both: carried, with no listed change (exit 0)."""
+    slinky = chart_default()
+    slinky["spec"]["minReadySeconds"] = 30
+    status, out, err = migrate(dump(slinky))
+    assert status == 0, err
+    (converted,) = [doc for doc in yaml.safe_load_all(out) if doc]
+    assert converted["spec"]["minReadySeconds"] == 30
+    assert validate(converted) == []
+    assert "minReadySeconds" not in err
 
 
 UNSUPPORTED: list[tuple[str, Any]] = [
     ("ssh", {"enabled": True}),
     ("partition", {"enabled": True, "config": "MaxTime=1:00:00"}),
     ("volumeClaimTemplates", [{"metadata": {"name": "scratch"}}]),
-    ("minReadySeconds", 30),
     ("oversubscribeNode", True),
     ("updateStrategy", {"type": "ScheduledUpdate", "scheduledUpdate": {"duration": "1h"}}),
     ("someFutureField", "x"),
