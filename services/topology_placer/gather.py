@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -150,6 +151,19 @@ def _fill(domain: Domain, count: int, sums: DomainSlots, out: list[str]) -> None
             remaining -= take
 
 
+def _by_ancestors(
+    tree: TopologyTree, domain: Domain, sums: DomainSlots
+) -> tuple[list[tuple[int, int]], DomainPath]:
+    """Rule 4's tie-break: the slots and existing pods of the domain's parent, grandparent,
+    ..., nearest first, then its path."""
+    figures: list[tuple[int, int]] = []
+    for cut in range(len(domain.path) - 1, -1, -1):
+        ancestor = tree.find(domain.path[:cut])
+        if ancestor is not None:
+            figures.append((sums.slots[ancestor.index], -sums.existing[ancestor.index]))
+    return figures, domain.path
+
+
 def _tightest(tree: TopologyTree, candidates: Sequence[Domain], sums: DomainSlots) -> Domain:
     """Rule 4: the candidate with the fewest slots, then the most existing pods; ties broken
     by the ancestors' figures, nearest first, then the path. The ancestors are looked up only
@@ -159,16 +173,17 @@ def _tightest(tree: TopologyTree, candidates: Sequence[Domain], sums: DomainSlot
     tied = [d for d in candidates if (slots[d.index], -existing[d.index]) == best]
     if len(tied) == 1:
         return tied[0]
+    return min(tied, key=lambda d: _by_ancestors(tree, d, sums))
 
-    def by_ancestors(domain: Domain) -> tuple[list[tuple[int, int]], DomainPath]:
-        figures: list[tuple[int, int]] = []
-        for cut in range(len(domain.path) - 1, -1, -1):
-            ancestor = tree.find(domain.path[:cut])
-            if ancestor is not None:
-                figures.append((slots[ancestor.index], -existing[ancestor.index]))
-        return figures, domain.path
 
-    return min(tied, key=by_ancestors)
+def _in_rule_4_order(
+    tree: TopologyTree, candidates: Sequence[Domain], sums: DomainSlots
+) -> list[Domain]:
+    """Every candidate, best first by rule 4 (what `_tightest` picks comes first)."""
+    return sorted(
+        candidates,
+        key=lambda d: (sums.slots[d.index], -sums.existing[d.index], _by_ancestors(tree, d, sums)),
+    )
 
 
 @dataclass(frozen=True)
@@ -377,10 +392,14 @@ def gather_mixed(
     per_shape: list[DomainSlots] = []
     for index, shape in enumerate(shapes):
         slots: dict[str, int] = {}
+        # Untouched nodes of one type share their free dict: one division per distinct dict.
+        by_room: dict[int, int] = {}
         for node in shape.usable:
             room = free.get(node)
             if room is not None:
-                fitting = slots_in(room, {}, shape.request)
+                fitting = by_room.get(id(room))
+                if fitting is None:
+                    fitting = by_room[id(room)] = slots_in(room, {}, shape.request)
                 if fitting > 0:
                     slots[node] = fitting
         multiples = read.multiples if index == largest else {}
@@ -390,6 +409,29 @@ def gather_mixed(
         slots=[sum(column) for column in zip(*(s.slots for s in per_shape), strict=True)],
         existing=per_shape[0].existing,
     )
+    # What the whole gang asks, resource by resource, and what each domain has free of it on
+    # the nodes some member may use: a domain with less cannot take the gang, whatever the
+    # packing (a node offering a launcher slot and a worker slot, but not both at once).
+    total: dict[str, int] = {}
+    for _, index in members_in_rank_order:
+        for resource, amount in shapes[index].request.items():
+            total[resource] = total.get(resource, 0) + amount
+    reachable: set[str] = set()
+    for shape in shapes:
+        reachable |= shape.usable
+    free_sums = {
+        resource: sum_slots(
+            tree, {n: free[n].get(resource, 0) for n in reachable if n in free}, {}, {}
+        ).slots
+        for resource, amount in total.items()
+        if amount > 0
+    }
+
+    def may_take(domain: Domain) -> bool:
+        return all(
+            per_shape[i].slots[domain.index] >= counts[i] for i in range(len(shapes))
+        ) and all(free_sums[r][domain.index] >= total[r] for r in free_sums)
+
     scope, highest = _scope(tree, read, within)
     node_depth = len(tree.spec.layers) + 1
     lowest = node_depth if rules or within is not None else highest
@@ -398,11 +440,14 @@ def gather_mixed(
             domain
             for top in scope
             for domain in _fitting(top, depth, per_shape[largest], counts[largest])
-            if all(per_shape[i].slots[domain.index] >= counts[i] for i in range(len(shapes)))
+            if may_take(domain)
         ]
-        while candidates:
-            winner = _tightest(tree, candidates, together)
-            candidates.remove(winner)
+        if not candidates:
+            continue
+        # Rule 4's choice first (cheap); the full order only when its nodes cannot pack.
+        first = _tightest(tree, candidates, together)
+        rest = (d for d in _in_rule_4_order(tree, candidates, together) if d is not first)
+        for winner in itertools.chain((first,), rest):
             scarcest_first = sorted(
                 range(len(shapes)),
                 key=lambda i: (per_shape[i].slots[winner.index] - counts[i], i),
