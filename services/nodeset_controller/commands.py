@@ -71,10 +71,6 @@ from nodeset_controller.spec import NodeSetSpec
 SENDER = "nodeset-controller"
 REPORTING_COMPONENT = "nodeflow-nodeset-controller"
 
-Bucket = Literal[
-    "k8s_pods", "k8s_nodes", "k8s_nodeslices", "k8s_nodesets", "k8s_poddisruptionbudgets", ""
-]
-
 
 def stable_key(*parts: object) -> str:
     digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:32]
@@ -85,28 +81,23 @@ def stable_key(*parts: object) -> str:
 class Outgoing:
     """One command and what it explains.
 
-    `slot` names the object the command changes; while a command for a slot is in flight,
-    no other is sent for it. The slot is free again once the object in `watch` (bucket,
-    key) no longer has the resourceVersion `basis` ("" = absent), on a final outcome other
-    than applied, or after the in-flight time limit, so nothing can wedge on it.
+    `slot` names the object the command changes: a tracked command holds it in the command
+    ledger, and no other command for it is sent while it is held (until the command's outcome
+    says it can never land, KV shows its applied effect, or it can no longer land: see
+    `nodeflow_contracts.ledger`), so nothing can wedge on it. A notice's Event is not tracked.
     """
 
     slot: str
-    watch: tuple[Bucket, str]
-    basis: str
     command: K8sCommand
     decision: NodeSetDecision | None = None
     event: K8sCommand | None = None
     # Slots that must be free for this command (a release waits for a create to land).
     also_blocked_by: tuple[str, ...] = ()
-    is_create: bool = False
     # A change of a pod or a node claim: these are limited in number in flight.
     windowed: bool = False
     # A SlurmDelete set or a pod delete: while in flight, the plan counts it as done.
     pod_change: PodChangeSent | None = None
-    # A claim release: its slot stays busy until the command can no longer land (a create on
-    # the node waits for it, see `action_blockers`), whatever the in-flight timeout.
-    busy_until_deadline: bool = False
+    tracked: bool = True
 
 
 def pod_ref(namespace: str, name: str, uid: str | None = None) -> ObjectRef:
@@ -179,9 +170,8 @@ def budget_slot(namespace: str, name: str) -> str:
 
 
 # How long a command of ours is worth applying by default (the setting
-# command_lifetime_seconds): as long as the service waits for its effect before it plans
-# again (the in-flight timeout's default). One held longer (a crashed k8s-watcher's) is
-# reported expired instead of applied over a newer decision.
+# command_lifetime_seconds; the in-flight timeout's default). One held longer (a crashed
+# k8s-watcher's) is reported expired instead of applied over a newer decision.
 COMMAND_LIFETIME_SECONDS = 20.0
 
 
@@ -283,15 +273,7 @@ def _claim_outgoing(
         now,
         lifetime,
     )
-    return Outgoing(
-        node_slot(node),
-        ("k8s_nodes", f"_.{node}"),
-        node_rv,
-        command,
-        also_blocked_by=blocked,
-        windowed=True,
-        busy_until_deadline=not held,
-    )
+    return Outgoing(node_slot(node), command, also_blocked_by=blocked, windowed=True)
 
 
 def to_outgoing(
@@ -313,8 +295,6 @@ def to_outgoing(
 
     def explained(
         slot: str,
-        watch: tuple[Bucket, str],
-        basis: str,
         command: K8sCommand,
         kind: DecisionKind,
         reason: str,
@@ -337,7 +317,7 @@ def to_outgoing(
             node,
             event_reason,
         )
-        return Outgoing(slot, watch, basis, command, decision, event, **extra)
+        return Outgoing(slot, command, decision, event, **extra)
 
     def pod_change(
         pod: PodState,
@@ -348,11 +328,9 @@ def to_outgoing(
         sent: PodChangeSent | None = None,
         event_reason: str | None = None,
     ) -> Outgoing:
-        """A change of an existing pod: its slot, busy until KV shows a newer version."""
+        """A change of an existing pod: its slot, held until KV shows the change applied."""
         return explained(
             pod_slot(ns, pod.name),
-            ("k8s_pods", f"{ns}.{pod.name}"),
-            pod.resource_version,
             command,
             kind,
             reason,
@@ -402,15 +380,12 @@ def to_outgoing(
         )
         return explained(
             pod_slot(ns, action.name),
-            ("k8s_pods", f"{ns}.{action.name}"),
-            "",
             command,
             "create",
             "PodCreated",
             f"{action.why}; revision {action.revision}",
             pod=action.name,
             node=action.node,
-            is_create=True,
             windowed=True,
             also_blocked_by=action_blockers(ns, action),
         )
@@ -479,13 +454,7 @@ def to_outgoing(
             action.why,
             now,
         )
-        return Outgoing(
-            protect_slot(ns, pod.name),
-            ("k8s_pods", f"{ns}.{pod.name}"),
-            pod.resource_version,
-            command,
-            windowed=True,
-        )
+        return Outgoing(protect_slot(ns, pod.name), command, windowed=True)
     if isinstance(action, CreateDisruptionBudget):
         # The generation: a budget deleted and wanted again (the option turned off and on)
         # is a new create, not a repeat of the first.
@@ -494,13 +463,7 @@ def to_outgoing(
             api_version=BUDGET_API_VERSION, kind=BUDGET_KIND, name=action.name, namespace=ns
         )
         command = command_of(key, ref, CreateObject(object=budget_object(spec)), action.why, now)
-        return Outgoing(
-            budget_slot(ns, action.name),
-            ("k8s_poddisruptionbudgets", f"{ns}.{action.name}"),
-            "",
-            command,
-            is_create=True,
-        )
+        return Outgoing(budget_slot(ns, action.name), command)
     if isinstance(action, DeleteDisruptionBudget):
         key = stable_key("budget-delete", ns, action.name, action.uid, action.resource_version)
         ref = ObjectRef(
@@ -512,16 +475,10 @@ def to_outgoing(
             resource_version=action.resource_version or None,
         )
         command = command_of(key, ref, DeleteObject(), action.why, now)
-        return Outgoing(
-            budget_slot(ns, action.name),
-            ("k8s_poddisruptionbudgets", f"{ns}.{action.name}"),
-            action.resource_version,
-            command,
-        )
+        return Outgoing(budget_slot(ns, action.name), command)
     if isinstance(action, WriteSlice):
         change = action.change
         slot = f"NodeSlice/{ns}/{change.name}"
-        watch: tuple[Bucket, str] = ("k8s_nodeslices", f"{ns}.{change.name}")
         nodes = list(change.nodes)
         if change.create:
             key = stable_key(
@@ -551,7 +508,7 @@ def to_outgoing(
                 api_version=NODESET_API_VERSION, kind=NODESLICE_KIND, name=change.name, namespace=ns
             )
             command = command_of(key, ref, CreateObject(object=obj), "NodeSlice for new nodes", now)
-            return Outgoing(slot, watch, "", command, is_create=True)
+            return Outgoing(slot, command)
         rv = action.resource_version or ""
         key = stable_key("slice-update", ns, change.name, action.uid, rv)
         ref = ObjectRef(
@@ -569,7 +526,7 @@ def to_outgoing(
             "nodes joined or left",
             now,
         )
-        return Outgoing(slot, watch, rv, command)
+        return Outgoing(slot, command)
     assert isinstance(action, Notice)
     key = stable_key("notice", ns, spec.name, action.decision, action.node, action.pod, action.why)
     decision, event = decision_and_event(
@@ -584,7 +541,7 @@ def to_outgoing(
         action.pod,
         action.node,
     )
-    return Outgoing(f"Notice/{key}", ("", ""), "", event, decision, None)
+    return Outgoing(f"Notice/{key}", event, decision, None, tracked=False)
 
 
 def status_outgoing(spec: NodeSetSpec, status: dict[str, Any], now: float) -> Outgoing:
@@ -593,12 +550,7 @@ def status_outgoing(spec: NodeSetSpec, status: dict[str, Any], now: float) -> Ou
     command = _command(
         key, nodeset_ref(spec, with_rv=True), UpdateStatus(status=status), "status recomputed", now
     )
-    return Outgoing(
-        f"NodeSet/{spec.namespace}/{spec.name}",
-        ("k8s_nodesets", f"{spec.namespace}.{spec.name}"),
-        spec.resource_version,
-        command,
-    )
+    return Outgoing(f"NodeSet/{spec.namespace}/{spec.name}", command)
 
 
 def invalid_status_outgoing(
@@ -616,9 +568,7 @@ def invalid_status_outgoing(
         resource_version=rv or None,
     )
     command = _command(key, ref, UpdateStatus(status=status), "status recomputed", now)
-    return Outgoing(
-        f"NodeSet/{namespace}/{name}", ("k8s_nodesets", f"{namespace}.{name}"), rv, command
-    )
+    return Outgoing(f"NodeSet/{namespace}/{name}", command)
 
 
 def notice_outgoing(namespace: str, name: str, uid: str, notice: Notice, now: float) -> Outgoing:
@@ -644,4 +594,4 @@ def notice_outgoing(namespace: str, name: str, uid: str, notice: Notice, now: fl
         notice.pod,
         notice.node,
     )
-    return Outgoing(f"Notice/{key}", ("", ""), "", event, decision, None)
+    return Outgoing(f"Notice/{key}", event, decision, None, tracked=False)

@@ -782,7 +782,7 @@ class NodeSetController:
             return slot in taken or self._busy(slot, now)
 
         for out in outgoing:
-            tracked = out.watch[0] != ""
+            tracked = out.tracked
             if tracked and (busy(out.slot) or any(busy(s) for s in out.also_blocked_by)):
                 self.stats.skipped_in_flight += 1
                 continue

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from nats.aio.msg import Msg
 
-from nodeflow_bus import Bus, KVView, OutgoingMessage
+from nodeflow_bus import Bus, BusOptions, KVView, OutgoingMessage
 from nodeflow_contracts import codec
 from nodeflow_contracts.k8s import (
     CommandOutcome,
@@ -128,6 +128,8 @@ class CommandSink:
     seen before is dropped, as JetStream's duplicate window would."""
 
     sent: list[Sent] = field(default_factory=list)
+    # A bus's options, as the lease reads them.
+    options: BusOptions = field(default_factory=BusOptions)
     msg_ids: set[str] = field(default_factory=set)
     dropped_as_duplicates: int = 0
     now: float = 0.0
