@@ -44,9 +44,9 @@ async def kubectl(running: Stack, *args: str) -> str:
 
 
 async def start_placer(running: Stack, port: int, name: str) -> asyncio.subprocess.Process:
-    return await processes.start_service(
-        "topology_placer", running, port, name, IN_FLIGHT_TIMEOUT_SECONDS="5"
-    )
+    # IN_FLIGHT_TIMEOUT_SECONDS keeps its default: below the 30 s command lifetime the placer
+    # refuses to start.
+    return await processes.start_service("topology_placer", running, port, name)
 
 
 async def apply(running: Stack, tmp_path: Path, docs: list[dict[str, Any]]) -> None:
