@@ -38,7 +38,8 @@ class MaintenanceDecision(msgspec.Struct, frozen=True, kw_only=True):
     kind: MaintenanceDecisionKind
     # Short machine-readable reason, e.g. a phase or `unavailability-budget`.
     reason: str
-    # Human-readable explanation, e.g. "no slot: 2 of 2 parallel operations in use".
+    # Human-readable explanation, e.g. "waiting for a slot: 2 of 2 maxParallelOperations in
+    # progress".
     message: str
     decided_at: float
     requestor: str = ""

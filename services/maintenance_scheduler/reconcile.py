@@ -212,10 +212,13 @@ def reconcile_request(
     now: float,
     *,
     absent_past_grace: bool = False,
+    waiting_for: str = "",
 ) -> Step:
     """`node` None: the view lacks the node. `absent_past_grace`: it has lacked it for the
     whole grace, the only absence taken as the node being gone (False by default: an absence
-    alone then undoes nothing)."""
+    alone then undoes nothing). `waiting_for`: what holds a Pending request this round (the
+    scheduler's `pending_messages`: the budget, or another request on its node), shown as
+    its Ready condition's message."""
     step = Step()
     gone = None
     unsure = None
@@ -292,7 +295,7 @@ def reconcile_request(
     elif phase == UNINITIALIZED:
         set_phase(step, request, PENDING, now)
     elif phase == PENDING:
-        _pending(step, request, gone or unsure, now)
+        _pending(step, request, gone or unsure, now, waiting_for)
     elif node is None:
         # In progress without the node: handled above (gone or not yet known to be).
         return step
@@ -340,7 +343,9 @@ def _gone_in_progress(step: Step, request: NodeMaintenance, gone: str, now: floa
     set_phase(step, request, phase, now, gone)
 
 
-def _pending(step: Step, request: NodeMaintenance, gone: str | None, now: float) -> None:
+def _pending(
+    step: Step, request: NodeMaintenance, gone: str | None, now: float, waiting_for: str
+) -> None:
     if gone is not None:
         message = gone
         if request.ready_message != message:
@@ -349,8 +354,13 @@ def _pending(step: Step, request: NodeMaintenance, gone: str | None, now: float)
                 Decision(request, "node-not-found", "NodeNotFound", message, node=request.node_name)
             )
         set_phase(step, request, PENDING, now, message)
+    elif waiting_for:
+        # The budget that holds it, where kubectl looks (`kubectl get nodemaintenance`); the
+        # status is written only when the message changes (set_phase compares).
+        set_phase(step, request, PENDING, now, waiting_for)
     elif request.ready_message:
-        # The node exists (again), or the spec was fixed: clear the old message.
+        # The node exists (again), the spec was fixed, or the budget no longer holds it:
+        # clear the old message.
         set_phase(step, request, PENDING, now)
 
 

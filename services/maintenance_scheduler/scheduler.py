@@ -212,8 +212,9 @@ def schedule(
                 Skipped(
                     request,
                     "no-slot",
-                    f"no slot: {result.under_maintenance + len(result.scheduled)} of "
-                    f"{_limit_text(parallel_limit)} parallel operations in use",
+                    no_slot_message(
+                        result.under_maintenance + len(result.scheduled), parallel_limit, total
+                    ),
                 )
             )
             continue
@@ -224,15 +225,53 @@ def schedule(
                     Skipped(
                         request,
                         "unavailability-budget",
-                        f"node {request.node_name} would become unavailable: "
-                        f"{len(unavailable) + can_become_unavailable - budget} nodes "
-                        f"unavailable, maxUnavailable {_limit_text(unavailable_limit)}",
+                        unavailability_budget_message(
+                            request.node_name,
+                            len(unavailable) + can_become_unavailable - budget,
+                            unavailable_limit,
+                        ),
                     )
                 )
                 continue
             budget -= 1
         result.scheduled.append(request)
     return result
+
+
+def no_slot_message(in_progress: int, parallel_limit: int | None, total_nodes: int) -> str:
+    """Why a request waits for maxParallelOperations: the budget named, with its use (the
+    Pending condition's message and the skip decision say the same)."""
+    if parallel_limit is None:
+        # Unset: every node may be under maintenance at once, and every one is.
+        return (
+            f"waiting for a slot: {in_progress} of {total_nodes} nodes under maintenance "
+            "(maxParallelOperations unset)"
+        )
+    return (
+        f"waiting for a slot: {in_progress} of {parallel_limit} maxParallelOperations in progress"
+    )
+
+
+def unavailability_budget_message(
+    node_name: str, unavailable_nodes: int, unavailable_limit: int | None
+) -> str:
+    """Why a request waits for maxUnavailable: its node would add one unavailable node."""
+    return (
+        f"waiting for the unavailability budget: {unavailable_nodes} of "
+        f"{_limit_text(unavailable_limit)} maxUnavailable nodes unavailable, and node "
+        f"{node_name} would become unavailable"
+    )
+
+
+def pending_messages(result: ScheduleResult) -> dict[str, str]:
+    """What holds each Pending request the scheduler skipped, by uid: the budget (slot or
+    unavailability) or the other request on its node. A request skipped because its node is
+    not in the view is left out: reconcile_request says that itself, with its evidence."""
+    return {
+        skipped.request.uid: skipped.message
+        for skipped in result.skipped
+        if skipped.reason != "node-not-found"
+    }
 
 
 def _limit_text(limit: int | None) -> str:

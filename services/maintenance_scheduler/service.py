@@ -65,6 +65,7 @@ from maintenance_scheduler.scheduler import (
     NodeInfo,
     ScheduleResult,
     names_absent_past_grace,
+    pending_messages,
     schedule,
     track_absences,
 )
@@ -444,6 +445,8 @@ class MaintenanceScheduler:
         on_node: dict[str, list[NodeMaintenance]] = {}
         for request in requests:
             on_node.setdefault(request.node_name, []).append(request)
+        # What holds each Pending request the scheduler skipped: its Ready message.
+        waiting_for = pending_messages(result)
         wake_at: float | None = None
         drains_timed_out = 0
         remaining = 0
@@ -465,6 +468,7 @@ class MaintenanceScheduler:
                     on_node.get(request.node_name, []),
                     now,
                     absent_past_grace=request.node_name in gone_nodes,
+                    waiting_for=waiting_for.get(request.uid, ""),
                 )
             except Exception:
                 # One odd object must not stop every other request's progress.

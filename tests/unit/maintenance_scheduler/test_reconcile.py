@@ -530,3 +530,22 @@ def test_rule_an_eviction_filter_without_regex_stops_the_drain_with_invalid_spec
     assert ready is not None
     assert "podEvictionFilters[0].byResourceNameRegex is required" in str(ready["message"])
     assert [e.reason for e in only(step, Event)] == ["InvalidSpec"]
+
+
+def test_rule_pending_message_says_what_holds_the_request() -> None:
+    """Issue #35: `kubectl get nodemaintenance` shows why a request is Pending: the budget
+    the scheduler named (its message), written only when it changes, cleared once free."""
+    held = "waiting for a slot: 2 of 2 maxParallelOperations in progress"
+    step = reconcile_request(nm("r", "n1", phase="Pending"), NODE, [], [], T0, waiting_for=held)
+    write = only(step, SetStatus)[0]
+    ready = condition({"status": write.status}, "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", "Pending", held)
+    # Still Pending: no Event, no phase-change decision.
+    assert only(step, Event) == [] and step.decisions == []
+    waiting = nm("r", "n1", phase="Pending", message=held)
+    assert reconcile_request(waiting, NODE, [], [], T0, waiting_for=held).actions == []
+    # The budget freed (scheduled elsewhere this round, or no longer held): message cleared.
+    cleared = only(reconcile_request(waiting, NODE, [], [], T0), SetStatus)[0]
+    ready = condition({"status": cleared.status}, "Ready")
+    assert ready is not None and ready["message"] == ""

@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maintenance_scheduler.api import IntOrPercent, NodeMaintenance, OperatorConfig
-from maintenance_scheduler.scheduler import NodeInfo, rank, rank_order, schedule
+from maintenance_scheduler.scheduler import (
+    NodeInfo,
+    pending_messages,
+    rank,
+    rank_order,
+    schedule,
+)
 from tests.unit.maintenance_scheduler.builders import (
     T0,
     nm,
@@ -283,3 +289,34 @@ def test_rule_request_made_for_a_replaced_node_is_not_scheduled_and_holds_no_slo
     assert [(s.request.name, s.reason) for s in result.skipped] == [
         ("old-pending", "node-not-found")
     ]
+
+
+# --- Issue #35: the Pending message names the budget that holds the request ----------------
+
+
+def test_rule_pending_message_names_the_max_parallel_operations_budget() -> None:
+    """Two slots, both in use: the third request waits, and says for which budget."""
+    nodes = cluster(5)
+    busy = [nm(f"b{i}", f"n{i}", phase="Draining", finalizer=True) for i in range(2)]
+    waiting = nm("w", "n3", phase="Pending")
+    result = schedule(nodes, [*busy, waiting], config(parallel=2))
+    assert result.scheduled == []
+    assert pending_messages(result) == {
+        waiting.uid: "waiting for a slot: 2 of 2 maxParallelOperations in progress"
+    }
+
+
+def test_rule_pending_message_names_the_max_unavailable_budget() -> None:
+    nodes = cluster(10, unavailable=3)
+    waiting = nm("w", "n5", phase="Pending")
+    result = schedule(nodes, [waiting], config(parallel=5, unavailable=3))
+    assert pending_messages(result) == {
+        waiting.uid: "waiting for the unavailability budget: 3 of 3 maxUnavailable nodes "
+        "unavailable, and node n5 would become unavailable"
+    }
+
+
+def test_rule_pending_message_leaves_a_missing_node_to_reconcile() -> None:
+    result = schedule(cluster(2), [nm("w", "ghost", phase="Pending")], config(parallel=2))
+    assert [s.reason for s in result.skipped] == ["node-not-found"]
+    assert pending_messages(result) == {}

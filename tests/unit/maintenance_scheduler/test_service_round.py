@@ -18,7 +18,7 @@ from maintenance_scheduler import SERVICE
 from maintenance_scheduler.commands import COMMAND_LIFETIME_SECONDS, SENDER
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.service import MaintenanceScheduler
-from nodeflow_bus import Bus, OutgoingMessage
+from nodeflow_bus import Bus, BusOptions, OutgoingMessage
 from nodeflow_contracts import codec
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, Outcome
 from nodeflow_contracts.ledger import (
@@ -50,6 +50,8 @@ class DictView:
 
 class CaughtCommands:
     def __init__(self) -> None:
+        # As a real bus: the service's LeaderLease reads its options.
+        self.options = BusOptions()
         self.sent: list[OutgoingMessage] = []
         # The command ledger's records (COMMAND_LEDGER) and the outcomes told.
         self.records: list[LedgerRecord] = []
@@ -306,3 +308,35 @@ async def test_rule_max_parallel_operations_zero_warns_on_the_config_once() -> N
         if isinstance(m.message, K8sCommand)
         and m.message.target.kind == "MaintenanceOperatorConfig"
     ]
+
+
+async def test_rule_pending_message_names_the_budget_in_the_status_written() -> None:
+    """Issue #35: a request the scheduler skips gets the budget that holds it as its Ready
+    condition's message, through the service's round (the scheduler's skip -> reconcile)."""
+    bus = CaughtCommands()
+    service = leading(bus)
+    busy = nm_object("x", "n9", requestor="r3.example.com", phase="Draining", finalizer=True)
+    waiting = nm_object("a", "n1", requestor="r1.example.com", phase="Pending")
+    service.requests = DictView({"default.x": busy, "default.a": waiting})  # type: ignore[assignment]
+    service.nodes = DictView({f"_.{n}": node(n) for n in ("n1", "n9")})  # type: ignore[assignment]
+    service.configs = DictView(  # type: ignore[assignment]
+        {
+            "nodeflow-system.default": {
+                "metadata": {"name": "default", "namespace": "nodeflow-system"},
+                "spec": {"maxParallelOperations": 1},
+            }
+        }
+    )
+    service.clusters = DictView()  # type: ignore[assignment]
+    await service.round(T0)
+    writes = [
+        m.message
+        for m in bus.sent
+        if isinstance(m.message, K8sCommand)
+        and m.message.op == "update-status"
+        and m.message.target.name == "a"
+    ]
+    (write,) = writes
+    (ready,) = [c for c in write.operation.status["conditions"] if c["type"] == "Ready"]
+    assert ready["reason"] == "Pending"
+    assert ready["message"] == "waiting for a slot: 1 of 1 maxParallelOperations in progress"
