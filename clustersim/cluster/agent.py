@@ -206,13 +206,17 @@ def with_init_statuses(
 ) -> dict[str, Any]:
     """`status` (what podlife wrote for the pod's containers) with its init containers' as
     the kubelet shows them: `mode` "pulling" (the failing step waits on its image, as the
-    status already says), "running" (the current step runs; the pod is Pending until its
-    init containers are done) or "terminated"."""
+    status already says), "running" (all done and the pod's containers running; or, when one
+    fails, that one running and the pod Pending) or "terminated"."""
     if not steps:
         return status
     containers: Sequence[Obj] = pod.get("spec", {}).get("initContainers") or ()
     failed_at = next((i for i, s in enumerate(steps) if s.outcome is not Outcome.SUCCEED), None)
+    # Init containers that all succeed are done before the pod's containers run (the runtime
+    # is theirs, and a deleted pod's containers are what SIGTERM ends); one that fails is shown
+    # running until it ends.
     current = failed_at if failed_at is not None else len(steps) - 1
+    done_before = failed_at is None and mode != "pulling"
     statuses: list[dict[str, Any]] = []
     initialised = False
     for index, container in enumerate(containers):
@@ -220,8 +224,9 @@ def with_init_statuses(
         if step is None or index > current:
             statuses.append(_status(container, dict(_INITIALIZING)))
             continue
-        if index < current:
+        if index < current or done_before:
             statuses.append(_status(step, _terminated(step, 0, "Completed", started, now)))
+            initialised = initialised or index == current
             continue
         if mode == "pulling":
             waiting = next(

@@ -145,3 +145,32 @@ def interrupt_job(name: str, node: str, kind: str) -> Any:
     body["metadata"]["name"] = name
     del body["metadata"]["ownerReferences"]
     return body
+
+
+async def test_a_long_running_pod_with_init_containers_runs_once_they_are_done(
+    sim: Simulator,
+) -> None:
+    """Only a failing init container holds a pod Pending: a service whose init containers
+    succeed runs and is Ready, its init containers Completed."""
+    node = sim.node_names()[0]
+    async with sim.api_client() as api:
+        core = client.CoreV1Api(api)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "served"},
+            "spec": {
+                "nodeName": node,
+                "initContainers": [{"name": "setup", "image": "busybox"}],
+                "containers": [{"name": "main", "image": "busybox"}],
+            },
+        }
+        await core.create_namespaced_pod(NS, body)
+
+        async def ready() -> Any:
+            pod = await core.read_namespaced_pod("served", NS)
+            ok = pod.status.phase == "Running" and condition(pod, "Ready").status == "True"
+            return pod if ok else None
+
+        pod = await eventually(ready, timeout=15)
+        assert ends(pod) == [("setup", 0)]
