@@ -24,6 +24,7 @@ from nodeflow_bus import metrics
 from nodeflow_bus.backoff import Backoff
 from nodeflow_bus.credentials import Credentials
 from nodeflow_bus.errors import BatchPublishError, NotConnectedError, PublishError
+from nodeflow_bus.kube_lease import KubeLeaseTarget
 from nodeflow_bus.tls import NatsTls, TlsOnlyClient
 from nodeflow_contracts import codec, topology
 from nodeflow_contracts.permissions import inbox_prefix
@@ -146,6 +147,9 @@ class BusOptions:
     ping_interval: float = 10.0
     max_outstanding_pings: int = 3
     drain_timeout: float = 5.0
+    # Set: each LeaderLease of this service also mirrors its leadership into a Kubernetes
+    # Lease (nodeflow_bus.kube_lease). The runtime sets it; tests and tools leave it unset.
+    kube_lease: KubeLeaseTarget | None = None
 
 
 class Bus:

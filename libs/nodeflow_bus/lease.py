@@ -39,6 +39,7 @@ from nats.js.kv import KeyValue
 
 from nodeflow_bus import metrics
 from nodeflow_bus.connection import Bus
+from nodeflow_bus.kube_lease import KubeLeaseMirror
 from nodeflow_bus.kv_view import KVView
 from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import codec
@@ -134,6 +135,11 @@ class LeaderLease:
         self.gained = asyncio.Event()
         self.lost = asyncio.Event()
         self._gauge = metrics.LEASE_IS_LEADER.labels(name)
+        # Who leads, shown where kubectl looks too (a Kubernetes Lease), when the service
+        # asks for it; first among the listeners, so it is in place before any other runs.
+        target = bus.options.kube_lease
+        if target is not None:
+            self._listeners.append(KubeLeaseMirror(bus, self, target).on_leadership)
 
     # --- state ---------------------------------------------------------------------------
 

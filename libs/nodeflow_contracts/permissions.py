@@ -74,7 +74,13 @@ ALL_KEYS = (">",)
 
 BUS_GRANTS: dict[str, BusGrant] = {
     "k8s-watcher": BusGrant(
-        publishes=(subjects.K8S_EVENTS, subjects.K8S_OUTCOMES),
+        # Its own commands: only the Lease that mirrors its leadership (kube_lease), sent
+        # through its executor like every other service's, so one path writes every Lease.
+        publishes=(
+            subjects.K8S_EVENTS,
+            subjects.K8S_OUTCOMES,
+            subjects.k8s_sender_commands("k8s-watcher"),
+        ),
         writes={
             **{kind.bucket: ALL_KEYS for kind in WATCHED_KINDS},
             APPLIED_COMMANDS_BUCKET: ALL_KEYS,
@@ -305,6 +311,7 @@ class CommandGrant(msgspec.Struct, frozen=True, kw_only=True):
     element (`status.conditions[SlurmNodeState*]`), and a path covers what lies beneath it.
     `required_label`: the object made, or the object acted on, must carry this label.
     `forbidden_label`: the object made, or the object acted on, must not carry it.
+    `names`: when set, the object made or acted on must bear one of these names.
     """
 
     op: str
@@ -313,6 +320,7 @@ class CommandGrant(msgspec.Struct, frozen=True, kw_only=True):
     fields: tuple[str, ...] = ()
     required_label: str | None = None
     forbidden_label: str | None = None
+    names: tuple[str, ...] = ()
 
 
 def _grant(op: str, *kinds: str, **settings: Any) -> CommandGrant:
@@ -333,9 +341,27 @@ _ANY_OP = (
 )
 _ALL_KINDS = frozenset({*(kind.kind for kind in WATCHED_KINDS), "Event"})
 
+
+def lease_names(service: str) -> tuple[str, ...]:
+    """The leader leases `service` holds: the keys it may write in the leases bucket."""
+    keys = BUS_GRANTS[service].writes.get(LEASES_BUCKET, ())
+    return tuple(key for key in keys if not key.endswith(">"))
+
+
+def _lease_mirror(service: str) -> tuple[CommandGrant, ...]:
+    """Each leader mirrors its NATS lease into a Kubernetes Lease of the same name
+    (nodeflow_bus.kube_lease): it may create and patch the spec of those Leases, no other."""
+    names = lease_names(service)
+    return (
+        _grant("create", "Lease", names=names),
+        _grant("patch", "Lease", fields=("spec",), names=names),
+    )
+
+
 COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
-    "k8s-watcher": (),
+    "k8s-watcher": _lease_mirror("k8s-watcher"),
     "slurm-syncer": (
+        *_lease_mirror("slurm-syncer"),
         # Slurm's view of the node on the pod, and the pod following its node's cordon.
         _grant(
             "patch",
@@ -354,6 +380,7 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         _grant("record-event", "Pod", "Node"),
     ),
     "nodeset-controller": (
+        *_lease_mirror("nodeset-controller"),
         _grant("create", "Pod", required_label=NODESET_LABEL),
         _grant("delete", "Pod", required_label=NODESET_LABEL),
         _grant(
@@ -380,6 +407,7 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
     ),
     # NodeMaintenance (issue #14): cordon and drain a node, evict its pods, report status.
     "maintenance-scheduler": (
+        *_lease_mirror("maintenance-scheduler"),
         _grant("cordon", "Node"),
         _grant("uncordon", "Node"),
         _grant("patch", "Node", fields=(f"metadata.annotations[{NODE_CORDON_REASON_ANNOTATION}]",)),
@@ -431,6 +459,7 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
     ),
     # Gang and topology placement (issue #16): bind, nominate, preempt, report status.
     "topology-placer": (
+        *_lease_mirror("topology-placer"),
         _grant("bind", "Pod"),
         _grant("nominate", "Pod"),
         # Preemption victims and broken gangs are deleted, as kube-scheduler deletes victims;

@@ -37,6 +37,8 @@ K8S_COMMAND_SENDERS: tuple[str, ...] = (
     "slurm-syncer",
     "maintenance-scheduler",
     "topology-placer",
+    # Its own commands: only the Lease that mirrors its leadership (nodeflow_bus.kube_lease).
+    "k8s-watcher",
     ADMIN_USER,
 )
 

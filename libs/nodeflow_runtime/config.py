@@ -58,6 +58,9 @@ class ServiceConfig(msgspec.Struct, kw_only=True):
     # (HOSTNAME, the pod name) alone is shared by two replicas on one host and by a process and
     # its restart, and two holders with one identity would both lead.
     instance_id: str = ""
+    # The namespace of the Kubernetes Lease that mirrors each of this service's leader leases
+    # (`kubectl get leases -n nodeflow-system` shows who leads); empty: no Lease is written.
+    kube_lease_namespace: str = "nodeflow-system"
 
     def __post_init__(self) -> None:
         if not self.instance_id:

@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 import structlog
 
 from nodeflow_bus import Bus, BusOptions, Credentials, ensure_topology
+from nodeflow_bus.kube_lease import KubeLeaseTarget
 from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS, replicated
 from nodeflow_runtime.config import ConfigError, ServiceConfig, load_config, redacted
 from nodeflow_runtime.http import Health, build_app, start_http
@@ -117,7 +118,14 @@ async def run_service(
             Bus.connect(
                 list(config.nats_url),
                 credentials=credentials or Credentials(),
-                options=BusOptions(name=f"{name}/{config.instance_id}"),
+                options=BusOptions(
+                    name=f"{name}/{config.instance_id}",
+                    kube_lease=(
+                        KubeLeaseTarget(sender=name, namespace=config.kube_lease_namespace)
+                        if config.kube_lease_namespace
+                        else None
+                    ),
+                ),
                 tls=config.nats_tls(),
             )
         )

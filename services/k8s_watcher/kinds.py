@@ -35,12 +35,19 @@ CORE_CONFIG_MAP = KindInfo(
     kind="ConfigMap", group="", version="v1", plural="configmaps", namespaced=True
 )
 
-# Commands may target the watched kinds, core Events and ConfigMaps; nothing else is in
+# Written, never mirrored: each leader's Lease in the install namespace (nodeflow_bus.kube_lease
+# mirrors the NATS lease there; a Role in that namespace grants it, not the ClusterRole).
+COORDINATION_LEASE = KindInfo(
+    kind="Lease", group="coordination.k8s.io", version="v1", plural="leases", namespaced=True
+)
+
+# Commands may target the watched kinds, core Events, ConfigMaps and Leases; nothing else is in
 # k8s-watcher's RBAC.
 KNOWN_KINDS: tuple[KindInfo, ...] = (
     *(_from_watched(w) for w in WATCHED_KINDS),
     CORE_EVENT,
     CORE_CONFIG_MAP,
+    COORDINATION_LEASE,
 )
 
 _BY_API_VERSION_AND_KIND: dict[tuple[str, str], KindInfo] = {
@@ -51,7 +58,16 @@ _BY_API_VERSION_AND_KIND: dict[tuple[str, str], KindInfo] = {
 # outside them is refused here (outcome `forbidden`) rather than by the API server.
 # PodDisruptionBudget: a NodeSet's budget over its pods running jobs (workloadDisruptionProtection).
 CREATABLE_KINDS: frozenset[str] = frozenset(
-    {"Pod", "Job", "Event", "NodeSlice", "NodeMaintenance", "PodDisruptionBudget", "ConfigMap"}
+    {
+        "Pod",
+        "Job",
+        "Event",
+        "NodeSlice",
+        "NodeMaintenance",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "Lease",
+    }
 )
 DELETABLE_KINDS: frozenset[str] = frozenset(
     {"Pod", "Job", "NodeSlice", "NodeMaintenance", "PodDisruptionBudget"}
@@ -61,7 +77,7 @@ PATCHABLE_KINDS: frozenset[str] = frozenset(
 )
 # The status subresource: pods (nominatedNodeName) and the custom resources.
 STATUS_PATCHABLE_KINDS: frozenset[str] = frozenset(
-    {"Pod"} | {info.kind for info in KNOWN_KINDS if "." in info.group}
+    {"Pod"} | {info.kind for info in KNOWN_KINDS if "." in info.group} - {"Lease"}
 )
 
 

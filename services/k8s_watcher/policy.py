@@ -53,6 +53,16 @@ def target_kind(cmd: K8sCommand) -> str:
     return cmd.target.kind
 
 
+def target_name(cmd: K8sCommand) -> str:
+    """The name of the object the command acts on: a create names it in the object it makes."""
+    operation = cmd.operation
+    if isinstance(operation, CreateObject):
+        metadata = operation.object.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        return str(name) if name else cmd.target.name
+    return cmd.target.name
+
+
 def command_namespace(cmd: K8sCommand) -> str | None:
     """The namespace the command writes in (None: a cluster-scoped object), as commands.py
     builds the call: a create in its object's namespace, else the target's, else `default`."""
@@ -83,7 +93,10 @@ def authorize(
         return Refused(
             f"subject names sender {subject_sender!r}, the payload claims {cmd.sender!r}",
         )
-    if command_namespaces:
+    kind = target_kind(cmd)
+    # A leader's Lease lives in the install namespace, where k8s-watcher's own Role (not the
+    # workload RBAC that COMMAND_NAMESPACES mirrors) grants it; the grant pins its name.
+    if command_namespaces and kind != "Lease":
         namespace = command_namespace(cmd)
         if namespace is not None and namespace not in command_namespaces:
             # The refusal names the setting to change (and its Helm values key): the sender
@@ -101,10 +114,15 @@ def authorize(
         # A service's decision holds for a while only; without a deadline a command held by
         # a crashed executor would be applied however late (operators' tools are exempt).
         return Refused(f"a command of {cmd.sender} must carry a deadline (expires_at)")
-    kind = target_kind(cmd)
     candidates = [g for g in grants if g.op == cmd.op and kind in g.kinds]
     if not candidates:
         return Refused(f"{cmd.sender} may not {cmd.op} {kind} objects")
+    name = target_name(cmd)
+    named = [g for g in candidates if not g.names or name in g.names]
+    if not named:
+        allowed_names = sorted({n for g in candidates for n in g.names})
+        return Refused(f"{cmd.sender} may {cmd.op} only the {kind} objects named {allowed_names}")
+    candidates = named
     operation = cmd.operation
     if isinstance(operation, PatchObject):
         return _authorize_patch(cmd.sender, kind, operation, candidates)

@@ -771,6 +771,7 @@ CHART_SET = {
     "HTTP_PORT": "the metrics port 8080",
     "LOG_LEVEL": "logLevel",
     "INSTANCE_ID": "per process",
+    "KUBE_LEASE_NAMESPACE": "the release namespace",
     "KUBECONFIG": "in-cluster",
     "KUBE_CONTEXT": "in-cluster",
     "COMMAND_NAMESPACES": "k8sWatcher.commandNamespaces",

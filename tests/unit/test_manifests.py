@@ -634,6 +634,7 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     # create/delete: nodeset-controller's budget per NodeSet (workloadDisruptionProtection).
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "delete"},
     ("", "events"): {"get", "create", "patch"},
+    ("coordination.k8s.io", "leases"): {"get", "create", "patch"},
     # The ConfigMaps a Skyhook package pod mounts (written, never listed).
     ("", "configmaps"): {"get", "create", "patch"},
     ("nodeflow.dev", "nodeslices"): {"get", "list", "watch", "create", "delete", "patch"},
@@ -1596,13 +1597,14 @@ def test_production_k8s_watcher_writes_only_in_its_command_namespaces() -> None:
         ]
     (cluster_role,) = of_kind(built, "ClusterRole")
     cluster_grants = rule_grants(cluster_role["rules"])
-    # Cluster-wide writes: Nodes, Events, the cluster-scoped custom resources only.
+    # Cluster-wide writes: Nodes, Events, the leaders' Leases (their names pinned by k8s-watcher's
+    # policy), the cluster-scoped custom resources only.
     scoped = {
         (crd["spec"]["group"], crd["spec"]["names"]["plural"])
         for crd in crds().values()
         if crd["spec"]["scope"] == "Cluster"
     }
-    cluster_wide = {("", "nodes"), ("", "events")} | scoped
+    cluster_wide = {("", "nodes"), ("", "events"), ("coordination.k8s.io", "leases")} | scoped
     for group, resource, verb in cluster_grants:
         if verb in WRITE_VERBS or "/" in resource:
             assert (group, resource.split("/")[0]) in cluster_wide, (group, resource, verb)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from k8s_watcher.policy import Allowed, Refused, authorize
+from nodeflow_bus.kube_lease import KubeLeaseTarget, lease_commands
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import (
     BindPod,
@@ -26,7 +28,7 @@ from nodeflow_contracts.k8s import (
     UncordonNode,
     UpdateStatus,
 )
-from nodeflow_contracts.permissions import ADMIN_USER, COMMAND_POLICY, SERVICES
+from nodeflow_contracts.permissions import ADMIN_USER, COMMAND_POLICY, SERVICES, lease_names
 from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from nodeflow_contracts.topology import WATCHED_KINDS
 
@@ -286,3 +288,60 @@ def test_no_service_may_delete_anything_but_what_it_owns(
     elif sender == "nodeset-controller":
         # Only an object that carries the NodeSet label (the executor reads it first).
         assert verdict == Allowed(NODESET_LABEL)
+
+
+# --- The leaders' Leases (issue #35: kubectl get leases shows who leads) ---------------------
+
+LEASE_SERVICES = [s for s in SERVICES if lease_names(s)]
+
+
+def lease_ref(name: str, namespace: str = "nodeflow-system") -> ObjectRef:
+    return ObjectRef(
+        api_version="coordination.k8s.io/v1", kind="Lease", name=name, namespace=namespace
+    )
+
+
+@pytest.mark.parametrize("sender", LEASE_SERVICES)
+def test_lease_mirror_each_leader_may_write_only_the_leases_named_after_its_own(
+    sender: str,
+) -> None:
+    at = 1_000.0
+    target = KubeLeaseTarget(sender=sender)
+    for name in lease_names(sender):
+        for event in ("acquired", "renewed", "released"):
+            for cmd in lease_commands(event, name=name, target=target, holder="h", ttl=15, now=at):
+                assert isinstance(authorize(cmd, cmd.subject), Allowed), (event, cmd.op)
+    # Another service's Lease, or one of Kubernetes' own, is refused.
+    for other in ["kube-scheduler", *(n for s in SERVICES if s != sender for n in lease_names(s))]:
+        for cmd in lease_commands(
+            "acquired", name=other, target=target, holder="h", ttl=15, now=at
+        ):
+            verdict = authorize(cmd, cmd.subject)
+            assert isinstance(verdict, Refused), (sender, other)
+            assert "named" in verdict.reason
+
+
+@pytest.mark.parametrize("sender", LEASE_SERVICES)
+def test_lease_mirror_may_touch_only_the_spec_of_its_lease(sender: str) -> None:
+    name = lease_names(sender)[0]
+    labels = PatchObject(patch_type="merge", patch={"metadata": {"labels": {"x": "y"}}})
+    assert isinstance(judged(command(sender, lease_ref(name), labels)), Refused)
+    assert isinstance(judged(command(sender, lease_ref(name), DeleteObject())), Refused)
+
+
+def test_lease_mirror_is_written_in_the_install_namespace_whatever_command_namespaces_say() -> None:
+    (cmd, _) = lease_commands(
+        "acquired",
+        name="nodeset-controller",
+        target=KubeLeaseTarget(sender="nodeset-controller"),
+        holder="h",
+        ttl=15,
+        now=1_000.0,
+    )
+    assert isinstance(authorize(cmd, cmd.subject, ("slurm",)), Allowed)
+    # ... while a Pod there is refused as before.
+    pod = command("nodeset-controller", POD, CreateObject(object=nodeset_pod()))
+    pod_elsewhere = msgspec.structs.replace(
+        pod, target=msgspec.structs.replace(POD, namespace="nodeflow-system")
+    )
+    assert isinstance(authorize(pod_elsewhere, pod_elsewhere.subject, ("slurm",)), Refused)
