@@ -5,12 +5,16 @@ k8s_nodemaintenances from k8s-watcher) and acts only through `cmd.k8s.v1.*` comm
 NodeMaintenance controller beside it. One replica is active (its own leader lease). A round
 runs on every change of those views (debounced) and at least every `resync_seconds`.
 
-What it keeps in memory is an optimisation, never a source of truth: which node patches and
-Skyhook status writes it has just sent, so a round made before they show in KV does not act
-on the old state (those nodes are left alone; the whole round waits for a status write), and
-which commands it has sent. Every entry ends on the command's outcome, on the object
-changing, or after `in_flight_timeout_seconds`; after a restart the same state yields the
-same idempotency keys and deterministic Job names, so no stage gets a second Job.
+Every command goes through the command ledger (`nodeflow_bus.ledger`, slots in
+`skyhook/inflight.py`): a Skyhook status write or node-state patch holds its Skyhook, so no
+round is planned on a view that lacks it (no second, racing write of a node's state; a node
+it starts counts against the interruption budget), and a node-state patch also holds its
+node, which every round leaves alone; any other command holds itself, so it is not sent
+again. A slot is free once the command's outcome says it never lands, or it applied and KV
+shows its effect, or its deadline plus the landing margin has passed. A new leader rebuilds
+the ledger from the streams before its first round, so it waits for what an earlier leader
+sent that may still land; after a restart the same state yields the same idempotency keys and
+deterministic Job names, so no stage gets a second Job.
 """
 
 from __future__ import annotations
@@ -21,10 +25,9 @@ import time
 from typing import Any
 
 import structlog
-from nats.aio.msg import Msg
 
 from maintenance_scheduler import SERVICE
-from maintenance_scheduler.commands import SENDER
+from maintenance_scheduler.commands import COMMAND_LIFETIME_SECONDS, SENDER
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.skyhook import metrics
 from maintenance_scheduler.skyhook.api import (
@@ -35,13 +38,11 @@ from maintenance_scheduler.skyhook.api import (
     parse_deployment_policy,
     parse_skyhook,
 )
-from maintenance_scheduler.skyhook.commands import KEY_PREFIX, commands_for, decision_for
+from maintenance_scheduler.skyhook.commands import commands_for, decision_for
+from maintenance_scheduler.skyhook.inflight import settling_nodes, slots_of, waiting_skyhooks
 from maintenance_scheduler.skyhook.observe import NodeViews, job_facts, maintenance_phase
 from maintenance_scheduler.skyhook.plan import (
-    ForgetNode,
-    PatchNode,
     RoundPlan,
-    SetSkyhookStatus,
     World,
     plan_round,
 )
@@ -49,12 +50,15 @@ from maintenance_scheduler.skyhook.pod import pod_options
 from maintenance_scheduler.skyhook.stages import JobFacts
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
 from nodeflow_bus.leader_loop import LeaderLoop
-from nodeflow_contracts import codec, subjects
-from nodeflow_contracts.codec import ContractDecodeError
+from nodeflow_bus.ledger import LedgerSender, Sending, log_refused
+from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome
+from nodeflow_contracts.ledger import LedgerEntry
 from nodeflow_kube.fields import (
     mapping,
     meta,
+    resource_version_of,
+    resource_version_reached,
 )
 from nodeflow_kube.projections import kept_metadata
 
@@ -77,7 +81,7 @@ def node_metadata(node: Obj) -> Obj:
     return {"metadata": kept_metadata(meta(node))}
 
 
-APPLIED = frozenset({"applied", "already-applied", "retrying"})
+APPLIED = frozenset({"applied", "already-applied"})
 LEASE_NAME = f"{SERVICE}-skyhook"
 
 
@@ -104,19 +108,35 @@ class SkyhookController:
             bus, LEASE_NAME, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds
         )
         self._pods_of_job: dict[str, dict[str, Obj]] = {}  # Job name -> pod key -> pod
-        self._node_sent: dict[str, tuple[str, float]] = {}  # node -> (resourceVersion, sent at)
-        self._status_sent: dict[str, tuple[str, float]] = {}  # skyhook -> (rv, sent at)
-        self._by_key: dict[str, tuple[str, str]] = {}  # command key -> ("node"|"status", name)
-        self._sent: dict[str, float] = {}  # command key / decision id -> sent at
+        # Its own ledger beside the NodeMaintenance scheduler's (same sender, own records).
+        self.ledger = LedgerSender(
+            bus,
+            ledger=LEASE_NAME,
+            sender=SENDER,
+            max_lifetime=COMMAND_LIFETIME_SECONDS,
+            on_outcome=self._on_outcome,
+        )
+        # Decision id -> published at: a decision is not published again within
+        # `in_flight_timeout_seconds` (commands are the ledger's).
+        self._published: dict[str, float] = {}
         self._parsed: dict[str, tuple[str, Skyhook]] = {}
         self._node_views = NodeViews()
         self._wake = asyncio.Event()
+        self.ledger.on_ready = self._wake.set
+        # Kind -> the view that shows what an applied command did to an object of that kind.
+        self._view_of: dict[str, KVView[Obj]] = {
+            "Node": self.nodes,
+            "Skyhook": self.skyhooks,
+            "DeploymentPolicy": self.policies,
+            "Job": self.jobs,
+            "NodeMaintenance": self.requests,
+        }
         self._leader_loop = LeaderLoop(
             bus,
             self.lease,
             self.views,
             outcomes_subject=subjects.K8S_OUTCOMES,
-            on_outcome=self._on_outcome,
+            on_outcome=self.ledger.handle_outcome,
             on_leadership=self._on_leadership,
             loop=self._run,
             name="skyhook controller loop",
@@ -135,6 +155,7 @@ class SkyhookController:
 
     async def stop(self, grace: float = 5.0) -> None:
         await self._leader_loop.stop()
+        await self.ledger.stop()
 
     def not_ready_reason(self) -> str | None:
         return None if all(v.ready.is_set() for v in self.views) else "Skyhook KV views loading"
@@ -160,47 +181,33 @@ class SkyhookController:
         self._wake.set()
 
     def _on_leadership(self, leader: bool) -> None:
-        self._node_sent.clear()
-        self._status_sent.clear()
-        self._by_key.clear()
-        self._sent.clear()
+        # The ledger is rebuilt from the streams before this replica plans as leader: it then
+        # holds whatever an earlier leader sent that may still land.
+        self.ledger.on_leadership(leader)
+        self._published.clear()
         self._wake.set()
 
-    async def _on_outcome(self, msg: Msg) -> None:
-        try:
-            outcome = codec.decode(CommandOutcome, msg.data, subject=msg.subject)
-        except ContractDecodeError:
+    def _on_outcome(self, outcome: CommandOutcome, entry: LedgerEntry | None) -> None:
+        """An outcome of this controller's, decoded and already settled in the ledger (the
+        NodeMaintenance scheduler's, of the same sender, have no entry here)."""
+        if entry is None or outcome.outcome == "retrying":
             return
-        if outcome.sender != SENDER or not outcome.idempotency_key.startswith(KEY_PREFIX):
-            return
-        if outcome.outcome in APPLIED:
-            tracked = self._by_key.get(outcome.idempotency_key)
-            if tracked is not None and outcome.outcome != "retrying":
-                what, name = tracked
-                held = self._node_sent if what == "node" else self._status_sent
-                sent = held.get(name)
-                # A write that changed nothing leaves the resourceVersion as it was: KV will
-                # show no change to wait for.
-                if sent is not None and outcome.resource_version == sent[0]:
-                    held.pop(name, None)
-                    self._wake.set()
-            return
-        # Not applied: the same state may decide it again; what it held is released.
-        self._sent.pop(outcome.idempotency_key, None)
-        tracked = self._by_key.pop(outcome.idempotency_key, None)
-        if tracked is not None:
-            what, name = tracked
-            (self._node_sent if what == "node" else self._status_sent).pop(name, None)
-        report = log.info if outcome.outcome == "conflict" else log.warning
-        report(
-            "skyhook.command.refused",
-            key=outcome.idempotency_key,
-            op=outcome.op,
-            target=outcome.target.ordering_key,
-            outcome=outcome.outcome,
-            message=outcome.message,
-        )
+        if outcome.outcome not in APPLIED:
+            # Not applied: the same state may decide it again.
+            log_refused(outcome)
         self._wake.set()
+
+    def _effect_seen(self, entry: LedgerEntry, rv: str | None) -> bool:
+        """Does KV show what an applied command did (so what it held is free again)? A
+        ConfigMap is not mirrored: its outcome is all there is to see."""
+        view = self._view_of.get(entry.target.kind)
+        if view is None or not rv:
+            return True
+        current = view.get(subjects.object_key(entry.target.namespace, entry.target.name))
+        if current is None:
+            return True  # deleted: nothing of it is left to see
+        # A write that changed nothing leaves the resourceVersion as it was: reached too.
+        return resource_version_reached(resource_version_of(current), rv)
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -209,7 +216,13 @@ class SkyhookController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.config.resync_seconds)
             self._wake.clear()
-            if not self.lease.is_leader or self.not_ready_reason() is not None:
+            if (
+                not self.lease.is_leader
+                or self.not_ready_reason() is not None
+                or not self.ledger.ready
+            ):
+                # A leader whose ledger is not rebuilt yet plans nothing: it may not know an
+                # earlier leader's commands (the ledger wakes the loop once rebuilt).
                 if not self.lease.is_leader:
                     await asyncio.sleep(0.2)
                 continue
@@ -236,30 +249,20 @@ class SkyhookController:
         return parsed
 
     def world(self, now: float) -> World | None:
-        """The state to decide on; None while a Skyhook status write is not yet visible."""
-        horizon = self.config.in_flight_timeout_seconds
+        """The state to decide on; None while a Skyhook status write or node-state patch may
+        still land (see the module docstring)."""
+        ledger = self.ledger.ledger
+        ledger.release_seen(lambda entry, _, rv: self._effect_seen(entry, rv))
+        ledger.expire(now)
+        held = ledger.held(now)
+        if waiting_skyhooks(held):
+            return None
         skyhooks = self._parse_skyhooks()
-        for skyhook in skyhooks:
-            sent = self._status_sent.get(skyhook.name)
-            if sent is None:
-                continue
-            if sent[0] == skyhook.resource_version and now - sent[1] < horizon:
-                return None
-            self._status_sent.pop(skyhook.name, None)
         policies: dict[str, DeploymentPolicy] = {}
         for obj in self.policies.as_dict().values():
             policy = parse_deployment_policy(obj)
             policies[policy.name] = policy
         nodes = self._node_views.read(self.nodes.as_dict())
-        settling: set[str] = set()
-        for node in nodes:
-            sent = self._node_sent.get(node.name)
-            if sent is None:
-                continue
-            if sent[0] == node.resource_version and now - sent[1] < horizon:
-                settling.add(node.name)
-            else:
-                self._node_sent.pop(node.name, None)
         jobs: dict[str, JobFacts] = {}
         for obj in self.jobs.as_dict().values():
             metadata = meta(obj)
@@ -292,7 +295,7 @@ class SkyhookController:
             maintenances=phases,
             maintenance_uids=uids,
             maintenance_owners=owners,
-            settling=frozenset(settling),
+            settling=settling_nodes(held),
         )
 
     async def round(self, now: float) -> None:
@@ -305,8 +308,8 @@ class SkyhookController:
         )
         self.last_plan = plan
         horizon = now - self.config.in_flight_timeout_seconds
-        for key in [k for k, at in self._sent.items() if at < horizon]:
-            self._sent.pop(key, None)
+        for key in [k for k, at in self._published.items() if at < horizon]:
+            self._published.pop(key, None)
         messages: list[OutgoingMessage] = []
         commands = [
             (action, command)
@@ -320,30 +323,22 @@ class SkyhookController:
                 options=pod_options(self.config),
             )
         ]
+        # A round runs only when no Skyhook or node slot is held (`world`); what the ledger
+        # still holds is a command of its own, not sent again.
+        held = self.ledger.ledger.held(now)
+        sendings: list[Sending] = []
         for action, command in commands:
-            if command.idempotency_key in self._sent:
-                continue
-            self._sent[command.idempotency_key] = now
-            if isinstance(action, PatchNode | ForgetNode):
-                self._node_sent[action.node.name] = (action.node.resource_version, now)
-                self._by_key[command.idempotency_key] = ("node", action.node.name)
-            elif isinstance(action, SetSkyhookStatus):
-                rv = action.skyhook.resource_version
-                self._status_sent[action.skyhook.name] = (rv, now)
-                self._by_key[command.idempotency_key] = ("status", action.skyhook.name)
-            messages.append(
-                OutgoingMessage(
-                    subject=command.subject, message=command, msg_id=command.idempotency_key
-                )
-            )
+            slots = slots_of(action, command)
+            if not any(slot in held for slot in slots):
+                sendings.append(Sending(command, slots))
         versions = {s.name: s.resource_version for s in world.skyhooks}
         node_versions = {n.name: n.resource_version for n in world.nodes}
         for note in plan.decisions:
             basis = f"{versions.get(note.skyhook, '')}:{node_versions.get(note.node, '')}"
             decision = decision_for(note, now, basis)
-            if decision.decision_id in self._sent:
+            if decision.decision_id in self._published:
                 continue
-            self._sent[decision.decision_id] = now
+            self._published[decision.decision_id] = now
             log.info(
                 "skyhook.decision",
                 skyhook=note.skyhook,
@@ -360,5 +355,5 @@ class SkyhookController:
                 )
             )
         metrics.report(plan.rounds, {s.name: s.deployment_policy for s in world.skyhooks})
-        if messages:
-            await self.bus.publish_batch(messages, max_in_flight=self.config.publish_window)
+        if sendings or messages:
+            await self.ledger.send(sendings, messages, publish_window=self.config.publish_window)
