@@ -34,7 +34,12 @@ from maintenance_scheduler.skyhook.api import (
     Package,
     Skyhook,
 )
-from maintenance_scheduler.skyhook.pod import PodOptions, interrupt_pod_spec, stage_pod_spec
+from maintenance_scheduler.skyhook.pod import (
+    PodOptions,
+    interrupt_pod_spec,
+    package_annotation,
+    stage_pod_spec,
+)
 from nodeflow_kube.labels import LabelSelector as KubeLabelSelector
 
 MANAGED_BY: Final = "nodeflow-maintenance-scheduler"
@@ -157,6 +162,7 @@ def build_job(
         pod_spec = interrupt_pod_spec(options, skyhook, package, interrupt, node, node_order)
     else:
         pod_spec = stage_pod_spec(options, skyhook, package, stage, node, node_order)
+    package_json = package_annotation(skyhook, package, stage)
     timeout = package.stage_timeout_seconds or default_stage_timeout_seconds
     interrupting = stage == "interrupt"
     spec: dict[str, Any] = {
@@ -166,7 +172,7 @@ def build_job(
         "ttlSecondsAfterFinished": SUCCEEDED_TTL_SECONDS,
         "podReplacementPolicy": "Failed",
         "template": {
-            "metadata": {"labels": dict(labels)},
+            "metadata": {"labels": dict(labels), "annotations": {PACKAGE_ANNOTATION: package_json}},
             "spec": {
                 **pod_spec,
                 # podFailurePolicy needs restartPolicy Never: an interrupt Job has neither.
@@ -193,17 +199,7 @@ def build_job(
             "namespace": namespace,
             "labels": labels,
             "annotations": {
-                PACKAGE_ANNOTATION: json.dumps(
-                    {
-                        "name": package.name,
-                        "version": package.version,
-                        "skyhook": skyhook.name,
-                        "stage": stage,
-                        "image": package.image_ref,
-                        "containerSHA": package.container_sha,
-                    },
-                    sort_keys=True,
-                ),
+                PACKAGE_ANNOTATION: package_json,
                 IDENTITY_ANNOTATION: json.dumps(identity, sort_keys=True),
             },
             "ownerReferences": [

@@ -346,6 +346,22 @@ def interrupt_pod_spec(
     return spec
 
 
+def package_annotation(skyhook: Skyhook, package: Package, stage: str) -> str:
+    """The `skyhook.nvidia.com/package` annotation of a package pod (upstream SetPackages,
+    PackageSkyhook marshalled: name, version, skyhook, stage, the image without its tag,
+    containerSHA when set)."""
+    body: dict[str, Any] = {
+        "name": package.name,
+        "version": package.version,
+        "skyhook": skyhook.name,
+        "stage": stage,
+        "image": package.image,
+    }
+    if package.container_sha:
+        body["containerSHA"] = package.container_sha
+    return json.dumps(body, separators=(",", ":"))
+
+
 def owner_reference(skyhook: Skyhook) -> dict[str, Any]:
     """A controller reference (upstream SetControllerReference): the garbage collector
     deletes the object with its Skyhook."""

@@ -240,6 +240,20 @@ def test_rule_a_stage_job_pod_is_upstreams_package_pod() -> None:
     assert_same_fields(job_pod("apply"), as_job_pod(UPSTREAM_APPLY_POD, "Never"))
 
 
+def test_rule_the_pod_carries_upstreams_package_annotation() -> None:
+    job = build_job(
+        SKYHOOK, PACKAGE, "apply", NODE, namespace="skyhook", default_stage_timeout_seconds=0
+    )
+    # upstream SetPackages: PackageSkyhook marshalled, the image without its tag.
+    expected = (
+        '{"name":"gpu-driver","version":"1.2.3","skyhook":"gpu-init","stage":"apply",'
+        '"image":"nvcr.io/acme/gpu-driver"}'
+    )
+    pod_annotations = job["spec"]["template"]["metadata"]["annotations"]
+    assert pod_annotations["skyhook.nvidia.com/package"] == expected
+    assert job["metadata"]["annotations"]["skyhook.nvidia.com/package"] == expected
+
+
 def test_rule_an_interrupt_job_pod_is_upstreams_interrupt_pod() -> None:
     assert_same_fields(job_pod("interrupt"), as_job_pod(UPSTREAM_INTERRUPT_POD, "OnFailure"))
 
