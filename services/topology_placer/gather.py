@@ -389,19 +389,26 @@ def gather_mixed(
     for _, index in members_in_rank_order:
         counts[index] += 1
     largest = max(range(len(shapes)), key=lambda i: (counts[i], -i))
+    # Nodes grouped by their free dict (nodes alike share one): every figure below is worked
+    # out once per group and handed to its nodes in bulk.
+    reachable: set[str] = set()
+    for shape in shapes:
+        reachable |= shape.usable
+    groups: dict[int, tuple[Mapping[str, int], set[str]]] = {}
+    for node in reachable:
+        room = free.get(node)
+        if room is not None:
+            group = groups.get(id(room))
+            if group is None:
+                group = groups[id(room)] = (room, set())
+            group[1].add(node)
     per_shape: list[DomainSlots] = []
     for index, shape in enumerate(shapes):
         slots: dict[str, int] = {}
-        # Untouched nodes of one type share their free dict: one division per distinct dict.
-        by_room: dict[int, int] = {}
-        for node in shape.usable:
-            room = free.get(node)
-            if room is not None:
-                fitting = by_room.get(id(room))
-                if fitting is None:
-                    fitting = by_room[id(room)] = slots_in(room, {}, shape.request)
-                if fitting > 0:
-                    slots[node] = fitting
+        for room, names in groups.values():
+            fitting = slots_in(room, {}, shape.request)
+            if fitting > 0:
+                slots.update(dict.fromkeys(names & shape.usable, fitting))
         multiples = read.multiples if index == largest else {}
         per_shape.append(sum_slots(tree, slots, existing or {}, multiples))
     # All shapes together, for the binpack order and the fill order.
@@ -416,16 +423,14 @@ def gather_mixed(
     for _, index in members_in_rank_order:
         for resource, amount in shapes[index].request.items():
             total[resource] = total.get(resource, 0) + amount
-    reachable: set[str] = set()
-    for shape in shapes:
-        reachable |= shape.usable
-    free_sums = {
-        resource: sum_slots(
-            tree, {n: free[n].get(resource, 0) for n in reachable if n in free}, {}, {}
-        ).slots
-        for resource, amount in total.items()
-        if amount > 0
-    }
+    free_sums: dict[str, list[int]] = {}
+    for resource, amount in total.items():
+        if amount <= 0:
+            continue
+        values: dict[str, int] = {}
+        for room, names in groups.values():
+            values.update(dict.fromkeys(names, room.get(resource, 0)))
+        free_sums[resource] = sum_slots(tree, values, {}, {}).slots
 
     def may_take(domain: Domain) -> bool:
         return all(

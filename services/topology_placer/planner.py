@@ -599,24 +599,31 @@ class _Pass:
         return slots
 
     def free_for(self, gang: Gang, nodes: AbstractSet[str]) -> dict[str, Mapping[str, int]]:
-        """What each of `nodes` has free, the gang's own nominations given back. A node
-        nothing is charged to shares its allocatable dict: read only."""
+        """What each of `nodes` has free, the gang's own nominations given back. The dicts
+        are shared (a node nothing is charged to holds its allocatable): read only."""
         given_back = self.given_back(gang)
         free: dict[str, Mapping[str, int]] = {}
-        for name in nodes:
+        # Most charged nodes carry the same few pod shapes: one dict per distinct (allocatable,
+        # use), shared by the nodes alike, so gather_mixed divides once per dict.
+        known: dict[tuple[int, tuple[tuple[str, int], ...]], Mapping[str, int]] = {}
+        untouched = nodes - self.used.keys() - given_back.keys()
+        for allocatable, names in self.nodes.by_allocatable():
+            free.update(dict.fromkeys(names & untouched, allocatable))
+        for name in nodes - untouched:
             facts = self.facts.get(name)
             if facts is None:
                 continue
             used = self.used.get(name)
             back = given_back.get(name)
-            if not used and not back:
-                free[name] = facts.allocatable
-                continue
-            room = dict(facts.allocatable)
-            if used:
-                add_milli(room, used, -1)
+            net: Milli = dict(used or {})
             if back:
-                add_milli(room, back)
+                add_milli(net, back, -1)
+            shape = (id(facts.allocatable), tuple(sorted(net.items())))
+            room = known.get(shape)
+            if room is None:
+                fresh = dict(facts.allocatable)
+                add_milli(fresh, net, -1)
+                room = known[shape] = fresh
             free[name] = room
         return free
 
