@@ -107,7 +107,7 @@ async def test_rule_on_delete_replaces_only_the_pod_kubectl_deletes(tmp_path: Pa
         )
         assert code == 0, output
         obj = await stack.kube.call("GET", f"{NODESETS}/{NAME}")
-        generation = obj["metadata"]["generation"]
+        generation = int(obj["metadata"]["generation"])
 
         async def observed() -> bool:
             current = await stack.kube.call("GET", f"{NODESETS}/{NAME}")
