@@ -59,6 +59,8 @@ STATUS_BUCKETS = {
 }
 # Slots one command of a pass takes for itself (a pod, a status).
 EXCLUSIVE_PREFIXES = (POD_PREFIX, STATUS_PREFIX)
+# The shortest wait for a wake-up when a held command's landing bound has passed.
+MIN_WAIT_SECONDS = 0.1
 # Refusal counts kept for this many idempotency keys at most.
 MAX_SALTED_KEYS = 100_000
 
@@ -151,8 +153,9 @@ class TopologyPlacer:
             timeout = self.config.resync_seconds
             expiry = self.ledger.ledger.next_expiry()
             if expiry is not None:
-                # Wake when a held command can no longer land: its gang is planned again.
-                timeout = max(0.0, min(timeout, expiry - time.time()))
+                # Wake when a held command can no longer land: its gang is planned again (not
+                # at once over and over while a pass cannot drop it: not leading, not ready).
+                timeout = max(MIN_WAIT_SECONDS, min(timeout, expiry - time.time()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
