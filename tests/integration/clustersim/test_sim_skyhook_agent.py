@@ -155,7 +155,7 @@ async def test_a_long_running_pod_with_init_containers_runs_once_they_are_done(
     node = sim.node_names()[0]
     async with sim.api_client() as api:
         core = client.CoreV1Api(api)
-        body = {
+        body: Any = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "served"},
