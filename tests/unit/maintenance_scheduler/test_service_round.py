@@ -20,7 +20,7 @@ from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.service import MaintenanceScheduler
 from nodeflow_bus import Bus, BusOptions, OutgoingMessage
 from nodeflow_contracts import codec
-from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, Outcome
+from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, Outcome, UpdateStatus
 from nodeflow_contracts.ledger import (
     LANDING_MARGIN_SECONDS,
     CommandLedger,
@@ -337,6 +337,7 @@ async def test_rule_pending_message_names_the_budget_in_the_status_written() -> 
         and m.message.target.name == "a"
     ]
     (write,) = writes
+    assert isinstance(write.operation, UpdateStatus)
     (ready,) = [c for c in write.operation.status["conditions"] if c["type"] == "Ready"]
     assert ready["reason"] == "Pending"
     assert ready["message"] == "waiting for a slot: 1 of 1 maxParallelOperations in progress"

@@ -1,0 +1,1 @@
+"""`kubectl nodeflow` (the console script `kubectl-nodeflow`): verdicts, decisions, dead letters."""

@@ -1,0 +1,331 @@
+"""`kubectl nodeflow`: why an object is where it is, the decisions, the dead letters.
+
+kubectl runs `kubectl-nodeflow` from the PATH as `kubectl nodeflow ...` (a plugin). It reads
+the Kubernetes API through the kubeconfig (`--kubeconfig`, else `KUBECONFIG`, else
+`~/.kube/config`) and NATS through `--nats URL` (else `NATS_URL`) with the operators'
+credentials from the environment (`NATS_USER` + `NATS_PASSWORD[_FILE]`, `NATS_TOKEN[_FILE]`,
+`NATS_CREDS_FILE`, as every service reads them). Without a NATS URL, `why` answers from
+Kubernetes alone and says so; `decisions` and `dead-letters` need one. The verdicts are pure
+functions (nodeflow_cli.verdicts); this module only fetches what they read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import msgspec
+import structlog
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from nats.js.api import DeliverPolicy
+
+from nodeflow_bus import Bus, BusOptions, Credentials
+from nodeflow_cli import verdicts
+from nodeflow_cli.verdicts import Decision, Obj
+from nodeflow_contracts import subjects
+from nodeflow_contracts.pod_protocol import NODESET_LABEL, SLURM_CLUSTER_LABEL
+from nodeflow_contracts.topology import SLURM_NODES_BUCKET
+
+# Where each `why` kind lives in the API.
+KINDS: dict[str, tuple[str, str]] = {
+    # kind: (collection path with {ns}, the Kind decisions name it by)
+    "pod": ("/api/v1/namespaces/{ns}/pods", "Pod"),
+    "nodeset": ("/apis/nodeflow.dev/v1alpha1/namespaces/{ns}/nodesets", "NodeSet"),
+    "gang": ("/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{ns}/podgroups", "PodGroup"),
+    "nodemaintenance": (
+        "/apis/maintenance.nvidia.com/v1alpha1/namespaces/{ns}/nodemaintenances",
+        "NodeMaintenance",
+    ),
+    "skyhook": ("/apis/skyhook.nvidia.com/v1alpha1/skyhooks", "Skyhook"),
+}
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """Something the user must fix (an object not found, NATS unreachable): printed, exit 1."""
+
+
+# --- Kubernetes -----------------------------------------------------------------------------
+
+
+class Kube:
+    def __init__(self, api: k8s_client.ApiClient) -> None:
+        self.api = api
+
+    @classmethod
+    async def connect(cls, kubeconfig: str, context: str) -> Kube:
+        configuration = k8s_client.Configuration()
+        await k8s_config.load_kube_config(
+            config_file=kubeconfig or None,
+            context=context or None,
+            client_configuration=configuration,
+        )
+        return cls(k8s_client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def get(self, path: str) -> Obj | None:
+        """The object at `path`, None when the API server answers 404."""
+        try:
+            response: aiohttp.ClientResponse = await self.api.call_api(
+                path,
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=15,
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise CliError(f"the Kubernetes API did not answer GET {path}: {exc}") from exc
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+        if response.status == 404:
+            return None
+        if response.status >= 400:
+            raise CliError(f"GET {path}: HTTP {response.status}: {raw.decode(errors='replace')}")
+        found: Obj = msgspec.json.decode(raw)
+        return found
+
+
+# --- NATS -----------------------------------------------------------------------------------
+
+
+async def connect_nats(url: str) -> Bus:
+    try:
+        return await Bus.connect(
+            [part for part in url.split(",") if part],
+            credentials=Credentials.from_env(),
+            options=BusOptions(name="kubectl-nodeflow", initial_connect_deadline=5.0),
+        )
+    except Exception as exc:
+        raise CliError(f"NATS at {url} not reached: {type(exc).__name__}: {exc}") from exc
+
+
+async def stream_messages(
+    bus: Bus, filters: Sequence[str], *, follow: bool, idle: float = 1.0
+) -> AsyncIterator[Any]:
+    """Every stored message on `filters` (one ordered consumer each, oldest first per
+    filter), then with `follow` the new ones as they come. Without it the read ends once
+    each consumer has nothing pending (or has been idle for `idle` seconds)."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    caught_up: set[int] = set()
+    subscriptions = []
+    for index, subject in enumerate(filters):
+
+        async def on_message(msg: Any, index: int = index) -> None:
+            await queue.put(msg)
+            if msg.metadata.num_pending == 0:
+                caught_up.add(index)
+
+        subscriptions.append(
+            await bus.js.subscribe(
+                subject, cb=on_message, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+            )
+        )
+    try:
+        while True:
+            try:
+                msg = await asyncio.wait_for(queue.get(), timeout=idle)
+            except TimeoutError:
+                if follow:
+                    continue
+                return
+            yield msg
+            if not follow and queue.empty() and len(caught_up) == len(filters):
+                return
+    finally:
+        for subscription in subscriptions:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+
+
+async def read_decisions(bus: Bus, *, follow: bool) -> AsyncIterator[Decision]:
+    async for msg in stream_messages(bus, subjects.DECISIONS, follow=follow):
+        try:
+            payload = msgspec.json.decode(msg.data)
+        except msgspec.DecodeError:
+            continue
+        if isinstance(payload, dict):
+            decision = verdicts.decision_of(msg.subject, payload)
+            if decision is not None:
+                yield decision
+
+
+async def slurm_node(bus: Bus, cluster: str, name: str) -> Obj | None:
+    try:
+        kv = await bus.js.key_value(SLURM_NODES_BUCKET)
+        entry = await kv.get(subjects.slurm_node_key(cluster, name))
+    except Exception:
+        return None
+    if not entry.value:
+        return None
+    found: Obj = msgspec.json.decode(entry.value)
+    return found
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+async def why(args: argparse.Namespace) -> str:
+    collection, kind_name = KINDS[args.kind]
+    path = f"{collection.format(ns=quote(args.namespace, safe=''))}/{quote(args.name, safe='')}"
+    kube = await Kube.connect(args.kubeconfig, args.context)
+    try:
+        obj = await kube.get(path)
+        if obj is None:
+            where = "" if args.kind == "skyhook" else f" in namespace {args.namespace}"
+            raise CliError(f"{kind_name} {args.name} not found{where}")
+        nodeset: Obj | None = None
+        if args.kind == "pod":
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if labels.get(NODESET_LABEL):
+                nodeset = await kube.get(
+                    f"{KINDS['nodeset'][0].format(ns=quote(args.namespace, safe=''))}/"
+                    f"{quote(labels[NODESET_LABEL], safe='')}"
+                )
+    finally:
+        await kube.close()
+    decisions: list[Decision] = []
+    slurm: Obj | None = None
+    cluster = ""
+    note = ""
+    if args.nats:
+        bus = await connect_nats(args.nats)
+        try:
+            decisions = [d async for d in read_decisions(bus, follow=False)]
+            if args.kind == "pod":
+                labels = (obj.get("metadata") or {}).get("labels") or {}
+                cluster = labels.get(SLURM_CLUSTER_LABEL) or str(
+                    ((nodeset or {}).get("spec") or {}).get("slurmCluster") or ""
+                )
+                if cluster:
+                    slurm = await slurm_node(bus, cluster, args.name)
+        finally:
+            await bus.close()
+    else:
+        note = "\n(NATS not given: --nats URL or NATS_URL; decisions and Slurm state not read)"
+    if args.kind == "nodemaintenance":
+        about = verdicts.decisions_about(decisions, f"NodeMaintenance {args.namespace}/{args.name}")
+        return verdicts.why_nodemaintenance(obj, about) + note
+    if args.kind == "nodeset":
+        about = verdicts.decisions_about(decisions, f"NodeSet {args.namespace}/{args.name}")
+        return verdicts.why_nodeset(obj, about) + note
+    if args.kind == "gang":
+        about = verdicts.decisions_about(decisions, f"PodGroup {args.namespace}/{args.name}")
+        return verdicts.why_gang(obj, about) + note
+    if args.kind == "skyhook":
+        about = verdicts.decisions_about(decisions, f"Skyhook {args.name}")
+        return verdicts.why_skyhook(obj, about) + note
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    about = verdicts.decisions_about(
+        decisions, f"NodeSet {args.namespace}/{labels.get(NODESET_LABEL, '')}"
+    )
+    return verdicts.why_pod(obj, slurm, cluster, [d for d in about if d.pod == args.name]) + note
+
+
+async def decisions(args: argparse.Namespace) -> None:
+    if not args.nats:
+        raise CliError("decisions are read from NATS: give --nats URL (or NATS_URL)")
+    bus = await connect_nats(args.nats)
+    try:
+        async for decision in read_decisions(bus, follow=args.follow):
+            if verdicts.decision_matches(decision, service=args.service, about=args.object):
+                print(verdicts.format_decision(decision), flush=True)
+    finally:
+        await bus.close()
+
+
+async def dead_letters(args: argparse.Namespace) -> None:
+    if not args.nats:
+        raise CliError("dead letters are read from NATS: give --nats URL (or NATS_URL)")
+    bus = await connect_nats(args.nats)
+    count = 0
+    try:
+        async for msg in stream_messages(bus, (subjects.DEAD_LETTERS,), follow=False):
+            print(verdicts.format_dead_letter(msg.subject, dict(msg.headers or {}), msg.data))
+            count += 1
+    finally:
+        await bus.close()
+    print(f"{count} dead letters")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="kubectl nodeflow",
+        description="Why Nodeflow holds an object where it is, its decisions, its dead letters.",
+    )
+    top.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""))
+    top.add_argument("--context", default="")
+    top.add_argument(
+        "--nats",
+        default=os.environ.get("NATS_URL", ""),
+        help="NATS URL(s), comma-separated (default: NATS_URL); credentials from NATS_USER "
+        "and NATS_PASSWORD[_FILE] (or NATS_TOKEN[_FILE], NATS_CREDS_FILE)",
+    )
+    commands = top.add_subparsers(dest="command", required=True)
+    why_parser = commands.add_parser(
+        "why",
+        help="one verdict joining the object's state, its Slurm node and the latest decisions",
+    )
+    why_parser.add_argument("kind", choices=sorted(KINDS))
+    why_parser.add_argument("name")
+    why_parser.add_argument("-n", "--namespace", default="default")
+    decisions_parser = commands.add_parser("decisions", help="the controllers' decisions")
+    decisions_parser.add_argument("-f", "--follow", action="store_true")
+    decisions_parser.add_argument(
+        "--service", default="", choices=["", *sorted(set(verdicts.DECISION_SERVICES.values()))]
+    )
+    decisions_parser.add_argument(
+        "--object", default="", help="a name, ns/name or 'Kind ns/name' (or a node or pod)"
+    )
+    commands.add_parser("dead-letters", help="the messages given up on, with their error")
+    return top
+
+
+async def run(args: argparse.Namespace) -> None:
+    if args.command == "why":
+        print(await why(args))
+    elif args.command == "decisions":
+        await decisions(args)
+    else:
+        await dead_letters(args)
+
+
+def quiet_logs() -> None:
+    """The libraries' structured logs are for services: a command prints its answer on
+    stdout, and only warnings (a reconnect, ...) on stderr."""
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    quiet_logs()
+    try:
+        asyncio.run(run(args))
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_OK
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

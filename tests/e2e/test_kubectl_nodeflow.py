@@ -1,0 +1,177 @@
+"""`kubectl nodeflow` (issue #35) on `make run`'s stack (the launcher, 16 nodes), as an
+operator runs it: `.run/env` sourced (the kubeconfig, NATS' URL and the operators' NATS
+credentials), the plugin found by kubectl on the PATH. A NodeMaintenance waiting for a slot is
+explained by `why nodemaintenance` and `decisions` (both name the budget); every leader's
+Kubernetes Lease is shown by `kubectl get leases`; a poison command is listed by
+`dead-letters` with its error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeflow_bus import Bus, BusOptions, Credentials
+from nodeflow_contracts import subjects
+from nodeflow_contracts.permissions import ADMIN_USER, lease_names
+from nodeflow_runtime.envfile import read_env_file
+from tests.e2e.test_make_run import read_until_ready
+
+pytestmark = pytest.mark.slow
+
+STEP_TIMEOUT = 60.0
+HELD = "waiting for a slot: 1 of 1 maxParallelOperations in progress"
+
+
+def nodemaintenance(name: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "maintenance.nvidia.com/v1alpha1",
+        "kind": "NodeMaintenance",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"requestorID": "ops.example.com", "nodeName": node, "cordon": True},
+    }
+
+
+class Operator:
+    """A shell with `.run/env` sourced and the plugin on the PATH."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    async def sh(self, script: str, stdin: str = "") -> str:
+        bin_dir = str(Path(sys.executable).parent)
+        process = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            f"set -euo pipefail\nset -a; . {self.run_dir}/env; set +a\n{script}",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"},
+        )
+        output, _ = await process.communicate(stdin.encode())
+        text = output.decode(errors="replace")
+        assert process.returncode == 0, f"{script}\n---\n{text}"
+        return text
+
+    async def until_output(self, script: str, wanted: str) -> str:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STEP_TIMEOUT
+        while True:
+            text = await self.sh(script)
+            if wanted in text:
+                return text
+            assert loop.time() < deadline, f"{script!r} never said {wanted!r}:\n{text}"
+            await asyncio.sleep(0.5)
+
+
+@pytest.fixture
+async def operator(tmp_path: Path) -> AsyncIterator[Operator]:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed: the plugin runs under it")
+    run_dir = tmp_path / "run"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "nodeflow_runtime.launcher",
+        "--run-dir",
+        str(run_dir),
+        "--nats-port",
+        "0",
+        "--log-level",
+        "warning",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        await read_until_ready(process, timeout=180)
+        yield Operator(run_dir)
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(process.wait(), 90)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def test_kubectl_nodeflow_names_the_budget_the_leaders_and_the_dead_letters(
+    operator: Operator,
+) -> None:
+    nodes = json.loads(await operator.sh("kubectl get nodes -o json"))["items"]
+    first, second = sorted(n["metadata"]["name"] for n in nodes)[:2]
+    # maxParallelOperations 1 (upstream's default): the first takes the one slot and keeps
+    # it while Ready; the second waits for it.
+    await operator.sh("kubectl apply -f -", stdin=json.dumps(nodemaintenance("first", first)))
+    await operator.until_output(
+        "kubectl get nodemaintenances.maintenance.nvidia.com first -o "
+        "jsonpath='{.status.conditions[?(@.type==\"Ready\")].reason}'",
+        "Ready",
+    )
+    await operator.sh("kubectl apply -f -", stdin=json.dumps(nodemaintenance("second", second)))
+
+    verdict = await operator.until_output("kubectl nodeflow why nodemaintenance second", HELD)
+    assert verdict.splitlines()[0] == (
+        f"NodeMaintenance default/second (node {second}, requestor ops.example.com): "
+        f"Pending: {HELD}"
+    )
+    assert "maintenance-scheduler" in verdict  # the latest decision, from NATS
+    decisions = await operator.sh("kubectl nodeflow decisions --object default/second")
+    assert f"NodeMaintenance default/second (node {second})  no-slot: {HELD}" in decisions
+    first_decisions = await operator.sh(
+        "kubectl nodeflow decisions --service maintenance-scheduler --object default/first"
+    )
+    assert "Scheduled" in first_decisions and "default/second" not in first_decisions
+
+    # Who leads each controller, where kubectl looks.
+    async def lease_holders() -> dict[str, str]:
+        leases = json.loads(await operator.sh("kubectl get leases -n nodeflow-system -o json"))
+        return {
+            lease["metadata"]["name"]: lease["spec"].get("holderIdentity", "")
+            for lease in leases["items"]
+        }
+
+    wanted = {
+        name
+        for service in (
+            "k8s-watcher",
+            "slurm-syncer",
+            "nodeset-controller",
+            "maintenance-scheduler",
+            "topology-placer",
+        )
+        for name in lease_names(service)
+    }
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STEP_TIMEOUT
+    while not (wanted <= {n for n, holder in (await lease_holders()).items() if holder}):
+        assert loop.time() < deadline, await lease_holders()
+        await asyncio.sleep(0.5)
+    table = await operator.sh("kubectl get leases -n nodeflow-system")
+    assert "maintenance-scheduler-skyhook" in table
+
+    # A poison command: k8s-watcher cannot decode it and dead-letters it with the error.
+    env = read_env_file(operator.run_dir / "env")
+    bus = await Bus.connect(
+        env["NATS_URL"],
+        credentials=Credentials.from_env(env),
+        options=BusOptions(name="e2e-poison", initial_connect_deadline=5.0),
+    )
+    try:
+        await bus.publish(subjects.k8s_command(ADMIN_USER, "patch"), b"{not json")
+    finally:
+        await bus.close()
+    letters = await operator.until_output(
+        "kubectl nodeflow dead-letters", f"cmd.k8s.v1.{ADMIN_USER}.patch"
+    )
+    assert "[decode," in letters and "payload: {not json" in letters

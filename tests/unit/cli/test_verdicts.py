@@ -1,0 +1,192 @@
+"""`kubectl nodeflow` verdicts (issue #35): each a pure function of the object, its Slurm
+node and the decisions, that names the cause."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodeflow_bus import dead_letter
+from nodeflow_cli.verdicts import (
+    Decision,
+    decision_matches,
+    decision_of,
+    decisions_about,
+    format_dead_letter,
+    format_decision,
+    why_gang,
+    why_nodemaintenance,
+    why_pod,
+    why_skyhook,
+)
+from nodeflow_contracts import subjects
+
+T0 = 1_800_000_000.0
+
+
+def nodemaintenance(reason: str, message: str = "", **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "m1", "namespace": "default"},
+        "spec": {"nodeName": "n5", "requestorID": "ops.example.com"},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": reason, "message": message}
+            ],
+            **status,
+        },
+    }
+
+
+def maintenance_decision(reason: str, message: str, at: float = T0) -> Decision:
+    payload = {
+        "decision_id": "d",
+        "namespace": "default",
+        "name": "m1",
+        "kind": "skipped",
+        "reason": reason,
+        "message": message,
+        "decided_at": at,
+        "node": "n5",
+    }
+    decision = decision_of(subjects.maintenance_decision("default", "m1"), payload)
+    assert decision is not None
+    return decision
+
+
+def test_why_nodemaintenance_names_the_budget_that_holds_it() -> None:
+    held = "waiting for a slot: 2 of 2 maxParallelOperations in progress"
+    decision = maintenance_decision("no-slot", held)
+    text = why_nodemaintenance(nodemaintenance("Pending", held), [decision])
+    first = text.splitlines()[0]
+    assert first == (
+        "NodeMaintenance default/m1 (node n5, requestor ops.example.com): Pending: " + held
+    )
+    assert "maintenance-scheduler" in text and "no-slot: " + held in text
+
+
+def test_why_nodemaintenance_shows_the_drain_and_the_pods_it_waits_for() -> None:
+    text = why_nodemaintenance(
+        nodemaintenance(
+            "Draining",
+            drain={
+                "totalPods": 4,
+                "evictionPods": 1,
+                "drainProgress": 75,
+                "waitForEviction": ["a/p"],
+            },
+        ),
+        [],
+    )
+    assert ": Draining" in text
+    assert "drain: 75% (1 of 4 pods to evict left)" in text
+    assert "waiting for eviction: a/p" in text
+    assert "latest decisions: none" in text
+
+
+def test_why_pod_says_a_busy_node_keeps_its_pod_and_an_unknown_state_fails_closed() -> None:
+    pod = {
+        "metadata": {
+            "name": "gpu-001",
+            "namespace": "slurm",
+            "labels": {"nodeflow.dev/nodeset": "gpu"},
+        },
+        "spec": {"nodeName": "gpu-001"},
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {"type": "SlurmDelete", "status": "True", "reason": "ScaleIn"},
+                {"type": "SlurmNodeStateDrain", "status": "True"},
+            ],
+        },
+    }
+    busy = {
+        "known": True,
+        "base_state": "MIXED",
+        "flags": ["DRAIN"],
+        "busy": True,
+        "draining": True,
+        "cpus": 8,
+        "alloc_cpus": 8,
+    }
+    text = why_pod(pod, busy, "sim", [])
+    assert "marked for deletion: SlurmDelete=True ScaleIn" in text
+    assert "Slurm node sim/gpu-001: MIXED+DRAIN; busy: 8 of 8 CPUs" in text
+    assert "draining: waits for its jobs to end" in text
+    unknown = why_pod(pod, {"known": False}, "sim", [])
+    assert "state unknown (fail closed" in unknown
+    assert "not known (fail closed" in why_pod(pod, None, "sim", [])
+
+
+def test_why_gang_names_the_domain_it_could_not_find() -> None:
+    group = {
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"minMember": 16},
+        "status": {"phase": "Pending", "scheduled": 0},
+    }
+    payload = {
+        "namespace": "default",
+        "group": "train",
+        "reason": "Unschedulable",
+        "message": "MustGather BlockLayer: no BlockLayer domain offers 16 slots; best s1/b2 12",
+        "decided_at": T0,
+    }
+    decision = decision_of(subjects.placement_decision("default", "train"), payload)
+    assert decision is not None and decision.service == "topology-placer"
+    text = why_gang(group, [decision])
+    assert "PodGroup default/train: Pending; 0 scheduled, 0 running of minMember 16" in text
+    assert "no BlockLayer domain offers 16 slots" in text
+
+
+def test_why_skyhook_says_it_is_paused_and_the_node_it_waits_on() -> None:
+    skyhook = {
+        "metadata": {"name": "tuning"},
+        "spec": {"pause": True},
+        "status": {"status": "in_progress", "nodesInProgress": 1, "completeNodes": "3/8"},
+    }
+    payload = {
+        "skyhook": "tuning",
+        "reason": "stage-failed",
+        "message": "apply failed",
+        "decided_at": T0,
+        "node": "n7",
+    }
+    decision = decision_of(subjects.skyhook_decision("tuning"), payload)
+    assert decision is not None
+    text = why_skyhook(skyhook, [decision])
+    assert "Skyhook tuning: in_progress (paused); 1 nodes in progress, 3/8 complete" in text
+    assert "Skyhook tuning (node n7)  stage-failed: apply failed" in text
+
+
+def test_decisions_are_filtered_by_service_and_object_and_read_in_order() -> None:
+    late = maintenance_decision("scheduled", "go", at=T0 + 5)
+    early = maintenance_decision("no-slot", "wait", at=T0)
+    nodeset = decision_of(
+        subjects.nodeset_decision("slurm", "gpu"),
+        {"namespace": "slurm", "nodeset": "gpu", "reason": "Busy", "message": "m", "pod": "p1"},
+    )
+    assert nodeset is not None
+    assert decisions_about([late, nodeset, early], "NodeMaintenance default/m1") == [early, late]
+    assert decision_matches(nodeset, service="nodeset-controller", about="p1")
+    assert not decision_matches(nodeset, service="maintenance-scheduler")
+    assert decision_matches(early, about="default/m1")
+    assert format_decision(early).startswith("2027-01-15T08:00:00Z  maintenance-scheduler")
+    assert decision_of("k8s.v1.Pod.default.p", {}) is None
+
+
+def test_a_dead_letter_shows_its_origin_and_error() -> None:
+    headers = dead_letter.dead_letter_headers(
+        original_headers={"Nats-Msg-Id": "x"},
+        error="cannot decode K8sCommand: missing field sender",
+        error_kind="decode",
+        deliveries=1,
+        stream="K8S_COMMANDS",
+        stream_sequence=42,
+        consumer="k8s-watcher-commands",
+        subject="cmd.k8s.v1.nodeflow-admin.patch",
+    )
+    text = format_dead_letter("dlq.cmd.k8s.v1.nodeflow-admin.patch", headers, b"{bad")
+    assert text.splitlines()[0] == (
+        "cmd.k8s.v1.nodeflow-admin.patch  [decode, 1 deliveries, K8S_COMMANDS#42 via "
+        "k8s-watcher-commands]"
+    )
+    assert "error:   cannot decode K8sCommand: missing field sender" in text
+    assert "payload: {bad" in text
