@@ -821,11 +821,16 @@ class _GangFit:
         shape_of: dict[str, int] = {}
         shapes: list[PodShape] = []
         by_signature: dict[str, Obj] = {}
+        # Pods asking alike mostly share one request dict: its items are sorted once.
+        items_of: dict[int, tuple[tuple[str, int], ...]] = {}
         for pod in ranked:
             request = pod_facts(pod).request
             signature = _spec_signature(pod)
             by_signature.setdefault(signature, podfacts.spec(pod))
-            key = (tuple(sorted(request.items())), signature)
+            items = items_of.get(id(request))
+            if items is None:
+                items = items_of[id(request)] = tuple(sorted(request.items()))
+            key = (items, signature)
             index = shape_index.get(key)
             if index is None:
                 usable = run.usable_nodes({signature: by_signature[signature]})
