@@ -85,6 +85,7 @@ from topology_placer.network import (
 )
 from topology_placer.pods import PodRef, ref_of
 from topology_placer.preemption import (
+    PREEMPTION_REASON,
     ChargedPod,
     Ineligible,
     NotHelpful,
@@ -1234,8 +1235,19 @@ def _preempt(
     if not any(podfacts.priority_of(c.pod) < priority for c in run.charged.values()):
         return None
     preemptor = f"{gang.keys[0].namespace}/{gang.keys[0].name}"
-    ineligible = eligibility(ranked, priority, run.state.pods, preemptor)
+    ineligible = eligibility(ranked, priority, run.state.pods, preemptor, run.state.in_flight.pods)
     if isinstance(ineligible, Ineligible):
+        for victim in ineligible.resend:
+            # Its mark landed, its delete did not: send both again, with the mark's message.
+            marked = fields.condition(victim, podfacts.DISRUPTION_TARGET) or {}
+            run.plan.actions.append(
+                Disrupt(
+                    ref_of(victim),
+                    PREEMPTION_REASON,
+                    str(marked.get("message") or ""),
+                    run.now_text,
+                )
+            )
         return ineligible.message
     usable = run.usable_nodes({_spec_signature({"spec": spec}): spec for spec in pod_specs})
     own = {fields.uid_of(p) for p in gang.all_members}

@@ -12,7 +12,9 @@ Phases, as Koordinator's PostFilter, with two of its gaps closed:
    Lower-priority nominations are reservations only: the dry run ignores them and the
    plan clears them on the nodes it takes. A NodeSet pod (slurmd) is never a victim,
    whatever its priority: the Slurm jobs on it are invisible here, and only the NodeSet
-   protocol (drain in Slurm first) may take it away.
+   protocol (drain in Slurm first) may take it away. Nor is a pod its owner protects with
+   Koordinator's labels (`scheduling.koordinator.sh/disable-preemptible: "true"`,
+   `quota.scheduling.koordinator.sh/preemptible: "false"`); either protects its whole job.
 3. Dry run: with the allowed units removed, the gather picks the winning layer; every domain
    of that layer that then fits the gang is costed. Units are allowed cheapest first: up to
    a priority ceiling raised one priority at a time, budget-protected units last.
@@ -43,6 +45,12 @@ from topology_placer.network import TopologyTree
 Obj = Mapping[str, Any]
 
 PREEMPTION_REASON = "PreemptionByScheduler"
+# Koordinator's opt-outs (apis/extension/preemption.go, elastic_quota.go): a pod carrying
+# either is never a victim (coscheduling/core/preemption.go, IsEligiblePod).
+DISABLE_PREEMPTIBLE_LABEL = "scheduling.koordinator.sh/disable-preemptible"
+QUOTA_PREEMPTIBLE_LABEL = "quota.scheduling.koordinator.sh/preemptible"
+
+PodKey = tuple[str, str]
 
 
 class ChargedPod(NamedTuple):
@@ -87,6 +95,28 @@ class NotHelpful:
 @dataclass(frozen=True)
 class Ineligible:
     message: str
+    # Victims this gang marked whose delete never landed: their DisruptionTarget and delete
+    # are sent again, so the gang is not left waiting for a deletion nobody makes.
+    resend: tuple[Obj, ...] = ()
+
+
+def is_protected_from_preemption(pod: Obj) -> bool:
+    """Labelled by its owner as no victim, with Koordinator's exact values (any other value
+    of either label leaves the pod preemptible, as upstream reads them)."""
+    labels = fields.labels_of(pod)
+    return (
+        labels.get(DISABLE_PREEMPTIBLE_LABEL) == "true"
+        or labels.get(QUOTA_PREEMPTIBLE_LABEL) == "false"
+    )
+
+
+def _marked_by(pod: Obj, marker: str) -> bool:
+    disruption = fields.condition(pod, podfacts.DISRUPTION_TARGET)
+    return (
+        disruption is not None
+        and disruption.get("reason") == PREEMPTION_REASON
+        and marker in str(disruption.get("message") or "")
+    )
 
 
 def preemption_message(scheduler: str, preemptor: str, trigger_pod: str) -> str:
@@ -98,14 +128,22 @@ def preemption_message(scheduler: str, preemptor: str, trigger_pod: str) -> str:
 
 
 def eligibility(
-    members: Sequence[Obj], gang_priority: int, all_pods: Sequence[Obj], preemptor: str = ""
+    members: Sequence[Obj],
+    gang_priority: int,
+    all_pods: Sequence[Obj],
+    preemptor: str = "",
+    in_flight: AbstractSet[PodKey] = frozenset(),
 ) -> Ineligible | None:
     """Phase 1: why the gang may not preempt now, or None.
 
     Besides the reference's two rules, a victim this gang already preempted (its
     DisruptionTarget names the preemptor) that still holds its node also blocks a new
     preemption: the evictions may land before the members' nominations do, and a second
-    plan made in between would evict more jobs than needed."""
+    plan made in between would evict more jobs than needed. Such a victim blocks only while
+    its eviction may still happen: it is being deleted, or a command of ours on it may still
+    land (`in_flight`). One whose delete expired or failed is sent again (`resend`) rather
+    than waited for forever; one its owner has since protected is no victim any more and
+    does not block (a new plan leaves it alone)."""
     for member in members:
         if podfacts.spec(member).get("preemptionPolicy") == "Never":
             return Ineligible(
@@ -113,29 +151,46 @@ def eligibility(
             )
     nominated = {podfacts.nominated_node_of(m) for m in members} - {""}
     marker = f"preemptor: {preemptor}, " if preemptor else None
+    waiting: str | None = None
+    resend: list[Obj] = []
     for pod in all_pods:
-        if marker is not None and podfacts.occupies_node(pod):
-            disruption = fields.condition(pod, podfacts.DISRUPTION_TARGET)
-            if (
-                disruption is not None
-                and disruption.get("reason") == PREEMPTION_REASON
-                and marker in str(disruption.get("message") or "")
-            ):
-                return Ineligible(
-                    f"victim {fields.namespace_of(pod)}/{fields.name_of(pod)} of this "
-                    f"gang's preemption is still terminating on {podfacts.node_name_of(pod)}"
+        where = f"{fields.namespace_of(pod)}/{fields.name_of(pod)}"
+        if (
+            marker is not None
+            and podfacts.occupies_node(pod)
+            and _marked_by(pod, marker)
+            and not is_protected_from_preemption(pod)
+        ):
+            node = podfacts.node_name_of(pod)
+            if podfacts.is_deleting(pod):
+                waiting = waiting or (
+                    f"victim {where} of this gang's preemption is still terminating on {node}"
                 )
+            elif (fields.namespace_of(pod), fields.name_of(pod)) in in_flight:
+                waiting = waiting or (
+                    f"victim {where} of this gang's preemption is still terminating on "
+                    f"{node} (its delete is on its way)"
+                )
+            else:
+                resend.append(pod)
+            continue
         node = podfacts.node_name_of(pod)
         if (
             node in nominated
             and podfacts.is_deleting(pod)
             and podfacts.priority_of(pod) < gang_priority
         ):
-            return Ineligible(
-                f"victim {fields.namespace_of(pod)}/{fields.name_of(pod)} is still "
-                f"terminating on nominated node {node}"
-            )
-    return None
+            waiting = waiting or (f"victim {where} is still terminating on nominated node {node}")
+    if resend:
+        names = ", ".join(f"{fields.namespace_of(p)}/{fields.name_of(p)}" for p in resend[:3]) + (
+            f" and {len(resend) - 3} more" if len(resend) > 3 else ""
+        )
+        return Ineligible(
+            f"victims of this gang's preemption are still terminating: the delete of {names} "
+            "did not land and is sent again",
+            resend=tuple(resend),
+        )
+    return Ineligible(waiting) if waiting is not None else None
 
 
 def _unit_key(pod: Obj) -> str:
@@ -161,8 +216,13 @@ def victim_units(
             continue
         key = _unit_key(item.pod)
         priority = podfacts.priority_of(item.pod)
-        if priority >= gang_priority or is_slurm_node_pod(item.pod):
-            # A job with any member at or above the gang's priority is not a victim.
+        if (
+            priority >= gang_priority
+            or is_slurm_node_pod(item.pod)
+            or is_protected_from_preemption(item.pod)
+        ):
+            # A job with any member at or above the gang's priority, or protected, is not a
+            # victim: evicting the rest of it would leave the protected pod idle.
             blocked.add(key)
             continue
         unit = by_key.setdefault(key, VictimUnit(key=key, priority=priority))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -11,7 +12,8 @@ from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from tests.unit.plan_checks import expect_actions, expect_no_actions
 from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
 from tests.unit.topology_placer.simulate import run, state
-from topology_placer.gang import MODE
+from topology_placer.gang import MODE, POD_GROUP_LABEL
+from topology_placer.inflight import InFlight
 from topology_placer.planner import (
     Decision,
     Disrupt,
@@ -20,7 +22,13 @@ from topology_placer.planner import (
     Plan,
     plan,
 )
-from topology_placer.preemption import broken_budgets, preemption_message
+from topology_placer.preemption import (
+    DISABLE_PREEMPTIBLE_LABEL,
+    QUOTA_PREEMPTIBLE_LABEL,
+    broken_budgets,
+    is_protected_from_preemption,
+    preemption_message,
+)
 
 BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
 
@@ -326,3 +334,164 @@ def test_preemption_clears_lower_priority_nominations_on_the_nodes_it_takes() ->
     nominated = {p["metadata"]["name"]: p["status"].get("nominatedNodeName") for p in after}
     assert nominated["waiting-1"] == ""
     assert nominated["waiting-3"] == "n3"
+
+
+def _protect(target: dict[str, Any], label: str, value: str) -> dict[str, Any]:
+    target["metadata"].setdefault("labels", {})[label] = value
+    return target
+
+
+def test_rule_pods_labelled_not_preemptible_are_never_victims() -> None:
+    """Koordinator's opt-outs, with its exact keys and values: disable-preemptible "true" and
+    the quota's preemptible "false" keep a pod from being a victim; with only protected pods
+    in the way the gang waits and nothing is deleted."""
+    for label, value in (
+        (DISABLE_PREEMPTIBLE_LABEL, "true"),
+        (QUOTA_PREEMPTIBLE_LABEL, "false"),
+    ):
+        victims = [
+            _protect(pod(f"v-{i}", None, gpus=8, node_name=f"n{i}", owner="low"), label, value)
+            for i in (1, 2)
+        ]
+        result, _ = run(_two_nodes(), victims + _hello_job(), [pod_group("hello-job", 2)])
+        expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
+        assert not _of(result, Nominate)
+    # Any other value leaves the pod preemptible, as upstream reads the labels.
+    victims = [
+        _protect(pod(f"v-{i}", None, gpus=8, node_name=f"n{i}", owner="low"), label, "True")
+        for i, label in ((1, DISABLE_PREEMPTIBLE_LABEL), (2, QUOTA_PREEMPTIBLE_LABEL))
+    ]
+    result, _ = run(_two_nodes(), victims + _hello_job(), [pod_group("hello-job", 2)])
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"v-1", "v-2"}
+
+
+def test_rule_a_victim_gang_with_a_protected_member_is_not_chosen() -> None:
+    """One protected member protects its whole gang (evicting the rest would leave it idle):
+    the plan takes the dearer unprotected job instead."""
+    nodes = [node("n1", "s1", "b1"), node("n2", "s2", "b3"), node("n3", "s2", "b4")]
+    low = [
+        pod("low-0", "low", gpus=8, node_name="n1", phase="Running"),
+        _protect(
+            pod("low-1", "low", gpus=8, node_name="n2", phase="Running"),
+            DISABLE_PREEMPTIBLE_LABEL,
+            "true",
+        ),
+    ]
+    dearer = pod("dearer", None, gpus=8, node_name="n3", priority=50)
+    gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
+    groups = [pod_group("low", 2), pod_group("hello-job", 1)]
+    result, _ = run(nodes, [*low, dearer, *gang], groups, topology=TOPOLOGY)
+    assert [d.pod.name for d in _of(result, Disrupt)] == ["dearer"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    running=st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.sampled_from([4, 8]),
+            st.integers(0, 99),
+            st.sampled_from(
+                [
+                    None,
+                    (DISABLE_PREEMPTIBLE_LABEL, "true"),
+                    (DISABLE_PREEMPTIBLE_LABEL, "false"),
+                    (QUOTA_PREEMPTIBLE_LABEL, "false"),
+                    (QUOTA_PREEMPTIBLE_LABEL, "true"),
+                ]
+            ),
+            st.sampled_from([None, "low-a", "low-b"]),
+        ),
+        max_size=8,
+    ),
+    size=st.integers(1, 3),
+)
+def test_property_no_protected_pod_or_member_of_a_protected_gang_is_ever_a_victim(
+    running: list[tuple[int, int, int, tuple[str, str] | None, str | None]], size: int
+) -> None:
+    nodes = [node(f"n{i}", f"s{i // 2}", f"b{i // 2}") for i in range(4)]
+    used: dict[str, int] = {}
+    kept: list[dict[str, Any]] = []
+    for k, (where, gpus, priority, protection, group) in enumerate(running):
+        if used.get(f"n{where}", 0) + gpus > 8:
+            continue
+        used[f"n{where}"] = used.get(f"n{where}", 0) + gpus
+        victim = pod(
+            f"v{k}", group, gpus=gpus, node_name=f"n{where}", priority=priority, phase="Running"
+        )
+        if protection is not None:
+            _protect(victim, *protection)
+        kept.append(victim)
+    groups = [pod_group(name, 1) for name in ("low-a", "low-b")]
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in range(size)]
+    result, _ = run(nodes, kept + gang, [*groups, pod_group("hello-job", size)], topology=TOPOLOGY)
+    evicted = {d.pod.name for d in _of(result, Disrupt)}
+    protected = [p for p in kept if is_protected_from_preemption(p)]
+    assert not evicted & {p["metadata"]["name"] for p in protected}
+    protected_gangs = {p["metadata"]["labels"].get(POD_GROUP_LABEL) for p in protected} - {None}
+    assert not any(
+        p["metadata"]["labels"].get(POD_GROUP_LABEL) in protected_gangs
+        for p in kept
+        if p["metadata"]["name"] in evicted
+    )
+
+
+def _marked_victims(*, deleting: bool) -> list[dict[str, Any]]:
+    """The gang's two victims after a preemption whose DisruptionTarget patches landed."""
+    message = preemption_message("koord-scheduler", "default/hello-job", "default/p-1")
+    marked = []
+    for i in (1, 2):
+        victim = pod(f"v-{i}", None, gpus=8, node_name=f"n{i}", deleting=deleting)
+        victim["status"]["conditions"] = [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": message,
+            }
+        ]
+        marked.append(victim)
+    return marked
+
+
+def _four_nodes_with_others() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    others = [pod(f"o-{i}", None, gpus=8, node_name=f"n{i}", owner=f"o-{i}") for i in (3, 4)]
+    return [node(f"n{i}", "s1", "b1") for i in (1, 2, 3, 4)], others
+
+
+def test_rule_a_victim_whose_delete_did_not_land_is_deleted_again_in_one_pass() -> None:
+    """Half-applied preemption heals: the mark landed, the delete expired or failed (the pod
+    is not deleting and no command on it may still land). The same victims are marked and
+    deleted again -- no new victims, the gang keeps waiting for them -- instead of the gang
+    waiting for ever on its own marker."""
+    nodes, others = _four_nodes_with_others()
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    marked = _marked_victims(deleting=False)
+    result, _ = run(nodes, [*marked, *others, *gang], [pod_group("hello-job", 2)])
+    resent = _of(result, Disrupt)
+    assert {d.pod.name for d in resent} == {"v-1", "v-2"}
+    assert {d.reason for d in resent} == {"PreemptionByScheduler"}
+    assert {d.message for d in resent} == {marked[0]["status"]["conditions"][0]["message"]}
+    decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
+    assert "did not land and is sent again" in decision.message
+    # While the resent delete may still land, it is not sent a third time.
+    held = InFlight(pods=frozenset({("default", "v-1"), ("default", "v-2")}))
+    cluster = state(nodes, [*marked, *others, *gang], [pod_group("hello-job", 2)])
+    waiting = plan(replace(cluster, in_flight=held))
+    expect_no_actions(waiting.actions, Disrupt, while_it_has=MarkUnschedulable)
+    decision = next(d for d in _of(waiting, Decision) if d.kind == "unschedulable")
+    assert "its delete is on its way" in decision.message
+
+
+def test_rule_a_marked_victim_since_protected_does_not_block_a_new_plan() -> None:
+    """A marked victim whose delete never landed and which its owner has since protected is
+    no victim any more: the gang plans again around it (here: the other jobs' nodes), it is
+    not deleted, and the gang is not blocked by its own marker."""
+    nodes, others = _four_nodes_with_others()
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    marked = [
+        _protect(v, DISABLE_PREEMPTIBLE_LABEL, "true") for v in _marked_victims(deleting=False)
+    ]
+    result, _ = run(nodes, [*marked, *others, *gang], [pod_group("hello-job", 2)])
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"o-3", "o-4"}
+    assert sorted(n.node for n in _of(result, Nominate)) == ["n3", "n4"]
