@@ -1286,7 +1286,7 @@ def _preempt(
             gang.keys,
             "preempted",
             "Preempted",
-            f"evicting {len(victims)} pods of {len(outcome.victims)} lower-priority jobs "
+            f"evicting {len(victims)} pods of {outcome.victim_jobs} lower-priority jobs "
             f"(cost {outcome.cost}, budgets broken {outcome.broken_budgets})",
             domain="/".join(outcome.placement.domain) or "cluster",
             layer=outcome.placement.layer,

@@ -8,7 +8,9 @@ Phases, as Koordinator's PostFilter, with two of its gaps closed:
 2. Victim units: bound lower-priority pods on nodes the gang may use, grouped by job. A pod of
    a PodGroup brings its whole gang (every bound member, wherever it runs): evicting part of
    a gang leaves the rest idle, so the whole gang is the unit that is costed and evicted
-   (Koordinator evicts single pods of victim gangs). Other pods group by their owner.
+   (Koordinator evicts single pods of victim gangs). A replica of a ReplicaSet, DaemonSet or
+   StatefulSet is a unit of its own: the plan takes only the replicas on the nodes it
+   chooses, never every replica cluster-wide. Other pods group by their owner.
    Lower-priority nominations are reservations only: the dry run ignores them and the
    plan clears them on the nodes it takes. A NodeSet pod (slurmd) is never a victim,
    whatever its priority: the Slurm jobs on it are invisible here, and only the NodeSet
@@ -19,7 +21,7 @@ Phases, as Koordinator's PostFilter, with two of its gaps closed:
    of that layer that then fits the gang is costed. Units are allowed cheapest first: up to
    a priority ceiling raised one priority at a time, budget-protected units last.
 4. Per domain: start from every unit on its nodes as a victim, then give units back in the
-   order priority desc, job, name while the gang still fits; cost = sum over the remaining
+   order priority desc, unit key while the gang still fits; cost = sum over the remaining
    distinct victim jobs of their priority rank (1 for the lowest priority present).
 5. PodDisruptionBudgets: a plan that evicts more pods matching a budget than its
    `status.disruptionsAllowed` breaks it; such a plan is chosen only when every plan breaks
@@ -51,6 +53,8 @@ DISABLE_PREEMPTIBLE_LABEL = "scheduling.koordinator.sh/disable-preemptible"
 QUOTA_PREEMPTIBLE_LABEL = "quota.scheduling.koordinator.sh/preemptible"
 
 PodKey = tuple[str, str]
+# Controllers whose pods are interchangeable replicas, each evicted on its own.
+REPLICA_CONTROLLERS = frozenset({"ReplicaSet", "DaemonSet", "StatefulSet"})
 
 
 class ChargedPod(NamedTuple):
@@ -71,6 +75,8 @@ class VictimUnit:
     key: str
     priority: int
     pods: list[ChargedPod] = field(default_factory=list)
+    # The job the unit belongs to (a replica's controller): a plan is costed per job.
+    job: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,10 @@ class PreemptionPlan:
     @property
     def victim_pods(self) -> list[Obj]:
         return [charged.pod for unit in self.victims for charged in unit.pods]
+
+    @property
+    def victim_jobs(self) -> int:
+        return len({unit.job for unit in self.victims})
 
 
 @dataclass(frozen=True)
@@ -193,11 +203,23 @@ def eligibility(
     return Ineligible(waiting) if waiting is not None else None
 
 
-def _unit_key(pod: Obj) -> str:
+def _controller_kind(pod: Obj) -> str:
+    for owner in fields.meta(pod).get("ownerReferences") or []:
+        if isinstance(owner, Mapping) and owner.get("name"):
+            return str(owner.get("kind") or "")
+    return ""
+
+
+def _unit_key(pod: Obj) -> tuple[str, str]:
+    """The victim unit of a pod and the job it belongs to."""
     group = pod_group_of(pod)
     if group is not None:
-        return f"podgroup {group}"
-    return f"job {fields.namespace_of(pod)}/{podfacts.owner_name(pod)}"
+        key = f"podgroup {group}"
+        return key, key
+    job = f"job {fields.namespace_of(pod)}/{podfacts.owner_name(pod)}"
+    if _controller_kind(pod) in REPLICA_CONTROLLERS:
+        return f"pod {fields.namespace_of(pod)}/{fields.name_of(pod)}", job
+    return job, job
 
 
 def is_slurm_node_pod(pod: Obj) -> bool:
@@ -214,7 +236,7 @@ def victim_units(
     for item in charged:
         if item.nominated_only or podfacts.is_deleting(item.pod):
             continue
-        key = _unit_key(item.pod)
+        key, job = _unit_key(item.pod)
         priority = podfacts.priority_of(item.pod)
         if (
             priority >= gang_priority
@@ -225,7 +247,7 @@ def victim_units(
             # victim: evicting the rest of it would leave the protected pod idle.
             blocked.add(key)
             continue
-        unit = by_key.setdefault(key, VictimUnit(key=key, priority=priority))
+        unit = by_key.setdefault(key, VictimUnit(key=key, priority=priority, job=job))
         unit.priority = max(unit.priority, priority)
         unit.pods.append(item)
     return [
@@ -395,7 +417,10 @@ def _best_plan(
         if victims is None:
             continue
         nodes = {node for _, node in placement.assignments}
-        cost = sum(ranks[u.priority] + 1 for u in victims)
+        job_priority: dict[str, int] = {}
+        for unit in victims:
+            job_priority[unit.job] = max(job_priority.get(unit.job, unit.priority), unit.priority)
+        cost = sum(ranks[priority] + 1 for priority in job_priority.values())
         victim_pods = [p.pod for u in victims for p in u.pods]
         breaks = broken_budgets(victim_pods, budgets)
         plan = PreemptionPlan(

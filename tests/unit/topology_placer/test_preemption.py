@@ -495,3 +495,54 @@ def test_rule_a_marked_victim_since_protected_does_not_block_a_new_plan() -> Non
     result, _ = run(nodes, [*marked, *others, *gang], [pod_group("hello-job", 2)])
     assert {d.pod.name for d in _of(result, Disrupt)} == {"o-3", "o-4"}
     assert sorted(n.node for n in _of(result, Nominate)) == ["n3", "n4"]
+
+
+def _replica(
+    name: str, controller: str, kind: str, node_name: str, **kwargs: Any
+) -> dict[str, Any]:
+    replica = pod(name, None, gpus=8, node_name=node_name, phase="Running", **kwargs)
+    replica["metadata"]["ownerReferences"] = [
+        {"kind": kind, "name": controller, "uid": f"uid-{controller}", "controller": True}
+    ]
+    return replica
+
+
+def test_rule_a_replicated_workload_loses_only_the_replicas_on_the_chosen_nodes() -> None:
+    """A ReplicaSet, DaemonSet or StatefulSet is not a gang: a plan needing one node takes the
+    one replica there, never every replica cluster-wide."""
+    nodes = [node(f"n{i}", "s1", "b1") for i in (1, 2, 3, 4)]
+    for kind in ("ReplicaSet", "DaemonSet", "StatefulSet"):
+        replicas = [_replica(f"web-{i}", "web", kind, f"n{i}") for i in (1, 2, 3, 4)]
+        gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
+        result, _ = run(nodes, [*replicas, *gang], [pod_group("hello-job", 1)])
+        evicted = [d.pod.name for d in _of(result, Disrupt)]
+        assert len(evicted) == 1, kind
+        nominated = [n.node for n in _of(result, Nominate)]
+        assert nominated == [f"n{evicted[0].removeprefix('web-')}"]
+        decision = next(d for d in _of(result, Decision) if d.kind == "preempted")
+        assert "evicting 1 pods of 1 lower-priority jobs" in decision.message
+
+
+def test_rule_replicas_are_costed_per_job() -> None:
+    """Two replicas of one ReplicaSet cost one job: the block holding them is cheaper than the
+    (earlier) block holding one pod each of two jobs of the same priority."""
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1")]
+    nodes += [node("n3", "s2", "b3"), node("n4", "s2", "b3")]
+    two_jobs = [_replica("a-1", "a", "ReplicaSet", "n1"), _replica("b-2", "b", "ReplicaSet", "n2")]
+    one_job = [_replica(f"web-{i}", "web", "ReplicaSet", f"n{i}") for i in (3, 4)]
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    groups = [pod_group("hello-job", 2, gather=BLOCK_MUST)]
+    result, _ = run(nodes, [*two_jobs, *one_job, *gang], groups, topology=TOPOLOGY)
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"web-3", "web-4"}
+
+
+def test_rule_a_protected_replica_protects_only_itself() -> None:
+    """Upstream reads the opt-out per pod: a protected replica keeps its node, its siblings
+    stay victims (only a gang is protected whole by one member)."""
+    nodes = [node(f"n{i}", "s1", "b1") for i in (1, 2, 3)]
+    replicas = [_replica(f"web-{i}", "web", "ReplicaSet", f"n{i}") for i in (1, 2)]
+    other = _replica("api-3", "api", "ReplicaSet", "n3")
+    _protect(replicas[0], DISABLE_PREEMPTIBLE_LABEL, "true")
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    result, _ = run(nodes, [*replicas, other, *gang], [pod_group("hello-job", 2)])
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"web-2", "api-3"}
