@@ -120,6 +120,16 @@ def is_protected_from_preemption(pod: Obj) -> bool:
     )
 
 
+def _still_a_victim(pod: Obj, gang_priority: int) -> bool:
+    """A pod marked earlier that may still be evicted now: a mark never outweighs the rules
+    that keep a pod from being a victim (its priority, a NodeSet, its owner's opt-out)."""
+    return (
+        podfacts.priority_of(pod) < gang_priority
+        and not is_slurm_node_pod(pod)
+        and not is_protected_from_preemption(pod)
+    )
+
+
 def _marked_by(pod: Obj, marker: str) -> bool:
     disruption = fields.condition(pod, podfacts.DISRUPTION_TARGET)
     return (
@@ -152,8 +162,9 @@ def eligibility(
     plan made in between would evict more jobs than needed. Such a victim blocks only while
     its eviction may still happen: it is being deleted, or a command of ours on it may still
     land (`in_flight`). One whose delete expired or failed is sent again (`resend`) rather
-    than waited for forever; one its owner has since protected is no victim any more and
-    does not block (a new plan leaves it alone)."""
+    than waited for forever; one that is no victim any more (since protected, or of a
+    priority raised to the gang's) does not block and is not deleted: a new plan leaves it
+    alone."""
     for member in members:
         if podfacts.spec(member).get("preemptionPolicy") == "Never":
             return Ineligible(
@@ -169,7 +180,7 @@ def eligibility(
             marker is not None
             and podfacts.occupies_node(pod)
             and _marked_by(pod, marker)
-            and not is_protected_from_preemption(pod)
+            and _still_a_victim(pod, gang_priority)
         ):
             node = podfacts.node_name_of(pod)
             if podfacts.is_deleting(pod):

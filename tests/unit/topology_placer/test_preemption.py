@@ -483,18 +483,23 @@ def test_rule_a_victim_whose_delete_did_not_land_is_deleted_again_in_one_pass() 
     assert "its delete is on its way" in decision.message
 
 
-def test_rule_a_marked_victim_since_protected_does_not_block_a_new_plan() -> None:
-    """A marked victim whose delete never landed and which its owner has since protected is
-    no victim any more: the gang plans again around it (here: the other jobs' nodes), it is
-    not deleted, and the gang is not blocked by its own marker."""
+def test_rule_a_marked_victim_no_longer_a_victim_does_not_block_a_new_plan() -> None:
+    """A marked victim whose delete never landed and which its owner has since protected, or
+    whose priority now equals the gang's, is no victim any more: the gang plans again around
+    it (here: the other jobs' nodes), it is not deleted, and the gang is not blocked by its
+    own marker."""
     nodes, others = _four_nodes_with_others()
     gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
-    marked = [
+    protected = [
         _protect(v, DISABLE_PREEMPTIBLE_LABEL, "true") for v in _marked_victims(deleting=False)
     ]
-    result, _ = run(nodes, [*marked, *others, *gang], [pod_group("hello-job", 2)])
-    assert {d.pod.name for d in _of(result, Disrupt)} == {"o-3", "o-4"}
-    assert sorted(n.node for n in _of(result, Nominate)) == ["n3", "n4"]
+    raised = _marked_victims(deleting=False)
+    for victim in raised:
+        victim["spec"]["priority"] = 100
+    for marked in (protected, raised):
+        result, _ = run(nodes, [*marked, *others, *gang], [pod_group("hello-job", 2)])
+        assert {d.pod.name for d in _of(result, Disrupt)} == {"o-3", "o-4"}
+        assert sorted(n.node for n in _of(result, Nominate)) == ["n3", "n4"]
 
 
 def _replica(
