@@ -82,7 +82,7 @@ def _time(epoch: float) -> str:
 
 def format_decision(decision: Decision) -> str:
     """One line: when, who, about what, why."""
-    where = " ".join(
+    where = ", ".join(
         part
         for part in (
             f"node {decision.node}" if decision.node else "",

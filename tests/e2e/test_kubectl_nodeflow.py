@@ -175,3 +175,44 @@ async def test_kubectl_nodeflow_names_the_budget_the_leaders_and_the_dead_letter
         "kubectl nodeflow dead-letters", f"cmd.k8s.v1.{ADMIN_USER}.patch"
     )
     assert "[decode," in letters and "payload: {not json" in letters
+
+
+SLURM = (
+    'slurm() { curl -s -H "X-SLURM-USER-NAME: $SLURM_USER" '
+    '-H "X-SLURM-USER-TOKEN: $(cat "$SLURM_TOKEN_FILE")" -H "Content-Type: application/json" '
+    '"$SLURM_URL/slurm/v0.0.42$1" "${@:2}"; }\n'
+)
+EXAMPLES = Path(__file__).resolve().parents[2] / "k8s" / "examples"
+
+
+async def test_kubectl_nodeflow_why_pod_names_the_job_that_holds_a_scale_in(
+    operator: Operator,
+) -> None:
+    """A NodeSet scaled in while a job runs on all its nodes: the pods to remove are marked
+    for deletion and kept; `why pod` says so, and that their Slurm node is busy."""
+    await operator.sh(f"kubectl apply -f {EXAMPLES / 'nodeset.yaml'}")  # 4 replicas
+    await operator.until_output(
+        SLURM + "slurm /nodes | jq -r '[.nodes[] | select(.state == [\"IDLE\"])] | length'",
+        "4",
+    )
+    await operator.sh(
+        SLURM + 'slurm /job/submit -X POST -d \'{"job": {"name": "train", '
+        '"minimum_nodes": 4, "script": "#!/bin/bash\\nsleep 3600\\n", '
+        '"current_working_directory": "/tmp", "environment": ["PATH=/bin"]}}\''
+    )
+    await operator.until_output(
+        SLURM + "slurm /jobs | jq -r '.jobs[] | .job_state | join(\",\")'", "RUNNING"
+    )
+    await operator.sh("kubectl scale nodeset gpu --replicas=2")
+    marked = (
+        await operator.until_output(
+            "kubectl get pods -l nodeflow.dev/nodeset=gpu -o json | jq -r '.items[] | "
+            'select(any(.status.conditions[]; .type == "SlurmDelete")) | .metadata.name\'',
+            "gpu",
+        )
+    ).split()
+    verdict = await operator.until_output(f"kubectl nodeflow why pod {marked[0]}", "busy:")
+    assert "marked for deletion: SlurmDelete=True" in verdict
+    assert f"Slurm node sim/{marked[0]}:" in verdict
+    assert "allocated to jobs (not deleted while it runs a job)" in verdict
+    assert "NodeSet: default/gpu" in verdict
