@@ -3,13 +3,19 @@ Lease named after it (nodeflow_bus.kube_lease.lease_commands, pure)."""
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from k8s_watcher.policy import Allowed, authorize
 from nodeflow_bus.kube_lease import (
     KubeLeaseTarget,
+    LeaseEvent,
     lease_commands,
     lease_duration_seconds,
     micro_time,
 )
 from nodeflow_contracts.k8s import CreateObject, PatchObject
+from nodeflow_contracts.permissions import SERVICES, lease_names
 
 TARGET = KubeLeaseTarget(sender="maintenance-scheduler", namespace="nodeflow-system")
 NOW = 1_795_000_000.25
@@ -78,3 +84,34 @@ def test_lease_mirror_duration_and_time_formats() -> None:
     assert lease_duration_seconds(0.4) == 1
     assert lease_duration_seconds(2.5) == 3
     assert micro_time(0.5) == "1970-01-01T00:00:00.500000Z"
+
+
+@given(
+    sender=st.sampled_from([s for s in SERVICES if lease_names(s)]),
+    name=st.one_of(
+        st.sampled_from([n for s in SERVICES for n in lease_names(s)]),
+        st.text(alphabet="abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=30),
+    ),
+    holder=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=40),
+    ttl=st.floats(min_value=0.1, max_value=120.0),
+    event=st.sampled_from(["acquired", "renewed", "released"]),
+)
+def test_lease_mirror_property_a_sender_writes_only_its_own_leases_and_never_a_successors(
+    sender: str, name: str, holder: str, ttl: float, event: LeaseEvent
+) -> None:
+    """Whatever the names: k8s-watcher allows a Lease command exactly when the Lease is named
+    after one of the sender's own NATS leases; every write but the acquisition first tests
+    that this replica still holds it (a late write never overwrites a successor), and each
+    carries a deadline no later than the TTL."""
+    target = KubeLeaseTarget(sender=sender)
+    for cmd in lease_commands(event, name=name, target=target, holder=holder, ttl=ttl, now=NOW):
+        allowed = isinstance(authorize(cmd, cmd.subject), Allowed)
+        assert allowed == (name in lease_names(sender))
+        assert cmd.expires_at is not None and NOW < cmd.expires_at <= NOW + ttl
+        if event != "acquired":
+            assert isinstance(cmd.operation, PatchObject)
+            assert cmd.operation.patch[0] == {
+                "op": "test",
+                "path": "/spec/holderIdentity",
+                "value": holder,
+            }
