@@ -243,6 +243,11 @@ class SlurmTrust:
     # When the states were last confirmed (the last successful poll); None: stale already, or
     # the view of the node states may not hold that poll's yet (no evidence of when read).
     read_at: float | None = None
+    # Until when a node missing from the view counts as missing from Slurm's listing (not
+    # registered): the view holds every node state of a successful poll (the last, or an
+    # earlier one while the last one's states are still arriving), and that poll is fresh.
+    # None: no such poll, or the cluster's last poll failed.
+    absence_read_until: float | None = None
 
 
 def slurm_trust(
@@ -251,22 +256,31 @@ def slurm_trust(
     max_age: float,
     absence_grace: float,
     nodes_revision: int = 0,
+    held_poll_at: float | None = None,
 ) -> SlurmTrust:
     """A cluster whose status is missing or not fresh is unknown: none of its states count.
     `nodes_revision`: the `slurm_nodes` stream sequence the reader's view has applied; the
     status's poll time counts as when the states were read only once the view holds that
     poll's states (`SlurmClusterStatus.nodes_read_at`): the two buckets arrive on separate
-    consumers, and a poll's status may come before its node states."""
+    consumers, and a poll's status may come before its node states. `held_poll_at`: when the
+    newest poll whose states the view was seen to hold whole was read (an earlier status's
+    `nodes_read_at`), for the absence evidence while the last poll's states arrive."""
     if status is None or not status.fresh(now, max_age):
         return SlurmTrust(False, False, None, absence_grace)
     # The limit SlurmClusterStatus.fresh applies: past it, the states go stale.
     limit = max_age if max_age > 0 else STALE_AFTER_POLLS * status.poll_interval_seconds
+    read_at = status.nodes_read_at(nodes_revision)
+    held = read_at if read_at is not None else held_poll_at
+    absence_read_until = (
+        held + limit if status.reachable and held is not None and now - held <= limit else None
+    )
     return SlurmTrust(
         True,
         status.reachable,
         status.last_success_at + limit,
         absence_grace,
-        read_at=status.nodes_read_at(nodes_revision),
+        read_at=read_at,
+        absence_read_until=absence_read_until,
     )
 
 
@@ -304,6 +318,9 @@ class ClusterView:
     # The NodeSet's PodDisruptionBudget (`protection.budget_name`) as k8s-watcher mirrors it;
     # None: there is none.
     disruption_budget: Obj | None = None
+    # When the newest poll whose node states the view of `slurm` was seen to hold whole was
+    # read (see `slurm_trust`); None: none seen.
+    slurm_held_poll_at: float | None = None
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -505,6 +522,7 @@ def _start_round(view: ClusterView) -> _Round:
         view.slurm_max_age,
         view.absence_grace,
         view.slurm_nodes_revision,
+        view.slurm_held_poll_at,
     )
     return _Round(
         view=view,
@@ -1104,17 +1122,32 @@ def plan_disruption_protection(round_: _Round, pods: PodClasses) -> None:
     while the option is on. A pod left unprotected on a fresh Slurm view is protected again
     when that view goes stale without a change: the plan wakes up then."""
     spec = round_.spec
+    trust = round_.trust
+    # A node missing from the view is missing from Slurm's listing only while the view holds
+    # a fresh, successful poll whole (see `protection.needs_protection`).
+    absence_read = trust.absence_read_until is not None
     actions = protection.plan_protection(
         spec,
         ((pod, pods.raw_by_name[pod.name]) for pod in pods.states),
         round_.view.disruption_budget,
+        absence_read,
     )
     for action in actions:
         round_.act(action)
-    stale_at = round_.trust.stale_at
+    # An unprotected pod is protected again once its evidence goes stale: the Slurm states,
+    # or (sooner, when the last poll's states are still arriving) the poll held whole.
+    stale_at = trust.absence_read_until if absence_read else trust.stale_at
     if spec.workload_disruption_protection and stale_at is not None:
         unprotected = (
-            pod for pod in pods.states if pod.bound and not pod.terminating and not pod.busy
+            pod
+            for pod in pods.states
+            if pod.bound
+            and not pod.terminating
+            and not protection.needs_protection(
+                pod,
+                labelled=protection.is_labelled(pods.raw_by_name[pod.name]),
+                absence_read=absence_read,
+            )
         )
         if next(unprotected, None) is not None:
             round_.wake(stale_at)

@@ -12,8 +12,11 @@ Slinky labels a pod busy from the Slurm conditions on it and so drops the label 
 cannot be read. Here the label follows the pod's Slurm state as the plan trusts it
 (`PodState.busy`): Allocated, Mixed or Completing; and also an unknown, missing or stale
 state (fail closed), unless Slurm has shown the node runs no job (DOWN, or absent from every
-successful poll for the absence grace). Idle or drained (and idle) nodes lose it. A pod no
-kubelet has (unbound) runs nothing and is never labelled; a terminating pod is left as it is.
+successful poll for the absence grace). Idle or drained (and idle) nodes lose it. A node
+absent from a fresh poll the plan holds whole is not registered and runs no job either: an
+unlabelled pod there (a new one) is not labelled, a labelled one keeps its label (see
+`needs_protection`). A pod no kubelet has (unbound) runs nothing and is never labelled; a
+terminating pod is left as it is.
 
 Slinky keeps one budget per Slurm cluster (`slurm-workers-pdb-<cluster>`); ours is one per
 NodeSet, named `slurm-workers-pdb-<nodeset>`, its selector the NodeSet's pods that carry the
@@ -114,10 +117,27 @@ def budget_object(spec: NodeSetSpec) -> dict[str, Any]:
     }
 
 
-def needs_protection(pod: PodState) -> bool:
+def is_labelled(raw: Obj) -> bool:
+    """The pod object carries the protect label."""
+    return labels_of(raw).get(POD_PROTECT_LABEL) == PROTECTED
+
+
+def needs_protection(pod: PodState, *, labelled: bool, absence_read: bool) -> bool:
     """The pod's Slurm node runs, or may run, a job (`PodState.busy`: unknown counts as busy)
-    and a kubelet has the pod (an unbound pod runs nothing)."""
-    return pod.bound and pod.busy
+    and a kubelet has the pod (an unbound pod runs nothing).
+
+    `absence_read`: the plan's Slurm view is a fresh, successful poll that it holds whole
+    (`SlurmTrust.read_at`), so a node missing from it was missing from Slurm's own listing.
+    Such a node is not registered: slurmctld runs no job on it, which is what an idle read
+    says too (a job placed after the poll is protected by the next one, as on an idle node).
+    So an unlabelled pod whose node is not registered yet -- every new pod -- is not
+    labelled only to be unlabelled once it registers idle. A labelled pod keeps its label
+    until Slurm reads the node (idle, drained, DOWN) or the absence grace proves no job: a
+    node that vanished from the listing while it ran a job (slurmctld restarted without its
+    dynamic nodes) is not taken at its word."""
+    if not (pod.bound and pod.busy):
+        return False
+    return not (absence_read and pod.slurm is None and not labelled)
 
 
 def owned_by(budget: Obj, spec: NodeSetSpec) -> bool:
@@ -143,9 +163,11 @@ def plan_protection(
     spec: NodeSetSpec,
     pods: Iterable[tuple[PodState, Obj]],
     budget: Obj | None,
+    absence_read: bool = False,
 ) -> list[ProtectionAction]:
     """The label changes for `pods` (each with the pod object its labels are read from) and
-    the budget change, for the NodeSet's budget as it is (`budget`: None when absent)."""
+    the budget change, for the NodeSet's budget as it is (`budget`: None when absent).
+    `absence_read`: see `needs_protection`."""
     actions: list[ProtectionAction] = []
     enabled = spec.workload_disruption_protection
     name = budget_name(spec.name)
@@ -168,8 +190,9 @@ def plan_protection(
         if pod.terminating:
             continue
         current = labels_of(raw).get(POD_PROTECT_LABEL)
-        wanted = enabled and needs_protection(pod)
-        if wanted and current != PROTECTED:
+        labelled = is_labelled(raw)
+        wanted = enabled and needs_protection(pod, labelled=labelled, absence_read=absence_read)
+        if wanted and not labelled:
             actions.append(ProtectPod(pod, True, _why_protected(pod)))
         elif not wanted and current is not None:
             actions.append(ProtectPod(pod, False, _why_unprotected(pod, enabled)))
@@ -191,4 +214,6 @@ def _why_unprotected(pod: PodState, enabled: bool) -> str:
         return "no kubelet has the pod: it runs no job"
     if pod.no_job is not None:
         return f"Slurm runs no job there ({pod.no_job}): eviction allowed"
+    if pod.slurm is None:
+        return "Slurm node not registered in a fresh poll: it runs no job, eviction allowed"
     return "Slurm node runs no job: eviction allowed"

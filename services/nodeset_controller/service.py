@@ -265,6 +265,9 @@ class NodeSetController:
         self._awaiting_read: dict[str, float] = {}
         # The `slurm_nodes` stream sequence `_slurm_of` holds (what its listener has applied).
         self._slurm_nodes_revision = 0
+        # Cluster -> when the newest poll whose node states `_slurm_of` was seen to hold whole
+        # was read (planner.slurm_trust's `held_poll_at`).
+        self._slurm_held_poll: dict[str, float] = {}
         self._leader_loop = LeaderLoop(
             bus,
             self.lease,
@@ -436,6 +439,7 @@ class NodeSetController:
         caught_up_from = self._slurm_nodes_revision
         # The view calls this once it holds the change (a snapshot: once it holds all of it).
         self._slurm_nodes_revision = max(caught_up_from, self.slurm.last_revision)
+        self._note_held_poll(state.cluster, self._cluster_status(state.cluster))
         self._mark_awaiting_read(state.cluster, caught_up_from)
         # The Slurm node is named after the pod; find the pod's NodeSet.
         for nodeset_key, pods in self._pods_of.items():
@@ -456,6 +460,7 @@ class NodeSetController:
         after = slurm_trust(new, now, max_age, grace, self._slurm_nodes_revision)
         status = new or old
         cluster = status.cluster if status is not None else key
+        self._note_held_poll(cluster, new)
         if new is not None and not new.reachable and (old is None or old.reachable):
             # The NodeSet status names only the last read (an error text that changed each
             # poll would rewrite it each poll): the error that began the outage is logged here,
@@ -481,6 +486,12 @@ class NodeSetController:
         for nodeset_key, nodeset in self.nodesets.items():
             if mapping(nodeset.get("spec")).get("slurmCluster") == cluster:
                 self._mark(nodeset_key)
+
+    def _note_held_poll(self, cluster: str, status: SlurmClusterStatus | None) -> None:
+        """Remember when the poll `status` names was read once the view holds its states."""
+        read = status.nodes_read_at(self._slurm_nodes_revision) if status is not None else None
+        if read is not None and read > self._slurm_held_poll.get(cluster, 0.0):
+            self._slurm_held_poll[cluster] = read
 
     def _mark_awaiting_read(self, cluster: str, caught_up_from: int) -> None:
         """Re-plan the NodeSets of `cluster` whose pods wait for a Slurm read once the node
@@ -699,6 +710,7 @@ class NodeSetController:
             pending_replace_after=self.config.pending_pod_replace_seconds,
             memo=memo,
             slurm_nodes_revision=self._slurm_nodes_revision,
+            slurm_held_poll_at=self._slurm_held_poll.get(cluster),
             disruption_budget=self.budgets.get(
                 f"{namespace_of(nodeset)}.{budget_name(name_of(nodeset))}"
             ),

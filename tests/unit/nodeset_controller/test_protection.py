@@ -9,6 +9,7 @@ and the budget. The commands are ones k8s-watcher lets nodeset-controller send.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -21,6 +22,7 @@ from nodeflow_contracts.k8s import CreateObject, DeleteObject, PatchObject
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, POD_PROTECT_LABEL
 from nodeflow_contracts.slurm import SlurmNodeState
 from nodeset_controller.commands import to_outgoing
+from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.planner import ClusterView, CreatePod, Plan, WriteSlice, plan
 from nodeset_controller.protection import (
     CreateDisruptionBudget,
@@ -31,14 +33,18 @@ from nodeset_controller.protection import (
 )
 from nodeset_controller.spec import parse
 from tests.unit.nodeset_controller.builders import (
+    CLUSTER,
     DEFAULTS,
+    NS,
     T0,
     cluster_status,
+    node,
     nodeset,
     pod,
     slurm,
 )
-from tests.unit.nodeset_controller.test_planner import full, view
+from tests.unit.nodeset_controller.memory_cluster import MemoryCluster
+from tests.unit.nodeset_controller.test_planner import KEY, REV, full, view
 from tests.unit.plan_checks import expect_actions, expect_no_actions
 
 NAMES = [f"gpu-001-{i + 1:03d}" for i in range(6)]
@@ -63,11 +69,14 @@ def planned(
     states: dict[str, SlurmNodeState],
     *,
     budget: dict[str, Any] | None = None,
+    held_poll_at: float | None = None,
     **kwargs: Any,
 ) -> Plan:
     node_map, _ = full(len(pods))
     base: ClusterView = view(obj, node_map, pods, states, **kwargs)
-    return plan(dataclasses.replace(base, disruption_budget=budget))
+    return plan(
+        dataclasses.replace(base, disruption_budget=budget, slurm_held_poll_at=held_poll_at)
+    )
 
 
 def protected(result: Plan, protect: bool) -> set[str]:
@@ -111,14 +120,21 @@ def test_rule_the_label_follows_slurm_busy_to_idle_and_drained() -> None:
 
 
 def test_rule_unknown_or_stale_slurm_state_keeps_protection() -> None:
-    """Fail closed: a node Slurm could not read, one missing from the view, and every node of
-    a cluster whose view is stale may run a job: protected, and labelled ones stay so."""
+    """Fail closed: a node Slurm could not read, one missing from a view that may not hold
+    the last poll's states yet, and every node of a cluster whose view is stale may run a
+    job: protected, and labelled ones stay so."""
     obj = nodeset(replicas=3)
     _, pods = full(3)
     states = {NAMES[0]: slurm(NAMES[0], known=False)}  # NAMES[1]: no entry at all
     states[NAMES[2]] = slurm(NAMES[2])
-    fresh = planned(obj, pods, states, budget=our_budget(obj))
-    assert protected(fresh, True) == {NAMES[0], NAMES[1]}
+    # The poll's status arrived before its node states: NAMES[1] may be registered and busy.
+    lagging = planned(obj, pods, states, budget=our_budget(obj), slurm_nodes_revision=0)
+    assert protected(lagging, True) == {NAMES[0], NAMES[1]}
+    # The last poll failed: its listing says nothing of who registered since.
+    unreachable = planned(
+        obj, pods, states, budget=our_budget(obj), status=cluster_status(reachable=False)
+    )
+    assert protected(unreachable, True) == {NAMES[0], NAMES[1]}
 
     # The syncer stopped: its last poll is ten minutes old; the idle node is protected too.
     stale = planned(
@@ -145,6 +161,131 @@ def test_rule_an_unprotected_pod_is_protected_again_when_slurm_goes_stale_withou
     status = cluster_status(last_success_at=T0)
     assert result.wake_at is not None
     assert result.wake_at <= T0 + 4 * status.poll_interval_seconds
+
+
+def test_rule_a_pod_whose_node_is_not_registered_in_a_fresh_poll_is_not_labelled() -> None:
+    """A node missing from a fresh, successful poll the plan holds whole is not registered:
+    Slurm runs no job there, as on an idle node. A new pod is not labelled then (a label
+    only to be taken off once it registers idle); a labelled pod keeps its label until Slurm
+    reads its node (a node that vanished while running a job is not taken at its word), and
+    the plan wakes when the view would go stale, to protect it then."""
+    obj = nodeset(replicas=2)
+    _, pods = full(2)
+    pods[1] = labelled(pods[1])
+    result = planned(obj, pods, {}, budget=our_budget(obj))
+    expect_no_actions(result.actions, ProtectPod, while_it_has=WriteSlice)
+    status = cluster_status(last_success_at=T0)
+    assert result.wake_at is not None
+    assert result.wake_at <= T0 + 4 * status.poll_interval_seconds
+    # Once it registers idle, the labelled one loses its label; the other needs no write.
+    idle = planned(obj, pods, {name: slurm(name) for name in NAMES[:2]}, budget=our_budget(obj))
+    assert protected(idle, False) == {NAMES[1]}
+    assert protected(idle, True) == set()
+    # Registered with a job: protected.
+    busy = planned(obj, pods, {NAMES[0]: slurm(NAMES[0], busy=True)}, budget=our_budget(obj))
+    assert protected(busy, True) == {NAMES[0]}
+
+
+def test_rule_while_a_polls_states_arrive_the_poll_held_before_it_proves_absence() -> None:
+    """A poll's status may come before its node states: the view then still holds the poll
+    before it whole, and a node missing from the view was missing from that one -- evidence
+    while it is fresh (the plan wakes when it goes stale). Without such a poll, or once it is
+    stale, a missing node may be registered and busy: protected."""
+    obj = nodeset(replicas=1)
+    _, pods = full(1)
+    status = cluster_status(last_success_at=T0, nodes_revision=9)
+    limit = 4 * status.poll_interval_seconds
+    held = planned(
+        obj,
+        pods,
+        {},
+        budget=our_budget(obj),
+        status=status,
+        slurm_nodes_revision=8,
+        held_poll_at=T0 - 5,
+    )
+    expect_no_actions(held.actions, ProtectPod, while_it_has=WriteSlice)
+    assert held.wake_at == T0 - 5 + limit
+    for held_poll_at in (None, T0 - 5 - limit - 1):
+        lagging = planned(
+            obj,
+            pods,
+            {},
+            budget=our_budget(obj),
+            status=status,
+            slurm_nodes_revision=8,
+            held_poll_at=held_poll_at,
+        )
+        assert protected(lagging, True) == {NAMES[0]}, held_poll_at
+
+
+def test_rule_the_service_proves_absence_by_the_poll_its_view_held_before_the_last() -> None:
+    """At the service: the view of slurm_nodes held a poll whole (its status's sequence
+    applied); the next poll's status arrives before its node states. A new pod whose node is
+    in neither is not labelled, on the earlier poll's word. A controller that never saw its
+    view hold a poll whole labels it (fail closed)."""
+    loop = asyncio.new_event_loop()
+    try:
+        for saw_a_poll_whole in (True, False):
+            cluster = MemoryCluster(NodeSetControllerConfig(nats_url=("nats://unused",)))
+            cluster.slurm.put(
+                f"{CLUSTER}.login-01",
+                SlurmNodeState(cluster=CLUSTER, name="login-01", known=True, base_state="Idle"),
+            )
+            held = cluster.slurm.last_revision
+            if saw_a_poll_whole:
+                cluster.clusters.put(
+                    CLUSTER, cluster_status(last_success_at=T0 - 5, nodes_revision=held)
+                )
+            cluster.clusters.put(
+                CLUSTER, cluster_status(last_success_at=T0, nodes_revision=held + 1)
+            )
+            cluster.nodes.put("_.n0", node("n0", "10.0.1.1", claim=KEY))
+            raw = pod(NAMES[0], "n0", revision=REV)
+            raw["metadata"]["uid"] = cluster.next_uid()
+            cluster.pods.put(f"{NS}.{NAMES[0]}", raw)
+            cluster.nodesets.put(KEY, nodeset(replicas=1))
+            commands = loop.run_until_complete(cluster.round(KEY, T0 + 1))
+            labels = [
+                c
+                for c in commands
+                if isinstance(c.operation, PatchObject)
+                and POD_PROTECT_LABEL in c.operation.patch.get("metadata", {}).get("labels", {})
+            ]
+            assert bool(labels) is not saw_a_poll_whole, commands
+    finally:
+        loop.close()
+
+
+def _apply_labels(result: Plan, pods: list[dict[str, Any]]) -> int:
+    """Apply the plan's label changes to `pods` (as the API server would); how many."""
+    writes = 0
+    for action in result.actions:
+        if isinstance(action, ProtectPod):
+            (target,) = [p for p in pods if p["metadata"]["name"] == action.pod.name]
+            labels = target["metadata"]["labels"]
+            if action.protect:
+                labels[POD_PROTECT_LABEL] = "true"
+            else:
+                labels.pop(POD_PROTECT_LABEL, None)
+            writes += 1
+    return writes
+
+
+def test_rule_scale_up_costs_no_label_write_for_a_pod_that_registers_idle() -> None:
+    """The writes a scale-up's pod costs in protect labels: none while it comes up, is seen
+    before its slurmd registers (fresh polls without it) and registers idle. Protection
+    cost two (label while unregistered, unlabel once idle) before."""
+    obj = nodeset(replicas=4)
+    _, pods = full(4)
+    writes = 0
+    for states in (
+        {},  # the pods are created; no slurmd has registered
+        {NAMES[0]: slurm(NAMES[0]), NAMES[1]: slurm(NAMES[1])},  # two register idle
+        {name: slurm(name) for name in NAMES[:4]},  # all of them
+    ):
+        writes += _apply_labels(planned(obj, pods, states, budget=our_budget(obj)), pods)
+    assert writes == 0
 
 
 def test_rule_slurm_proof_of_no_job_and_unbound_pods_are_not_protected() -> None:
@@ -274,50 +415,67 @@ def _state(name: str, kind: str) -> SlurmNodeState | None:
 @settings(max_examples=150, deadline=None)
 @given(
     rounds=st.lists(
-        st.tuples(st.lists(SLURM_STATES, min_size=4, max_size=4), st.booleans(), st.booleans()),
+        st.tuples(
+            st.lists(SLURM_STATES, min_size=4, max_size=4),
+            st.booleans(),
+            st.sampled_from(["last", "earlier", "stale", "none"]),
+            st.booleans(),
+        ),
         min_size=1,
         max_size=6,
     )
 )
 def test_property_a_pod_that_may_run_a_job_is_protected_after_every_plan(
-    rounds: list[tuple[list[str], bool, bool]],
+    rounds: list[tuple[list[str], bool, str, bool]],
 ) -> None:
-    """Over random sequences of Slurm states (and freshness, and the option turned on or off),
-    with each plan's label changes and budget change applied: while the option is on, every
-    pod whose node Slurm reports busy, or whose state is unknown, missing or stale, carries
-    the label and the budget exists; while it is off, no pod carries it and no budget does."""
+    """Over random sequences of Slurm states (and freshness, whether the view holds the last
+    poll's node states whole or an earlier fresh or stale poll's or none, and the option turned
+    on or off), with each plan's label changes and
+    budget change applied: while the option is on, every pod whose node Slurm reports busy,
+    or whose state is unknown or stale, or missing from a view that is not a fresh poll held
+    whole, carries the label and the budget exists; a node missing from a fresh poll held
+    whole (not registered: no job) is labelled only if it was before. While the option is
+    off, no pod carries the label and no budget exists."""
     _, pods = full(4)
     budget: dict[str, Any] | None = None
-    for kinds, fresh, enabled in rounds:
+    for kinds, fresh, holds_poll, enabled in rounds:
         obj = nodeset(replicas=4, extra={"workloadDisruptionProtection": enabled})
         states = {
             name: state
             for name, kind in zip(NAMES, kinds, strict=False)
             if (state := _state(name, kind)) is not None
         }
+        before = {p["metadata"]["name"]: POD_PROTECT_LABEL in p["metadata"]["labels"] for p in pods}
         now = T0 if fresh else T0 + 600
         result = planned(
-            obj, pods, states, budget=budget, now=now, status=cluster_status(last_success_at=T0)
+            obj,
+            pods,
+            states,
+            budget=budget,
+            now=now,
+            status=cluster_status(last_success_at=T0),
+            slurm_nodes_revision=None if holds_poll == "last" else 0,
+            held_poll_at={"earlier": T0 - 5, "stale": T0 - 60}.get(holds_poll),
         )
+        _apply_labels(result, pods)
         for action in result.actions:
-            if isinstance(action, ProtectPod):
-                (target,) = [p for p in pods if p["metadata"]["name"] == action.pod.name]
-                labels = target["metadata"]["labels"]
-                if action.protect:
-                    labels[POD_PROTECT_LABEL] = "true"
-                else:
-                    labels.pop(POD_PROTECT_LABEL, None)
-            elif isinstance(action, CreateDisruptionBudget):
+            if isinstance(action, CreateDisruptionBudget):
                 budget = our_budget(obj)
             elif isinstance(action, DeleteDisruptionBudget):
                 budget = None
+        absence_read = fresh and holds_poll in ("last", "earlier")
         for name, kind, raw in zip(NAMES, kinds, pods, strict=False):
             has = raw["metadata"]["labels"].get(POD_PROTECT_LABEL) == "true"
-            may_run_a_job = not fresh or kind not in ("idle", "drained", "down")
-            if enabled:
-                assert has == may_run_a_job, (name, kind, fresh)
-            else:
+            not_registered = kind == "missing" and absence_read
+            may_run_a_job = not fresh or (
+                kind not in ("idle", "drained", "down") and not not_registered
+            )
+            if not enabled:
                 assert not has, (name, kind)
+            elif not_registered:
+                assert has == before[name], (name, kind, fresh, holds_poll)
+            else:
+                assert has == may_run_a_job, (name, kind, fresh, holds_poll)
         assert (budget is not None) == enabled
 
 
