@@ -99,6 +99,9 @@ class ReconcileOptions:
     # A pod command not yet reflected in the pod after this long is sent again.
     resend_after: float = 30.0
     reasons: DrainReasons = DEFAULT_DRAIN_REASONS
+    # How long a started pod's slurmd is given to register before its absence is written
+    # (`registration_pending`): the syncer's poll interval.
+    registration_wait: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -133,22 +136,29 @@ def attempt_to_send(
 
 
 def registration_pending(
-    facts: PodFacts, cluster: ClusterSnapshot, state: SlurmNodeState | None
+    facts: PodFacts,
+    cluster: ClusterSnapshot,
+    state: SlurmNodeState | None,
+    wait: float = 0.0,
 ) -> bool:
     """The pod's slurmd may not have had the chance to register yet: no poll has read the
-    cluster since the syncer first saw the pod past Pending, and the node is absent from Slurm
-    or NOT_RESPONDING in `state` as read, confirmed or not (what is left of an earlier pod's
-    slurmd, gone: a pod recreated on the node of one deleted by a scale-in finds its
-    DOWN+DRAIN, its NOT_RESPONDING often too recent to be reported). That state says nothing
-    about this pod, so no condition is written for it: a starting pod gets one condition
-    patch, its node's state once it registers, instead of NodeNotRegistered or the old
-    slurmd's state first and its own one poll later. Deletion is unaffected: nodeset-controller
-    decides on the Slurm states themselves, a Pending pod is `never_started` to it, and the
-    absence grace starts no earlier than before (later, when the pod started late), which
-    never deletes sooner."""
+    cluster `wait` (a poll interval) or more after the syncer first saw the pod past Pending,
+    and the node is absent from Slurm or NOT_RESPONDING in `state` as read, confirmed or not
+    (what is left of an earlier pod's slurmd, gone: a pod recreated on the node of one deleted
+    by a scale-in finds its DOWN+DRAIN, its NOT_RESPONDING often too recent to be reported).
+    That state says nothing about this pod, so no condition is written for it: a starting pod
+    gets one condition patch, its node's state once it registers, instead of
+    NodeNotRegistered or the old slurmd's state first and its own one poll later. A slurmd
+    starts a moment after its pod runs, so a poll that began just after the pod was seen
+    running would still miss it most times: the wait gives it a whole poll interval.
+    Deletion is unaffected: nodeset-controller decides on the Slurm states themselves, a
+    Pending pod is `never_started` to it, and the absence grace starts no earlier than before
+    (later, when the pod started late), which never deletes sooner."""
     if state is not None and "NotResponding" not in state.flags:
         return False  # a slurmd answers for the node: it registered
-    return facts.running_seen_at is None or cluster.poll_started_at < facts.running_seen_at
+    if facts.running_seen_at is None:
+        return True
+    return cluster.poll_started_at < facts.running_seen_at + wait
 
 
 def _pod_ref(facts: PodFacts) -> ObjectRef:
@@ -275,7 +285,8 @@ def reconcile_pods(
         # As read: a NOT_RESPONDING the reported state does not show yet (unconfirmed) still
         # says no slurmd answers for the node.
         as_read = with_unconfirmed_not_responding(state, facts.name in cluster.not_responding)
-        if not (cluster.reachable and registration_pending(facts, cluster, as_read)):
+        pending = registration_pending(facts, cluster, as_read, work.options.registration_wait)
+        if not (cluster.reachable and pending):
             unknown = unknown_because(cluster.name, facts.name, cluster.reachable, state)
             patch = conditions_patch(facts.conditions, desired_conditions(state, unknown), now)
             if patch is not None:

@@ -103,6 +103,9 @@ class SyncerOptions:
     not_responding_confirm: float = DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS
     # Which drain reasons are ours (DRAIN_REASON_PREFIX) and how ours are written.
     drain_reasons: DrainReasons = DEFAULT_DRAIN_REASONS
+    # How long a started pod's slurmd may take to register before NodeNotRegistered is
+    # written (reconcile.registration_pending); None: the poll interval.
+    registration_wait: float | None = None
 
 
 @dataclass
@@ -212,6 +215,11 @@ class Syncer:
             sender=self.options.sender,
             resend_after=self.options.resend_after,
             reasons=self.options.drain_reasons,
+            registration_wait=(
+                self.options.poll_interval
+                if self.options.registration_wait is None
+                else self.options.registration_wait
+            ),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._wakeups: dict[str, asyncio.Event] = {}

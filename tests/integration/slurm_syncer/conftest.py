@@ -257,7 +257,9 @@ def slurm_client(slurm: RunningSlurm, user: str = "slurm") -> SlurmClient:
 @pytest.fixture
 async def syncer(topology: Bus, slurm: RunningSlurm) -> AsyncIterator[Syncer]:
     client = slurm_client(slurm)
-    running = Syncer(topology, {CLUSTER: client}, SyncerOptions(poll_interval=3600.0))
+    # Tests poll by hand: a slurmd gets one poll after its pod runs to register, not an hour.
+    options = SyncerOptions(poll_interval=3600.0, registration_wait=0.0)
+    running = Syncer(topology, {CLUSTER: client}, options)
     try:
         yield running
     finally:

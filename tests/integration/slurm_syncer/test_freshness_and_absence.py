@@ -33,6 +33,9 @@ from tests.integration.slurm_syncer.conftest import (
 )
 
 POLL_INTERVAL = 3600.0
+# What a started pod's slurmd gets to register before its absence is written: the service's
+# poll interval (these tests poll by hand, so POLL_INTERVAL only keeps the loop quiet).
+REGISTRATION_WAIT = 5.0
 
 
 @pytest.fixture
@@ -44,7 +47,7 @@ async def timed_syncer(
     running = Syncer(
         topology,
         {CLUSTER: client},
-        SyncerOptions(poll_interval=POLL_INTERVAL),
+        SyncerOptions(poll_interval=POLL_INTERVAL, registration_wait=REGISTRATION_WAIT),
         clock=clock.now,
     )
     try:
@@ -206,6 +209,9 @@ async def test_rule_a_node_absent_from_a_reachable_cluster_is_not_registered_sin
     await setup(slurm, kube)
     await kube.put_pod(make_pod("gpu-009", "node-0"))  # its slurmd never registered
     await syncer.start()
+    await eventually(lambda: syncer.clusters[CLUSTER].polled)
+    clock.advance(REGISTRATION_WAIT)
+    assert (await syncer.poll_once(CLUSTER)).ok
     absent = await eventually(lambda: unknown_condition(kube.pod("gpu-009")))
     assert absent["reason"] == SLURM_NOT_REGISTERED_REASON
     assert "not registered" in absent["message"]
@@ -301,7 +307,9 @@ async def test_rule_a_running_pods_absence_is_written_from_the_first_poll_after_
     timed_syncer: Syncer,
 ) -> None:
     """A pod whose slurmd never registers still gets NodeNotRegistered (the absence grace
-    must start): once a poll began after the pod was seen past Pending."""
+    must start): once a poll began a poll interval (the registration wait) or more after the
+    pod was seen past Pending; a poll before then writes nothing (its slurmd may register
+    by the next one: one patch, not NodeNotRegistered then its state)."""
     syncer = timed_syncer
     await kube.put_nodeset(make_nodeset())
     await kube.put_node(make_node("node-0"))
@@ -321,7 +329,11 @@ async def test_rule_a_running_pods_absence_is_written_from_the_first_poll_after_
     await eventually(
         lambda: (syncer._pods.get(key) or {}).get("status", {}).get("phase") == "Running"
     )
-    clock.advance(5)
+    clock.advance(REGISTRATION_WAIT - 1)
+    assert (await syncer.poll_once(CLUSTER)).ok
+    await syncer.reconcile(None)
+    assert not [c for c in watcher.of_kind("conditions") if c.target.name == "gpu-002"]
+    clock.advance(1)
     assert (await syncer.poll_once(CLUSTER)).ok
     absent = await eventually(lambda: unknown_condition(kube.pod("gpu-002")))
     assert absent["reason"] == SLURM_NOT_REGISTERED_REASON

@@ -367,14 +367,42 @@ def test_rule_only_the_nodes_own_mark_is_ever_removed_and_only_once_it_is_uncord
         )
 
 
+WAIT = ReconcileOptions().registration_wait
+
+
 def test_rule_no_not_registered_condition_before_a_poll_after_the_pod_started() -> None:
-    """Minimal writes: slurmd of a pod not yet past Pending, or started after the last poll
-    began, may still register -- its absence is not written (one patch when it registers)."""
-    for starting in (facts(running_seen_at=None), facts(running_seen_at=NOW + 1.0)):
+    """Minimal writes: slurmd of a pod not yet past Pending, or started less than a poll
+    interval before the last poll began, may still register -- its absence is not written
+    (one patch when it registers)."""
+    for starting in (
+        facts(running_seen_at=None),
+        facts(running_seen_at=NOW + 1.0),
+        facts(running_seen_at=NOW - WAIT + 0.5),
+    ):
         assert not reconcile_pods([starting], cluster(), {}, NOW).pod_commands
-    (command,) = reconcile_pods([facts(running_seen_at=NOW)], cluster(), {}, NOW).pod_commands
+    started = facts(running_seen_at=NOW - WAIT)
+    (command,) = reconcile_pods([started], cluster(), {}, NOW).pod_commands
     (entry,) = written(command)
     assert entry["reason"] == "NodeNotRegistered"
+
+
+def test_rule_a_pod_whose_slurmd_registers_within_a_poll_gets_one_condition_patch() -> None:
+    """Minimal writes, once per real Slurm state change: the pod is seen running a moment
+    before a poll that misses its slurmd (it starts a moment after the pod), which registers
+    by the next poll. The pod gets one patch (Idle), not NodeNotRegistered then Idle."""
+    pod = facts(running_seen_at=NOW - 0.5)
+    sent: dict[tuple[str, str], SentRecord] = {}
+    patches: list[PodCommand] = []
+    for polled_at, states in ((NOW, ()), (NOW + WAIT, (node(),))):
+        snapshot = {"a": ClusterSnapshot("a", True, True, {s.name: s for s in states}, polled_at)}
+        result = reconcile_pods([pod], snapshot, sent, polled_at, options=OPTIONS)
+        sent.update(result.sent)
+        patches += result.pod_commands
+        for command in result.pod_commands:
+            pod = dataclasses.replace(pod, conditions=tuple(written(command)))
+    assert [entry["type"] for command in patches for entry in written(command)] == [
+        "SlurmNodeStateIdle"
+    ]
 
 
 def test_rule_a_starting_pod_gets_no_condition_from_an_earlier_slurmd_that_is_gone() -> None:
@@ -384,7 +412,8 @@ def test_rule_a_starting_pod_gets_no_condition_from_an_earlier_slurmd_that_is_go
     gone = node(base="Down", flags=("Drain", "NotResponding"), reason="nodeflow: delete")
     for starting in (facts(running_seen_at=None), facts(running_seen_at=NOW + 1.0)):
         assert not reconcile_pods([starting], cluster(gone), {}, NOW).pod_commands
-    (command,) = reconcile_pods([facts(running_seen_at=NOW)], cluster(gone), {}, NOW).pod_commands
+    started = facts(running_seen_at=NOW - WAIT)
+    (command,) = reconcile_pods([started], cluster(gone), {}, NOW).pod_commands
     kinds = {entry["type"] for entry in written(command)}
     assert "SlurmNodeStateDown" in kinds and "SlurmNodeStateNotResponding" in kinds
 
@@ -426,14 +455,15 @@ def test_rule_fail_closed_a_pod_whose_slurmd_may_still_register_is_never_marked_
     pods: list[PodFacts], seen: list[float | None]
 ) -> None:
     """Safety: NodeNotRegistered starts the absence grace after which nodeset-controller may
-    delete the pod; it is never written for a pod whose slurmd had no poll to register in."""
+    delete the pod; it is never written for a pod whose slurmd had no poll interval to
+    register in."""
     by_name = {p.name: p for p in pods}  # one pod per name: commands are told apart by it
     pods = [
         dataclasses.replace(p, running_seen_at=s)
         for p, s in zip(by_name.values(), seen, strict=False)
     ]
     result = reconcile_pods(pods, cluster(), {}, NOW)
-    starting = {p.name for p in pods if p.running_seen_at is None or p.running_seen_at > NOW}
+    starting = {p.name for p in pods if p.running_seen_at is None or p.running_seen_at + WAIT > NOW}
     for command in result.pod_commands:
         operation = command.command.operation
         assert isinstance(operation, PatchObject)
