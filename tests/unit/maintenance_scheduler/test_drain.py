@@ -166,3 +166,64 @@ def test_rule_slurm_first_stale_slurm_state_is_unknown() -> None:
     unseen = with_fresh_slurm(drained, {}, T0 + 3600)
     assert unseen.slurm is not None and not unseen.slurm.known
     assert names(plan_drain(DrainSpec(), [unseen]).waiting_for_slurm) == ["slurm-0"]
+
+
+def test_rule_finished_pods_never_block_the_drain() -> None:
+    """A Succeeded or Failed pod loses nothing by going: its emptyDir or missing controller
+    does not block the drain (kubectl drain's checks are for running pods)."""
+    finished = [
+        pod("done-scratch", empty_dir=True, phase="Succeeded"),
+        pod("failed-bare", owner=None, phase="Failed"),
+    ]
+    plan = plan_drain(DrainSpec(), finished)
+    assert plan.blocking == []
+    assert names(plan.evict_now) == ["done-scratch", "failed-bare"]
+    # The same pods running block it.
+    running = [pod("scratch", empty_dir=True), pod("bare", owner=None)]
+    assert names(plan_drain(DrainSpec(), running).blocking) == ["bare", "scratch"]
+
+
+def test_rule_a_terminating_pod_is_waited_for_even_with_an_empty_dir_or_no_controller() -> None:
+    """A pod already terminating is going whatever the drain says: it never blocks the others'
+    evictions, the drain waits for it to be gone."""
+    plan = plan_drain(
+        DrainSpec(),
+        [pod("going", empty_dir=True, owner=None, terminating=True), pod("web")],
+    )
+    assert plan.blocking == []
+    assert names(plan.to_go) == ["going", "web"]
+    assert names(plan.evict_now) == ["web"]
+
+
+def test_rule_slurm_first_a_finished_nodeset_pod_is_removed_without_waiting() -> None:
+    """A NodeSet pod that has finished runs no slurmd, so no job: its Slurm conditions (left
+    as they were, Allocated) do not hold it; the same pod running waits for Slurm."""
+    finished = pod("slurm-0", slurm=("Allocated",), phase="Failed")
+    assert names(plan_drain(DrainSpec(), [finished]).evict_now) == ["slurm-0"]
+    running = pod("slurm-0", slurm=("Allocated",))
+    assert names(plan_drain(DrainSpec(), [running]).waiting_for_slurm) == ["slurm-0"]
+
+
+def test_rule_a_drain_is_not_done_while_a_pod_blocks_it() -> None:
+    """The only pod left blocks (no controller, force false): nothing is evicted and the
+    drain is not done, so the node never goes Ready with the pod on it."""
+    blocked = plan_drain(DrainSpec(), [pod("bare", owner=None)])
+    assert names(blocked.blocking) == ["bare"]
+    assert blocked.to_go == []
+    assert not blocked.done
+    assert plan_drain(DrainSpec(force=True), [pod("bare", owner=None)]).evict_now
+
+
+def test_rule_an_invalid_pod_selector_never_makes_a_drain_done() -> None:
+    plan = plan_drain(DrainSpec(pod_selector="app in (a"), [pod("web")])
+    assert plan.selector_error
+    assert plan.to_go == []
+    assert plan.total_pods == 1
+    assert not plan.done
+
+
+def test_rule_drain_progress_of_a_single_pod_and_of_two_thirds() -> None:
+    """One pod to evict and still there is 0 %, gone 100 %; two of three gone is 66 % (down)."""
+    assert drain_progress(1, 1) == 0
+    assert drain_progress(1, 0) == 100
+    assert drain_progress(3, 1) == 66

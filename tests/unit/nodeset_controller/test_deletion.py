@@ -76,3 +76,39 @@ def test_rule_forced_deletion_applies_to_scale_down_only() -> None:
 
 def test_rule_forced_deletion_deadline_is_condition_time_plus_timeout() -> None:
     assert forced_deadline(scheduled(busy=True), 30, 0) == T0 + 30
+
+
+def test_rule_forced_deletion_any_positive_timeout_applies() -> None:
+    """Only 0 disables a timeout: the shortest one there is, one second, forces the
+    deletion one second after SlurmDelete was set, and its deadline says so."""
+    busy = scheduled(busy=True)
+    assert decide_deletion(busy, T0 + 0.5, 1, 0).verdict == "wait"
+    assert decide_deletion(busy, T0 + 1, 1, 0).verdict == "forced-delete"
+    assert forced_deadline(busy, 1, 0) == T0 + 1
+
+
+def test_rule_forced_deletion_says_how_long_ago_and_which_timeout() -> None:
+    """The forced deletion's message (the decision log and its Event) names the
+    time since SlurmDelete and the timeout that ran out, known or unknown."""
+    known = decide_deletion(scheduled(busy=True), T0 + 40, 30, 0)
+    assert known.message == "SlurmDelete set 40s ago, over the known-condition timeout of 30s"
+    unknown_pod = state(
+        pod("p", "n", delete_reason=SCALING, delete_since=T0), slurm("p", known=False)
+    )
+    unknown = decide_deletion(unknown_pod, T0 + 70, 0, 60)
+    assert unknown.message == "SlurmDelete set 70s ago, over the unknown-condition timeout of 60s"
+
+
+def test_rule_a_scale_down_mark_without_a_time_is_never_forced() -> None:
+    """A SlurmDelete condition without lastTransitionTime gives no age to compare with a
+    timeout: the pod waits for its drain (fail closed) and no forced deadline is set,
+    where the timeouts force a pod marked with a time."""
+    raw = pod("p", "n", delete_reason=SCALING, delete_since=T0)
+    for condition in raw["status"]["conditions"]:
+        condition.pop("lastTransitionTime", None)
+    untimed = state(raw, slurm("p", busy=True), read_at=T0 + 2)
+    assert untimed.delete_reason == SCALING and untimed.delete_since is None
+    decision = decide_deletion(untimed, T0 + 10**6, 10, 10)
+    assert decision.verdict == "wait" and decision.reason == "Busy"
+    assert forced_deadline(untimed, 10, 10) is None
+    assert decide_deletion(scheduled(busy=True), T0 + 10**6, 10, 10).verdict == "forced-delete"

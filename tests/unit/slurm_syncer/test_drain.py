@@ -386,3 +386,36 @@ def test_rule_a_humans_drain_is_never_lifted_even_if_it_looks_like_slinkys(reaso
     for reasons in (DEFAULT_DRAIN_REASONS, DrainReasons("acme-ops:")):
         assert not reasons.owned_by_reconcile(reason)
         assert decide_drain(facts(), node("Idle", ("Drain",), reason), reasons).action == "none"
+
+
+def test_rule_a_cancelled_deletion_on_a_pod_marked_cordoned_takes_the_cordon_reason() -> None:
+    """The SlurmDelete went (the scale-down was undone) but a person marked the pod cordoned:
+    the node stays drained, and its reason becomes the cordon's, so Slurm no longer says the
+    pod is being deleted. A drain that is already a cordon's is left as it is."""
+    drained_for_delete = node("Idle", ("Drain",), delete_reason(facts(), "ScalingDeleteScheduled"))
+    plan = decide_drain(facts(pod_cordoned=True), drained_for_delete)
+    assert (plan.action, plan.origin) == ("drain", "cordon")
+    assert plan.reason == "slurm-operator: cordon: pod slurm/gpu-1 is marked cordoned"
+    kept = decide_drain(facts(pod_cordoned=True), node("Idle", ("Drain",), CORDON))
+    assert kept.action == "none"
+
+
+def test_rule_a_drain_without_a_reason_takes_ours_when_the_node_is_cordoned() -> None:
+    """A DRAIN without a reason is no command's (a command always says why) and no one's
+    external reason: the cordon drains it with our reason, so the uncordon lifts it later.
+    A reason a command wrote stays."""
+    plan = decide_drain(facts(node_unschedulable=True), node("Idle", ("Drain",), ""))
+    assert (plan.action, plan.reason) == ("drain", CORDON)
+    by_command = node("Idle", ("Drain",), "slurm-operator: maintenance 7")
+    assert decide_drain(facts(node_unschedulable=True), by_command).action == "none"
+
+
+def test_rule_a_drain_command_drains_again_a_node_whose_undrain_is_under_way() -> None:
+    """A maintenance ends (undrain sent, Slurm shows DRAIN+UNDRAIN) and the next one asks for
+    the same drain at once: the node is not drained any more, so the command applies, though
+    the reason is already the command's. A node drained with it is left as it is."""
+    same = "slurm-operator: maintenance 7"
+    undraining = node("Idle", ("Drain", "Undrain"), same)
+    assert decide_command(command("drain", same), undraining).verdict == "apply"
+    drained = node("Idle", ("Drain",), same)
+    assert decide_command(command("drain", same), drained).verdict == "noop"
