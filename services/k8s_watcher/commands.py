@@ -187,14 +187,33 @@ def proves_itself(cmd: K8sCommand) -> bool:
     """Whether a repeat of `cmd` is recognisable from the API alone: a create of a named
     object (or an Event, whose name derives from the key) stamps the key on what it makes,
     and a repeat meets AlreadyExists with it. A generateName create would make a second
-    object, so it relies on the applied-key record like every other operation."""
+    object, so it relies on the applied-key record like every other operation.
+
+    A Lease patch that first tests its holder (a leader's renewal or release of the Lease that
+    mirrors its leadership, every few seconds) needs no record either: a repeat can only write
+    that holder's own renewTime again, or fail its test. Recording each would fill the
+    applied-key bucket with hundreds of thousands of keys over its TTL."""
     operation = cmd.operation
     if isinstance(operation, RecordEvent):
         return True
     if isinstance(operation, CreateObject):
         meta = operation.object.get("metadata")
         return isinstance(meta, dict) and bool(meta.get("name"))
+    if isinstance(operation, PatchObject) and cmd.target.kind == "Lease":
+        return _tests_the_holder_first(operation)
     return False
+
+
+def _tests_the_holder_first(operation: PatchObject) -> bool:
+    patch = operation.patch
+    if operation.patch_type != "json" or not isinstance(patch, list) or not patch:
+        return False
+    first = patch[0]
+    return (
+        isinstance(first, dict)
+        and first.get("op") == "test"
+        and first.get("path") == "/spec/holderIdentity"
+    )
 
 
 def event_name(target: ObjectRef, idempotency_key: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from k8s_watcher.commands import (
@@ -19,6 +20,7 @@ from k8s_watcher.commands import (
     resource_version_of,
 )
 from k8s_watcher.kube import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from nodeflow_bus.kube_lease import KubeLeaseTarget, LeaseEvent, lease_commands
 from nodeflow_contracts.k8s import (
     BindPod,
     CommandOperation,
@@ -216,3 +218,27 @@ def test_only_named_creates_and_events_prove_their_own_idempotency() -> None:
     assert not proves_itself(command(CreateObject(object=generated)))
     assert not proves_itself(command(DeleteObject()))
     assert not proves_itself(command(CordonNode()))
+
+
+def test_lease_mirror_renewals_need_no_applied_key_but_a_takeover_does() -> None:
+    """A leader's Lease renewal or release (a JSON patch that tests its holder first) is safe
+    to apply twice, so it is not recorded in the applied-key bucket (one every few seconds per
+    leader); the takeover patch, which names a new holder, is: a late repeat of it would
+    overwrite a successor."""
+    target = KubeLeaseTarget(sender="nodeset-controller")
+
+    def mirror(event: LeaseEvent) -> list[K8sCommand]:
+        return lease_commands(
+            event, name="nodeset-controller", target=target, holder="a", ttl=15.0, now=1e9
+        )
+
+    (renew,) = mirror("renewed")
+    (release,) = mirror("released")
+    create, take = mirror("acquired")
+    assert proves_itself(renew) and proves_itself(release)
+    assert proves_itself(create)  # a named create, as any other
+    assert not proves_itself(take)
+    # The same shape on another kind is judged as before.
+    assert isinstance(renew.operation, PatchObject)
+    on_a_pod = msgspec.structs.replace(renew, target=POD)
+    assert not proves_itself(on_a_pod)
