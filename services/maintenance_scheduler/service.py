@@ -71,7 +71,7 @@ from maintenance_scheduler.scheduler import (
 )
 from maintenance_scheduler.skyhook.service import SkyhookController
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
-from nodeflow_bus.leader_loop import LeaderLoop
+from nodeflow_bus.leader_loop import LeaderLoop, run_round
 from nodeflow_bus.ledger import LedgerSender, Sending
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand
@@ -236,6 +236,10 @@ class MaintenanceScheduler:
                 view.add_listener(self._on_change)
         await self._leader_loop.start()
 
+    async def watch(self) -> None:
+        """Raises once the decision loop ended without `stop()` (the process then exits)."""
+        await self._leader_loop.watch()
+
     async def stop(self, grace: float = 5.0) -> None:
         await self._leader_loop.stop()
         await self.ledger.stop()
@@ -349,12 +353,8 @@ class MaintenanceScheduler:
                 await asyncio.sleep(self.config.debounce_seconds)
             self._wake.clear()
             started = time.perf_counter()
-            try:
-                await self.round(time.time())
-            except Exception:
-                # One bad round (a publish timeout) must not end the loop; the next retries.
-                log.exception("round.failed")
-                await asyncio.sleep(1.0)
+            # One bad round (a publish timeout) must not end the loop; the next retries.
+            await run_round(lambda: self.round(time.time()), event="round.failed")
             metrics.ROUND_SECONDS.observe(time.perf_counter() - started)
 
     def operator_config(self) -> OperatorConfig:
@@ -701,9 +701,11 @@ async def setup(ctx: ServiceContext[MaintenanceSchedulerConfig]) -> None:
     ctx.health.add_check("kv", scheduler.not_ready_reason)
     await scheduler.start()
     ctx.on_stop(scheduler.stop)
+    ctx.spawn(scheduler.watch(), name="maintenance-scheduler loop watch")
     if ctx.config.skyhook_enabled:
         # The second controller: Skyhook packages, whose interrupts go through the first.
         skyhook = SkyhookController(ctx.bus, ctx.config)
         ctx.health.add_check("skyhook-kv", skyhook.not_ready_reason)
         await skyhook.start()
         ctx.on_stop(skyhook.stop)
+        ctx.spawn(skyhook.watch(), name="skyhook loop watch")

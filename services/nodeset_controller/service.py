@@ -36,7 +36,7 @@ import msgspec
 import structlog
 
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
-from nodeflow_bus.leader_loop import LeaderLoop
+from nodeflow_bus.leader_loop import LeaderLoop, run_round
 from nodeflow_bus.ledger import LedgerSender, Sending
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, RecordEvent
@@ -292,6 +292,10 @@ class NodeSetController:
         self.slurm_clusters.add_listener(self._on_slurm_cluster)
         self.budgets.add_listener(self._on_budget)
         await self._leader_loop.start()
+
+    async def watch(self) -> None:
+        """Raises once the decision loop ended without `stop()` (the process then exits)."""
+        await self._leader_loop.watch()
 
     async def stop(self, grace: float = 5.0) -> None:
         await self._leader_loop.stop()
@@ -621,7 +625,9 @@ class NodeSetController:
                 self._all_dirty = True if not due else self._all_dirty
                 self._dirty |= due
             round_started = time.perf_counter()
-            await self.reconcile_dirty()
+            if not await run_round(self.reconcile_dirty, event="nodeset.round_failed"):
+                # The round's dirty marks were taken: plan everything again next round.
+                self._mark(None)
             self._last_round_seconds = time.perf_counter() - round_started
             metrics.PLAN_SECONDS.observe(self._last_round_seconds)
             metrics.IN_FLIGHT.set(len(self.ledger.ledger))
@@ -862,3 +868,4 @@ async def setup(ctx: ServiceContext[NodeSetControllerConfig]) -> None:
     ctx.health.add_check("kv", controller.not_ready_reason)
     await controller.start()
     ctx.on_stop(controller.stop)
+    ctx.spawn(controller.watch(), name="nodeset-controller loop watch")

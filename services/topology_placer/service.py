@@ -25,7 +25,7 @@ import msgspec
 import structlog
 
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
-from nodeflow_bus.leader_loop import LeaderLoop
+from nodeflow_bus.leader_loop import LeaderLoop, run_round
 from nodeflow_bus.ledger import LedgerSender, Sending, log_refused
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome
@@ -110,6 +110,10 @@ class TopologyPlacer:
             view.add_listener(self._on_change)
         await self._leader_loop.start()
 
+    async def watch(self) -> None:
+        """Raises once the decision loop ended without `stop()` (the process then exits)."""
+        await self._leader_loop.watch()
+
     async def stop(self, grace: float = 5.0) -> None:
         await self._leader_loop.stop()
         await self.ledger.stop()
@@ -168,12 +172,9 @@ class TopologyPlacer:
             if self.config.debounce_seconds:
                 await asyncio.sleep(self.config.debounce_seconds)
                 self._wake.clear()
-            try:
-                await self.run_pass()
-            except Exception:
-                # One bad pass (a publish timeout) must not end the service: the next pass
-                # re-derives everything from KV.
-                log.exception("placer.pass_failed")
+            # One bad pass (a publish timeout) must not end the service: the next pass
+            # re-derives everything from KV.
+            await run_round(self.run_pass, event="placer.pass_failed")
 
     def state(self, now: float) -> ClusterState:
         def values(bucket: str) -> list[Obj]:
@@ -298,3 +299,4 @@ async def setup(ctx: ServiceContext[TopologyPlacerConfig]) -> None:
     ctx.health.add_check("kv", placer.not_ready_reason)
     await placer.start()
     ctx.on_stop(placer.stop)
+    ctx.spawn(placer.watch(), name="topology-placer loop watch")

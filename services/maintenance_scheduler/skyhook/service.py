@@ -49,7 +49,7 @@ from maintenance_scheduler.skyhook.plan import (
 from maintenance_scheduler.skyhook.pod import pod_options
 from maintenance_scheduler.skyhook.stages import JobFacts
 from nodeflow_bus import Bus, KVView, LeaderLease, OutgoingMessage
-from nodeflow_bus.leader_loop import LeaderLoop
+from nodeflow_bus.leader_loop import LeaderLoop, run_round
 from nodeflow_bus.ledger import LedgerSender, Sending, log_refused
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome
@@ -153,6 +153,10 @@ class SkyhookController:
                 view.add_listener(self._on_change)
         await self._leader_loop.start()
 
+    async def watch(self) -> None:
+        """Raises once the decision loop ended without `stop()` (the process then exits)."""
+        await self._leader_loop.watch()
+
     async def stop(self, grace: float = 5.0) -> None:
         await self._leader_loop.stop()
         await self.ledger.stop()
@@ -229,12 +233,8 @@ class SkyhookController:
             if self.config.debounce_seconds:
                 await asyncio.sleep(self.config.debounce_seconds)
             self._wake.clear()
-            try:
-                await self.round(time.time())
-            except Exception:
-                # One bad round (a publish timeout) must not end the loop; the next retries.
-                log.exception("skyhook.round.failed")
-                await asyncio.sleep(1.0)
+            # One bad round (a publish timeout) must not end the loop; the next retries.
+            await run_round(lambda: self.round(time.time()), event="skyhook.round.failed")
 
     def _parse_skyhooks(self) -> list[Skyhook]:
         parsed: list[Skyhook] = []
