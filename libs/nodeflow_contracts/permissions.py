@@ -312,6 +312,9 @@ class CommandGrant(msgspec.Struct, frozen=True, kw_only=True):
     `required_label`: the object made, or the object acted on, must carry this label.
     `forbidden_label`: the object made, or the object acted on, must not carry it.
     `names`: when set, the object made or acted on must bear one of these names.
+    `protection_budget`: the object made must be a NodeSet's protection PodDisruptionBudget
+    (`pod_protocol.protection_budget_problem`): a budget of another shape would let a buggy
+    sender block every drain of a namespace.
     """
 
     op: str
@@ -321,6 +324,7 @@ class CommandGrant(msgspec.Struct, frozen=True, kw_only=True):
     required_label: str | None = None
     forbidden_label: str | None = None
     names: tuple[str, ...] = ()
+    protection_budget: bool = False
 
 
 def _grant(op: str, *kinds: str, **settings: Any) -> CommandGrant:
@@ -395,14 +399,19 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         _grant("update-status", "NodeSet"),
         _grant("record-event", "NodeSet", "Pod", "Node"),
         # workloadDisruptionProtection: the protect label on its pods, and the NodeSet's
-        # PodDisruptionBudget (labelled with its NodeSet) over them.
+        # PodDisruptionBudget (labelled with its NodeSet) over them, of that shape alone.
         _grant(
             "patch",
             "Pod",
             fields=(f"metadata.labels[{POD_PROTECT_LABEL}]",),
             required_label=NODESET_LABEL,
         ),
-        _grant("create", "PodDisruptionBudget", required_label=NODESET_LABEL),
+        _grant(
+            "create",
+            "PodDisruptionBudget",
+            required_label=NODESET_LABEL,
+            protection_budget=True,
+        ),
         _grant("delete", "PodDisruptionBudget", required_label=NODESET_LABEL),
     ),
     # NodeMaintenance (issue #14): cordon and drain a node, evict its pods, report status.

@@ -43,7 +43,8 @@ Names
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal
 
 NODESET_LABEL: Final = "nodeflow.dev/nodeset"
 # On nodes (an annotation): `<namespace>.<name>` of the one NodeSet that may use the node.
@@ -51,10 +52,18 @@ CLAIM_ANNOTATION: Final = "nodeflow.dev/nodeset"
 SLURM_CLUSTER_LABEL: Final = "nodeflow.dev/slurm-cluster"
 REVISION_LABEL: Final = "controller-revision-hash"
 # On a NodeSet pod whose Slurm node runs (or may run) a job, while the NodeSet's
-# workloadDisruptionProtection is on: its NodeSet's PodDisruptionBudget (maxUnavailable 0)
-# selects it, so the eviction API refuses to evict it. Written by nodeset-controller alone;
-# Slinky's label (`LabelNodeSetPodProtect`), with its value "true".
+# workloadDisruptionProtection is on: its NodeSet's PodDisruptionBudget
+# (`protection_budget_problem`) selects it, so the eviction API refuses to evict it. Written by
+# nodeset-controller alone; Slinky's label (`LabelNodeSetPodProtect`), with its value "true".
 POD_PROTECT_LABEL: Final = "nodeset.slinky.slurm.net/pod-protect"
+POD_PROTECTED: Final = "true"
+# The protection budget's integer `minAvailable` (the largest int32 the API server accepts).
+# An integer minAvailable makes the disruption controller expect exactly the pods the budget
+# selects and want this many healthy: never met, so no selected pod may be evicted whatever
+# the NodeSet's replicas. (`maxUnavailable: 0` would take the expected count from the
+# NodeSet's scale subresource, `.spec.replicas`: after a scale-down 10 -> 2 with 10 busy pods
+# it would allow 8 evictions.)
+PROTECTION_BUDGET_MIN_AVAILABLE: Final = 2147483647
 
 SLURM_DELETE_CONDITION: Final = "SlurmDelete"
 SCALING_DELETE: Final = "ScalingDeleteScheduled"
@@ -95,3 +104,30 @@ SLURM_NODE_UNREADABLE_REASON: Final = "NodeUnreadable"
 def slurm_state_condition(state_or_flag: str) -> str:
     """The pod condition type of a Slurm base state or flag, e.g. `SlurmNodeStateIdle`."""
     return SLURM_STATE_CONDITION_PREFIX + state_or_flag
+
+
+def protection_budget_spec(nodeset: str) -> dict[str, Any]:
+    """The spec of NodeSet `nodeset`'s protection PodDisruptionBudget: its pods that carry the
+    protect label, none of them evictable (`PROTECTION_BUDGET_MIN_AVAILABLE`)."""
+    return {
+        "minAvailable": PROTECTION_BUDGET_MIN_AVAILABLE,
+        "selector": {"matchLabels": {NODESET_LABEL: nodeset, POD_PROTECT_LABEL: POD_PROTECTED}},
+    }
+
+
+def protection_budget_problem(budget: Mapping[str, Any]) -> str | None:
+    """Why `budget` is not a NodeSet's protection budget (None: it is one): labelled with its
+    NodeSet, and its spec exactly `protection_budget_spec` of that NodeSet -- so it can refuse
+    the eviction of no pod but that NodeSet's protected ones (a budget over other pods would
+    block drains of the whole namespace)."""
+    metadata = budget.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    nodeset = labels.get(NODESET_LABEL) if isinstance(labels, Mapping) else None
+    if not isinstance(nodeset, str) or not nodeset:
+        return f"a protection budget is labelled {NODESET_LABEL} with its NodeSet"
+    if budget.get("spec") != protection_budget_spec(nodeset):
+        return (
+            f"a protection budget's spec is minAvailable {PROTECTION_BUDGET_MIN_AVAILABLE} over "
+            f"the pods labelled {NODESET_LABEL}={nodeset} and {POD_PROTECT_LABEL}={POD_PROTECTED}"
+        )
+    return None

@@ -23,6 +23,7 @@ from nodeflow_contracts.permissions import (
     field_allowed,
     touched_fields,
 )
+from nodeflow_contracts.pod_protocol import protection_budget_problem
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,10 @@ def authorize(
             return Refused(
                 f"{cmd.sender} may not create {kind} objects labelled {grant.forbidden_label}",
             )
+        if grant.protection_budget:
+            problem = protection_budget_problem(operation.object)
+            if problem is not None:
+                return Refused(f"{cmd.sender} may create only protection budgets: {problem}")
         return Allowed()
     return Allowed(grant.required_label, grant.forbidden_label)
 

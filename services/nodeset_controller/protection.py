@@ -3,10 +3,12 @@
 While a NodeSet's `spec.workloadDisruptionProtection` is on (the default), each of its pods
 whose Slurm node runs a job carries `POD_PROTECT_LABEL: "true"`, and one PodDisruptionBudget
 per NodeSet (owned by it, so garbage collection removes it with the NodeSet) selects those
-pods with `maxUnavailable: 0`. The eviction API -- `kubectl drain`, a cluster-autoscaler, a
-managed node upgrade, NodeMaintenance's drain -- then refuses (429) to evict such a pod until
-the label is gone, that is until its job has ended. Our own safe deletion deletes (it does not
-evict), so the budget never stands in its way.
+pods with an integer `minAvailable` never met (`PROTECTION_BUDGET_MIN_AVAILABLE`: the
+disruption controller then expects the selected pods, not the NodeSet's replicas, so a
+scale-down does not open the budget). The eviction API -- `kubectl drain`, a
+cluster-autoscaler, a managed node upgrade, NodeMaintenance's drain -- then refuses (429) to
+evict such a pod until the label is gone, that is until its job has ended. Our own safe
+deletion deletes (it does not evict), so the budget never stands in its way.
 
 Slinky labels a pod busy from the Slurm conditions on it and so drops the label when Slurm
 cannot be read. Here the label follows the pod's Slurm state as the plan trusts it
@@ -31,7 +33,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeflow_contracts.pod_protocol import NODESET_LABEL, POD_PROTECT_LABEL
+from nodeflow_contracts.pod_protocol import (
+    NODESET_LABEL,
+    POD_PROTECT_LABEL,
+    POD_PROTECTED,
+    protection_budget_spec,
+)
 from nodeflow_kube.fields import labels_of, mapping, meta, name_of, resource_version_of, uid_of
 from nodeset_controller.objects import NODESET_API_VERSION, NODESET_KIND
 from nodeset_controller.podstate import PodState
@@ -40,7 +47,7 @@ from nodeset_controller.spec import NodeSetSpec
 Obj = Mapping[str, Any]
 
 # The label's value on a protected pod (Slinky's).
-PROTECTED = "true"
+PROTECTED = POD_PROTECTED
 BUDGET_API_VERSION = "policy/v1"
 BUDGET_KIND = "PodDisruptionBudget"
 # Slinky's budget name, `slurm-workers-pdb-<cluster>`, keyed here by the NodeSet.
@@ -88,10 +95,6 @@ def budget_name(nodeset_name: str) -> str:
     return f"{name[: _MAX_NAME - 11]}-{digest}"
 
 
-def budget_selector(spec: NodeSetSpec) -> dict[str, Any]:
-    return {"matchLabels": {NODESET_LABEL: spec.name, POD_PROTECT_LABEL: PROTECTED}}
-
-
 def budget_object(spec: NodeSetSpec) -> dict[str, Any]:
     """The budget as created: owned by the NodeSet (garbage collection deletes it with it),
     labelled with it (k8s-watcher lets nodeset-controller create and delete only such)."""
@@ -113,7 +116,7 @@ def budget_object(spec: NodeSetSpec) -> dict[str, Any]:
                 }
             ],
         },
-        "spec": {"maxUnavailable": 0, "selector": budget_selector(spec)},
+        "spec": protection_budget_spec(spec.name),
     }
 
 
@@ -148,14 +151,18 @@ def owned_by(budget: Obj, spec: NodeSetSpec) -> bool:
 
 
 def budget_as_wanted(budget: Obj, spec: NodeSetSpec) -> bool:
-    """maxUnavailable 0 (no minAvailable) over exactly the NodeSet's protected pods."""
+    """`protection_budget_spec`: minAvailable never met (no maxUnavailable) over exactly the
+    NodeSet's protected pods, so no selected pod is evictable whatever the replicas; and no
+    `unhealthyPodEvictionPolicy: AlwaysAllow`, which would let a busy pod not Ready go."""
+    wanted = protection_budget_spec(spec.name)
     budget_spec = mapping(budget.get("spec"))
     selector = mapping(budget_spec.get("selector"))
     return (
-        budget_spec.get("maxUnavailable") == 0
-        and budget_spec.get("minAvailable") is None
-        and dict(mapping(selector.get("matchLabels"))) == budget_selector(spec)["matchLabels"]
+        budget_spec.get("minAvailable") == wanted["minAvailable"]
+        and budget_spec.get("maxUnavailable") is None
+        and dict(mapping(selector.get("matchLabels"))) == wanted["selector"]["matchLabels"]
         and not selector.get("matchExpressions")
+        and budget_spec.get("unhealthyPodEvictionPolicy") in (None, "IfHealthyBudget")
     )
 
 
@@ -182,7 +189,8 @@ def plan_protection(
         why = (
             "workloadDisruptionProtection is off"
             if not enabled
-            else "its spec is not maxUnavailable 0 over the protected pods: made again"
+            else "its spec is not the protection budget's (minAvailable never met over the "
+            "protected pods): made again"
         )
         rv = resource_version_of(budget)
         actions.append(DeleteDisruptionBudget(name_of(budget), uid_of(budget), rv, why))

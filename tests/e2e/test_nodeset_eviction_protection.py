@@ -119,7 +119,8 @@ async def test_rule_a_pod_running_a_slurm_job_is_not_evicted_by_kubectl_drain(
         name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
         await wait_until(lambda: exists(stack, BUDGET), 30, "the NodeSet's budget made")
         budget = await stack.kube.call("GET", BUDGET)
-        assert budget["spec"]["maxUnavailable"] == 0
+        assert budget["spec"]["minAvailable"] == 2147483647
+        assert "maxUnavailable" not in budget["spec"]
         assert budget["metadata"]["ownerReferences"][0]["kind"] == "NodeSet"
 
         job = await stack.slurm.run_job(name)

@@ -2,9 +2,10 @@
 
 A NodeSet pod whose Slurm node runs a job -- or whose Slurm state is unknown or stale (fail
 closed) -- carries `nodeset.slinky.slurm.net/pod-protect: "true"`; the NodeSet's own
-PodDisruptionBudget (maxUnavailable 0 over that label) makes the eviction API refuse it. Idle
-and drained nodes lose the label; `spec.workloadDisruptionProtection: false` removes the labels
-and the budget. The commands are ones k8s-watcher lets nodeset-controller send.
+PodDisruptionBudget (an integer minAvailable never met, over that label) makes the eviction
+API refuse it. Idle and drained nodes lose the label; `spec.workloadDisruptionProtection:
+false` removes the labels and the budget. The commands are ones k8s-watcher lets
+nodeset-controller send.
 """
 
 from __future__ import annotations
@@ -300,7 +301,7 @@ def test_rule_slurm_proof_of_no_job_and_unbound_pods_are_not_protected() -> None
     assert protected(result, False) == {NAMES[0], NAMES[1]}
 
 
-def test_rule_one_budget_per_nodeset_owned_by_it_with_max_unavailable_zero() -> None:
+def test_rule_one_budget_per_nodeset_owned_by_it_with_min_available_never_met() -> None:
     obj = nodeset(replicas=1)
     _, pods = full(1)
     result = planned(obj, pods, {NAMES[0]: slurm(NAMES[0], busy=True)})
@@ -314,7 +315,7 @@ def test_rule_one_budget_per_nodeset_owned_by_it_with_max_unavailable_zero() -> 
     assert made["kind"] == "PodDisruptionBudget" and made["apiVersion"] == "policy/v1"
     assert made["metadata"]["namespace"] == "slurm"
     assert made["spec"] == {
-        "maxUnavailable": 0,
+        "minAvailable": 2147483647,
         "selector": {"matchLabels": {NODESET_LABEL: "gpu", POD_PROTECT_LABEL: "true"}},
     }
     (owner,) = made["metadata"]["ownerReferences"]
@@ -373,7 +374,7 @@ def test_rule_a_budget_not_ours_is_never_touched_and_a_changed_one_is_made_again
     result = planned(obj, pods, states, budget=foreign)
     expect_no_actions(result.actions, CreateDisruptionBudget, while_it_has=ProtectPod)
     expect_no_actions(result.actions, DeleteDisruptionBudget, while_it_has=ProtectPod)
-    loosened = planned(obj, pods, states, budget=our_budget(obj, maxUnavailable=1))
+    loosened = planned(obj, pods, states, budget=our_budget(obj, minAvailable=1))
     expect_actions(loosened.actions, DeleteDisruptionBudget, count=1, uid="uid-budget")
 
 

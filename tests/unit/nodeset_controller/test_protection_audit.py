@@ -1,0 +1,153 @@
+"""Rule 4a (workloadDisruptionProtection), audit of issue #32 item 1: the defects found in the
+budget's shape, the label patches' order and preconditions, and where the labels are kept.
+
+Each test names the rule it holds and fails on the code before its fix.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from clustersim.kube.disruption import compute_pdb_status
+from k8s_watcher.policy import Allowed, Refused, authorize
+from nodeflow_contracts.k8s import CreateObject, K8sCommand, ObjectRef
+from nodeflow_contracts.pod_protocol import (
+    NODESET_LABEL,
+    POD_PROTECT_LABEL,
+    PROTECTION_BUDGET_MIN_AVAILABLE,
+)
+from nodeset_controller.commands import to_outgoing
+from nodeset_controller.protection import (
+    CreateDisruptionBudget,
+    DeleteDisruptionBudget,
+    budget_object,
+)
+from nodeset_controller.spec import parse
+from tests.unit.nodeset_controller.builders import DEFAULTS, T0, nodeset, slurm
+from tests.unit.nodeset_controller.test_planner import full
+from tests.unit.nodeset_controller.test_protection import NAMES, our_budget, planned
+from tests.unit.plan_checks import expect_actions
+
+# --- the budget's shape: no eviction whatever the NodeSet's replicas -------------------------
+
+
+def busy_ready_pod(index: int, spec_uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"gpu-{index:03d}",
+            "namespace": "slurm",
+            "labels": {NODESET_LABEL: "gpu", POD_PROTECT_LABEL: "true"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "nodeflow.dev/v1alpha1",
+                    "kind": "NodeSet",
+                    "name": "gpu",
+                    "uid": spec_uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+@pytest.mark.parametrize("replicas", [10, 2, 0])
+def test_rule_4a_the_budget_refuses_every_eviction_after_a_scale_down(replicas: int) -> None:
+    # Ten pods run jobs; the NodeSet was scaled down to `replicas` (its scale subresource):
+    # the disruption controller's status of our budget must still allow no eviction.
+    spec = parse(nodeset(replicas=replicas), DEFAULTS)
+    budget = budget_object(spec)
+    budget["metadata"]["generation"] = 1
+    pods = [busy_ready_pod(i, spec.uid) for i in range(10)]
+    status = compute_pdb_status(budget, pods, lambda ref, namespace: replicas)
+    assert status is not None
+    assert status["disruptionsAllowed"] == 0
+    assert status["expectedPods"] == 10
+    assert status["desiredHealthy"] == PROTECTION_BUDGET_MIN_AVAILABLE
+
+
+def test_rule_4a_a_budget_of_the_old_max_unavailable_shape_is_made_again() -> None:
+    obj = nodeset(replicas=1)
+    _, pods = full(1)
+    old = our_budget(obj)
+    old["spec"] = {"maxUnavailable": 0, "selector": old["spec"]["selector"]}
+    result = planned(obj, pods, {NAMES[0]: slurm(NAMES[0], busy=True)}, budget=old)
+    expect_actions(result.actions, DeleteDisruptionBudget, count=1, uid="uid-budget")
+    current = planned(obj, pods, {NAMES[0]: slurm(NAMES[0], busy=True)}, budget=our_budget(obj))
+    assert not [a for a in current.actions if isinstance(a, DeleteDisruptionBudget)]
+
+
+def test_rule_4a_a_budget_letting_unready_pods_go_is_made_again() -> None:
+    obj = nodeset(replicas=1)
+    _, pods = full(1)
+    loose = our_budget(obj, unhealthyPodEvictionPolicy="AlwaysAllow")
+    result = planned(obj, pods, {NAMES[0]: slurm(NAMES[0], busy=True)}, budget=loose)
+    expect_actions(result.actions, DeleteDisruptionBudget, count=1, uid="uid-budget")
+
+
+def budget_create(obj: dict[str, Any]) -> K8sCommand:
+    return K8sCommand(
+        idempotency_key="k",
+        sender="nodeset-controller",
+        sent_at=T0,
+        expires_at=T0 + 20,
+        target=ObjectRef(
+            api_version="policy/v1",
+            kind="PodDisruptionBudget",
+            name=obj["metadata"]["name"],
+            namespace="slurm",
+        ),
+        operation=CreateObject(object=obj),
+    )
+
+
+def test_rule_4a_k8s_watcher_lets_nodeset_controller_create_its_budget() -> None:
+    obj = nodeset(replicas=1)
+    _, pods = full(1)
+    result = planned(obj, pods, {NAMES[0]: slurm(NAMES[0], busy=True)})
+    (create,) = expect_actions(result.actions, CreateDisruptionBudget, count=1)
+    command = to_outgoing(parse(obj, DEFAULTS), create, T0).command
+    assert authorize(command, f"cmd.k8s.v1.nodeset-controller.{command.op}") == Allowed()
+
+
+def _reshaped(change: str) -> dict[str, Any]:
+    made = copy.deepcopy(budget_object(parse(nodeset(replicas=1), DEFAULTS)))
+    selector = made["spec"]["selector"]
+    if change == "empty-selector":
+        selector.clear()
+    elif change == "nodeset-only":
+        del selector["matchLabels"][POD_PROTECT_LABEL]
+    elif change == "other-nodeset":
+        selector["matchLabels"][NODESET_LABEL] = "other"
+    elif change == "expressions":
+        selector["matchExpressions"] = [{"key": "app", "operator": "Exists"}]
+    elif change == "max-unavailable":
+        made["spec"] = {"maxUnavailable": 0, "selector": selector}
+    elif change == "small-min-available":
+        made["spec"]["minAvailable"] = 1
+    elif change == "always-allow":
+        made["spec"]["unhealthyPodEvictionPolicy"] = "AlwaysAllow"
+    return made
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "empty-selector",
+        "nodeset-only",
+        "other-nodeset",
+        "expressions",
+        "max-unavailable",
+        "small-min-available",
+        "always-allow",
+    ],
+)
+def test_rule_4a_k8s_watcher_refuses_a_budget_create_of_another_shape(change: str) -> None:
+    # A buggy sender's budget over other pods would block every drain of the namespace.
+    command = budget_create(_reshaped(change))
+    verdict = authorize(command, "cmd.k8s.v1.nodeset-controller.create")
+    assert isinstance(verdict, Refused), change
+    assert "protection budget" in verdict.reason
