@@ -123,15 +123,15 @@ def nodeset_ref(spec: NodeSetSpec, *, with_rv: bool) -> ObjectRef:
 
 def action_slot(namespace: str, action: Action) -> str | None:
     """The slot of an action that changes a pod or a node claim -- the bulk of a scale-up,
-    scale-down or rollout, limited in number in flight; None for the others."""
+    scale-down or rollout, limited in number in flight; None for the others. A protect label
+    patch is not among them: a busy pod's label must not wait behind a scale-up's creates (its
+    own slot still holds it while in flight, see `protect_slot`)."""
     if isinstance(action, Claim | Release):
         return node_slot(action.node)
     if isinstance(action, CreatePod):
         return pod_slot(namespace, action.name)
     if isinstance(action, ScheduleDelete | CancelDelete | DeletePod):
         return pod_slot(namespace, action.pod.name)
-    if isinstance(action, ProtectPod):
-        return protect_slot(namespace, action.pod.name)
     return None
 
 
@@ -454,7 +454,8 @@ def to_outgoing(
             action.why,
             now,
         )
-        return Outgoing(protect_slot(ns, pod.name), command, windowed=True)
+        # Outside the in-flight window (`action_slot`): protection never waits for creates.
+        return Outgoing(protect_slot(ns, pod.name), command)
     if isinstance(action, CreateDisruptionBudget):
         # The generation: a budget deleted and wanted again (the option turned off and on)
         # is a new create, not a repeat of the first.

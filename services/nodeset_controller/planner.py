@@ -476,6 +476,8 @@ def plan(view: ClusterView) -> Plan:
     naming = name_nodes(round_, pods)
     feasible = find_feasible_nodes(round_, pods, naming)
     pods, feasible = move_stuck_pending_pods(round_, pods, feasible)
+    # First: a busy pod's protect label is sent before the pod changes of this plan.
+    plan_disruption_protection(round_, pods)
     desired = round_.spec.replicas if round_.spec.replicas is not None else feasible.count
     scale_down = plan_scale_down(round_, pods, desired)
     cancelled = plan_leaving(round_, pods, scale_down)
@@ -484,7 +486,6 @@ def plan(view: ClusterView) -> Plan:
     chosen = plan_scale_up(round_, pods, scale_down, feasible, naming, desired)
     plan_claims_and_releases(round_, pods, feasible, naming, chosen)
     plan_nodeslices(round_, pods)
-    plan_disruption_protection(round_, pods)
     collision_condition = report_collisions(round_, feasible.collisions)
     plan_status(round_, pods, desired, feasible.count, collision_condition)
     return round_.result

@@ -194,6 +194,7 @@ def plan_protection(
         )
         rv = resource_version_of(budget)
         actions.append(DeleteDisruptionBudget(name_of(budget), uid_of(budget), rv, why))
+    unprotect: list[ProtectionAction] = []
     for pod, raw in pods:
         if pod.terminating:
             continue
@@ -203,8 +204,9 @@ def plan_protection(
         if wanted and not labelled:
             actions.append(ProtectPod(pod, True, _why_protected(pod)))
         elif not wanted and current is not None:
-            actions.append(ProtectPod(pod, False, _why_unprotected(pod, enabled)))
-    return actions
+            unprotect.append(ProtectPod(pod, False, _why_unprotected(pod, enabled)))
+    # Protection first: a label that guards a job is sent before one that lifts a guard.
+    return actions + unprotect
 
 
 def _why_protected(pod: PodState) -> str:

@@ -335,7 +335,7 @@ def test_rule_the_label_patch_touches_only_the_label_and_is_allowed() -> None:
     assert operation.patch == {"metadata": {"labels": {POD_PROTECT_LABEL: "true"}}}
     assert outgoing.command.target.uid == f"uid-{NAMES[0]}"
     # Its own slot: a SlurmDelete or delete of the pod is not held back by it.
-    assert outgoing.slot != f"Pod/slurm/{NAMES[0]}" and outgoing.windowed
+    assert outgoing.slot != f"Pod/slurm/{NAMES[0]}" and not outgoing.windowed
     verdict = authorize(outgoing.command, f"cmd.k8s.v1.nodeset-controller.{outgoing.command.op}")
     assert verdict == Allowed(required_label=NODESET_LABEL)
 

@@ -13,22 +13,35 @@ import pytest
 
 from clustersim.kube.disruption import compute_pdb_status
 from k8s_watcher.policy import Allowed, Refused, authorize
-from nodeflow_contracts.k8s import CreateObject, K8sCommand, ObjectRef
+from nodeflow_contracts.k8s import CreateObject, K8sCommand, ObjectRef, PatchObject
 from nodeflow_contracts.pod_protocol import (
     NODESET_LABEL,
     POD_PROTECT_LABEL,
     PROTECTION_BUDGET_MIN_AVAILABLE,
 )
 from nodeset_controller.commands import to_outgoing
+from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.protection import (
     CreateDisruptionBudget,
     DeleteDisruptionBudget,
+    ProtectPod,
     budget_object,
 )
 from nodeset_controller.spec import parse
-from tests.unit.nodeset_controller.builders import DEFAULTS, T0, nodeset, slurm
-from tests.unit.nodeset_controller.test_planner import full
-from tests.unit.nodeset_controller.test_protection import NAMES, our_budget, planned
+from tests.unit.nodeset_controller.builders import (
+    CLUSTER,
+    DEFAULTS,
+    NS,
+    T0,
+    cluster_status,
+    node,
+    nodeset,
+    pod,
+    slurm,
+)
+from tests.unit.nodeset_controller.memory_cluster import MemoryCluster
+from tests.unit.nodeset_controller.test_planner import KEY, full
+from tests.unit.nodeset_controller.test_protection import NAMES, labelled, our_budget, planned
 from tests.unit.plan_checks import expect_actions
 
 # --- the budget's shape: no eviction whatever the NodeSet's replicas -------------------------
@@ -151,3 +164,49 @@ def test_rule_4a_k8s_watcher_refuses_a_budget_create_of_another_shape(change: st
     verdict = authorize(command, "cmd.k8s.v1.nodeset-controller.create")
     assert isinstance(verdict, Refused), change
     assert "protection budget" in verdict.reason
+
+
+# --- the label patches: outside the create/delete window, protection first -----------------
+
+
+def protect_patches(commands: list[K8sCommand]) -> list[K8sCommand]:
+    return [
+        c
+        for c in commands
+        if isinstance(c.operation, PatchObject)
+        and POD_PROTECT_LABEL in str(c.operation.patch.get("metadata"))
+    ]
+
+
+async def test_rule_4a_a_busy_pods_label_does_not_wait_behind_a_scale_ups_creates() -> None:
+    # Window of 4, a scale-up of 9 pods, and the one running pod's node takes a job: the
+    # label goes out in the same round, first of the pod commands, creates filling the window.
+    cluster = MemoryCluster(
+        NodeSetControllerConfig(nats_url=("nats://unused",), max_commands_in_flight=4)
+    )
+    for i in range(10):
+        cluster.nodes.put(f"_.n{i}", node(f"n{i}", f"10.0.1.{i + 1}", claim=KEY))
+    running = pod(NAMES[0], "n0")
+    running["metadata"]["uid"] = cluster.next_uid()
+    cluster.pods.put(f"{NS}.{NAMES[0]}", running)
+    cluster.slurm.put(f"{CLUSTER}.{NAMES[0]}", slurm(NAMES[0], busy=True))
+    cluster.clusters.put(CLUSTER, cluster_status(nodes_revision=cluster.slurm.last_revision))
+    cluster.nodesets.put(KEY, nodeset(replicas=10))
+    commands = await cluster.round(KEY, T0)
+    (patch,) = protect_patches(commands)
+    assert patch.target.name == NAMES[0]
+    pod_commands = [c for c in commands if c.target.kind == "Pod"]
+    assert pod_commands[0] is patch
+    creates = [c for c in commands if isinstance(c.operation, CreateObject)]
+    assert len([c for c in creates if c.operation.object.get("kind") == "Pod"]) == 4
+
+
+def test_rule_4a_protect_true_is_planned_before_protect_false() -> None:
+    obj = nodeset(replicas=2)
+    _, pods = full(2)
+    # The first pod in order loses its label, the second gains one: the gain goes first.
+    pods = [labelled(pods[0]), pods[1]]
+    states = {NAMES[0]: slurm(NAMES[0]), NAMES[1]: slurm(NAMES[1], busy=True)}
+    result = planned(obj, pods, states, budget=our_budget(obj))
+    order = [(a.pod.name, a.protect) for a in result.actions if isinstance(a, ProtectPod)]
+    assert order == [(NAMES[1], True), (NAMES[0], False)]
