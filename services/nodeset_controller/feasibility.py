@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from nodeflow_kube.affinity import node_affinity_matches
@@ -20,7 +19,12 @@ from nodeflow_kube.affinity import requirement_matches as requirement_matches
 from nodeflow_kube.affinity import term_matches as term_matches
 from nodeflow_kube.quantity import ResourceList
 from nodeflow_kube.resources import insufficient_resources, node_allocatable
-from nodeflow_kube.taints import NO_EXECUTE, UNSCHEDULABLE_TAINT, unschedulable_blocks
+from nodeflow_kube.taints import (
+    NO_EXECUTE,
+    UNSCHEDULABLE_TAINT,
+    pod_tolerations,
+    unschedulable_blocks,
+)
 from nodeflow_kube.taints import tolerates as tolerates
 from nodeflow_kube.taints import untolerated_taint as untolerated_taint
 from nodeset_controller.objects import claim_of, internal_ipv4
@@ -34,6 +38,11 @@ LIFECYCLE_TAINTS = frozenset(
         "node.kubernetes.io/unreachable",
         UNSCHEDULABLE_TAINT,
     }
+)
+# A running pod is kept as if it tolerated them. Tolerations, not a filter on the first
+# untolerated taint: a lifecycle taint listed first must not hide another NoExecute taint.
+_LIFECYCLE_TOLERATIONS: tuple[dict[str, str], ...] = tuple(
+    {"key": key, "operator": "Exists"} for key in LIFECYCLE_TAINTS
 )
 
 
@@ -49,20 +58,6 @@ FEASIBLE = Verdict(True)
 def required_affinity_matches(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """nodeSelector and requiredDuringSchedulingIgnoredDuringExecution (terms are ORed)."""
     return node_affinity_matches(pod_spec, node)
-
-
-def insufficient(requests: ResourceList, free: ResourceList) -> list[str]:
-    """Resources the pod asks for beyond what is free (sorted, for stable messages)."""
-    return insufficient_resources(requests, free, {})
-
-
-def free_resources(node: Mapping[str, Any], requested_by_others: ResourceList) -> ResourceList:
-    """The node's allocatable minus what other pods request."""
-    allocatable = node_allocatable(node)
-    return {
-        name: amount - requested_by_others.get(name, Fraction(0))
-        for name, amount in allocatable.items()
-    }
 
 
 def claim_verdict(node: Mapping[str, Any], nodeset_key: str) -> Verdict:
@@ -137,7 +132,8 @@ def may_keep(pod_spec: Mapping[str, Any], node: Mapping[str, Any], nodeset_key: 
     )
     if not verdict.feasible:
         return verdict
-    taint = untolerated_taint(pod_spec, node, effects=(NO_EXECUTE,))
-    if taint is not None and taint.get("key") not in LIFECYCLE_TAINTS:
+    kept = {**pod_spec, "tolerations": [*pod_tolerations(pod_spec), *_LIFECYCLE_TOLERATIONS]}
+    taint = untolerated_taint(kept, node, effects=(NO_EXECUTE,))
+    if taint is not None:
         return Verdict(False, f"untolerated taint {taint.get('key')}:NoExecute")
     return FEASIBLE

@@ -126,3 +126,41 @@ def test_rule_node_selection_label_change_makes_existing_pod_misscheduled() -> N
     assert not may_keep(spec, node("n1", labels={"pool": "cpu"}), KEY).feasible
     evict = node("n1", labels={"pool": "gpu"}, taints=[{"key": "bad", "effect": "NoExecute"}])
     assert not may_keep(spec, evict, KEY).feasible
+
+
+def test_rule_node_selection_a_not_ready_or_unreachable_node_keeps_its_pod() -> None:
+    """The node lifecycle controller's NoExecute taints (NotReady, unreachable) do not make a
+    running pod misscheduled: the node may come back. Another NoExecute taint does."""
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        lost = node("n1", taints=[{"key": key, "effect": "NoExecute"}])
+        assert may_keep(spec_with(), lost, KEY).feasible, key
+        assert not can_place(spec_with(), REQ, lost, {}, KEY).feasible, key
+    evicting = node("n1", taints=[{"key": "maintenance", "effect": "NoExecute"}])
+    verdict = may_keep(spec_with(), evicting, KEY)
+    assert not verdict.feasible and verdict.reason == "untolerated taint maintenance:NoExecute"
+
+
+def test_rule_node_selection_a_lifecycle_taint_does_not_hide_another_no_execute_taint() -> None:
+    """A NotReady node that is also tainted NoExecute by someone else: that other taint, which
+    the pod does not tolerate, makes the pod misscheduled whatever the order of the taints."""
+    taints = [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+        {"key": "maintenance", "value": "psu", "effect": "NoExecute"},
+    ]
+    for ordered in (taints, taints[::-1]):
+        verdict = may_keep(spec_with(), node("n1", taints=ordered), KEY)
+        assert not verdict.feasible, ordered
+        assert verdict.reason == "untolerated taint maintenance:NoExecute"
+
+
+def test_rule_node_selection_an_untolerated_taint_is_named_with_its_value_and_effect() -> None:
+    """The reason a node is refused names the taint as key=value:effect (value empty when the
+    taint has none), so the NodeSet's message says which taint to tolerate."""
+    valued = node("n1", taints=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}])
+    assert can_place(spec_with(), REQ, valued, {}, KEY).reason == (
+        "untolerated taint dedicated=ml:NoSchedule"
+    )
+    bare = node("n1", taints=[{"key": "gpu-fault", "effect": "NoSchedule"}])
+    assert can_place(spec_with(), REQ, bare, {}, KEY).reason == (
+        "untolerated taint gpu-fault=:NoSchedule"
+    )
