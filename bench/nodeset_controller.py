@@ -19,7 +19,9 @@ to two rates of the same emulator in the same run:
 A NodeSet pod costs about three API writes (node claim, pod create, slurm-syncer's one
 condition patch once its Slurm node registers), plus shares of NodeSlice, status and Event
 writes; each step prints its API writes per pod, by sender, verb and kind, counted from
-k8s-watcher's `applied` command outcomes. The service default of 300 QPS alone would cap a
+k8s-watcher's `applied` command outcomes (a scale-out's once slurm-syncer has written every
+pod's Slurm state, waited for outside its time, so they are not counted in the next step's).
+The service default of 300 QPS alone would cap a
 scale-up near 100 pods/s; a 4,000-node deployment raises it like this benchmark does
 (BENCH_KUBE_QPS, default 1000, burst twice that).
 
@@ -53,7 +55,11 @@ from k8s_watcher.config import K8sWatcherConfig
 from nodeflow_bus import Bus, BusOptions, ensure_topology
 from nodeflow_contracts import codec
 from nodeflow_contracts.k8s import CommandOutcome
-from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION
+from nodeflow_contracts.pod_protocol import (
+    CLAIM_ANNOTATION,
+    SLURM_STATE_CONDITION_PREFIX,
+    slurm_state_condition,
+)
 from nodeflow_contracts.topology import KV_BUCKETS, STREAMS
 from nodeflow_runtime.logs import configure_logging
 from nodeflow_runtime.natsd import NatsServerProcess
@@ -78,6 +84,9 @@ MEMORY_TARGET_MIB = 200.0
 POLL_SECONDS = 0.25
 KUBE_QPS = float(os.environ.get("BENCH_KUBE_QPS", "1000"))
 PROGRESS_SECONDS = float(os.environ.get("BENCH_PROGRESS_SECONDS", "30"))
+# How long a settled scale-out waits (untimed) for slurm-syncer to write every pod's Slurm
+# state before its API writes are counted (`slurm_states_written`).
+SLURM_STATE_WAIT = 30.0
 
 TEMPLATE: dict[str, Any] = {
     "metadata": {"labels": {"app": "slurmd"}},
@@ -160,14 +169,16 @@ def report_cpu(
     print(f"   {label:<14} CPU-bound rate: {shown}", flush=True)
 
 
-def report_writes(label: str, pods: int, writes: Counter[tuple[str, str, str]]) -> None:
+def report_writes(
+    label: str, pods: int, writes: Counter[tuple[str, str, str]], note: str = ""
+) -> None:
     total = sum(writes.values())
     per_pod = total / pods if pods else 0.0
     shown = ", ".join(
         f"{sender} {op} {kind} {count / pods if pods else 0:.2f}"
         for (sender, op, kind), count in sorted(writes.items())
     )
-    print(f"   {label:<14} API writes per pod {per_pod:5.2f} ({shown})", flush=True)
+    print(f"   {label:<14} API writes per pod {per_pod:5.2f} ({shown}){note}", flush=True)
 
 
 class OutOfBudget(Exception):
@@ -460,6 +471,31 @@ async def scale(cluster: Cluster, replicas: int, deadline: Deadline) -> float:
     return time.perf_counter() - started
 
 
+def shows_slurm_state(pod: dict[str, Any]) -> bool:
+    """slurm-syncer has written the pod's Slurm node state (a known one) onto it."""
+    return any(
+        str(c.get("type", "")).startswith(SLURM_STATE_CONDITION_PREFIX)
+        and c.get("type") != slurm_state_condition("Unknown")
+        and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+async def slurm_states_written(cluster: Cluster, deadline: Deadline) -> str:
+    """After a scale-out has settled (pods Ready, status right), wait -- outside its time --
+    until slurm-syncer has written every pod's Slurm state, so the step's API writes hold its
+    condition patches instead of the next step's; at most SLURM_STATE_WAIT seconds."""
+    until = min(time.monotonic() + SLURM_STATE_WAIT, time.monotonic() + max(deadline.left(), 0))
+    while True:
+        pods = await cluster.pods(f"nodeflow.dev/nodeset={NODESET}")
+        missing = sum(1 for p in pods if not shows_slurm_state(p))
+        if not missing:
+            return ""
+        if time.monotonic() > until:
+            return f"; {missing} pods still without their Slurm state after {SLURM_STATE_WAIT:g} s"
+        await asyncio.sleep(1.0)
+
+
 def report(label: str, pods: int, seconds: float, raw: float, pinned: float) -> None:
     rate = pods / seconds if seconds > 0 else float("inf")
     print(
@@ -681,9 +717,11 @@ async def run(
             writes.take()
             cpu.take()
             seconds = await scale(cluster, end, deadline)
+            used = cpu.take()
+            unwritten = await slurm_states_written(cluster, deadline) if end > start else ""
             report(f"{start} -> {end}", abs(end - start), seconds, raw, pinned)
-            report_writes(f"{start} -> {end}", abs(end - start), writes.take())
-            report_cpu(f"{start} -> {end}", abs(end - start), seconds, cpu.take(), pinned)
+            report_writes(f"{start} -> {end}", abs(end - start), writes.take(), unwritten)
+            report_cpu(f"{start} -> {end}", abs(end - start), seconds, used, pinned)
             drained = (await cluster.nodeset_status()).get("numberDrain")
             if drained:
                 # Pods recreated on nodes drained by the previous scale-in keep Slurm's DRAIN
