@@ -35,12 +35,12 @@ from nodeflow_contracts.codec import ContractDecodeError
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand
 from nodeflow_contracts.ledger import (
     LANDING_MARGIN_SECONDS,
+    REBUILD_WINDOW_SECONDS,
     CommandLedger,
     LedgerEntry,
     LedgerRecord,
     rebuilt_ledger,
 )
-from nodeflow_contracts.topology import COMMAND_LEDGER_MAX_AGE_SECONDS
 
 log = structlog.get_logger("nodeflow_bus.ledger")
 
@@ -80,10 +80,11 @@ class LedgerSender:
         margin: float = LANDING_MARGIN_SECONDS,
         retry: Backoff | None = None,
     ) -> None:
-        if max_lifetime + margin > COMMAND_LEDGER_MAX_AGE_SECONDS / 2:
+        if max_lifetime + margin > REBUILD_WINDOW_SECONDS:
+            # Every sender's commands must be inside the window any new leader reads.
             raise ValueError(
                 f"a command lifetime of {max_lifetime:.0f}s plus the landing margin does not fit "
-                f"well inside COMMAND_LEDGER's {COMMAND_LEDGER_MAX_AGE_SECONDS:.0f}s"
+                f"in the ledger's rebuild window of {REBUILD_WINDOW_SECONDS:.0f}s"
             )
         self.bus = bus
         self.name = ledger
@@ -222,40 +223,48 @@ class LedgerSender:
             return
 
     async def rebuild(self, now: float | None = None) -> None:
-        """Read this ledger's records and the outcomes since the earliest send that may
-        still land, and start from what they say is held; `ready` once done."""
+        """Read this ledger's records of the rebuild window (fixed, whatever this replica's
+        own lifetime) and the outcomes since the earliest of them that may still land, and
+        start from what they say is held; `ready` once done."""
         self._set_ready(False)
         now = time.time() if now is None else now
-        since = self.ledger.rebuild_window_start(now)
         self._during_rebuild = []
         try:
             records = [
                 codec.decode(LedgerRecord, data, subject=subject)
                 for subject, data in await self._read_since(
-                    LEDGER_STREAM, subjects.command_ledger(self.name), since
+                    LEDGER_STREAM,
+                    subjects.command_ledger(self.name),
+                    self.ledger.rebuild_window_start(now),
                 )
             ]
-            outcomes: list[CommandOutcome] = []
-            for subject, data in await self._read_since(
-                OUTCOMES_STREAM, subjects.K8S_OUTCOMES, since
-            ):
-                try:
-                    outcome = codec.decode(CommandOutcome, data, subject=subject)
-                except ContractDecodeError:
-                    metrics.LEDGER_UNDECODABLE_OUTCOMES.labels(self.name).inc()
-                    continue
-                if outcome.sender == self.sender:
-                    outcomes.append(outcome)
-            outcomes.extend(self._during_rebuild)
+            # Records first (an outcome read before its record would be lost), then only
+            # the outcomes that can concern what they hold.
             rebuilt = rebuilt_ledger(
                 self.sender,
                 self.name,
                 records,
-                outcomes,
+                (),
                 now,
                 max_lifetime=self.ledger.max_lifetime,
                 margin=self.ledger.margin,
             )
+            outcomes: list[CommandOutcome] = []
+            outcomes_since = rebuilt.outcomes_window_start()
+            if outcomes_since is not None:
+                for subject, data in await self._read_since(
+                    OUTCOMES_STREAM, subjects.K8S_OUTCOMES, outcomes_since
+                ):
+                    try:
+                        outcome = codec.decode(CommandOutcome, data, subject=subject)
+                    except ContractDecodeError:
+                        metrics.LEDGER_UNDECODABLE_OUTCOMES.labels(self.name).inc()
+                        continue
+                    if outcome.sender == self.sender:
+                        outcomes.append(outcome)
+            outcomes.extend(self._during_rebuild)
+            for outcome in outcomes:
+                rebuilt.settle(outcome)
         finally:
             self._during_rebuild = None
         self.adopt(rebuilt)

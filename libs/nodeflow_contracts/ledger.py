@@ -22,10 +22,13 @@ operators):
   request may still be applied.
 - A new leader (another replica, or this process after a restart or a lapse of its lease)
   plans nothing until it has rebuilt the ledger (`rebuild_ledger`): every `LedgerRecord` of
-  its ledger stored since `now - (max_lifetime + LANDING_MARGIN_SECONDS)`, then every
-  outcome stored since then, so it holds whatever an earlier leader sent that may still
-  land. No fixed pause: it plans as soon as the two streams are read (well under a second).
-  If they cannot be read, it does not plan (fail closed) and tries again with a backoff.
+  its ledger stored in the last `REBUILD_WINDOW_SECONDS` -- a fixed window, not its own
+  `max_lifetime`: an earlier leader (an older version, other settings) may have sent
+  commands living longer than the new one's, and no sender may use more than the window
+  -- then every outcome stored since the earliest of those that may still land, so it
+  holds whatever an earlier leader sent that may still land. No fixed pause: it plans as
+  soon as the two streams are read (well under a second). If they cannot be read, it does
+  not plan (fail closed) and tries again with a backoff.
 - Planners read what is held as a plain value (`HeldSlots`, from `CommandLedger.held`).
 
 This module is pure: the clock is an argument, nothing here does I/O.
@@ -40,6 +43,7 @@ import msgspec
 
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, ObjectRef
+from nodeflow_contracts.topology import COMMAND_LEDGER_MAX_AGE_SECONDS
 
 # How long past its `expires_at` a command may still change the cluster -- the one landing
 # margin every controller uses. k8s-watcher checks the deadline before each request; a
@@ -53,6 +57,12 @@ from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, ObjectRef
 LANDING_MARGIN_SECONDS = 40.0
 
 APPLIED_OUTCOMES: frozenset[str] = frozenset({"applied", "already-applied"})
+
+# How far back a new leader reads its ledger's records, whatever its own settings: every
+# sender's command lifetime plus margin must fit in it (`LedgerSender` refuses more), so a
+# record of any sender that may still land is inside it. Half of COMMAND_LEDGER's retention,
+# so the records are still stored when read.
+REBUILD_WINDOW_SECONDS = COMMAND_LEDGER_MAX_AGE_SECONDS / 2
 
 
 def pod_slot(namespace: str, name: str) -> str:
@@ -296,8 +306,15 @@ class CommandLedger:
         return min(bounds) if bounds else None
 
     def rebuild_window_start(self, now: float) -> float:
-        """The earliest send time of a command that may still land at `now`."""
-        return now - (self.max_lifetime + self.margin)
+        """The earliest send time of a command of any sender that may still land at `now`
+        (not `max_lifetime`: an earlier leader may have allowed its commands longer)."""
+        return now - REBUILD_WINDOW_SECONDS
+
+    def outcomes_window_start(self) -> float | None:
+        """The earliest time an outcome of a held entry may have been stored (None: nothing
+        held, no outcome matters); the margin allows for the sender's clock skew."""
+        sent = [entry.sent_at for entry in self.entries()]
+        return min(sent) - self.margin if sent else None
 
 
 def rebuilt_ledger(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import msgspec
+
 from nodeflow_bus import Bus, ensure_topology
 from nodeflow_bus.ledger import LedgerNotReady, LedgerSender, Sending
 from nodeflow_contracts.k8s import (
@@ -15,6 +17,7 @@ from nodeflow_contracts.k8s import (
     PatchObject,
     deadline_after,
 )
+from nodeflow_contracts.ledger import LANDING_MARGIN_SECONDS
 from nodeflow_runtime.natsd import NatsServerProcess
 from tests.fixtures.nats import TEST_BUS_OPTIONS
 from tests.fixtures.waiting import eventually
@@ -90,6 +93,35 @@ async def test_a_new_leader_knows_what_an_earlier_leader_sent_that_may_still_lan
         await new.stop()
     finally:
         await successor_bus.close()
+
+
+async def test_rule_the_rebuild_window_covers_a_sender_with_a_longer_lifetime_than_the_reader(
+    bus: Bus,
+) -> None:
+    """An upgrade that lowers the command lifetime: the new leader reads a fixed window, not
+    one derived from its own lifetime, so it still holds what the older leader sent with a
+    longer life."""
+    await ensure_topology(bus.js)
+    long_life = 600.0
+    older = LedgerSender(bus, ledger=SENDER, sender=SENDER, max_lifetime=long_life)
+    older.on_leadership(True)
+    await eventually(lambda: older.ready)
+    sent_at = time.time()
+    command = msgspec.structs.replace(
+        patch("long", sent_at), expires_at=deadline_after(long_life, now=sent_at)
+    )
+    await older.send([Sending(command, ("pod:ns/long",))])
+    await older.stop()
+
+    newer = sender(bus)  # lifetime LIFETIME, far below the earlier leader's
+    # The new leader takes over well past its own lifetime plus margin, while the earlier
+    # command may still land.
+    later = sent_at + 5 * (LIFETIME + LANDING_MARGIN_SECONDS)
+    assert later < sent_at + long_life
+    await newer.rebuild(now=later)
+    assert newer.ready
+    assert "pod:ns/long" in newer.ledger.held(later)
+    await newer.stop()
 
 
 async def test_a_leader_that_cannot_read_its_ledger_sends_nothing_and_retries(
