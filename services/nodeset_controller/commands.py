@@ -159,10 +159,12 @@ def node_slot(name: str) -> str:
     return f"Node/{name}"
 
 
-def protect_slot(namespace: str, name: str) -> str:
+def protect_slot(namespace: str, name: str, protect: bool = True) -> str:
     """A pod's protect label: its own slot, so a label change never holds back a SlurmDelete
-    or a delete of the pod (nor they it)."""
-    return f"PodProtect/{namespace}/{name}"
+    or a delete of the pod (nor they it). Putting the label on and taking it off hold two
+    slots: a held unlabel (its outcome lost) never holds back the label a busy pod needs, and
+    cannot undo it either (it carries the pod's resourceVersion, which the label changes)."""
+    return f"{'PodProtect' if protect else 'PodUnprotect'}/{namespace}/{name}"
 
 
 def budget_slot(namespace: str, name: str) -> str:
@@ -445,9 +447,15 @@ def to_outgoing(
         pod = action.pod
         value = PROTECTED if action.protect else None
         key = stable_key("protect", pod.uid, pod.resource_version, str(action.protect))
+        target = pod_ref(ns, pod.name, pod.uid)
+        if not action.protect:
+            # Decided on the pod as read (its Slurm state idle): slurm-syncer's condition
+            # patch when the node takes a job changes the resourceVersion, and a stale unlabel
+            # is refused (409) instead of unprotecting a pod that now runs a job.
+            target = msgspec.structs.replace(target, resource_version=pod.resource_version or None)
         command = command_of(
             key,
-            pod_ref(ns, pod.name, pod.uid),
+            target,
             PatchObject(
                 patch_type="merge", patch={"metadata": {"labels": {POD_PROTECT_LABEL: value}}}
             ),
@@ -455,7 +463,7 @@ def to_outgoing(
             now,
         )
         # Outside the in-flight window (`action_slot`): protection never waits for creates.
-        return Outgoing(protect_slot(ns, pod.name), command)
+        return Outgoing(protect_slot(ns, pod.name, action.protect), command)
     if isinstance(action, CreateDisruptionBudget):
         # The generation: a budget deleted and wanted again (the option turned off and on)
         # is a new create, not a repeat of the first.

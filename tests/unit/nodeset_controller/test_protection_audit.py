@@ -210,3 +210,58 @@ def test_rule_4a_protect_true_is_planned_before_protect_false() -> None:
     result = planned(obj, pods, states, budget=our_budget(obj))
     order = [(a.pod.name, a.protect) for a in result.actions if isinstance(a, ProtectPod)]
     assert order == [(NAMES[1], True), (NAMES[0], False)]
+
+
+# --- a stale unlabel: refused by the pod's resourceVersion, never holding back protection --
+
+
+def test_rule_4a_an_unlabel_carries_the_pods_resource_version_and_a_label_does_not() -> None:
+    obj = nodeset(replicas=2)
+    _, pods = full(2)
+    pods = [labelled(pods[0]), pods[1]]
+    states = {NAMES[0]: slurm(NAMES[0]), NAMES[1]: slurm(NAMES[1], busy=True)}
+    result = planned(obj, pods, states, budget=our_budget(obj))
+    spec = parse(obj, DEFAULTS)
+    by_pod = {
+        a.pod.name: to_outgoing(spec, a, T0) for a in result.actions if isinstance(a, ProtectPod)
+    }
+    unlabel, label = by_pod[NAMES[0]], by_pod[NAMES[1]]
+    assert unlabel.command.target.resource_version == pods[0]["metadata"]["resourceVersion"]
+    assert unlabel.command.target.uid == pods[0]["metadata"]["uid"]
+    assert label.command.target.resource_version is None
+    # Two slots: a held unlabel does not hold back a label of the same pod.
+    unlabelled = next(a.pod for a in result.actions if isinstance(a, ProtectPod) and not a.protect)
+    assert unlabel.slot != to_outgoing(spec, ProtectPod(unlabelled, True, "busy"), T0).slot
+
+
+async def test_rule_4a_a_held_unlabel_does_not_hold_back_protection() -> None:
+    # The unlabel is decided on an idle read and held (its outcome lost); the node takes a
+    # job and the label is gone: protect=true goes out at once, not after the unlabel's
+    # deadline and margin.
+    cluster = MemoryCluster(NodeSetControllerConfig(nats_url=("nats://unused",)))
+    cluster.nodes.put("_.n0", node("n0", "10.0.1.1", claim=KEY))
+    raw = labelled(pod(NAMES[0], "n0"))
+    raw["metadata"]["uid"] = cluster.next_uid()
+    cluster.pods.put(f"{NS}.{NAMES[0]}", raw)
+    cluster.slurm.put(f"{CLUSTER}.{NAMES[0]}", slurm(NAMES[0]))
+    cluster.nodesets.put(KEY, nodeset(replicas=1))
+
+    async def label_patches(now: float) -> list[K8sCommand]:
+        status = cluster_status(last_success_at=now, nodes_revision=cluster.slurm.last_revision)
+        cluster.clusters.put(CLUSTER, status)
+        return protect_patches(await cluster.round(KEY, now))
+
+    (unlabel,) = await label_patches(T0)
+    assert isinstance(unlabel.operation, PatchObject)
+    assert unlabel.operation.patch["metadata"]["labels"][POD_PROTECT_LABEL] is None
+    assert unlabel.target.resource_version == raw["metadata"]["resourceVersion"]
+    # The job starts: Allocated, and the pod changes (slurm-syncer's condition patch); the
+    # label is gone (the unlabel's outcome never comes back: it stays held).
+    cluster.slurm.put(f"{CLUSTER}.{NAMES[0]}", slurm(NAMES[0], busy=True))
+    moved = copy.deepcopy(cluster.pods.get(f"{NS}.{NAMES[0]}"))
+    del moved["metadata"]["labels"][POD_PROTECT_LABEL]
+    moved["metadata"]["resourceVersion"] = cluster.next_rv()
+    cluster.pods.put(f"{NS}.{NAMES[0]}", moved)
+    (label,) = await label_patches(T0 + 5)
+    assert isinstance(label.operation, PatchObject)
+    assert label.operation.patch["metadata"]["labels"][POD_PROTECT_LABEL] == "true"
