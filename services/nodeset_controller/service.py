@@ -583,8 +583,12 @@ class NodeSetController:
             return True
         if not rv:
             return True
+        if entry.op == "delete" and current == "":
+            # Gone from the view, whatever its kind (a pod, the NodeSet's budget deleted to
+            # be made again): the delete's effect.
+            return True
         if bucket == "k8s_pods" and not is_create and current == "":
-            return True  # deleted
+            return True  # a pod's patch: the pod is gone since (its effect can never show)
         return current != "" and rv_reached(current, rv)
 
     # --- leadership and the loop ---------------------------------------------------------------
