@@ -100,6 +100,9 @@ class LedgerSender:
         # Outcomes that arrived while a rebuild reads the streams: applied after it.
         self._during_rebuild: list[CommandOutcome] | None = None
         self._set_ready(False)
+        # Read at each scrape: the controllers release and expire entries on the ledger itself
+        # (`release_seen`, `expire`), which a gauge set on send and settle would miss.
+        metrics.LEDGER_HELD.labels(self.name).set_function(lambda: len(self.ledger))
 
     def _set_ready(self, ready: bool) -> None:
         self.ready = ready
@@ -134,7 +137,6 @@ class LedgerSender:
                 target=outcome.target.ordering_key,
                 until=entry.may_land_until(self.ledger.margin),
             )
-        metrics.LEDGER_HELD.labels(self.name).set(len(self.ledger))
         if self.on_outcome is not None:
             self.on_outcome(outcome, entry)
 
@@ -165,7 +167,6 @@ class LedgerSender:
             await self.bus.publish(record.subject, record, msg_id=_record_id(self.name, chunk))
         for entry in entries:
             self.ledger.record(entry)
-        metrics.LEDGER_HELD.labels(self.name).set(len(self.ledger))
         messages = [
             OutgoingMessage(
                 subject=s.command.subject,
@@ -282,7 +283,6 @@ class LedgerSender:
         if ledger.sender != self.sender:
             raise ValueError(f"a ledger of {ledger.sender} cannot be {self.sender}'s")
         self.ledger = ledger
-        metrics.LEDGER_HELD.labels(self.name).set(len(ledger))
         self._set_ready(True)
 
     async def _read_since(self, stream: str, subject: str, since: float) -> list[tuple[str, bytes]]:
