@@ -27,6 +27,11 @@ from nodeset_controller.planner import (
     plan,
 )
 from nodeset_controller.podspec import revision_hash
+from nodeset_controller.protection import (
+    CreateDisruptionBudget,
+    DeleteDisruptionBudget,
+    ProtectPod,
+)
 from tests.unit.nodeset_controller.builders import (
     DEFAULTS,
     NS,
@@ -41,6 +46,11 @@ from tests.unit.nodeset_controller.builders import (
 
 KEY = f"{NS}.gpu"
 REV = revision_hash(TEMPLATE_SPEC)
+
+
+def is_protection(action: object) -> bool:
+    """Rule 4a's actions, which go on under an invalid spec (no pod change)."""
+    return isinstance(action, ProtectPod | CreateDisruptionBudget | DeleteDisruptionBudget)
 
 
 def nodes(count: int, claim: str | None = None) -> dict[str, dict[str, Any]]:
@@ -324,7 +334,8 @@ def test_rule_bad_input_invalid_spec_touches_no_pod() -> None:
     node_map, pods = full(2)
     obj = nodeset(replicas=0, max_unavailable="150%")
     result = plan(view(obj, node_map, pods))
-    assert [type(a) for a in result.actions] == [Notice]
+    # Only the protection from eviction goes on (rule 4a): labels and the budget, no pod change.
+    assert [type(a) for a in result.actions if not is_protection(a)] == [Notice]
     assert result.status is not None
     invalid = next(c for c in result.status["conditions"] if c["type"] == "InvalidSpec")
     assert invalid["status"] == "True"
@@ -500,7 +511,7 @@ def test_rule_bad_input_host_network_template_touches_no_pod() -> None:
     node_map, pods = full(2)
     template = {**TEMPLATE_SPEC, "hostNetwork": True}
     result = plan(view(nodeset(replicas=1, template_spec=template), node_map, pods, {}))
-    assert [a for a in result.actions if not isinstance(a, Notice)] == []
+    assert [a for a in result.actions if not isinstance(a, Notice) and not is_protection(a)] == []
     assert result.status is not None
     (invalid,) = [c for c in result.status["conditions"] if c["type"] == "InvalidSpec"]
     assert (invalid["status"], invalid["reason"]) == ("True", "SlurmNodeNameNotPodName")

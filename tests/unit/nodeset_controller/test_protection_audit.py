@@ -41,7 +41,13 @@ from tests.unit.nodeset_controller.builders import (
 )
 from tests.unit.nodeset_controller.memory_cluster import MemoryCluster
 from tests.unit.nodeset_controller.test_planner import KEY, full
-from tests.unit.nodeset_controller.test_protection import NAMES, labelled, our_budget, planned
+from tests.unit.nodeset_controller.test_protection import (
+    NAMES,
+    labelled,
+    our_budget,
+    planned,
+    protected,
+)
 from tests.unit.plan_checks import expect_actions
 
 # --- the budget's shape: no eviction whatever the NodeSet's replicas -------------------------
@@ -265,3 +271,45 @@ async def test_rule_4a_a_held_unlabel_does_not_hold_back_protection() -> None:
     (label,) = await label_patches(T0 + 5)
     assert isinstance(label.operation, PatchObject)
     assert label.operation.patch["metadata"]["labels"][POD_PROTECT_LABEL] == "true"
+
+
+# --- an invalid spec keeps the labels following Slurm ----------------------------------------
+
+
+def test_rule_4a_an_invalid_spec_keeps_the_labels_following_slurm() -> None:
+    valid = nodeset(replicas=2)
+    _, pods = full(2)
+    pods = [labelled(pods[0]), pods[1]]
+    # The first pod's job ended (idle, still labelled), the second's node took a job.
+    states = {NAMES[0]: slurm(NAMES[0]), NAMES[1]: slurm(NAMES[1], busy=True)}
+    invalid = nodeset(replicas=-1)
+    result = planned(invalid, pods, states, budget=our_budget(valid))
+    assert result.problems and result.nodeset is None
+    assert protected(result, True) == {NAMES[1]}
+    assert protected(result, False) == {NAMES[0]}
+    assert result.protection_spec is not None
+    assert result.protection_spec.uid == parse(valid, DEFAULTS).uid
+
+
+def test_rule_4a_an_invalid_spec_with_protection_off_still_removes_labels() -> None:
+    _, pods = full(1)
+    invalid = nodeset(replicas=-1, extra={"workloadDisruptionProtection": False})
+    result = planned(invalid, [labelled(pods[0])], {NAMES[0]: slurm(NAMES[0], busy=True)})
+    assert protected(result, False) == {NAMES[0]}
+
+
+async def test_rule_4a_the_service_sends_the_labels_of_a_nodeset_whose_spec_is_invalid() -> None:
+    cluster = MemoryCluster(NodeSetControllerConfig(nats_url=("nats://unused",)))
+    cluster.nodes.put("_.n0", node("n0", "10.0.1.1", claim=KEY))
+    raw = pod(NAMES[0], "n0")
+    raw["metadata"]["uid"] = cluster.next_uid()
+    cluster.pods.put(f"{NS}.{NAMES[0]}", raw)
+    cluster.slurm.put(f"{CLUSTER}.{NAMES[0]}", slurm(NAMES[0], busy=True))
+    status = cluster_status(last_success_at=T0, nodes_revision=cluster.slurm.last_revision)
+    cluster.clusters.put(CLUSTER, status)
+    cluster.nodesets.put(KEY, nodeset(replicas=-1))
+    (label,) = protect_patches(await cluster.round(KEY, T0))
+    assert label.target.name == NAMES[0]
+    assert authorize(label, f"cmd.k8s.v1.nodeset-controller.{label.op}") == Allowed(
+        required_label=NODESET_LABEL
+    )
