@@ -107,6 +107,20 @@ class SlurmClusterStatus(msgspec.Struct, frozen=True, kw_only=True):
     # this sequence holds the poll's states (or newer ones). 0: unknown (a syncer that did not
     # say): `last_success_at` then proves nothing about any node state (fail closed).
     nodes_revision: int = 0
+    # How many nodes the poll's listing held; -1: not said (a failed poll, or a syncer that
+    # does not say). A listing of none proves every node of the cluster not registered,
+    # whatever a reader's view of `slurm_nodes` holds (`absence_read_at`).
+    nodes_listed: int = -1
+
+    def absence_read_at(self, applied_nodes_revision: int) -> float | None:
+        """When Slurm's listing was last read by a `slurm_nodes` view that has applied
+        `applied_nodes_revision`, so that a node missing from the view was missing from it:
+        `nodes_read_at`, or for a successful poll that listed no node at all its time (every
+        node was missing, whatever the view holds). None when neither holds."""
+        read = self.nodes_read_at(applied_nodes_revision)
+        if read is None and self.reachable and self.nodes_listed == 0 and self.last_success_at > 0:
+            return self.last_success_at
+        return read
 
     def nodes_read_at(self, applied_nodes_revision: int) -> float | None:
         """When the states of a `slurm_nodes` view that has applied `applied_nodes_revision`

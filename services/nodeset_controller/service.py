@@ -88,12 +88,7 @@ from nodeset_controller.planner import (
     slurm_trust,
 )
 from nodeset_controller.podstate import DELETE_TIME_RESOLUTION
-from nodeset_controller.protection import (
-    CreateDisruptionBudget,
-    DeleteDisruptionBudget,
-    ProtectPod,
-    budget_name,
-)
+from nodeset_controller.protection import budget_name
 
 log = structlog.get_logger("nodeset_controller")
 
@@ -497,8 +492,10 @@ class NodeSetController:
                 self._mark(nodeset_key)
 
     def _note_held_poll(self, cluster: str, status: SlurmClusterStatus | None) -> None:
-        """Remember when the poll `status` names was read once the view holds its states."""
-        read = status.nodes_read_at(self._slurm_nodes_revision) if status is not None else None
+        """Remember when the poll `status` names was read once the view holds its states (or
+        at once for a poll that listed no node)."""
+        revision = self._slurm_nodes_revision
+        read = status.absence_read_at(revision) if status is not None else None
         if read is not None and read > self._slurm_held_poll.get(cluster, 0.0):
             self._slurm_held_poll[cluster] = read
 
@@ -747,18 +744,6 @@ class NodeSetController:
             for action in result.actions:
                 if isinstance(action, Notice):
                     produced.append(notice_outgoing(namespace, name, uid_of(nodeset), action, now))
-                elif result.protection_spec is not None and isinstance(
-                    action, ProtectPod | CreateDisruptionBudget | DeleteDisruptionBudget
-                ):
-                    # Rule 4a goes on under an invalid spec (`planner._protect_under_invalid_spec`).
-                    produced.append(
-                        to_outgoing(
-                            result.protection_spec,
-                            action,
-                            now,
-                            lifetime=self.config.command_lifetime_seconds,
-                        )
-                    )
             if result.status is not None:
                 produced.append(
                     invalid_status_outgoing(

@@ -433,6 +433,7 @@ class Syncer:
                 error=error,
                 syncer=self.options.sender,
                 nodes_revision=nodes_revision,
+                nodes_listed=len(raw_nodes) if raw_nodes is not None else -1,
             )
             return [
                 kv_put(SLURM_CLUSTERS_BUCKET, status.key, status),

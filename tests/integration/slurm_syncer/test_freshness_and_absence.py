@@ -190,6 +190,31 @@ async def test_rule_cluster_status_names_the_slurm_nodes_sequence_of_its_polls_s
         await client.close()
 
 
+async def test_rule_cluster_status_says_how_many_nodes_its_poll_listed(
+    topology: Bus, slurm: RunningSlurm, clock: ManualClock, timed_syncer: Syncer
+) -> None:
+    """An empty cluster's poll writes no node state (its status names no `slurm_nodes`
+    sequence); the status says the listing held no node, which proves every node not
+    registered to a reader. A failed poll says nothing."""
+    syncer = timed_syncer
+    await syncer.start()
+    await eventually(lambda: syncer.clusters[CLUSTER].polled)
+    empty = await stored_status(topology)
+    assert (empty.nodes_listed, empty.nodes_revision) == (0, 0)
+    assert empty.absence_read_at(0) == empty.last_success_at
+
+    slurm.emulator.register_node("gpu-001", cpus=4, real_memory=8192)
+    clock.advance(10)
+    assert (await syncer.poll_once(CLUSTER)).ok
+    listed = await stored_status(topology)
+    assert listed.nodes_listed == 1 and listed.absence_read_at(0) is None
+
+    await unreachable(slurm, syncer)
+    clock.advance(10)
+    assert not (await syncer.poll_once(CLUSTER)).ok
+    assert (await stored_status(topology)).nodes_listed == -1
+
+
 def unknown_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
     for condition in pod.get("status", {}).get("conditions", []):
         if condition["type"] == "SlurmNodeStateUnknown":

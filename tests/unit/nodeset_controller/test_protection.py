@@ -258,6 +258,26 @@ def test_rule_the_service_proves_absence_by_the_poll_its_view_held_before_the_la
         loop.close()
 
 
+def test_rule_a_poll_that_listed_no_node_proves_absence_before_any_state_is_written() -> None:
+    """An empty Slurm cluster's first polls write no node state, so their status names no
+    `slurm_nodes` sequence to hold; a poll that listed no node at all still proves every
+    node not registered (the first scale-out's pods cost no label). A status that does not
+    say what it listed proves nothing: the pod is protected."""
+    obj = nodeset(replicas=1)
+    _, pods = full(1)
+    empty = msgspec.structs.replace(cluster_status(nodes_revision=0), nodes_listed=0)
+    result = planned(obj, pods, {}, budget=our_budget(obj), status=empty)
+    expect_no_actions(result.actions, ProtectPod, while_it_has=WriteSlice)
+    unsaid = cluster_status(nodes_revision=0)
+    assert protected(planned(obj, pods, {}, budget=our_budget(obj), status=unsaid), True) == {
+        NAMES[0]
+    }
+    failed = msgspec.structs.replace(empty, reachable=False)
+    assert protected(planned(obj, pods, {}, budget=our_budget(obj), status=failed), True) == {
+        NAMES[0]
+    }
+
+
 def _apply_labels(result: Plan, pods: list[dict[str, Any]]) -> int:
     """Apply the plan's label changes to `pods` (as the API server would); how many."""
     writes = 0
