@@ -189,6 +189,9 @@ class Plan:
     # the cluster's last successful poll is a second past it (`PodState.read_since_delete`).
     awaits_slurm_read_after: float | None = None
     problems: list[SpecProblem] = field(default_factory=list)
+    # An invalid spec's lenient parse, for its protection actions alone (rule 4a: the labels
+    # keep following Slurm while the spec is fixed); None otherwise.
+    protection_spec: NodeSetSpec | None = None
 
 
 @dataclass
@@ -563,7 +566,31 @@ def _invalid_spec_plan(view: ClusterView, problems: list[SpecProblem]) -> Plan:
     _finish_status(
         result, view, None, [spec_condition, *kept.values()], f"nodeflow.dev/nodeset={name}"
     )
+    _protect_under_invalid_spec(view, result)
     return result
+
+
+def _protect_under_invalid_spec(view: ClusterView, result: Plan) -> None:
+    """Rule 4a goes on while the spec is invalid: frozen labels would leave a pod whose node
+    takes a job evictable, and keep an idle pod's drain blocked, until the spec is fixed. The
+    protection reads only the NodeSet's name, namespace, uid, generation and
+    workloadDisruptionProtection (anything but `false` is on: fail closed), which `parse` takes
+    leniently from any spec."""
+    spec = parse(view.nodeset, view.defaults)
+    trust = slurm_trust(
+        view.slurm_cluster,
+        view.now,
+        view.slurm_max_age,
+        view.absence_grace,
+        view.slurm_nodes_revision,
+        view.slurm_held_poll_at,
+    )
+    round_ = _Round(view, spec, "", {}, {}, trust, result)
+    states = [_pod_state(view, trust, raw) for raw in view.pods]
+    raw_by_name = {name_of(raw): raw for raw in view.pods}
+    pods = PodClasses(states, raw_by_name, {}, [], [], [], [])
+    plan_disruption_protection(round_, pods)
+    result.protection_spec = spec
 
 
 # --- phase: classify pods --------------------------------------------------------------------

@@ -88,7 +88,12 @@ from nodeset_controller.planner import (
     slurm_trust,
 )
 from nodeset_controller.podstate import DELETE_TIME_RESOLUTION
-from nodeset_controller.protection import budget_name
+from nodeset_controller.protection import (
+    CreateDisruptionBudget,
+    DeleteDisruptionBudget,
+    ProtectPod,
+    budget_name,
+)
 
 log = structlog.get_logger("nodeset_controller")
 
@@ -744,6 +749,18 @@ class NodeSetController:
             for action in result.actions:
                 if isinstance(action, Notice):
                     produced.append(notice_outgoing(namespace, name, uid_of(nodeset), action, now))
+                elif result.protection_spec is not None and isinstance(
+                    action, ProtectPod | CreateDisruptionBudget | DeleteDisruptionBudget
+                ):
+                    # Rule 4a goes on under an invalid spec (`planner._protect_under_invalid_spec`).
+                    produced.append(
+                        to_outgoing(
+                            result.protection_spec,
+                            action,
+                            now,
+                            lifetime=self.config.command_lifetime_seconds,
+                        )
+                    )
             if result.status is not None:
                 produced.append(
                     invalid_status_outgoing(
