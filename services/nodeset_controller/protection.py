@@ -137,9 +137,16 @@ def needs_protection(pod: PodState, *, labelled: bool, absence_read: bool) -> bo
     labelled only to be unlabelled once it registers idle. A labelled pod keeps its label
     until Slurm reads the node (idle, drained, DOWN) or the absence grace proves no job: a
     node that vanished from the listing while it ran a job (slurmctld restarted without its
-    dynamic nodes) is not taken at its word."""
-    if not (pod.bound and pod.busy):
+    dynamic nodes) is not taken at its word.
+
+    Slurm's word that a labelled pod's node runs no job lifts the label only with the same
+    evidence: a view of the node states that may not hold a recent poll whole (its
+    `slurm_nodes` consumer stuck behind the cluster status) may hold an idle read from long
+    ago, so the label stays until the view catches up."""
+    if not pod.bound:
         return False
+    if not pod.busy:
+        return labelled and not absence_read
     return not (absence_read and pod.slurm is None and not labelled)
 
 

@@ -313,3 +313,34 @@ async def test_rule_4a_the_service_sends_the_labels_of_a_nodeset_whose_spec_is_i
     assert authorize(label, f"cmd.k8s.v1.nodeset-controller.{label.op}") == Allowed(
         required_label=NODESET_LABEL
     )
+
+
+# --- an idle read lifts a label only from a view that holds a recent poll whole -------------
+
+
+def test_rule_4a_an_idle_read_from_a_view_behind_the_polls_keeps_the_label() -> None:
+    # The slurm_nodes view applied sequence 5; the cluster status says the last poll's states
+    # reach 900: the view's idle read may be from long ago (its consumer stuck).
+    obj = nodeset(replicas=2)
+    _, pods = full(2)
+    pods = [labelled(p) for p in pods]
+    states = {NAMES[0]: slurm(NAMES[0]), NAMES[1]: slurm(NAMES[1], busy=True)}
+    behind = planned(
+        obj,
+        pods,
+        states,
+        budget=our_budget(obj),
+        status=cluster_status(last_success_at=T0, nodes_revision=900),
+        slurm_nodes_revision=5,
+    )
+    assert protected(behind, False) == set()
+    # Once the view holds that poll, the idle read lifts the label.
+    caught_up = planned(
+        obj,
+        pods,
+        states,
+        budget=our_budget(obj),
+        status=cluster_status(last_success_at=T0, nodes_revision=900),
+        slurm_nodes_revision=900,
+    )
+    assert protected(caught_up, False) == {NAMES[0]}
