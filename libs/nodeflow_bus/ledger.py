@@ -32,7 +32,7 @@ from nodeflow_bus.connection import Bus, OutgoingMessage
 from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.codec import ContractDecodeError
-from nodeflow_contracts.k8s import CommandOutcome, K8sCommand
+from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, send_msg_id
 from nodeflow_contracts.ledger import (
     LANDING_MARGIN_SECONDS,
     REBUILD_WINDOW_SECONDS,
@@ -61,7 +61,8 @@ class LedgerNotReady(RuntimeError):
 @dataclass(frozen=True)
 class Sending:
     """One command to send and the slots it holds; `msg_id` names the attempt when it is
-    not the idempotency key (a deliberate resend past JetStream's duplicate window)."""
+    not the idempotency key (a deliberate resend past JetStream's duplicate window); the
+    Nats-Msg-Id is it (or the key) with the command's `sent_at`."""
 
     command: K8sCommand
     slots: tuple[str, ...] = ()
@@ -171,7 +172,11 @@ class LedgerSender:
             OutgoingMessage(
                 subject=s.command.subject,
                 message=s.command,
-                msg_id=s.msg_id or s.command.idempotency_key,
+                # The send's identity (key and sent_at) always: a resend of the key by a
+                # new leader is not a duplicate of the first send.
+                msg_id=s.command.msg_id
+                if s.msg_id is None
+                else send_msg_id(s.msg_id, s.command.sent_at),
             )
             for s in sendings
         ]

@@ -155,8 +155,10 @@ def deadline_after(seconds: float, *, now: float | None = None) -> float:
 class K8sCommand(msgspec.Struct, frozen=True, kw_only=True):
     """A request to change the cluster, on `cmd.k8s.v1.<sender>.<op>`.
 
-    `idempotency_key` is also the JetStream Nats-Msg-Id: a repeated send is dropped by the
-    stream, and an already-applied key is reported as already-applied, never applied twice.
+    Its JetStream Nats-Msg-Id is `msg_id`, the idempotency key and `sent_at`: a repeated
+    publish of one send is dropped by the stream, a later send of the same key (a new
+    leader's, after the first can no longer land) is not; an already-applied key is
+    reported as already-applied, never applied twice.
     k8s-watcher applies it only when the subject's sender and op are the payload's and the
     sender's policy allows it; one that arrives after `expires_at` is reported `expired`.
     """
@@ -179,6 +181,12 @@ class K8sCommand(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def subject(self) -> str:
         return subjects.k8s_command(self.sender, self.op)
+
+    @property
+    def msg_id(self) -> str:
+        """One send of the key: the key alone would let JetStream's duplicate window drop a
+        second send of it (a new leader's resend within two minutes of the first)."""
+        return send_msg_id(self.idempotency_key, self.sent_at)
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now > self.expires_at
@@ -246,4 +254,11 @@ class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def msg_id(self) -> str:
-        return f"{self.idempotency_key}:{self.outcome}:{self.attempt}"
+        # The send it answers (`sent_at`) is part of it: the same outcome of a second send
+        # of the key must not be dropped as a duplicate of the first's.
+        return f"{send_msg_id(self.idempotency_key, self.sent_at)}:{self.outcome}:{self.attempt}"
+
+
+def send_msg_id(idempotency_key: str, sent_at: float) -> str:
+    """The Nats-Msg-Id naming one send of a command: its key and its `sent_at`."""
+    return f"{idempotency_key}@{sent_at!r}"

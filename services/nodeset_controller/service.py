@@ -870,9 +870,9 @@ class NodeSetController:
             await self.ledger.send(sendings, messages, publish_window=self.config.publish_window)
 
     def _attempt_msg_id(self, key: str) -> str:
-        """The Nats-Msg-Id of this attempt at sending `key`: the key itself the first time
-        (a restarted replica's repeat of a command is still deduplicated), `<key>#<n>` for
-        the n-th deliberate resend."""
+        """The name of this attempt at sending `key`: the key itself the first time,
+        `<key>#<n>` for the n-th deliberate resend (the ledger adds the send's `sent_at` to
+        make the Nats-Msg-Id, so a new leader's first resend is not a duplicate either)."""
         attempt = self._attempts.pop(key, 0) + 1
         self._attempts[key] = attempt
         while len(self._attempts) > MAX_REMEMBERED_ATTEMPTS:

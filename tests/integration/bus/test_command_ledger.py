@@ -124,6 +124,42 @@ async def test_rule_the_rebuild_window_covers_a_sender_with_a_longer_lifetime_th
     await newer.stop()
 
 
+async def test_rule_a_new_leaders_resend_of_a_key_and_its_outcome_are_not_dropped_as_duplicates(
+    bus: Bus, nats_server: NatsServerProcess
+) -> None:
+    """Within JetStream's duplicate window, a new leader sends a key again once the first send
+    can never land; the resend and its outcome (the same outcome, same attempt) are stored."""
+    await ensure_topology(bus.js)
+    first_leader = sender(bus)
+    first_leader.on_leadership(True)
+    await eventually(lambda: first_leader.ready)
+    first = patch("again", time.time())
+    await first_leader.send([Sending(first, ("pod:ns/again",))])
+    refused = outcome_of(first, "expired")  # expired before k8s-watcher sent it: never lands
+    await bus.publish(refused.subject, refused, msg_id=refused.msg_id)
+    await first_leader.stop()
+
+    successor_bus = await Bus.connect(nats_server.url, options=TEST_BUS_OPTIONS)
+    try:
+        second_leader = sender(successor_bus)
+        second_leader.on_leadership(True)
+        await eventually(lambda: second_leader.ready)
+        assert "pod:ns/again" not in second_leader.ledger.held(time.time())
+        resend = patch("again", time.time())
+        assert resend.idempotency_key == first.idempotency_key
+        await second_leader.send([Sending(resend, ("pod:ns/again",))])
+        again = outcome_of(resend, "expired")
+        await successor_bus.publish(again.subject, again, msg_id=again.msg_id)
+        await second_leader.stop()
+    finally:
+        await successor_bus.close()
+
+    commands = await bus.js.stream_info("K8S_COMMANDS", subjects_filter=first.subject)
+    assert (commands.state.subjects or {}).get(first.subject) == 2
+    outcomes = await bus.js.stream_info("COMMAND_OUTCOMES", subjects_filter=refused.subject)
+    assert (outcomes.state.subjects or {}).get(refused.subject) == 2
+
+
 async def test_a_leader_that_cannot_read_its_ledger_sends_nothing_and_retries(
     bus: Bus, nats_server: NatsServerProcess
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from nodeflow_bus import Bus, ensure_topology
 from nodeflow_contracts import codec
-from nodeflow_contracts.k8s import CommandOutcome, K8sCommand
+from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, send_msg_id
 from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeflow_contracts.topology import KV_BUCKETS, SLURM_CLUSTERS_BUCKET, STREAMS
 from nodeflow_runtime.natsd import NatsServerProcess
@@ -112,7 +112,9 @@ async def test_rule_resend_after_in_flight_expiry_is_not_swallowed_by_the_duplic
         msg_ids = [msg_id for _, msg_id in stored]
         assert len(set(msg_ids)) == len(msg_ids)
         (key,) = keys
-        assert msg_ids[0] == key and msg_ids[1] == f"{key}#2"
+        # Each send's Nats-Msg-Id names the send (its sent_at), the n-th attempt's also `#n`.
+        assert msg_ids[0] == stored[0][0].msg_id
+        assert msg_ids[1] == send_msg_id(f"{key}#2", stored[1][0].sent_at)
     finally:
         if controller is not None:
             await controller.stop()

@@ -94,4 +94,4 @@ async def test_a_refused_command_frees_its_pod_and_gets_a_new_key_when_sent_agai
     await placer.send([Bind(POD, "n1")], NOW + 1)
     second = _commands(bus)[1]
     assert second.idempotency_key == f"{first.idempotency_key}~1"
-    assert bus.sent[1].msg_id == second.idempotency_key
+    assert bus.sent[1].msg_id == second.msg_id
