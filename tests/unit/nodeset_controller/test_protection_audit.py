@@ -203,8 +203,8 @@ async def test_rule_4a_a_busy_pods_label_does_not_wait_behind_a_scale_ups_create
     assert patch.target.name == NAMES[0]
     pod_commands = [c for c in commands if c.target.kind == "Pod"]
     assert pod_commands[0] is patch
-    creates = [c for c in commands if isinstance(c.operation, CreateObject)]
-    assert len([c for c in creates if c.operation.object.get("kind") == "Pod"]) == 4
+    made = [c.operation.object for c in commands if isinstance(c.operation, CreateObject)]
+    assert len([obj for obj in made if obj.get("kind") == "Pod"]) == 4
 
 
 def test_rule_4a_protect_true_is_planned_before_protect_false() -> None:
@@ -264,7 +264,9 @@ async def test_rule_4a_a_held_unlabel_does_not_hold_back_protection() -> None:
     # The job starts: Allocated, and the pod changes (slurm-syncer's condition patch); the
     # label is gone (the unlabel's outcome never comes back: it stays held).
     cluster.slurm.put(f"{CLUSTER}.{NAMES[0]}", slurm(NAMES[0], busy=True))
-    moved = copy.deepcopy(cluster.pods.get(f"{NS}.{NAMES[0]}"))
+    current = cluster.pods.get(f"{NS}.{NAMES[0]}")
+    assert current is not None
+    moved = copy.deepcopy(current)
     del moved["metadata"]["labels"][POD_PROTECT_LABEL]
     moved["metadata"]["resourceVersion"] = cluster.next_rv()
     cluster.pods.put(f"{NS}.{NAMES[0]}", moved)
