@@ -17,6 +17,9 @@ DecisionKind = Literal[
     "rolling-replace",
     "invalid-spec",
     "name-collision",
+    # A PodDisruptionBudget of the NodeSet's budget name that it does not own: its pods running
+    # jobs are not protected from eviction (rule 4a) until that budget is removed.
+    "protection-disabled",
 ]
 
 

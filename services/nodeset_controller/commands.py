@@ -205,6 +205,7 @@ EVENT_REASONS: dict[str, tuple[str, Literal["Normal", "Warning"]]] = {
     "forced-delete": ("PodForceDeleted", "Warning"),
     "name-collision": ("PodNameCollision", "Warning"),
     "invalid-spec": ("InvalidSpec", "Warning"),
+    "protection-disabled": ("DisruptionBudgetNotOwned", "Warning"),
 }
 
 

@@ -67,6 +67,7 @@ from nodeset_controller.spec import (
     validate,
 )
 from nodeset_controller.status import (
+    DISRUPTION_BUDGET_CONFLICT,
     INVALID_SPEC,
     NAME_COLLISION,
     SLURM_STATE_UNKNOWN,
@@ -154,7 +155,7 @@ class WriteSlice:
 class Notice:
     """A decision that changes no object: a name collision or an invalid spec."""
 
-    decision: Literal["name-collision", "invalid-spec"]
+    decision: Literal["name-collision", "invalid-spec", "protection-disabled"]
     reason: str
     why: str
     node: str = ""
@@ -506,6 +507,8 @@ class _Round:
     requests: ResourceList
     trust: SlurmTrust
     result: Plan
+    # Conditions a phase reports besides those of `plan_status` (present only while true).
+    conditions: list[WantedCondition] = field(default_factory=list)
 
     def act(self, action: Action) -> None:
         self.result.actions.append(action)
@@ -555,7 +558,7 @@ def _invalid_spec_plan(view: ClusterView, problems: list[SpecProblem]) -> Plan:
     }
     for entry in sequence(existing_status.get("conditions")):
         kind = str(mapping(entry).get("type") or "")
-        if kind in (NAME_COLLISION, SLURM_STATE_UNKNOWN):
+        if kind in (NAME_COLLISION, SLURM_STATE_UNKNOWN, DISRUPTION_BUDGET_CONFLICT):
             kept[kind] = WantedCondition(
                 kind,
                 str(mapping(entry).get("status") or "Unknown"),
@@ -1163,6 +1166,10 @@ def plan_disruption_protection(round_: _Round, pods: PodClasses) -> None:
     )
     for action in actions:
         round_.act(action)
+    budget = round_.view.disruption_budget
+    enabled = spec.workload_disruption_protection
+    if enabled and budget is not None and not protection.owned_by(budget, spec):
+        report_foreign_budget(round_, budget)
     # An unprotected pod is protected again once its evidence goes stale: the Slurm states,
     # or (sooner, when the last poll's states are still arriving) the poll held whole.
     stale_at = trust.absence_read_until if absence_read else trust.stale_at
@@ -1180,6 +1187,22 @@ def plan_disruption_protection(round_: _Round, pods: PodClasses) -> None:
         )
         if next(unprotected, None) is not None:
             round_.wake(stale_at)
+
+
+def report_foreign_budget(round_: _Round, budget: Obj) -> None:
+    """A budget of our budget's name that the NodeSet does not own is never touched, and the
+    NodeSet is then unprotected: a condition says so while it lasts, and a Warning Event once
+    (when the condition's message changes)."""
+    message = (
+        f"PodDisruptionBudget {name_of(budget)} exists and is not owned by this NodeSet: its "
+        "pods running Slurm jobs are not protected from eviction until it is removed"
+    )
+    round_.conditions.append(
+        WantedCondition(DISRUPTION_BUDGET_CONFLICT, "True", "BudgetNotOwned", message)
+    )
+    existing_status = mapping(round_.view.nodeset.get("status"))
+    if _condition_message(existing_status, DISRUPTION_BUDGET_CONFLICT) != message:
+        round_.act(Notice("protection-disabled", "DisruptionBudgetNotOwned", message))
 
 
 # --- phase: status ---------------------------------------------------------------------------
@@ -1237,7 +1260,7 @@ def plan_status(
         round_.result,
         round_.view,
         counts,
-        [_spec_conditions([]), collision_condition, slurm_condition(round_)],
+        [_spec_conditions([]), collision_condition, slurm_condition(round_), *round_.conditions],
         selector(round_.spec),
     )
 

@@ -16,6 +16,10 @@ NAME_COLLISION = "NameCollision"
 # True while the NodeSet's Slurm cluster has no fresh view: numberRunning and numberDrain
 # then keep their last known values, and lastTransitionTime says since when.
 SLURM_STATE_UNKNOWN = "SlurmStateUnknown"
+# True while a PodDisruptionBudget of the NodeSet's budget name exists that the NodeSet does
+# not own (rule 4a): its pods running jobs are then not protected from eviction. Present only
+# then.
+DISRUPTION_BUDGET_CONFLICT = "DisruptionBudgetConflict"
 
 
 @dataclass(frozen=True)

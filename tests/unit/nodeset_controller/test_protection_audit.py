@@ -13,14 +13,15 @@ import pytest
 
 from clustersim.kube.disruption import compute_pdb_status
 from k8s_watcher.policy import Allowed, Refused, authorize
-from nodeflow_contracts.k8s import CreateObject, K8sCommand, ObjectRef, PatchObject
+from nodeflow_contracts.k8s import CreateObject, K8sCommand, ObjectRef, PatchObject, RecordEvent
 from nodeflow_contracts.pod_protocol import (
     NODESET_LABEL,
     POD_PROTECT_LABEL,
     PROTECTION_BUDGET_MIN_AVAILABLE,
 )
-from nodeset_controller.commands import to_outgoing
+from nodeset_controller.commands import notice_outgoing, to_outgoing
 from nodeset_controller.config import NodeSetControllerConfig
+from nodeset_controller.planner import Notice
 from nodeset_controller.protection import (
     CreateDisruptionBudget,
     DeleteDisruptionBudget,
@@ -346,3 +347,32 @@ def test_rule_4a_an_idle_read_from_a_view_behind_the_polls_keeps_the_label() -> 
         slurm_nodes_revision=900,
     )
     assert protected(caught_up, False) == {NAMES[0]}
+
+
+# --- a budget of our name that is not ours is reported ---------------------------------------
+
+
+def test_rule_4a_a_budget_not_ours_is_reported_by_a_condition_and_one_warning() -> None:
+    obj = nodeset(replicas=1)
+    _, pods = full(1)
+    states = {NAMES[0]: slurm(NAMES[0], busy=True)}
+    foreign = our_budget(obj)
+    foreign["metadata"]["ownerReferences"] = []
+    result = planned(obj, pods, states, budget=foreign)
+    conditions = {c["type"]: c for c in result.wanted_status["conditions"]}
+    conflict = conditions["DisruptionBudgetConflict"]
+    assert (conflict["status"], conflict["reason"]) == ("True", "BudgetNotOwned")
+    assert "slurm-workers-pdb-gpu" in conflict["message"]
+    (notice,) = [a for a in result.actions if isinstance(a, Notice)]
+    assert notice.decision == "protection-disabled"
+    spec = parse(obj, DEFAULTS)
+    event = notice_outgoing(spec.namespace, spec.name, spec.uid, notice, T0).command.operation
+    assert isinstance(event, RecordEvent) and event.type == "Warning"
+    # Reported once: with the condition written, no second Warning.
+    reported = copy.deepcopy(obj)
+    reported["status"] = result.wanted_status
+    again = planned(reported, pods, states, budget=foreign)
+    assert not [a for a in again.actions if isinstance(a, Notice)]
+    # Our own budget: no such condition.
+    ours = planned(obj, pods, states, budget=our_budget(obj))
+    assert "DisruptionBudgetConflict" not in {c["type"] for c in ours.wanted_status["conditions"]}
