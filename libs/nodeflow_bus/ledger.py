@@ -80,6 +80,7 @@ class LedgerSender:
         on_outcome: OutcomeListener | None = None,
         margin: float = LANDING_MARGIN_SECONDS,
         retry: Backoff | None = None,
+        leading: Callable[[], bool] | None = None,
     ) -> None:
         if max_lifetime + margin > REBUILD_WINDOW_SECONDS:
             # Every sender's commands must be inside the window any new leader reads.
@@ -93,6 +94,11 @@ class LedgerSender:
         self.ledger = CommandLedger(sender, max_lifetime=max_lifetime, margin=margin)
         self.on_outcome = on_outcome
         self.retry = retry or Backoff(initial=0.5, maximum=10.0)
+        # Does this replica still hold the lease (its own monotonic clock)? Asked again before
+        # each record is stored and before the commands are published: the lease may lapse
+        # while a round plans or stores its records, and `ready` follows the lease only
+        # once its listener ran.
+        self.leading = leading
         # True once rebuilt as leader; False while a follower or while rebuilding.
         self.ready = False
         # Called (no arguments) once a rebuild completed: the controller plans again.
@@ -152,11 +158,15 @@ class LedgerSender:
     ) -> None:
         """Store the commands' records, record them, then publish them and `others`.
 
-        Raises LedgerNotReady (nothing published) while the ledger is not rebuilt, and
+        Raises LedgerNotReady (no command published) while the ledger is not rebuilt or once
+        `leading` says this replica lost the lease (checked before each record and before the
+        commands), and
         ValueError for a command without a deadline or living longer than `max_lifetime`.
         """
         if sendings and not self.ready:
             raise LedgerNotReady(f"ledger {self.name} is not rebuilt yet")
+        if sendings:
+            self._check_leading()
         # A command that holds no slot (a status write, an Event) needs no record: nothing
         # waits on it.
         entries = [LedgerEntry.of(s.command, s.slots) for s in sendings if s.slots]
@@ -165,6 +175,7 @@ class LedgerSender:
         for start in range(0, len(entries), RECORD_CHUNK):
             chunk = tuple(entries[start : start + RECORD_CHUNK])
             record = LedgerRecord(ledger=self.name, sender=self.sender, entries=chunk)
+            self._check_leading()
             await self.bus.publish(record.subject, record, msg_id=_record_id(self.name, chunk))
         for entry in entries:
             self.ledger.record(entry)
@@ -181,8 +192,16 @@ class LedgerSender:
             for s in sendings
         ]
         messages.extend(others)
+        if sendings:
+            # Records stored and not followed by their commands hold their slots until they
+            # can no longer land: fail closed.
+            self._check_leading()
         if messages:
             await self.bus.publish_batch(messages, max_in_flight=publish_window)
+
+    def _check_leading(self) -> None:
+        if self.leading is not None and not self.leading():
+            raise LedgerNotReady(f"ledger {self.name}: this replica no longer holds the lease")
 
     # --- leadership ----------------------------------------------------------------------------
 

@@ -200,6 +200,7 @@ class MaintenanceScheduler:
             sender=SENDER,
             max_lifetime=COMMAND_LIFETIME_SECONDS,
             on_outcome=self._on_outcome,
+            leading=lambda: self.lease.is_leader,
         )
         self.ledger.on_ready = self._wake.set
         self._evictions: dict[str, Eviction] = {}  # pod uid -> eviction in flight

@@ -249,6 +249,8 @@ class NodeSetController:
             # Status writes and Events live the default lifetime whatever the setting.
             max_lifetime=max(config.command_lifetime_seconds, COMMAND_LIFETIME_SECONDS),
             on_outcome=self._on_outcome,
+            # The lease as it stands at each step of a send (a lapse mid-round sends nothing).
+            leading=lambda: self.lease.is_leader,
         )
         self.ledger.on_ready = lambda: self._mark(None)
         # What the ledger held at the start of the round (the plan's pod changes in flight).

@@ -84,6 +84,7 @@ class TopologyPlacer:
             sender=SENDER,
             max_lifetime=COMMAND_LIFETIME_SECONDS,
             on_outcome=self._on_outcome,
+            leading=lambda: self.lease.is_leader,
         )
         # Commands refused before: the count goes into a repeat's key ("<key>~<n>").
         self.salt: dict[str, int] = {}

@@ -115,6 +115,7 @@ class SkyhookController:
             sender=SENDER,
             max_lifetime=COMMAND_LIFETIME_SECONDS,
             on_outcome=self._on_outcome,
+            leading=lambda: self.lease.is_leader,
         )
         # Decision id -> published at: a decision is not published again within
         # `in_flight_timeout_seconds` (commands are the ledger's).

@@ -90,6 +90,7 @@ def leading(bus: CaughtCommands, *, since: float | None = None) -> MaintenanceSc
     """A service that leads: with an empty ledger, or (`since`) one that took the lead at
     that time from whoever sent what `bus` caught."""
     service = MaintenanceScheduler(cast(Bus, bus), MaintenanceSchedulerConfig())
+    service.lease = cast(Any, SimpleNamespace(is_leader=True))  # the ledger asks it per send
     if since is None:
         ledger = CommandLedger(SENDER, max_lifetime=COMMAND_LIFETIME_SECONDS)
     else:

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from nats.aio.msg import Msg
 
-from nodeflow_bus import Bus, BusOptions, KVView, OutgoingMessage
+from nodeflow_bus import Bus, BusOptions, KVView, LeaderLease, OutgoingMessage
 from nodeflow_contracts import codec
 from nodeflow_contracts.k8s import (
     CommandOutcome,
@@ -153,6 +153,14 @@ class CommandSink:
                 self.sent.append(Sent(message.message, message.msg_id or "", self.now))
 
 
+@dataclass
+class HeldLease:
+    """The controller's lease as the ledger asks it before each send step: held unless a
+    test lets it lapse."""
+
+    is_leader: bool = True
+
+
 class MemoryCluster:
     """A controller wired to in-memory views, and the API writes its commands make."""
 
@@ -170,6 +178,8 @@ class MemoryCluster:
         self.outcomes: list[CommandOutcome] = []
         self.controller = NodeSetController(cast(Bus, self.sink), config)
         c = self.controller
+        self.lease = HeldLease()
+        c.lease = cast(LeaderLease, self.lease)
         if predecessor is None:
             c.ledger.adopt(CommandLedger(SENDER, max_lifetime=c.ledger.ledger.max_lifetime))
         else:

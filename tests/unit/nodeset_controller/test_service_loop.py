@@ -18,6 +18,7 @@ import pytest
 
 from nodeflow_bus import KVView
 from nodeflow_bus.leader_loop import LeaderLoop
+from nodeflow_bus.ledger import LedgerNotReady
 from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeset_controller.config import NodeSetControllerConfig
 from tests.unit.nodeset_controller.builders import CLUSTER, NS, node, nodeset
@@ -26,14 +27,9 @@ from tests.unit.nodeset_controller.memory_cluster import MemoryCluster, MemoryVi
 KEY = f"{NS}.gpu"
 
 
-class _Leading:
-    is_leader = True
-
-
 def _leading_cluster(**settings: Any) -> MemoryCluster:
     cluster = MemoryCluster(NodeSetControllerConfig(nats_url=("nats://unused",), **settings))
     controller = cluster.controller
-    controller.lease = cast(Any, _Leading())
     controller.budgets = cast(KVView[dict[str, Any]], MemoryView(controller._on_budget))
     now = time.time()
     cluster.nodes.put("_.n0", node("n0", "10.0.1.1", claim=KEY))
@@ -138,3 +134,21 @@ async def test_rule_a_leader_loop_that_ends_unexpectedly_fails_its_watch() -> No
     leader_loop.task = asyncio.create_task(ends_with_an_error())
     with pytest.raises(RuntimeError, match="ended unexpectedly"):
         await leader_loop.watch()
+
+
+async def test_rule_a_lease_lapsing_while_the_records_are_stored_publishes_no_command() -> None:
+    """Leadership is asked again before each record and before the commands: a lease that
+    lapses between planning and publishing (a slow JetStream ack) sends nothing."""
+    cluster = _leading_cluster()
+    store_record = cluster.sink.publish
+
+    async def lapse_while_storing(subject: str, message: Any, *, msg_id: str | None = None) -> None:
+        cluster.lease.is_leader = False  # the renewal did not come back in time
+        await store_record(subject, message, msg_id=msg_id)
+
+    cluster.sink.publish = lapse_while_storing  # type: ignore[method-assign]
+    cluster.nodesets.put(KEY, nodeset(replicas=1))
+    with pytest.raises(LedgerNotReady):
+        await cluster.controller.reconcile_dirty()
+    assert cluster.sink.records, "the round got as far as storing its record"
+    assert cluster.sink.sent == []

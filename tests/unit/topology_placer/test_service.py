@@ -5,7 +5,8 @@ or the same one), and a command refused before gets a new key when it is sent ag
 
 from __future__ import annotations
 
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 from nodeflow_bus import BusOptions, OutgoingMessage
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand
@@ -37,6 +38,7 @@ class RecordingBus:
 
 def _placer(bus: RecordingBus) -> TopologyPlacer:
     placer = TopologyPlacer(bus, TopologyPlacerConfig(instance_id="unit"))  # type: ignore[arg-type]
+    placer.lease = cast(Any, SimpleNamespace(is_leader=True))  # the ledger asks it per send
     # As after a rebuild that found nothing held.
     placer.ledger.adopt(CommandLedger(SENDER, max_lifetime=COMMAND_LIFETIME_SECONDS))
     return placer
