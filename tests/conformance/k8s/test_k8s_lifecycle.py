@@ -371,6 +371,32 @@ async def test_eviction_honours_pod_disruption_budget(kube: Kube, controller: Co
     assert any(c["reason"] == "DisruptionBudget" for c in body["details"]["causes"])
 
 
+async def test_an_integer_min_available_expects_the_selected_pods_not_the_controllers_scale(
+    kube: Kube, controller: Controller
+) -> None:
+    # A NodeSet's protection budget (rule 4a): minAvailable 2147483647, the largest int32, is
+    # accepted; the disruption controller expects the 3 selected pods, not the replicas (1)
+    # of their controller's scale, so no eviction is allowed after a scale-down.
+    names = await ready_pods(kube, 3, {"app": "never"}, await controller(1))
+    spec = {"minAvailable": 2147483647, "selector": {"matchLabels": {"app": "never"}}}
+    await create_pdb(kube, "never", spec)
+
+    async def settled() -> bool:
+        pdb = await kube.policy.read_namespaced_pod_disruption_budget("never", kube.namespace)
+        s = pdb.status
+        return bool(
+            s
+            and s.current_healthy == 3
+            and s.expected_pods == 3
+            and s.desired_healthy == 2147483647
+            and s.disruptions_allowed == 0
+        )
+
+    await eventually(nudging(kube, names, settled), timeout=90.0)
+    status, body = await evict(kube, names[0])
+    assert status == 429, body
+
+
 async def test_pdb_with_an_empty_selector_covers_every_pod_of_its_namespace(kube: Kube) -> None:
     # policy/v1: an empty selector ({}) selects all pods in the namespace (a null one, none).
     names = await ready_pods(kube, 3, {"app": "all"})
