@@ -162,6 +162,12 @@ class ForeignNames(Collection[str]):
         return sum(1 for _ in self)
 
 
+def view_behind(current: str, target: str) -> bool:
+    """Does the view demonstrably hold the object at a resourceVersion before `target` (both
+    numeric, so comparable; absent or opaque proves nothing)?"""
+    return current.isdigit() and target.isdigit() and int(current) < int(target)
+
+
 def rv_reached(current: str, target: str) -> bool:
     """Has an object whose resourceVersion is `current` seen the write that produced
     `target`? resourceVersions are opaque; numeric ones (etcd, the emulator) compare."""
@@ -578,12 +584,17 @@ class NodeSetController:
 
     def _effect_seen(self, entry: LedgerEntry, outcome: str, rv: str | None, now: float) -> bool:
         """Does KV show what an applied command did (so its slot is free again)?"""
-        if now - entry.sent_at > self.config.in_flight_timeout_seconds:
-            log.info("command.in_flight_expired", key=entry.idempotency_key)
-            return True
         target = entry.target
         bucket = subjects.k8s_bucket(target.kind)
         current = self._watched_rv((bucket, subjects.object_key(target.namespace, target.name)))
+        if now - entry.sent_at > self.config.in_flight_timeout_seconds:
+            if rv and view_behind(current, rv):
+                # The view shows the object at an older resourceVersion than the write: a
+                # plan on it would spend the slot again. Held until the view reaches the
+                # write, or at the latest until the ledger drops it at its landing bound.
+                return False
+            log.info("command.in_flight_expired", key=entry.idempotency_key)
+            return True
         is_create = entry.op == "create"
         if outcome == "already-applied" and is_create and current == "":
             # Applied long ago (before a restart) and gone since: a new create needs a new key.

@@ -9,10 +9,18 @@ budget at all.
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any, cast
 
 from nodeflow_bus import KVView
-from nodeflow_contracts.k8s import CommandOutcome, CreateObject, DeleteObject, K8sCommand
+from nodeflow_contracts.k8s import (
+    CommandOutcome,
+    CreateObject,
+    DeleteObject,
+    K8sCommand,
+    ObjectRef,
+)
+from nodeflow_contracts.ledger import LedgerEntry
 from nodeflow_contracts.pod_protocol import POD_PROTECT_LABEL
 from nodeflow_contracts.slurm import SlurmClusterStatus, SlurmNodeState
 from nodeset_controller.config import NodeSetControllerConfig
@@ -98,5 +106,55 @@ def test_rule_a_deleted_budget_is_seen_gone_and_its_create_follows_at_once() -> 
         # The next round, well inside IN_FLIGHT_TIMEOUT_SECONDS, makes the budget again.
         again = budget_commands(T0 + 1)
         assert [type(c.operation) for c in again] == [CreateObject]
+    finally:
+        loop.close()
+
+
+def test_rule_an_applied_command_is_held_past_the_in_flight_timeout_while_the_view_lags() -> None:
+    """`IN_FLIGHT_TIMEOUT_SECONDS` frees an applied command's slot on time alone only when the
+    view cannot show it lags: a pod the view still holds at a resourceVersion before the
+    outcome's keeps the slot (a plan on that view would spend it again) until the view
+    reaches the write."""
+    config = NodeSetControllerConfig(nats_url=("nats://unused",))
+    cluster = MemoryCluster(config)
+    controller = cluster.controller
+    loop = asyncio.new_event_loop()
+    name = "gpu-001-001"
+    raw = pod(name, "n0")
+    raw["metadata"].update(uid=cluster.next_uid(), resourceVersion="150")
+    cluster.pods.put(f"{NS}.{name}", raw)
+    target = ObjectRef(api_version="v1", kind="Pod", name=name, namespace=NS)
+    slot = f"pod:{NS}/{name}"
+    entry = LedgerEntry(
+        idempotency_key="mark-1",
+        slots=(slot,),
+        target=target,
+        op="patch",
+        sent_at=T0,
+        expires_at=T0 + 20.0,
+    )
+    controller.ledger.ledger.record(entry)
+    controller.ledger.settle(
+        CommandOutcome(
+            idempotency_key="mark-1",
+            op="patch",
+            sender=controller.ledger.sender,
+            target=target,
+            outcome="applied",
+            sent_at=T0,
+            finished_at=T0 + 0.5,
+            resource_version="200",
+        )
+    )
+    after_timeout = T0 + config.in_flight_timeout_seconds + 5
+    assert after_timeout < entry.may_land_until()
+    try:
+        loop.run_until_complete(controller.reconcile_dirty(after_timeout))
+        assert controller.ledger.ledger.holds(slot, after_timeout)
+        raw = copy.deepcopy(raw)
+        raw["metadata"]["resourceVersion"] = "200"
+        cluster.pods.put(f"{NS}.{name}", raw)
+        loop.run_until_complete(controller.reconcile_dirty(after_timeout + 1))
+        assert not controller.ledger.ledger.holds(slot, after_timeout + 1)
     finally:
         loop.close()
