@@ -78,6 +78,11 @@ def _targets() -> list[Target]:
         found.append(
             Target(f"services/topology_placer/{name}.py", f"topology_placer.{name}", placer)
         )
+    # The Kubernetes semantics the cores share (the placer, the NodeSet controller and the
+    # simulator's scheduler decide with them), against their own unit tests.
+    kube = ("tests/unit/kube",)
+    for name in ("taints", "affinity", "labels", "quantity"):
+        found.append(Target(f"libs/nodeflow_kube/{name}.py", f"nodeflow_kube.{name}", kube))
     return found
 
 

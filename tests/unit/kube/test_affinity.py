@@ -194,3 +194,28 @@ def test_gt_and_lt_compare_integers(label: int, bound: int) -> None:
 def test_terms_are_ored(labels: dict[str, str], terms: list[dict[str, Any]]) -> None:
     n = node("n1", labels=labels)
     assert node_affinity_matches(required(*terms), n) == any(term_matches(t, n) for t in terms)
+
+
+def test_rule_a_gt_or_lt_bound_below_int64_is_rejected_and_matches_nothing() -> None:
+    """Go's ParseInt fails one below int64's minimum as it does one above its maximum: the API
+    server rejects such a Gt/Lt requirement, so it matches no node, while the minimum itself
+    is a bound like any other."""
+    below = str(-(2**63) - 1)
+    assert parse_int64(below) is None
+    assert not requirement_matches({"operator": "Gt", "values": [below]}, "0")
+    assert requirement_matches({"operator": "Gt", "values": [str(-(2**63))]}, "0")
+    assert not requirement_matches({"operator": "Lt", "values": ["0"]}, below)
+
+
+@pytest.mark.parametrize("operator", ["Exists", "DoesNotExist", "Gt", "Lt", "Equal", ""])
+def test_rule_match_fields_with_any_operator_but_in_or_not_in_match_nothing(
+    operator: str,
+) -> None:
+    """The API server accepts only In and NotIn in matchFields: metadata.name with one value
+    and another operator is a term the scheduler cannot parse, so it matches no node, not
+    even the one it names; In with that value matches it."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": operator, "values": ["n1"]}]}
+    assert not term_matches(term, node("n1"))
+    assert not term_matches(term, node("n2"))
+    named = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    assert term_matches(named, node("n1"))
