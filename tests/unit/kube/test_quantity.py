@@ -18,6 +18,7 @@ from nodeflow_kube.quantity import (
     parse_quantity,
     parse_resources,
     round_up_to_milli,
+    subtract_resources,
 )
 
 
@@ -178,3 +179,44 @@ def test_a_text_that_does_not_parse_is_refused_every_time() -> None:
     for _ in range(2):
         with pytest.raises(QuantityError):
             parse_quantity("12 Gi")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1n", Fraction(1, 1_000_000_000)),
+        ("1u", Fraction(1, 1_000_000)),
+        ("1m", Fraction(1, 1000)),
+        ("1k", Fraction(1000)),
+        ("1M", Fraction(1_000_000)),
+        ("1G", Fraction(1_000_000_000)),
+        ("1T", Fraction(1_000_000_000_000)),
+        ("1P", Fraction(1_000_000_000_000_000)),
+        ("1E", Fraction(1_000_000_000_000_000_000)),
+        ("1Ki", Fraction(1024)),
+        ("1Mi", Fraction(1024**2)),
+        ("1Gi", Fraction(1024**3)),
+        ("1Ti", Fraction(1024**4)),
+        ("1Pi", Fraction(1024**5)),
+        ("1Ei", Fraction(1024**6)),
+    ],
+)
+def test_rule_every_suffix_means_what_kubernetes_says(text: str, value: Fraction) -> None:
+    """resource.Quantity's suffixes, spelled out rather than read from the module's own table
+    (a 2Ti memory request or a 1P storage capacity is what the API server means by it)."""
+    assert parse_quantity(text) == value
+    assert parse_quantity("3" + text[1:]) == 3 * value
+
+
+def test_rule_subtract_resources_takes_back_what_was_added() -> None:
+    """What a node had charged for a pod comes back when the pod goes: names reaching zero
+    are dropped, a name only on the right goes negative, and the inputs are not changed."""
+    used = {"cpu": Fraction(4), "memory": parse_quantity("8Gi")}
+    pod = {"cpu": Fraction(4), "memory": parse_quantity("2Gi")}
+    assert subtract_resources(used, pod) == {"memory": parse_quantity("6Gi")}
+    assert used == {"cpu": Fraction(4), "memory": parse_quantity("8Gi")}
+    assert subtract_resources({}, {"nvidia.com/gpu": Fraction(1)}) == {
+        "nvidia.com/gpu": Fraction(-1)
+    }
+    other = {"cpu": Fraction(3, 2), "nvidia.com/gpu": Fraction(8)}
+    assert subtract_resources(add_resources(used, other), other) == used
