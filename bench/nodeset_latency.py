@@ -27,12 +27,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from bench import nodeset_controller as stack
+from clustersim.chaos import Slurm
 from nodeflow_bus import Bus, BusOptions, ensure_topology
 from nodeflow_contracts.pod_protocol import SLURM_DELETE_CONDITION
-from nodeflow_contracts.slurm_api import prefix_from_openapi
 from nodeflow_contracts.topology import KV_BUCKETS, STREAMS
 from nodeflow_runtime.logs import configure_logging
 from nodeflow_runtime.natsd import NatsServerProcess
@@ -53,53 +51,6 @@ TEMPLATE: dict[str, Any] = {
         ]
     },
 }
-
-
-class Slurm:
-    """The simulated slurmrestd, as a user's script would call it."""
-
-    def __init__(self, session: aiohttp.ClientSession, env: dict[str, str]) -> None:
-        self.session = session
-        prefix = f"SLURM_{stack.CLUSTER.upper()}_"
-        self.url = env.get(prefix + "URL") or env["SLURM_URL"]
-        token_file = env.get(prefix + "TOKEN_FILE") or env["SLURM_TOKEN_FILE"]
-        self.headers = {
-            "X-SLURM-USER-NAME": env.get(prefix + "USER") or env.get("SLURM_USER", "slurm"),
-            "X-SLURM-USER-TOKEN": Path(token_file).read_text().strip(),
-        }
-        self.api: str | None = None
-
-    async def call(self, method: str, path: str, body: Any = None) -> Any:
-        if self.api is None:
-            # The newest API version both slurmrestd and Nodeflow speak, as slurm-syncer picks.
-            async with self.session.get(self.url + "/openapi/v3", headers=self.headers) as reply:
-                self.api = prefix_from_openapi(await reply.json())
-        async with self.session.request(
-            method, self.url + self.api + path, json=body, headers=self.headers
-        ) as response:
-            if response.status >= 400:
-                raise RuntimeError(f"slurmrestd {method} {path}: HTTP {response.status}")
-            return await response.json()
-
-    async def nodes(self) -> dict[str, list[str]]:
-        listed = await self.call("GET", "/nodes")
-        return {node["name"]: list(node.get("state") or []) for node in listed["nodes"]}
-
-    async def run_job(self, node: str) -> int:
-        job = {
-            "name": "work",
-            "script": "#!/bin/bash\nsleep infinity\n",
-            "current_working_directory": "/tmp",
-            "environment": ["PATH=/bin"],
-            "required_nodes": [node],
-            "minimum_nodes": 1,
-            "time_limit": {"infinite": True, "set": True},
-        }
-        reply = await self.call("POST", "/job/submit", {"job": job})
-        return int(reply["job_id"])
-
-    async def end_job(self, job: int) -> None:
-        await self.call("DELETE", f"/job/{job}")
 
 
 def has_condition(pod: dict[str, Any], kind: str) -> bool:
@@ -304,7 +255,7 @@ async def main() -> None:
             services = stack.Services(cluster.run_dir / "services", env)
             assert cluster.session is not None
             await services.start(cluster.session)
-            slurm = Slurm(cluster.session, cluster.env)
+            slurm = Slurm(cluster.session, cluster.env, stack.CLUSTER)
             print(
                 f"   {SAMPLES} NodeSet pods; slurm-syncer polls every {poll_interval:g} s "
                 "(service defaults throughout)",

@@ -191,12 +191,18 @@ class Kube:
 class Slurm:
     """The simulator's slurmrestd, as a user's script would call it."""
 
-    def __init__(self, session: aiohttp.ClientSession, env: dict[str, str]) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, env: dict[str, str], cluster: str | None = None
+    ) -> None:
+        """`cluster` reads that cluster's `SLURM_<CLUSTER>_*` settings first, as slurm-syncer
+        does for a stack of several clusters; without it, the single-cluster `SLURM_*` ones."""
         self.session = session
-        self.url = env["SLURM_URL"].rstrip("/")
+        prefix = f"SLURM_{cluster.upper()}_" if cluster else "SLURM_"
+        self.url = (env.get(prefix + "URL") or env["SLURM_URL"]).rstrip("/")
+        token_file = env.get(prefix + "TOKEN_FILE") or env["SLURM_TOKEN_FILE"]
         self.headers = {
-            "X-SLURM-USER-NAME": env.get("SLURM_USER", "slurm"),
-            "X-SLURM-USER-TOKEN": Path(env["SLURM_TOKEN_FILE"]).read_text().strip(),
+            "X-SLURM-USER-NAME": env.get(prefix + "USER") or env.get("SLURM_USER", "slurm"),
+            "X-SLURM-USER-TOKEN": Path(token_file).read_text().strip(),
         }
         self.api: str | None = None
 

@@ -42,6 +42,7 @@ from nodeset_controller.objects import (
     NODESET_API_VERSION,
     NODESET_KIND,
     NODESLICE_KIND,
+    owned_by_nodeset,
 )
 from nodeset_controller.planner import (
     Action,
@@ -501,16 +502,7 @@ def to_outgoing(
                     "name": change.name,
                     "namespace": ns,
                     "labels": {NODESET_LABEL: spec.name},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": NODESET_API_VERSION,
-                            "kind": NODESET_KIND,
-                            "name": spec.name,
-                            "uid": spec.uid,
-                            "controller": True,
-                            "blockOwnerDeletion": True,
-                        }
-                    ],
+                    "ownerReferences": owned_by_nodeset(spec.name, spec.uid),
                 },
                 "spec": {"nodeSetName": spec.name, "nodes": nodes},
             }

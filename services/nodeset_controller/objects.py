@@ -40,6 +40,21 @@ NODESET_KIND = "NodeSet"
 NODESLICE_KIND = "NodeSlice"
 
 
+def owned_by_nodeset(name: str, uid: str) -> list[dict[str, Any]]:
+    """The ownerReferences of an object a NodeSet controls (its pods, NodeSlices and
+    PodDisruptionBudget): deleting the NodeSet deletes them, and foreground deletion waits."""
+    return [
+        {
+            "apiVersion": NODESET_API_VERSION,
+            "kind": NODESET_KIND,
+            "name": name,
+            "uid": uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
 def nodeset_key(namespace: str, name: str) -> str:
     return f"{namespace}.{name}"
 

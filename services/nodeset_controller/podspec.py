@@ -13,10 +13,7 @@ from nodeflow_kube.fields import (
     mapping,
     sequence,
 )
-from nodeset_controller.objects import (
-    NODESET_API_VERSION,
-    NODESET_KIND,
-)
+from nodeset_controller.objects import owned_by_nodeset
 from nodeset_controller.spec import NodeSetSpec
 
 
@@ -94,16 +91,7 @@ def build_pod(nodeset: NodeSetSpec, node: str, name: str, revision: str) -> dict
         "name": name,
         "namespace": nodeset.namespace,
         "labels": pod_labels(nodeset, revision),
-        "ownerReferences": [
-            {
-                "apiVersion": NODESET_API_VERSION,
-                "kind": NODESET_KIND,
-                "name": nodeset.name,
-                "uid": nodeset.uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": owned_by_nodeset(nodeset.name, nodeset.uid),
     }
     annotations = {str(k): str(v) for k, v in mapping(template_meta.get("annotations")).items()}
     if annotations:

@@ -40,7 +40,7 @@ from nodeflow_contracts.pod_protocol import (
     protection_budget_spec,
 )
 from nodeflow_kube.fields import labels_of, mapping, meta, name_of, resource_version_of, uid_of
-from nodeset_controller.objects import NODESET_API_VERSION, NODESET_KIND
+from nodeset_controller.objects import NODESET_KIND, owned_by_nodeset
 from nodeset_controller.podstate import PodState
 from nodeset_controller.spec import NodeSetSpec
 
@@ -105,16 +105,7 @@ def budget_object(spec: NodeSetSpec) -> dict[str, Any]:
             "name": budget_name(spec.name),
             "namespace": spec.namespace,
             "labels": {NODESET_LABEL: spec.name},
-            "ownerReferences": [
-                {
-                    "apiVersion": NODESET_API_VERSION,
-                    "kind": NODESET_KIND,
-                    "name": spec.name,
-                    "uid": spec.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": owned_by_nodeset(spec.name, spec.uid),
         },
         "spec": protection_budget_spec(spec.name),
     }
