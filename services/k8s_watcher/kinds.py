@@ -36,7 +36,7 @@ CORE_CONFIG_MAP = KindInfo(
 )
 
 # Written, never mirrored: each leader's Lease in the install namespace (nodeflow_bus.kube_lease
-# mirrors the NATS lease there; a Role in that namespace grants it, not the ClusterRole).
+# mirrors the NATS lease there; k8s-watcher's policy lets a service write only its own).
 COORDINATION_LEASE = KindInfo(
     kind="Lease", group="coordination.k8s.io", version="v1", plural="leases", namespaced=True
 )

@@ -40,7 +40,7 @@ from nodeflow_contracts.k8s import (
     PatchObject,
 )
 from nodeflow_contracts.permissions import ADMIN_USER
-from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS
+from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS, WATCHED_KINDS
 from nodeflow_runtime.natsd import (
     NatsServerProcess,
     free_port,
@@ -266,7 +266,8 @@ async def test_a_verb_k8s_watcher_does_not_hold_is_refused_and_never_reported_ap
         ("delete", "namespace", ns),
         ("create", "clusterrole", "escalate", "--verb=*", "--resource=*"),
         ("-n", ns, "create", "secret", "generic", "stolen", "--from-literal=a=b"),
-        ("-n", ns, "create", "configmap", "sneaky"),
+        # ConfigMaps may be written (a Skyhook package pod's); ServiceAccounts never.
+        ("-n", ns, "create", "serviceaccount", "sneaky"),
     ):
         code, _, err = await kubectl(*refused, kubeconfig=as_watcher, check=False)
         assert code != 0
@@ -278,8 +279,10 @@ def granted_verbs() -> set[tuple[str, str, str]]:
     """(verb, group, resource) of every request k8s-watcher's code may make: list and watch
     of each kind it mirrors, and the writes its commands may carry (kinds.py)."""
     wanted: set[tuple[str, str, str]] = set()
+    mirrored = {(watched.group, watched.kind) for watched in WATCHED_KINDS}
     for info in KNOWN_KINDS:
-        if info.kind != "Event":
+        # Events, ConfigMaps and Leases are written, never mirrored: no list or watch.
+        if (info.group, info.kind) in mirrored:
             wanted |= {("list", info.group, info.plural), ("watch", info.group, info.plural)}
         if info.kind in CREATABLE_KINDS:
             wanted.add(("create", info.group, info.plural))
