@@ -305,7 +305,7 @@ docs = [d for d in upstream.split("\n---\n") if d.strip()]
 if with_pods != "1":
     print("\n---\n".join(d for d in docs if "kind: Pod\n" not in d))
     raise SystemExit
-fate = "'.spec.containers.[].env.[] | select( .name == \"KWOK_FATE\" ) | .value'"
+fate = "'.spec.initContainers.[].env.[] | select( .name == \"KWOK_FATE\" ) | .value'"
 unless = {
     "name: pod-ready\n": f"    - key: {fate}\n      operator: 'NotIn'\n      values:\n      - 'image-pull-backoff'\n",
     "name: pod-complete\n": f"    - key: {fate}\n      operator: 'DoesNotExist'\n",
