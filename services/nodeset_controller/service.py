@@ -51,6 +51,7 @@ from nodeflow_kube.fields import (
     name_of,
     namespace_of,
     resource_version_of,
+    resource_version_reached,
     uid_of,
 )
 from nodeflow_kube.quantity import ResourceList
@@ -166,16 +167,6 @@ def view_behind(current: str, target: str) -> bool:
     """Does the view demonstrably hold the object at a resourceVersion before `target` (both
     numeric, so comparable; absent or opaque proves nothing)?"""
     return current.isdigit() and target.isdigit() and int(current) < int(target)
-
-
-def rv_reached(current: str, target: str) -> bool:
-    """Has an object whose resourceVersion is `current` seen the write that produced
-    `target`? resourceVersions are opaque; numeric ones (etcd, the emulator) compare."""
-    if current == target:
-        return True
-    if current.isdigit() and target.isdigit():
-        return int(current) >= int(target)
-    return False
 
 
 def aggregate_events(events: list[K8sCommand]) -> list[K8sCommand]:
@@ -609,7 +600,7 @@ class NodeSetController:
             return True
         if bucket == "k8s_pods" and not is_create and current == "":
             return True  # a pod's patch: the pod is gone since (its effect can never show)
-        return current != "" and rv_reached(current, rv)
+        return current != "" and resource_version_reached(current, rv)
 
     # --- leadership and the loop ---------------------------------------------------------------
 

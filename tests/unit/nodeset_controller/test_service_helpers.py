@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from nodeflow_contracts.k8s import K8sCommand, ObjectRef, RecordEvent
-from nodeset_controller.service import ForeignNames, aggregate_events, rv_reached
+from nodeflow_kube.fields import resource_version_reached as rv_reached
+from nodeset_controller.service import ForeignNames, aggregate_events
 
 
 def event(key: str, reason: str = "PodCreated", message: str = "m") -> K8sCommand:
