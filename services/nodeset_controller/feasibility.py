@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeflow_kube.affinity import node_affinity_matches
-from nodeflow_kube.affinity import requirement_matches as requirement_matches
-from nodeflow_kube.affinity import term_matches as term_matches
 from nodeflow_kube.quantity import ResourceList
 from nodeflow_kube.resources import insufficient_resources, node_allocatable
 from nodeflow_kube.taints import (
@@ -24,9 +22,8 @@ from nodeflow_kube.taints import (
     UNSCHEDULABLE_TAINT,
     pod_tolerations,
     unschedulable_blocks,
+    untolerated_taint,
 )
-from nodeflow_kube.taints import tolerates as tolerates
-from nodeflow_kube.taints import untolerated_taint as untolerated_taint
 from nodeset_controller.objects import claim_of, internal_ipv4
 
 # Taints the node lifecycle controller puts on NotReady/unreachable/cordoned nodes. A pod
