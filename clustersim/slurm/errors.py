@@ -20,6 +20,8 @@ ESLURM_INVALID_JOB_ID = 2017
 ESLURM_INVALID_NODE_NAME = 2018
 ESLURM_ALREADY_DONE = 2021
 ESLURM_INVALID_NODE_STATE = 2028
+ESLURM_RESERVATION_INVALID = 2053
+ESLURM_INVALID_TIME_VALUE = 2054
 # Slurm 26.05.5 refuses a RESUME of a node neither drained nor down with this (24.11.5: 2028).
 ESLURM_INVALID_NODE_STATE_TRANSITION = 2180
 ESLURM_REST_INVALID_QUERY = 9000
@@ -44,6 +46,8 @@ ERROR_TEXT: dict[int, str] = {
     ESLURM_ALREADY_DONE: "Job/step already completing or completed",
     ESLURM_INVALID_NODE_STATE: "Invalid node state specified",
     ESLURM_INVALID_NODE_STATE_TRANSITION: "Invalid node state transition",
+    ESLURM_RESERVATION_INVALID: "Requested reservation is invalid",
+    ESLURM_INVALID_TIME_VALUE: "Invalid time specified",
     ESLURM_REST_INVALID_QUERY: "Query empty or not RFC7320 compliant",
     ESLURM_REST_FAIL_PARSING: "Failed to parse query",
 }

@@ -18,7 +18,13 @@ from clustersim.slurm.clock import Clock
 from clustersim.slurm.errors import SlurmError
 
 # Flags in the order slurmrestd lists them after the base state.
-FLAG_ORDER: tuple[str, ...] = ("DRAIN", "COMPLETING", "NOT_RESPONDING", "DYNAMIC_NORM")
+FLAG_ORDER: tuple[str, ...] = (
+    "DRAIN",
+    "COMPLETING",
+    "NOT_RESPONDING",
+    "MAINTENANCE",
+    "DYNAMIC_NORM",
+)
 UPDATE_STATES: frozenset[str] = frozenset({"DRAIN", "UNDRAIN", "RESUME", "DOWN", "IDLE"})
 NOT_RESPONDING_REASON = "Not responding"
 
@@ -63,6 +69,31 @@ class Node:
 
     def clear_reason(self) -> None:
         self.reason, self.reason_user, self.reason_time = "", "", None
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A reservation over whole nodes for [start, end). slurmctld shows its nodes in it while
+    it is active, with the MAINTENANCE flag when it is MAINT; it purges a one-off reservation
+    once it has ended."""
+
+    name: str
+    nodes: tuple[str, ...]
+    start: float
+    end: float
+    flags: tuple[str, ...]
+    users: tuple[str, ...]
+
+    @property
+    def maint(self) -> bool:
+        return "MAINT" in self.flags
+
+    def active(self, now: float) -> bool:
+        return self.start <= now < self.end
+
+    def overlaps(self, begin: float, finish: float | None) -> bool:
+        """Does [begin, finish) (finish None: no end) meet the reservation?"""
+        return begin < self.end and (finish is None or finish > self.start)
 
 
 @dataclass(frozen=True)
@@ -197,6 +228,9 @@ class SlurmCluster:
         # 10 nodes as on 10,000.
         self._timed: set[str] = set()
         self.jobs: dict[int, Job] = {}
+        self.reservations: dict[str, Reservation] = {}
+        # The reservations active at the last tick: one starting or ending touches the nodes.
+        self._active_reservations: set[str] = set()
         self._next_job_id = first_job_id
         now = clock.now()
         self.started_at = now
@@ -379,6 +413,80 @@ class SlurmCluster:
 
     # ---- jobs ----
 
+    # ---- reservations (scontrol create/delete reservation, POST/DELETE /reservation) ----
+
+    def create_reservation(
+        self,
+        user: str,
+        name: str,
+        nodes: Sequence[str],
+        start: float,
+        minutes: int,
+        flags: Sequence[str],
+        users: Sequence[str],
+    ) -> Reservation:
+        """As slurmctld's create_resv: admins only; a name in use, an unknown node, no users or
+        an end already past are refused. Running jobs that would outlive the start refuse it
+        unless IGNORE_JOBS (slurmctld: "Requested nodes are busy")."""
+        source = "_create_reservation"
+        self.require_admin(user, "Failure to create reservation", source)
+        if not name or name in self.reservations:
+            raise SlurmError(e.ESLURM_RESERVATION_INVALID, f"Reservation {name!r} exists", source)
+        if not nodes:
+            raise SlurmError(e.ESLURM_INVALID_NODE_NAME, "Reservation without nodes", source)
+        unknown = [node for node in nodes if node not in self.nodes]
+        if unknown:
+            raise SlurmError(
+                e.ESLURM_INVALID_NODE_NAME, f"Invalid node name {','.join(unknown)}", source
+            )
+        if not users:
+            raise SlurmError(e.ESLURM_USER_ID_MISSING, "Reservation without users", source)
+        now = self.clock.now()
+        end = start + minutes * 60
+        if minutes <= 0 or end < now - 60:
+            raise SlurmError(e.ESLURM_INVALID_TIME_VALUE, "Invalid reservation time", source)
+        words = tuple(flag.upper() for flag in flags)
+        if "IGNORE_JOBS" not in words:
+            for job in self.jobs.values():
+                if not job.running or not set(job.allocation) & set(nodes):
+                    continue
+                job_end = job.scheduled_end()
+                if job_end is None or job_end > start:
+                    raise SlurmError(e.ESLURM_NODES_BUSY, "Requested nodes are busy", source)
+        reservation = Reservation(name, tuple(sorted(set(nodes))), start, end, words, tuple(users))
+        self.reservations[name] = reservation
+        self._touch_nodes()
+        return reservation
+
+    def delete_reservation(self, user: str, name: str) -> None:
+        source = "_delete_reservation"
+        self.require_admin(user, "Failure to delete reservation", source)
+        if self.reservations.pop(name, None) is None:
+            raise SlurmError(
+                e.ESLURM_RESERVATION_INVALID, f"Reservation {name!r} not found", source
+            )
+        self._touch_nodes()
+
+    def active_reservation(self, node: Node) -> Reservation | None:
+        """The reservation slurmctld shows the node in now (the first by name)."""
+        now = self.clock.now()
+        for reservation in sorted(self.reservations.values(), key=lambda r: r.name):
+            if reservation.active(now) and node.name in reservation.nodes:
+                return reservation
+        return None
+
+    def _held_by_maintenance(self, node: Node, job: Job) -> bool:
+        """A MAINT reservation over the node that the job, started now with its time limit,
+        would run into (no limit: runs into any that has not ended)."""
+        now = self.clock.now()
+        finish = None if job.time_limit_minutes is None else now + job.time_limit_minutes * 60
+        return any(
+            reservation.maint
+            and node.name in reservation.nodes
+            and reservation.overlaps(now, finish)
+            for reservation in self.reservations.values()
+        )
+
     def submit_job(self, request: JobRequest, user: str) -> int:
         partition = self._job_partition(request)
         self._validate_job_fits(request, partition)
@@ -512,6 +620,14 @@ class SlurmCluster:
             del self.jobs[job_id]
         if expired:
             self._touch_jobs()
+        ended = [name for name, r in self.reservations.items() if r.end <= now]
+        for name in ended:
+            del self.reservations[name]
+        active = {name for name, r in self.reservations.items() if r.active(now)}
+        if active != self._active_reservations:
+            # A reservation starting or ending changes its nodes' state.
+            self._active_reservations = active
+            self._touch_nodes()
         self._schedule()
 
     def _finish(self, job: Job, state: str, when: float, exit_code: int) -> None:
@@ -566,7 +682,9 @@ class SlurmCluster:
         unavailable = [
             name
             for name in job.request.required_nodes
-            if name not in self.nodes or not self._schedulable(self.nodes[name])
+            if name not in self.nodes
+            or not self._schedulable(self.nodes[name])
+            or self._held_by_maintenance(self.nodes[name], job)
         ]
         if unavailable:
             return None, f"ReqNodeNotAvail, UnavailableNodes:{','.join(unavailable)}"
@@ -578,7 +696,11 @@ class SlurmCluster:
                 break
             if node.name in chosen or not partition.contains(node.name):
                 continue
-            if self._schedulable(node) and self._fits(node, job):
+            if (
+                self._schedulable(node)
+                and self._fits(node, job)
+                and not self._held_by_maintenance(node, job)
+            ):
                 chosen.append(node.name)
         if len(chosen) < wanted:
             return None, "Resources"
@@ -618,6 +740,7 @@ class SlurmCluster:
             "DRAIN": node.drain,
             "COMPLETING": self._completing_on(node),
             "NOT_RESPONDING": node.not_responding,
+            "MAINTENANCE": (active := self.active_reservation(node)) is not None and active.maint,
             "DYNAMIC_NORM": node.dynamic,
         }
         return [base, *(flag for flag in FLAG_ORDER if flags[flag])]

@@ -107,6 +107,43 @@ def parse_job_submit(body: object, version: SlurmApiVersion) -> ParsedSubmit:
     return ParsedSubmit(request=request, warnings=tuple(warnings))
 
 
+@dataclass(frozen=True)
+class ParsedReservation:
+    name: str
+    nodes: list[str]
+    start: int
+    minutes: int
+    flags: list[str]
+    users: list[str]
+    warnings: list[str]
+
+
+def parse_reservation(body: object, version: SlurmApiVersion) -> ParsedReservation:
+    """`POST /reservation` (reservation_desc_msg), for a version that has it: a flag not of
+    the version's enum is a parse error, as slurmrestd's; a field it does not read a warning."""
+    data = _require_dict(body, "reservation")
+    flags = [flag.upper() for flag in _str_list(data, "flags")]
+    unknown = [flag for flag in flags if flag not in version.reservation_flags]
+    if unknown:
+        raise _parse_error("flags", f"unknown reservation flag {', '.join(unknown)}")
+    start, _ = _no_val(data, "start_time")
+    minutes, infinite = _no_val(data, "duration")
+    if start is None or minutes is None or infinite:
+        raise _parse_error("start_time", "the emulator needs start_time and a finite duration")
+    read = {"name", "node_list", "start_time", "duration", "flags", "users"}
+    return ParsedReservation(
+        name=_optional_str(data, "name") or "",
+        nodes=_csv(data, "node_list"),
+        start=start,
+        minutes=minutes,
+        flags=flags,
+        users=_csv(data, "users"),
+        warnings=[
+            f"field {key} is not emulated and was ignored" for key in data if key not in read
+        ],
+    )
+
+
 def _parse_error(field: str, why: str) -> SlurmError:
     return SlurmError(e.ESLURM_REST_FAIL_PARSING, f"{why} (field {field})", field)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from clustersim.slurm.hostlist import compress
-from clustersim.slurm.model import Job, Node, SlurmCluster
+from clustersim.slurm.model import Job, Node, Reservation, SlurmCluster
 from clustersim.slurm.releases import SlurmRelease
 from nodeflow_contracts.slurm_api import SlurmApiVersion
 
@@ -135,7 +135,7 @@ def node(cluster: SlurmCluster, n: Node, version: SlurmApiVersion, release: str)
         "reason_changed_at": no_val(n.reason_time or 0),
         "reason_set_by_user": n.reason_user,
         "resume_after": no_val(None),
-        "reservation": "",
+        "reservation": active.name if (active := cluster.active_reservation(n)) else "",
         "alloc_memory": 0,
         "alloc_cpus": alloc,
         "alloc_idle_cpus": 0 if n.down else n.cpus - alloc,
@@ -156,6 +156,30 @@ def node(cluster: SlurmCluster, n: Node, version: SlurmApiVersion, release: str)
         "suspend_time": no_val(None),
     }
     return _only(entry, version.node_fields)
+
+
+def reservation(r: Reservation) -> Json:
+    """`reservations[]` of `GET /reservations` (the same fields in every version we serve)."""
+    return {
+        "accounts": "",
+        "burst_buffer": "",
+        "core_count": 0,
+        "core_specializations": [],
+        "end_time": no_val(r.end),
+        "features": "",
+        "flags": list(r.flags),
+        "groups": "",
+        "licenses": "",
+        "max_start_delay": 0,
+        "name": r.name,
+        "node_count": len(r.nodes),
+        "node_list": compress(r.nodes),
+        "partition": "",
+        "purge_completed": {"time": no_val(None)},
+        "start_time": no_val(r.start),
+        "tres": f"cpu={len(r.nodes)}",
+        "users": ",".join(r.users),
+    }
 
 
 def job(cluster: SlurmCluster, j: Job, version: SlurmApiVersion) -> Json:

@@ -38,7 +38,7 @@ from clustersim.slurm.auth import (
 from clustersim.slurm.clock import Clock, ManualClock, SystemClock
 from clustersim.slurm.errors import SlurmError
 from clustersim.slurm.model import Partition, SlurmCluster
-from clustersim.slurm.parse import parse_job_submit, parse_node_update
+from clustersim.slurm.parse import parse_job_submit, parse_node_update, parse_reservation
 from clustersim.slurm.releases import DEFAULT_SLURM_VERSION, SlurmRelease, slurm_release
 from nodeflow_contracts.slurm_api import SlurmApiVersion
 
@@ -196,7 +196,7 @@ class SlurmEmulator:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._faults_middleware])
         for version in self.release.api_versions:
-            for method, path, handler_name in _SLURM_ROUTES:
+            for method, path, handler_name in _routes(version):
                 endpoint = self._endpoint(getattr(self, handler_name), version)
                 app.router.add_route(method, version.prefix + path, endpoint)
                 app.router.add_route(method, version.prefix + path + "/", endpoint)
@@ -268,7 +268,7 @@ class SlurmEmulator:
         return [
             (method, version.prefix + path + ("/" if path in _LISTED_WITH_SLASH else ""))
             for version in self.release.api_versions
-            for method, path, _ in _SLURM_ROUTES
+            for method, path, _ in _routes(version)
         ]
 
     async def _openapi(self, request: web.Request) -> web.StreamResponse:
@@ -452,6 +452,41 @@ class SlurmEmulator:
             [render.warning(w, "job_submit_req") for w in parsed.warnings],
         )
 
+    async def _reservations(self, request: web.Request, user: str) -> _Reply:
+        reservations = [render.reservation(r) for r in self.cluster.reservations.values()]
+        return _Reply({"reservations": reservations, "last_update": render.no_val(None)})
+
+    async def _reservation(self, request: web.Request, user: str) -> _Reply:
+        name = request.match_info["reservation_name"]
+        found = self.cluster.reservations.get(name)
+        if found is None:
+            raise SlurmError(
+                e.ESLURM_RESERVATION_INVALID, f"Reservation {name!r} not found", "_op_handler"
+            )
+        return _Reply(
+            {"reservations": [render.reservation(found)], "last_update": render.no_val(None)}
+        )
+
+    async def _create_reservation(self, request: web.Request, user: str) -> _Reply:
+        parsed = parse_reservation(await _json_body(request), _api(request))
+        created = self.cluster.create_reservation(
+            user,
+            parsed.name,
+            parsed.nodes,
+            parsed.start,
+            parsed.minutes,
+            parsed.flags,
+            parsed.users,
+        )
+        return _Reply(
+            {"reservations": [render.reservation(created)]},
+            [render.warning(w, "_create_reservation") for w in parsed.warnings],
+        )
+
+    async def _delete_reservation(self, request: web.Request, user: str) -> _Reply:
+        self.cluster.delete_reservation(user, request.match_info["reservation_name"])
+        return _Reply({})
+
     # ---- admin API (dev/test only; no auth, loopback only) ----
 
     async def _admin_state(self, request: web.Request) -> web.Response:
@@ -529,9 +564,25 @@ _SLURM_ROUTES = (
     ("GET", "/job/{job_id}", "_job"),
     ("DELETE", "/job/{job_id}", "_cancel_job"),
     ("POST", "/job/submit", "_submit"),
+    ("GET", "/reservations", "_reservations"),
+    ("GET", "/reservation/{reservation_name}", "_reservation"),
 )
+# From v0.0.43 (Slurm 25.05) on; Slurm 24.11's slurmrestd only lists reservations. (26.05's
+# v0.0.42 also has DELETE /reservation/{name}: not emulated, Nodeflow writes with v0.0.43+.)
+_RESERVATION_WRITE_ROUTES = (
+    ("POST", "/reservation", "_create_reservation"),
+    ("DELETE", "/reservation/{reservation_name}", "_delete_reservation"),
+)
+
+
+def _routes(version: SlurmApiVersion) -> tuple[tuple[str, str, str], ...]:
+    if version.writes_reservations:
+        return _SLURM_ROUTES + _RESERVATION_WRITE_ROUTES
+    return _SLURM_ROUTES
+
+
 # slurmrestd's document lists these with a trailing slash (/slurm/v0.0.42/nodes/).
-_LISTED_WITH_SLASH = frozenset({"/ping", "/nodes", "/jobs"})
+_LISTED_WITH_SLASH = frozenset({"/ping", "/nodes", "/jobs", "/reservations"})
 
 
 async def _answer_twice(request: web.Request, response: web.StreamResponse) -> None:

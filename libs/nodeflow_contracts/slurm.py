@@ -52,6 +52,9 @@ class SlurmNodeState(msgspec.Struct, frozen=True, kw_only=True):
     reason_changed_at: float | None = None
     cpus: int = 0
     alloc_cpus: int = 0
+    # The reservation slurmctld shows the node in (`nodes[].reservation`: set while one is
+    # active on it), "" for none. With the Maintenance flag: a MAINT reservation holds it.
+    reservation: str = ""
     # Derived states, exactly as the reference defines them.
     busy: bool = False
     drain: bool = False
@@ -111,6 +114,9 @@ class SlurmClusterStatus(msgspec.Struct, frozen=True, kw_only=True):
     # does not say). A listing of none proves every node of the cluster not registered,
     # whatever a reader's view of `slurm_nodes` holds (`absence_read_at`).
     nodes_listed: int = -1
+    # The slurmrestd API version slurm-syncer speaks with the cluster ("": not negotiated yet):
+    # what it can ask of Slurm, e.g. reservations (nodeflow_contracts.nodeset).
+    api_version: str = ""
 
     def absence_read_at(self, applied_nodes_revision: int) -> float | None:
         """When Slurm's listing was last read by a `slurm_nodes` view that has applied

@@ -14,6 +14,8 @@ What differs between the versions we use:
   - the node update body (`update_node_msg`): v0.0.43 adds topology_str;
   - the ping entry: v0.0.42 adds `responding` and `primary` (deprecating `pinged` and `mode`),
     v0.0.45 drops `pinged` and `mode` and adds `status`;
+  - reservations: v0.0.43 adds `POST /reservation` and `DELETE /reservation/{name}` (every
+    version lists them; Slurm 26.05's v0.0.42 also deletes, 24.11's does not);
   - jobs: v0.0.42 drops `exclusive`/`oversubscribe` (exclusivity is `shared: ["none"]`) and the
     submit answer's `result`; later versions add fields listed in each record.
 What does not differ is named once and checked against every version: the node fields the
@@ -39,6 +41,7 @@ NODE_FIELDS_READ: tuple[str, ...] = (
     "reason_changed_at",
     "cpus",
     "alloc_cpus",
+    "reservation",
 )
 # A `*_no_val_struct` (times, counts that may be unset or infinite), in every version.
 NO_VAL_FIELDS: frozenset[str] = frozenset({"set", "infinite", "number"})
@@ -46,6 +49,11 @@ NO_VAL_FIELDS: frozenset[str] = frozenset({"set", "infinite", "number"})
 ERROR_FIELDS: frozenset[str] = frozenset({"description", "error_number", "error", "source"})
 WARNING_FIELDS: frozenset[str] = frozenset({"description", "source"})
 META_FIELDS: frozenset[str] = frozenset({"client", "command", "plugin", "slurm"})
+# The oldest version whose slurmrestd creates and deletes reservations (Slurm 25.05).
+RESERVATIONS_SINCE = "v0.0.43"
+# Who may run jobs in a reservation Nodeflow creates (slurmctld wants users or accounts): only
+# root, so a maintenance window holds no one's jobs.
+RESERVATION_USERS: tuple[str, ...] = ("root",)
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,10 @@ class SlurmApiVersion:
     job_desc_fields: frozenset[str]
     # The fields of the answer to `POST /job/submit`.
     job_submit_fields: frozenset[str]
+    # The `flags` words of `POST /reservation` (reservation_desc_msg); empty when the version
+    # has no `POST /reservation` and `DELETE /reservation/{name}` (before v0.0.43: Slurm 24.11
+    # only lists reservations).
+    reservation_flags: frozenset[str] = frozenset()
 
     @property
     def prefix(self) -> str:
@@ -79,6 +91,34 @@ class SlurmApiVersion:
     @property
     def number(self) -> tuple[int, ...]:
         return version_number(self.name)
+
+    @property
+    def writes_reservations(self) -> bool:
+        """Does slurmrestd of this version create and delete reservations?"""
+        return bool(self.reservation_flags)
+
+    def reservation_body(
+        self, name: str, nodes: Iterable[str], start: int, minutes: int, flags: Iterable[str]
+    ) -> dict[str, Any]:
+        """The body of `POST /reservation` that creates `name` over `nodes` from `start`
+        (epoch seconds) for `minutes`, for the admin users (RESERVATION_USERS).
+
+        ValueError when this version cannot create reservations or a flag is not one of its
+        words: slurmrestd would refuse the body, and we want to know before sending it."""
+        if not self.writes_reservations:
+            raise ValueError(f"slurmrestd {self.name} cannot create reservations")
+        words = [flag.upper() for flag in flags]
+        unknown = [word for word in words if word not in self.reservation_flags]
+        if unknown:
+            raise ValueError(f"slurmrestd {self.name} has no reservation flag {', '.join(unknown)}")
+        return {
+            "name": name,
+            "node_list": sorted(nodes),
+            "start_time": {"set": True, "infinite": False, "number": start},
+            "duration": {"set": True, "infinite": False, "number": minutes},
+            "flags": words,
+            "users": list(RESERVATION_USERS),
+        }
 
     def node_update_body(self, states: Iterable[str], reason: str | None = None) -> dict[str, Any]:
         """The body of `POST /node/{name}` that sets `states` (and `reason`).
@@ -200,6 +240,14 @@ V0_0_42 = SlurmApiVersion(
     job_submit_fields=_SUBMIT_41 - _fields("result"),
 )
 
+_RESERVATION_FLAGS_43 = _fields(
+    """MAINT NO_MAINT DAILY NO_DAILY WEEKLY NO_WEEKLY IGNORE_JOBS NO_IGNORE_JOBS ANY_NODES STATIC
+    NO_STATIC PART_NODES NO_PART_NODES OVERLAP SPEC_NODES TIME_FLOAT REPLACE ALL_NODES
+    PURGE_COMP WEEKDAY NO_WEEKDAY WEEKEND NO_WEEKEND FLEX NO_FLEX DURATION_PLUS DURATION_MINUS
+    NO_HOLD_JOBS_AFTER_END NO_PURGE_COMP MAGNETIC SKIP HOURLY NO_HOURLY USER_DELETE
+    NO_USER_DELETE REOCCURRING"""
+)
+
 # --- v0.0.43 (Slurm 25.05 - 26.05) ---------------------------------------------------------------
 
 V0_0_43 = SlurmApiVersion(
@@ -212,6 +260,7 @@ V0_0_43 = SlurmApiVersion(
     | _fields("licenses_allocated segment_size stderr_expanded stdin_expanded stdout_expanded"),
     job_desc_fields=V0_0_42.job_desc_fields,
     job_submit_fields=V0_0_42.job_submit_fields,
+    reservation_flags=_RESERVATION_FLAGS_43,
 )
 
 # --- v0.0.44 (Slurm 25.11 - 26.05) ---------------------------------------------------------------
@@ -225,6 +274,8 @@ V0_0_44 = SlurmApiVersion(
     job_fields=V0_0_43.job_fields | _fields("step_id submit_line"),
     job_desc_fields=V0_0_43.job_desc_fields | _fields("step_id"),
     job_submit_fields=V0_0_43.job_submit_fields,
+    reservation_flags=_RESERVATION_FLAGS_43
+    | _fields("NO_ANY_NODES REPLACE_DOWN NO_MAGNETIC FORCE_START TRES_PER_NODE"),
 )
 
 # --- v0.0.45 (Slurm 26.05) -----------------------------------------------------------------------
@@ -241,6 +292,7 @@ V0_0_45 = SlurmApiVersion(
     job_desc_fields=(V0_0_44.job_desc_fields - _fields("power_flags"))
     | _fields("container_type cores_per_socket memory_update_delay memory_update_margin"),
     job_submit_fields=V0_0_44.job_submit_fields,
+    reservation_flags=V0_0_44.reservation_flags,
 )
 
 # Every version we speak, oldest first.

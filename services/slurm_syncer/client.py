@@ -66,6 +66,7 @@ class _ListedNode(msgspec.Struct):
     reason_changed_at: Any = msgspec.UNSET
     cpus: Any = msgspec.UNSET
     alloc_cpus: Any = msgspec.UNSET
+    reservation: Any = msgspec.UNSET
 
     def as_json(self) -> Json:
         return {
@@ -342,6 +343,29 @@ class SlurmClient:
                 return False
             raise
         return True
+
+    async def list_reservations(self) -> list[Json]:
+        """Every reservation (`GET /reservations`, served by every version)."""
+        body = await self.request(
+            "GET", "/reservations", what="list reservations", retry_errors_in_body=True
+        )
+        return _list_of_objects(self.cluster, body, "reservations")
+
+    async def create_reservation(
+        self, name: str, nodes: list[str], start: int, minutes: int, flags: list[str]
+    ) -> None:
+        """`POST /reservation` (v0.0.43 on); ValueError before sending when the version cannot
+        (`SlurmApiVersion.reservation_body`)."""
+        version = await self.negotiate()
+        payload = version.reservation_body(name, nodes, start, minutes, flags)
+        await self.request("POST", "/reservation", payload, what=f"create reservation {name}")
+
+    async def delete_reservation(self, name: str) -> None:
+        """`DELETE /reservation/{name}` (v0.0.43 on)."""
+        version = await self.negotiate()
+        if not version.writes_reservations:
+            raise ValueError(f"slurmrestd {version.name} cannot delete reservations")
+        await self.request("DELETE", f"/reservation/{name}", what=f"delete reservation {name}")
 
     async def list_jobs(self) -> list[Json]:
         body = await self.request("GET", "/jobs", what="list jobs", retry_errors_in_body=True)

@@ -34,6 +34,11 @@ NODE_UPDATES = Counter(
     "Drains and undrains sent to Slurm, by origin (cordon, delete, command) and result",
     ["cluster", "op", "origin", "result"],
 )
+RESERVATION_CHANGES = Counter(
+    "nodeflow_slurm_reservation_changes_total",
+    "Scheduled-update reservations created and deleted in Slurm, by result",
+    ["cluster", "op", "result"],
+)
 POD_PATCHES = Counter(
     "nodeflow_slurm_pod_patches_total",
     "Pod commands sent to k8s-watcher (conditions, pod-cordon, pod-uncordon)",

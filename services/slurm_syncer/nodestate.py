@@ -124,6 +124,7 @@ def parse_node(
     if not reason_applies(base, flags):
         reason = ""
     set_by = raw.get("reason_set_by_user")
+    reservation = raw.get("reservation")
     return SlurmNodeState(
         cluster=cluster,
         name=name,
@@ -136,6 +137,7 @@ def parse_node(
         reason_changed_at=_number(raw.get("reason_changed_at")) if reason else None,
         cpus=_int(raw.get("cpus")),
         alloc_cpus=_int(raw.get("alloc_cpus")),
+        reservation=reservation if isinstance(reservation, str) else "",
         busy=derived.busy,
         drain=derived.drain,
         drained=derived.drained,

@@ -39,6 +39,7 @@ from nodeflow_bus import (
 from nodeflow_bus.kv_writes import kv_delete, kv_put
 from nodeflow_bus.tasks import cancel_and_wait
 from nodeflow_contracts import subjects
+from nodeflow_contracts.nodeset import RESERVATION_PREFIX
 from nodeflow_contracts.pod_protocol import NODE_CORDON_REASON_ANNOTATION
 from nodeflow_contracts.slurm import (
     SlurmClusterStatus,
@@ -81,6 +82,7 @@ from slurm_syncer.reconcile import (
     SentRecord,
     reconcile_pods,
 )
+from slurm_syncer.reservations import plan_reservations, reservation_names, scheduled_nodesets
 
 log = structlog.get_logger("slurm_syncer")
 
@@ -137,6 +139,8 @@ class ClusterView:
     # `unpublished`) has been written: the KV snapshot the term started from, then each
     # acknowledged write. The cluster status names it (SlurmClusterStatus.nodes_revision).
     nodes_revision: int = 0
+    # The reservation names Slurm last listed (None: not listed this term), see reservations.py.
+    reservations: set[str] | None = None
 
     def forget_term(self) -> None:
         """Start a term as a new process would: from KV (the last leader's word), not from
@@ -147,6 +151,7 @@ class ClusterView:
         self.unpublished.clear()
         self.read_at.clear()
         self.nodes_revision = 0
+        self.reservations = None
         self.polled = self.reachable = False
         self.last_poll_started_at = 0.0
 
@@ -434,6 +439,7 @@ class Syncer:
                 syncer=self.options.sender,
                 nodes_revision=nodes_revision,
                 nodes_listed=len(raw_nodes) if raw_nodes is not None else -1,
+                api_version=view.client.version.name if view.client.version else "",
             )
             return [
                 kv_put(SLURM_CLUSTERS_BUCKET, status.key, status),
@@ -447,6 +453,7 @@ class Syncer:
         await self.reconcile(None, cluster=cluster)
         if view.reachable:
             await self.prune(cluster)
+            await self.sync_reservations(cluster)
         metrics.POLL_SECONDS.labels(cluster).observe(time.perf_counter() - started)
         return result
 
@@ -798,6 +805,85 @@ class Syncer:
         log.info("syncer.node_pruned", cluster=view.name, node=node, why=decision.why)
         await self._record_node(view.name, node, None, requested_at)
         return True
+
+    # --- scheduled-update reservations (reservations.py) ----------------------------------
+
+    async def sync_reservations(self, cluster: str) -> None:
+        """Create and delete the reservations `plan_reservations` picks on the last poll of
+        `cluster`. Slurm's listing is read only while a NodeSet of the cluster asks for a
+        scheduled update or the last listing held a reservation of ours to delete."""
+        view = self.clusters[cluster]
+        nodesets = [nodeset for _, nodeset in self._nodesets.items()]
+        asking = scheduled_nodesets(cluster, nodesets, ())
+        if not asking and not view.reservations:
+            return
+        version = view.client.version
+        if version is None or not version.writes_reservations:
+            for entry in asking:
+                log.warning(
+                    "syncer.reservations_unsupported",
+                    cluster=cluster,
+                    nodeset=entry.key,
+                    api_version=version.name if version else "",
+                )
+            return
+        try:
+            async with self._slurm_slots:
+                existing = reservation_names(await view.client.list_reservations())
+        except SlurmError as exc:
+            log.warning("syncer.reservations_unread", cluster=cluster, error=str(exc))
+            return
+        plan = plan_reservations(
+            cluster, self._clock(), nodesets, view.states.keys(), existing, version
+        )
+        for key, why in plan.held:
+            log.info("syncer.reservation_held", cluster=cluster, nodeset=key, why=why)
+        for new in plan.create:
+            window = new.window
+            try:
+                async with self._slurm_slots:
+                    await view.client.create_reservation(
+                        window.reservation,
+                        list(new.nodes),
+                        window.start,
+                        window.minutes,
+                        list(window.flags),
+                    )
+            except (SlurmError, ValueError) as exc:
+                metrics.RESERVATION_CHANGES.labels(cluster, "create", "failed").inc()
+                log.warning(
+                    "syncer.reservation_create_failed",
+                    cluster=cluster,
+                    reservation=window.reservation,
+                    error=str(exc),
+                )
+                continue
+            existing.add(window.reservation)
+            metrics.RESERVATION_CHANGES.labels(cluster, "create", "ok").inc()
+            log.info(
+                "syncer.reservation_created",
+                cluster=cluster,
+                reservation=window.reservation,
+                nodes=len(new.nodes),
+                flags=list(window.flags),
+            )
+        for name in plan.delete:
+            try:
+                async with self._slurm_slots:
+                    await view.client.delete_reservation(name)
+            except (SlurmError, ValueError) as exc:
+                metrics.RESERVATION_CHANGES.labels(cluster, "delete", "failed").inc()
+                log.warning(
+                    "syncer.reservation_delete_failed",
+                    cluster=cluster,
+                    reservation=name,
+                    error=str(exc),
+                )
+                continue
+            existing.discard(name)
+            metrics.RESERVATION_CHANGES.labels(cluster, "delete", "ok").inc()
+            log.info("syncer.reservation_deleted", cluster=cluster, reservation=name)
+        view.reservations = {name for name in existing if name.startswith(RESERVATION_PREFIX)}
 
     # --- drain commands ----------------------------------------------------------------------
 

@@ -39,6 +39,10 @@ class VersionFacts:
     # Fields of the node entry whose schema is an object (a `*_no_val_struct`, referenced or,
     # in 24.11's v0.0.41, inlined) -> that object's fields.
     node_objects: Mapping[str, frozenset[str]]
+    # `POST /reservation` body fields and `flags` words; empty without that path or without
+    # `DELETE /reservation/{reservation_name}` (a version that cannot do both does neither).
+    reservation_desc_fields: frozenset[str] = frozenset()
+    reservation_flags: frozenset[str] = frozenset()
 
 
 class _Spec:
@@ -102,7 +106,20 @@ def facts(document: Json, version: str) -> VersionFacts:
         warning_fields=frozenset(spec.properties(spec.items(ping_answer["warnings"]))),
         meta_fields=frozenset(spec.properties(ping_answer["meta"])),
         node_objects=objects,
+        **_reservation_facts(spec),
     )
+
+
+def _reservation_facts(spec: _Spec) -> dict[str, frozenset[str]]:
+    try:
+        desc = spec.properties(spec.body("reservation", "post"))
+        spec.operation("reservation/{reservation_name}", "delete")
+    except KeyError:
+        return {}
+    return {
+        "reservation_desc_fields": frozenset(desc),
+        "reservation_flags": frozenset(spec.items(desc["flags"])["enum"]),
+    }
 
 
 @dataclass(frozen=True)

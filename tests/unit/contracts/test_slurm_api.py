@@ -108,6 +108,25 @@ def test_node_update_body_names_only_states_of_its_version() -> None:
     assert v44.node_update_body(["BLOCKED"]) == {"state": ["BLOCKED"]}
 
 
+def test_reservations_are_written_from_v0_0_43_on_only() -> None:
+    """Slurm 24.11's slurmrestd (up to v0.0.42) only lists reservations: a scheduled update
+    there cannot hold its window, and the body builder refuses rather than send a request the
+    server has no path for."""
+    assert [v.name for v in API_VERSIONS.values() if v.writes_reservations] == [
+        "v0.0.43",
+        "v0.0.44",
+        "v0.0.45",
+    ]
+    with pytest.raises(ValueError, match=r"v0\.0\.42 cannot create reservations"):
+        api_version("v0.0.42").reservation_body("r", ["n1"], 0, 30, ["MAINT"])
+    with pytest.raises(ValueError, match=r"no reservation flag FORCE_START"):
+        api_version("v0.0.43").reservation_body("r", ["n1"], 0, 30, ["MAINT", "FORCE_START"])
+    body = api_version("v0.0.45").reservation_body("r", ["n2", "n1"], 1000, 30, ["MAINT"])
+    assert body["node_list"] == ["n1", "n2"]
+    assert body["duration"] == {"set": True, "infinite": False, "number": 30}
+    assert body["start_time"]["number"] == 1000
+
+
 def test_every_record_has_what_the_syncer_reads_and_writes() -> None:
     for version in API_VERSIONS.values():
         assert set(NODE_FIELDS_READ) <= version.node_fields, version.name
@@ -143,6 +162,7 @@ def test_record_matches_the_real_openapi_document(captured: Captured) -> None:
         "job_fields",
         "job_desc_fields",
         "job_submit_fields",
+        "reservation_flags",
     ):
         ours, theirs = getattr(version, field), getattr(real, field)
         assert ours == theirs, (
@@ -155,3 +175,6 @@ def test_record_matches_the_real_openapi_document(captured: Captured) -> None:
     assert real.meta_fields == META_FIELDS
     assert {"nodes", "last_update", "meta", "errors", "warnings"} == real.nodes_answer_fields
     assert real.node_objects["reason_changed_at"] == NO_VAL_FIELDS
+    if version.writes_reservations:
+        body = version.reservation_body("r", ["n1"], 0, 30, ["MAINT"])
+        assert set(body) <= real.reservation_desc_fields, sorted(set(body) - real.reservation_desc_fields)

@@ -198,10 +198,12 @@ def test_rule_a_node_listing_keeps_every_field_the_state_is_read_from() -> None:
         reason_changed_at={"set": True, "infinite": False, "number": 1700000000},
         cpus=64,
         alloc_cpus=0,
+        reservation="nodeflow-ns-a-20261201T020000Z",
         architecture="x86_64",
         gres="gpu:8",
     )
     state = parse_node("a", whole, 1.0)
+    assert state.reservation == "nodeflow-ns-a-20261201T020000Z"
     assert whole.read <= set(_ListedNode.__struct_fields__)
     listed = {key: whole[key] for key in _ListedNode.__struct_fields__}
     assert parse_node("a", listed, 1.0) == state
