@@ -178,6 +178,8 @@ class Admission:
             causes = _job_causes(obj, old)
         elif info.key == "poddisruptionbudgets.policy":
             causes = _pdb_causes(obj)
+        elif info.key == "controllerrevisions.apps":
+            causes = _controller_revision_causes(obj, old)
         if causes:
             raise errors.invalid(info.kind, name, causes, info.group)
         return obj
@@ -408,6 +410,26 @@ def _job_causes(obj: Obj, old: Obj | None) -> list[Cause]:
         for key in ("template", "selector", "completionMode"):
             if old_spec.get(key) != spec.get(key):
                 causes.append(Cause("FieldValueInvalid", "field is immutable", f"spec.{key}"))
+    return causes
+
+
+def _controller_revision_causes(obj: Obj, old: Obj | None) -> list[Cause]:
+    """apps/v1 ControllerRevision, as kube-apiserver validates it: `data` is mandatory and
+    immutable, `revision` a non-negative integer (the only field an update may change)."""
+    causes: list[Cause] = []
+    if obj.get("data") is None:
+        causes.append(Cause("FieldValueRequired", "Required value: data is mandatory", "data"))
+    revision = obj.get("revision", 0)
+    if not isinstance(revision, int) or isinstance(revision, bool) or revision < 0:
+        causes.append(
+            Cause(
+                "FieldValueInvalid",
+                f"Invalid value: {revision}: must be greater than or equal to 0",
+                "revision",
+            )
+        )
+    if old is not None and old.get("data") != obj.get("data"):
+        causes.append(Cause("FieldValueInvalid", "field is immutable", "data"))
     return causes
 
 

@@ -159,6 +159,14 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         return_deleted_object=True,
     ),
     ResourceInfo(
+        group="apps",
+        versions=("v1",),
+        plural="controllerrevisions",
+        kind="ControllerRevision",
+        singular="controllerrevision",
+        namespaced=True,
+    ),
+    ResourceInfo(
         group="scheduling.k8s.io",
         versions=("v1",),
         plural="priorityclasses",

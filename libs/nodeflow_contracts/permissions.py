@@ -117,7 +117,9 @@ BUS_GRANTS: dict[str, BusGrant] = {
         ),
         writes={LEASES_BUCKET: ("nodeset-controller", "nodeset-controller.>")},
         reads_buckets=(
-            *_k8s("NodeSet", "Node", "Pod", "NodeSlice", "PodDisruptionBudget"),
+            *_k8s(
+                "NodeSet", "Node", "Pod", "NodeSlice", "PodDisruptionBudget", "ControllerRevision"
+            ),
             SLURM_NODES_BUCKET,
             SLURM_CLUSTERS_BUCKET,
             LEASES_BUCKET,
@@ -413,6 +415,11 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
             protection_budget=True,
         ),
         _grant("delete", "PodDisruptionBudget", required_label=NODESET_LABEL),
+        # Revision history: its NodeSets' ControllerRevisions (labelled with their NodeSet),
+        # made, their `revision` raised on a rollback, pruned beyond revisionHistoryLimit.
+        _grant("create", "ControllerRevision", required_label=NODESET_LABEL),
+        _grant("patch", "ControllerRevision", fields=("revision",), required_label=NODESET_LABEL),
+        _grant("delete", "ControllerRevision", required_label=NODESET_LABEL),
     ),
     # NodeMaintenance (issue #14): cordon and drain a node, evict its pods, report status.
     "maintenance-scheduler": (

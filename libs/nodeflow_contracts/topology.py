@@ -105,6 +105,15 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
     WatchedKind(
         kind="NodeSet", group="nodeflow.dev", version="v1alpha1", plural="nodesets", namespaced=True
     ),
+    # A NodeSet's revision history (nodeset-controller); k8s-watcher mirrors only those
+    # labelled with a NodeSet (its default label selector for the kind).
+    WatchedKind(
+        kind="ControllerRevision",
+        group="apps",
+        version="v1",
+        plural="controllerrevisions",
+        namespaced=True,
+    ),
     WatchedKind(
         kind="NodeSlice",
         group="nodeflow.dev",

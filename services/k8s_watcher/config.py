@@ -6,7 +6,12 @@ import msgspec
 
 from k8s_watcher.kinds import watched_kind_infos
 from nodeflow_bus import Backoff
+from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from nodeflow_runtime.config import ServiceConfig
+
+# The selector of a kind LABEL_SELECTORS does not name: ControllerRevisions hold every
+# DaemonSet's and StatefulSet's history, and only the NodeSets' (labelled with theirs) are read.
+DEFAULT_LABEL_SELECTORS: dict[str, str] = {"ControllerRevision": NODESET_LABEL}
 
 
 class K8sWatcherConfig(ServiceConfig, kw_only=True):
@@ -90,7 +95,8 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
             raise ValueError("; ".join(problems))
 
     def label_selector(self, kind: str) -> str:
-        return self.label_selectors.get(kind, "").replace(";", ",")
+        selector = self.label_selectors.get(kind, DEFAULT_LABEL_SELECTORS.get(kind, ""))
+        return selector.replace(";", ",")
 
     @property
     def list_watch_backoff(self) -> Backoff:

@@ -38,6 +38,14 @@ from nodeflow_kube.fields import (
     rfc3339,
 )
 from nodeset_controller.deletion import NEVER_STARTED
+from nodeset_controller.history import (
+    REVISION_API_VERSION,
+    REVISION_KIND,
+    CreateRevision,
+    DeleteRevision,
+    RaiseRevision,
+    revision_object,
+)
 from nodeset_controller.objects import (
     NODESET_API_VERSION,
     NODESET_KIND,
@@ -170,6 +178,23 @@ def protect_slot(namespace: str, name: str, protect: bool = True) -> str:
 
 def budget_slot(namespace: str, name: str) -> str:
     return f"{BUDGET_KIND}/{namespace}/{name}"
+
+
+def revision_slot(namespace: str, name: str) -> str:
+    return f"{REVISION_KIND}/{namespace}/{name}"
+
+
+def revision_ref(
+    namespace: str, name: str, uid: str | None = None, resource_version: str | None = None
+) -> ObjectRef:
+    return ObjectRef(
+        api_version=REVISION_API_VERSION,
+        kind=REVISION_KIND,
+        name=name,
+        namespace=namespace,
+        uid=uid or None,
+        resource_version=resource_version or None,
+    )
 
 
 # How long a command of ours is worth applying by default (the setting
@@ -487,6 +512,37 @@ def to_outgoing(
         )
         command = command_of(key, ref, DeleteObject(), action.why, now)
         return Outgoing(budget_slot(ns, action.name), command)
+    if isinstance(action, CreateRevision):
+        # The revision number: a revision pruned and wanted again (its template back after
+        # the history dropped it) is a new create, not a repeat of the first.
+        key = stable_key("revision-create", ns, action.name, spec.uid, action.revision)
+        obj = revision_object(spec, action.hash, action.revision)
+        command = command_of(
+            key, revision_ref(ns, action.name), CreateObject(object=obj), action.why, now
+        )
+        return Outgoing(revision_slot(ns, action.name), command)
+    if isinstance(action, RaiseRevision):
+        key = stable_key(
+            "revision-raise", ns, action.name, action.uid, action.resource_version, action.revision
+        )
+        command = command_of(
+            key,
+            revision_ref(ns, action.name, action.uid, action.resource_version),
+            PatchObject(patch_type="merge", patch={"revision": action.revision}),
+            action.why,
+            now,
+        )
+        return Outgoing(revision_slot(ns, action.name), command)
+    if isinstance(action, DeleteRevision):
+        key = stable_key("revision-delete", ns, action.name, action.uid, action.resource_version)
+        command = command_of(
+            key,
+            revision_ref(ns, action.name, action.uid, action.resource_version),
+            DeleteObject(),
+            action.why,
+            now,
+        )
+        return Outgoing(revision_slot(ns, action.name), command)
     if isinstance(action, WriteSlice):
         change = action.change
         slot = f"NodeSlice/{ns}/{change.name}"

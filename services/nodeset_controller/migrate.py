@@ -312,13 +312,6 @@ def _unsupported(spec: Mapping[str, Any], version: str, out: Conversion) -> None
             "error",
             f"{spec.get('pruneSlurmNodeRecords')!r}: Never or NodeNotFound",
         )
-    history = spec.get("revisionHistoryLimit")
-    if is_int(history) and history > 0:
-        out.add(
-            "spec.revisionHistoryLimit",
-            "note",
-            "not kept: to roll back, apply the earlier template again",
-        )
     if sequence(spec.get("volumeClaimTemplates")) and spec.get(
         "persistentVolumeClaimRetentionPolicy"
     ):
@@ -366,11 +359,16 @@ def _carried_options(
     spec: Mapping[str, Any], replicas: int | None, out: Conversion
 ) -> dict[str, Any]:
     """Options both NodeSets have: `workloadDisruptionProtection` (on by default in both),
-    `pruneSlurmNodeRecords` (Never by default in both) and `minReadySeconds` (0 in both)."""
+    `pruneSlurmNodeRecords` (Never by default in both), `minReadySeconds` (0 in both) and
+    `revisionHistoryLimit` (carried when set; unset keeps ours, 10, where Slinky kept 0: more
+    history to roll back to, no pod changes)."""
     carried: dict[str, Any] = {}
     minimum = spec.get("minReadySeconds")
     if is_int(minimum) and minimum > 0:
         carried["minReadySeconds"] = minimum
+    history = spec.get("revisionHistoryLimit")
+    if is_int(history) and history >= 0:
+        carried["revisionHistoryLimit"] = history
     if spec.get("workloadDisruptionProtection") is False:
         carried["workloadDisruptionProtection"] = False
     if spec.get("pruneSlurmNodeRecords") == "NodeNotFound":

@@ -20,14 +20,18 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
+from nodeflow_contracts.nodeset import RESERVATIONS_UNSUPPORTED
 from nodeflow_contracts.pod_protocol import (
     MISSCHEDULED_DELETE,
+    REVISION_LABEL,
     ROLLING_DELETE,
     SCALING_DELETE,
     DeleteReason,
 )
 from nodeflow_contracts.slurm import STALE_AFTER_POLLS, SlurmClusterStatus, SlurmNodeState
+from nodeflow_contracts.slurm_api import API_VERSIONS, RESERVATIONS_SINCE
 from nodeflow_kube.fields import (
+    labels_of,
     mapping,
     name_of,
     resource_version_of,
@@ -37,6 +41,7 @@ from nodeflow_kube.fields import (
 )
 from nodeflow_kube.quantity import ResourceList
 from nodeset_controller import deletion, feasibility, protection, ranking
+from nodeset_controller.history import CreateRevision, DeleteRevision, RaiseRevision, plan_history
 from nodeset_controller.naming import Collision, assign_names
 from nodeset_controller.objects import (
     claim_of,
@@ -70,6 +75,7 @@ from nodeset_controller.status import (
     DISRUPTION_BUDGET_CONFLICT,
     INVALID_SPEC,
     NAME_COLLISION,
+    SCHEDULED_UPDATE,
     SLURM_STATE_UNKNOWN,
     Counts,
     WantedCondition,
@@ -174,6 +180,9 @@ Action = (
     | ProtectPod
     | CreateDisruptionBudget
     | DeleteDisruptionBudget
+    | CreateRevision
+    | RaiseRevision
+    | DeleteRevision
 )
 
 
@@ -326,6 +335,8 @@ class ClusterView:
     # When the newest poll whose node states the view of `slurm` was seen to hold whole was
     # read (see `slurm_trust`); None: none seen.
     slurm_held_poll_at: float | None = None
+    # The ControllerRevisions labelled with the NodeSet in its namespace (`history`).
+    revisions: Collection[Obj] = ()
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -493,6 +504,7 @@ def plan(view: ClusterView) -> Plan:
     plan_nodeslices(round_, pods)
     collision_condition = report_collisions(round_, feasible.collisions)
     plan_status(round_, pods, desired, feasible.count, collision_condition)
+    plan_revision_history(round_, pods)
     return round_.result
 
 
@@ -959,11 +971,16 @@ def plan_rolling_update(
             if not verdict.feasible:
                 unfit[pod.name] = verdict.reason
     spec = round_.spec
+    # ScheduledUpdate: why no pod is replaced now (None: the window is open), and the pods
+    # whose Slurm node does not read as held by the window's reservation.
+    closed, not_reserved = scheduled_update_holds(round_, scale_down.staying)
     for pod in scale_down.staying:
         if pod.delete_reason != ROLLING_DELETE:
             continue
         if pod.revision == round_.revision:
             why = "the pod matches the template again: replacement cancelled"
+        elif closed is not None:
+            why = f"scheduled update: {closed}: replacement cancelled"
         elif spec.update_strategy == "OnDelete":
             # A mark left from a RollingUpdate: under OnDelete only a deletion by someone
             # else replaces a pod, so its drain is undone rather than finished.
@@ -974,7 +991,7 @@ def plan_rolling_update(
             continue
         round_.act(CancelDelete(pod, why))
         cancelled.add(pod.name)
-    if spec.update_strategy != "RollingUpdate":
+    if spec.update_strategy == "OnDelete" or closed is not None:
         return cancelled
     placeable = set(feasible.placeable)
     leaving_unplaceable = sum(
@@ -988,7 +1005,7 @@ def plan_rolling_update(
     budget = resolve_max_unavailable(spec.max_unavailable, target)
     # A pod whose mark this plan cancels still counts as pending deletion until it lands.
     choice = ranking.choose_rolling_replacements(
-        scale_down.staying, round_.revision, budget, missing, unfit
+        scale_down.staying, round_.revision, budget, missing, {*unfit, *not_reserved}
     )
     for pod in choice.replace:
         tier = ranking.ROLLING_TEXT[ranking.rolling_tier(pod)]
@@ -1002,6 +1019,73 @@ def plan_rolling_update(
             )
         )
     return cancelled
+
+
+def scheduled_update_holds(
+    round_: _Round, pods: list[PodState]
+) -> tuple[str | None, dict[str, str]]:
+    """Under ScheduledUpdate (nodeflow_contracts.nodeset states the contract): why no pod is
+    replaced now, or None inside the window on a slurmrestd that holds it with a reservation;
+    and, of `pods`, those whose Slurm node does not read as held by that reservation (known,
+    MAINTENANCE, in it), which are not replaced (fail closed: an unknown state is not
+    evidence). Reports the ScheduledUpdate condition, and wakes at the window's edges. Other
+    strategies: (None, {})."""
+    spec, view = round_.spec, round_.view
+    if spec.update_strategy != "ScheduledUpdate":
+        return None, {}
+    window = spec.update_window
+    if window is None:  # validate() refuses such a spec; never replace on a guess
+        return "no window", {}
+    status = view.slurm_cluster
+    spoken = status.api_version if status is not None else ""
+    version = API_VERSIONS.get(spoken)
+    reservation = window.reservation
+    if version is None:
+        closed = (
+            "slurm-syncer has not said which slurmrestd version Slurm cluster "
+            f"{spec.slurm_cluster} speaks"
+        )
+        condition = WantedCondition(SCHEDULED_UPDATE, "False", "SlurmApiVersionUnknown", closed)
+    elif not version.writes_reservations:
+        closed = (
+            f"slurmrestd of Slurm cluster {spec.slurm_cluster} speaks {version.name}, which cannot "
+            f"create reservations ({RESERVATIONS_SINCE} or newer, Slurm 25.05+, is needed to "
+            "hold the window): no pod is replaced by the schedule"
+        )
+        condition = WantedCondition(SCHEDULED_UPDATE, "False", RESERVATIONS_UNSUPPORTED, closed)
+    elif view.now < window.start:
+        closed = f"the window opens at {rfc3339(window.start)}"
+        condition = WantedCondition(
+            SCHEDULED_UPDATE, "False", "WindowPending", f"{closed} (reservation {reservation})"
+        )
+    elif window.over_at(view.now):
+        closed = f"the window closed at {rfc3339(window.end)}"
+        condition = WantedCondition(SCHEDULED_UPDATE, "False", "WindowOver", closed)
+    else:
+        closed = None
+        condition = WantedCondition(
+            SCHEDULED_UPDATE,
+            "True",
+            "WindowOpen",
+            f"outdated pods are replaced as their Slurm nodes empty, under reservation "
+            f"{reservation}, until {rfc3339(window.end)}",
+        )
+    round_.conditions.append(condition)
+    round_.wake(window.start)
+    round_.wake(window.end)
+    if closed is not None:
+        return closed, {}
+    not_reserved = {
+        pod.name: f"its Slurm node is not read as held by reservation {reservation}"
+        for pod in pods
+        if not (
+            pod.slurm is not None
+            and pod.slurm.known
+            and "Maintenance" in pod.slurm.flags
+            and pod.slurm.reservation == reservation
+        )
+    }
+    return None, not_reserved
 
 
 # --- phase: deletion -------------------------------------------------------------------------
@@ -1263,6 +1347,26 @@ def plan_status(
         [_spec_conditions([]), collision_condition, slurm_condition(round_), *round_.conditions],
         selector(round_.spec),
     )
+
+
+def plan_revision_history(round_: _Round, pods: PodClasses) -> None:
+    """Rule 7b (see `history`): the template's ControllerRevision made or raised, the
+    history beyond revisionHistoryLimit pruned, currentRevision and updateRevision reported."""
+    view = round_.view
+    result = round_.result
+    history = plan_history(
+        round_.spec,
+        round_.revision,
+        view.revisions,
+        [p.revision for p in pods.kept],
+        mapping(view.nodeset.get("status")),
+        live_hashes=[str(labels_of(p).get(REVISION_LABEL) or "") for p in view.pods],
+    )
+    result.actions.extend(history.actions)
+    result.wanted_status["currentRevision"] = history.current_revision
+    result.wanted_status["updateRevision"] = history.update_revision
+    existing = mapping(view.nodeset.get("status"))
+    result.status = result.wanted_status if status_differs(existing, result.wanted_status) else None
 
 
 def slurm_condition(round_: _Round) -> WantedCondition:

@@ -229,6 +229,8 @@ class NodeSetController:
         )
         # The NodeSets' PodDisruptionBudgets (workloadDisruptionProtection, see `protection`).
         self.budgets: KVView[Obj] = KVView(bus, "k8s_poddisruptionbudgets", dict)
+        # The NodeSets' ControllerRevisions (revision history, see `history`).
+        self.revisions: KVView[Obj] = KVView(bus, "k8s_controllerrevisions", dict)
         self.lease = LeaderLease(
             bus, SERVICE, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds
         )
@@ -238,6 +240,7 @@ class NodeSetController:
         self._pod_requests: dict[str, tuple[str, ResourceList]] = {}  # pod key -> (node, req)
         self._requested: dict[str, ResourceList] = {}  # node -> summed requests
         self._slices_of: dict[str, dict[str, Obj]] = {}
+        self._revisions_of: dict[str, dict[str, Obj]] = {}  # "<ns>.<nodeset>" -> name -> obj
         self._slurm_of: dict[str, dict[str, SlurmNodeState]] = {}  # cluster -> name -> state
         self.ledger = LedgerSender(
             bus,
@@ -295,6 +298,7 @@ class NodeSetController:
         self.slurm.add_listener(self._on_slurm)
         self.slurm_clusters.add_listener(self._on_slurm_cluster)
         self.budgets.add_listener(self._on_budget)
+        self.revisions.add_listener(self._on_revision)
         await self._leader_loop.start()
 
     async def watch(self) -> None:
@@ -314,6 +318,7 @@ class NodeSetController:
             self.slurm,
             self.slurm_clusters,
             self.budgets,
+            self.revisions,
         )
 
     def views_ready(self) -> bool:
@@ -434,6 +439,22 @@ class NodeSetController:
             owner = labels_of(obj).get(NODESET_LABEL) if obj is not None else None
             if obj is not None and isinstance(owner, str) and owner:
                 self._mark(f"{namespace_of(obj)}.{owner}")
+
+    def _on_revision(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        """A ControllerRevision labelled with a NodeSet is indexed under it and re-plans it."""
+        for obj in (old, new):
+            owner = labels_of(obj).get(NODESET_LABEL) if obj is not None else None
+            if obj is None or not isinstance(owner, str) or not owner:
+                continue
+            nodeset_key = f"{namespace_of(obj)}.{owner}"
+            if obj is new:
+                self._revisions_of.setdefault(nodeset_key, {})[name_of(obj)] = obj
+            elif new is None or labels_of(new).get(NODESET_LABEL) != owner:
+                by_name = self._revisions_of.get(nodeset_key, {})
+                by_name.pop(name_of(obj), None)
+                if not by_name:
+                    self._revisions_of.pop(nodeset_key, None)
+            self._mark(nodeset_key)
 
     def _on_slurm(self, key: str, old: SlurmNodeState | None, new: SlurmNodeState | None) -> None:
         state = new or old
@@ -563,6 +584,7 @@ class NodeSetController:
             "k8s_nodeslices": self.slices,
             "k8s_nodesets": self.nodesets,
             "k8s_poddisruptionbudgets": self.budgets,
+            "k8s_controllerrevisions": self.revisions,
         }.get(bucket)
         if view is None:
             return ""
@@ -735,6 +757,7 @@ class NodeSetController:
             disruption_budget=self.budgets.get(
                 f"{namespace_of(nodeset)}.{budget_name(name_of(nodeset))}"
             ),
+            revisions=list(self._revisions_of.get(key, {}).values()),
         )
         result = plan(view)
         self.stats.plans += 1

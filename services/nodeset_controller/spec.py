@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
+from nodeflow_contracts.nodeset import UpdateWindow, update_window
 from nodeflow_contracts.pod_protocol import DEFAULT_LOCK_TOLERATION_KEY
+from nodeflow_contracts.slurm_api import NEWEST
 from nodeflow_kube.fields import (
     mapping,
     meta,
@@ -36,8 +38,11 @@ _TOLERATION_OPERATORS = ("Exists", "Equal")
 _TAINT_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 MAX_PREFIX_LENGTH = 55
+# ControllerRevisions kept beyond the live ones (apps/v1's default; Slinky's is 0).
+DEFAULT_REVISION_HISTORY_LIMIT = 10
 
-UpdateStrategy = Literal["RollingUpdate", "OnDelete"]
+UpdateStrategy = Literal["RollingUpdate", "OnDelete", "ScheduledUpdate"]
+UPDATE_STRATEGIES: tuple[UpdateStrategy, ...] = ("RollingUpdate", "OnDelete", "ScheduledUpdate")
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,11 @@ class NodeSetSpec:
     # A pod counts as available (for maxUnavailable and numberUnavailable) once it has been
     # Ready this long, as for a DaemonSet and Slinky; 0: as soon as it is Ready.
     min_ready_seconds: int = 0
+    # updateStrategy ScheduledUpdate: the window pods are replaced in (None otherwise).
+    update_window: UpdateWindow | None = None
+    # How many ControllerRevisions of templates no pod runs are kept for a rollback
+    # (`history`); Kubernetes' default for DaemonSets and StatefulSets.
+    revision_history_limit: int = DEFAULT_REVISION_HISTORY_LIMIT
 
     @property
     def key(self) -> str:
@@ -94,6 +104,38 @@ class NodeSetSpec:
     @property
     def template_spec(self) -> Mapping[str, Any]:
         return mapping(self.template.get("spec"))
+
+
+def _strategy(value: object) -> UpdateStrategy:
+    for strategy in UPDATE_STRATEGIES:
+        if value == strategy:
+            return strategy
+    return "RollingUpdate"
+
+
+def _window(nodeset: Mapping[str, Any], strategy: Mapping[str, Any]) -> UpdateWindow | None:
+    if strategy.get("type") != "ScheduledUpdate":
+        return None
+    window = update_window(namespace_of(nodeset), name_of(nodeset), strategy)
+    return window if isinstance(window, UpdateWindow) else None
+
+
+def _scheduled_update_problem(
+    nodeset: Mapping[str, Any], strategy: Mapping[str, Any]
+) -> SpecProblem | None:
+    """The window must parse (nodeflow_contracts.nodeset.update_window) and its flags be
+    reservation flags slurmrestd knows."""
+    window = update_window(namespace_of(nodeset), name_of(nodeset), strategy)
+    if isinstance(window, str):
+        return SpecProblem("spec.updateStrategy.scheduledUpdate", "InvalidScheduledUpdate", window)
+    unknown = [flag for flag in window.flags if flag not in NEWEST.reservation_flags]
+    if unknown:
+        return SpecProblem(
+            "spec.updateStrategy.scheduledUpdate.flags",
+            "InvalidScheduledUpdate",
+            f"not Slurm reservation flags: {', '.join(unknown)}",
+        )
+    return None
 
 
 def is_int(value: Any) -> TypeGuard[int]:
@@ -345,10 +387,14 @@ def validate(nodeset: Mapping[str, Any]) -> list[SpecProblem]:
     problems += slurm_node_name_problems(spec.get("template"))
     strategy = mapping(spec.get("updateStrategy"))
     strategy_type = strategy.get("type", "RollingUpdate")
-    if strategy_type not in ("RollingUpdate", "OnDelete"):
+    if strategy_type not in UPDATE_STRATEGIES:
         problems.append(
             SpecProblem("spec.updateStrategy.type", "InvalidUpdateStrategy", f"{strategy_type!r}")
         )
+    elif strategy_type == "ScheduledUpdate":
+        problem = _scheduled_update_problem(nodeset, strategy)
+        if problem is not None:
+            problems.append(problem)
     rolling = mapping(strategy.get("rollingUpdate"))
     if "maxUnavailable" in rolling:
         problem = max_unavailable_problem(rolling.get("maxUnavailable"))
@@ -372,6 +418,15 @@ def validate(nodeset: Mapping[str, Any]) -> list[SpecProblem]:
     if protection is not None and not isinstance(protection, bool):
         problems.append(
             SpecProblem("spec.workloadDisruptionProtection", "InvalidOption", f"{protection!r}")
+        )
+    history_limit = spec.get("revisionHistoryLimit")
+    if history_limit is not None and (not is_int(history_limit) or history_limit < 0):
+        problems.append(
+            SpecProblem(
+                "spec.revisionHistoryLimit",
+                "InvalidRevisionHistoryLimit",
+                f"{history_limit!r} is not a non-negative integer",
+            )
         )
     # Acted on by slurm-syncer; checked here so that a bad value is reported on the NodeSet.
     prune = spec.get("pruneSlurmNodeRecords")
@@ -398,6 +453,7 @@ def parse(nodeset: Mapping[str, Any], defaults: Defaults) -> NodeSetSpec:
     unknown = spec.get("forceScalingDeleteUnknownConditionTimeout")
     generation = meta(nodeset).get("generation")
     min_ready = spec.get("minReadySeconds")
+    history_limit = spec.get("revisionHistoryLimit")
     return NodeSetSpec(
         namespace=namespace_of(nodeset),
         name=name_of(nodeset),
@@ -408,7 +464,8 @@ def parse(nodeset: Mapping[str, Any], defaults: Defaults) -> NodeSetSpec:
         pod_name_prefix=str(spec.get("podNamePrefix") or name_of(nodeset)),
         slurm_cluster=str(spec.get("slurmCluster")),
         template=mapping(spec.get("template")),
-        update_strategy="OnDelete" if strategy.get("type") == "OnDelete" else "RollingUpdate",
+        update_strategy=_strategy(strategy.get("type")),
+        update_window=_window(nodeset, strategy),
         max_unavailable=max_unavailable.strip()
         if isinstance(max_unavailable, str)
         else max_unavailable,
@@ -424,4 +481,7 @@ def parse(nodeset: Mapping[str, Any], defaults: Defaults) -> NodeSetSpec:
         lock_toleration_key=defaults.lock_toleration_key,
         workload_disruption_protection=spec.get("workloadDisruptionProtection") is not False,
         min_ready_seconds=min_ready if is_int(min_ready) else 0,
+        revision_history_limit=(
+            history_limit if is_int(history_limit) else DEFAULT_REVISION_HISTORY_LIMIT
+        ),
     )

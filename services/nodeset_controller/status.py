@@ -20,6 +20,10 @@ SLURM_STATE_UNKNOWN = "SlurmStateUnknown"
 # not own (rule 4a): its pods running jobs are then not protected from eviction. Present only
 # then.
 DISRUPTION_BUDGET_CONFLICT = "DisruptionBudgetConflict"
+# updateStrategy ScheduledUpdate only: True while its window is open on a slurmrestd that holds
+# it with a reservation (pods are then replaced as their nodes empty), False with the reason
+# otherwise (WindowPending, WindowOver, ReservationsUnsupported, SlurmApiVersionUnknown).
+SCHEDULED_UPDATE = "ScheduledUpdate"
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,10 @@ def merge_conditions(
     return result
 
 
+# The revision fields of the status (`history`), written after the counts.
+REVISION_FIELDS = ("currentRevision", "updateRevision")
+
+
 def build_status(
     existing: Mapping[str, Any],
     *,
@@ -95,6 +103,10 @@ def build_status(
     if counts is None:
         for key in Counts.__dataclass_fields__:
             camel = _camel(key)
+            if camel in existing:
+                status[camel] = existing[camel]
+        # Nor about its revisions (`history`: the plan of a valid spec reports them).
+        for camel in REVISION_FIELDS:
             if camel in existing:
                 status[camel] = existing[camel]
     else:

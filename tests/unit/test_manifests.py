@@ -382,7 +382,13 @@ def test_nodeset_schema() -> None:
         "updatedNumberScheduled", "numberFeasible", "numberReady", "numberUnavailable",
         "numberRunning", "numberDrain",
     }  # fmt: skip
-    assert set(status["properties"]) == nine | {"observedGeneration", "selector", "conditions"}
+    # Rule 7b's revisions: the ControllerRevision the pods run and the template's.
+    revisions = {"currentRevision", "updateRevision"}
+    assert set(status["properties"]) == nine | revisions | {
+        "observedGeneration",
+        "selector",
+        "conditions",
+    }
     conditions = status["properties"]["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map"
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
@@ -633,6 +639,8 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("batch", "jobs"): {"get", "list", "watch", "create", "delete", "patch"},
     # create/delete: nodeset-controller's budget per NodeSet (workloadDisruptionProtection).
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "delete"},
+    # A NodeSet's revision history (nodeset-controller's ControllerRevisions).
+    ("apps", "controllerrevisions"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "events"): {"get", "create", "patch"},
     ("coordination.k8s.io", "leases"): {"get", "create", "patch"},
     # The ConfigMaps a Skyhook package pod mounts (written, never listed).

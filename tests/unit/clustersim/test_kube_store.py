@@ -294,3 +294,28 @@ def test_listing_pods_by_node_follows_binding_and_deletion() -> None:
     store.delete("pods", "a", grace_period_seconds=0)
     assert on("n1") == ["b"]
     assert on("n2") == ["c"] and on("n3") == []
+
+
+def test_controller_revisions_are_served_with_immutable_data_and_a_mutable_revision() -> None:
+    """apps/v1 ControllerRevision as kube-apiserver validates it: data mandatory and
+    immutable, revision a non-negative integer that an update may raise (a rollback)."""
+    store = Store()
+    revision = {
+        "metadata": {"name": "ns-abc", "labels": {"nodeflow.dev/nodeset": "ns"}},
+        "data": {"spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}},
+        "revision": 1,
+    }
+    created = store.create("controllerrevisions.apps", revision)
+    assert created["kind"] == "ControllerRevision" and created["apiVersion"] == "apps/v1"
+    created["revision"] = 3
+    raised = store.update("controllerrevisions.apps", created)
+    assert raised["revision"] == 3
+    raised["data"] = {"spec": {"template": {}}}
+    with pytest.raises(Invalid, match="immutable"):
+        store.update("controllerrevisions.apps", raised)
+    with pytest.raises(Invalid, match="data is mandatory"):
+        store.create("controllerrevisions.apps", {"metadata": {"name": "empty"}, "revision": 1})
+    with pytest.raises(Invalid, match="greater than or equal to 0"):
+        store.create(
+            "controllerrevisions.apps", {"metadata": {"name": "neg"}, "data": {}, "revision": -1}
+        )

@@ -262,11 +262,12 @@ def test_slurm_syncer_status_patch_is_allowed_only_when_it_touches_nothing_else(
     assert isinstance(verdict, Allowed) == (not forbidden)
 
 
-# What each service may delete at all: nodeset-controller its NodeSet pods and their
-# NodeSet's PodDisruptionBudget (both labelled with the NodeSet), and maintenance-scheduler the
+# What each service may delete at all: nodeset-controller its NodeSet pods, their NodeSet's
+# PodDisruptionBudget and ControllerRevisions (all labelled with the NodeSet), and
+# maintenance-scheduler the
 # NodeMaintenance requests it garbage-collects. Nothing else.
 DELETERS = {
-    "nodeset-controller": {"Pod", "PodDisruptionBudget"},
+    "nodeset-controller": {"Pod", "PodDisruptionBudget", "ControllerRevision"},
     "maintenance-scheduler": {"NodeMaintenance"},
     "topology-placer": {"Pod"},
 }

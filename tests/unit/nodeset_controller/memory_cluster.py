@@ -195,12 +195,15 @@ class MemoryCluster:
         self.slices: MemoryView[dict[str, Any]] = MemoryView(c._on_slice)
         self.slurm: MemoryView[SlurmNodeState] = MemoryView(c._on_slurm)
         self.clusters: MemoryView[SlurmClusterStatus] = MemoryView(c._on_slurm_cluster)
+        # The NodeSets' ControllerRevisions (none unless a test puts them).
+        self.revisions: MemoryView[dict[str, Any]] = MemoryView(c._on_revision)
         c.nodesets = cast(KVView[dict[str, Any]], self.nodesets)
         c.nodes = cast(KVView[dict[str, Any]], self.nodes)
         c.pods = cast(KVView[dict[str, Any] | OtherPod], KeptPods(self.pods))
         c.slices = cast(KVView[dict[str, Any]], self.slices)
         c.slurm = cast(KVView[SlurmNodeState], self.slurm)
         c.slurm_clusters = cast(KVView[SlurmClusterStatus], self.clusters)
+        c.revisions = cast(KVView[dict[str, Any]], self.revisions)
         self.applied_keys: set[str] = set()
         self.delivered = 0
         self._rv = 100

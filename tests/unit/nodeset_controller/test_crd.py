@@ -34,6 +34,7 @@ HONOURED: dict[str, tuple[Any, Any]] = {
     "forceScalingDeleteUnknownConditionTimeout": (0, 10),
     "workloadDisruptionProtection": (True, False),
     "minReadySeconds": (0, 30),
+    "revisionHistoryLimit": (0, 10),
 }
 
 

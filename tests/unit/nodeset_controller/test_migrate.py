@@ -191,6 +191,20 @@ def test_rule_migrate_carries_min_ready_seconds() -> None:
     assert "minReadySeconds" not in err
 
 
+def test_rule_migrate_carries_revision_history_limit() -> None:
+    """revisionHistoryLimit means the same in both (ControllerRevisions kept for a rollback):
+    carried as set, 0 included, with no listed change (exit 0)."""
+    for limit in (0, 4):
+        slinky = chart_default()
+        slinky["spec"]["revisionHistoryLimit"] = limit
+        status, out, err = migrate(dump(slinky))
+        assert status == 0, err
+        (converted,) = [doc for doc in yaml.safe_load_all(out) if doc]
+        assert converted["spec"]["revisionHistoryLimit"] == limit
+        assert validate(converted) == []
+        assert "revisionHistoryLimit" not in err
+
+
 UNSUPPORTED: list[tuple[str, Any]] = [
     ("ssh", {"enabled": True}),
     ("partition", {"enabled": True, "config": "MaxTime=1:00:00"}),
