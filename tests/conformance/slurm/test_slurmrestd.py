@@ -11,12 +11,16 @@ internals.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import jwt
+import pytest
 
 from clustersim.slurm import SLURM_RELEASES
 from nodeflow_contracts.slurm_api import ERROR_FIELDS, NODE_FIELDS_READ, versions_in_openapi
+from slurm_syncer.auth import StaticToken
+from slurm_syncer.client import SlurmClient
 from tests.conformance.slurm.support import (
     BASE_STATES,
     BUSY_BASES,
@@ -317,3 +321,46 @@ async def test_error_entries_have_the_version_fields(slurm: SlurmTarget) -> None
 async def test_unknown_job_is_an_error(slurm: SlurmTarget) -> None:
     reply = await slurm.request("GET", "/job/999999999")
     assert reply.refused() and reply.errors, (reply.status, reply.text[:300])
+
+
+async def test_scheduled_update_reservation_through_the_syncer_client(slurm: SlurmTarget) -> None:
+    """What ScheduledUpdate relies on, through slurm-syncer's own client speaking this version:
+    from v0.0.43 on a MAINT reservation is created over a node (`POST /reservation`), listed,
+    shows the node MAINTENANCE with the reservation's name while active, and is deleted
+    (`DELETE /reservation/{name}`); before, the document has no such path and the client
+    refuses without sending anything."""
+    document = await slurm.openapi()
+    paths = {path.rstrip("/"): methods for path, methods in document["paths"].items()}
+    client = SlurmClient(
+        "conformance",
+        slurm.url,
+        StaticToken(slurm.user, value=slurm.token),
+        api_version=slurm.api.name,
+    )
+    name = f"nodeflow-conformance-{uuid.uuid4().hex[:8]}"
+    try:
+        if not slurm.api.writes_reservations:
+            assert "post" not in paths.get(f"{slurm.api.prefix}/reservation", {})
+            with pytest.raises(ValueError, match="cannot create reservations"):
+                await client.create_reservation(name, [slurm.nodes[0]], int(time.time()), 5, [])
+            assert isinstance(await client.list_reservations(), list)
+            return
+        node = await free_node(slurm)
+        flags_sent = ["MAINT", "IGNORE_JOBS"]
+        await client.create_reservation(name, [node], int(time.time()), 5, flags_sent)
+        try:
+            listed = {r["name"]: r for r in await client.list_reservations()}
+            assert name in listed, sorted(listed)
+            assert set(flags_sent) <= set(listed[name]["flags"]), listed[name]["flags"]
+
+            async def held() -> Json | None:
+                entry = await client.get_node(node)
+                in_maintenance = entry and "MAINTENANCE" in entry["state"]
+                return entry if in_maintenance and entry.get("reservation") == name else None
+
+            await wait_for(held, f"{node} MAINTENANCE under {name}")
+        finally:
+            await client.delete_reservation(name)
+        assert name not in {r["name"] for r in await client.list_reservations()}
+    finally:
+        await client.close()
