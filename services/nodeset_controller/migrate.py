@@ -32,6 +32,7 @@ from typing import Any, Final, Literal, TextIO
 
 import yaml
 
+from nodeflow_contracts.nodeset import DEFAULT_WINDOW_MINUTES, update_window
 from nodeflow_kube.fields import mapping, sequence
 from nodeset_controller.spec import is_int
 
@@ -235,14 +236,9 @@ def _update_strategy(spec: Mapping[str, Any], version: str, out: Conversion) -> 
     kind = strategy.get("type") or "RollingUpdate"
     if kind == "OnDelete":
         return {"type": "OnDelete"}
+    scheduled: dict[str, Any] | None = None
     if kind == "ScheduledUpdate":
-        out.add(
-            "spec.updateStrategy.type",
-            "change",
-            "ScheduledUpdate (replacement inside a Slurm maintenance reservation) is not "
-            "available: use RollingUpdate (written here, 25 %) and change the template inside "
-            "your window, or OnDelete and delete pods yourself",
-        )
+        scheduled = _scheduled_update(strategy, out)
     elif kind != "RollingUpdate":
         out.add("spec.updateStrategy.type", "error", f"unknown update strategy {kind!r}")
     raw = mapping(strategy.get("rollingUpdate")).get("maxUnavailable")
@@ -261,7 +257,36 @@ def _update_strategy(spec: Mapping[str, Any], version: str, out: Conversion) -> 
             "error",
             f"{raw!r}: ours takes a positive count or 1%..100% (0 would never replace a pod)",
         )
+    if scheduled is not None:
+        return {
+            "type": "ScheduledUpdate",
+            "scheduledUpdate": scheduled,
+            "rollingUpdate": {"maxUnavailable": raw},
+        }
     return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": raw}}
+
+
+def _scheduled_update(strategy: Mapping[str, Any], out: Conversion) -> dict[str, Any] | None:
+    """Slinky's `scheduledUpdate {startTime, duration, flags}` carried as is (the same fields
+    and window); what differs is listed as notes: pods are replaced within maxUnavailable and
+    only once their Slurm node runs no job, and the reservation also carries IGNORE_JOBS."""
+    window = dict(mapping(strategy.get("scheduledUpdate")))
+    window.setdefault("duration", f"{DEFAULT_WINDOW_MINUTES}m")
+    if not window.get("flags"):
+        window.pop("flags", None)
+    checked = update_window("ns", "nodeset", {"scheduledUpdate": window})
+    if isinstance(checked, str):
+        out.add("spec.updateStrategy.scheduledUpdate", "error", checked)
+        return None
+    out.add(
+        "spec.updateStrategy.scheduledUpdate",
+        "note",
+        "inside the window pods are replaced within rollingUpdate.maxUnavailable (Slinky "
+        "replaced every pod under the reservation at once: set 100% for that pace), each once "
+        "its Slurm node runs no job; the reservation carries IGNORE_JOBS besides MAINT; "
+        "slurmrestd v0.0.43+ (Slurm 25.05+) is needed, as for Slinky",
+    )
+    return window
 
 
 # Slinky fields with no equivalent here: (field, when it matters, what to do instead). A

@@ -363,7 +363,7 @@ def test_nodeset_schema() -> None:
     assert spec["properties"]["replicas"]["minimum"] == 0
     assert spec["properties"]["template"]["properties"]["spec"]["required"] == ["containers"]
     strategy = spec["properties"]["updateStrategy"]["properties"]
-    assert strategy["type"]["enum"] == ["RollingUpdate", "OnDelete"]
+    assert strategy["type"]["enum"] == ["RollingUpdate", "OnDelete", "ScheduledUpdate"]
     assert strategy["type"]["default"] == "RollingUpdate"
     max_unavailable = strategy["rollingUpdate"]["properties"]["maxUnavailable"]
     assert max_unavailable["x-kubernetes-int-or-string"] is True

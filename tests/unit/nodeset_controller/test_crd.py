@@ -74,3 +74,36 @@ def test_rule_crd_refuses_templates_whose_slurm_node_is_not_the_pod() -> None:
         fields = pod_spec["properties"]
         assert fields["hostNetwork"]["enum"] == [False]
         assert fields["hostname"]["maxLength"] == 0
+
+
+def test_rule_crd_offers_scheduled_update_with_slinkys_fields_and_requires_its_start() -> None:
+    """updateStrategy ScheduledUpdate (Slinky's `scheduledUpdate {startTime, duration, flags}`)
+    is offered and parsed (two startTimes are two windows); the CRD's rule refuses the type
+    without a startTime, as the API server evaluates it."""
+    from clustersim.kube.crd_rules import compile_errors, rule_causes
+
+    for path in CRDS:
+        strategy = _spec_schema(path)["properties"]["updateStrategy"]
+        assert "ScheduledUpdate" in strategy["properties"]["type"]["enum"]
+        window = strategy["properties"]["scheduledUpdate"]["properties"]
+        assert set(window) == {"startTime", "duration", "flags"}
+        assert window["duration"]["default"] == "30m"
+        assert compile_errors(strategy, "updateStrategy") == []
+        without_start = {"type": "ScheduledUpdate", "scheduledUpdate": {"duration": "30m"}}
+        assert rule_causes(without_start, None, strategy) != []
+        with_start = {"type": "ScheduledUpdate", "scheduledUpdate": {"startTime": "x"}}
+        assert rule_causes(with_start, None, strategy) == []
+        assert rule_causes({"type": "OnDelete"}, None, strategy) == []
+    first, second = (
+        nodeset(
+            extra={
+                "updateStrategy": {
+                    "type": "ScheduledUpdate",
+                    "scheduledUpdate": {"startTime": start},
+                }
+            }
+        )
+        for start in ("2026-12-01T02:00:00Z", "2026-12-08T02:00:00Z")
+    )
+    assert validate(first) == [] and validate(second) == []
+    assert parse(first, DEFAULTS) != parse(second, DEFAULTS)

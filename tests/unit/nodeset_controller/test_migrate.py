@@ -210,7 +210,6 @@ UNSUPPORTED: list[tuple[str, Any]] = [
     ("partition", {"enabled": True, "config": "MaxTime=1:00:00"}),
     ("volumeClaimTemplates", [{"metadata": {"name": "scratch"}}]),
     ("oversubscribeNode", True),
-    ("updateStrategy", {"type": "ScheduledUpdate", "scheduledUpdate": {"duration": "1h"}}),
     ("someFutureField", "x"),
 ]
 
@@ -261,3 +260,30 @@ def test_rule_migrate_reads_lists_and_skips_other_kinds() -> None:
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(out)]
     assert names == ["slurm-worker-slinky", "slurm-worker-other"]
     assert "skipped: ConfigMap slurm-config" in err
+
+
+def test_rule_migrate_carries_scheduled_update_with_its_window() -> None:
+    """Slinky's ScheduledUpdate is ours too: the window carried as is (duration defaulted to
+    Slinky's 30m), maxUnavailable written, what differs noted; exit 0. One without a
+    startTime (Slinky's CRD refuses it too) is an error."""
+    slinky = chart_default()
+    slinky["spec"]["updateStrategy"] = {
+        "type": "ScheduledUpdate",
+        "scheduledUpdate": {"startTime": "2026-12-01T02:00:00Z", "flags": ["FLEX"]},
+    }
+    status, out, err = migrate(dump(slinky))
+    assert status == 0, err
+    (converted,) = [doc for doc in yaml.safe_load_all(out) if doc]
+    strategy = converted["spec"]["updateStrategy"]
+    assert strategy["type"] == "ScheduledUpdate"
+    assert strategy["scheduledUpdate"] == {
+        "startTime": "2026-12-01T02:00:00Z",
+        "duration": "30m",
+        "flags": ["FLEX"],
+    }
+    assert validate(converted) == []
+    assert "spec.updateStrategy.scheduledUpdate: inside the window" in err
+    assert "maxUnavailable" in err
+    slinky["spec"]["updateStrategy"] = {"type": "ScheduledUpdate", "scheduledUpdate": {}}
+    status, out, err = migrate(dump(slinky))
+    assert status != 0 and out == "" and "startTime" in err
