@@ -355,8 +355,9 @@ async def test_scheduled_update_reservation_through_the_syncer_client(slurm: Slu
 
             async def held() -> Json | None:
                 entry = await client.get_node(node)
-                in_maintenance = entry and "MAINTENANCE" in entry["state"]
-                return entry if in_maintenance and entry.get("reservation") == name else None
+                if entry is None or "MAINTENANCE" not in entry["state"]:
+                    return None
+                return entry if entry.get("reservation") == name else None
 
             await wait_for(held, f"{node} MAINTENANCE under {name}")
         finally:
