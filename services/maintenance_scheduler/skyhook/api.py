@@ -58,10 +58,14 @@ STRATEGY_SAFETY: Final[Mapping[str, int]] = {"fixed": 0, "linear": 1, "exponenti
 Sequencing = Literal["node", "all"]
 
 PACKAGE_NAME = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
+# A version as upstream's webhook takes it: golang.org/x/mod/semver.IsValid after a `v` is put
+# in front, so `1`, `1.2` and `1.2.3-rc.1+build` pass; a pre-release or build needs all
+# three numbers, and no number has a leading zero.
+_SEMVER_IDENTIFIER = r"(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
 SEMVER = re.compile(
-    r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+    r"^v?(0|[1-9]\d*)(?:\.(0|[1-9]\d*)(?:\.(0|[1-9]\d*)"
+    rf"(?:-({_SEMVER_IDENTIFIER}(?:\.{_SEMVER_IDENTIFIER})*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?)?)?$"
 )
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
 # A Go time.Duration as metav1.Duration reads it (`30s`, `1m30s`, `1.5h`, `500ms`).
@@ -169,18 +173,30 @@ def _check_label(key: str, value: str | None, where: str, problems: list[str]) -
 
 @dataclass(frozen=True)
 class Budget:
-    """Exactly one of percent (1-100) or count (>= 1)."""
+    """Exactly one of percent or count: 1-100 and >= 1 in a DeploymentPolicy, 0-100 and
+    >= 0 in a Skyhook's interruptionBudget (upstream's CRD minimums)."""
 
     percent: int | None = None
     count: int | None = None
 
     def ceiling(self, matched: int) -> int:
-        """count, or max(1, floor(matched x percent / 100)); 0 when nothing matched."""
+        """count, or upstream's CalculateCeiling: max(1, int(matched x percent / 100.0)),
+        the fraction dropped; 0 when nothing matched."""
         if self.count is not None:
             return self.count
         if self.percent is None or matched == 0:
             return 0
-        return max(1, matched * self.percent // 100)
+        return max(1, int(matched * self.percent / 100.0))
+
+    def legacy_batch(self, matched: int) -> int:
+        """The batch of a Skyhook without a DeploymentPolicy (upstream's
+        createLegacyDefaultCompartment): count clamped to the nodes, or the percent's share,
+        never less than one node, so `count: 0` still moves one node at a time."""
+        if self.count is not None:
+            return max(1, min(matched, self.count))
+        if self.percent is None or matched == 0:
+            return 1
+        return max(1, int(matched * self.percent / 100.0))
 
 
 @dataclass(frozen=True)
@@ -234,10 +250,11 @@ def _int_field(
     return value
 
 
-def parse_budget(raw: object, where: str, problems: list[str]) -> Budget:
+def parse_budget(raw: object, where: str, problems: list[str], *, low: int = 1) -> Budget:
+    """`low`: the smallest percent and count allowed (0 for an interruptionBudget)."""
     data = mapping(raw)
-    percent = _int_field(data, "percent", where, problems, low=1, high=100)
-    count = _int_field(data, "count", where, problems, low=1)
+    percent = _int_field(data, "percent", where, problems, low=low, high=100)
+    count = _int_field(data, "count", where, problems, low=low)
     has_percent = data.get("percent") is not None
     has_count = data.get("count") is not None
     if has_percent == has_count:
@@ -440,6 +457,12 @@ class Skyhook:
     sequencing: Sequencing = "node"
     paused: bool = False
     disabled: bool = False
+    # runtimeRequired: its pods tolerate the runtime-required taint, and (autoTaintNewNodes)
+    # new nodes it selects get that taint until every runtimeRequired Skyhook is complete.
+    runtime_required: bool = False
+    auto_taint_new_nodes: bool = False
+    # deploymentPolicyOptions.resetBatchStateOnCompletion; None: the policy decides.
+    reset_batch_state_on_completion: bool | None = None
     problems: tuple[str, ...] = ()
     status: Obj = field(default_factory=dict)
     finalizers: tuple[str, ...] = ()
@@ -642,7 +665,7 @@ def parse_skyhook(obj: Obj) -> Skyhook:
     if any(raw_budget.get(k) is not None for k in ("percent", "count")):
         if policy:
             problems.append("spec: interruptionBudget and deploymentPolicy are mutually exclusive")
-        budget = parse_budget(raw_budget, "spec.interruptionBudget", problems)
+        budget = parse_budget(raw_budget, "spec.interruptionBudget", problems, low=0)
     priority = _int_field(spec, "priority", "spec", problems, low=1)
     sequencing = spec.get("sequencing") or "node"
     if sequencing not in ("node", "all"):
@@ -674,6 +697,9 @@ def parse_skyhook(obj: Obj) -> Skyhook:
         serial=bool(spec.get("serial")),
         sequencing=sequencing,  # type: ignore[arg-type]
         paused=str(annotations.get(PAUSE_ANNOTATION, "")).lower() == "true",
+        runtime_required=spec.get("runtimeRequired") is True,
+        auto_taint_new_nodes=spec.get("autoTaintNewNodes") is True,
+        reset_batch_state_on_completion=_reset_option(spec),
         disabled=str(annotations.get(DISABLE_ANNOTATION, "")).lower() == "true",
         problems=tuple(problems),
         status=dict(mapping(obj.get("status"))),
@@ -682,16 +708,44 @@ def parse_skyhook(obj: Obj) -> Skyhook:
     )
 
 
+def _reset_option(spec: Obj) -> bool | None:
+    """deploymentPolicyOptions.resetBatchStateOnCompletion; the CRD defaults it to true once
+    deploymentPolicyOptions is given."""
+    options = spec.get("deploymentPolicyOptions")
+    if not isinstance(options, Mapping):
+        return None
+    value = options.get("resetBatchStateOnCompletion")
+    return value if isinstance(value, bool) else True
+
+
+# The policy name a Skyhook without a DeploymentPolicy rolls out under (upstream's metrics
+# label it so), with a fixed strategy.
+LEGACY_POLICY: Final = "legacy"
+
+
 def policy_for(
-    skyhook: Skyhook, policies: Mapping[str, DeploymentPolicy]
+    skyhook: Skyhook, policies: Mapping[str, DeploymentPolicy], targets: int = 0
 ) -> DeploymentPolicy | None:
-    """The policy that shapes the Skyhook's rollout: its named policy, or one built from its
-    interruptionBudget (a fixed strategy whose batch is the budget's ceiling; 100% without).
+    """The policy that shapes the Skyhook's rollout: its named policy, or upstream's legacy
+    one built from its interruptionBudget over `targets` nodes (a fixed strategy whose batch
+    is Budget.legacy_batch; 100% without a budget; no failureThreshold, so it never stops).
     None when the named policy does not exist."""
     if skyhook.deployment_policy:
         return policies.get(skyhook.deployment_policy)
     budget = skyhook.interruption_budget or Budget(percent=100)
+    strategy = Strategy(kind="fixed", initial_batch=budget.legacy_batch(targets))
     return DeploymentPolicy(
-        name="",
-        default=Compartment(DEFAULT_COMPARTMENT, LabelSelector(), budget, None),
+        name=LEGACY_POLICY,
+        default=Compartment(DEFAULT_COMPARTMENT, LabelSelector(), budget, strategy),
+        reset_batch_state_on_completion=False,
     )
+
+
+def resets_batch_state(skyhook: Skyhook, policy: DeploymentPolicy | None) -> bool:
+    """upstream's ShouldResetBatchStateOnCompletion: the Skyhook's deploymentPolicyOptions
+    first, then its DeploymentPolicy's setting; a Skyhook without either keeps its state."""
+    if skyhook.reset_batch_state_on_completion is not None:
+        return skyhook.reset_batch_state_on_completion
+    if policy is None or not skyhook.deployment_policy:
+        return False
+    return policy.reset_batch_state_on_completion

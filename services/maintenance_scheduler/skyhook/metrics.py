@@ -55,6 +55,11 @@ ROLLOUT_FAILURES = Gauge(
     "skyhook_rollout_consecutive_failures", "Consecutive failed batches", ROLLOUT_LABELS
 )
 ROLLOUT_STOP = Gauge("skyhook_rollout_should_stop", "1 when the rollout stopped", ROLLOUT_LABELS)
+PACKAGE_RESTARTS = Gauge(
+    "skyhook_package_restarts_count",
+    "Stage retries of the package, summed over its nodes",
+    ["skyhook_name", "package_name", "package_version"],
+)
 
 _ALL = (
     STATUS,
@@ -70,11 +75,13 @@ _ALL = (
     ROLLOUT_BATCH,
     ROLLOUT_FAILURES,
     ROLLOUT_STOP,
+    PACKAGE_RESTARTS,
 )
 
 
-def report(rounds: Sequence[SkyhookRound], policies: dict[str, str]) -> None:
-    """`policies`: Skyhook name -> its policy name ("" for an interruptionBudget)."""
+def report(rounds: Sequence[SkyhookRound]) -> None:
+    """A Skyhook without a DeploymentPolicy reports policy_name="legacy" and
+    strategy="fixed" (the fixed strategy its interruptionBudget rolls out with)."""
     for gauge in _ALL:
         gauge.clear()
     for summary in rounds:
@@ -89,9 +96,11 @@ def report(rounds: Sequence[SkyhookRound], policies: dict[str, str]) -> None:
             PACKAGE_STATE_COUNT.labels(name, package, version, state).set(count)
         for (package, version, stage), count in summary.package_stages.items():
             PACKAGE_STAGE_COUNT.labels(name, package, version, stage).set(count)
+        for (package, version), restarts in summary.package_restarts.items():
+            PACKAGE_RESTARTS.labels(name, package, version).set(restarts)
         for plan in summary.compartments:
             strategy = plan.strategy.kind if plan.strategy is not None else "none"
-            labels = (name, policies.get(name, ""), plan.name, strategy)
+            labels = (name, summary.policy, plan.name, strategy)
             ROLLOUT_MATCHED.labels(*labels).set(plan.matched)
             ROLLOUT_CEILING.labels(*labels).set(plan.ceiling)
             ROLLOUT_IN_PROGRESS.labels(*labels).set(plan.in_progress)

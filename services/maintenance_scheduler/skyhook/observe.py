@@ -21,6 +21,7 @@ from nodeflow_kube.fields import (
     meta,
     parse_time,
 )
+from nodeflow_kube.taints import node_taints
 
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
 
@@ -137,6 +138,7 @@ def node_view(node: Obj) -> NodeView:
         labels={str(k): str(v) for k, v in mapping(metadata.get("labels")).items()},
         annotations={str(k): str(v) for k, v in mapping(metadata.get("annotations")).items()},
         created=parse_time(metadata.get("creationTimestamp")) or 0.0,
+        taints=tuple(dict(t) for t in node_taints(node)),
     )
 
 

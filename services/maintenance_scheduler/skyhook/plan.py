@@ -40,6 +40,7 @@ from maintenance_scheduler.skyhook.api import (
     Skyhook,
     node_state_annotation,
     policy_for,
+    resets_batch_state,
     status_key,
 )
 from maintenance_scheduler.skyhook.jobs import (
@@ -48,7 +49,7 @@ from maintenance_scheduler.skyhook.jobs import (
     job_name,
     maintenance_name,
 )
-from maintenance_scheduler.skyhook.pod import node_orders
+from maintenance_scheduler.skyhook.pod import TAINT_UNSCHEDULABLE, PodOptions, node_orders
 from maintenance_scheduler.skyhook.rollout import (
     BLOCKED,
     COMPLETE,
@@ -79,6 +80,7 @@ from maintenance_scheduler.skyhook.stages import (
 from nodeflow_kube.fields import (
     rfc3339,
 )
+from nodeflow_kube.taints import NO_SCHEDULE, tolerated
 
 MAINTENANCE_READY = "Ready"
 
@@ -91,6 +93,8 @@ class NodeView:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     created: float
+    # spec.taints: a node in a batch with a taint the Skyhook does not tolerate is blocked.
+    taints: tuple[Mapping[str, Any], ...] = ()
 
 
 # --- actions ---------------------------------------------------------------------------------
@@ -246,6 +250,11 @@ class World:
     maintenance_owners: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Nodes whose last patch is not yet visible: left as they are this round.
     settling: frozenset[str] = frozenset()
+    # The toleration of the runtime-required taint (SKYHOOK_RUNTIME_REQUIRED_TAINT), which
+    # a runtimeRequired Skyhook's nodes may carry.
+    runtime_required_toleration: Mapping[str, str] = field(
+        default_factory=lambda: PodOptions().runtime_required_toleration()
+    )
 
     @functools.cached_property
     def running_slots(self) -> Mapping[tuple[str, str, str], frozenset[str]]:
@@ -274,10 +283,17 @@ class SkyhookRound:
 
     name: str
     status: str
+    # What each node shows (paused, disabled, waiting for an earlier Skyhook...).
     node_status: dict[str, str] = field(default_factory=dict)
+    # The nodes on which every package is done (whatever they show).
+    complete_nodes: set[str] = field(default_factory=set)
+    # The DeploymentPolicy it rolls out under (api.LEGACY_POLICY without one).
+    policy: str = ""
     compartments: list[CompartmentPlan] = field(default_factory=list)
     package_states: dict[tuple[str, str, str], int] = field(default_factory=dict)
     package_stages: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # Stage retries by (package, version), summed over nodes.
+    package_restarts: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -317,7 +333,11 @@ def node_status(
         return COMPLETE if not wanted else WAITING
     in_progress = False
     for present in entries.values():
-        if present.state == stages.ERRORING:
+        if present.state == stages.ERRORING and (
+            present.name not in wanted or wanted[present.name][0] == present.version
+        ):
+            # A stage failed at the version the spec still wants (or of a removed package);
+            # one that failed at another version is work again, so a fixed version resumes.
             return ERRORING
         if present.state == stages.IN_PROGRESS:
             in_progress = True
@@ -755,24 +775,127 @@ def _condition(kind: str, status: bool, reason: str, message: str) -> dict[str, 
     }
 
 
-def overall_status(skyhook: Skyhook, statuses: Sequence[str], blocked: bool) -> str:
-    if skyhook.disabled:
-        return DISABLED
+def stamp_conditions(
+    conditions: Sequence[Mapping[str, Any]],
+    previous: object,
+    generation: int,
+    now: float,
+) -> list[dict[str, Any]]:
+    """metav1.Conditions: each with observedGeneration and a lastTransitionTime that moves
+    only when its status does (meta.SetStatusCondition), kept from the previous status
+    otherwise, so an unchanged status writes nothing."""
+    before: dict[str, Mapping[str, Any]] = {}
+    for old in previous if isinstance(previous, list) else ():
+        if isinstance(old, Mapping) and isinstance(old.get("type"), str):
+            before[old["type"]] = old
+    stamped: list[dict[str, Any]] = []
+    for condition in conditions:
+        old = before.get(str(condition["type"]))
+        since = old.get("lastTransitionTime") if old is not None else None
+        if old is None or old.get("status") != condition["status"] or not since:
+            since = rfc3339(now)
+        stamped.append({**condition, "observedGeneration": generation, "lastTransitionTime": since})
+    return stamped
+
+
+# How many nodes a condition's message names before it gives a count instead (upstream's
+# ReadyConditionNodeListLimit).
+CONDITION_NODE_LIST_LIMIT = 10
+
+
+def _nodes_condition(
+    kind: str, nodes: Sequence[str], named: str, counted: str, clear: str
+) -> dict[str, Any]:
+    """TaintNotTolerable / NodesIgnored: True naming the nodes (a count past the limit)."""
+    if not nodes:
+        return _condition(kind, False, kind, clear)
+    if len(nodes) > CONDITION_NODE_LIST_LIMIT:
+        return _condition(kind, True, kind, f"{len(nodes)} {counted}")
+    return _condition(kind, True, kind, f"Node [{', '.join(nodes)}] {named}")
+
+
+def collect_node_status(statuses: Sequence[str]) -> str:
+    """upstream's CollectNodeStatus: complete when every node is; in_progress while any node
+    is; otherwise the status every remaining (not complete) node shares, or unknown for a
+    mix (say erroring beside waiting nodes of a stopped rollout)."""
+    remaining = [s for s in statuses if s != COMPLETE]
+    if not remaining:
+        return COMPLETE
+    if IN_PROGRESS in remaining:
+        return IN_PROGRESS
+    first = remaining[0]
+    if first in (ERRORING, BLOCKED, UNKNOWN, WAITING) and all(s == first for s in remaining):
+        return first
+    return UNKNOWN
+
+
+def overall_status(
+    skyhook: Skyhook,
+    statuses: Sequence[str],
+    *,
+    policy_missing: bool = False,
+    waits_for_earlier: bool = False,
+) -> str:
+    """The Skyhook's status from its nodes' (upstream's IntrospectSkyhook): a Skyhook not
+    complete is disabled, paused, blocked (its DeploymentPolicy is missing) or waiting (an
+    earlier `sequencing: all` Skyhook is not complete) before its nodes speak; a missing
+    policy blocks even a complete one; a paused one is paused whatever its nodes
+    (UpdateSkyhookPauseStatus)."""
+    collected = collect_node_status(statuses)
     if skyhook.paused:
         return PAUSED
-    if ERRORING in statuses:
-        return ERRORING
-    if IN_PROGRESS in statuses:
-        return IN_PROGRESS
-    if blocked:
+    if collected == COMPLETE:
+        return BLOCKED if policy_missing else COMPLETE
+    if skyhook.disabled:
+        return DISABLED
+    if policy_missing:
         return BLOCKED
-    if statuses and all(s == COMPLETE for s in statuses):
-        return COMPLETE
-    if not statuses:
-        return COMPLETE
-    if UNKNOWN in statuses and all(s in (UNKNOWN, COMPLETE) for s in statuses):
-        return UNKNOWN
-    return WAITING
+    if waits_for_earlier:
+        return WAITING
+    return collected
+
+
+def _waits_for_earlier(earlier: Sequence[tuple[Skyhook, Mapping[str, str], bool]]) -> bool:
+    """upstream's isBlockedByGlobalPredecessor: an earlier, not disabled, `sequencing: all`
+    Skyhook is not complete on every node."""
+    return any(
+        other.sequencing == "all" and not other.disabled and not all_complete
+        for other, _, all_complete in earlier
+    )
+
+
+def _ignored(node: NodeView) -> bool:
+    return node.labels.get(IGNORE_NODE_LABEL, "").lower() == "true"
+
+
+def picker_tolerations(skyhook: Skyhook, world: World) -> list[Mapping[str, Any]]:
+    """What upstream's SelectNodes checks a node's taints against: a cordon, the Skyhook's
+    additionalTolerations, and the runtime-required taint for a runtimeRequired Skyhook."""
+    found: list[Mapping[str, Any]] = [
+        {"key": TAINT_UNSCHEDULABLE, "operator": "Exists", "effect": NO_SCHEDULE},
+        *skyhook.additional_tolerations,
+    ]
+    if skyhook.runtime_required:
+        found.append(world.runtime_required_toleration)
+    return found
+
+
+def _tolerates_all(tolerations: Sequence[Mapping[str, Any]], node: NodeView) -> bool:
+    """upstream's CheckTaintToleration: every taint, whatever its effect, is tolerated."""
+    return all(tolerated(tolerations, taint) for taint in node.taints)
+
+
+def _versions_changed(skyhook: Skyhook) -> bool:
+    """A package kept in the spec at another version than the status last listed
+    (status.packageList): upstream's HandleVersionChange resets the batch state then."""
+    listed = skyhook.status.get("packageList")
+    if not isinstance(listed, str) or not listed:
+        return False
+    before = dict(item.partition(":")[::2] for item in listed.split(",") if item)
+    return any(
+        package.name in before and before[package.name] != package.version
+        for package in skyhook.packages
+    )
 
 
 _READY_REASONS = {
@@ -808,11 +931,13 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
             continue
         summary = _plan_skyhook(skyhook, world, earlier, plan, now, pull_grace_seconds)
         plan.rounds.append(summary)
+        # Later Skyhooks wait per node on what is done, not on what a node shows.
+        done = summary.complete_nodes
         earlier.append(
             (
                 skyhook,
-                summary.node_status,
-                all(s == COMPLETE for s in summary.node_status.values()),
+                {n: COMPLETE if n in done else IN_PROGRESS for n in summary.node_status},
+                len(done) == len(summary.node_status),
             )
         )
     # A request no interrupt needs any more goes, whoever left it: the round that finished
@@ -883,12 +1008,13 @@ def _plan_skyhook(
     selector = skyhook.node_selector
     # No selector selects every node: skip thousands of calls that could only say yes.
     select_all = not selector.match_labels and not selector.expressions
-    targets = [
-        n
-        for n in world.nodes
-        if (select_all or selector.matches(n.labels))
-        and (IGNORE_NODE_LABEL not in n.labels or n.labels[IGNORE_NODE_LABEL].lower() != "true")
-    ]
+    # An ignored node stays a target (upstream keeps it in the Skyhook, NodesIgnored): it
+    # runs nothing and shows blocked, as does one with a taint the Skyhook does not tolerate.
+    targets = [n for n in world.nodes if select_all or selector.matches(n.labels)]
+    ignored = sorted(n.name for n in targets if IGNORE_NODE_LABEL in n.labels and _ignored(n))
+    tolerations = picker_tolerations(skyhook, world)
+    untolerated = sorted(n.name for n in targets if n.taints and not _tolerates_all(tolerations, n))
+    held = {*ignored, *untolerated}
     annotation = node_state_annotation(skyhook.name)
     wanted = wanted_versions(skyhook)
     entries_of: dict[str, dict[str, PackageState]] = {}
@@ -910,8 +1036,15 @@ def _plan_skyhook(
             if blocker:
                 blocked_by[node.name] = blocker
                 status = BLOCKED
+        if held and node.name in held and readable and status not in (COMPLETE, ERRORING):
+            # Picked last and never judged a failed node, as a node that waits its turn.
+            status = BLOCKED
         before[node.name] = status
-    policy = policy_for(skyhook, world.policies)
+    policy = policy_for(skyhook, world.policies, len(targets))
+    resets = resets_batch_state(skyhook, policy)
+    # A version change resets the batch state (upstream's auto-reset): fixing a package's
+    # version resumes a rollout that failureThreshold stopped.
+    restart_batches = resets and _versions_changed(skyhook)
     problems = list(skyhook.problems)
     if policy is not None and policy.problems:
         problems.append(f"DeploymentPolicy {policy.name}: " + "; ".join(policy.problems))
@@ -941,14 +1074,15 @@ def _plan_skyhook(
             raw = (
                 previous_compartments.get(name) if isinstance(previous_compartments, dict) else None
             )
-            state = BatchState.from_status((raw or {}).get("batchState"))
+            recorded = None if restart_batches else (raw or {}).get("batchState")
+            state = BatchState.from_status(recorded)
             compartment = compartment_of(policy, name)
             decided = plan_compartment(
                 compartment,
                 members,
                 state,
                 may_start=may_start,
-                fresh=not isinstance((raw or {}).get("batchState"), Mapping),
+                fresh=not isinstance(recorded, Mapping),
             )
             compartments.append(decided)
             selected.update(decided.batch)
@@ -984,12 +1118,15 @@ def _plan_skyhook(
     order = _package_order(skyhook)
     key = status_key(skyhook.name)
     shared: dict[int, tuple[Mapping[str, PackageState], int]] = {}
+    changed: set[str] = set()
+    # Usable nodes with a state or a status mark: their marks may need a patch.
+    marked: list[NodeView] = []
     for node in targets:
         name = node.name
         entries: Mapping[str, PackageState] = entries_of[name]
         status = before[name]
         usable = readable_of[name] and name not in world.settling
-        working = usable and name in selected and name not in blocked_by
+        working = usable and name in selected and name not in blocked_by and name not in held
         # A node outside the batch with a stage under way still records its Job's end (the
         # rollout paused or stopped); a node with nothing started, or done, has nothing to do.
         unfinished = usable and bool(entries) and status != COMPLETE
@@ -1012,7 +1149,9 @@ def _plan_skyhook(
                     a for a in step.actions if isinstance(a, FailJob | KeepFailedJob)
                 )
             plan.decisions.extend(step.decisions)
-            if step.maintenance_needed:
+            # An ignored node's request is not kept for its unfinished run: the label tells
+            # the Skyhook to leave the node alone, so it goes once no Job runs there.
+            if step.maintenance_needed and name not in ignored:
                 plan.kept_maintenances.add(maintenance_name(skyhook.name, name))
             status = node_status(skyhook, step.entries, True, wanted)
             # A node with a run under way is in progress; one outside the batch whose
@@ -1024,12 +1163,14 @@ def _plan_skyhook(
                 status = IN_PROGRESS
             if status in (WAITING, UNKNOWN) and name in blocked_by:
                 status = BLOCKED
+            if name in held and status not in (COMPLETE, ERRORING):
+                status = BLOCKED
             if working and status != COMPLETE:
                 priorities.setdefault(name, now)
-            changed = step.entries != entries
+            if step.entries != entries:
+                changed.add(name)
             entries = step.entries
         else:
-            changed = False
             # Not looked at this round (a usable node here has nothing started or is
             # complete): a request it may still be using stays.
             if not usable:
@@ -1037,40 +1178,67 @@ def _plan_skyhook(
         if status == COMPLETE:
             priorities.pop(name, None)
         after[name] = status
+        if usable and (entries or name in changed or key in node.annotations or key in node.labels):
+            marked.append(node)
         if entries:
             final_entries[name] = entries
-        if usable:
-            shown = (node.annotations.get(key, ""), node.labels.get(key, ""))
-            marked = bool(entries) or any(shown)
-            if changed or (marked and shown != (status, status)):
-                rendered = render_node_state(entries) if entries else ""
-                plan.actions.append(PatchNode(skyhook.name, node, rendered, status))
-        if entries:
             # Nodes in the same state share one parsed dict: count dicts, expand once below.
             seen = shared.get(id(entries))
             if seen is None:
                 shared[id(entries)] = (entries, 1)
             else:
                 shared[id(entries)] = (entries, seen[1] + 1)
+    # What each node shows (status.nodeStatus, its status_ label): a node held back by an
+    # earlier Skyhook waits (upstream's IsNodeReadyForSkyhook); every node of a paused or
+    # disabled Skyhook shows that.
+    shown = after
+    if blocked_by:
+        shown = {
+            name: WAITING
+            if status == BLOCKED and name in blocked_by and name not in held
+            else status
+            for name, status in after.items()
+        }
+    overall = overall_status(
+        skyhook,
+        list(shown.values()),
+        policy_missing=policy is None,
+        waits_for_earlier=_waits_for_earlier(earlier),
+    )
+    if problems:
+        overall = ERRORING
+    if overall in (PAUSED, DISABLED):
+        shown = dict.fromkeys(shown, overall)
+    for node in marked:
+        name = node.name
+        entries = final_entries.get(name, {})
+        status = shown[name]
+        marks = (node.annotations.get(key, ""), node.labels.get(key, ""))
+        if name in changed or marks != (status, status):
+            rendered = render_node_state(entries) if entries else ""
+            plan.actions.append(PatchNode(skyhook.name, node, rendered, status))
     for entries, count in shared.values():
         for entry in entries.values():
             state_key = (entry.name, entry.version, entry.state)
             summary.package_states[state_key] = summary.package_states.get(state_key, 0) + count
             stage_key = (entry.name, entry.version, entry.stage)
             summary.package_stages[stage_key] = summary.package_stages.get(stage_key, 0) + count
+            restarts_key = (entry.name, entry.version)
+            summary.package_restarts[restarts_key] = (
+                summary.package_restarts.get(restarts_key, 0) + entry.restarts * count
+            )
     for name in list(priorities):
         if name not in node_by_name:
             priorities.pop(name)
     _set_node_orders(plan.actions, first_action, priorities, skyhook.status)
-    statuses = list(after.values())
-    overall = overall_status(skyhook, statuses, bool(problems) or policy is None)
-    if problems:
-        overall = ERRORING
+    statuses = list(shown.values())
     summary.status = overall
-    summary.node_status = after
+    summary.node_status = shown
+    summary.complete_nodes = {n for n, s in after.items() if s == COMPLETE}
     summary.compartments = compartments
-    complete_nodes = sum(1 for s in statuses if s == COMPLETE)
-    reset = overall == COMPLETE and (policy is None or policy.reset_batch_state_on_completion)
+    summary.policy = policy.name if policy is not None else skyhook.deployment_policy
+    complete_nodes = len(summary.complete_nodes)
+    reset = overall == COMPLETE and resets
     ready_message = {
         COMPLETE: "all nodes converged",
         IN_PROGRESS: f"{complete_nodes}/{len(statuses)} nodes complete",
@@ -1080,18 +1248,37 @@ def _plan_skyhook(
         DISABLED: "disabled",
         BLOCKED: "waiting for its DeploymentPolicy" if policy is None else "blocked",
         WAITING: "waiting for a batch",
-        UNKNOWN: "node state unreadable",
+        UNKNOWN: "node states differ or are unreadable",
     }[overall]
     conditions.insert(
         0, _condition("Ready", overall == COMPLETE, _READY_REASONS[overall], ready_message)
     )
+    conditions.append(
+        _nodes_condition(
+            "TaintNotTolerable",
+            untolerated,
+            "has taints that are not tolerable. Skipping.",
+            "nodes have taints that are not tolerable. Skipping.",
+            "All nodes have tolerable taints.",
+        )
+    )
+    conditions.append(
+        _nodes_condition(
+            "NodesIgnored",
+            ignored,
+            "has ignore label set. Skipping.",
+            "nodes have ignore label set. Skipping.",
+            "No nodes have ignore label set.",
+        )
+    )
     new_status: dict[str, Any] = {
         "observedGeneration": skyhook.generation,
         "status": overall,
-        "nodeStatus": dict(sorted(after.items())),
+        "nodeStatus": dict(sorted(shown.items())),
         "nodeState": _rendered_node_states(final_entries),
         "completeNodes": f"{complete_nodes}/{len(statuses)}",
-        "nodesInProgress": sum(1 for s in statuses if s == IN_PROGRESS),
+        # Nodes with a run under way, erroring ones included (upstream's printer column).
+        "nodesInProgress": sum(1 for s in statuses if s in (IN_PROGRESS, ERRORING)),
         "packageList": ",".join(f"{p.name}:{p.version}" for p in skyhook.packages),
         "nodePriority": {k: _rfc3339(v) for k, v in sorted(priorities.items())}
         if not reset
@@ -1109,7 +1296,9 @@ def _plan_skyhook(
             }
             for c in compartments
         },
-        "conditions": conditions,
+        "conditions": stamp_conditions(
+            conditions, skyhook.status.get("conditions"), skyhook.generation, now
+        ),
     }
     if _status_differs(skyhook.status, new_status):
         plan.actions.append(SetSkyhookStatus(skyhook, new_status))

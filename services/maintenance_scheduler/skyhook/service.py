@@ -74,11 +74,15 @@ def only_skyhook_pods(pod: Obj) -> Obj | None:
 
 
 def node_metadata(node: Obj) -> Obj:
-    """What this controller keeps of a node (its KVView projection): its metadata, all that
-    `observe.node_view` reads (name, uid, version, labels, annotations, creation), without
-    kubectl's last-applied copy. The status (images, conditions, system info) and spec of
-    10,000 nodes were the largest part of this process's memory."""
-    return {"metadata": kept_metadata(meta(node))}
+    """What this controller keeps of a node (its KVView projection): all that
+    `observe.node_view` reads -- its metadata (name, uid, version, labels, annotations,
+    creation; without kubectl's last-applied copy) and its taints. The status (images,
+    conditions, system info) and the rest of the spec of 10,000 nodes were the largest part
+    of this process's memory."""
+    taints = mapping(node.get("spec")).get("taints")
+    if not taints:
+        return {"metadata": kept_metadata(meta(node))}
+    return {"metadata": kept_metadata(meta(node)), "spec": {"taints": taints}}
 
 
 APPLIED = frozenset({"applied", "already-applied"})
@@ -297,6 +301,7 @@ class SkyhookController:
             maintenance_uids=uids,
             maintenance_owners=owners,
             settling=settling_nodes(held),
+            runtime_required_toleration=pod_options(self.config).runtime_required_toleration(),
         )
 
     async def round(self, now: float) -> None:
@@ -355,6 +360,6 @@ class SkyhookController:
                     subject=decision.subject, message=decision, msg_id=decision.decision_id
                 )
             )
-        metrics.report(plan.rounds, {s.name: s.deployment_policy for s in world.skyhooks})
+        metrics.report(plan.rounds)
         if sendings or messages:
             await self.ledger.send(sendings, messages, publish_window=self.config.publish_window)

@@ -267,15 +267,16 @@ def config_hash(package: Package) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?")
+_VERSION = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:-([0-9A-Za-z.-]+))?")
 
 
 def _version_key(version: str) -> tuple[tuple[int, ...], tuple[tuple[int, int | str], ...]]:
-    """Semantic-version order (build metadata ignored; a pre-release before its release)."""
+    """Semantic-version order (build metadata ignored; a pre-release before its release;
+    `1.2` is `1.2.0`, as x/mod/semver reads the shorthand)."""
     found = _VERSION.match(version)
     if found is None:
         return (), ()
-    core = tuple(int(found.group(i)) for i in (1, 2, 3))
+    core = tuple(int(found.group(i) or 0) for i in (1, 2, 3))
     pre = found.group(4)
     if pre is None:
         return core, ((2, 0),)

@@ -330,7 +330,11 @@ def test_rule_a_node_labelled_skyhook_ignore_gets_no_job() -> None:
     plan = cluster.round()
     expect_no_actions(plan.actions, CreateJob, node="node-00", while_it_has=CreateJob)
     expect_actions(plan.actions, CreateJob, node="node-01")
-    assert "node-00" not in cluster.status()["nodeStatus"]
+    # It stays a target (upstream keeps it): blocked, named by NodesIgnored.
+    assert cluster.status()["nodeStatus"]["node-00"] == "blocked"
+    conditions = {c["type"]: c for c in cluster.status()["conditions"]}
+    assert conditions["NodesIgnored"]["status"] == "True"
+    assert "node-00" in conditions["NodesIgnored"]["message"]
     # The label's value decides: "false" ignores nothing.
     alone = {"node-00": replace(ignored, labels={"skyhook.nvidia.com/ignore": "false"})}
     plan = FakeCluster(skyhooks=[skyhook()], nodes=alone).round()
@@ -377,7 +381,8 @@ def test_failed_batches_stop_the_rollout_after_failure_threshold() -> None:
     assert batch["consecutiveFailures"] == 2
     # batch 1 (1 node) failed, so batch 2 shrank to 1 node, which failed too: then nothing.
     assert [len(b) for b in cluster.batches] == [1, 1]
-    assert status["status"] == "erroring"
+    # Erroring beside waiting nodes is a mix: unknown, as upstream's CollectNodeStatus.
+    assert status["status"] == "unknown"
     assert any(c["type"] == "RolloutStopped" for c in status["conditions"])
     assert status["nodeStatus"]["node-15"] == "waiting"
 
@@ -439,7 +444,7 @@ def test_priority_lower_first_then_name_per_node() -> None:
     cluster = FakeCluster(skyhooks=[second, first], nodes=cluster_nodes(1))
     plan = cluster.round()
     assert {a.skyhook.name for a in plan.actions if isinstance(a, CreateJob)} == {"zz-first"}
-    assert cluster.status("aa-second")["nodeStatus"] == {"node-00": "blocked"}
+    assert cluster.status("aa-second")["nodeStatus"] == {"node-00": "waiting"}
     run_until_settled(cluster)
     assert cluster.status("zz-first")["status"] == "complete"
     assert cluster.status("aa-second")["status"] == "complete"
