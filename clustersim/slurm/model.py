@@ -427,7 +427,8 @@ class SlurmCluster:
     ) -> Reservation:
         """As slurmctld's create_resv: admins only; a name in use, an unknown node, no users or
         an end already past are refused. Running jobs that would outlive the start refuse it
-        unless IGNORE_JOBS (slurmctld: "Requested nodes are busy")."""
+        unless IGNORE_JOBS (slurmctld: "Requested nodes are busy"); so does a start more than
+        ten minutes past."""
         source = "_create_reservation"
         self.require_admin(user, "Failure to create reservation", source)
         if not name or name in self.reservations:
@@ -443,7 +444,8 @@ class SlurmCluster:
             raise SlurmError(e.ESLURM_USER_ID_MISSING, "Reservation without users", source)
         now = self.clock.now()
         end = start + minutes * 60
-        if minutes <= 0 or end < now - 60:
+        # slurmctld: a start more than MAX_RESV_DELAY (600 s) past is invalid.
+        if minutes <= 0 or start < now - 600:
             raise SlurmError(e.ESLURM_INVALID_TIME_VALUE, "Invalid reservation time", source)
         words = tuple(flag.upper() for flag in flags)
         if "IGNORE_JOBS" not in words:

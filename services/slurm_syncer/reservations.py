@@ -19,6 +19,7 @@ reservations by name):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,8 +48,14 @@ class ScheduledNodeSet:
 
 @dataclass(frozen=True)
 class NewReservation:
+    """A reservation to create: the window's, from `start` for `minutes`. Inside the window
+    it starts now, for what is left of it (slurmctld refuses a start more than ten minutes
+    past, MAX_RESV_DELAY), under the window's name all the same."""
+
     window: UpdateWindow
     nodes: tuple[str, ...]
+    start: int
+    minutes: int
 
 
 @dataclass
@@ -121,7 +128,9 @@ def plan_reservations(
         elif not entry.nodes:
             plan.held.append((entry.key, "none of its Slurm nodes is registered yet"))
         else:
-            plan.create.append(NewReservation(window, entry.nodes))
+            start = max(window.start, int(now))
+            minutes = math.ceil((window.end - start) / 60)
+            plan.create.append(NewReservation(window, entry.nodes, start, minutes))
     plan.delete = sorted(
         name for name in existing if name.startswith(RESERVATION_PREFIX) and name not in wanted
     )

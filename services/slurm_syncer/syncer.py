@@ -845,8 +845,8 @@ class Syncer:
                     await view.client.create_reservation(
                         window.reservation,
                         list(new.nodes),
-                        window.start,
-                        window.minutes,
+                        new.start,
+                        new.minutes,
                         list(window.flags),
                     )
             except (SlurmError, ValueError) as exc:

@@ -130,3 +130,6 @@ async def test_rule_a_reservation_needs_admin_a_new_name_and_jobs_out_of_the_way
     assert status == 500 and answer["errors"][0]["error_number"] == 2053
     status, answer = await call(sim, "POST", NEWEST + "/reservation", {**body, "flags": ["NOPE"]})
     assert status == 400
+    stale = _body("maint-5", ["n-1"], now - 601, 30, ["MAINT"])
+    status, answer = await call(sim, "POST", NEWEST + "/reservation", stale)
+    assert status == 500 and answer["errors"][0]["error_number"] == 2054

@@ -33,8 +33,11 @@ def test_rule_a_window_not_yet_over_gets_its_reservation_over_the_nodesets_nodes
     assert new.nodes == ("w-000-001", "w-000-002")
     assert new.window.flags == ("MAINT", "IGNORE_JOBS")
     assert (new.window.start, new.window.end) == (START, START + 1800)
-    # Inside the window still; once it exists nothing more is sent.
-    assert plan_reservations("a", START + 60, [nodeset()], NODES, set(), V45).create
+    assert (new.start, new.minutes) == (START, 30)
+    # Inside the window it starts now, for what is left (slurmctld refuses a start more than
+    # ten minutes past), under the window's name; once it exists nothing more is sent.
+    (late,) = plan_reservations("a", START + 900 + 1, [nodeset()], NODES, set(), V45).create
+    assert late.window.reservation == OURS and (late.start, late.minutes) == (START + 901, 15)
     assert plan_reservations("a", START + 60, [nodeset()], NODES, {OURS}, V45).create == []
 
 
