@@ -10,7 +10,9 @@ Each GangGroup (PodGroups tied by the `groups` annotation; a pod of ours without
 is a gang of one) goes through named phases, highest priority first:
 
 1. read (`_read_phase`): every PodGroup parses, every PodGroup of the group exists, every
-   rank parses; a PreferGather layer the topology lacks is dropped with a Warning Event;
+   rank parses, no member asks what the placer does not check (claim volumes, DRA claims: it
+   is refused naming the field, interpod.unsupported_reason); a PreferGather layer the
+   topology lacks is dropped with a Warning Event;
 2. members (`_members_phase`): each PodGroup has minMember pods counted by its match policy,
    or is satisfied (reached minMember once under once-satisfied, has minMember bound under
    waiting-and-running, or has minMember 0);
@@ -20,8 +22,9 @@ is a gang of one) goes through named phases, highest priority first:
    nominated nodes still take them: bind all;
 4. gather (`_gather_phase`): place every pending member at once (or, failing that, just
    enough to reach each minMember) and nominate them, each member with its own request and
-   filters (`_GangFit`); a partly bound gang with gather rules stays in the domain of its
-   bound members;
+   filters (`_GangFit`), the inter-pod filters (hostPorts, required pod (anti-)affinity,
+   DoNotSchedule spread: interpod.GangCheck) included; a partly bound gang with gather rules
+   stays in the domain of its bound members;
 5. preempt (`_preempt`): when nothing fits, job-level preemption (preemption module);
 6. unschedulable (`_unschedulable`): PodScheduled=False with the reason in numbers; a Strict
    gang gives its nominations back. Past its waiting time the gang is reported GangTimeout,
@@ -71,9 +74,19 @@ from topology_placer.gang import (
 )
 from topology_placer.gather import NoFit, Placement, PodShape, gather, gather_mixed
 from topology_placer.inflight import InFlight
+from topology_placer.interpod import (
+    HOSTNAME_LABEL,
+    Charged,
+    GangCheck,
+    LabelIndex,
+    PodConstraints,
+    constraints_of,
+    unsupported_reason,
+)
 from topology_placer.memo import FactsByVersion
 from topology_placer.network import (
     DEFAULT_TOPOLOGY_NAME,
+    NODE_LAYER,
     DomainPath,
     TopologySpec,
     TopologySpecError,
@@ -243,6 +256,9 @@ class Gang:
     uids: dict[GroupKey, str] = field(default_factory=dict)
     # PreferGather layers the ClusterNetworkTopology does not have: dropped (phase 1).
     ignored_layers: tuple[str, ...] = ()
+    # A pending member has hostPorts, required pod (anti-)affinity or a DoNotSchedule
+    # spread (phase 1): the inter-pod filters apply to the gang.
+    constrained: bool = False
 
     @property
     def id(self) -> str:
@@ -359,11 +375,18 @@ class PodFacts(NamedTuple):
     created: float | None
     rank: RankKey | None
     rank_error: str
+    # What it brings to the inter-pod filters (hostPorts, required pod (anti-)affinity,
+    # DoNotSchedule spread), None for most pods; of a pending pod, what it asks that the
+    # placer does not check (interpod.unsupported_reason, "" when nothing).
+    constraints: PodConstraints | None = None
+    unsupported: str = ""
 
 
 def _read_pod_facts(pod: Obj) -> PodFacts:
     rank: RankKey | None = None
     rank_error = ""
+    unsupported = ""
+    constraints = constraints_of(pod)
     charge = podfacts.charged_node(pod)
     request = pod_request_shared(pod)
     pending = podfacts.is_pending(pod)
@@ -374,6 +397,7 @@ def _read_pod_facts(pod: Obj) -> PodFacts:
             rank = rank_key(topology_index(pod), fields.name_of(pod))
         except GangSpecError as error:
             rank_error = str(error)
+        unsupported = unsupported_reason(pod, constraints)
     return PodFacts(
         key=fields.uid_of(pod) or f"{fields.namespace_of(pod)}/{fields.name_of(pod)}",
         group=pod_group_of(pod),
@@ -388,6 +412,8 @@ def _read_pod_facts(pod: Obj) -> PodFacts:
         created=podfacts.created_at(pod) if pending else None,
         rank=rank,
         rank_error=rank_error,
+        constraints=constraints,
+        unsupported=unsupported,
     )
 
 
@@ -411,6 +437,17 @@ class _NodeIndex:
         self._by_allocatable: list[tuple[Milli, set[str]]] | None = None
         # The domain tree by topology spec (see _tree_of).
         self.trees: dict[TopologySpec, TopologyTree] = {}
+        # Node names by label key and value, filled as the inter-pod filters ask.
+        self.by_label: LabelIndex = {}
+
+    # Read by the inter-pod filters only (made when a gang first needs them).
+    @cached_property
+    def labels(self) -> dict[str, Obj]:
+        return {name: facts.labels for name, facts in self.facts.items()}
+
+    @cached_property
+    def objects(self) -> dict[str, Obj]:
+        return {name: facts.node for name, facts in self.facts.items()}
 
     def by_allocatable(self) -> list[tuple[Milli, set[str]]]:
         """Node names grouped by their (shared) allocatable."""
@@ -474,6 +511,10 @@ class _Pass:
         self.restarted: set[GroupKey] = set()
         # Pods by their network-topology-selector value, built when a gang first asks.
         self._by_selector: dict[str, list[Obj]] | None = None
+        # The inter-pod filters' view of the charged pods, built when a gang first needs it;
+        # whether any charged pod has a required anti-affinity (it may repel any pod).
+        self._interpod: Charged | None = None
+        self.repelling = False
 
     def pods_sharing_selector(self, value: str) -> list[Obj]:
         """Every pod whose `network-topology-selector` annotation is `value`."""
@@ -512,6 +553,8 @@ class _Pass:
         for facts in self.pod_facts:
             if facts.charged is not None:
                 charged[facts.key] = facts.charged
+                if facts.constraints is not None and facts.constraints.anti_affinity:
+                    self.repelling = True
         for item in charged.values():
             node_used = used.get(item.node)
             if node_used is None:
@@ -636,6 +679,34 @@ class _Pass:
             add_milli(self.used[previous.node], previous.request, -1)
         add_milli(self.used.setdefault(node, {}), facts.request)
         self.charged[facts.key] = ChargedPod(pod, node, facts.request, True)
+        if facts.constraints is not None and facts.constraints.anti_affinity:
+            self.repelling = True
+        if self._interpod is not None:
+            self._interpod.charge(facts.key, pod, node)
+
+    def interpod_check(self, gang: Gang) -> GangCheck | None:
+        """The inter-pod filters for this gang, or None when none can apply: no pending
+        member has hostPorts, required pod (anti-)affinity or a DoNotSchedule spread, and no
+        charged pod has a required anti-affinity (the usual pass pays nothing for them)."""
+        if not self.repelling and not gang.constrained:
+            return None
+        if self._interpod is None:
+            self._interpod = Charged(
+                ((key, item.pod, item.node) for key, item in self.charged.items()),
+                _constraints_of_pod,
+            )
+        return GangCheck(
+            charged=self._interpod,
+            own=frozenset(pod_facts(p).key for p in gang.pending),
+            node_labels=self.nodes.labels,
+            label_index=self.nodes.by_label,
+            node_objects=self.nodes.objects,
+            constraints_of_pod=_constraints_of_pod,
+        )
+
+
+def _constraints_of_pod(pod: Obj) -> PodConstraints | None:
+    return pod_facts(pod).constraints
 
 
 # Memo of the last tree and of each node version's path (by topology spec): the tree only
@@ -803,6 +874,10 @@ class _GangFit:
         pod_specs: list[Obj],
         node_slots: dict[str, int],
         free: dict[str, Mapping[str, int]],
+        check: GangCheck | None = None,
+        pods: Mapping[str, Obj] | None = None,
+        refused: Mapping[str, int] | None = None,
+        gathering: Sequence[GatherRule] = (),
     ) -> None:
         self.shape_of = shape_of
         self.shapes = shapes
@@ -811,6 +886,13 @@ class _GangFit:
         # One shape: offer slots per node. Several: free resources per usable node.
         self.node_slots = node_slots
         self.free = free
+        # The inter-pod filters (None: none applies to this gang), the members by name and
+        # how many nodes each filter took off for the pods already placed.
+        self.check = check
+        self.pods: Mapping[str, Obj] = pods or {}
+        self.refused: Mapping[str, int] = refused or {}
+        # MustGather rules the members' required affinity to each other adds (`of`).
+        self.gathering = tuple(gathering)
 
     @property
     def uniform(self) -> bool:
@@ -818,10 +900,14 @@ class _GangFit:
 
     @classmethod
     def of(cls, run: _Pass, gang: Gang, ranked: Sequence[Obj]) -> _GangFit:
-        shape_index: dict[tuple[tuple[tuple[str, int], ...], str], int] = {}
+        shape_index: dict[tuple[tuple[tuple[str, int], ...], str, object], int] = {}
         shape_of: dict[str, int] = {}
         shapes: list[PodShape] = []
         by_signature: dict[str, Obj] = {}
+        check = run.interpod_check(gang)
+        refused: dict[str, int] = {}
+        caps: list[Any] = []
+        gathering: dict[str, GatherRule] = {}
         # Pods asking alike mostly share one request dict: its items are sorted once.
         items_of: dict[int, tuple[tuple[str, int], ...]] = {}
         for pod in ranked:
@@ -831,25 +917,79 @@ class _GangFit:
             items = items_of.get(id(request))
             if items is None:
                 items = items_of[id(request)] = tuple(sorted(request.items()))
-            key = (items, signature)
+            # Members the inter-pod filters tell apart are shapes of their own.
+            key = (items, signature, None if check is None else check.shape_key(pod))
             index = shape_index.get(key)
             if index is None:
                 usable = run.usable_nodes({signature: by_signature[signature]})
+                if check is not None and check.relevant(pod):
+                    usable, off = check.usable(pod, usable)
+                    for rule_name, count in off.items():
+                        refused[rule_name] = refused.get(rule_name, 0) + count
+                caps.append(None if check is None else check.node_cap(pod))
+                if check is not None:
+                    for rule in _affinity_gathering(run.tree, check.gathering_keys(pod)):
+                        gathering[rule.layer] = rule
                 index = shape_index[key] = len(shapes)
                 shapes.append(PodShape(request=request, usable=usable))
             shape_of[fields.name_of(pod)] = index
         pod_specs = list(by_signature.values())
+        by_name = {fields.name_of(p): p for p in ranked} if check is not None else {}
         if len(shapes) <= 1:
             request = shapes[0].request if shapes else {}
             usable = shapes[0].usable if shapes else frozenset()
-            return cls(shape_of, shapes, pod_specs, run.offer_slots(gang, usable, request), {})
+            slots = run.offer_slots(gang, usable, request)
+            cap = caps[0] if caps else None
+            if cap is not None:
+                # Members alike that one node may take together (a shared hostPort, a
+                # per-node anti-affinity or spread).
+                slots = {node: n for node, count in slots.items() if (n := min(count, cap(node)))}
+            return cls(
+                shape_of,
+                shapes,
+                pod_specs,
+                slots,
+                {},
+                check,
+                by_name,
+                refused,
+                tuple(gathering.values()),
+            )
         nodes: set[str] = set()
         for shape in shapes:
             nodes |= shape.usable
-        return cls(shape_of, shapes, pod_specs, {}, run.free_for(gang, nodes))
+        return cls(
+            shape_of,
+            shapes,
+            pod_specs,
+            {},
+            run.free_for(gang, nodes),
+            check,
+            by_name,
+            refused,
+            tuple(gathering.values()),
+        )
 
     def takes(self, names_by_node: Mapping[str, Sequence[str]]) -> bool:
-        """Whether each node still takes the members named for it, all together."""
+        """Whether each node still takes the members named for it, all together (and the
+        inter-pod filters let them)."""
+        if not self._resources_take(names_by_node):
+            return False
+        return self.check is None or self.violation(names_by_node) is None
+
+    def violation(self, names_by_node: Mapping[str, Sequence[str]]) -> str | None:
+        """What the inter-pod filters refuse of these members on these nodes, checked in
+        rank order, or None."""
+        if self.check is None:
+            return None
+        order = {name: index for index, name in enumerate(self.pods)}
+        pairs = sorted(
+            ((name, node) for node, names in names_by_node.items() for name in names),
+            key=lambda pair: order.get(pair[0], len(order)),
+        )
+        return self.check.violation([(self.pods[name], node) for name, node in pairs])
+
+    def _resources_take(self, names_by_node: Mapping[str, Sequence[str]]) -> bool:
         if self.uniform:
             return all(
                 self.node_slots.get(node, 0) >= len(names) for node, names in names_by_node.items()
@@ -876,19 +1016,69 @@ class _GangFit:
         existing: Mapping[str, int],
         within: DomainPath | None,
     ) -> Placement | NoFit:
+        rules = (*rules, *self.gathering)
         if self.uniform:
-            return gather(tree, names, rules, self.node_slots, existing, within)
-        members = [(name, self.shape_of[name]) for name in names]
-        return gather_mixed(tree, members, self.shapes, self.free, rules, existing, within)
+            result = gather(tree, names, rules, self.node_slots, existing, within)
+        else:
+            members = [(name, self.shape_of[name]) for name in names]
+            result = gather_mixed(tree, members, self.shapes, self.free, rules, existing, within)
+        if self.check is None:
+            return result
+        if isinstance(result, NoFit):
+            return NoFit(
+                result.message + self._refused_text(),
+                result.desired,
+                result.best_domain,
+                result.best_slots,
+            )
+        # A placement the filters refuse is not made: never a misplaced pod.
+        by_node: dict[str, list[str]] = {}
+        for name, node in result.assignments:
+            by_node.setdefault(node, []).append(name)
+        why = self.violation(by_node)
+        if why is None:
+            return result
+        return NoFit(
+            f"inter-pod filters refuse the placement found: {why}" + self._refused_text(),
+            len(names),
+            "/".join(result.domain) or "cluster",
+            0,
+        )
+
+    def _refused_text(self) -> str:
+        if not self.refused:
+            return ""
+        parts = ", ".join(
+            f"required {rule} on {count}" for rule, count in sorted(self.refused.items())
+        )
+        return f" (nodes ruled out by pods already placed: {parts})"
 
     def consume(self, name: str, node: str) -> None:
         """The member now takes room on `node` (bound this pass)."""
+        if self.check is not None:
+            self.check.placed.append((self.pods[name], node))
         if self.uniform:
             self.node_slots[node] = self.node_slots.get(node, 0) - 1
             return
         room = dict(self.free.get(node, {}))
         add_milli(room, self.shapes[self.shape_of[name]].request, -1)
         self.free[node] = room
+
+
+def _affinity_gathering(tree: TopologyTree, keys: Sequence[str]) -> list[GatherRule]:
+    """Members that must share a domain of these label keys with the first of their kind
+    (required affinity to each other) are gathered there: MustGather at the layer the key
+    names (the nodes for the hostname). A key no layer names adds nothing (the placement
+    is still checked, and refused when it splits them)."""
+    rules: list[GatherRule] = []
+    for key in keys:
+        if key == HOSTNAME_LABEL:
+            rules.append(GatherRule(NODE_LAYER, "MustGather"))
+            continue
+        for layer in tree.spec.layers:
+            if layer.label_keys == (key,):
+                rules.append(GatherRule(layer.name, "MustGather"))
+    return rules
 
 
 def _hold_in_flight(run: _Pass, gang: Gang) -> bool:
@@ -963,6 +1153,12 @@ def _read_phase(run: _Pass, gang: Gang) -> list[Obj] | None:
         ranked = [pending[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
     if run.topology_error and gang.rules:
         gang.errors.append(run.topology_error)
+    # What the placer does not check is refused, never guessed at (interpod module).
+    for pod, pod_fact in zip(pending, facts, strict=True):
+        if pod_fact.unsupported:
+            gang.errors.append(f"pod {fields.name_of(pod)}: {pod_fact.unsupported}")
+        if pod_fact.constraints is not None:
+            gang.constrained = True
     if gang.errors:
         _unschedulable(run, gang, ranked, "invalid", "; ".join(gang.errors), clear=False)
         return None
@@ -1265,6 +1461,16 @@ def _preempt(
     )
     if isinstance(outcome, NotHelpful):
         return outcome.message
+    check = run.interpod_check(gang)
+    if check is not None:
+        # The victims are gone when the gang binds: they hold no port and repel nothing.
+        check.own = check.own | {pod_facts(v).key for v in outcome.victim_pods}
+        by_name = {fields.name_of(p): p for p in ranked}
+        why = check.violation(
+            [(by_name[name], node) for name, node in outcome.placement.assignments]
+        )
+        if why is not None:
+            return f"preemption not planned, the inter-pod filters refuse its placement: {why}"
     trigger = ranked[0]
     scheduler = podfacts.scheduler_of(trigger)
     message = preemption_message(

@@ -14,6 +14,7 @@ from nodeflow_kube.fields import (
     namespace_of,
     parse_time,
     resource_version_of,
+    sequence,
     uid_of,
 )
 from nodeflow_kube.projections import (
@@ -127,8 +128,9 @@ _STATUS_FIELDS = ("phase", "nominatedNodeName")
 _READ_CONDITIONS = frozenset({POD_SCHEDULED, DISRUPTION_TARGET})
 _BOUND_READ_CONDITIONS = frozenset({DISRUPTION_TARGET})
 # What a placement reads of a bound pod's spec: its node, priority and scheduler, and what it
-# charges its node. Not what filters nodes for a pending pod (the placer has no inter-pod
-# affinity: once bound nothing reads them again) nor anything else a pass never looks at.
+# charges its node. Not what filters nodes for a pending pod (but its hostPorts and required
+# anti-affinity, which the inter-pod filters read of pods already placed: _keep_interpod)
+# nor anything else a pass never looks at.
 _BOUND_SPEC_FIELDS = frozenset(
     {
         "nodeName",
@@ -151,15 +153,25 @@ _SHARED_POD_PARTS = (*POD_TEMPLATE_PARTS, ("status",))
 
 def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
     """The pod as the placer keeps it in its view (its KVView projection): all of metadata
-    (but kubectl's last-applied copy); of status the phase and the nomination. Of a pending
-    pod all of spec but volumes and, of each container, anything but its name, resources and
-    restartPolicy; its PodScheduled and DisruptionTarget conditions. Of a bound pod only the
-    spec fields a placement reads of it (node, priority, scheduler, what it requests) and its
-    DisruptionTarget. The placer keeps every pod of the cluster, most of them bound: this is
-    a fraction of a real pod's size."""
+    (but kubectl's last-applied copy); of status the phase and the nomination; of each
+    container its name, resources, restartPolicy and ports with a hostPort. Of a pending pod
+    all of spec but volumes (except the names of its claims) and the rest of its containers;
+    its PodScheduled and DisruptionTarget conditions. Of a bound pod only the spec fields a
+    placement reads of it (node, priority, scheduler, what it requests, its required
+    anti-affinity) and its DisruptionTarget. The placer keeps every pod of the cluster, most
+    of them bound: this is a fraction of a real pod's size."""
     pod_spec = spec(pod)
     if not pod_spec.get("nodeName"):
         kept = kept_pod(pod, status_fields=_STATUS_FIELDS, conditions=_READ_CONDITIONS)
+        # The volumes whose topology the placer does not check: a pod with one is refused.
+        claims = [
+            {"name": volume.get("name"), key: {} if key == "ephemeral" else volume[key]}
+            for volume in map(mapping, sequence(pod_spec.get("volumes")))
+            for key in ("persistentVolumeClaim", "ephemeral")
+            if volume.get(key) is not None
+        ]
+        if claims:
+            kept["spec"]["volumes"] = claims
     else:
         kept = kept_pod(
             pod,
@@ -169,7 +181,27 @@ def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
         )
         if not kept["status"].get("conditions"):
             kept["status"].pop("conditions", None)
+        anti = mapping(mapping(pod_spec.get("affinity")).get("podAntiAffinity")).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        if anti:
+            kept["spec"]["affinity"] = {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti}
+            }
+    _keep_host_ports(kept["spec"], pod_spec)
     return share_parts(kept, _SHARED_POD_PARTS)
+
+
+def _keep_host_ports(kept_spec: dict[str, Any], pod_spec: Obj) -> None:
+    """Of each container's ports only those with a hostPort (the NodePorts filter's input)."""
+    for key in ("containers", "initContainers"):
+        raw, kept = pod_spec.get(key), kept_spec.get(key)
+        if not isinstance(raw, list) or not isinstance(kept, list):
+            continue
+        for entry, kept_entry in zip(raw, kept, strict=False):
+            ports = [p for p in sequence(mapping(entry).get("ports")) if mapping(p).get("hostPort")]
+            if ports:
+                kept_entry["ports"] = ports
 
 
 def placement_node_fields(node: dict[str, Any]) -> dict[str, Any]:
