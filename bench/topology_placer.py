@@ -22,6 +22,16 @@ Figures (median of BENCH_PLACER_ROUNDS runs, default 5):
 
 Each is printed with its ratio to the target (100 ms): below 1.0 meets it.
 
+* preemption pass: one whole planning pass (steady, as above) over a full cluster of
+  2,048 / 4,096 / 8,192 / 16,384 nodes (BENCH_PLACER_PREEMPT_NODES; spines of 16 blocks x
+  64 nodes), every GPU taken by lower-priority jobs (in runs of 8 nodes: a gang of one
+  8-GPU pod a node, a ReplicaSet of two 4-GPU replicas a node, or a job of eight 1-GPU pods
+  a node; priorities 10, 20 or 30; one
+  PodDisruptionBudget that allows nothing), while a 32-pod gang of 8 GPUs at priority 100
+  (MustGather SpineLayer, PreferGather BlockLayer) finds no room and plans a preemption:
+  the victims, their domain and the nominations. Printed with its ratio to the 1 s target
+  (issue #31) and per 1,000 nodes, so near-linear shows as a flat per-1,000 figure.
+
 * end to end: 100 gangs of 8 eight-GPU pods (BENCH_PLACER_E2E_GANGS, default 100)
   created at once on 1,000 simulated nodes (BENCH_PLACER_E2E_NODES), through the Kubernetes
   API emulator, NATS, k8s-watcher and the placer (all in this process), timed until every
@@ -62,10 +72,10 @@ from topology_placer.fit import (
     offer_slots,
     pod_request_milli,
 )
-from topology_placer.gang import GatherRule
+from topology_placer.gang import POD_GROUP_LABEL, GatherRule
 from topology_placer.gather import Placement, gather
 from topology_placer.network import build_tree, parse_topology
-from topology_placer.planner import ClusterState, Nominate, plan
+from topology_placer.planner import ClusterState, Disrupt, Nominate, plan
 from topology_placer.service import TopologyPlacer
 
 TARGET_SECONDS = 0.100
@@ -281,9 +291,114 @@ async def main() -> None:
     nominated = sum(1 for a in mixed_result.actions if isinstance(a, Nominate))
     assert nominated == GANG + 1, f"{nominated} of {GANG + 1} nominated"
     line(f"steady pass, a launcher and {GANG} workers (two pod shapes)", mixed_warm)
+    for node_count in preemption_sizes():
+        preemption_pass(node_count, rounds)
     await end_to_end(
         int(os.environ.get("BENCH_PLACER_E2E_GANGS", "100")),
         int(os.environ.get("BENCH_PLACER_E2E_NODES", "1000")),
+    )
+
+
+PREEMPTION_TARGET_SECONDS = 1.0
+PREEMPTOR_PODS = 32
+VICTIM_RUN = 8  # nodes a lower-priority job of the full cluster spans
+
+
+def preemption_sizes() -> list[int]:
+    raw = os.environ.get("BENCH_PLACER_PREEMPT_NODES", "2048,4096,8192,16384")
+    return [int(part) for part in raw.split(",") if part.strip()]
+
+
+def full_cluster(node_count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`node_count` nodes (spines of 16 blocks x 64), every GPU taken by lower-priority jobs,
+    and the pending 64-pod gang of priority 100 that must preempt some of them."""
+    rng = random.Random(31)
+    all_nodes = nodes()
+    if not 0 < node_count <= len(all_nodes) or node_count % VICTIM_RUN:
+        raise ValueError(f"a full cluster of 8 to {len(all_nodes)} nodes, a multiple of 8")
+    all_nodes = all_nodes[:node_count]
+    victims: list[dict[str, Any]] = []
+    for start in range(0, node_count, VICTIM_RUN):
+        job = f"low-{start // VICTIM_RUN}"
+        priority = rng.choice((10, 20, 30))
+        kind = rng.choice(("gang", "replicas", "job"))
+        for offset in range(VICTIM_RUN):
+            node_name = all_nodes[start + offset]["metadata"]["name"]
+            shares = {"gang": (8,), "replicas": (4, 4), "job": (1,) * 8}[kind]
+            for part, gpus in enumerate(shares):
+                victim = pod(
+                    f"{job}-{offset}-{part}",
+                    gpus,
+                    nodeName=node_name,
+                    priority=priority,
+                    schedulerName="default-scheduler",
+                    labels={"app": job, **({POD_GROUP_LABEL: job} if kind == "gang" else {})},
+                )
+                owner_kind = "ReplicaSet" if kind == "replicas" else "Job"
+                victim["metadata"]["ownerReferences"] = [
+                    {"kind": owner_kind, "name": job, "uid": f"uid-{job}"}
+                ]
+                victims.append(victim)
+    gang = [
+        pod(
+            f"urgent-{rank}",
+            8,
+            schedulerName="nodeflow-placer",
+            priority=100,
+            labels={POD_GROUP_LABEL: "urgent"},
+            annotations={"gang.scheduling.koordinator.sh/network-topology-index": str(rank)},
+        )
+        for rank in range(PREEMPTOR_PODS)
+    ]
+    return all_nodes, victims + gang
+
+
+def preemption_pass(node_count: int, rounds: int) -> None:
+    all_nodes, pods = full_cluster(node_count)
+    group = {
+        "metadata": {
+            "name": "urgent",
+            "namespace": "default",
+            "uid": "uid-urgent",
+            "annotations": {
+                "gang.scheduling.koordinator.sh/network-topology-spec": json.dumps(
+                    {
+                        "gatherStrategy": [
+                            {"layer": "SpineLayer", "strategy": "MustGather"},
+                            {"layer": "BlockLayer", "strategy": "PreferGather"},
+                        ]
+                    }
+                )
+            },
+        },
+        "spec": {"minMember": PREEMPTOR_PODS},
+        "status": {},
+    }
+    budget = {
+        "metadata": {"name": "low-0", "namespace": "default", "uid": "uid-pdb-low-0"},
+        "spec": {"selector": {"matchLabels": {"app": "low-0"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    state = ClusterState(
+        nodes=all_nodes,
+        pods=pods,
+        pod_groups=[group],
+        topologies=[topology()],
+        budgets=[budget],
+        now=time.time(),
+        scheduler_names=frozenset({"nodeflow-placer"}),
+    )
+    plan(state)  # every pod and node read once, as a running placer has them
+    seconds, result = median_seconds(lambda: plan(state), rounds)
+    victims = sum(1 for a in result.actions if isinstance(a, Disrupt))
+    nominated = sum(1 for a in result.actions if isinstance(a, Nominate) and a.node)
+    assert victims and nominated == PREEMPTOR_PODS, (victims, nominated)
+    print(
+        f"   preemption pass, full cluster of {node_count} nodes ({victims} victims, "
+        f"{nominated} nominations): {seconds:.3f} s, "
+        f"{seconds / PREEMPTION_TARGET_SECONDS:.2f}x the 1 s target, "
+        f"{seconds * 1000 / (node_count / 1000):.0f} ms per 1,000 nodes",
+        flush=True,
     )
 
 

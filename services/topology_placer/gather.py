@@ -24,7 +24,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -282,6 +282,20 @@ def gather(
     scope, highest = _scope(tree, read, within)
     node_depth = len(tree.spec.layers) + 1
     lowest = node_depth if rules or within is not None else highest
+    placed = _place(tree, pods_in_rank_order, sums, scope, lowest, highest)
+    return placed or _no_fit(read, scope, sums, desired, within, tree.root)
+
+
+def _place(
+    tree: TopologyTree,
+    pods_in_rank_order: Sequence[str],
+    sums: DomainSlots,
+    scope: Sequence[Domain],
+    lowest: int,
+    highest: int,
+) -> Placement | None:
+    """Rules 3-6 inside `scope`, layers from `lowest` up to `highest` depth."""
+    desired = len(pods_in_rank_order)
     for depth in range(lowest, highest - 1, -1):
         candidates = [domain for top in scope for domain in _fitting(top, depth, sums, desired)]
         if not candidates:
@@ -294,7 +308,39 @@ def gather(
             domain=winner.path,
             layer=tree.spec.layer_name(depth),
         )
-    return _no_fit(read, scope, sums, desired, within, tree.root)
+    return None
+
+
+def gather_within_each(
+    tree: TopologyTree,
+    pods_in_rank_order: Sequence[str],
+    rules: Sequence[GatherRule],
+    node_slots: Mapping[str, int],
+    domains: Iterable[Domain],
+) -> Iterator[tuple[Domain, Placement]]:
+    """`gather(..., within=domain.path)` for each of `domains`, yielding those that take the
+    gang: the same placements, with the slots summed up the tree once instead of once per
+    domain, and a domain offering fewer slots than the gang skipped at once (nothing inside
+    it offers more). A preemption plan is costed domain by domain over the whole cluster;
+    this keeps that pass linear in the cluster's size."""
+    desired = len(pods_in_rank_order)
+    read = _read_rules(tree, rules, desired)
+    if isinstance(read, NoFit):
+        return
+    sums = sum_slots(tree, node_slots, {}, read.multiples)
+    node_depth = len(tree.spec.layers) + 1
+    must_depth = 0 if read.must_depth is None else read.must_depth
+    for domain in domains:
+        if sums.slots[domain.index] < desired:
+            continue
+        if domain.depth >= must_depth:
+            # What _scope answers for such a domain, without listing the MustGather layer.
+            scope, highest = [domain], domain.depth
+        else:
+            scope, highest = _scope(tree, read, domain.path)
+        placed = _place(tree, pods_in_rank_order, sums, scope, node_depth, highest)
+        if placed is not None:
+            yield domain, placed
 
 
 # --- gangs of several pod shapes ---------------------------------------------------------

@@ -26,6 +26,13 @@ Phases, as Koordinator's PostFilter, with two of its gaps closed:
 5. PodDisruptionBudgets: a plan that evicts more pods matching a budget than its
    `status.disruptionsAllowed` breaks it; such a plan is chosen only when every plan breaks
    one (fewest broken budgets first), then least cost, then fewest pods, then domain path.
+
+One pass stays near-linear in the cluster's size (issue #31: a full cluster of 16k nodes):
+each pod is read once per version, the units are indexed by node, the cheapest class that
+fits is found by bisection, the slots are summed up the tree once for every domain costed
+(gather.gather_within_each), and giving a unit back re-checks only the nodes it is on. The
+plans are those of the plain class-by-class, domain-by-domain search, kept as the oracle of
+tests/unit/topology_placer/test_preemption_search.py.
 """
 
 from __future__ import annotations
@@ -39,9 +46,10 @@ from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from nodeflow_kube import fields
 from nodeflow_kube.labels import LabelSelector, SelectorError
 from topology_placer import pods as podfacts
-from topology_placer.fit import NodeCapacity
+from topology_placer.fit import NodeCapacity, slots_in
 from topology_placer.gang import GatherRule, pod_group_of
-from topology_placer.gather import NoFit, Placement, gather
+from topology_placer.gather import NoFit, Placement, gather, gather_within_each
+from topology_placer.memo import FactsByVersion
 from topology_placer.network import TopologyTree
 
 Obj = Mapping[str, Any]
@@ -77,6 +85,8 @@ class VictimUnit:
     pods: list[ChargedPod] = field(default_factory=list)
     # The job the unit belongs to (a replica's controller): a plan is costed per job.
     job: str = ""
+    # The namespace and labels of each pod, in `pods` order: what a budget selects by.
+    pod_labels: list[tuple[str, Obj]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -120,23 +130,59 @@ def is_protected_from_preemption(pod: Obj) -> bool:
     )
 
 
-def _still_a_victim(pod: Obj, gang_priority: int) -> bool:
+class _PodFacts(NamedTuple):
+    """What a preemption pass reads of one pod version, read once (see memo.py): a pass over
+    a full cluster asks it of every pod."""
+
+    namespace: str
+    labels: Obj
+    # The node it is bound to, and whether it holds it (bound, not finished).
+    node: str
+    occupies: bool
+    deleting: bool
+    priority: int
+    # Its victim unit and the job that unit belongs to (_unit_key).
+    key: str
+    job: str
+    # A NodeSet pod, or one its owner opted out of preemption: never a victim.
+    never_a_victim: bool
+    # The message of its DisruptionTarget condition when a preemption set it, else None.
+    preemption_mark: str | None
+
+
+def _read_pod_facts(pod: Obj) -> _PodFacts:
+    key, job = _unit_key(pod)
+    disruption = fields.condition(pod, podfacts.DISRUPTION_TARGET)
+    mark = (
+        str(disruption.get("message") or "")
+        if disruption is not None and disruption.get("reason") == PREEMPTION_REASON
+        else None
+    )
+    return _PodFacts(
+        namespace=fields.namespace_of(pod),
+        labels=fields.labels_of(pod),
+        node=podfacts.node_name_of(pod),
+        occupies=podfacts.occupies_node(pod),
+        deleting=podfacts.is_deleting(pod),
+        priority=podfacts.priority_of(pod),
+        key=key,
+        job=job,
+        never_a_victim=is_slurm_node_pod(pod) or is_protected_from_preemption(pod),
+        preemption_mark=mark,
+    )
+
+
+_POD_FACTS: FactsByVersion[_PodFacts] = FactsByVersion(_read_pod_facts, limit=400_000)
+
+
+def _still_a_victim(facts: _PodFacts, gang_priority: int) -> bool:
     """A pod marked earlier that may still be evicted now: a mark never outweighs the rules
     that keep a pod from being a victim (its priority, a NodeSet, its owner's opt-out)."""
-    return (
-        podfacts.priority_of(pod) < gang_priority
-        and not is_slurm_node_pod(pod)
-        and not is_protected_from_preemption(pod)
-    )
+    return facts.priority < gang_priority and not facts.never_a_victim
 
 
-def _marked_by(pod: Obj, marker: str) -> bool:
-    disruption = fields.condition(pod, podfacts.DISRUPTION_TARGET)
-    return (
-        disruption is not None
-        and disruption.get("reason") == PREEMPTION_REASON
-        and marker in str(disruption.get("message") or "")
-    )
+def _marked_by(facts: _PodFacts, marker: str) -> bool:
+    return facts.preemption_mark is not None and marker in facts.preemption_mark
 
 
 def preemption_message(scheduler: str, preemptor: str, trigger_pod: str) -> str:
@@ -174,34 +220,37 @@ def eligibility(
     marker = f"preemptor: {preemptor}, " if preemptor else None
     waiting: str | None = None
     resend: list[Obj] = []
-    for pod in all_pods:
-        where = f"{fields.namespace_of(pod)}/{fields.name_of(pod)}"
+    # Every pod's facts; the memo then holds just the versions in the cluster now.
+    for pod, facts in zip(all_pods, _POD_FACTS.of_all(all_pods), strict=True):
         if (
             marker is not None
-            and podfacts.occupies_node(pod)
-            and _marked_by(pod, marker)
-            and _still_a_victim(pod, gang_priority)
+            and facts.occupies
+            and _marked_by(facts, marker)
+            and _still_a_victim(facts, gang_priority)
         ):
-            node = podfacts.node_name_of(pod)
-            if podfacts.is_deleting(pod):
+            where = f"{facts.namespace}/{fields.name_of(pod)}"
+            if facts.deleting:
                 waiting = waiting or (
-                    f"victim {where} of this gang's preemption is still terminating on {node}"
+                    f"victim {where} of this gang's preemption is still terminating on {facts.node}"
                 )
-            elif (fields.namespace_of(pod), fields.name_of(pod)) in in_flight:
+            elif (facts.namespace, fields.name_of(pod)) in in_flight:
                 waiting = waiting or (
                     f"victim {where} of this gang's preemption is still terminating on "
-                    f"{node} (its delete is on its way)"
+                    f"{facts.node} (its delete is on its way)"
                 )
             else:
                 resend.append(pod)
             continue
-        node = podfacts.node_name_of(pod)
         if (
-            node in nominated
-            and podfacts.is_deleting(pod)
-            and podfacts.priority_of(pod) < gang_priority
+            waiting is None
+            and facts.node in nominated
+            and facts.deleting
+            and facts.priority < gang_priority
         ):
-            waiting = waiting or (f"victim {where} is still terminating on nominated node {node}")
+            waiting = (
+                f"victim {facts.namespace}/{fields.name_of(pod)} is still terminating on "
+                f"nominated node {facts.node}"
+            )
     if resend:
         names = ", ".join(f"{fields.namespace_of(p)}/{fields.name_of(p)}" for p in resend[:3]) + (
             f" and {len(resend) - 3} more" if len(resend) > 3 else ""
@@ -244,23 +293,26 @@ def victim_units(
     """Phase 2: bound lower-priority jobs with a pod on a usable node, each whole."""
     by_key: dict[str, VictimUnit] = {}
     blocked: set[str] = set()
+    facts_of = _POD_FACTS.of
     for item in charged:
-        if item.nominated_only or podfacts.is_deleting(item.pod):
+        if item.nominated_only:
             continue
-        key, job = _unit_key(item.pod)
-        priority = podfacts.priority_of(item.pod)
-        if (
-            priority >= gang_priority
-            or is_slurm_node_pod(item.pod)
-            or is_protected_from_preemption(item.pod)
-        ):
+        facts = facts_of(item.pod)
+        if facts.deleting:
+            continue
+        key = facts.key
+        if facts.priority >= gang_priority or facts.never_a_victim:
             # A job with any member at or above the gang's priority, or protected, is not a
             # victim: evicting the rest of it would leave the protected pod idle.
             blocked.add(key)
             continue
-        unit = by_key.setdefault(key, VictimUnit(key=key, priority=priority, job=job))
-        unit.priority = max(unit.priority, priority)
+        unit = by_key.get(key)
+        if unit is None:
+            unit = by_key[key] = VictimUnit(key=key, priority=facts.priority, job=facts.job)
+        elif facts.priority > unit.priority:
+            unit.priority = facts.priority
         unit.pods.append(item)
+        unit.pod_labels.append((facts.namespace, facts.labels))
     return [
         unit
         for key, unit in sorted(by_key.items())
@@ -268,79 +320,55 @@ def victim_units(
     ]
 
 
-def _slots_after(
-    capacity: NodeCapacity, request: Mapping[str, int], freed: Sequence[Mapping[str, int]]
-) -> int:
-    used = dict(capacity.used)
-    for extra in freed:
-        for resource, amount in extra.items():
-            used[resource] = used.get(resource, 0) - amount
-    trial = NodeCapacity(
-        name=capacity.name, node=capacity.node, allocatable=capacity.allocatable, used=used
-    )
-    return trial.slots(request)
+class _Budget(NamedTuple):
+    namespace: str
+    # None: its selector does not read, so it selects no pod.
+    selector: LabelSelector | None
+    allowed: int
 
 
-def _selector_matches(selector: Obj, labels: Obj) -> bool:
-    """A PodDisruptionBudget's selector: in policy/v1 an empty one ({}) selects every pod of
-    its namespace (a null one, none: the caller skips it); one that does not read selects
-    none."""
-    try:
-        return LabelSelector.from_match(selector).matches(labels)
-    except SelectorError:
-        return False
-
-
-def broken_budgets(victims: Sequence[Obj], budgets: Sequence[Obj]) -> int:
-    """How many PodDisruptionBudgets evicting `victims` would break."""
-    broken = 0
+def _budgets(budgets: Sequence[Obj]) -> list[_Budget]:
+    """The PodDisruptionBudgets that guard pods (a null selector guards none), each selector
+    parsed once."""
+    read: list[_Budget] = []
     for budget in budgets:
         selector = podfacts.spec(budget).get("selector")
         if not isinstance(selector, Mapping):
             continue
         allowed = podfacts.status(budget).get("disruptionsAllowed", 0)
-        allowed = allowed if isinstance(allowed, int) else 0
-        namespace = fields.namespace_of(budget)
-        hits = sum(
-            1
-            for pod in victims
-            if fields.namespace_of(pod) == namespace
-            and _selector_matches(selector, fields.labels_of(pod))
+        try:
+            parsed: LabelSelector | None = LabelSelector.from_match(selector)
+        except SelectorError:
+            parsed = None
+        read.append(
+            _Budget(fields.namespace_of(budget), parsed, allowed if isinstance(allowed, int) else 0)
         )
-        if hits > allowed:
-            broken += 1
-    return broken
+    return read
 
 
-def _minimal_victims(
-    placement: Placement,
-    units: Sequence[VictimUnit],
-    capacities: Mapping[str, NodeCapacity],
-    request: Mapping[str, int],
-    cleared: Mapping[str, list[ChargedPod]],
-) -> list[VictimUnit] | None:
-    """Phase 4: the victims this placement needs after giving back every unit it can."""
-    wanted: dict[str, int] = {}
-    for _, node in placement.assignments:
-        wanted[node] = wanted.get(node, 0) + 1
-    involved = [u for u in units if any(p.node in wanted for p in u.pods)]
-    victims = list(involved)
+def _hits(victims: Sequence[tuple[str, Obj]], budgets: Sequence[_Budget]) -> list[int]:
+    """How many of `victims` (namespace and labels of each) each budget selects."""
+    return [
+        0
+        if budget.selector is None
+        else sum(
+            1
+            for namespace, labels in victims
+            if namespace == budget.namespace and budget.selector.matches(labels)
+        )
+        for budget in budgets
+    ]
 
-    def fits(current: Sequence[VictimUnit]) -> bool:
-        for node, count in wanted.items():
-            freed = [p.request for u in current for p in u.pods if p.node == node]
-            freed.extend(p.request for p in cleared.get(node, []))
-            if _slots_after(capacities[node], request, freed) < count:
-                return False
-        return True
 
-    if not fits(victims):
-        return None
-    for unit in sorted(involved, key=lambda u: (-u.priority, u.key)):
-        trial = [v for v in victims if v is not unit]
-        if fits(trial):
-            victims = trial
-    return victims
+def _broken(hits: Sequence[int], budgets: Sequence[_Budget]) -> int:
+    return sum(1 for hit, budget in zip(hits, budgets, strict=True) if hit > budget.allowed)
+
+
+def broken_budgets(victims: Sequence[Obj], budgets: Sequence[Obj]) -> int:
+    """How many PodDisruptionBudgets evicting `victims` would break."""
+    read = _budgets(budgets)
+    pods = [(fields.namespace_of(pod), fields.labels_of(pod)) for pod in victims]
+    return _broken(_hits(pods, read), read)
 
 
 def plan_preemption(
@@ -361,91 +389,267 @@ def plan_preemption(
     when nothing else helps, and within that, evicting only jobs up to a priority ceiling
     that rises one priority at a time, so the gather itself only sees room that the
     cheapest jobs free.
+
+    The first class whose dry run fits is found by bisection: allowing more units only
+    frees more room, and more room never makes a gang that fitted stop fitting, so within
+    each half (without, then with budget-protected units) the classes that fit are a
+    suffix. When even every unit allowed does not fit, no class does, and that class's
+    reason is the answer (the last one tried, as in a class-by-class search).
     """
     units = victim_units(charged, gang_priority, usable_nodes)
-    cleared: dict[str, list[ChargedPod]] = {}
-    for item in charged:
-        if item.nominated_only and podfacts.priority_of(item.pod) < gang_priority:
-            cleared.setdefault(item.node, []).append(item)
-    ranks = {priority: rank for rank, priority in enumerate(sorted({u.priority for u in units}))}
-    protected = {u.key for u in units if broken_budgets([p.pod for p in u.pods], budgets)}
-    last_failure = "no lower-priority pods to evict"
-    for allow_protected in (False, True):
-        for ceiling in sorted(ranks):
-            allowed = [
+    if not units:
+        return NotHelpful(
+            "preemption not helpful: even without lower-priority pods, "
+            "no lower-priority pods to evict"
+        )
+    search = _Search(
+        tree=tree,
+        pods_in_rank_order=pods_in_rank_order,
+        rules=rules,
+        capacities=capacities,
+        usable_nodes=usable_nodes,
+        request=request,
+        charged=charged,
+        gang_priority=gang_priority,
+        units=units,
+        budgets=_budgets(budgets),
+    )
+    protected = {u.key for u in units if search.broken(search.hits_of(u))}
+    ceilings = sorted(search.ranks)
+    halves = [
+        [
+            [
                 u
                 for u in units
                 if u.priority <= ceiling and (allow_protected or u.key not in protected)
             ]
-            outcome = _best_plan(
-                tree,
-                pods_in_rank_order,
-                rules,
-                capacities,
-                usable_nodes,
-                request,
-                allowed,
-                cleared,
-                ranks,
-                budgets,
-            )
+            for ceiling in ceilings
+        ]
+        for allow_protected in (False, True)
+    ]
+    last_failure = ""
+    for classes in halves:
+        # Most often the cheapest class fits already; else the whole half is ruled out at
+        # once, or the cheapest class that fits is bisected for.
+        if isinstance(search.dry(classes[0]), Placement):
+            fits = 0
+        else:
+            top = search.dry(classes[-1])
+            if isinstance(top, NoFit):
+                last_failure = top.message
+                continue
+            fits = len(classes) - 1
+        # classes[fits] fits, every class before classes[low] does not.
+        low = 1
+        while low < fits:
+            middle = (low + fits) // 2
+            if isinstance(search.dry(classes[middle]), NoFit):
+                low = middle + 1
+            else:
+                fits = middle
+        for allowed in classes[fits:]:
+            # The dry run's domain itself takes the gang, so the first costing succeeds; the
+            # rest of the half is tried as the class-by-class search would, should it not.
+            outcome = search.best_plan(allowed)
             if isinstance(outcome, PreemptionPlan):
                 return outcome
             last_failure = outcome
     return NotHelpful(f"preemption not helpful: even without lower-priority pods, {last_failure}")
 
 
-def _best_plan(
-    tree: TopologyTree,
-    pods_in_rank_order: Sequence[str],
-    rules: Sequence[GatherRule],
-    capacities: Mapping[str, NodeCapacity],
-    usable_nodes: AbstractSet[str],
-    request: Mapping[str, int],
-    units: Sequence[VictimUnit],
-    cleared: Mapping[str, list[ChargedPod]],
-    ranks: Mapping[int, int],
-    budgets: Sequence[Obj],
-) -> PreemptionPlan | str:
-    dry_slots: dict[str, int] = {}
-    for node in usable_nodes:
-        freed = [p.request for u in units for p in u.pods if p.node == node]
-        freed.extend(p.request for p in cleared.get(node, []))
-        count = _slots_after(capacities[node], request, freed)
-        if count > 0:
-            dry_slots[node] = count
-    dry = gather(tree, pods_in_rank_order, rules, dry_slots)
-    if isinstance(dry, NoFit):
-        return dry.message
-    depth = tree.spec.depth_of(dry.layer)
-    assert depth is not None  # gather names only layers of the tree
-    best: tuple[tuple[int, int, int, tuple[str, ...]], PreemptionPlan] | None = None
-    for domain in tree.domains_at(depth):
-        placement = gather(tree, pods_in_rank_order, rules, dry_slots, within=domain.path)
-        if isinstance(placement, NoFit):
-            continue
-        victims = _minimal_victims(placement, units, capacities, request, cleared)
-        if victims is None:
-            continue
+class _Search:
+    """One preemption search: the victim units indexed by node, so each class's dry run and
+    each domain's plan read only the nodes they concern (one pass stays linear in the
+    cluster's size)."""
+
+    def __init__(
+        self,
+        *,
+        tree: TopologyTree,
+        pods_in_rank_order: Sequence[str],
+        rules: Sequence[GatherRule],
+        capacities: Mapping[str, NodeCapacity],
+        usable_nodes: AbstractSet[str],
+        request: Mapping[str, int],
+        charged: Sequence[ChargedPod],
+        gang_priority: int,
+        units: Sequence[VictimUnit],
+        budgets: Sequence[_Budget],
+    ) -> None:
+        self.tree = tree
+        self.pods_in_rank_order = pods_in_rank_order
+        self.rules = rules
+        self.capacities = capacities
+        self.usable_nodes = usable_nodes
+        self.request = request
+        self.budgets = budgets
+        # Lower-priority pods only nominated: their nominations are cleared on taken nodes.
+        self.cleared: dict[str, list[ChargedPod]] = {}
+        for item in charged:
+            if item.nominated_only and podfacts.priority_of(item.pod) < gang_priority:
+                self.cleared.setdefault(item.node, []).append(item)
+        self.ranks = {
+            priority: rank for rank, priority in enumerate(sorted({u.priority for u in units}))
+        }
+        # The resources the gang asks for, and how much of each a member takes: a node's
+        # room is worked out as these few integers.
+        self.resources = tuple(r for r, amount in request.items() if amount > 0)
+        self.amounts = tuple(request[r] for r in self.resources)
+        # What each unit's pods on each node take of those resources, summed, and the units
+        # with a pod on each node (in unit order).
+        self.unit_nodes: dict[str, dict[str, list[int]]] = {}
+        self.on_node: dict[str, list[VictimUnit]] = {}
+        resources = self.resources
+        for unit in units:
+            nodes = self.unit_nodes[unit.key] = {}
+            for item in unit.pods:
+                held = nodes.get(item.node)
+                if held is None:
+                    held = nodes[item.node] = [0] * len(resources)
+                    self.on_node.setdefault(item.node, []).append(unit)
+                asks = item.request
+                for index, resource in enumerate(resources):
+                    held[index] += asks.get(resource, 0)
+        self._base: dict[str, list[int]] = {}
+        self._hits: dict[str, list[int]] = {}
+        self._dry: dict[tuple[str, ...], tuple[dict[str, int], Placement | NoFit]] = {}
+
+    def hits_of(self, unit: VictimUnit) -> list[int]:
+        """How many of the unit's pods each budget selects (read once per unit)."""
+        found = self._hits.get(unit.key)
+        if found is None:
+            found = self._hits[unit.key] = _hits(unit.pod_labels, self.budgets)
+        return found
+
+    def broken(self, hits: Sequence[int]) -> int:
+        return _broken(hits, self.budgets)
+
+    def _free_after(self, node: str, allowed_keys: AbstractSet[str]) -> list[int]:
+        """What the node would have free of each resource the gang asks for, with the allowed
+        units' pods on it evicted and the lower-priority nominations on it cleared."""
+        base = self._base.get(node)
+        if base is None:
+            capacity = self.capacities[node]
+            allocatable, used = capacity.allocatable, capacity.used
+            base = [allocatable.get(r, 0) - used.get(r, 0) for r in self.resources]
+            for item in self.cleared.get(node, ()):
+                for index, resource in enumerate(self.resources):
+                    base[index] += item.request.get(resource, 0)
+            self._base[node] = base
+        free = list(base)
+        for unit in self.on_node.get(node, ()):
+            if unit.key in allowed_keys:
+                for index, amount in enumerate(self.unit_nodes[unit.key][node]):
+                    free[index] += amount
+        return free
+
+    def _slots(self, free: Sequence[int]) -> int:
+        """How many members fit in `free`."""
+        return slots_in(dict(zip(self.resources, free, strict=True)), {}, self.request)
+
+    def _dry_run(self, allowed: Sequence[VictimUnit]) -> tuple[dict[str, int], Placement | NoFit]:
+        keys = tuple(u.key for u in allowed)
+        found = self._dry.get(keys)
+        if found is not None:
+            return found
+        allowed_keys = set(keys)
+        slots: dict[str, int] = {}
+        for node in self.usable_nodes:
+            count = self._slots(self._free_after(node, allowed_keys))
+            if count > 0:
+                slots[node] = count
+        outcome = gather(self.tree, self.pods_in_rank_order, self.rules, slots)
+        found = self._dry[keys] = (slots, outcome)
+        return found
+
+    def dry(self, allowed: Sequence[VictimUnit]) -> Placement | NoFit:
+        """Phase 3's dry run: where the gather puts the gang with `allowed` evicted."""
+        return self._dry_run(allowed)[1]
+
+    def best_plan(self, allowed: Sequence[VictimUnit]) -> PreemptionPlan | str:
+        """Phases 4-5 over every domain of the dry run's layer that takes the gang."""
+        dry_slots, dry = self._dry_run(allowed)
+        if isinstance(dry, NoFit):
+            return dry.message
+        depth = self.tree.spec.depth_of(dry.layer)
+        assert depth is not None  # gather names only layers of the tree
+        allowed_keys = {u.key for u in allowed}
+        best: tuple[tuple[int, int, int, tuple[str, ...]], Placement, list[VictimUnit]] | None
+        best = None
+        for domain, placement in gather_within_each(
+            self.tree,
+            self.pods_in_rank_order,
+            self.rules,
+            dry_slots,
+            self.tree.domains_at(depth),
+        ):
+            victims = self.minimal_victims(placement, allowed_keys)
+            if victims is None:
+                continue
+            job_priority: dict[str, int] = {}
+            hits = [0] * len(self.budgets)
+            pod_count = 0
+            for unit in victims:
+                job_priority[unit.job] = max(
+                    job_priority.get(unit.job, unit.priority), unit.priority
+                )
+                pod_count += len(unit.pods)
+                if self.budgets:
+                    hits = [a + b for a, b in zip(hits, self.hits_of(unit), strict=True)]
+            cost = sum(self.ranks[priority] + 1 for priority in job_priority.values())
+            key = (self.broken(hits), cost, pod_count, domain.path)
+            if best is None or key < best[0]:
+                best = (key, placement, victims)
+        if best is None:
+            return f"no {dry.layer} domain fits after eviction"
+        (breaks, cost, _, _), placement, victims = best
         nodes = {node for _, node in placement.assignments}
-        job_priority: dict[str, int] = {}
-        for unit in victims:
-            job_priority[unit.job] = max(job_priority.get(unit.job, unit.priority), unit.priority)
-        cost = sum(ranks[priority] + 1 for priority in job_priority.values())
-        victim_pods = [p.pod for u in victims for p in u.pods]
-        breaks = broken_budgets(victim_pods, budgets)
-        plan = PreemptionPlan(
+        return PreemptionPlan(
             placement=placement,
             victims=tuple(victims),
             cost=cost,
             broken_budgets=breaks,
             cleared_nominations=tuple(
-                p.pod for node in sorted(nodes) for p in cleared.get(node, [])
+                p.pod for node in sorted(nodes) for p in self.cleared.get(node, [])
             ),
         )
-        key = (breaks, cost, len(victim_pods), domain.path)
-        if best is None or key < best[0]:
-            best = (key, plan)
-    if best is None:
-        return f"no {dry.layer} domain fits after eviction"
-    return best[1]
+
+    def minimal_victims(
+        self, placement: Placement, allowed_keys: AbstractSet[str]
+    ) -> list[VictimUnit] | None:
+        """Phase 4: start from every allowed unit on the placement's nodes, then give units
+        back (priority desc, key) while every node still takes its pods. Giving a unit back
+        changes only the nodes it has pods on, so only those are checked again."""
+        wanted: dict[str, int] = {}
+        for _, node in placement.assignments:
+            wanted[node] = wanted.get(node, 0) + 1
+        involved_by_key: dict[str, VictimUnit] = {}
+        for node in wanted:
+            for unit in self.on_node.get(node, ()):
+                if unit.key in allowed_keys:
+                    involved_by_key[unit.key] = unit
+        # Units are ordered by key (victim_units), and the plan keeps that order.
+        involved = [involved_by_key[key] for key in sorted(involved_by_key)]
+        free: dict[str, list[int]] = {}
+        for node, count in wanted.items():
+            free[node] = self._free_after(node, allowed_keys)
+            if self._slots(free[node]) < count:
+                return None
+        given_back: set[str] = set()
+        for unit in sorted(involved, key=lambda u: (-u.priority, u.key)):
+            held = self.unit_nodes[unit.key]
+            touched = (
+                [n for n in held if n in wanted]
+                if len(held) <= len(wanted)
+                else [n for n in wanted if n in held]
+            )
+            after: dict[str, list[int]] = {}
+            for node in touched:
+                back = [have - amount for have, amount in zip(free[node], held[node], strict=True)]
+                if self._slots(back) < wanted[node]:
+                    break
+                after[node] = back
+            else:
+                free.update(after)
+                given_back.add(unit.key)
+        return [u for u in involved if u.key not in given_back]

@@ -110,9 +110,11 @@ def test_rule_a_nodeset_pod_is_never_a_preemption_victim() -> None:
     result, _ = run(_two_nodes(), slurmd + _hello_job(), [pod_group("hello-job", 2)])
     assert not _of(result, Disrupt)
     assert not _of(result, Nominate)
-    # Without the label the same pods are victims: the label alone protects them.
+    # Without the label the same pods are victims: the label alone protects them. (Removing
+    # it is a new version of each pod, as the API server makes on every change.)
     for member in slurmd:
         member["metadata"]["labels"] = {}
+        member["metadata"]["resourceVersion"] = "2"
     result, _ = run(_two_nodes(), slurmd + _hello_job(), [pod_group("hello-job", 2)])
     assert {d.pod.name for d in _of(result, Disrupt)} == {"slurmd-1", "slurmd-2"}
 
