@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from nodeflow_kube import node_affinity_matches, untolerated_taint
 from nodeflow_kube.fields import labels_of, mapping, namespace_of, sequence, uid_of
@@ -295,39 +295,58 @@ def unsupported_reason(pod: Obj, constraints: PodConstraints | None) -> str:
 # --- the charged pods ---------------------------------------------------------------------
 
 
+class Placed(Protocol):
+    """A pod charged to a node, as the planner holds it (preemption.ChargedPod)."""
+
+    @property
+    def pod(self) -> Obj: ...
+
+    @property
+    def node(self) -> str: ...
+
+
 class Charged:
-    """Every pod charged to a node (bound, or nominated) as the inter-pod filters count it;
-    built from the pass's charged pods when a gang first needs it, kept up to date as the pass
-    nominates. What a term matches is worked out once per distinct term and pass."""
+    """Every pod charged to a node (bound, or nominated) as the inter-pod filters count it:
+    `charged` is the pass's own table (uid -> pod and node), which the pass keeps up to date
+    and tells of each change (`charge`); `constrained` are those of its pods that have
+    hostPorts or required anti-affinity, which alone are indexed up front. What a term or a
+    spread selector matches is worked out, over all of them, once per distinct term and pass,
+    and only when a gang asks."""
 
     def __init__(
         self,
-        pods: Iterable[tuple[str, Obj, str]],
+        charged: Mapping[str, Placed],
+        constrained: Iterable[tuple[str, PodConstraints]],
         constraints_of_pod: Callable[[Obj], PodConstraints | None],
     ) -> None:
+        self._charged = charged
         self._constraints = constraints_of_pod
-        # uid -> (pod, node)
-        self.pods: dict[str, tuple[Obj, str]] = {}
         # uid -> (node, its host ports) of pods with host ports.
         self.ports: dict[str, tuple[str, tuple[HostPort, ...]]] = {}
-        # uid -> (node, constraints) of pods with required anti-affinity, and each distinct
-        # term of theirs -> the pods holding it (uid -> node).
-        self.repelling: dict[str, tuple[str, PodConstraints]] = {}
+        # uid -> node of pods with required anti-affinity, and each distinct term of theirs
+        # -> the pods holding it (uid -> node).
+        self.repelling: dict[str, str] = {}
         self.repelling_terms: dict[PodTerm, dict[str, str]] = {}
         # A term (or spread selector) -> the matching pods, uid -> node.
         self._matches: dict[object, dict[str, str]] = {}
-        for uid, pod, node in pods:
-            self.charge(uid, pod, node)
+        for uid, facts in constrained:
+            item = charged.get(uid)
+            if item is not None:
+                self._index(uid, item.node, facts)
 
-    def charge(self, uid: str, pod: Obj, node: str) -> None:
-        self.pods[uid] = (pod, node)
-        facts = self._constraints(pod)
-        if facts is not None and facts.host_ports:
+    def _index(self, uid: str, node: str, facts: PodConstraints | None) -> None:
+        if facts is None:
+            return
+        if facts.host_ports:
             self.ports[uid] = (node, facts.host_ports)
-        if facts is not None and facts.anti_affinity:
-            self.repelling[uid] = (node, facts)
+        if facts.anti_affinity:
+            self.repelling[uid] = node
             for term in facts.anti_affinity:
                 self.repelling_terms.setdefault(term, {})[uid] = node
+
+    def charge(self, uid: str, pod: Obj, node: str) -> None:
+        """The pod is now charged to `node` (the pass nominated it)."""
+        self._index(uid, node, self._constraints(pod))
         for key, found in self._matches.items():
             if _matches_key(key, pod):
                 found[uid] = node
@@ -337,7 +356,7 @@ class Charged:
         found = self._matches.get(key)
         if found is None:
             found = self._matches[key] = {
-                uid: node for uid, (pod, node) in self.pods.items() if _matches_key(key, pod)
+                uid: item.node for uid, item in self._charged.items() if _matches_key(key, item.pod)
             }
         return found
 

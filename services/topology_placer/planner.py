@@ -515,6 +515,9 @@ class _Pass:
         # whether any charged pod has a required anti-affinity (it may repel any pod).
         self._interpod: Charged | None = None
         self.repelling = False
+        # Charged pods with hostPorts or a required anti-affinity (by key): all the inter-pod
+        # filters index up front.
+        self.constrained: list[tuple[str, PodConstraints]] = []
 
     def pods_sharing_selector(self, value: str) -> list[Obj]:
         """Every pod whose `network-topology-selector` annotation is `value`."""
@@ -553,8 +556,10 @@ class _Pass:
         for facts in self.pod_facts:
             if facts.charged is not None:
                 charged[facts.key] = facts.charged
-                if facts.constraints is not None and facts.constraints.anti_affinity:
-                    self.repelling = True
+                if facts.constraints is not None:
+                    self.constrained.append((facts.key, facts.constraints))
+                    if facts.constraints.anti_affinity:
+                        self.repelling = True
         for item in charged.values():
             node_used = used.get(item.node)
             if node_used is None:
@@ -679,8 +684,10 @@ class _Pass:
             add_milli(self.used[previous.node], previous.request, -1)
         add_milli(self.used.setdefault(node, {}), facts.request)
         self.charged[facts.key] = ChargedPod(pod, node, facts.request, True)
-        if facts.constraints is not None and facts.constraints.anti_affinity:
-            self.repelling = True
+        if facts.constraints is not None:
+            self.constrained.append((facts.key, facts.constraints))
+            if facts.constraints.anti_affinity:
+                self.repelling = True
         if self._interpod is not None:
             self._interpod.charge(facts.key, pod, node)
 
@@ -691,10 +698,7 @@ class _Pass:
         if not self.repelling and not gang.constrained:
             return None
         if self._interpod is None:
-            self._interpod = Charged(
-                ((key, item.pod, item.node) for key, item in self.charged.items()),
-                _constraints_of_pod,
-            )
+            self._interpod = Charged(self.charged, self.constrained, _constraints_of_pod)
         return GangCheck(
             charged=self._interpod,
             own=frozenset(pod_facts(p).key for p in gang.pending),

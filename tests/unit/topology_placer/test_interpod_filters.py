@@ -7,6 +7,7 @@ does not check (volume topology, DRA, namespaceSelector) refused, never misplace
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -22,8 +23,9 @@ from tests.unit.topology_placer.builders import (
     reference_nodes,
 )
 from tests.unit.topology_placer.simulate import apply, run, state
+from topology_placer.inflight import InFlight
 from topology_placer.interpod import HostPort, constraints_of
-from topology_placer.planner import MarkUnschedulable, Nominate, plan
+from topology_placer.planner import Bind, MarkUnschedulable, Nominate, plan
 from topology_placer.pods import placement_fields
 
 HOSTNAME = "kubernetes.io/hostname"
@@ -116,6 +118,42 @@ def test_rule_hostport_gang_members_sharing_a_port_go_to_different_nodes() -> No
     result = plan(state(nodes, members, [pod_group("gang", 4)]))
     placed = _placed(result)
     assert len(placed) == 4 and len(set(placed.values())) == 4
+
+
+def test_rule_hostport_pods_placed_in_one_pass_see_each_others_reservations() -> None:
+    nodes = reference_nodes()
+    first = _with_ports(pod("web-a", None, gpus=1), {"hostPort": 8080})
+    second = _with_ports(pod("web-b", None, gpus=1), {"hostPort": 8080})
+    # node1 the roomiest by far: without the filter both would be put there.
+    fillers = [_filler(f"node{i}") for i in range(2, 9)]
+    placed = _placed(plan(state(nodes, [*fillers, first, second])))
+    assert len(placed) == 2 and placed["web-a"] != placed["web-b"]
+
+
+def test_rule_hostport_a_reservation_is_not_bound_once_a_conflicting_pod_holds_the_node() -> None:
+    """Nominated to node1 in an earlier pass; since then a pod of another scheduler bound to
+    node1 took the port: binding there would misplace it, it is placed again elsewhere."""
+    nodes = reference_nodes()
+    squatter = _with_ports(_busy(1, "node1"), {"hostPort": 8080})
+    web = _with_ports(pod("web", None, gpus=1, nominated="node1"), {"hostPort": 8080})
+    result = plan(state(nodes, [squatter, web]))
+    expect_no_actions(result.actions, Bind, while_it_has=Nominate)
+    assert _placed(result)["web"] != "node1"
+
+
+def test_rule_hostport_a_nomination_in_flight_holds_its_port() -> None:
+    """web-a's nomination to node1 is on its way (the command ledger): web-b, placed in the
+    same pass, must not take node1 for the same port."""
+    nodes = reference_nodes()
+    first = _with_ports(pod("web-a", None, gpus=1), {"hostPort": 8080})
+    second = _with_ports(pod("web-b", None, gpus=1), {"hostPort": 8080})
+    fillers = [_filler(f"node{i}") for i in range(2, 9)]
+    held = InFlight(
+        pods=frozenset({("default", "web-a")}), nominations={("default", "web-a"): "node1"}
+    )
+    result = plan(replace(state(nodes, [*fillers, first, second]), in_flight=held))
+    placed = _placed(result)
+    assert "web-a" not in placed and placed["web-b"] != "node1"
 
 
 def test_rule_hostport_of_a_sidecar_counts_as_upstream_nodeports_reads_containers() -> None:
