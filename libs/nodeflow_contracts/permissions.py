@@ -467,6 +467,9 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
                 "metadata.annotations[skyhook.nvidia.com/nodeState_*]",
                 "metadata.annotations[skyhook.nvidia.com/status_*]",
                 "metadata.labels[skyhook.nvidia.com/status_*]",
+                # runtimeRequired: the runtime-required taint, and the mark of an auto-taint.
+                "spec.taints",
+                "metadata.annotations[skyhook.nvidia.com/autoTaint_*]",
             ),
         ),
         _grant("update-status", "Skyhook"),

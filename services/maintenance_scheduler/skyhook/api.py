@@ -22,6 +22,8 @@ API_VERSION: Final = "skyhook.nvidia.com/v1alpha1"
 SKYHOOK_KIND: Final = "Skyhook"
 POLICY_KIND: Final = "DeploymentPolicy"
 
+# Every node mark of the operator starts so (upstream's HasSkyhookAnnotations).
+SKYHOOK_PREFIX: Final = "skyhook.nvidia.com/"
 PAUSE_ANNOTATION: Final = "skyhook.nvidia.com/pause"
 DISABLE_ANNOTATION: Final = "skyhook.nvidia.com/disable"
 IGNORE_NODE_LABEL: Final = "skyhook.nvidia.com/ignore"
@@ -43,6 +45,11 @@ RESOURCE_ID_LABEL: Final = "skyhook.nvidia.com/resource-id"
 
 def node_state_annotation(skyhook: str) -> str:
     return f"skyhook.nvidia.com/nodeState_{skyhook}"
+
+
+def auto_taint_annotation(taint_key: str) -> str:
+    """Set on a node the controller gave the runtime-required taint (autoTaintNewNodes)."""
+    return f"skyhook.nvidia.com/autoTaint_{taint_key}"
 
 
 def status_key(skyhook: str) -> str:

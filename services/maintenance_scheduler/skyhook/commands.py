@@ -13,6 +13,8 @@ sending the same action again is deduplicated, never applied twice:
   patch    DeploymentPolicy its in-use finalizer (resourceVersion precondition)
   patch    Skyhook          its own finalizer (resourceVersion precondition)
   patch    Node             a deleted Skyhook's marks removed
+  patch    Node             spec.taints: the runtime-required taint added or removed
+                            (resourceVersion precondition: the other taints are kept as read)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from maintenance_scheduler.skyhook.api import (
     POLICY_KIND,
     SKYHOOK_FINALIZER,
     SKYHOOK_KIND,
+    auto_taint_annotation,
     node_state_annotation,
     status_key,
 )
@@ -39,6 +42,7 @@ from maintenance_scheduler.skyhook.plan import (
     KeepFailedJob,
     PatchNode,
     SetPolicyFinalizer,
+    SetRuntimeTaint,
     SetSkyhookFinalizer,
     SetSkyhookStatus,
     SkyhookAction,
@@ -279,6 +283,31 @@ def command_for(
             ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
             k8s.PatchObject(patch_type="merge", patch=patch),
             f"Skyhook {action.skyhook} deleted: its marks leave the node",
+            now,
+        )
+    if isinstance(action, SetRuntimeTaint):
+        node = action.node
+        key, effect = action.taint.get("key"), action.taint.get("effect")
+        untouched = [
+            dict(t) for t in node.taints if (t.get("key"), t.get("effect")) != (key, effect)
+        ]
+        taints = [*untouched, dict(action.taint)] if action.present else untouched
+        taint_patch: dict[str, Any] = {"spec": {"taints": taints or None}}
+        if action.present:
+            taint_patch["metadata"] = {"annotations": {auto_taint_annotation(str(key)): "true"}}
+        return _command(
+            f"runtime-taint:{node.uid}:{node.resource_version}:{action.present}",
+            ObjectRef(
+                api_version="v1",
+                kind="Node",
+                name=node.name,
+                uid=node.uid or None,
+                resource_version=node.resource_version or None,
+            ),
+            k8s.PatchObject(patch_type="merge", patch=taint_patch),
+            "runtime-required: a new node waits for its Skyhooks"
+            if action.present
+            else "runtime-required: every Skyhook is complete on the node",
             now,
         )
     if isinstance(action, SetSkyhookFinalizer):

@@ -34,6 +34,7 @@ from maintenance_scheduler.skyhook.api import (
     IGNORE_NODE_LABEL,
     POLICY_FINALIZER,
     SKYHOOK_FINALIZER,
+    SKYHOOK_PREFIX,
     DeploymentPolicy,
     Interrupt,
     Package,
@@ -206,6 +207,16 @@ class ForgetNode:
 
 
 @dataclass(frozen=True)
+class SetRuntimeTaint:
+    """Add the runtime-required taint to a new node (autoTaintNewNodes), or remove it once
+    every runtimeRequired Skyhook selecting the node is complete on it."""
+
+    node: NodeView
+    taint: Mapping[str, str]
+    present: bool
+
+
+@dataclass(frozen=True)
 class SkyhookDecisionNote:
     """An audit line on maintenance.v1.skyhook.<name>.decision."""
 
@@ -232,6 +243,7 @@ SkyhookAction = (
     | SetPolicyFinalizer
     | SetSkyhookFinalizer
     | ForgetNode
+    | SetRuntimeTaint
 )
 
 
@@ -255,6 +267,11 @@ class World:
     runtime_required_toleration: Mapping[str, str] = field(
         default_factory=lambda: PodOptions().runtime_required_toleration()
     )
+
+    @property
+    def runtime_required_taint(self) -> Mapping[str, str]:
+        toleration = self.runtime_required_toleration
+        return {k: toleration[k] for k in ("key", "value", "effect") if toleration.get(k)}
 
     @functools.cached_property
     def running_slots(self) -> Mapping[tuple[str, str, str], frozenset[str]]:
@@ -921,6 +938,7 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
             plan.actions.append(SetPolicyFinalizer(policy, True))
         elif policy.name not in in_use and has:
             plan.actions.append(SetPolicyFinalizer(policy, False))
+    planned: list[tuple[Skyhook, SkyhookRound]] = []
     for skyhook in ordered:
         if skyhook.deleting:
             _plan_deletion(skyhook, world, plan)
@@ -931,6 +949,7 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
             continue
         summary = _plan_skyhook(skyhook, world, earlier, plan, now, pull_grace_seconds)
         plan.rounds.append(summary)
+        planned.append((skyhook, summary))
         # Later Skyhooks wait per node on what is done, not on what a node shows.
         done = summary.complete_nodes
         earlier.append(
@@ -940,6 +959,7 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
                 len(done) == len(summary.node_status),
             )
         )
+    _plan_runtime_taints(world, planned, plan)
     # A request no interrupt needs any more goes, whoever left it: the round that finished
     # post-interrupt, one whose delete was lost, or a Skyhook deleted mid-interrupt.
     deleting = {s.name for s in world.skyhooks if s.deleting}
@@ -965,6 +985,50 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
             )
         )
     return plan
+
+
+def has_taint(node: NodeView, taint: Mapping[str, str]) -> bool:
+    """core/v1 Taint.MatchTaint: the same key and effect."""
+    return any(
+        t.get("key") == taint.get("key") and t.get("effect") == taint.get("effect")
+        for t in node.taints
+    )
+
+
+def _plan_runtime_taints(
+    world: World, planned: Sequence[tuple[Skyhook, SkyhookRound]], plan: RoundPlan
+) -> None:
+    """upstream's HandleRuntimeRequired and HandleAutoTaint: a node keeps the runtime-required
+    taint until every runtimeRequired Skyhook selecting it is complete on it (an unreadable
+    state is not complete: the taint stays); a node such a Skyhook with autoTaintNewNodes
+    selects gets it while it carries no skyhook.nvidia.com/ annotation yet (a new node)."""
+    required = [(s, r) for s, r in planned if s.runtime_required]
+    if not required:
+        return
+    taint = world.runtime_required_taint
+    done_everywhere: dict[str, bool] = {}
+    auto: set[str] = set()
+    for skyhook, summary in required:
+        for name in summary.node_status:
+            done_everywhere[name] = done_everywhere.get(name, True) and (
+                name in summary.complete_nodes
+            )
+        if skyhook.auto_taint_new_nodes:
+            auto.update(summary.node_status)
+    for node in world.nodes:
+        done = done_everywhere.get(node.name)
+        if done is None or node.name in world.settling:
+            continue
+        tainted = has_taint(node, taint)
+        if tainted and done:
+            plan.actions.append(SetRuntimeTaint(node, taint, False))
+        elif (
+            not tainted
+            and not done
+            and node.name in auto
+            and not any(k.startswith(SKYHOOK_PREFIX) for k in node.annotations)
+        ):
+            plan.actions.append(SetRuntimeTaint(node, taint, True))
 
 
 def marks_of(skyhook: str, node: NodeView) -> bool:

@@ -14,6 +14,7 @@ from maintenance_scheduler.skyhook.api import (
     SKYHOOK_FINALIZER,
     Budget,
     Skyhook,
+    auto_taint_annotation,
     node_state_annotation,
     parse_deployment_policy,
     parse_skyhook,
@@ -22,6 +23,7 @@ from maintenance_scheduler.skyhook.api import (
 from maintenance_scheduler.skyhook.plan import (
     CreateJob,
     NodeView,
+    SetRuntimeTaint,
     SetSkyhookStatus,
     World,
     collect_node_status,
@@ -368,3 +370,81 @@ def test_rule_legacy_rollouts_are_labelled_policy_legacy_strategy_fixed() -> Non
     legacy = policy_for(skyhook, {}, 2)
     assert legacy is not None and legacy.default.strategy is not None
     assert legacy.default.strategy.kind == "fixed"
+
+
+# --- runtimeRequired --------------------------------------------------------------------------
+
+RUNTIME_TAINT = {"key": "skyhook.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"}
+
+
+def round_with_taints(cluster: FakeCluster) -> list[SetRuntimeTaint]:
+    """One round; the taint changes land on the nodes as the API server would apply them."""
+    changes = [a for a in cluster.round().actions if isinstance(a, SetRuntimeTaint)]
+    for change in changes:
+        node = cluster.nodes[change.node.name]
+        kept = tuple(t for t in node.taints if t.get("key") != change.taint["key"])
+        annotations = dict(node.annotations)
+        if change.present:
+            annotations[auto_taint_annotation(change.taint["key"])] = "true"
+        cluster.nodes[node.name] = replace(
+            node,
+            taints=(*kept, change.taint) if change.present else kept,
+            annotations=annotations,
+        )
+    return changes
+
+
+def test_rule_runtime_required_taint_goes_on_new_nodes_and_off_once_complete() -> None:
+    spec = {"runtimeRequired": True, "autoTaintNewNodes": True, "interruptionBudget": {"count": 1}}
+    nodes = cluster_nodes(2)
+    # node-01 was handled before (it carries a mark of the operator): not a new node.
+    nodes["node-01"] = replace(nodes["node-01"], annotations={"skyhook.nvidia.com/other": "x"})
+    cluster = FakeCluster(skyhooks=[make(spec)], nodes=nodes)
+    changes = round_with_taints(cluster)
+    assert [(c.node.name, c.present) for c in changes] == [("node-00", True)]
+    assert cluster.nodes["node-00"].taints == (RUNTIME_TAINT,)
+    removed: list[str] = []
+    for _ in range(30):
+        removed += [c.node.name for c in round_with_taints(cluster) if not c.present]
+    assert cluster.status()["status"] == "complete"
+    assert removed == ["node-00"]
+    assert not cluster.nodes["node-00"].taints
+
+
+def test_rule_the_runtime_required_taint_stays_until_every_runtime_required_skyhook_is_done() -> (
+    None
+):
+    tainted = {n: replace(v, taints=(RUNTIME_TAINT,)) for n, v in cluster_nodes(1).items()}
+    # `held` comes first (priority 100) but is disabled: `quick` runs and completes alone.
+    held = make({"runtimeRequired": True, "priority": 100}, name="held")
+    quick = make({"runtimeRequired": True}, name="quick")
+    cluster = FakeCluster(skyhooks=[replace(held, disabled=True), quick], nodes=tainted)
+    for _ in range(20):
+        assert round_with_taints(cluster) == []
+    assert cluster.status("quick")["status"] == "complete"
+    assert cluster.nodes["node-00"].taints == (RUNTIME_TAINT,)
+    cluster.skyhooks = [replace(cluster.skyhooks[0], disabled=False), cluster.skyhooks[1]]
+    removed = [c for _ in range(20) for c in round_with_taints(cluster) if not c.present]
+    assert [c.node.name for c in removed] == ["node-00"]
+    # Without autoTaintNewNodes a node never gets the taint.
+    plain = FakeCluster(skyhooks=[make({"runtimeRequired": True})], nodes=cluster_nodes(1))
+    assert round_with_taints(plain) == []
+
+
+def test_rule_the_runtime_taint_patch_keeps_other_taints_and_is_allowed() -> None:
+    from k8s_watcher.policy import Allowed, authorize
+    from maintenance_scheduler.skyhook.commands import commands_for
+
+    other = {"key": "gpu", "effect": "NoExecute"}
+    node = replace(cluster_nodes(1)["node-00"], taints=(other, RUNTIME_TAINT))
+    for present, expected in ((False, [other]), (True, [other, RUNTIME_TAINT])):
+        (command,) = commands_for(
+            SetRuntimeTaint(node, RUNTIME_TAINT, present),
+            T0,
+            namespace="skyhook",
+            default_stage_timeout_seconds=0,
+            drain_timeout_seconds=0,
+        )
+        assert command.operation.patch["spec"]["taints"] == expected  # type: ignore[union-attr]
+        assert command.target.resource_version == node.resource_version
+        assert isinstance(authorize(command, command.subject), Allowed)
