@@ -217,9 +217,25 @@ def _spread(raw: Obj, labels: Mapping[str, str]) -> SpreadConstraint:
     )
 
 
+def _may_constrain(pod_spec: Obj) -> bool:
+    """Whether the spec has any field the filters read: every pod version of the cluster is
+    asked this once, and nearly all answer no."""
+    if pod_spec.get("affinity") or pod_spec.get("topologySpreadConstraints"):
+        return True
+    for key in ("containers", "initContainers"):
+        containers = pod_spec.get(key)
+        if isinstance(containers, list):
+            for container in containers:
+                if isinstance(container, Mapping) and container.get("ports"):
+                    return True
+    return False
+
+
 def constraints_of(pod: Obj) -> PodConstraints | None:
     """What the pod brings to the inter-pod filters, or None when nothing (most pods)."""
     pod_spec = mapping(pod.get("spec"))
+    if not _may_constrain(pod_spec):
+        return None
     ports = host_ports_of(pod_spec)
     affinity = mapping(pod_spec.get("affinity"))
     has_terms = any(
