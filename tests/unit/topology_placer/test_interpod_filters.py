@@ -436,9 +436,15 @@ _APPS = ("a", "b", "c")
 
 
 @st.composite
-def _interpod_pods(draw: st.DrawFn, name: str, node_name: str) -> dict[str, Any]:
+def _interpod_pods(
+    draw: st.DrawFn, name: str, node_name: str, gpus: int | None = None
+) -> dict[str, Any]:
     app = draw(st.sampled_from(_APPS))
-    obj = _labelled(pod(name, None, gpus=draw(st.integers(0, 4)), node_name=node_name), app=app)
+    # Bound pods may fill a node and have a lower priority than the pending ones: the plan
+    # may then preempt, and its placement is held to the same rules.
+    gpus = draw(st.integers(0, 4)) if gpus is None else gpus
+    priority = draw(st.integers(0, 10) if node_name else st.integers(0, 20))
+    obj = _labelled(pod(name, None, gpus=gpus, node_name=node_name, priority=priority), app=app)
     if node_name:
         obj["status"]["phase"] = "Running"
     ports = draw(st.lists(st.sampled_from([(80, ""), (80, "10.0.0.1"), (443, "")]), max_size=2))
@@ -455,7 +461,9 @@ def _interpod_pods(draw: st.DrawFn, name: str, node_name: str) -> dict[str, Any]
 @st.composite
 def _clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Any]]:
     nodes = reference_nodes()
-    bound = [
+    full = draw(st.sets(st.integers(1, 8)))
+    bound = [draw(_interpod_pods(f"full-{i}", f"node{i}", gpus=8)) for i in sorted(full)]
+    bound += [
         draw(_interpod_pods(f"bound-{i}", f"node{draw(st.integers(1, 8))}"))
         for i in range(draw(st.integers(0, 6)))
     ]
@@ -467,16 +475,15 @@ def _clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any
     return nodes, [*bound, *singles, *members], groups
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(_clusters())
 def test_property_no_plan_places_a_hostport_conflict_or_breaks_anti_affinity(
     cluster: tuple[list[dict[str, Any]], list[dict[str, Any]], list[Any]],
 ) -> None:
     nodes, pods, groups = cluster
-    # Two passes: nominate, then bind.
-    result, after = run(nodes, pods, groups)
+    # Two passes: nominate (or preempt), then bind.
+    _, after = run(nodes, pods, groups)
     after = apply(after, plan(state(nodes, after, groups)))
-    del result
     placed = {p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")}
 
     def where(p: dict[str, Any]) -> str:
