@@ -216,6 +216,9 @@ class Syncer:
         self._sent: dict[tuple[str, str], SentRecord] = {}
         # Pod key -> (uid, when this syncer first saw it past Pending): see registration_pending.
         self._running_seen: dict[str, tuple[str, float]] = {}
+        # (cluster, NodeSet key, API version) already warned as unable to hold its window:
+        # the NodeSet's ScheduledUpdate condition says it for good, the log says it once.
+        self._unsupported_warned: set[tuple[str, str, str]] = set()
         self._reconcile_options = ReconcileOptions(
             sender=self.options.sender,
             resend_after=self.options.resend_after,
@@ -819,13 +822,17 @@ class Syncer:
             return
         version = view.client.version
         if version is None or not version.writes_reservations:
+            spoken = version.name if version else ""
             for entry in asking:
-                log.warning(
-                    "syncer.reservations_unsupported",
-                    cluster=cluster,
-                    nodeset=entry.key,
-                    api_version=version.name if version else "",
-                )
+                warned = (cluster, entry.key, spoken)
+                if warned not in self._unsupported_warned:
+                    self._unsupported_warned.add(warned)
+                    log.warning(
+                        "syncer.reservations_unsupported",
+                        cluster=cluster,
+                        nodeset=entry.key,
+                        api_version=spoken,
+                    )
             return
         try:
             async with self._slurm_slots:

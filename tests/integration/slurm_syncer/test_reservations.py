@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
+from structlog.testing import capture_logs
 
 from clustersim.slurm import ManualClock, RunningSlurm
 from nodeflow_bus import Bus
@@ -83,6 +84,10 @@ async def test_rule_the_window_is_held_by_a_maint_reservation_over_the_nodesets_
     if not writes:
         # Slurm 24.11: nothing is sent, nothing exists; the controller reads api_version.
         assert slurm.cluster.reservations == {}
+        # The NodeSet's condition says it for good; the log says it once, not every poll.
+        with capture_logs() as logs:
+            await timed_syncer.poll_once(CLUSTER)
+        assert not [e for e in logs if e["event"] == "syncer.reservations_unsupported"]
         return
     reservation = slurm.cluster.reservations[name]
     assert reservation.nodes == ("w-000-001", "w-000-002")
