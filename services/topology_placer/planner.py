@@ -1450,6 +1450,7 @@ def _preempt(
             )
         return ineligible.message
     usable = run.usable_nodes({_spec_signature({"spec": spec}): spec for spec in pod_specs})
+    usable = _kept_by_higher_priority(run, gang, ranked, priority, usable)
     own = {fields.uid_of(p) for p in gang.all_members}
     charged = [c for c in run.charged.values() if fields.uid_of(c.pod) not in own]
     outcome = plan_preemption(
@@ -1518,6 +1519,26 @@ def _preempt(
             )
         )
     return True
+
+
+def _kept_by_higher_priority(
+    run: _Pass, gang: Gang, ranked: Sequence[Obj], priority: int, usable: AbstractSet[str]
+) -> AbstractSet[str]:
+    """`usable` but the nodes where a pod preemption may not evict (of the gang's priority or
+    higher) holds a conflicting hostPort or takes part in a required anti-affinity with a
+    member: preemption then looks only where evicting can free the way (its placement is
+    still checked whole afterwards)."""
+    check = run.interpod_check(gang)
+    if check is None:
+        return usable
+    check.own = check.own | {
+        key for key, item in run.charged.items() if podfacts.priority_of(item.pod) < priority
+    }
+    kept = set(usable)
+    for pod in ranked:
+        if check.relevant(pod):
+            kept, _ = check.usable(pod, kept, counted=False)
+    return kept
 
 
 def _unschedulable(

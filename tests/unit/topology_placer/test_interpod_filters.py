@@ -25,7 +25,7 @@ from tests.unit.topology_placer.builders import (
 from tests.unit.topology_placer.simulate import apply, run, state
 from topology_placer.inflight import InFlight
 from topology_placer.interpod import HostPort, constraints_of
-from topology_placer.planner import Bind, MarkUnschedulable, Nominate, plan
+from topology_placer.planner import Bind, Disrupt, MarkUnschedulable, Nominate, plan
 from topology_placer.pods import placement_fields
 
 HOSTNAME = "kubernetes.io/hostname"
@@ -154,6 +154,23 @@ def test_rule_hostport_a_nomination_in_flight_holds_its_port() -> None:
     result = plan(replace(state(nodes, [*fillers, first, second]), in_flight=held))
     placed = _placed(result)
     assert "web-a" not in placed and placed["web-b"] != "node1"
+
+
+def test_rule_hostport_preemption_evicts_where_no_higher_priority_pod_holds_the_port() -> None:
+    """Every node is full of lower-priority pods; on node1..node7 a pod of higher priority
+    holds the port as well: the preemption goes to node8, where evicting frees the way."""
+    nodes = reference_nodes()
+    low = [
+        pod(f"low-{i}", None, gpus=8, node_name=f"node{i}", phase="Running", priority=1)
+        for i in range(1, 9)
+    ]
+    keepers = [
+        _with_ports(_busy(i, f"node{i}", priority=1000), {"hostPort": 8080}) for i in range(1, 8)
+    ]
+    web = _with_ports(pod("web", None, gpus=8, priority=100), {"hostPort": 8080})
+    result = plan(state(nodes, [*low, *keepers, web]))
+    assert [d.pod.name for d in result.actions if isinstance(d, Disrupt)] == ["low-8"]
+    assert _placed(result) == {"web": "node8"}
 
 
 def test_rule_hostport_of_a_sidecar_counts_as_upstream_nodeports_reads_containers() -> None:
