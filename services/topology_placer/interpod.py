@@ -377,25 +377,21 @@ class Charged:
         return found
 
 
-def _pod_labels(pod: Obj) -> Mapping[str, str]:
-    return labels_of(pod)
-
-
 def _matches_key(key: object, pod: Obj) -> bool:
     kind, payload = key if isinstance(key, tuple) else ("", None)
     if kind == "all-terms":
         terms: tuple[PodTerm, ...] = payload
-        namespace, labels = namespace_of(pod), _pod_labels(pod)
+        namespace, labels = namespace_of(pod), labels_of(pod)
         return all(term.matches(namespace, labels) for term in terms)
     if kind == "term":
         term: PodTerm = payload
-        return term.matches(namespace_of(pod), _pod_labels(pod))
+        return term.matches(namespace_of(pod), labels_of(pod))
     if kind == "spread":
         namespace_, constraint = payload
         return (
             namespace_of(pod) == namespace_
             and mapping(pod.get("metadata")).get("deletionTimestamp") is None
-            and constraint.matches(_pod_labels(pod))
+            and constraint.matches(labels_of(pod))
         )
     return False
 

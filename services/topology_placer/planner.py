@@ -1158,13 +1158,16 @@ def _read_phase(run: _Pass, gang: Gang) -> list[Obj] | None:
     if run.topology_error and gang.rules:
         gang.errors.append(run.topology_error)
     # What the placer does not check is refused, never guessed at (interpod module).
+    unsupported = False
     for pod, pod_fact in zip(pending, facts, strict=True):
         if pod_fact.unsupported:
+            unsupported = True
             gang.errors.append(f"pod {fields.name_of(pod)}: {pod_fact.unsupported}")
         if pod_fact.constraints is not None:
             gang.constrained = True
     if gang.errors:
-        _unschedulable(run, gang, ranked, "invalid", "; ".join(gang.errors), clear=False)
+        # A refused pod's reservation (made before it was refused) holds nothing for it.
+        _unschedulable(run, gang, ranked, "invalid", "; ".join(gang.errors), clear=unsupported)
         return None
     gang.ignored_layers = tuple(
         sorted(

@@ -396,6 +396,14 @@ def test_rule_pod_with_a_persistent_volume_claim_is_refused_naming_the_field() -
     assert "spec.volumes[ckpt].persistentVolumeClaim" in mark.message
 
 
+def test_rule_a_refused_pod_gives_its_earlier_reservation_back() -> None:
+    claim = pod("data", None, gpus=1, nominated="node3")
+    claim["spec"]["volumes"] = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "c"}}]
+    result = plan(state(reference_nodes(), [claim]))
+    expect_actions(result.actions, Nominate, count=1, node="")
+    expect_actions(result.actions, MarkUnschedulable, count=1)
+
+
 def test_rule_pod_with_resource_claims_or_a_namespace_selector_is_refused() -> None:
     dra = pod("dra", None, gpus=1)
     dra["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "rc"}]
