@@ -293,12 +293,8 @@ def victim_units(
     """Phase 2: bound lower-priority jobs with a pod on a usable node, each whole."""
     by_key: dict[str, VictimUnit] = {}
     blocked: set[str] = set()
-    facts_of = _POD_FACTS.of
-    for item in charged:
-        if item.nominated_only:
-            continue
-        facts = facts_of(item.pod)
-        if facts.deleting:
+    for item, facts in zip(charged, _POD_FACTS.of_each(c.pod for c in charged), strict=True):
+        if item.nominated_only or facts.deleting:
             continue
         key = facts.key
         if facts.priority >= gang_priority or facts.never_a_victim:
