@@ -487,7 +487,7 @@ class GangCheck:
         facts = self.constraints_of_pod(pod)
         blocked: dict[str, set[str]] = {}
         if facts is not None and facts.host_ports:
-            blocked["hostPort"] = {
+            blocked["hostPort in use"] = {
                 node
                 for uid, (node, ports) in self.charged.ports.items()
                 if uid not in self.own
@@ -503,14 +503,14 @@ class GangCheck:
             for value in values:
                 repelling |= self._nodes_with(term.topology_key, value)
         if repelling:
-            blocked["an existing pod's anti-affinity"] = repelling
+            blocked["an existing pod's required anti-affinity"] = repelling
         if facts is not None:
             repelled: set[str] = set()
             for term in facts.anti_affinity:
                 for value in self._existing_domains(term_key(term), term.topology_key):
                     repelled |= self._nodes_with(term.topology_key, value)
             if repelled:
-                blocked["anti-affinity"] = repelled
+                blocked["required anti-affinity"] = repelled
         self._blocked_memo[memo_key] = blocked
         return blocked
 
@@ -568,7 +568,7 @@ class GangCheck:
         if facts.affinity:
             allowed = self._affinity_nodes(facts)
             if allowed is not None:
-                take_off("affinity", kept - allowed)
+                take_off("required affinity", kept - allowed)
         for constraint in facts.spread:
             spread = self._spread_of(pod, facts, constraint)
             self_match = 1 if constraint.matches(facts.label_map) else 0
@@ -735,7 +735,7 @@ class GangCheck:
     ) -> str | None:
         for rule, off in self._blocked(pod).items():
             if node in off:
-                return f"required {rule} (a pod already placed)"
+                return f"{rule} (a pod already placed)"
         if done.repelling:
             namespace, labels = namespace_of(pod), labels_of(pod)
             for term, by_value in done.repelling.items():

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -910,7 +910,7 @@ class _GangFit:
         by_signature: dict[str, Obj] = {}
         check = run.interpod_check(gang)
         refused: dict[str, int] = {}
-        caps: list[Any] = []
+        caps: list[Callable[[str], int] | None] = []
         gathering: dict[str, GatherRule] = {}
         # Pods asking alike mostly share one request dict: its items are sorted once.
         items_of: dict[int, tuple[tuple[str, int], ...]] = {}
@@ -1052,9 +1052,7 @@ class _GangFit:
     def _refused_text(self) -> str:
         if not self.refused:
             return ""
-        parts = ", ".join(
-            f"required {rule} on {count}" for rule, count in sorted(self.refused.items())
-        )
+        parts = ", ".join(f"{rule} on {count}" for rule, count in sorted(self.refused.items()))
         return f" (nodes ruled out by pods already placed: {parts})"
 
     def consume(self, name: str, node: str) -> None:
