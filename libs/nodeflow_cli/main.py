@@ -1,4 +1,5 @@
-"""`kubectl nodeflow`: why an object is where it is, the decisions, the dead letters.
+"""`kubectl nodeflow`: why an object is where it is, the decisions, the dead letters, and a
+NodeSet's rollout history and rollback (`rollout history|undo nodeset NAME`).
 
 kubectl runs `kubectl-nodeflow` from the PATH as `kubectl nodeflow ...` (a plugin). It reads
 the Kubernetes API through the kubeconfig (`--kubeconfig`, else `KUBECONFIG`, else
@@ -29,7 +30,7 @@ from kubernetes_asyncio import config as k8s_config
 from nats.js.api import DeliverPolicy
 
 from nodeflow_bus import Bus, BusOptions, Credentials
-from nodeflow_cli import verdicts
+from nodeflow_cli import rollout, verdicts
 from nodeflow_cli.verdicts import Decision, Obj
 from nodeflow_contracts import subjects
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, SLURM_CLUSTER_LABEL
@@ -97,6 +98,29 @@ class Kube:
             return None
         if response.status >= 400:
             raise CliError(f"GET {path}: HTTP {response.status}: {raw.decode(errors='replace')}")
+        found: Obj = msgspec.json.decode(raw)
+        return found
+
+    async def patch(self, path: str, body: Any, content_type: str) -> Obj:
+        """PATCH `path` with `body` (of `content_type`); the object as patched."""
+        try:
+            response: aiohttp.ClientResponse = await self.api.call_api(
+                path,
+                "PATCH",
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=15,
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise CliError(f"the Kubernetes API did not answer PATCH {path}: {exc}") from exc
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+        if response.status >= 400:
+            raise CliError(f"PATCH {path}: HTTP {response.status}: {raw.decode(errors='replace')}")
         found: Obj = msgspec.json.decode(raw)
         return found
 
@@ -263,6 +287,39 @@ async def dead_letters(args: argparse.Namespace) -> None:
     print(f"{count} dead letters")
 
 
+async def rollout_command(args: argparse.Namespace) -> str:
+    """`rollout history|undo nodeset NAME`: the NodeSet's ControllerRevisions, or the patch
+    that puts an earlier revision's template back (see nodeflow_cli.rollout)."""
+    namespace = quote(args.namespace, safe="")
+    path = f"{KINDS['nodeset'][0].format(ns=namespace)}/{quote(args.name, safe='')}"
+    kube = await Kube.connect(args.kubeconfig, args.context)
+    try:
+        nodeset = await kube.get(path)
+        if nodeset is None:
+            raise CliError(f"NodeSet {args.name} not found in namespace {args.namespace}")
+        listed = await kube.get(
+            f"{rollout.REVISIONS_PATH.format(ns=namespace)}?{rollout.revisions_query(args.name)}"
+        )
+        items = (listed or {}).get("items") or []
+        history = rollout.owned_history(nodeset, [i for i in items if isinstance(i, dict)])
+        try:
+            if args.action == "history":
+                return rollout.format_history(nodeset, history, args.revision)
+            undo = rollout.plan_undo(nodeset, history, args.to_revision)
+        except rollout.RolloutError as exc:
+            raise CliError(str(exc)) from exc
+        title = f"nodeset.nodeflow.dev/{args.name}"
+        if undo.patch is None:
+            return (
+                f"{title} skipped rollback (current template already matches revision "
+                f"{undo.revision})"
+            )
+        await kube.patch(path, undo.patch, "application/json-patch+json")
+        return f"{title} rolled back to revision {undo.revision}"
+    finally:
+        await kube.close()
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl nodeflow",
@@ -293,6 +350,20 @@ def parser() -> argparse.ArgumentParser:
         "--object", default="", help="a name, ns/name or 'Kind ns/name' (or a node or pod)"
     )
     commands.add_parser("dead-letters", help="the messages given up on, with their error")
+    rollout_parser = commands.add_parser(
+        "rollout", help="a NodeSet's revision history and rollback, as kubectl rollout"
+    )
+    actions = rollout_parser.add_subparsers(dest="action", required=True)
+    history_parser = actions.add_parser("history", help="the NodeSet's ControllerRevisions")
+    history_parser.add_argument("--revision", type=int, default=0, help="show this one's template")
+    undo_parser = actions.add_parser(
+        "undo", help="put an earlier revision's template back (default: the one before)"
+    )
+    undo_parser.add_argument("--to-revision", type=int, default=0)
+    for sub in (history_parser, undo_parser):
+        sub.add_argument("kind", choices=["nodeset", "nodesets"])
+        sub.add_argument("name")
+        sub.add_argument("-n", "--namespace", default="default")
     return top
 
 
@@ -301,6 +372,8 @@ async def run(args: argparse.Namespace) -> None:
         print(await why(args))
     elif args.command == "decisions":
         await decisions(args)
+    elif args.command == "rollout":
+        print(await rollout_command(args))
     else:
         await dead_letters(args)
 

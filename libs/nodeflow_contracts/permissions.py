@@ -416,9 +416,8 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         ),
         _grant("delete", "PodDisruptionBudget", required_label=NODESET_LABEL),
         # Revision history: its NodeSets' ControllerRevisions (labelled with their NodeSet),
-        # made, their `revision` raised on a rollback, pruned beyond revisionHistoryLimit.
+        # made, and deleted beyond revisionHistoryLimit or to be made again on a rollback.
         _grant("create", "ControllerRevision", required_label=NODESET_LABEL),
-        _grant("patch", "ControllerRevision", fields=("revision",), required_label=NODESET_LABEL),
         _grant("delete", "ControllerRevision", required_label=NODESET_LABEL),
     ),
     # NodeMaintenance (issue #14): cordon and drain a node, evict its pods, report status.
@@ -467,6 +466,8 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
                 "metadata.annotations[skyhook.nvidia.com/nodeState_*]",
                 "metadata.annotations[skyhook.nvidia.com/status_*]",
                 "metadata.labels[skyhook.nvidia.com/status_*]",
+                "metadata.annotations[skyhook.nvidia.com/version_*]",
+                "metadata.annotations[skyhook.nvidia.com/cordon_*]",
                 # runtimeRequired: the runtime-required taint, and the mark of an auto-taint.
                 "spec.taints",
                 "metadata.annotations[skyhook.nvidia.com/autoTaint_*]",

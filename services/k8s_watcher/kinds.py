@@ -57,7 +57,7 @@ _BY_API_VERSION_AND_KIND: dict[tuple[str, str], KindInfo] = {
 # What each write may touch: k8s/rbac/k8s-watcher.yaml grants exactly these verbs, so a command
 # outside them is refused here (outcome `forbidden`) rather than by the API server.
 # PodDisruptionBudget: a NodeSet's budget over its pods running jobs (workloadDisruptionProtection).
-# ControllerRevision: a NodeSet's revision history (created, its `revision` raised, pruned).
+# ControllerRevision: a NodeSet's revision history (created and deleted, never patched).
 CREATABLE_KINDS: frozenset[str] = frozenset(
     {
         "ControllerRevision",
@@ -75,7 +75,7 @@ DELETABLE_KINDS: frozenset[str] = frozenset(
     {"Pod", "Job", "NodeSlice", "NodeMaintenance", "PodDisruptionBudget", "ControllerRevision"}
 )
 PATCHABLE_KINDS: frozenset[str] = frozenset(
-    {info.kind for info in KNOWN_KINDS} - {"PodDisruptionBudget"}
+    {info.kind for info in KNOWN_KINDS} - {"PodDisruptionBudget", "ControllerRevision"}
 )
 # The status subresource: pods (nominatedNodeName) and the custom resources.
 STATUS_PATCHABLE_KINDS: frozenset[str] = frozenset(

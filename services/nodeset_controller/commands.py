@@ -43,7 +43,6 @@ from nodeset_controller.history import (
     REVISION_KIND,
     CreateRevision,
     DeleteRevision,
-    RaiseRevision,
     revision_object,
 )
 from nodeset_controller.objects import (
@@ -519,18 +518,6 @@ def to_outgoing(
         obj = revision_object(spec, action.hash, action.revision)
         command = command_of(
             key, revision_ref(ns, action.name), CreateObject(object=obj), action.why, now
-        )
-        return Outgoing(revision_slot(ns, action.name), command)
-    if isinstance(action, RaiseRevision):
-        key = stable_key(
-            "revision-raise", ns, action.name, action.uid, action.resource_version, action.revision
-        )
-        command = command_of(
-            key,
-            revision_ref(ns, action.name, action.uid, action.resource_version),
-            PatchObject(patch_type="merge", patch={"revision": action.revision}),
-            action.why,
-            now,
         )
         return Outgoing(revision_slot(ns, action.name), command)
     if isinstance(action, DeleteRevision):

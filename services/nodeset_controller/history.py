@@ -1,4 +1,4 @@
-"""Rule 7b, revision history: one apps/v1 ControllerRevision per template a NodeSet has run
+"""Rule 7e, revision history: one apps/v1 ControllerRevision per template a NodeSet has run
 (pure), so `kubectl nodeflow rollout undo` can put an earlier template back.
 
 As for a DaemonSet or StatefulSet (and Slinky's NodeSet):
@@ -9,9 +9,14 @@ As for a DaemonSet or StatefulSet (and Slinky's NodeSet):
   labelled `nodeflow.dev/nodeset: <nodeset>` and with the hash label, and its `data` holds
   `{"spec": {"template": ...}}`, the patch that puts that template back.
 - A template no revision holds is created with `revision` one above the highest
-  (`create on change`). Going back to a template whose revision still exists re-uses that
-  object and raises its `revision` above the highest (`reuse on rollback`): no duplicate,
-  and the history's order stays the order the templates were applied in.
+  (`create on change`). Going back to a template whose revision still exists takes that
+  revision to the top of the history (`reuse on rollback`): no duplicate, and the history's
+  order stays the order the templates were applied in. Kubernetes' controllers raise the
+  object's `revision` with an update; kube-apiserver refuses any update of a
+  ControllerRevision whose stored `data` bytes its own JSON encoder would not write the same
+  (it compares the raw bytes, and k8s-watcher's client writes JSON with spaces), so here the
+  revision is deleted (uid and resourceVersion preconditions) and made again under the same
+  name with the next number: one object per template, as there.
 - Revisions beyond `spec.revisionHistoryLimit` (default 10) are deleted, oldest `revision`
   first, counting only the revisions not live: the update revision, the current revision
   and any revision a pod of the NodeSet still carries are never deleted (`prune`).
@@ -57,17 +62,6 @@ class CreateRevision:
 
 
 @dataclass(frozen=True)
-class RaiseRevision:
-    """Set an existing revision's `revision` to `revision` (a rollback to its template)."""
-
-    name: str
-    uid: str
-    resource_version: str
-    revision: int
-    why: str
-
-
-@dataclass(frozen=True)
 class DeleteRevision:
     """Delete a revision beyond the history limit (uid and resourceVersion preconditions)."""
 
@@ -77,7 +71,7 @@ class DeleteRevision:
     why: str
 
 
-HistoryAction = CreateRevision | RaiseRevision | DeleteRevision
+HistoryAction = CreateRevision | DeleteRevision
 
 
 @dataclass(frozen=True)
@@ -176,14 +170,14 @@ def plan_history(
                 )
             )
     elif name_of(ours[-1]) != update:
+        # A rollback: made again, once gone, as the newest (see the module docstring).
         actions.append(
-            RaiseRevision(
+            DeleteRevision(
                 update,
                 uid_of(existing),
                 resource_version_of(existing),
-                highest + 1,
-                f"template back to revision {revision_number(existing)}: now revision "
-                f"{highest + 1}",
+                f"template back to revision {revision_number(existing)}: made again as "
+                f"revision {highest + 1}",
             )
         )
     current = current_revision(spec.name, update, pod_hashes, reported)

@@ -41,7 +41,7 @@ from nodeflow_kube.fields import (
 )
 from nodeflow_kube.quantity import ResourceList
 from nodeset_controller import deletion, feasibility, protection, ranking
-from nodeset_controller.history import CreateRevision, DeleteRevision, RaiseRevision, plan_history
+from nodeset_controller.history import CreateRevision, DeleteRevision, plan_history
 from nodeset_controller.naming import Collision, assign_names
 from nodeset_controller.objects import (
     claim_of,
@@ -181,7 +181,6 @@ Action = (
     | CreateDisruptionBudget
     | DeleteDisruptionBudget
     | CreateRevision
-    | RaiseRevision
     | DeleteRevision
 )
 
@@ -1350,7 +1349,7 @@ def plan_status(
 
 
 def plan_revision_history(round_: _Round, pods: PodClasses) -> None:
-    """Rule 7b (see `history`): the template's ControllerRevision made or raised, the
+    """Rule 7e (see `history`): the template's ControllerRevision made (again, on a rollback), the
     history beyond revisionHistoryLimit pruned, currentRevision and updateRevision reported."""
     view = round_.view
     result = round_.result

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nodeflow_bus import Bus, BusOptions, Credentials
 from nodeflow_contracts import subjects
@@ -216,3 +217,80 @@ async def test_kubectl_nodeflow_why_pod_names_the_job_that_holds_a_scale_in(
     assert f"Slurm node sim/{marked[0]}:" in verdict
     assert "allocated to jobs (not deleted while it runs a job)" in verdict
     assert "NodeSet: default/gpu" in verdict
+
+
+async def test_kubectl_nodeflow_rollout_undo_rolls_the_nodeset_pods_back(
+    operator: Operator,
+) -> None:
+    """Rule 7e through the plugin: a NodeSet's template changed makes a second
+    ControllerRevision and the pods roll to it; `rollout undo` puts the first template back,
+    the pods roll back, and the first template's revision is made again as 3, never duplicated."""
+    manifest = yaml.safe_load((EXAMPLES / "nodeset.yaml").read_text())
+    manifest["spec"]["replicas"] = 2
+    manifest["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] = "100%"
+    await operator.sh("kubectl apply -f -", stdin=json.dumps(manifest))
+    hashes = (
+        "kubectl get pods -l nodeflow.dev/nodeset=gpu -o json | jq -r "
+        "'[.items[] | select(.metadata.deletionTimestamp == null) | "
+        '.metadata.labels["controller-revision-hash"]] | unique | join(",")\''
+    )
+    first = await rollout_settled(operator, revisions=1)
+    await operator.until_output(hashes, first)
+
+    await operator.sh(
+        'kubectl patch nodeset gpu --type=json -p \'[{"op": "replace", '
+        '"path": "/spec/template/spec/containers/0/image", '
+        '"value": "ghcr.io/nodeflow/slurmd:25.05"}]\''
+    )
+    second = await rollout_settled(operator, revisions=2)
+    assert second != first
+    history = await operator.sh("kubectl nodeflow rollout history nodeset gpu")
+    assert "slurmd=ghcr.io/nodeflow/slurmd:24.11" in history
+    assert "slurmd=ghcr.io/nodeflow/slurmd:25.05" in history
+
+    undone = await operator.sh("kubectl nodeflow rollout undo nodeset gpu")
+    assert undone.strip() == "nodeset.nodeflow.dev/gpu rolled back to revision 1"
+    image = await operator.sh(
+        "kubectl get nodeset gpu -o jsonpath='{.spec.template.spec.containers[0].image}'"
+    )
+    assert image == "ghcr.io/nodeflow/slurmd:24.11"
+    assert await rollout_settled(operator, revisions=2, newest=3) == first
+    revisions = json.loads(
+        await operator.sh("kubectl get controllerrevisions -l nodeflow.dev/nodeset=gpu -o json")
+    )["items"]
+    assert sorted(r["revision"] for r in revisions) == [2, 3]
+    assert {r["metadata"]["name"]: r["revision"] for r in revisions}[f"gpu-{first}"] == 3
+
+
+async def rollout_settled(operator: Operator, *, revisions: int, newest: int = 0) -> str:
+    """Waits until the NodeSet has `revisions` ControllerRevisions (the newest numbered
+    `newest`, default `revisions`) and every pod runs the update revision; its hash."""
+    newest = newest or revisions
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 4 * STEP_TIMEOUT
+    while True:
+        nodeset = json.loads(await operator.sh("kubectl get nodeset gpu -o json"))
+        listed = json.loads(
+            await operator.sh("kubectl get controllerrevisions -l nodeflow.dev/nodeset=gpu -o json")
+        )["items"]
+        pods = json.loads(await operator.sh("kubectl get pods -l nodeflow.dev/nodeset=gpu -o json"))
+        status = nodeset.get("status") or {}
+        update = status.get("updateRevision", "")
+        running = {
+            p["metadata"]["labels"].get("controller-revision-hash")
+            for p in pods["items"]
+            if not p["metadata"].get("deletionTimestamp")
+        }
+        numbers = sorted(r["revision"] for r in listed)
+        done = (
+            len(listed) == revisions
+            and numbers[-1:] == [newest]
+            and update
+            and status.get("currentRevision") == update
+            and len(pods["items"]) == nodeset["spec"]["replicas"]
+            and {f"gpu-{h}" for h in running} == {update}
+        )
+        if done:
+            return str(update).removeprefix("gpu-")
+        assert loop.time() < deadline, (status, numbers, running)
+        await asyncio.sleep(1.0)

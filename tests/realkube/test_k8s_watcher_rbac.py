@@ -48,6 +48,10 @@ from nodeflow_runtime.natsd import (
     user_credentials,
     write_password_files,
 )
+from nodeset_controller.commands import to_outgoing
+from nodeset_controller.history import CreateRevision, DeleteRevision, revision_name
+from nodeset_controller.podspec import revision_hash
+from nodeset_controller.spec import Defaults, parse
 from tests.e2e.processes import TEST_TIMINGS, stop_processes, wait_ready
 from tests.fixtures.nats import TEST_BUS_OPTIONS
 from tests.realkube.support import STEP_TIMEOUT, api_client, kubectl, until
@@ -337,3 +341,74 @@ async def test_rbac_of_k8s_rbac_grants_every_request_k8s_watchers_code_makes(
             ("create", "rbac.authorization.k8s.io", "clusterroles"),
         ):
             assert not await allowed(*request), request
+
+
+async def test_k8s_watcher_mirrors_nodeset_revisions_and_applies_their_commands(
+    running_watcher: RunningWatcher,
+) -> None:
+    """Rule 7e's writes on the real API server, as nodeset-controller builds them
+    (nodeset_controller.commands): a NodeSet's ControllerRevision is created, and on a
+    rollback deleted (uid and resourceVersion preconditions) and made again as the newest;
+    k8s-watcher mirrors only ControllerRevisions labelled with a NodeSet. Why not a patch of
+    its `revision`, as Kubernetes' controllers update it: kube-apiserver refuses any change of
+    a revision whose stored `data` bytes are not its own encoding (k8s-watcher's client
+    writes JSON with spaces), as `data` would change."""
+    ns = running_watcher.namespace
+    await kubectl("-n", ns, "create", "-f", "-", stdin=msgspec.json.encode(NODESET).decode())
+    _, raw, _ = await kubectl("-n", ns, "get", "nodeset", "mirrored", "-o", "json")
+    spec = parse(msgspec.json.decode(raw), Defaults())
+    hash_ = revision_hash(spec.template_spec)
+    name = revision_name(spec.name, hash_)
+    key = subjects.object_key(ns, name)
+    # Another controller's revision (no NodeSet label) is not mirrored.
+    foreign = {
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {"name": "not-a-nodeset"},
+        "data": {"spec": {}},
+        "revision": 1,
+    }
+    await kubectl("-n", ns, "create", "-f", "-", stdin=msgspec.json.encode(foreign).decode())
+
+    async def create(number: int) -> dict[str, Any]:
+        command = to_outgoing(spec, CreateRevision(name, hash_, number, "t"), 0.0).command
+        sent = await running_watcher.send(command.target, command.operation)
+        assert (await running_watcher.final_outcome(sent)).outcome == "applied"
+
+        async def mirrored() -> dict[str, Any] | None:
+            found = await running_watcher.kv_get("ControllerRevision", key)
+            return found if found is not None and found.get("revision") == number else None
+
+        stored: dict[str, Any] = await until(mirrored, f"revision {number} in KV")
+        return stored
+
+    stored = await create(1)
+    assert (
+        await running_watcher.kv_get("ControllerRevision", subjects.object_key(ns, "not-a-nodeset"))
+        is None
+    )
+    assert stored["data"]["spec"]["template"] == spec.template
+    assert stored["metadata"]["ownerReferences"][0]["uid"] == spec.uid
+    assert stored["metadata"]["labels"]["controller-revision-hash"] == hash_
+
+    # kube-apiserver refuses to raise its `revision` by a patch: `data` would change.
+    code, _, err = await kubectl(
+        "-n", ns, "patch", "controllerrevision", name, "--type=merge", "-p", '{"revision": 3}',
+        check=False,
+    )  # fmt: skip
+    assert code != 0 and "immutable" in err, err
+
+    # The rollback: deleted with its uid and resourceVersion, then made again as revision 3.
+    meta = stored["metadata"]
+    delete = to_outgoing(
+        spec, DeleteRevision(name, meta["uid"], meta["resourceVersion"], "t"), 0.0
+    ).command
+    deleted = await running_watcher.send(delete.target, delete.operation)
+    assert (await running_watcher.final_outcome(deleted)).outcome == "applied"
+
+    async def gone() -> bool:
+        return await running_watcher.kv_get("ControllerRevision", key) is None
+
+    await until(gone, "the revision gone from KV")
+    remade = await create(3)
+    assert remade["metadata"]["uid"] != meta["uid"]

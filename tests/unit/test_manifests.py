@@ -382,7 +382,7 @@ def test_nodeset_schema() -> None:
         "updatedNumberScheduled", "numberFeasible", "numberReady", "numberUnavailable",
         "numberRunning", "numberDrain",
     }  # fmt: skip
-    # Rule 7b's revisions: the ControllerRevision the pods run and the template's.
+    # Rule 7e's revisions: the ControllerRevision the pods run and the template's.
     revisions = {"currentRevision", "updateRevision"}
     assert set(status["properties"]) == nine | revisions | {
         "observedGeneration",
@@ -640,7 +640,7 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     # create/delete: nodeset-controller's budget per NodeSet (workloadDisruptionProtection).
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "delete"},
     # A NodeSet's revision history (nodeset-controller's ControllerRevisions).
-    ("apps", "controllerrevisions"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("apps", "controllerrevisions"): {"get", "list", "watch", "create", "delete"},
     ("", "events"): {"get", "create", "patch"},
     ("coordination.k8s.io", "leases"): {"get", "create", "patch"},
     # The ConfigMaps a Skyhook package pod mounts (written, never listed).

@@ -202,7 +202,7 @@ some (a Role in each, as the production overlay's workload-rbac.yaml), else clus
   verbs: [create, delete]
 - apiGroups: [apps]
   resources: [controllerrevisions]
-  verbs: [create, delete, patch]
+  verbs: [create, delete]
 - apiGroups: [nodeflow.dev]
   resources: [nodeslices]
   verbs: [create, delete, patch]

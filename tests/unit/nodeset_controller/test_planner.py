@@ -370,7 +370,7 @@ def test_rule_status_nine_fields_and_running_drain_counts() -> None:
         "numberDrain": 1,
         "observedGeneration": 3,
         "selector": "nodeflow.dev/nodeset=gpu",
-        # Rule 7b: one pod still runs revision "old" (OnDelete), the template is REV.
+        # Rule 7e: one pod still runs revision "old" (OnDelete), the template is REV.
         "currentRevision": "gpu-old",
         "updateRevision": f"gpu-{REV}",
     }

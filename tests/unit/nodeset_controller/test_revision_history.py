@@ -1,9 +1,9 @@
-"""Rule 7b: revision history, one apps/v1 ControllerRevision per template a NodeSet has run.
+"""Rule 7e: revision history, one apps/v1 ControllerRevision per template a NodeSet has run.
 
-Create on change, reuse on rollback with the revision number raised, prune beyond
-revisionHistoryLimit oldest first, never prune a revision a pod still runs (nor the current
-or update revision); currentRevision/updateRevision in the status; the commands are ones
-k8s-watcher lets nodeset-controller send.
+Create on change, reuse on rollback (the template's revision made the newest, never a
+duplicate), prune beyond revisionHistoryLimit oldest first, never prune a revision a pod
+still runs (nor the current or update revision); currentRevision/updateRevision in the
+status; the commands are ones k8s-watcher lets nodeset-controller send.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from k8s_watcher.policy import Allowed, authorize
-from nodeflow_contracts.k8s import CreateObject, DeleteObject, PatchObject
+from nodeflow_contracts.k8s import CreateObject, DeleteObject
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, REVISION_LABEL
 from nodeset_controller.commands import to_outgoing
 from nodeset_controller.history import (
     CreateRevision,
     DeleteRevision,
-    RaiseRevision,
     plan_history,
     revision_name,
     revision_object,
@@ -51,7 +50,7 @@ def stored(obj: dict[str, Any], image: str, number: int) -> dict[str, Any]:
 
 def history_of(result: Plan, *kinds: type[Any]) -> list[object]:
     """The plan's revision actions of `kinds` (all three by default)."""
-    wanted = kinds or (CreateRevision, RaiseRevision, DeleteRevision)
+    wanted = kinds or (CreateRevision, DeleteRevision)
     return [a for a in result.actions if isinstance(a, wanted)]
 
 
@@ -78,7 +77,7 @@ def test_rule_create_on_change_a_new_template_gets_a_revision_one_above_the_high
     (create,) = expect_actions(changed.actions, CreateRevision, count=1)
     assert create.revision == 2
     assert create.name == revision_name("gpu", revision_hash(template_spec("slurmd:2")))
-    assert history_of(changed, RaiseRevision, DeleteRevision) == []
+    assert history_of(changed, DeleteRevision) == []
 
 
 def test_rule_create_on_change_the_revision_holds_the_template_owned_and_labelled() -> None:
@@ -109,23 +108,33 @@ def test_rule_unchanged_template_whose_revision_is_the_highest_needs_nothing() -
     assert result.wanted_status["updateRevision"] == revision_name("gpu", hash2)
 
 
-def test_rule_reuse_on_rollback_raises_the_earlier_revision_instead_of_a_duplicate() -> None:
-    # Back to slurmd:1 while slurmd:2 (revision 2) is the highest.
+def test_rule_reuse_on_rollback_makes_the_earlier_revision_the_newest_without_a_duplicate() -> None:
+    """Back to slurmd:1 while slurmd:2 (revision 2) is the highest: its revision object is
+    deleted (uid and resourceVersion preconditions) and, once gone, made again under the same
+    name as revision 3 -- never a second object for the template."""
     obj = nodeset(replicas=2, template_spec=template_spec("slurmd:1"))
-    revisions = [stored(obj, "slurmd:1", 1), stored(obj, "slurmd:2", 2)]
+    hash1 = revision_hash(template_spec("slurmd:1"))
     hash2 = revision_hash(template_spec("slurmd:2"))
+    revisions = [stored(obj, "slurmd:1", 1), stored(obj, "slurmd:2", 2)]
     result = planned(obj, revisions, pod_revision=hash2)
     assert history_of(result, CreateRevision) == []
-    (raised,) = expect_actions(result.actions, RaiseRevision, count=1)
-    hash1 = revision_hash(template_spec("slurmd:1"))
-    assert (raised.name, raised.revision) == (revision_name("gpu", hash1), 3)
-    assert (raised.uid, raised.resource_version) == ("uid-rev-slurmd:1", "100")
-    command = to_outgoing(parse(obj, DEFAULTS), raised, T0).command
-    assert isinstance(command.operation, PatchObject)
-    assert command.operation.patch == {"revision": 3}
+    (deleted,) = expect_actions(result.actions, DeleteRevision, count=1)
+    assert deleted.name == revision_name("gpu", hash1)
+    assert (deleted.uid, deleted.resource_version) == ("uid-rev-slurmd:1", "100")
+    command = to_outgoing(parse(obj, DEFAULTS), deleted, T0).command
+    assert isinstance(command.operation, DeleteObject)
     assert (command.target.uid, command.target.resource_version) == ("uid-rev-slurmd:1", "100")
-    verdict = authorize(command, "cmd.k8s.v1.nodeset-controller.patch")
+    verdict = authorize(command, "cmd.k8s.v1.nodeset-controller.delete")
     assert verdict == Allowed(required_label=NODESET_LABEL)
+    # Gone: made again as the newest, under its name.
+    again = planned(obj, revisions[1:], pod_revision=hash2)
+    (create,) = expect_actions(again.actions, CreateRevision, count=1)
+    assert (create.name, create.revision) == (revision_name("gpu", hash1), 3)
+    assert history_of(again, DeleteRevision) == []
+    # Made: nothing more, the history is 2 then 3.
+    remade = stored(obj, "slurmd:1", 3)
+    settled = planned(obj, [revisions[1], remade], pod_revision=hash1)
+    assert history_of(settled) == []
 
 
 def test_rule_prune_beyond_limit_deletes_the_oldest_revisions_no_pod_runs() -> None:
@@ -220,6 +229,13 @@ def test_property_prune_never_deletes_a_live_revision_and_keeps_the_limit(
     update_hash = revision_hash(template_spec(f"slurmd:{update}"))
     history = plan_history(spec, update_hash, revisions, pod_hashes, {})
     deleted = {a.name for a in history.actions if isinstance(a, DeleteRevision)}
+    update_name = revision_name("gpu", update_hash)
+    newest = max(revisions, key=lambda r: r["revision"])["metadata"]["name"]
+    existing = {r["metadata"]["name"] for r in revisions}
+    if update_name in deleted:
+        # Only a rollback deletes the update revision: to make it again as the newest.
+        assert update_name in existing and update_name != newest
+        deleted.discard(update_name)
     live_names = {revision_name("gpu", h) for h in [*pod_hashes, update_hash]}
     assert not deleted & live_names
     assert history.current_revision not in deleted
