@@ -237,6 +237,45 @@ def test_rule_required_anti_affinity_among_members_at_block_level_is_never_mispl
         assert "anti-affinity" in marks[0].message
 
 
+def test_rule_required_anti_affinity_term_namespaces_and_match_label_keys() -> None:
+    """A term reads the pod's own namespace unless it lists `namespaces` ({} selector: all);
+    matchLabelKeys narrows it to pods sharing the pod's value of those labels."""
+    nodes = reference_nodes()
+    elsewhere = [_labelled(_busy(i, f"node{i}", namespace="other"), app="db") for i in range(1, 8)]
+    elsewhere.append(_filler("node8"))
+    own_namespace = pod("web", None, gpus=1, affinity=_anti(_term(HOSTNAME, app="db")))
+    assert _placed(plan(state(nodes, [*elsewhere, own_namespace]))) == {"web": "node1"}
+    listed = pod(
+        "web-l",
+        None,
+        gpus=1,
+        affinity=_anti({**_term(HOSTNAME, app="db"), "namespaces": ["other"]}),
+    )
+    assert _placed(plan(state(nodes, [*elsewhere, listed]))) == {"web-l": "node8"}
+    every = pod(
+        "web-e",
+        None,
+        gpus=1,
+        affinity=_anti({**_term(HOSTNAME, app="db"), "namespaceSelector": {}}),
+    )
+    assert _placed(plan(state(nodes, [*elsewhere, every]))) == {"web-e": "node8"}
+    # db of job x on node1, of job y on node2..node8: a job-x pod avoids only node1.
+    dbs = [_labelled(_busy(1, "node1"), app="db", job="x")] + [
+        _labelled(_busy(i, f"node{i}"), app="db", job="y") for i in range(2, 9)
+    ]
+    keyed = _labelled(
+        pod(
+            "web-k",
+            None,
+            gpus=1,
+            affinity=_anti({**_term(HOSTNAME, app="db"), "matchLabelKeys": ["job"]}),
+        ),
+        job="x",
+    )
+    placed = _placed(plan(state(nodes, [*dbs, keyed])))
+    assert placed and placed["web-k"] != "node1"
+
+
 def test_rule_required_affinity_places_the_pod_in_a_matching_pods_domain() -> None:
     nodes = reference_nodes()
     cache = _labelled(_busy(7, "node7"), app="cache")
