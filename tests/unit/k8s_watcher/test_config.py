@@ -48,3 +48,16 @@ def test_environment_sets_kubeconfig_namespaces_selectors_and_limits() -> None:
 def test_bad_settings_fail_at_start(environ: dict[str, str]) -> None:
     with pytest.raises(ConfigError):
         load_config(K8sWatcherConfig, environ)
+
+
+def test_rule_controller_revisions_are_mirrored_only_when_labelled_with_a_nodeset() -> None:
+    """Every DaemonSet's and StatefulSet's history is a ControllerRevision: by default only the
+    NodeSets' (nodeset-controller's revision history) are mirrored; LABEL_SELECTORS may say
+    otherwise, and no other kind gets a selector it was not given."""
+    config = load_config(K8sWatcherConfig, {})
+    assert config.label_selector("ControllerRevision") == "nodeflow.dev/nodeset"
+    assert config.label_selector("Pod") == ""
+    chosen = load_config(
+        K8sWatcherConfig, {"LABEL_SELECTORS": "ControllerRevision=nodeflow.dev/nodeset=gpu"}
+    )
+    assert chosen.label_selector("ControllerRevision") == "nodeflow.dev/nodeset=gpu"
