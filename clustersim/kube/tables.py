@@ -224,6 +224,21 @@ def _job_duration(status: Mapping[str, Any]) -> str:
     return human_duration((end - start).total_seconds())
 
 
+def _controller_of(obj: Any) -> str:
+    """kube-apiserver's Controller column: `<kind>.<group>/<name>` of the controller
+    ownerReference (lower-case kind; `<none>` without one)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+            kind = str(ref.get("kind", "")).lower()
+            return (
+                f"{kind}.{group}/{ref.get('name', '')}"
+                if group
+                else f"{kind}/{ref.get('name', '')}"
+            )
+    return "<none>"
+
+
 def _str(value: Any) -> str:
     return "N/A" if value is None else str(value)
 
@@ -313,6 +328,20 @@ _BUILTIN: dict[str, tuple[list[tuple[str, str, int]], Callable[[Obj], list[Cell]
             _str((o.get("spec") or {}).get("minAvailable")),
             _str((o.get("spec") or {}).get("maxUnavailable")),
             (o.get("status") or {}).get("disruptionsAllowed", 0),
+            human_age(o["metadata"].get("creationTimestamp")),
+        ],
+    ),
+    "controllerrevisions.apps": (
+        [
+            ("Name", "string", 0),
+            ("Controller", "string", 0),
+            ("Revision", "integer", 0),
+            ("Age", "string", 0),
+        ],
+        lambda o: [
+            o["metadata"]["name"],
+            _controller_of(o),
+            o.get("revision", 0),
             human_age(o["metadata"].get("creationTimestamp")),
         ],
     ),

@@ -6,8 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from clustersim.kube.resources import PrinterColumn, crd_resource_infos
-from clustersim.kube.tables import cell_for_json_value, human_age, human_duration, row_cells
+from clustersim.kube.resources import BUILTINS, PrinterColumn, crd_resource_infos
+from clustersim.kube.tables import (
+    cell_for_json_value,
+    column_definitions,
+    human_age,
+    human_duration,
+    row_cells,
+)
 
 
 @pytest.mark.parametrize(
@@ -86,3 +92,29 @@ def test_date_columns_and_default_age_are_durations() -> None:
     assert with_columns.printer_columns == (PrinterColumn("At", "date", ".spec.at"),)
     assert row_cells(with_columns, obj) == ["t", "2d2h"]
     assert row_cells(crd_resource_infos(_crd([])), obj) == ["t", "2d2h"]
+
+
+def test_controller_revision_rows_name_their_controller_and_revision() -> None:
+    """kube-apiserver's printer for apps/v1 ControllerRevision: Name, Controller
+    (`<kind>.<group>/<name>` of the controller reference), Revision, Age."""
+    (info,) = [r for r in BUILTINS if r.key == "controllerrevisions.apps"]
+    assert [c["name"] for c in column_definitions(info)] == [
+        "Name",
+        "Controller",
+        "Revision",
+        "Age",
+    ]
+    revision = {
+        "metadata": {
+            "name": "gpu-0c5e35f7a1",
+            "creationTimestamp": None,
+            "ownerReferences": [
+                {"apiVersion": "nodeflow.dev/v1alpha1", "kind": "NodeSet", "name": "gpu",
+                 "uid": "u", "controller": True}
+            ],
+        },
+        "data": {},
+        "revision": 3,
+    }  # fmt: skip
+    cells = row_cells(info, revision)
+    assert cells[:3] == ["gpu-0c5e35f7a1", "nodeset.nodeflow.dev/gpu", 3]
