@@ -47,6 +47,22 @@ def node_state_annotation(skyhook: str) -> str:
     return f"skyhook.nvidia.com/nodeState_{skyhook}"
 
 
+# What upstream writes as `version_<skyhook>` on a node: the operator release whose node-state
+# schema the nodeState annotation follows (`name|version` keys with image and containerSHA).
+# An upstream operator that takes the node over reads it and migrates nothing (its Migrate
+# rewrites only states of releases before v0.8).
+NODE_STATE_VERSION: Final = "v0.9.0"
+
+
+def version_annotation(skyhook: str) -> str:
+    return f"skyhook.nvidia.com/version_{skyhook}"
+
+
+def cordon_annotation(skyhook: str) -> str:
+    """`true` while the Skyhook holds a cordon of the node (its NodeMaintenance exists)."""
+    return f"skyhook.nvidia.com/cordon_{skyhook}"
+
+
 def auto_taint_annotation(taint_key: str) -> str:
     """Set on a node the controller gave the runtime-required taint (autoTaintNewNodes)."""
     return f"skyhook.nvidia.com/autoTaint_{taint_key}"

@@ -6,7 +6,8 @@ sending the same action again is deduplicated, never applied twice:
   create+patch ConfigMap    node metadata and package configMap a Job's pod mounts (content key)
   patch    Job              spec.activeDeadlineSeconds, to fail a Job whose image never pulls;
                             spec.ttlSecondsAfterFinished removed from a failed Job
-  patch    Node             nodeState_<skyhook> annotation, status_<skyhook> annotation+label
+  patch    Node             nodeState_<skyhook> annotation, status_<skyhook> annotation+label,
+                            version_<skyhook> and cordon_<skyhook> annotations
   create   NodeMaintenance  for an interrupt
   delete   NodeMaintenance  after post-interrupt (uid precondition)
   update-status  Skyhook    (resourceVersion precondition: a stale status is refused)
@@ -24,13 +25,16 @@ from typing import Any, Final
 from maintenance_scheduler.commands import COMMAND_LIFETIME_SECONDS, SENDER, canonical, digest
 from maintenance_scheduler.skyhook.api import (
     API_VERSION,
+    NODE_STATE_VERSION,
     POLICY_FINALIZER,
     POLICY_KIND,
     SKYHOOK_FINALIZER,
     SKYHOOK_KIND,
     auto_taint_annotation,
+    cordon_annotation,
     node_state_annotation,
     status_key,
+    version_annotation,
 )
 from maintenance_scheduler.skyhook.jobs import DEFAULT_POD_OPTIONS, build_job, build_maintenance
 from maintenance_scheduler.skyhook.plan import (
@@ -205,6 +209,9 @@ def command_for(
         annotations: dict[str, Any] = {
             node_state_annotation(action.skyhook): action.node_state or None,
             status_key(action.skyhook): action.status,
+            # The schema of the state beside it; gone with the state.
+            version_annotation(action.skyhook): NODE_STATE_VERSION if action.node_state else None,
+            cordon_annotation(action.skyhook): "true" if action.cordon else None,
         }
         patch = {
             "metadata": {
@@ -274,6 +281,8 @@ def command_for(
                 "annotations": {
                     node_state_annotation(action.skyhook): None,
                     status_key(action.skyhook): None,
+                    version_annotation(action.skyhook): None,
+                    cordon_annotation(action.skyhook): None,
                 },
                 "labels": {status_key(action.skyhook): None},
             }

@@ -32,6 +32,7 @@ from maintenance_scheduler.skyhook import stages
 from maintenance_scheduler.skyhook.api import (
     DEFAULT_COMPARTMENT,
     IGNORE_NODE_LABEL,
+    NODE_STATE_VERSION,
     POLICY_FINALIZER,
     SKYHOOK_FINALIZER,
     SKYHOOK_PREFIX,
@@ -39,10 +40,12 @@ from maintenance_scheduler.skyhook.api import (
     Interrupt,
     Package,
     Skyhook,
+    cordon_annotation,
     node_state_annotation,
     policy_for,
     resets_batch_state,
     status_key,
+    version_annotation,
 )
 from maintenance_scheduler.skyhook.jobs import (
     entry_identity,
@@ -157,10 +160,14 @@ class KeepFailedJob:
 
 @dataclass(frozen=True)
 class PatchNode:
+    """The node's state and status for the Skyhook, with upstream's other marks:
+    `version_<skyhook>` and, while its NodeMaintenance holds the node, `cordon_<skyhook>`."""
+
     skyhook: str
     node: NodeView
     node_state: str
     status: str
+    cordon: bool = False
 
 
 @dataclass(frozen=True)
@@ -938,6 +945,13 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
             plan.actions.append(SetPolicyFinalizer(policy, True))
         elif policy.name not in in_use and has:
             plan.actions.append(SetPolicyFinalizer(policy, False))
+    new_nodes = _auto_taint_nodes(world, ordered)
+    if new_nodes:
+        # The taint lands first (upstream's HandleAutoTaint ends its reconcile): nothing else
+        # is written on those nodes this round, so they stay new until it has landed.
+        taint = world.runtime_required_taint
+        plan.actions.extend(SetRuntimeTaint(node, taint, True) for node in new_nodes)
+        world = replace(world, settling=world.settling | {node.name for node in new_nodes})
     planned: list[tuple[Skyhook, SkyhookRound]] = []
     for skyhook in ordered:
         if skyhook.deleting:
@@ -995,40 +1009,51 @@ def has_taint(node: NodeView, taint: Mapping[str, str]) -> bool:
     )
 
 
+def _auto_taint_nodes(world: World, skyhooks: Sequence[Skyhook]) -> list[NodeView]:
+    """upstream's getAutoTaintNodes: nodes a runtimeRequired Skyhook with autoTaintNewNodes
+    selects that lack the runtime-required taint and carry no skyhook.nvidia.com/ annotation
+    yet (new nodes)."""
+    auto = [
+        s
+        for s in skyhooks
+        if s.runtime_required
+        and s.auto_taint_new_nodes
+        and not s.deleting
+        and SKYHOOK_FINALIZER in s.finalizers
+    ]
+    if not auto:
+        return []
+    taint = world.runtime_required_taint
+    return [
+        node
+        for node in world.nodes
+        if node.name not in world.settling
+        and any(s.node_selector.matches(node.labels) for s in auto)
+        and not has_taint(node, taint)
+        and not any(k.startswith(SKYHOOK_PREFIX) for k in node.annotations)
+    ]
+
+
 def _plan_runtime_taints(
     world: World, planned: Sequence[tuple[Skyhook, SkyhookRound]], plan: RoundPlan
 ) -> None:
-    """upstream's HandleRuntimeRequired and HandleAutoTaint: a node keeps the runtime-required
-    taint until every runtimeRequired Skyhook selecting it is complete on it (an unreadable
-    state is not complete: the taint stays); a node such a Skyhook with autoTaintNewNodes
-    selects gets it while it carries no skyhook.nvidia.com/ annotation yet (a new node)."""
+    """upstream's HandleRuntimeRequired: a node keeps the runtime-required taint until every
+    runtimeRequired Skyhook selecting it is complete on it (an unreadable state is not
+    complete: the taint stays)."""
     required = [(s, r) for s, r in planned if s.runtime_required]
     if not required:
         return
     taint = world.runtime_required_taint
     done_everywhere: dict[str, bool] = {}
-    auto: set[str] = set()
-    for skyhook, summary in required:
+    for _, summary in required:
         for name in summary.node_status:
             done_everywhere[name] = done_everywhere.get(name, True) and (
                 name in summary.complete_nodes
             )
-        if skyhook.auto_taint_new_nodes:
-            auto.update(summary.node_status)
     for node in world.nodes:
         done = done_everywhere.get(node.name)
-        if done is None or node.name in world.settling:
-            continue
-        tainted = has_taint(node, taint)
-        if tainted and done:
+        if done and node.name not in world.settling and has_taint(node, taint):
             plan.actions.append(SetRuntimeTaint(node, taint, False))
-        elif (
-            not tainted
-            and not done
-            and node.name in auto
-            and not any(k.startswith(SKYHOOK_PREFIX) for k in node.annotations)
-        ):
-            plan.actions.append(SetRuntimeTaint(node, taint, True))
 
 
 def marks_of(skyhook: str, node: NodeView) -> bool:
@@ -1038,6 +1063,8 @@ def marks_of(skyhook: str, node: NodeView) -> bool:
         node_state_annotation(skyhook) in node.annotations
         or key in node.annotations
         or key in node.labels
+        or version_annotation(skyhook) in node.annotations
+        or cordon_annotation(skyhook) in node.annotations
     )
 
 
@@ -1181,6 +1208,8 @@ def _plan_skyhook(
     node_by_name = {n.name: n for n in targets}
     order = _package_order(skyhook)
     key = status_key(skyhook.name)
+    version_key = version_annotation(skyhook.name)
+    cordon_key = cordon_annotation(skyhook.name)
     shared: dict[int, tuple[Mapping[str, PackageState], int]] = {}
     changed: set[str] = set()
     # Usable nodes with a state or a status mark: their marks may need a patch.
@@ -1242,7 +1271,13 @@ def _plan_skyhook(
         if status == COMPLETE:
             priorities.pop(name, None)
         after[name] = status
-        if usable and (entries or name in changed or key in node.annotations or key in node.labels):
+        if usable and (
+            entries
+            or name in changed
+            or key in node.annotations
+            or key in node.labels
+            or cordon_key in node.annotations
+        ):
             marked.append(node)
         if entries:
             final_entries[name] = entries
@@ -1278,9 +1313,15 @@ def _plan_skyhook(
         entries = final_entries.get(name, {})
         status = shown[name]
         marks = (node.annotations.get(key, ""), node.labels.get(key, ""))
-        if name in changed or marks != (status, status):
+        cordon = maintenance_name(skyhook.name, name) in world.maintenance_owners
+        if (
+            name in changed
+            or marks != (status, status)
+            or (cordon_key in node.annotations) != cordon
+            or (entries and node.annotations.get(version_key) != NODE_STATE_VERSION)
+        ):
             rendered = render_node_state(entries) if entries else ""
-            plan.actions.append(PatchNode(skyhook.name, node, rendered, status))
+            plan.actions.append(PatchNode(skyhook.name, node, rendered, status, cordon))
     for entries, count in shared.values():
         for entry in entries.values():
             state_key = (entry.name, entry.version, entry.state)

@@ -624,3 +624,35 @@ async def test_rule_package_pods_find_their_config_maps_written_through_k8s_watc
         spec = job["spec"]["template"]["spec"]
         names = {v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v}
         assert by_node[spec["nodeName"]]["metadata"]["name"] in names
+
+
+async def test_runtime_required_taint_goes_on_a_new_node_and_off_once_complete(
+    sky: SkyhookStack,
+) -> None:
+    """autoTaintNewNodes through k8s-watcher: the runtime-required taint lands on the new node
+    (its autoTaint_ mark says so), the stage pods tolerate it, and it comes off once the
+    runtimeRequired Skyhook is complete there; the node carries version_ beside its state."""
+    await sky.start()
+    node = sky.stack.node_names()[0]
+    one_node = {"matchLabels": {"kubernetes.io/hostname": node}}
+    packages = {"driver": {"version": "1.0.0", "image": "registry.local/driver"}}
+    sky.skyhook(
+        "runtime", packages, nodeSelectors=one_node, runtimeRequired=True, autoTaintNewNodes=True
+    )
+
+    def annotations() -> dict[str, str]:
+        return dict(sky.stack.node(node)["metadata"].get("annotations") or {})
+
+    await eventually(
+        lambda: annotations().get("skyhook.nvidia.com/autoTaint_skyhook.nvidia.com") == "true",
+        timeout=30,
+        what="auto-tainted",
+    )
+    await eventually(lambda: sky.status("runtime") == "complete", timeout=60, what="complete")
+
+    def untainted() -> bool:
+        taints = (sky.stack.node(node).get("spec") or {}).get("taints") or []
+        return not any(t.get("key") == "skyhook.nvidia.com" for t in taints)
+
+    await eventually(untainted, timeout=30, what="runtime-required taint removed")
+    assert annotations()["skyhook.nvidia.com/version_runtime"] == "v0.9.0"

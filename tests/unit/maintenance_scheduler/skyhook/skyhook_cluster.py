@@ -12,11 +12,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from maintenance_scheduler.skyhook.api import (
+    NODE_STATE_VERSION,
     SKYHOOK_FINALIZER,
     Skyhook,
+    cordon_annotation,
     node_state_annotation,
     parse_skyhook,
     status_key,
+    version_annotation,
 )
 from maintenance_scheduler.skyhook.jobs import build_job, maintenance_name
 from maintenance_scheduler.skyhook.observe import job_facts
@@ -34,6 +37,19 @@ from maintenance_scheduler.skyhook.plan import (
 
 T0 = 1_000_000.0
 NAMESPACE = "skyhook"
+
+
+def apply_marks(annotations: dict[str, str], action: PatchNode) -> None:
+    """A PatchNode's version_ and cordon_ marks, as the merge patch sets or removes them."""
+    marks = {
+        version_annotation(action.skyhook): NODE_STATE_VERSION if action.node_state else None,
+        cordon_annotation(action.skyhook): "true" if action.cordon else None,
+    }
+    for key, value in marks.items():
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
 
 
 def make_skyhook(
@@ -130,6 +146,7 @@ class Cluster:
                 annotations = dict(node.annotations)
                 annotations[node_state_annotation(action.skyhook)] = action.node_state
                 annotations[status_key(action.skyhook)] = action.status
+                apply_marks(annotations, action)
                 labels = {**node.labels, status_key(action.skyhook): action.status}
                 self.nodes[node.name] = self.bump(node, annotations=annotations, labels=labels)
             elif isinstance(action, CreateMaintenance):

@@ -16,10 +16,12 @@ from maintenance_scheduler.skyhook.api import (
     SKYHOOK_FINALIZER,
     DeploymentPolicy,
     Skyhook,
+    cordon_annotation,
     node_state_annotation,
     parse_deployment_policy,
     parse_skyhook,
     status_key,
+    version_annotation,
 )
 from maintenance_scheduler.skyhook.jobs import maintenance_name
 from maintenance_scheduler.skyhook.plan import (
@@ -39,6 +41,7 @@ from maintenance_scheduler.skyhook.plan import (
     plan_round,
 )
 from maintenance_scheduler.skyhook.stages import JobFacts, PackageState, render_node_state
+from tests.unit.maintenance_scheduler.skyhook.skyhook_cluster import apply_marks
 from tests.unit.plan_checks import expect_actions, expect_no_actions
 
 T0 = 1_000_000.0
@@ -162,6 +165,7 @@ class FakeCluster:
                 annotations[node_state_annotation(action.skyhook)] = action.node_state
                 annotations[status_key(action.skyhook)] = action.status
                 labels[status_key(action.skyhook)] = action.status
+                apply_marks(annotations, action)
                 self.nodes[node.name] = replace(
                     self.nodes[node.name], annotations=annotations, labels=labels
                 )
@@ -179,11 +183,13 @@ class FakeCluster:
             elif isinstance(action, ForgetNode):
                 node = self.nodes[action.node.name]
                 key = status_key(action.skyhook)
-                annotations = {
-                    k: v
-                    for k, v in node.annotations.items()
-                    if k not in (key, node_state_annotation(action.skyhook))
-                }
+                forgotten = (
+                    key,
+                    node_state_annotation(action.skyhook),
+                    version_annotation(action.skyhook),
+                    cordon_annotation(action.skyhook),
+                )
+                annotations = {k: v for k, v in node.annotations.items() if k not in forgotten}
                 labels = {k: v for k, v in node.labels.items() if k != key}
                 self.nodes[node.name] = replace(node, annotations=annotations, labels=labels)
             elif isinstance(action, SetSkyhookFinalizer):

@@ -11,18 +11,23 @@ from prometheus_client import REGISTRY
 
 from maintenance_scheduler.skyhook import metrics
 from maintenance_scheduler.skyhook.api import (
+    NODE_STATE_VERSION,
     SKYHOOK_FINALIZER,
     Budget,
     Skyhook,
     auto_taint_annotation,
+    cordon_annotation,
     node_state_annotation,
     parse_deployment_policy,
     parse_skyhook,
     policy_for,
+    version_annotation,
 )
 from maintenance_scheduler.skyhook.plan import (
     CreateJob,
+    ForgetNode,
     NodeView,
+    PatchNode,
     SetRuntimeTaint,
     SetSkyhookStatus,
     World,
@@ -403,6 +408,10 @@ def test_rule_runtime_required_taint_goes_on_new_nodes_and_off_once_complete() -
     changes = round_with_taints(cluster)
     assert [(c.node.name, c.present) for c in changes] == [("node-00", True)]
     assert cluster.nodes["node-00"].taints == (RUNTIME_TAINT,)
+    # Nothing else was written on it that round: the taint lands on a still-new node.
+    assert set(cluster.nodes["node-00"].annotations) == {
+        auto_taint_annotation("skyhook.nvidia.com")
+    }
     removed: list[str] = []
     for _ in range(30):
         removed += [c.node.name for c in round_with_taints(cluster) if not c.present]
@@ -447,4 +456,50 @@ def test_rule_the_runtime_taint_patch_keeps_other_taints_and_is_allowed() -> Non
         )
         assert command.operation.patch["spec"]["taints"] == expected  # type: ignore[union-attr]
         assert command.target.resource_version == node.resource_version
+        assert isinstance(authorize(command, command.subject), Allowed)
+
+
+# --- node marks -------------------------------------------------------------------------------
+
+
+def test_rule_node_marks_version_and_cordon_while_its_request_holds_the_node() -> None:
+    reboot = {
+        "kern": {"version": "1.0.0", "image": "ghcr.io/x/kern", "interrupt": {"type": "reboot"}}
+    }
+    cluster = FakeCluster(skyhooks=[make({"packages": reboot})], nodes=cluster_nodes(1))
+    cordon, version = cordon_annotation("gpu-init"), version_annotation("gpu-init")
+    held: list[bool] = []
+    for _ in range(30):
+        cluster.round()
+        annotations = cluster.nodes["node-00"].annotations
+        # The mark follows the request one round later (it is written on what the round saw).
+        held.append(annotations.get(cordon) == "true")
+    assert cluster.status()["status"] == "complete"
+    assert any(held) and not held[-1]
+    assert cluster.nodes["node-00"].annotations[version] == NODE_STATE_VERSION
+
+
+def test_rule_node_marks_are_written_and_forgotten_by_the_node_patches() -> None:
+    from k8s_watcher.policy import Allowed, authorize
+    from maintenance_scheduler.skyhook.commands import commands_for
+
+    node = cluster_nodes(1)["node-00"]
+    for action, expected in (
+        (PatchNode("gpu-init", node, '{"x":1}', "in_progress", cordon=True), ("v", "true")),
+        (PatchNode("gpu-init", node, "", "complete"), (None, None)),
+        (ForgetNode("gpu-init", node), (None, None)),
+    ):
+        (command,) = commands_for(
+            action,
+            T0,
+            namespace="skyhook",
+            default_stage_timeout_seconds=0,
+            drain_timeout_seconds=0,
+        )
+        annotations = command.operation.patch["metadata"]["annotations"]  # type: ignore[union-attr]
+        written = (
+            annotations[version_annotation("gpu-init")],
+            annotations[cordon_annotation("gpu-init")],
+        )
+        assert written == (NODE_STATE_VERSION if expected[0] else None, expected[1])
         assert isinstance(authorize(command, command.subject), Allowed)
