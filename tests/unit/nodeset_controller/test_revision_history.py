@@ -18,6 +18,7 @@ from k8s_watcher.policy import Allowed, authorize
 from nodeflow_contracts.k8s import CreateObject, DeleteObject
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, REVISION_LABEL
 from nodeset_controller.commands import to_outgoing
+from nodeset_controller.config import NodeSetControllerConfig
 from nodeset_controller.history import (
     CreateRevision,
     DeleteRevision,
@@ -29,8 +30,17 @@ from nodeset_controller.history import (
 from nodeset_controller.planner import ClusterView, Plan, plan
 from nodeset_controller.podspec import revision_hash
 from nodeset_controller.spec import DEFAULT_REVISION_HISTORY_LIMIT, parse, validate
-from tests.unit.nodeset_controller.builders import DEFAULTS, NS, T0, nodeset, slurm
-from tests.unit.nodeset_controller.test_planner import REV, full, view
+from tests.unit.nodeset_controller.builders import (
+    CLUSTER,
+    DEFAULTS,
+    NS,
+    T0,
+    cluster_status,
+    nodeset,
+    slurm,
+)
+from tests.unit.nodeset_controller.memory_cluster import MemoryCluster
+from tests.unit.nodeset_controller.test_planner import KEY, REV, full, view
 from tests.unit.plan_checks import expect_actions
 
 NAMES = [f"gpu-001-{i + 1:03d}" for i in range(4)]
@@ -250,3 +260,37 @@ def test_property_prune_never_deletes_a_live_revision_and_keeps_the_limit(
 def test_namespace_of_the_revision_is_the_nodesets() -> None:
     spec = parse(nodeset(), DEFAULTS)
     assert revision_object(spec, REV, 1)["metadata"]["namespace"] == NS
+
+
+async def test_rule_a_restarted_controller_reads_the_history_back_from_the_mirrored_revisions() -> (
+    None
+):
+    """Restart safety at the service level: the controller's decision loop against an
+    in-memory cluster. With no revision mirrored it sends the template's create; a new
+    controller that finds it (and an older one) in the ControllerRevision view sends none,
+    nor one for another NodeSet's revision; once the view loses it, the create comes again
+    with the next number."""
+    obj = nodeset(replicas=0, template_spec=template_spec("slurmd:2"))
+    hash2 = revision_hash(template_spec("slurmd:2"))
+    first = MemoryCluster(NodeSetControllerConfig(nats_url=("nats://unused",)))
+    first.clusters.put(CLUSTER, cluster_status())
+    first.nodesets.put(KEY, obj)
+    sent = [c for c in await first.round(KEY, T0) if c.target.kind == "ControllerRevision"]
+    assert [(c.op, c.target.name) for c in sent] == [("create", revision_name("gpu", hash2))]
+
+    restarted = MemoryCluster(NodeSetControllerConfig(nats_url=("nats://unused",)))
+    restarted.clusters.put(CLUSTER, cluster_status())
+    restarted.nodesets.put(KEY, obj)
+    older, current = stored(obj, "slurmd:1", 1), stored(obj, "slurmd:2", 2)
+    cpu = parse(nodeset("cpu", template_spec=template_spec("slurmd:7")), DEFAULTS)
+    other = revision_object(cpu, revision_hash(template_spec("slurmd:7")), 9)
+    for revision in (older, current, other):
+        key = f"{NS}.{revision['metadata']['name']}"
+        restarted.revisions.put(key, revision)
+    commands = await restarted.round(KEY, T0 + 1)
+    assert [c for c in commands if c.target.kind == "ControllerRevision"] == []
+    restarted.revisions.delete(f"{NS}.{current['metadata']['name']}")
+    again = [c for c in await restarted.round(KEY, T0 + 2) if c.target.kind == "ControllerRevision"]
+    assert [(c.op, c.target.name) for c in again] == [("create", revision_name("gpu", hash2))]
+    operation = again[0].operation
+    assert isinstance(operation, CreateObject) and operation.object["revision"] == 2
