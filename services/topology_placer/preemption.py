@@ -76,7 +76,7 @@ class ChargedPod(NamedTuple):
     nominated_only: bool
 
 
-@dataclass
+@dataclass(slots=True)
 class VictimUnit:
     """One job that is evicted whole or not at all."""
 
@@ -85,8 +85,10 @@ class VictimUnit:
     pods: list[ChargedPod] = field(default_factory=list)
     # The job the unit belongs to (a replica's controller): a plan is costed per job.
     job: str = ""
-    # The namespace and labels of each pod, in `pods` order: what a budget selects by.
-    pod_labels: list[tuple[str, Obj]] = field(default_factory=list)
+    # What a budget selects by: the unit's namespace (its key names it, so every pod of the
+    # unit is in it) and each pod's labels, in `pods` order.
+    namespace: str = ""
+    pod_labels: list[Obj] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -304,11 +306,13 @@ def victim_units(
             continue
         unit = by_key.get(key)
         if unit is None:
-            unit = by_key[key] = VictimUnit(key=key, priority=facts.priority, job=facts.job)
+            unit = by_key[key] = VictimUnit(
+                key=key, priority=facts.priority, job=facts.job, namespace=facts.namespace
+            )
         elif facts.priority > unit.priority:
             unit.priority = facts.priority
         unit.pods.append(item)
-        unit.pod_labels.append((facts.namespace, facts.labels))
+        unit.pod_labels.append(facts.labels)
     return [
         unit
         for key, unit in sorted(by_key.items())
@@ -342,18 +346,14 @@ def _budgets(budgets: Sequence[Obj]) -> list[_Budget]:
     return read
 
 
-def _hits(victims: Sequence[tuple[str, Obj]], budgets: Sequence[_Budget]) -> list[int]:
-    """How many of `victims` (namespace and labels of each) each budget selects."""
-    return [
+def _hits(namespace: str, labels: Sequence[Obj], budgets: Sequence[_Budget]) -> tuple[int, ...]:
+    """How many pods of `namespace` with these labels each budget selects."""
+    return tuple(
         0
-        if budget.selector is None
-        else sum(
-            1
-            for namespace, labels in victims
-            if namespace == budget.namespace and budget.selector.matches(labels)
-        )
+        if budget.selector is None or budget.namespace != namespace
+        else sum(1 for each in labels if budget.selector.matches(each))
         for budget in budgets
-    ]
+    )
 
 
 def _broken(hits: Sequence[int], budgets: Sequence[_Budget]) -> int:
@@ -363,8 +363,11 @@ def _broken(hits: Sequence[int], budgets: Sequence[_Budget]) -> int:
 def broken_budgets(victims: Sequence[Obj], budgets: Sequence[Obj]) -> int:
     """How many PodDisruptionBudgets evicting `victims` would break."""
     read = _budgets(budgets)
-    pods = [(fields.namespace_of(pod), fields.labels_of(pod)) for pod in victims]
-    return _broken(_hits(pods, read), read)
+    hits = [0] * len(read)
+    for pod in victims:
+        for index, hit in enumerate(_hits(fields.namespace_of(pod), [fields.labels_of(pod)], read)):
+            hits[index] += hit
+    return _broken(hits, read)
 
 
 def plan_preemption(
@@ -493,28 +496,30 @@ class _Search:
         self.amounts = tuple(request[r] for r in self.resources)
         # What each unit's pods on each node take of those resources, summed, and the units
         # with a pod on each node (in unit order).
-        self.unit_nodes: dict[str, dict[str, list[int]]] = {}
+        self.unit_nodes: dict[str, dict[str, tuple[int, ...]]] = {}
         self.on_node: dict[str, list[VictimUnit]] = {}
         resources = self.resources
         for unit in units:
             nodes = self.unit_nodes[unit.key] = {}
             for item in unit.pods:
+                # Tuples, not lists: the collector stops tracking tuples of ints, and a pass
+                # over a full cluster makes one per unit and node.
+                asks = tuple(item.request.get(resource, 0) for resource in resources)
                 held = nodes.get(item.node)
                 if held is None:
-                    held = nodes[item.node] = [0] * len(resources)
+                    nodes[item.node] = asks
                     self.on_node.setdefault(item.node, []).append(unit)
-                asks = item.request
-                for index, resource in enumerate(resources):
-                    held[index] += asks.get(resource, 0)
-        self._base: dict[str, list[int]] = {}
-        self._hits: dict[str, list[int]] = {}
+                else:
+                    nodes[item.node] = tuple(a + b for a, b in zip(held, asks, strict=True))
+        self._base: dict[str, tuple[int, ...]] = {}
+        self._hits: dict[str, tuple[int, ...]] = {}
         self._dry: dict[tuple[str, ...], tuple[dict[str, int], Placement | NoFit]] = {}
 
-    def hits_of(self, unit: VictimUnit) -> list[int]:
+    def hits_of(self, unit: VictimUnit) -> tuple[int, ...]:
         """How many of the unit's pods each budget selects (read once per unit)."""
         found = self._hits.get(unit.key)
         if found is None:
-            found = self._hits[unit.key] = _hits(unit.pod_labels, self.budgets)
+            found = self._hits[unit.key] = _hits(unit.namespace, unit.pod_labels, self.budgets)
         return found
 
     def broken(self, hits: Sequence[int]) -> int:
@@ -527,11 +532,11 @@ class _Search:
         if base is None:
             capacity = self.capacities[node]
             allocatable, used = capacity.allocatable, capacity.used
-            base = [allocatable.get(r, 0) - used.get(r, 0) for r in self.resources]
+            room = [allocatable.get(r, 0) - used.get(r, 0) for r in self.resources]
             for item in self.cleared.get(node, ()):
                 for index, resource in enumerate(self.resources):
-                    base[index] += item.request.get(resource, 0)
-            self._base[node] = base
+                    room[index] += item.request.get(resource, 0)
+            base = self._base[node] = tuple(room)
         free = list(base)
         for unit in self.on_node.get(node, ()):
             if unit.key in allowed_keys:
