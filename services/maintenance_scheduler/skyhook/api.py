@@ -448,6 +448,14 @@ class Package:
     # gracefulShutdown (a Go duration) in whole seconds: the pod's
     # terminationGracePeriodSeconds; None: the Kubernetes default.
     graceful_shutdown_seconds: int | None = None
+    # uninstall.enabled / uninstall.apply (nodewright): apply uninstalls it from every node.
+    uninstall_enabled: bool = False
+    uninstall_apply: bool = False
+
+    @property
+    def uninstalling(self) -> bool:
+        """upstream's IsUninstalling: uninstall.enabled and uninstall.apply."""
+        return self.uninstall_enabled and self.uninstall_apply
 
     @property
     def key(self) -> str:
@@ -593,6 +601,9 @@ def _parse_package(name: str, raw: object, problems: list[str]) -> Package | Non
         if parsed is not None:
             config_interrupts.append((str(key), parsed))
     timeout = _int_field(data, "stageTimeout", where, problems, low=1)
+    uninstall = mapping(data.get("uninstall"))
+    if uninstall.get("apply") is True and uninstall.get("enabled") is not True:
+        problems.append(f"{where}.uninstall.apply: only valid when uninstall.enabled is true")
     return Package(
         name=name,
         version=version,
@@ -607,6 +618,8 @@ def _parse_package(name: str, raw: object, problems: list[str]) -> Package | Non
         container_sha=str(data.get("containerSHA") or ""),
         agent_image_override=str(data.get("agentImageOverride") or ""),
         graceful_shutdown_seconds=_graceful_shutdown(data.get("gracefulShutdown"), where, problems),
+        uninstall_enabled=uninstall.get("enabled") is True,
+        uninstall_apply=uninstall.get("apply") is True,
     )
 
 

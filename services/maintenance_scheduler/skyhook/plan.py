@@ -337,9 +337,10 @@ Wanted = tuple[dict[str, tuple[str, str]], frozenset[str]]
 
 
 def wanted_versions(skyhook: Skyhook) -> Wanted:
-    return {p.name: (p.version, config_hash(p)) for p in skyhook.packages}, frozenset(
-        p.name for p in skyhook.packages
-    )
+    """What a complete node has: every package but those being uninstalled
+    (`uninstall.apply`), which a complete node no longer has (upstream's IsComplete)."""
+    kept = [p for p in skyhook.packages if not p.uninstalling]
+    return {p.name: (p.version, config_hash(p)) for p in kept}, frozenset(p.name for p in kept)
 
 
 def node_status(
@@ -463,6 +464,15 @@ def _recorded_entry(skyhook: Skyhook, node: str, package: str) -> tuple[str, str
     return None
 
 
+def _uninstall_under_way(package: Package, entry: PackageState | None) -> bool:
+    return (
+        entry is not None
+        and entry.version == package.version
+        and entry.stage == "uninstall"
+        and entry.state != stages.COMPLETE
+    )
+
+
 def _interrupts(package: Package | None, entry: PackageState) -> bool:
     """Whether this stage of the package belongs to a run that interrupts the node (its own
     interrupt, or for a config re-run a configInterrupt of a changed key)."""
@@ -512,8 +522,17 @@ def step_node(
     interrupts: list[str] = []
     busy = False  # a package of a serial Skyhook is under way
     node_uid = node_view.uid if node_view is not None else ""
-    spec_names = {p.name for p in skyhook.packages}
-    packages = order if order is not None else _package_order(skyhook)
+    # A package being uninstalled (uninstall.apply) goes the way of a removed one; so does one
+    # whose uninstall already began on this node when apply was turned off again: that
+    # uninstall ends, then the package is installed again (nodewright's cancelled uninstall).
+    spec_names = {
+        p.name
+        for p in skyhook.packages
+        if not p.uninstalling and not _uninstall_under_way(p, entries.get(p.name))
+    }
+    packages = [
+        p for p in (order if order is not None else _package_order(skyhook)) if p.name in spec_names
+    ]
     work: list[tuple[Package | None, str]] = [(p, p.name) for p in packages]
     work += [(None, name) for name in sorted(entries) if name not in spec_names]
     # Interrupt stages due this round, decided together once every package is looked at.
@@ -547,7 +566,12 @@ def step_node(
         }
         if beside and (new.stage == "interrupt" or "interrupt" in beside.values()):
             return
-        if package is None or package.version != new.version:
+        declared = skyhook.package(new.name) if package is None else None
+        if declared is not None and declared.version == new.version:
+            # An explicit uninstall (uninstall.apply) runs with the package's config, as
+            # nodewright's uninstall pod does: its scripts may need it.
+            package = replace(declared, interrupt=None, config_interrupts=())
+        elif package is None or package.version != new.version:
             package = _uninstall_package(new)
         elif new.stage == "post-interrupt":
             package = replace(package, interrupt=effective_interrupt(package, new))

@@ -503,3 +503,63 @@ def test_rule_node_marks_are_written_and_forgotten_by_the_node_patches() -> None
         )
         assert written == (NODE_STATE_VERSION if expected[0] else None, expected[1])
         assert isinstance(authorize(command, command.subject), Allowed)
+
+
+# --- uninstall (nodewright) -------------------------------------------------------------------
+
+
+def _uninstallable(apply: bool, enabled: bool = True) -> dict[str, Any]:
+    return {
+        "driver": {
+            "version": "1.0.0",
+            "image": "ghcr.io/x/driver",
+            "configMap": {"driver.conf": "mode=fast"},
+            "uninstall": {"enabled": enabled, "apply": apply},
+        },
+        "tool": {"version": "1.0.0", "image": "ghcr.io/x/tool"},
+    }
+
+
+def test_rule_uninstall_apply_uninstalls_the_package_from_every_node() -> None:
+    cluster = FakeCluster(
+        skyhooks=[make({"packages": _uninstallable(apply=False)})], nodes=cluster_nodes(2)
+    )
+    run_until_settled(cluster)
+    assert cluster.status()["status"] == "complete"
+    cluster.skyhooks = [
+        replace(
+            make({"packages": _uninstallable(apply=True)}, generation=2), status=cluster.status()
+        )
+    ]
+    uninstalls: list[CreateJob] = []
+    for _ in range(10):
+        plan = cluster.round()
+        uninstalls += [a for a in plan.actions if isinstance(a, CreateJob)]
+    assert {(a.package.name, a.stage, a.node) for a in uninstalls} == {
+        ("driver", "uninstall", "node-00"),
+        ("driver", "uninstall", "node-01"),
+    }
+    # With the package's config (nodewright's explicit uninstall reads it).
+    assert all(a.package.config_map == (("driver.conf", "mode=fast"),) for a in uninstalls)
+    status = cluster.status()
+    assert status["status"] == "complete"
+    for entries in status["nodeState"].values():
+        assert set(entries) == {"tool|1.0.0"}
+    # apply turned off again: the uninstalled package is installed again.
+    cluster.skyhooks = [
+        replace(
+            make({"packages": _uninstallable(apply=False)}, generation=3), status=cluster.status()
+        )
+    ]
+    reinstalled: set[tuple[str, str]] = set()
+    for _ in range(10):
+        plan = cluster.round()
+        reinstalled |= {(a.node, a.stage) for a in plan.actions if isinstance(a, CreateJob)}
+    assert ("node-00", "apply") in reinstalled
+    assert cluster.status()["status"] == "complete"
+    assert set(cluster.status()["nodeState"]["node-00"]) == {"driver|1.0.0", "tool|1.0.0"}
+
+
+def test_rule_uninstall_apply_without_enabled_is_invalid() -> None:
+    assert make({"packages": _uninstallable(apply=True, enabled=False)}).problems != ()
+    assert make({"packages": _uninstallable(apply=False, enabled=False)}).problems == ()
