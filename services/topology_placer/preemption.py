@@ -499,12 +499,18 @@ class _Search:
         self.unit_nodes: dict[str, dict[str, tuple[int, ...]]] = {}
         self.on_node: dict[str, list[VictimUnit]] = {}
         resources = self.resources
+        # Pods asking alike share one request dict (fit.pod_request_shared): each distinct
+        # one is read once. (Tuples, not lists: the collector stops tracking tuples of ints,
+        # and a pass over a full cluster keeps one per unit and node.)
+        asks_of: dict[int, tuple[int, ...]] = {}
         for unit in units:
             nodes = self.unit_nodes[unit.key] = {}
             for item in unit.pods:
-                # Tuples, not lists: the collector stops tracking tuples of ints, and a pass
-                # over a full cluster makes one per unit and node.
-                asks = tuple(item.request.get(resource, 0) for resource in resources)
+                asks = asks_of.get(id(item.request))
+                if asks is None:
+                    asks = asks_of[id(item.request)] = tuple(
+                        item.request.get(resource, 0) for resource in resources
+                    )
                 held = nodes.get(item.node)
                 if held is None:
                     nodes[item.node] = asks
