@@ -23,11 +23,13 @@ from typing import Any
 from clustersim.cluster.spec import ClusterSpec
 from clustersim.runner import SimulatorConfig, run_simulator
 from maintenance_scheduler.skyhook.api import (
+    NODE_STATE_VERSION,
     SKYHOOK_FINALIZER,
     node_state_annotation,
     parse_deployment_policy,
     parse_skyhook,
     status_key,
+    version_annotation,
 )
 from maintenance_scheduler.skyhook.jobs import build_job, job_name
 from maintenance_scheduler.skyhook.observe import NodeViews
@@ -117,6 +119,7 @@ def raw_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str,
         labels = {"canary": "true"} if index % 400 == 0 else {}
         if index < COMPLETE_NODES:
             annotations[node_state_annotation("gpu-init")] = render_node_state(done)
+            annotations[version_annotation("gpu-init")] = NODE_STATE_VERSION
             annotations[status_key("gpu-init")] = labels[status_key("gpu-init")] = "complete"
         elif index < COMPLETE_NODES + IN_PROGRESS_NODES:
             running = {
@@ -125,6 +128,7 @@ def raw_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str,
                 )
             }
             annotations[node_state_annotation("gpu-init")] = render_node_state(running)
+            annotations[version_annotation("gpu-init")] = NODE_STATE_VERSION
             annotations[status_key("gpu-init")] = labels[status_key("gpu-init")] = "in_progress"
             status["nodePriority"][name] = rfc3339(T0)
             job = job_name("gpu-init", "driver", "1.2.0", "apply", name)
