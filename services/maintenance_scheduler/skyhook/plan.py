@@ -1,9 +1,10 @@
 """One round of the Skyhook controller: every Skyhook's state in, actions out (pure).
 
-Per Skyhook, in priority order (lower first, then name): its target nodes (nodeSelectors,
-minus nodes labelled skyhook.nvidia.com/ignore) fall into the policy's compartments; each
-compartment evaluates its finished batch and picks the nodes that may work; on each of
-those the packages advance stage by stage (dependsOn first, one at a time when serial),
+Per Skyhook, in priority order (lower first, then name): its target nodes (nodeSelectors)
+fall into the policy's compartments; each compartment evaluates its finished batch and picks
+the nodes that may work (not one labelled skyhook.nvidia.com/ignore nor one with a taint
+the Skyhook does not tolerate: those show `blocked`); on each of those the packages advance
+stage by stage (dependsOn first, one at a time when serial),
 each stage one Job. A package that will interrupt its node waits for the node's
 NodeMaintenance to be Ready (cordoned, podNonInterruptLabels pods gone, drained) before its
 apply/upgrade, as upstream drains before applying; several interrupts due on one node are
@@ -15,9 +16,9 @@ Fail closed: a node whose state annotation is unreadable is left alone (status u
 a paused or disabled Skyhook, a stopped rollout or a missing policy starts no new stage.
 
 A Skyhook works only once it carries SKYHOOK_FINALIZER, so nothing it writes on a node can
-outlive it: deleted, it removes its nodeState_/status_ annotations and status_ label from
-every node and waits for its NodeMaintenances (so their cordons) to be gone before dropping
-the finalizer; its Jobs go with it through their ownerReference.
+outlive it: deleted, it removes its nodeState_/status_/version_/cordon_ annotations and
+status_ label from every node and waits for its NodeMaintenances (so their cordons) to be
+gone before dropping the finalizer; its Jobs go with it through their ownerReference.
 """
 
 from __future__ import annotations
