@@ -158,6 +158,32 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         reset_status_on_create=True,
         return_deleted_object=True,
     ),
+    # Volumes: k8s-watcher mirrors them for topology-placer's volume topology. No volume
+    # controller runs here: a claim is bound by writing its spec.volumeName (and status).
+    ResourceInfo(
+        group="",
+        versions=("v1",),
+        plural="persistentvolumeclaims",
+        kind="PersistentVolumeClaim",
+        singular="persistentvolumeclaim",
+        namespaced=True,
+        short_names=("pvc",),
+        subresources=frozenset({"status"}),
+        reset_status_on_create=True,
+        return_deleted_object=True,
+    ),
+    ResourceInfo(
+        group="",
+        versions=("v1",),
+        plural="persistentvolumes",
+        kind="PersistentVolume",
+        singular="persistentvolume",
+        namespaced=False,
+        short_names=("pv",),
+        subresources=frozenset({"status"}),
+        reset_status_on_create=True,
+        return_deleted_object=True,
+    ),
     ResourceInfo(
         group="apps",
         versions=("v1",),

@@ -170,7 +170,16 @@ BUS_GRANTS: dict[str, BusGrant] = {
         ),
         writes={LEASES_BUCKET: ("topology-placer", "topology-placer.>")},
         reads_buckets=(
-            *_k8s("Node", "Pod", "PodGroup", "ClusterNetworkTopology", "PodDisruptionBudget"),
+            *_k8s(
+                "Node",
+                "Pod",
+                "PodGroup",
+                "ClusterNetworkTopology",
+                "PodDisruptionBudget",
+                # Volume topology of pods naming a claim (topology_placer.volumes).
+                "PersistentVolumeClaim",
+                "PersistentVolume",
+            ),
             LEASES_BUCKET,
         ),
         # Its command ledger: records, and the outcomes a new leader reads back.

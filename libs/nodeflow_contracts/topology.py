@@ -102,6 +102,22 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
         plural="poddisruptionbudgets",
         namespaced=True,
     ),
+    # The volume topology of pods naming a claim (topology-placer): a bound claim's volume
+    # and that volume's node affinity.
+    WatchedKind(
+        kind="PersistentVolumeClaim",
+        group="",
+        version="v1",
+        plural="persistentvolumeclaims",
+        namespaced=True,
+    ),
+    WatchedKind(
+        kind="PersistentVolume",
+        group="",
+        version="v1",
+        plural="persistentvolumes",
+        namespaced=False,
+    ),
     WatchedKind(
         kind="NodeSet", group="nodeflow.dev", version="v1alpha1", plural="nodesets", namespaced=True
     ),

@@ -58,6 +58,7 @@ _BY_API_VERSION_AND_KIND: dict[tuple[str, str], KindInfo] = {
 # outside them is refused here (outcome `forbidden`) rather than by the API server.
 # PodDisruptionBudget: a NodeSet's budget over its pods running jobs (workloadDisruptionProtection).
 # ControllerRevision: a NodeSet's revision history (created and deleted, never patched).
+# PersistentVolumeClaim, PersistentVolume: only read (topology-placer's volume topology).
 CREATABLE_KINDS: frozenset[str] = frozenset(
     {
         "ControllerRevision",
@@ -75,7 +76,8 @@ DELETABLE_KINDS: frozenset[str] = frozenset(
     {"Pod", "Job", "NodeSlice", "NodeMaintenance", "PodDisruptionBudget", "ControllerRevision"}
 )
 PATCHABLE_KINDS: frozenset[str] = frozenset(
-    {info.kind for info in KNOWN_KINDS} - {"PodDisruptionBudget", "ControllerRevision"}
+    {info.kind for info in KNOWN_KINDS}
+    - {"PodDisruptionBudget", "ControllerRevision", "PersistentVolumeClaim", "PersistentVolume"}
 )
 # The status subresource: pods (nominatedNodeName) and the custom resources.
 STATUS_PATCHABLE_KINDS: frozenset[str] = frozenset(

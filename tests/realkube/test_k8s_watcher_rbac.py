@@ -338,6 +338,9 @@ async def test_rbac_of_k8s_rbac_grants_every_request_k8s_watchers_code_makes(
             ("update", "", "pods"),
             ("get", "", "secrets"),
             ("delete", "", "nodes"),
+            # Volumes are only read (topology-placer's volume topology).
+            ("delete", "", "persistentvolumeclaims"),
+            ("patch", "", "persistentvolumes"),
             ("create", "rbac.authorization.k8s.io", "clusterroles"),
         ):
             assert not await allowed(*request), request

@@ -641,6 +641,9 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "delete"},
     # A NodeSet's revision history (nodeset-controller's ControllerRevisions).
     ("apps", "controllerrevisions"): {"get", "list", "watch", "create", "delete"},
+    # Read only: the volume topology of pods naming a claim (topology-placer).
+    ("", "persistentvolumeclaims"): {"list", "watch"},
+    ("", "persistentvolumes"): {"list", "watch"},
     ("", "events"): {"get", "create", "patch"},
     ("coordination.k8s.io", "leases"): {"get", "create", "patch"},
     # The ConfigMaps a Skyhook package pod mounts (written, never listed).

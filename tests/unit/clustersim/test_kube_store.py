@@ -319,3 +319,40 @@ def test_controller_revisions_are_served_with_immutable_data_and_a_mutable_revis
         store.create(
             "controllerrevisions.apps", {"metadata": {"name": "neg"}, "data": {}, "revision": -1}
         )
+
+
+def test_volumes_are_served_with_their_status_set_apart_as_kube_apiserver_does() -> None:
+    """core/v1 PersistentVolumeClaim (namespaced) and PersistentVolume (cluster-scoped), as
+    k8s-watcher mirrors them for topology-placer: a status given on create is dropped, and
+    with no volume controller here a claim is bound by its spec.volumeName and a status write."""
+    store = Store()
+    volume = store.create(
+        "pv",
+        {
+            "metadata": {"name": "data"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "nfs": {"server": "nfs", "path": "/data"},
+                "claimRef": {"namespace": "default", "name": "shared"},
+            },
+            "status": {"phase": "Bound"},
+        },
+    )
+    assert volume["kind"] == "PersistentVolume" and "namespace" not in volume["metadata"]
+    assert volume.get("status", {}).get("phase") != "Bound"
+    claim = store.create(
+        "pvc",
+        {
+            "metadata": {"name": "shared"},
+            "spec": {"accessModes": ["ReadWriteMany"], "volumeName": "data"},
+            "status": {"phase": "Bound"},
+        },
+    )
+    assert claim["kind"] == "PersistentVolumeClaim" and claim["metadata"]["namespace"] == "default"
+    assert claim.get("status", {}).get("phase") != "Bound"
+    store.patch(
+        "pvc", "shared", {"status": {"phase": "Bound"}}, namespace="default", subresource="status"
+    )
+    assert store.get("persistentvolumeclaims", "shared", "default")["status"]["phase"] == "Bound"
+    assert [v["metadata"]["name"] for v in store.list("persistentvolumes").items] == ["data"]
