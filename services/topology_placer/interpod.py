@@ -276,13 +276,8 @@ def unsupported_reason(pod: Obj, constraints: PodConstraints | None) -> str:
     asks that the placer does not check, by field ("" when nothing)."""
     pod_spec = mapping(pod.get("spec"))
     for volume in map(mapping, sequence(pod_spec.get("volumes"))):
-        if volume.get("persistentVolumeClaim") is not None:
-            claim = mapping(volume.get("persistentVolumeClaim")).get("claimName")
-            return (
-                f"spec.volumes[{volume.get('name')}].persistentVolumeClaim ({claim}): volume "
-                "topology (PersistentVolume node affinity, WaitForFirstConsumer binding) is not "
-                "checked by the topology placer"
-            )
+        # Its claim is made only once the pod is placed (PersistentVolumeClaims are read:
+        # volumes.py), so its volume topology cannot be known before.
         if volume.get("ephemeral") is not None:
             return (
                 f"spec.volumes[{volume.get('name')}].ephemeral: volume topology of a generic "

@@ -1,7 +1,8 @@
 """The whole placement pass as one pure function: cluster state in, actions out.
 
-`plan(state)` reads nodes, pods, PodGroups, the ClusterNetworkTopology and the
-PodDisruptionBudgets, and returns what should change. It remembers nothing between calls:
+`plan(state)` reads nodes, pods, PodGroups, the ClusterNetworkTopology, the
+PodDisruptionBudgets and the PersistentVolumeClaims and PersistentVolumes, and returns what
+should change. It remembers nothing between calls:
 the reservations are the pods' `status.nominatedNodeName` and a gang's "satisfied once" is
 its PodGroup's phase (status.py), both kept in Kubernetes, so a restarted placer sees every
 reservation the killed one made and never books a node twice.
@@ -10,9 +11,11 @@ Each GangGroup (PodGroups tied by the `groups` annotation; a pod of ours without
 is a gang of one) goes through named phases, highest priority first:
 
 1. read (`_read_phase`): every PodGroup parses, every PodGroup of the group exists, every
-   rank parses, no member asks what the placer does not check (claim volumes, DRA claims: it
-   is refused naming the field, interpod.unsupported_reason); a PreferGather layer the
-   topology lacks is dropped with a Warning Event;
+   rank parses, no member asks what the placer does not check (generic ephemeral volumes, DRA
+   claims: it is refused naming the field, interpod.unsupported_reason), every claim a member
+   names is bound and usable by it (else refused naming the claim; a bound volume's node
+   affinity then filters the member's nodes: volumes.py); a PreferGather layer the topology
+   lacks is dropped with a Warning Event;
 2. members (`_members_phase`): each PodGroup has minMember pods counted by its match policy,
    or is satisfied (reached minMember once under once-satisfied, has minMember bound under
    waiting-and-running, or has minMember 0);
@@ -107,6 +110,7 @@ from topology_placer.preemption import (
     preemption_message,
 )
 from topology_placer.status import pod_group_status, status_differs
+from topology_placer.volumes import VolumeIndex, VolumeNeeds, claim_names, selectors_match
 
 Obj = Mapping[str, Any]
 
@@ -232,6 +236,10 @@ class ClusterState:
     scheduler_names: frozenset[str]
     # The placer's commands that may still land (its command ledger, inflight.py).
     in_flight: InFlight = field(default_factory=InFlight)
+    # PersistentVolumeClaims and PersistentVolumes: the volume topology of pods naming a
+    # claim (volumes.py); read only in a pass with such a pod.
+    claims: Sequence[Obj] = ()
+    volumes: Sequence[Obj] = ()
 
 
 @dataclass
@@ -259,6 +267,9 @@ class Gang:
     # A pending member has hostPorts, required pod (anti-)affinity or a DoNotSchedule
     # spread (phase 1): the inter-pod filters apply to the gang.
     constrained: bool = False
+    # What each pending member's bound PersistentVolumeClaims ask, by pod name (phase 1):
+    # only members naming a claim are here.
+    volume_needs: dict[str, VolumeNeeds] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -380,6 +391,9 @@ class PodFacts(NamedTuple):
     # placer does not check (interpod.unsupported_reason, "" when nothing).
     constraints: PodConstraints | None = None
     unsupported: str = ""
+    # The PersistentVolumeClaims it names (of a pending pod: their topology filters its
+    # nodes; of a charged one: it uses them, ReadWriteOncePod). Empty for most pods.
+    claims: tuple[str, ...] = ()
 
 
 def _read_pod_facts(pod: Obj) -> PodFacts:
@@ -414,6 +428,7 @@ def _read_pod_facts(pod: Obj) -> PodFacts:
         rank_error=rank_error,
         constraints=constraints,
         unsupported=unsupported,
+        claims=claim_names(pod_spec) if "volumes" in (pod_spec := podfacts.spec(pod)) else (),
     )
 
 
@@ -518,6 +533,38 @@ class _Pass:
         # Charged pods with hostPorts or a required anti-affinity (by key): all the inter-pod
         # filters index up front.
         self.constrained: list[tuple[str, PodConstraints]] = []
+
+    # --- volumes (volumes.py): read only in a pass with a pending pod naming a claim ---
+
+    @cached_property
+    def volume_index(self) -> VolumeIndex:
+        return VolumeIndex(self.state.claims, self.state.volumes)
+
+    @cached_property
+    def claim_users(self) -> dict[str, list[tuple[str, str]]]:
+        """Every pod charged to a node (bound or nominated) by each claim it names
+        ("namespace/claim" -> [(its key, its name)])."""
+        users: dict[str, list[tuple[str, str]]] = {}
+        for facts in self.pod_facts:
+            if facts.claims and facts.charged is not None:
+                pod = facts.charged.pod
+                namespace = fields.namespace_of(pod)
+                for claim in facts.claims:
+                    users.setdefault(f"{namespace}/{claim}", []).append(
+                        (facts.key, fields.name_of(pod))
+                    )
+        return users
+
+    def volume_nodes(self, needs: VolumeNeeds, nodes: AbstractSet[str]) -> AbstractSet[str]:
+        """Those of `nodes` that every bound PersistentVolume's node affinity admits."""
+        if not needs.node_selectors:
+            return nodes
+        return {
+            name
+            for name in nodes
+            if (facts := self.facts.get(name)) is not None
+            and selectors_match(needs.node_selectors, facts.node)
+        }
 
     def pods_sharing_selector(self, value: str) -> list[Obj]:
         """Every pod whose `network-topology-selector` annotation is `value`."""
@@ -882,6 +929,7 @@ class _GangFit:
         pods: Mapping[str, Obj] | None = None,
         refused: Mapping[str, int] | None = None,
         gathering: Sequence[GatherRule] = (),
+        volume_off: int = 0,
     ) -> None:
         self.shape_of = shape_of
         self.shapes = shapes
@@ -897,6 +945,8 @@ class _GangFit:
         self.refused: Mapping[str, int] = refused or {}
         # MustGather rules the members' required affinity to each other adds (`of`).
         self.gathering = tuple(gathering)
+        # Nodes the members' PersistentVolumes' node affinity took off (any shape's).
+        self.volume_off = volume_off
 
     @property
     def uniform(self) -> bool:
@@ -910,6 +960,7 @@ class _GangFit:
         by_signature: dict[str, Obj] = {}
         check = run.interpod_check(gang)
         refused: dict[str, int] = {}
+        volume_off = 0
         caps: list[Callable[[str], int] | None] = []
         gathering: dict[str, GatherRule] = {}
         # Pods asking alike mostly share one request dict: its items are sorted once.
@@ -921,11 +972,20 @@ class _GangFit:
             items = items_of.get(id(request))
             if items is None:
                 items = items_of[id(request)] = tuple(sorted(request.items()))
-            # Members the inter-pod filters tell apart are shapes of their own.
-            key = (items, signature, None if check is None else check.shape_key(pod))
+            # Members the inter-pod filters or their volumes tell apart are shapes of their own.
+            needs = gang.volume_needs.get(fields.name_of(pod)) if gang.volume_needs else None
+            key = (
+                items,
+                signature if needs is None else f"{signature} {needs.key}",
+                None if check is None else check.shape_key(pod),
+            )
             index = shape_index.get(key)
             if index is None:
                 usable = run.usable_nodes({signature: by_signature[signature]})
+                if needs is not None:
+                    admitted = run.volume_nodes(needs, usable)
+                    volume_off = max(volume_off, len(usable) - len(admitted))
+                    usable = admitted
                 if check is not None and check.relevant(pod):
                     usable, off = check.usable(pod, usable)
                     for rule_name, count in off.items():
@@ -958,6 +1018,7 @@ class _GangFit:
                 by_name,
                 refused,
                 tuple(gathering.values()),
+                volume_off,
             )
         nodes: set[str] = set()
         for shape in shapes:
@@ -972,6 +1033,7 @@ class _GangFit:
             by_name,
             refused,
             tuple(gathering.values()),
+            volume_off,
         )
 
     def takes(self, names_by_node: Mapping[str, Sequence[str]]) -> bool:
@@ -1026,15 +1088,15 @@ class _GangFit:
         else:
             members = [(name, self.shape_of[name]) for name in names]
             result = gather_mixed(tree, members, self.shapes, self.free, rules, existing, within)
-        if self.check is None:
-            return result
-        if isinstance(result, NoFit):
+        if isinstance(result, NoFit) and (self.refused or self.volume_off):
             return NoFit(
                 result.message + self._refused_text(),
                 result.desired,
                 result.best_domain,
                 result.best_slots,
             )
+        if self.check is None or isinstance(result, NoFit):
+            return result
         # A placement the filters refuse is not made: never a misplaced pod.
         by_node: dict[str, list[str]] = {}
         for name, node in result.assignments:
@@ -1050,10 +1112,13 @@ class _GangFit:
         )
 
     def _refused_text(self) -> str:
+        text = ""
+        if self.volume_off:
+            text = f" (nodes ruled out by volume node affinity: {self.volume_off})"
         if not self.refused:
-            return ""
+            return text
         parts = ", ".join(f"{rule} on {count}" for rule, count in sorted(self.refused.items()))
-        return f" (nodes ruled out by pods already placed: {parts})"
+        return f"{text} (nodes ruled out by pods already placed: {parts})"
 
     def consume(self, name: str, node: str) -> None:
         """The member now takes room on `node` (bound this pass)."""
@@ -1138,6 +1203,40 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     _unschedulable(run, gang, ranked, "unschedulable", message, clear=not waiting_for_victims)
 
 
+def _read_volumes(run: _Pass, gang: Gang, pod: Obj, facts: PodFacts) -> str:
+    """Phase 1 for a pending member naming PersistentVolumeClaims: what its bound claims ask
+    (kept in gang.volume_needs), or why it cannot be placed now (volumes.py): a claim missing,
+    unbound or deleting, its volume missing, or a ReadWriteOncePod claim another pod uses."""
+    needs = run.volume_index.needs(fields.namespace_of(pod), facts.claims)
+    if isinstance(needs, str):
+        return needs
+    for claim in needs.exclusive:
+        other = next((name for key, name in run.claim_users.get(claim, ()) if key != facts.key), "")
+        if not other:
+            # A fellow pending member naming it (not charged anywhere yet).
+            other = next(
+                (
+                    fields.name_of(member)
+                    for member in gang.pending
+                    if member is not pod and claim in _claims_of(member)
+                ),
+                "",
+            )
+        if other:
+            return (
+                f"PersistentVolumeClaim {claim.split('/', 1)[1]} is ReadWriteOncePod and "
+                f"already used by pod {other}"
+            )
+    gang.volume_needs[fields.name_of(pod)] = needs
+    return ""
+
+
+def _claims_of(pod: Obj) -> set[str]:
+    """The claims a pod names, as "namespace/claim"."""
+    namespace = fields.namespace_of(pod)
+    return {f"{namespace}/{claim}" for claim in pod_facts(pod).claims}
+
+
 def _read_phase(run: _Pass, gang: Gang) -> list[Obj] | None:
     """Phase 1: the pending members in rank order, or None when the gang cannot be read (it
     is then reported invalid). A PreferGather rule naming a layer the ClusterNetworkTopology
@@ -1163,6 +1262,11 @@ def _read_phase(run: _Pass, gang: Gang) -> list[Obj] | None:
             gang.errors.append(f"pod {fields.name_of(pod)}: {pod_fact.unsupported}")
         if pod_fact.constraints is not None:
             gang.constrained = True
+        if pod_fact.claims and not pod_fact.unsupported:
+            why = _read_volumes(run, gang, pod, pod_fact)
+            if why:
+                unsupported = True
+                gang.errors.append(f"pod {fields.name_of(pod)}: {why}")
     if gang.errors:
         # A refused pod's reservation (made before it was refused) holds nothing for it.
         _unschedulable(run, gang, ranked, "invalid", "; ".join(gang.errors), clear=unsupported)
@@ -1451,6 +1555,9 @@ def _preempt(
             )
         return ineligible.message
     usable = run.usable_nodes({_spec_signature({"spec": spec}): spec for spec in pod_specs})
+    for needs in gang.volume_needs.values():
+        # Victims only where every member's volumes let it go.
+        usable = run.volume_nodes(needs, usable)
     usable = _kept_by_higher_priority(run, gang, ranked, priority, usable)
     own = {fields.uid_of(p) for p in gang.all_members}
     charged = [c for c in run.charged.values() if fields.uid_of(c.pod) not in own]

@@ -155,23 +155,18 @@ def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
     """The pod as the placer keeps it in its view (its KVView projection): all of metadata
     (but kubectl's last-applied copy); of status the phase and the nomination; of each
     container its name, resources, restartPolicy and ports with a hostPort. Of a pending pod
-    all of spec but volumes (except the names of its claims) and the rest of its containers;
+    all of spec but volumes (except its claim volumes) and the rest of its containers;
     its PodScheduled and DisruptionTarget conditions. Of a bound pod only the spec fields a
     placement reads of it (node, priority, scheduler, what it requests, its required
-    anti-affinity) and its DisruptionTarget. The placer keeps every pod of the cluster, most
-    of them bound: this is a fraction of a real pod's size."""
+    anti-affinity, its PersistentVolumeClaim volumes) and its DisruptionTarget. The placer
+    keeps every pod of the cluster, most of them bound: this is a fraction of a real pod's
+    size."""
     pod_spec = spec(pod)
     if not pod_spec.get("nodeName"):
         kept = kept_pod(pod, status_fields=_STATUS_FIELDS, conditions=_READ_CONDITIONS)
-        # The volumes whose topology the placer does not check: a pod with one is refused.
-        claims = [
-            {"name": volume.get("name"), key: {} if key == "ephemeral" else volume[key]}
-            for volume in map(mapping, sequence(pod_spec.get("volumes")))
-            for key in ("persistentVolumeClaim", "ephemeral")
-            if volume.get(key) is not None
-        ]
-        if claims:
-            kept["spec"]["volumes"] = claims
+        # The claims whose volume topology filters its nodes (volumes.py) and the generic
+        # ephemeral volumes, for which it is refused.
+        _keep_claim_volumes(kept["spec"], pod_spec, ("persistentVolumeClaim", "ephemeral"))
     else:
         kept = kept_pod(
             pod,
@@ -188,8 +183,24 @@ def placement_fields(pod: dict[str, Any]) -> dict[str, Any]:
             kept["spec"]["affinity"] = {
                 "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti}
             }
+        # The claims it uses: a ReadWriteOncePod one is then no other pod's (volumes.py).
+        _keep_claim_volumes(kept["spec"], pod_spec, ("persistentVolumeClaim",))
     _keep_host_ports(kept["spec"], pod_spec)
     return share_parts(kept, _SHARED_POD_PARTS)
+
+
+def _keep_claim_volumes(kept_spec: dict[str, Any], pod_spec: Obj, keys: tuple[str, ...]) -> None:
+    """Of spec.volumes only those of `keys` (a generic ephemeral one without its template)."""
+    if not pod_spec.get("volumes"):
+        return
+    claims = [
+        {"name": volume.get("name"), key: {} if key == "ephemeral" else volume[key]}
+        for volume in map(mapping, sequence(pod_spec.get("volumes")))
+        for key in keys
+        if volume.get(key) is not None
+    ]
+    if claims:
+        kept_spec["volumes"] = claims
 
 
 def _keep_host_ports(kept_spec: dict[str, Any], pod_spec: Obj) -> None:

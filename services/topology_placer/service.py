@@ -1,16 +1,16 @@
 """Wiring of topology-placer: KV views in, one planning pass, commands/decisions/Events out.
 
 The placer reads only KV (k8s_pods, k8s_nodes, k8s_podgroups, k8s_clusternetworktopologies,
-k8s_poddisruptionbudgets from k8s-watcher) and acts only through `cmd.k8s.v1.*` commands.
-One replica is active (leader lease). The reservations are the pods' nominations, in
-Kubernetes, and the plan is re-derived from KV on every pass. What may still land is the
-command ledger's (`nodeflow_bus.ledger`, slots in `inflight.py`): a pod's command holds the
-pod (and a nomination or bind its gang) until its outcome says it never lands, or it applied
-and KV shows its effect (or `in_flight_timeout_seconds` has passed since it was sent), or its
-deadline plus the landing margin has passed. The plan reads what is held (`InFlight`), so no
-pod is nominated on a view that lacks its previous command's effect, and a new leader, which
-rebuilds the ledger before its first pass, leaves an earlier leader's gangs alone until their
-commands have landed.
+k8s_poddisruptionbudgets, k8s_persistentvolumeclaims, k8s_persistentvolumes from k8s-watcher)
+and acts only through `cmd.k8s.v1.*` commands. One replica is active (leader lease). The
+reservations are the pods' nominations, in Kubernetes, and the plan is re-derived from KV on
+every pass. What may still land is the command ledger's (`nodeflow_bus.ledger`, slots in
+`inflight.py`): a pod's command holds the pod (and a nomination or bind its gang) until its
+outcome says it never lands, or it applied and KV shows its effect (or
+`in_flight_timeout_seconds` has passed since it was sent), or its deadline plus the landing
+margin has passed. The plan reads what is held (`InFlight`), so no pod is nominated on a view
+that lacks its previous command's effect, and a new leader, which rebuilds the ledger before its
+first pass, leaves an earlier leader's gangs alone until their commands have landed.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from topology_placer.gang import GroupKey, pod_group_of
 from topology_placer.inflight import POD_PREFIX, STATUS_PREFIX, in_flight_of, slots_of
 from topology_placer.planner import Action, ClusterState, GangState, Plan, plan
 from topology_placer.pods import placement_fields, placement_node_fields
+from topology_placer.volumes import claim_fields, volume_fields
 
 log = structlog.get_logger("topology_placer")
 
@@ -50,6 +51,8 @@ BUCKETS = (
     "k8s_podgroups",
     "k8s_clusternetworktopologies",
     "k8s_poddisruptionbudgets",
+    "k8s_persistentvolumeclaims",
+    "k8s_persistentvolumes",
 )
 GANG_STATES: tuple[GangState, ...] = get_args(GangState)
 # Kinds whose KV view shows what a status write did (an applied one is released once seen).
@@ -71,7 +74,12 @@ class TopologyPlacer:
         self.config = config
         # Pods and nodes are kept as far as a placement reads them: every pod of the cluster
         # is in this view.
-        projections = {"k8s_pods": placement_fields, "k8s_nodes": placement_node_fields}
+        projections = {
+            "k8s_pods": placement_fields,
+            "k8s_nodes": placement_node_fields,
+            "k8s_persistentvolumeclaims": claim_fields,
+            "k8s_persistentvolumes": volume_fields,
+        }
         self.views: dict[str, KVView[Obj]] = {
             bucket: KVView(bus, bucket, dict, project=projections.get(bucket)) for bucket in BUCKETS
         }
@@ -187,6 +195,8 @@ class TopologyPlacer:
             pod_groups=values("k8s_podgroups"),
             topologies=values("k8s_clusternetworktopologies"),
             budgets=values("k8s_poddisruptionbudgets"),
+            claims=values("k8s_persistentvolumeclaims"),
+            volumes=values("k8s_persistentvolumes"),
             now=now,
             scheduler_names=frozenset(self.config.scheduler_names),
             in_flight=in_flight_of(self.ledger.ledger.held(now)),

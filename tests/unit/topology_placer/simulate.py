@@ -18,6 +18,8 @@ def state(
     *,
     topology: dict[str, Any] | None = None,
     budgets: list[dict[str, Any]] | None = None,
+    claims: list[dict[str, Any]] | None = None,
+    volumes: list[dict[str, Any]] | None = None,
     now: float = 1_767_225_600.0 + 60,
 ) -> ClusterState:
     return ClusterState(
@@ -26,6 +28,8 @@ def state(
         pod_groups=groups or [],
         topologies=[topology] if topology else [],
         budgets=budgets or [],
+        claims=claims or [],
+        volumes=volumes or [],
         now=now,
         scheduler_names=SCHEDULERS,
     )

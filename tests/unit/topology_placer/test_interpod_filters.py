@@ -2,7 +2,8 @@
 item 6): hostPort conflicts (NodePorts), required pod affinity and anti-affinity, symmetric
 anti-affinity and the first pod of its kind (InterPodAffinity), DoNotSchedule spread with
 minDomains, nodeAffinityPolicy and nodeTaintsPolicy (PodTopologySpread); and what the placer
-does not check (volume topology, DRA, namespaceSelector) refused, never misplaced."""
+does not check (generic ephemeral volumes, DRA, namespaceSelector) refused, never
+misplaced."""
 
 from __future__ import annotations
 
@@ -424,18 +425,23 @@ def test_rule_spread_node_taints_policy_honor_leaves_out_untolerated_nodes() -> 
 # --- what the placer does not check: refused, never misplaced ------------------------------
 
 
-def test_rule_pod_with_a_persistent_volume_claim_is_refused_naming_the_field() -> None:
-    claim = pod("data", None, gpus=1)
-    claim["spec"]["volumes"] = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "c"}}]
+def test_rule_pod_with_a_generic_ephemeral_volume_is_refused_naming_the_field() -> None:
+    """Its claim is made only once the pod is placed: its volume topology cannot be known
+    (PersistentVolumeClaims themselves are read: test_volume_topology)."""
+    scratch = pod("data", None, gpus=1)
+    scratch["spec"]["volumes"] = [
+        {"name": "ckpt", "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["x"]}}}}
+    ]
     # Read through the placer's own projection, as the running service does.
-    result = plan(state(reference_nodes(), [placement_fields(claim)]))
+    result = plan(state(reference_nodes(), [placement_fields(scratch)]))
     expect_no_actions(result.actions, Nominate, while_it_has=MarkUnschedulable)
     mark = expect_actions(result.actions, MarkUnschedulable)[0]
     assert mark.reason == "Unschedulable"
-    assert "spec.volumes[ckpt].persistentVolumeClaim" in mark.message
+    assert "spec.volumes[ckpt].ephemeral" in mark.message
 
 
 def test_rule_a_refused_pod_gives_its_earlier_reservation_back() -> None:
+    """Refused here for a claim that is not there (none is in the state)."""
     claim = pod("data", None, gpus=1, nominated="node3")
     claim["spec"]["volumes"] = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "c"}}]
     result = plan(state(reference_nodes(), [claim]))

@@ -14,6 +14,7 @@ from tests.unit.topology_placer.builders import NS, TOPOLOGY, pod, pod_group, re
 from tests.unit.topology_placer.simulate import state
 from topology_placer.planner import plan, pod_facts
 from topology_placer.pods import placement_fields, placement_node_fields
+from topology_placer.volumes import claim_fields, volume_fields
 
 BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
 
@@ -187,3 +188,55 @@ def test_rule_pods_and_nodes_of_one_template_hold_their_common_parts_once() -> N
     nodes = [placement_node_fields(node) for node in reference_nodes()]
     assert len({id(node["status"]["allocatable"]) for node in nodes}) < len(nodes)
     assert len({id(node["status"]["conditions"]) for node in nodes}) == 1
+
+
+def test_rule_pods_keep_their_claim_volumes_and_volumes_only_their_topology() -> None:
+    """A pod keeps of spec.volumes only its PersistentVolumeClaim volumes (a pending pod its
+    generic ephemeral ones too, without their template): the bound ones for ReadWriteOncePod,
+    the pending ones for their volume topology. A claim is kept as the volume it is bound to,
+    its access modes and phase; a volume as its node affinity, claim and phase."""
+    claim_volume = {"name": "ckpt", "persistentVolumeClaim": {"claimName": "shared"}}
+    ephemeral = {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
+    pending, bound = dressed(pod("p"), 1), dressed(pod("b", node_name="node1"), 2)
+    for obj in (pending, bound):
+        obj["spec"]["volumes"] += [claim_volume, ephemeral]
+    assert placement_fields(pending)["spec"]["volumes"] == [
+        claim_volume,
+        {"name": "tmp", "ephemeral": {}},
+    ]
+    assert placement_fields(bound)["spec"]["volumes"] == [claim_volume]
+    assert pod_facts(placement_fields(bound)).claims == ("shared",)
+    # Pods without claims carry nothing more.
+    assert "volumes" not in placement_fields(dressed(pod("c", node_name="node1"), 3))["spec"]
+    affinity: dict[str, Any] = {"required": {"nodeSelectorTerms": [{"matchExpressions": []}]}}
+    volume = {
+        "metadata": {"name": "data", "uid": "u", "resourceVersion": "3", "labels": {"a": "b"}},
+        "spec": {
+            "capacity": {"storage": "1Ti"},
+            "nfs": {"server": "nfs", "path": "/"},
+            "nodeAffinity": affinity,
+            "claimRef": {"namespace": NS, "name": "shared"},
+            "mountOptions": ["hard"],
+        },
+        "status": {"phase": "Bound", "lastPhaseTransitionTime": "2026-01-01T00:00:00Z"},
+    }
+    assert volume_fields(volume) == {
+        "metadata": {"name": "data", "uid": "u", "resourceVersion": "3"},
+        "spec": {"nodeAffinity": affinity, "claimRef": {"namespace": NS, "name": "shared"}},
+        "status": {"phase": "Bound"},
+    }
+    claim = {
+        "metadata": {"name": "shared", "namespace": NS, "annotations": {"x": "y"}},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": "1Ti"}},
+            "volumeName": "data",
+            "storageClassName": "nfs",
+        },
+        "status": {"phase": "Bound", "capacity": {"storage": "1Ti"}},
+    }
+    assert claim_fields(claim) == {
+        "metadata": {"name": "shared", "namespace": NS},
+        "spec": {"accessModes": ["ReadWriteMany"], "volumeName": "data", "storageClassName": "nfs"},
+        "status": {"phase": "Bound"},
+    }
