@@ -3,7 +3,6 @@ the scheduled-update window a NodeSet asks for (read by nodeset-controller and s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -12,6 +11,7 @@ from typing import Any, Literal
 import msgspec
 
 from nodeflow_contracts import subjects
+from nodeflow_contracts.durations import go_duration_seconds
 
 DecisionKind = Literal[
     "create",
@@ -76,32 +76,6 @@ RESERVATION_PREFIX = "nodeflow-"
 ALWAYS_FLAGS: tuple[str, ...] = ("MAINT", "IGNORE_JOBS")
 DEFAULT_WINDOW_MINUTES = 30
 RESERVATIONS_UNSUPPORTED = "ReservationsUnsupported"
-
-_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_GO_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-
-
-def go_duration_seconds(text: str) -> float:
-    """Seconds of a Go duration ("30m", "1h30m", "90s"); ValueError for anything else."""
-    value = text.strip()
-    if not value:
-        raise ValueError("empty duration")
-    position, total = 0, 0.0
-    while position < len(value):
-        match = _GO_DURATION_PART.match(value, position)
-        if match is None:
-            raise ValueError(f"{text!r} is not a Go duration (e.g. 30m, 1h30m)")
-        total += float(match.group(1)) * _GO_DURATION_UNITS[match.group(2)]
-        position = match.end()
-    return total
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from nodeflow_contracts.durations import go_duration_seconds
 from nodeflow_kube import QuantityError, ResourceList, fields, parse_resources
 
 Obj = Mapping[str, Any]
@@ -51,18 +52,8 @@ _MODES: tuple[GangMode, ...] = ("Strict", "NonStrict")
 _MATCH_POLICIES: tuple[MatchPolicy, ...] = ("only-waiting", "waiting-and-running", "once-satisfied")
 _STRATEGIES: tuple[GatherStrategy, ...] = ("MustGather", "PreferGather")
 # Go's time.ParseDuration units, in seconds.
-_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
 _NAME_PARTS = re.compile(r"[0-9]+|[^0-9]+")
-_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
 
 
 _Option = TypeVar("_Option", bound=str)
@@ -108,21 +99,6 @@ def _annotations(obj: Obj) -> Mapping[str, Any]:
     metadata = obj.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     return annotations if isinstance(annotations, Mapping) else {}
-
-
-def parse_go_duration(value: str) -> float:
-    """Seconds in a Go duration string ("600s", "10m", "1h30m", "1.5s")."""
-    text = value.strip()
-    if not text:
-        raise ValueError("empty duration")
-    position, total = 0, 0.0
-    while position < len(text):
-        match = _DURATION_PART.match(text, position)
-        if match is None:
-            raise ValueError(f"not a Go duration: {value!r}")
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        position = match.end()
-    return total
 
 
 def parse_int(value: object, *, key: str, minimum: int) -> int:
@@ -238,7 +214,7 @@ def parse_pod_group(pod_group: Obj) -> PodGroupSpec:
             waiting_seconds = float(timeout)
     elif annotations.get(WAITING_TIME) is not None:
         try:
-            waiting_seconds = parse_go_duration(str(annotations[WAITING_TIME]))
+            waiting_seconds = go_duration_seconds(str(annotations[WAITING_TIME]))
         except ValueError as error:
             raise GangSpecError(f"{WAITING_TIME}: {error}") from None
         if waiting_seconds <= 0:

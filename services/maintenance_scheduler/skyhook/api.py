@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from nodeflow_contracts.durations import go_duration_seconds
 from nodeflow_kube.fields import Obj, mapping, meta
 from nodeflow_kube.labels import SelectorError, check_key, check_value
 
@@ -91,17 +92,6 @@ SEMVER = re.compile(
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?)?)?$"
 )
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
-# A Go time.Duration as metav1.Duration reads it (`30s`, `1m30s`, `1.5h`, `500ms`).
-_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNIT_SECONDS: Final[Mapping[str, float]] = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
 
 
 # --- label selectors (metav1.LabelSelector) --------------------------------------------------
@@ -533,19 +523,10 @@ def _parse_resources(raw: object, where: str, problems: list[str]) -> Resources 
 
 def parse_go_duration(text: str) -> float | None:
     """Seconds of a Go duration string (metav1.Duration's form); None when it is not one."""
-    raw = text.strip()
-    sign = -1.0 if raw.startswith("-") else 1.0
-    raw = raw.lstrip("+-")
-    if raw == "0":
-        return 0.0
-    total, at = 0.0, 0
-    while at < len(raw):
-        found = _DURATION_PART.match(raw, at)
-        if found is None:
-            return None
-        total += float(found.group(1)) * _DURATION_UNIT_SECONDS[found.group(2)]
-        at = found.end()
-    return sign * total if raw else None
+    try:
+        return go_duration_seconds(text)
+    except ValueError:
+        return None
 
 
 def _parse_env(raw: object, where: str, problems: list[str]) -> tuple[EnvVar, ...]:

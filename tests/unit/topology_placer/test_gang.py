@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from nodeflow_contracts.durations import go_duration_seconds
 from tests.unit.topology_placer.builders import pod, pod_group
 from topology_placer.gang import (
     GROUPS,
@@ -17,7 +18,6 @@ from topology_placer.gang import (
     GangSpecError,
     GatherRule,
     GroupKey,
-    parse_go_duration,
     parse_pod_group,
     pod_group_of,
     rank_key,
@@ -60,7 +60,7 @@ def test_waiting_time_is_a_go_duration(raw: str, seconds: float) -> None:
     assert parse_pod_group(pod_group("g", 1, annotations={WAITING_TIME: raw})).waiting_seconds == (
         seconds
     )
-    assert parse_go_duration(raw) == seconds
+    assert go_duration_seconds(raw) == seconds
 
 
 @pytest.mark.parametrize("raw", ["ten minutes", "0s", "", "5"])
