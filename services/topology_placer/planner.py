@@ -1559,8 +1559,8 @@ def _preempt(
         # Victims only where every member's volumes let it go.
         usable = run.volume_nodes(needs, usable)
     usable = _kept_by_higher_priority(run, gang, ranked, priority, usable)
-    own = {fields.uid_of(p) for p in gang.all_members}
-    charged = [c for c in run.charged.values() if fields.uid_of(c.pod) not in own]
+    own = {pod_facts(p).key for p in gang.all_members}
+    charged = [c for key, c in run.charged.items() if key not in own]
     outcome = plan_preemption(
         tree=run.tree,
         pods_in_rank_order=names,
