@@ -157,6 +157,19 @@ def test_rule_rolling_update_missing_pods_count_as_unavailable() -> None:
     assert choose_rolling_replacements(pods, "new", max_unavailable=1, missing=1).replace == ()
 
 
+def test_rule_rolling_update_pods_beyond_the_target_never_offset_unavailable_ones() -> None:
+    """The planner passes `missing` = target - staying pods, negative when the NodeSet holds
+    more pods than it can run (feasible nodes went away): a pod too many is no spare, so a
+    not-Ready pod still takes the whole budget of 1 and no Ready pod is replaced beside it."""
+    pods = [rolling("a", revision="new", ready=False), rolling("b"), rolling("c", revision="new")]
+    assert count_unavailable(pods, missing=-1) == 1
+    choice = choose_rolling_replacements(pods, "new", max_unavailable=1, missing=-1)
+    assert choice.unavailable == 1
+    assert choice.replace == ()
+    wider = choose_rolling_replacements(pods, "new", max_unavailable=2, missing=-1)
+    assert [p.name for p in wider.replace] == ["b"]
+
+
 def test_rule_rolling_update_nothing_outdated_nothing_replaced() -> None:
     pods = [rolling("a", revision="new"), rolling("b", revision="new")]
     assert choose_rolling_replacements(pods, "new", 5, 0).replace == ()
