@@ -1,19 +1,22 @@
-"""`kubectl nodeflow`: why an object is where it is, the decisions, the dead letters, and a
-NodeSet's rollout history and rollback (`rollout history|undo nodeset NAME`).
+"""`kubectl nodeflow`: why an object is where it is, the decisions, the dead letters (`dlq
+list|show|replay`, `dead-letters` = `dlq list`), and a NodeSet's rollout history and rollback
+(`rollout history|undo nodeset NAME`).
 
 kubectl runs `kubectl-nodeflow` from the PATH as `kubectl nodeflow ...` (a plugin). It reads
 the Kubernetes API through the kubeconfig (`--kubeconfig`, else `KUBECONFIG`, else
 `~/.kube/config`) and NATS through `--nats URL` (else `NATS_URL`) with the operators'
 credentials from the environment (`NATS_USER` + `NATS_PASSWORD[_FILE]`, `NATS_TOKEN[_FILE]`,
 `NATS_CREDS_FILE`, as every service reads them). Without a NATS URL, `why` answers from
-Kubernetes alone and says so; `decisions` and `dead-letters` need one. The verdicts are pure
-functions (nodeflow_cli.verdicts); this module only fetches what they read.
+Kubernetes alone and says so; `decisions` and `dlq` need one. The verdicts and the dead
+letters' formats and replay plan are pure (nodeflow_cli.verdicts, nodeflow_cli.dlq); this
+module only fetches what they read and does what a replay plans.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -28,13 +31,15 @@ import structlog
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from nats.js.api import DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from nodeflow_bus import Bus, BusOptions, Credentials
-from nodeflow_cli import rollout, verdicts
+from nodeflow_bus.errors import PublishError
+from nodeflow_cli import dlq, rollout, verdicts
 from nodeflow_cli.verdicts import Decision, Obj
 from nodeflow_contracts import subjects
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, SLURM_CLUSTER_LABEL
-from nodeflow_contracts.topology import SLURM_NODES_BUCKET
+from nodeflow_contracts.topology import ADMIN_USER, SLURM_NODES_BUCKET
 
 # Where each `why` kind lives in the API.
 KINDS: dict[str, tuple[str, str]] = {
@@ -273,18 +278,141 @@ async def decisions(args: argparse.Namespace) -> None:
         await bus.close()
 
 
-async def dead_letters(args: argparse.Namespace) -> None:
+def _dead_letter_of(msg: Any) -> dlq.DeadLetter:
+    """A delivered message of DEAD_LETTERS (an ordered consumer's)."""
+    return dlq.DeadLetter(
+        sequence=msg.metadata.sequence.stream,
+        time=msg.metadata.timestamp,
+        subject=msg.subject,
+        headers=dict(msg.headers or {}),
+        data=msg.data,
+    )
+
+
+async def read_dead_letters(bus: Bus, subject: str) -> AsyncIterator[dlq.DeadLetter]:
+    """Every dead letter of `subject` (`--subject`: empty for all), oldest first."""
+    async for msg in stream_messages(bus, (dlq.subject_filter(subject),), follow=False):
+        yield _dead_letter_of(msg)
+
+
+async def get_dead_letter(bus: Bus, sequence: int) -> dlq.DeadLetter | None:
+    """The dead letter at `sequence` of DEAD_LETTERS; None when there is none (never was,
+    replayed, or aged out)."""
+    try:
+        raw = await bus.js.get_msg(dlq.STREAM, seq=sequence)
+    except NotFoundError:
+        return None
+    except Exception as exc:
+        raise CliError(f"dead letter {sequence} not read from {dlq.STREAM}: {exc}") from exc
+    return dlq.DeadLetter(
+        sequence=sequence,
+        time=raw.time,
+        subject=raw.subject or "",
+        headers=dict(raw.headers or {}),
+        data=raw.data or b"",
+    )
+
+
+def _need_nats(args: argparse.Namespace) -> None:
     if not args.nats:
         raise CliError("dead letters are read from NATS: give --nats URL (or NATS_URL)")
+
+
+async def dlq_list(args: argparse.Namespace) -> None:
+    _need_nats(args)
     bus = await connect_nats(args.nats)
+    shown: collections.deque[dlq.DeadLetter] = collections.deque(
+        maxlen=args.limit if args.limit > 0 else None
+    )
     count = 0
     try:
-        async for msg in stream_messages(bus, (subjects.DEAD_LETTERS,), follow=False):
-            print(verdicts.format_dead_letter(msg.subject, dict(msg.headers or {}), msg.data))
+        async for letter in read_dead_letters(bus, args.subject):
+            shown.append(letter)
             count += 1
     finally:
         await bus.close()
-    print(f"{count} dead letters")
+    for line in dlq.format_list(list(shown)):
+        print(line)
+    newest = f" (the newest {len(shown)} shown)" if len(shown) < count else ""
+    print(f"{count} dead letters{newest}")
+
+
+async def dlq_show(args: argparse.Namespace) -> None:
+    _need_nats(args)
+    bus = await connect_nats(args.nats)
+    try:
+        letter = await get_dead_letter(bus, args.sequence)
+    finally:
+        await bus.close()
+    if letter is None:
+        raise CliError(f"no dead letter {args.sequence} in {dlq.STREAM}")
+    print(dlq.format_show(letter))
+
+
+# Who may replay: publishing to any service's subject and deleting from DEAD_LETTERS are
+# the operators' user's rights; no service's NATS user has them (nodeflow_contracts.permissions).
+PERMISSION_HINT = (
+    f"replay publishes to the original subject and deletes from {dlq.STREAM}: run it with "
+    f"the operators' NATS user ({ADMIN_USER}); a service's user may do neither"
+)
+
+
+async def replay_one(bus: Bus, sequence: int, *, dry_run: bool) -> tuple[bool, str]:
+    """Replay the dead letter at `sequence`: (done, the line that reports it). The dead
+    letter is deleted only once the publish is acknowledged."""
+    letter = await get_dead_letter(bus, sequence)
+    if letter is None:
+        return False, f"{sequence}: no such dead letter in {dlq.STREAM} (replayed or removed?)"
+    try:
+        replay = dlq.plan_replay(letter)
+    except dlq.ReplayRefused as exc:
+        return False, f"{sequence} {letter.subject}: refused: {exc}"
+    where = f"{sequence} {letter.subject} -> {replay.subject}"
+    if dry_run:
+        return True, f"{where}: would be replayed ({len(letter.data)} bytes, id {replay.msg_id})"
+    try:
+        ack = await bus.publish(
+            replay.subject, letter.data, msg_id=replay.msg_id, headers=replay.headers
+        )
+    except PublishError as exc:
+        return False, f"{where}: not replayed: {exc} ({PERMISSION_HINT})"
+    if ack.duplicate:
+        done = f"already replayed as {ack.stream} {ack.seq}, not delivered again"
+    else:
+        done = f"replayed as {ack.stream} {ack.seq}"
+    try:
+        await bus.js.delete_msg(dlq.STREAM, sequence)
+    except Exception as exc:
+        return False, (
+            f"{where}: {done}, but the dead letter was not removed: {type(exc).__name__}: "
+            f"{exc} ({PERMISSION_HINT}); replaying it again within {ack.stream}'s duplicate "
+            "window does not deliver it twice"
+        )
+    return True, f"{where}: {done}; dead letter removed"
+
+
+async def dlq_replay(args: argparse.Namespace) -> bool:
+    """Every dead letter named (or with --all, each of --subject); False if any failed."""
+    _need_nats(args)
+    if args.all == bool(args.sequences):
+        raise CliError("name the dead letters to replay (SEQ...) or give --all, not both")
+    if args.subject and not args.all:
+        raise CliError("--subject selects what --all replays; it does not go with SEQ...")
+    bus = await connect_nats(args.nats)
+    done_count = 0
+    try:
+        sequences = list(args.sequences)
+        if args.all:
+            sequences = [letter.sequence async for letter in read_dead_letters(bus, args.subject)]
+        for sequence in sequences:
+            done, line = await replay_one(bus, sequence, dry_run=args.dry_run)
+            done_count += done
+            print(line, flush=True)
+    finally:
+        await bus.close()
+    verb = "would be replayed" if args.dry_run else "replayed"
+    print(f"{done_count} of {len(sequences)} dead letters {verb}")
+    return done_count == len(sequences)
 
 
 async def rollout_command(args: argparse.Namespace) -> str:
@@ -323,7 +451,8 @@ async def rollout_command(args: argparse.Namespace) -> str:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl nodeflow",
-        description="Why Nodeflow holds an object where it is, its decisions, its dead letters.",
+        description="Why Nodeflow holds an object where it is, its decisions, its dead letters "
+        "(list, show, replay after a fix), a NodeSet's rollout history and rollback.",
     )
     top.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""))
     top.add_argument("--context", default="")
@@ -349,7 +478,35 @@ def parser() -> argparse.ArgumentParser:
     decisions_parser.add_argument(
         "--object", default="", help="a name, ns/name or 'Kind ns/name' (or a node or pod)"
     )
-    commands.add_parser("dead-letters", help="the messages given up on, with their error")
+    dlq_parser = commands.add_parser(
+        "dlq", help="the dead letters (messages given up on): list, show, replay after a fix"
+    )
+    dlq_actions = dlq_parser.add_subparsers(dest="action", required=True)
+    list_parsers = [
+        dlq_actions.add_parser("list", help="one line per dead letter, oldest first"),
+        # The first name of `dlq list`, kept: docs and runbooks say it.
+        commands.add_parser("dead-letters", help="the same as `dlq list`"),
+    ]
+    for list_parser in list_parsers:
+        list_parser.set_defaults(command="dlq", action="list")
+        list_parser.add_argument(
+            "--subject", default="", help="only these original subjects (wildcards allowed)"
+        )
+        list_parser.add_argument(
+            "--limit", type=int, default=0, help="only the newest N (default: all)"
+        )
+    show_parser = dlq_actions.add_parser("show", help="one dead letter: headers and payload")
+    show_parser.add_argument("sequence", type=int, help="its sequence in DEAD_LETTERS")
+    replay_parser = dlq_actions.add_parser(
+        "replay",
+        help="publish dead letters again to their original subject, then remove them",
+    )
+    replay_parser.add_argument("sequences", type=int, nargs="*", metavar="SEQ")
+    replay_parser.add_argument("--all", action="store_true", help="every dead letter")
+    replay_parser.add_argument("--subject", default="", help="with --all: only these")
+    replay_parser.add_argument(
+        "--dry-run", action="store_true", help="say what would be replayed, publish nothing"
+    )
     rollout_parser = commands.add_parser(
         "rollout", help="a NodeSet's revision history and rollback, as kubectl rollout"
     )
@@ -367,15 +524,21 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace) -> bool:
+    """Run the command; False when it did not do all it was asked (exit 1)."""
     if args.command == "why":
         print(await why(args))
     elif args.command == "decisions":
         await decisions(args)
     elif args.command == "rollout":
         print(await rollout_command(args))
+    elif args.action == "list":
+        await dlq_list(args)
+    elif args.action == "show":
+        await dlq_show(args)
     else:
-        await dead_letters(args)
+        return await dlq_replay(args)
+    return True
 
 
 def quiet_logs() -> None:
@@ -391,7 +554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     quiet_logs()
     try:
-        asyncio.run(run(args))
+        if not asyncio.run(run(args)):
+            return EXIT_FAILED
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED

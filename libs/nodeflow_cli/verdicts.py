@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodeflow_bus import dead_letter
 from nodeflow_contracts.pod_protocol import (
     NODESET_LABEL,
     SLURM_DELETE_CONDITION,
@@ -110,25 +109,6 @@ def decision_matches(decision: Decision, *, service: str = "", about: str = "") 
 def decisions_about(decisions: Iterable[Decision], about: str) -> list[Decision]:
     """The decisions about exactly one object ("Kind ns/name"), oldest first."""
     return sorted((d for d in decisions if d.about == about), key=lambda d: d.decided_at)
-
-
-def format_dead_letter(subject: str, headers: Mapping[str, str], data: bytes) -> str:
-    """A dead letter: where it came from, why it was given up, and its payload's start."""
-    original = headers.get(dead_letter.SUBJECT) or subject.removeprefix("dlq.")
-    kind = headers.get(dead_letter.ERROR_KIND, "?")
-    deliveries = headers.get(dead_letter.DELIVERIES, "?")
-    source = (
-        f"{headers.get(dead_letter.STREAM, '?')}#{headers.get(dead_letter.STREAM_SEQUENCE, '?')}"
-        f" via {headers.get(dead_letter.CONSUMER, '?')}"
-    )
-    payload = data.decode(errors="replace")
-    if len(payload) > 200:
-        payload = payload[:197] + "..."
-    return (
-        f"{original}  [{kind}, {deliveries} deliveries, {source}]\n"
-        f"  error:   {headers.get(dead_letter.ERROR, '')}\n"
-        f"  payload: {payload}"
-    )
 
 
 # --- Kubernetes objects ---------------------------------------------------------------------

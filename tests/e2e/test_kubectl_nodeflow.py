@@ -3,7 +3,8 @@ operator runs it: `.run/env` sourced (the kubeconfig, NATS' URL and the operator
 credentials), the plugin found by kubectl on the PATH. A NodeMaintenance waiting for a slot is
 explained by `why nodemaintenance` and `decisions` (both name the budget); every leader's
 Kubernetes Lease is shown by `kubectl get leases`; a poison command is listed by
-`dead-letters` with its error."""
+`dead-letters` with its error, shown whole by `dlq show` and replayed to its subject by
+`dlq replay`."""
 
 from __future__ import annotations
 
@@ -175,7 +176,18 @@ async def test_kubectl_nodeflow_names_the_budget_the_leaders_and_the_dead_letter
     letters = await operator.until_output(
         "kubectl nodeflow dead-letters", f"cmd.k8s.v1.{ADMIN_USER}.patch"
     )
-    assert "[decode," in letters and "payload: {not json" in letters
+    poison = subjects.k8s_command(ADMIN_USER, "patch")
+    row = next(line.split() for line in letters.splitlines() if f"  {poison}  " in line)
+    assert row[2:4] == [poison, "decode"] and row[-2:] == ["{not", "json"]
+    shown = await operator.sh(f"kubectl nodeflow dlq show {row[0]}")
+    assert "Nodeflow-Error-Kind: decode" in shown and "(9 bytes, not JSON):\n  '{not json'" in shown
+    # Replayed to its subject (no fix: k8s-watcher dead-letters it again, under a new number).
+    replayed = await operator.sh(f"kubectl nodeflow dlq replay {row[0]}")
+    assert f"{row[0]} dlq.{poison} -> {poison}: replayed as " in replayed
+    again = await operator.until_output(
+        f"kubectl nodeflow dlq list --subject {poison}", "1 dead letters"
+    )
+    assert again.splitlines()[1].split()[0] != row[0]
 
 
 SLURM = (

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeflow_bus import dead_letter
 from nodeflow_cli.verdicts import (
     Decision,
     decision_matches,
     decision_of,
     decisions_about,
-    format_dead_letter,
     format_decision,
     why_gang,
     why_nodemaintenance,
@@ -170,23 +168,3 @@ def test_decisions_are_filtered_by_service_and_object_and_read_in_order() -> Non
     assert decision_matches(early, about="default/m1")
     assert format_decision(early).startswith("2027-01-15T08:00:00Z  maintenance-scheduler")
     assert decision_of("k8s.v1.Pod.default.p", {}) is None
-
-
-def test_a_dead_letter_shows_its_origin_and_error() -> None:
-    headers = dead_letter.dead_letter_headers(
-        original_headers={"Nats-Msg-Id": "x"},
-        error="cannot decode K8sCommand: missing field sender",
-        error_kind="decode",
-        deliveries=1,
-        stream="K8S_COMMANDS",
-        stream_sequence=42,
-        consumer="k8s-watcher-commands",
-        subject="cmd.k8s.v1.nodeflow-admin.patch",
-    )
-    text = format_dead_letter("dlq.cmd.k8s.v1.nodeflow-admin.patch", headers, b"{bad")
-    assert text.splitlines()[0] == (
-        "cmd.k8s.v1.nodeflow-admin.patch  [decode, 1 deliveries, K8S_COMMANDS#42 via "
-        "k8s-watcher-commands]"
-    )
-    assert "error:   cannot decode K8sCommand: missing field sender" in text
-    assert "payload: {bad" in text
