@@ -75,13 +75,17 @@ from nodeset_controller.status import (
     DISRUPTION_BUDGET_CONFLICT,
     INVALID_SPEC,
     NAME_COLLISION,
+    ROLLOUT_WAITING,
+    SCALE_DOWN_WAITING,
     SCHEDULED_UPDATE,
     SLURM_STATE_UNKNOWN,
     Counts,
+    PodWait,
     WantedCondition,
     build_status,
     last_known_slurm_counts,
     status_differs,
+    waiting_condition,
 )
 
 Obj = Mapping[str, Any]
@@ -201,6 +205,12 @@ class Plan:
     # An invalid spec's lenient parse, for its protection actions alone (rule 4a: the labels
     # keep following Slurm while the spec is fixed); None otherwise.
     protection_spec: NodeSetSpec | None = None
+    # The pods the scale-down and the rollout want gone and cannot remove yet, and why
+    # (ScaleDownWaiting and RolloutWaiting are made from them); `rollout_budget` the
+    # rollout's maxUnavailable figures while pods wait for it ("" otherwise).
+    scale_down_waits: list[PodWait] = field(default_factory=list)
+    rollout_waits: list[PodWait] = field(default_factory=list)
+    rollout_budget: str = ""
 
 
 @dataclass
@@ -569,7 +579,13 @@ def _invalid_spec_plan(view: ClusterView, problems: list[SpecProblem]) -> Plan:
     }
     for entry in sequence(existing_status.get("conditions")):
         kind = str(mapping(entry).get("type") or "")
-        if kind in (NAME_COLLISION, SLURM_STATE_UNKNOWN, DISRUPTION_BUDGET_CONFLICT):
+        if kind in (
+            NAME_COLLISION,
+            SLURM_STATE_UNKNOWN,
+            DISRUPTION_BUDGET_CONFLICT,
+            SCALE_DOWN_WAITING,
+            ROLLOUT_WAITING,
+        ):
             kept[kind] = WantedCondition(
                 kind,
                 str(mapping(entry).get("status") or "Unknown"),
@@ -990,6 +1006,11 @@ def plan_rolling_update(
             continue
         round_.act(CancelDelete(pod, why))
         cancelled.add(pod.name)
+    outdated = [p for p in scale_down.staying if p.revision != round_.revision]
+    if closed is not None:
+        round_.result.rollout_waits.extend(
+            PodWait(pod.name, "WindowClosed", "update window closed") for pod in outdated
+        )
     if spec.update_strategy == "OnDelete" or closed is not None:
         return cancelled
     placeable = set(feasible.placeable)
@@ -1006,6 +1027,7 @@ def plan_rolling_update(
     choice = ranking.choose_rolling_replacements(
         scale_down.staying, round_.revision, budget, missing, {*unfit, *not_reserved}
     )
+    _note_rollout_holds(round_, outdated, choice, unfit, not_reserved, cancelled)
     for pod in choice.replace:
         tier = ranking.ROLLING_TEXT[ranking.rolling_tier(pod)]
         round_.act(
@@ -1018,6 +1040,52 @@ def plan_rolling_update(
             )
         )
     return cancelled
+
+
+def _note_rollout_holds(
+    round_: _Round,
+    outdated: list[PodState],
+    choice: ranking.RollingChoice,
+    unfit: Mapping[str, str],
+    not_reserved: Mapping[str, str],
+    cancelled: Collection[str],
+) -> None:
+    """Record why each outdated pod that is not marked for replacement (nor marked by this
+    plan) waits: its node cannot take the replacement, its Slurm node is not in the window's
+    reservation, or maxUnavailable is spent. Marked pods wait for their deletion
+    (`plan_deletions`), unless this plan cancels their mark; a pod chosen now waits as it
+    will once marked."""
+    chosen = {pod.name for pod in choice.replace}
+    held_by_budget = False
+    for pod in outdated:
+        if pod.pending_deletion and pod.name not in cancelled:
+            continue
+        if pod.name in chosen:
+            marked = dataclasses.replace(
+                pod, delete_reason=ROLLING_DELETE, delete_since=round_.view.now
+            )
+            _note_wait(round_.result.rollout_waits, marked, _decide(round_, marked))
+        elif pod.name in unfit:
+            round_.result.rollout_waits.append(
+                PodWait(
+                    pod.name,
+                    "ReplacementUnplaceable",
+                    f"node cannot take the replacement: {unfit[pod.name]}",
+                )
+            )
+        elif pod.name in not_reserved:
+            round_.result.rollout_waits.append(
+                PodWait(pod.name, "ReservationPending", "Slurm node not held by the reservation")
+            )
+        else:
+            held_by_budget = True
+            round_.result.rollout_waits.append(
+                PodWait(pod.name, "BudgetExhausted", "held by maxUnavailable")
+            )
+    if held_by_budget:
+        round_.result.rollout_budget = (
+            f"unavailable {choice.unavailable} of at most {choice.budget} (maxUnavailable)"
+        )
 
 
 def scheduled_update_holds(
@@ -1104,10 +1172,21 @@ def plan_deletions(
     )
     if doomed and round_.trust.stale_at is not None:
         round_.wake(round_.trust.stale_at)
+    removing = {pod.name for pod in scale_down.removing}
+    for pod in scale_down.removing:
+        if pod.delete_reason is None:
+            # Marked by this plan: it waits as it will once the mark lands (same words, so the
+            # condition does not change when it does).
+            marked = dataclasses.replace(
+                pod, delete_reason=SCALING_DELETE, delete_since=round_.view.now
+            )
+            _note_wait(round_.result.scale_down_waits, marked, _decide(round_, marked))
     for pod in doomed:
-        decision = deletion.decide_deletion(
-            pod, round_.view.now, spec.force_delete_known_timeout, spec.force_delete_unknown_timeout
-        )
+        decision = _decide(round_, pod)
+        if pod.name in removing:
+            _note_wait(round_.result.scale_down_waits, pod, decision)
+        elif pod.delete_reason == ROLLING_DELETE:
+            _note_wait(round_.result.rollout_waits, pod, decision)
         if decision.reason == deletion.AWAITING_SLURM_READ and pod.delete_since is not None:
             waiting = round_.result.awaits_slurm_read_after
             round_.result.awaits_slurm_read_after = (
@@ -1122,6 +1201,35 @@ def plan_deletions(
             continue
         round_.act(
             DeletePod(pod, decision.verdict == "forced-delete", decision.reason, decision.message)
+        )
+
+
+def _decide(round_: _Round, pod: PodState) -> deletion.DeletionDecision:
+    spec = round_.spec
+    return deletion.decide_deletion(
+        pod, round_.view.now, spec.force_delete_known_timeout, spec.force_delete_unknown_timeout
+    )
+
+
+def _note_wait(waits: list[PodWait], pod: PodState, decision: deletion.DeletionDecision) -> None:
+    """Record why a pod marked for deletion is not deleted yet (nothing when it is deleted
+    now, or already going)."""
+    if decision.verdict != "wait":
+        return
+    if decision.reason == "SlurmStateUnknown":
+        waits.append(PodWait(pod.name, "SlurmStateUnknown", "Slurm state unknown"))
+    elif decision.reason == "Busy":
+        drain = "draining" if pod.drain else "not draining yet"
+        waits.append(PodWait(pod.name, "PodsBusy", f"node busy with jobs, {drain}"))
+    elif decision.reason == "NotDrained":
+        waits.append(PodWait(pod.name, "DrainPending", "not drained yet"))
+    elif decision.reason == deletion.AWAITING_SLURM_READ:
+        waits.append(
+            PodWait(
+                pod.name,
+                "AwaitingSlurmRead",
+                "runs no job, waiting for a Slurm read after its mark",
+            )
         )
 
 
@@ -1343,8 +1451,31 @@ def plan_status(
         round_.result,
         round_.view,
         counts,
-        [_spec_conditions([]), collision_condition, slurm_condition(round_), *round_.conditions],
+        [
+            _spec_conditions([]),
+            collision_condition,
+            slurm_condition(round_),
+            *waiting_conditions(round_.result),
+            *round_.conditions,
+        ],
         selector(round_.spec),
+    )
+
+
+def waiting_conditions(result: Plan) -> tuple[WantedCondition, WantedCondition]:
+    """ScaleDownWaiting and RolloutWaiting from the waits the phases recorded."""
+    return (
+        waiting_condition(
+            SCALE_DOWN_WAITING,
+            result.scale_down_waits,
+            idle="no pod waits to be removed by a scale-down",
+        ),
+        waiting_condition(
+            ROLLOUT_WAITING,
+            result.rollout_waits,
+            idle="no outdated pod waits for its replacement",
+            context=result.rollout_budget,
+        ),
     )
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from nodeflow_kube.fields import (
     mapping,
@@ -24,6 +24,51 @@ DISRUPTION_BUDGET_CONFLICT = "DisruptionBudgetConflict"
 # it with a reservation (pods are then replaced as their nodes empty), False with the reason
 # otherwise (WindowPending, WindowOver, ReservationsUnsupported, SlurmApiVersionUnknown).
 SCHEDULED_UPDATE = "ScheduledUpdate"
+# True while a scale-down (ScaleDownWaiting) or a rollout (RolloutWaiting) has pods it wants
+# gone that it cannot remove yet: the reason is the most blocking cause (`WAIT_ORDER`), the
+# message names up to `NAMED_WAITS` pods and why each waits. False (NoneWaiting) otherwise.
+SCALE_DOWN_WAITING = "ScaleDownWaiting"
+ROLLOUT_WAITING = "RolloutWaiting"
+
+# Why a pod the NodeSet wants gone is not removed yet, as the planner finds it.
+WaitCause = Literal[
+    "WindowClosed",
+    "SlurmStateUnknown",
+    "PodsBusy",
+    "DrainPending",
+    "AwaitingSlurmRead",
+    "ReplacementUnplaceable",
+    "ReservationPending",
+    "BudgetExhausted",
+]
+# Most blocking first: what has to change before anything else can (an update window, a
+# fresh Slurm view, jobs ending, the drain, the next poll), then what holds pods that are not
+# even marked yet (a node that cannot take the replacement, the reservation, maxUnavailable:
+# the budget frees itself as the pods ahead go).
+WAIT_ORDER: tuple[WaitCause, ...] = (
+    "WindowClosed",
+    "SlurmStateUnknown",
+    "PodsBusy",
+    "DrainPending",
+    "AwaitingSlurmRead",
+    "ReplacementUnplaceable",
+    "ReservationPending",
+    "BudgetExhausted",
+)
+# How many waiting pods a message names (the others are counted): a condition message is
+# read by a person, and a NodeSet of thousands must not write a huge status.
+NAMED_WAITS = 5
+
+
+@dataclass(frozen=True)
+class PodWait:
+    """One pod the NodeSet wants gone and cannot remove yet. `detail` says why in words that
+    stay the same while the cause does (no clock, no counters that move by themselves), so
+    an unchanged cluster gives an unchanged condition and no status write."""
+
+    pod: str
+    cause: WaitCause
+    detail: str
 
 
 @dataclass(frozen=True)
@@ -60,11 +105,36 @@ class WantedCondition:
     message: str
 
 
+def waiting_condition(
+    kind: str, waits: Sequence[PodWait], *, idle: str, context: str = ""
+) -> WantedCondition:
+    """ScaleDownWaiting or RolloutWaiting from the planner's waits: True with the most
+    blocking cause as reason and the pods named in that order (then by name), False with
+    `idle` as message when nothing waits. `context` (e.g. the budget's figures) ends the
+    message."""
+    if not waits:
+        return WantedCondition(kind, "False", "NoneWaiting", idle)
+    ordered = sorted(waits, key=lambda w: (WAIT_ORDER.index(w.cause), w.pod))
+    named = ", ".join(f"{w.pod} ({w.detail})" for w in ordered[:NAMED_WAITS])
+    more = len(ordered) - NAMED_WAITS
+    if more > 0:
+        named += f" and {more} more"
+    count = "1 pod waits" if len(ordered) == 1 else f"{len(ordered)} pods wait"
+    message = f"{count}: {named}"
+    if context:
+        message += f"; {context}"
+    return WantedCondition(kind, "True", ordered[0].cause, message)
+
+
 def merge_conditions(
-    existing: Iterable[Any], wanted: Iterable[WantedCondition], now: str
+    existing: Iterable[Any],
+    wanted: Iterable[WantedCondition],
+    now: str,
+    observed_generation: int = 0,
 ) -> list[dict[str, Any]]:
     """The conditions to write, sorted by type: lastTransitionTime is kept while the status
-    does not change, so an unchanged condition is byte-for-byte unchanged."""
+    does not change, so an unchanged condition is byte-for-byte unchanged. Each carries the
+    generation it was computed from (metav1.Condition's observedGeneration)."""
     old = {str(mapping(c).get("type")): mapping(c) for c in existing if mapping(c).get("type")}
     result = []
     for condition in sorted(wanted, key=lambda c: c.type):
@@ -79,6 +149,7 @@ def merge_conditions(
                 "reason": condition.reason,
                 "message": condition.message,
                 "lastTransitionTime": since,
+                "observedGeneration": observed_generation,
             }
         )
     return result
@@ -113,7 +184,9 @@ def build_status(
         status.update(counts.as_status())
     status["observedGeneration"] = observed_generation
     status["selector"] = selector
-    status["conditions"] = merge_conditions(sequence(existing.get("conditions")), conditions, now)
+    status["conditions"] = merge_conditions(
+        sequence(existing.get("conditions")), conditions, now, observed_generation
+    )
     return status
 
 

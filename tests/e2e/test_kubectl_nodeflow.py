@@ -229,6 +229,16 @@ async def test_kubectl_nodeflow_why_pod_names_the_job_that_holds_a_scale_in(
     assert f"Slurm node sim/{marked[0]}:" in verdict
     assert "allocated to jobs (not deleted while it runs a job)" in verdict
     assert "NodeSet: default/gpu" in verdict
+    # The NodeSet says the same where kubectl looks: ScaleDownWaiting names the busy pods
+    # (each once slurm-syncer has drained its node).
+    for name in marked:
+        waiting = await operator.until_output(
+            "kubectl get nodeset gpu -o jsonpath='"
+            '{.status.conditions[?(@.type=="ScaleDownWaiting")].reason} '
+            '{.status.conditions[?(@.type=="ScaleDownWaiting")].message}\'',
+            f"{name} (node busy with jobs, draining)",
+        )
+        assert waiting.startswith("PodsBusy 2 pods wait: ")
 
 
 async def test_kubectl_nodeflow_rollout_undo_rolls_the_nodeset_pods_back(
