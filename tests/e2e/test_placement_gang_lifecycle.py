@@ -2,7 +2,8 @@
 for the gangs training jobs are: an MPI-style launcher (CPU only) with four 4-GPU workers
 under MustGather lands whole in one block, each pod with its own request; and a Running gang
 whose worker is deleted and recreated, while its block has no room for it, keeps its other
-members (no GangIncomplete eviction) and gets the replacement bound as soon as room appears."""
+members (no GangIncomplete eviction) and gets the replacement bound as soon as room appears;
+a gang preempting the four replicas of a Deployment evicts only those on the nodes it takes."""
 
 from __future__ import annotations
 
@@ -147,5 +148,106 @@ async def test_recreated_worker_of_a_running_gang_is_replaced_without_evicting_t
             assert all(disruption_target(v) is None for v in watch.history(name))
             assert all(not v["metadata"].get("deletionTimestamp") for v in watch.history(name))
         assert _bound(stack, "train") == placed
+    finally:
+        await processes.stop_processes(process, grace=20)
+
+
+def _replica(name: str, owner: str, priority_class: str) -> dict[str, Any]:
+    """A Deployment's replica as its ReplicaSet creates it (the emulator runs no Deployment
+    controller): owned by the ReplicaSet, bound by the default scheduler, a whole node's GPUs."""
+    pod = gang_pod(name, "other", gpus=8)
+    pod["metadata"]["labels"] = {"app": owner}
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": f"{owner}-5d8c7b9f4",
+            "uid": f"00000000-0000-4000-8000-{len(owner):012d}",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    pod["spec"]["priorityClassName"] = priority_class
+    return pod
+
+
+async def test_rule_a_gang_preempting_a_deployment_evicts_only_the_replicas_on_its_chosen_nodes(
+    stack: Stack, tmp_path: Path
+) -> None:
+    classes: list[dict[str, Any]] = [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        for name, value in (("batch-low", 1), ("training-high", 1000), ("serving-top", 2000))
+    ]
+    # Half the nodes held by pods the gang may not preempt (higher priority), the other half by
+    # the four replicas of a low-priority Deployment: the gang of two must take two of them.
+    steady = [_replica(f"steady-{index}", "steady", "serving-top") for index in range(4)]
+    await apply(stack, tmp_path, [topology_object(), *classes, *steady])
+
+    def bound(app: str) -> dict[str, str]:
+        return {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in stack.sim.store.list("pods", namespace="default").items
+            if (p["metadata"].get("labels") or {}).get("app") == app and p["spec"].get("nodeName")
+        }
+
+    await eventually(lambda: len(bound("steady")) == 4, what="the steady pods bound")
+    web = [_replica(f"web-{index}", "web", "batch-low") for index in range(4)]
+    await apply(stack, tmp_path, web)
+    replicas = await eventually(
+        lambda: len(bound("web")) == 4 and bound("web"), what="the Deployment's replicas bound"
+    )
+    uids = {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in stack.sim.store.list("pods", namespace="default").items
+    }
+    high = [gang_pod(f"hello-job-{rank}", "hello-job", gpus=8) for rank in (0, 1)]
+    for pod in high:
+        pod["spec"]["priorityClassName"] = "training-high"
+    process = await start_placer(stack, free_port(), "e2e-placer-replicas")
+    try:
+        async with KubectlWatch(stack, "app=web") as victims:
+            await apply(stack, tmp_path, [pod_group_object("hello-job", 2), *high])
+            placed = await eventually(
+                lambda: len(_bound(stack, "hello-job")) == 2 and _bound(stack, "hello-job"),
+                timeout=30,
+                what="the gang bound",
+            )
+            chosen = set(placed.values())
+            spared = sorted(name for name, node in replicas.items() if node not in chosen)
+            # The watch has caught up with every pod still there.
+            await eventually(
+                lambda: all(victims.history(name) for name in spared),
+                what="kubectl's watch shows the spared replicas",
+            )
+        marked = {
+            v["metadata"]["name"]: v["spec"]["nodeName"]
+            for v in victims.versions
+            if disruption_target(v) is not None
+        }
+        # Only the replicas on the two nodes the gang took were marked and deleted.
+        assert sorted(marked) == sorted(n for n, node in replicas.items() if node in chosen)
+        assert set(marked.values()) == chosen
+        assert len(spared) == 2
+        shown = await kubectl(stack, "get", "pods", "-l", "app=web", "-o", "json")
+        live = {
+            p["metadata"]["name"]: p
+            for p in json.loads(shown)["items"]
+            if not p["metadata"].get("deletionTimestamp")
+        }
+        assert sorted(live) == spared
+        for name in spared:
+            assert live[name]["metadata"]["uid"] == uids[name]
+            assert live[name]["spec"]["nodeName"] == replicas[name]
+            assert all(disruption_target(v) is None for v in victims.history(name))
+        steady_now = await kubectl(stack, "get", "pods", "-l", "app=steady", "-o", "json")
+        assert {p["metadata"]["uid"] for p in json.loads(steady_now)["items"]} == {
+            uids[f"steady-{index}"] for index in range(4)
+        }
     finally:
         await processes.stop_processes(process, grace=20)
