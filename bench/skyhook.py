@@ -25,7 +25,9 @@ from clustersim.runner import SimulatorConfig, run_simulator
 from maintenance_scheduler.skyhook.api import (
     NODE_STATE_VERSION,
     SKYHOOK_FINALIZER,
+    erroring_condition,
     node_state_annotation,
+    not_ready_condition,
     parse_deployment_policy,
     parse_skyhook,
     status_key,
@@ -117,6 +119,22 @@ def raw_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str,
         name = f"gpu-{index:05d}"
         annotations: dict[str, str] = {}
         labels = {"canary": "true"} if index % 400 == 0 else {}
+        # The node conditions the controller wrote (steady state: none is written again).
+        conditions: list[dict[str, str]] = []
+        if index < COMPLETE_NODES + IN_PROGRESS_NODES:
+            complete = index < COMPLETE_NODES
+            conditions = [
+                {
+                    "type": not_ready_condition("gpu-init"),
+                    "status": "False" if complete else "True",
+                    "reason": "Complete" if complete else "Incomplete",
+                },
+                {
+                    "type": erroring_condition("gpu-init"),
+                    "status": "False",
+                    "reason": "Not Erroring",
+                },
+            ]
         if index < COMPLETE_NODES:
             annotations[node_state_annotation("gpu-init")] = render_node_state(done)
             annotations[version_annotation("gpu-init")] = NODE_STATE_VERSION
@@ -142,7 +160,8 @@ def raw_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str,
                     "creationTimestamp": rfc3339(T0 + index),
                     "labels": labels,
                     "annotations": annotations,
-                }
+                },
+                "status": {"conditions": conditions},
             }
         )
     return skyhooks, nodes, policy, jobs

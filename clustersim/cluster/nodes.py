@@ -24,6 +24,7 @@ from clustersim.cluster.spec import (
 )
 from clustersim.kube.errors import NotFound
 from clustersim.kube.objects import now_rfc3339
+from clustersim.kube.patch import STRATEGIC_MERGE_PATCH
 from clustersim.kube.store import Store
 
 log = structlog.get_logger("clustersim.nodes")
@@ -97,8 +98,14 @@ def set_node_ready(store: Store, name: str, ready: bool, *, unknown: bool = True
         old = previous.get(condition["type"])
         if old is not None and old.get("status") == condition["status"]:
             condition["lastTransitionTime"] = old.get("lastTransitionTime", now)
+    # A strategic merge, as the kubelet patches its node status: conditions merge by type, so
+    # those others write (a Skyhook's `skyhook.nvidia.com/<name>/NotReady`) are kept.
     updated = store.patch(
-        "nodes", name, {"status": {"conditions": conditions}}, subresource="status"
+        "nodes",
+        name,
+        {"status": {"conditions": conditions}},
+        STRATEGIC_MERGE_PATCH,
+        subresource="status",
     )
     taints = [
         t

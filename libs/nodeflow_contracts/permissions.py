@@ -482,6 +482,17 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
                 "metadata.annotations[skyhook.nvidia.com/autoTaint_*]",
             ),
         ),
+        # The Skyhook's node conditions (upstream `UpdateCondition`), by type; never the
+        # kubelet's (Ready, MemoryPressure, ...).
+        _grant(
+            "patch",
+            "Node",
+            subresource="status",
+            fields=(
+                "status.conditions[skyhook.nvidia.com/*/NotReady]",
+                "status.conditions[skyhook.nvidia.com/*/Erroring]",
+            ),
+        ),
         _grant("update-status", "Skyhook"),
         # Its own finalizer: a deleted Skyhook first removes its marks from the nodes.
         _grant("patch", "Skyhook", "DeploymentPolicy", fields=("metadata.finalizers",)),

@@ -79,9 +79,10 @@ PATCHABLE_KINDS: frozenset[str] = frozenset(
     {info.kind for info in KNOWN_KINDS}
     - {"PodDisruptionBudget", "ControllerRevision", "PersistentVolumeClaim", "PersistentVolume"}
 )
-# The status subresource: pods (nominatedNodeName) and the custom resources.
+# The status subresource: pods (nominatedNodeName), nodes (the Skyhook controller's node
+# conditions) and the custom resources.
 STATUS_PATCHABLE_KINDS: frozenset[str] = frozenset(
-    {"Pod"} | {info.kind for info in KNOWN_KINDS if "." in info.group} - {"Lease"}
+    {"Pod", "Node"} | {info.kind for info in KNOWN_KINDS if "." in info.group} - {"Lease"}
 )
 
 

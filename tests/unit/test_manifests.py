@@ -632,6 +632,8 @@ def test_required_fields_are_required() -> None:
 
 EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"list", "watch", "patch"},
+    # The Skyhook controller's node conditions (skyhook.nvidia.com/<name>/NotReady, /Erroring).
+    ("", "nodes/status"): {"patch"},
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "pods/status"): {"patch"},
     ("", "pods/eviction"): {"create"},

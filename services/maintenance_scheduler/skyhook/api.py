@@ -69,6 +69,22 @@ def auto_taint_annotation(taint_key: str) -> str:
     return f"skyhook.nvidia.com/autoTaint_{taint_key}"
 
 
+def not_ready_condition(skyhook: str) -> str:
+    """The Node condition True while the Skyhook is not complete on the node, False once it
+    is (upstream `operator/internal/wrapper/node.go::UpdateCondition`)."""
+    return f"skyhook.nvidia.com/{skyhook}/NotReady"
+
+
+def erroring_condition(skyhook: str) -> str:
+    """The Node condition True while a package of the Skyhook errors (or is unknown) there."""
+    return f"skyhook.nvidia.com/{skyhook}/Erroring"
+
+
+def is_skyhook_condition(kind: str) -> bool:
+    """One of the Node conditions a Skyhook writes (never the kubelet's own)."""
+    return kind.startswith(SKYHOOK_PREFIX) and kind.endswith(("/NotReady", "/Erroring"))
+
+
 def status_key(skyhook: str) -> str:
     """The node label and annotation holding the node's status for one Skyhook."""
     return f"skyhook.nvidia.com/status_{skyhook}"

@@ -16,6 +16,9 @@ sending the same action again is deduplicated, never applied twice:
   patch    Node             a deleted Skyhook's marks removed
   patch    Node             spec.taints: the runtime-required taint added or removed
                             (resourceVersion precondition: the other taints are kept as read)
+  patch    Node status      its `skyhook.nvidia.com/<name>/NotReady` and `/Erroring`
+                            conditions, strategic merge by type (the kubelet's untouched);
+                            removed when the Skyhook is deleted
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from maintenance_scheduler.skyhook.plan import (
     ForgetNode,
     KeepFailedJob,
     PatchNode,
+    SetNodeConditions,
     SetPolicyFinalizer,
     SetRuntimeTaint,
     SetSkyhookFinalizer,
@@ -224,6 +228,26 @@ def command_for(
             ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
             k8s.PatchObject(patch_type="merge", patch=patch),
             f"Skyhook {action.skyhook}: node {action.status}",
+            now,
+        )
+    if isinstance(action, SetNodeConditions):
+        node = action.node
+        # Strategic merge: conditions merge by type, so only these entries change.
+        entries = [dict(c) for c in action.conditions] + [
+            {"type": kind, "$patch": "delete"} for kind in action.removed
+        ]
+        status_patch: dict[str, Any] = {"status": {"conditions": entries}}
+        return _command(
+            f"node-conditions:{action.skyhook}:{node.uid}:{node.resource_version}:"
+            f"{digest(canonical(status_patch))}",
+            ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+            k8s.PatchObject(patch_type="strategic", patch=status_patch, subresource="status"),
+            (
+                f"Skyhook {action.skyhook}: node conditions "
+                + ", ".join(f"{c['type']}={c['status']}" for c in action.conditions)
+            )
+            if action.conditions
+            else f"Skyhook {action.skyhook} deleted: its conditions leave the node",
             now,
         )
     if isinstance(action, CreateMaintenance):

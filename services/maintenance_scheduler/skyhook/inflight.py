@@ -13,7 +13,9 @@ passed:
   start against the interruption budget. A new leader rebuilds these slots, so it waits for
   an earlier leader's writes the same way;
 - a node-state patch also holds `node:<name>`: every Skyhook's round leaves that node alone
-  (`World.settling`) until its patch is seen;
+  (`World.settling`) until its patch is seen; so does a patch of the Skyhook's node
+  conditions (`SetNodeConditions`, the node's status), so a round never decides them again
+  on a view without them;
 - every other command (a stage Job, a NodeMaintenance, a ConfigMap, a finalizer) holds
   `command:<idempotency key>`: it is not sent again while it may still land.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 from maintenance_scheduler.skyhook.plan import (
     ForgetNode,
     PatchNode,
+    SetNodeConditions,
     SetSkyhookStatus,
     SkyhookAction,
 )
@@ -44,6 +47,8 @@ def slots_of(action: SkyhookAction, command: K8sCommand) -> tuple[str, ...]:
         return (skyhook_slot(action.skyhook.name),)
     if isinstance(action, PatchNode | ForgetNode):
         return (skyhook_slot(action.skyhook), node_slot(action.node.name))
+    if isinstance(action, SetNodeConditions):
+        return (node_slot(action.node.name),)
     return (f"{COMMAND_PREFIX}{command.idempotency_key}",)
 
 

@@ -11,7 +11,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from maintenance_scheduler.skyhook.api import NAME_LABEL, NODE_LABEL, PACKAGE_LABEL, STAGE_LABEL
+from maintenance_scheduler.skyhook.api import (
+    NAME_LABEL,
+    NODE_LABEL,
+    PACKAGE_LABEL,
+    STAGE_LABEL,
+    is_skyhook_condition,
+)
 from maintenance_scheduler.skyhook.jobs import IDENTITY_ANNOTATION
 from maintenance_scheduler.skyhook.plan import NodeView
 from maintenance_scheduler.skyhook.stages import JobFacts
@@ -139,7 +145,18 @@ def node_view(node: Obj) -> NodeView:
         annotations={str(k): str(v) for k, v in mapping(metadata.get("annotations")).items()},
         created=parse_time(metadata.get("creationTimestamp")) or 0.0,
         taints=tuple(dict(t) for t in node_taints(node)),
+        conditions=skyhook_conditions(node),
     )
+
+
+def skyhook_conditions(node: Obj) -> dict[str, Obj]:
+    """The node's Skyhook conditions by type (the kubelet's are not the controller's)."""
+    found: dict[str, Obj] = {}
+    for entry in mapping(node.get("status")).get("conditions") or ():
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        if isinstance(kind, str) and is_skyhook_condition(kind):
+            found[kind] = dict(entry)
+    return found
 
 
 def maintenance_phase(request: Obj) -> str:

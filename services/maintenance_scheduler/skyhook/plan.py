@@ -27,7 +27,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from maintenance_scheduler.skyhook import stages
 from maintenance_scheduler.skyhook.api import (
@@ -42,7 +42,9 @@ from maintenance_scheduler.skyhook.api import (
     Package,
     Skyhook,
     cordon_annotation,
+    erroring_condition,
     node_state_annotation,
+    not_ready_condition,
     policy_for,
     resets_batch_state,
     status_key,
@@ -100,6 +102,9 @@ class NodeView:
     created: float
     # spec.taints: a node in a batch with a taint the Skyhook does not tolerate is blocked.
     taints: tuple[Mapping[str, Any], ...] = ()
+    # The Skyhooks' own status.conditions (`skyhook.nvidia.com/<name>/NotReady`, `/Erroring`)
+    # by type; the kubelet's are not kept.
+    conditions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 # --- actions ---------------------------------------------------------------------------------
@@ -169,6 +174,17 @@ class PatchNode:
     node_state: str
     status: str
     cordon: bool = False
+
+
+@dataclass(frozen=True)
+class SetNodeConditions:
+    """A strategic-merge patch of the node's status.conditions touching only the Skyhook's
+    own types: `conditions` merged by type, `removed` types deleted."""
+
+    skyhook: str
+    node: NodeView
+    conditions: tuple[Mapping[str, Any], ...] = ()
+    removed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -252,6 +268,7 @@ SkyhookAction = (
     | SetSkyhookFinalizer
     | ForgetNode
     | SetRuntimeTaint
+    | SetNodeConditions
 )
 
 
@@ -1081,6 +1098,60 @@ def _plan_runtime_taints(
             plan.actions.append(SetRuntimeTaint(node, taint, False))
 
 
+NOT_READY_REASONS: Final = {True: "Incomplete", False: "Complete"}
+ERRORING_REASONS: Final = {True: "Package(s) Erroring or Unknown", False: "Not Erroring"}
+
+
+def node_conditions(
+    skyhook: str,
+    node: NodeView,
+    entries: Mapping[str, PackageState],
+    complete: bool,
+    now: float,
+) -> tuple[Mapping[str, Any], ...]:
+    """The Skyhook's node conditions (upstream `operator/internal/wrapper/node.go::
+    UpdateCondition`) that differ from what the node shows, ready to write; empty when none
+    does. `NotReady` is True (`Incomplete`) until every package is complete on the node, then
+    False (`Complete`); `Erroring` is True while a package there is erroring or unknown. A
+    condition is written only when its status or reason changes (never once per round):
+    lastTransitionTime moves only with its status, lastHeartbeatTime is the time of the write."""
+    erroring = any(e.state in (stages.ERRORING, stages.UNKNOWN) for e in entries.values())
+    wanted = (
+        (
+            not_ready_condition(skyhook),
+            not complete,
+            NOT_READY_REASONS[not complete],
+            f"Skyhook {skyhook} Ready",
+        ),
+        (
+            erroring_condition(skyhook),
+            erroring,
+            ERRORING_REASONS[erroring],
+            f"Package Erroring or Unknown for {skyhook}",
+        ),
+    )
+    written: list[Mapping[str, Any]] = []
+    stamp = rfc3339(now)
+    for kind, true, reason, message in wanted:
+        status = "True" if true else "False"
+        shown = node.conditions.get(kind)
+        if shown is not None and shown.get("status") == status and shown.get("reason") == reason:
+            continue
+        moved = shown is None or shown.get("status") != status
+        transition = stamp if moved else (shown or {}).get("lastTransitionTime", stamp)
+        written.append(
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": transition,
+            }
+        )
+    return tuple(written)
+
+
 def marks_of(skyhook: str, node: NodeView) -> bool:
     """Whether the node carries anything the Skyhook wrote on it."""
     key = status_key(skyhook)
@@ -1093,6 +1164,12 @@ def marks_of(skyhook: str, node: NodeView) -> bool:
     )
 
 
+def conditions_of(skyhook: str, node: NodeView) -> tuple[str, ...]:
+    """The Skyhook's own condition types the node shows."""
+    mine = (not_ready_condition(skyhook), erroring_condition(skyhook))
+    return tuple(kind for kind in mine if kind in node.conditions)
+
+
 def _plan_deletion(skyhook: Skyhook, world: World, plan: RoundPlan) -> None:
     """Undo the Skyhook's marks on every node (its selector may have changed since it wrote
     them), and drop its finalizer only once no node and no NodeMaintenance of it is left."""
@@ -1100,11 +1177,16 @@ def _plan_deletion(skyhook: Skyhook, world: World, plan: RoundPlan) -> None:
         return
     left = 0
     for node in world.nodes:
-        if not marks_of(skyhook.name, node):
+        marked, conditions = marks_of(skyhook.name, node), conditions_of(skyhook.name, node)
+        if not marked and not conditions:
             continue
         left += 1
-        if node.name not in world.settling:
+        if node.name in world.settling:
+            continue
+        if marked:
             plan.actions.append(ForgetNode(skyhook.name, node))
+        if conditions:
+            plan.actions.append(SetNodeConditions(skyhook.name, node, removed=conditions))
     requests = sum(1 for owner, _ in world.maintenance_owners.values() if owner == skyhook.name)
     if left or requests:
         return
@@ -1347,6 +1429,9 @@ def _plan_skyhook(
         ):
             rendered = render_node_state(entries) if entries else ""
             plan.actions.append(PatchNode(skyhook.name, node, rendered, status, cordon))
+        node_changes = node_conditions(skyhook.name, node, entries, after[name] == COMPLETE, now)
+        if node_changes:
+            plan.actions.append(SetNodeConditions(skyhook.name, node, node_changes))
     for entries, count in shared.values():
         for entry in entries.values():
             state_key = (entry.name, entry.version, entry.state)

@@ -40,7 +40,12 @@ from maintenance_scheduler.skyhook.api import (
 )
 from maintenance_scheduler.skyhook.commands import commands_for, decision_for
 from maintenance_scheduler.skyhook.inflight import settling_nodes, slots_of, waiting_skyhooks
-from maintenance_scheduler.skyhook.observe import NodeViews, job_facts, maintenance_phase
+from maintenance_scheduler.skyhook.observe import (
+    NodeViews,
+    job_facts,
+    maintenance_phase,
+    skyhook_conditions,
+)
 from maintenance_scheduler.skyhook.plan import (
     RoundPlan,
     World,
@@ -76,13 +81,17 @@ def only_skyhook_pods(pod: Obj) -> Obj | None:
 def node_metadata(node: Obj) -> Obj:
     """What this controller keeps of a node (its KVView projection): all that
     `observe.node_view` reads -- its metadata (name, uid, version, labels, annotations,
-    creation; without kubectl's last-applied copy) and its taints. The status (images,
-    conditions, system info) and the rest of the spec of 10,000 nodes were the largest part
-    of this process's memory."""
+    creation; without kubectl's last-applied copy), its taints and the Skyhooks' own node
+    conditions. The rest of the status (images, the kubelet's conditions, system info) and
+    of the spec of 10,000 nodes were the largest part of this process's memory."""
+    kept: Obj = {"metadata": kept_metadata(meta(node))}
     taints = mapping(node.get("spec")).get("taints")
-    if not taints:
-        return {"metadata": kept_metadata(meta(node))}
-    return {"metadata": kept_metadata(meta(node)), "spec": {"taints": taints}}
+    if taints:
+        kept["spec"] = {"taints": taints}
+    conditions = skyhook_conditions(node)
+    if conditions:
+        kept["status"] = {"conditions": list(conditions.values())}
+    return kept
 
 
 APPLIED = frozenset({"applied", "already-applied"})

@@ -14,7 +14,12 @@ import pytest
 
 from k8s_watcher.kinds import CREATABLE_KINDS, DELETABLE_KINDS
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
-from maintenance_scheduler.skyhook.api import node_state_annotation, status_key
+from maintenance_scheduler.skyhook.api import (
+    erroring_condition,
+    node_state_annotation,
+    not_ready_condition,
+    status_key,
+)
 from maintenance_scheduler.skyhook.jobs import maintenance_name
 from maintenance_scheduler.skyhook.service import SkyhookController
 from nodeflow_bus import Bus
@@ -587,6 +592,60 @@ async def test_deleting_a_skyhook_removes_its_node_marks_and_cordon_before_its_f
         assert stack.get_request(request) is None
         assert not stack.unschedulable(node)  # its cordon undone
         await eventually(lambda: not sky.jobs("doomed"), timeout=30, what="Jobs collected")
+
+
+async def test_rule_skyhook_node_conditions_not_ready_and_erroring_through_k8s_watcher(
+    sky: SkyhookStack,
+) -> None:
+    """`skyhook.nvidia.com/<name>/NotReady` and `/Erroring` on the Node's status, written by a
+    strategic merge through k8s-watcher: False/Complete once the Skyhook is complete there,
+    True/Erroring while a package fails; unchanged, not written again; gone with the deleted
+    Skyhook; the kubelet's own conditions stay throughout."""
+    await sky.start()
+    good_node, bad_node = sky.stack.node_names()[:2]
+    sky.skyhook(
+        "good",
+        {"driver": {"version": "1.0.0", "image": "registry.local/driver"}},
+        nodeSelectors={"matchLabels": {"kubernetes.io/hostname": good_node}},
+    )
+    sky.skyhook(
+        "bad",
+        {"driver": {"version": "1.0.0-fail", "image": "registry.local/driver"}},
+        nodeSelectors={"matchLabels": {"kubernetes.io/hostname": bad_node}},
+    )
+
+    def shown(node: str) -> dict[str, tuple[str, str]]:
+        conditions = (sky.stack.node(node).get("status") or {}).get("conditions") or []
+        return {c["type"]: (c["status"], c.get("reason", "")) for c in conditions}
+
+    good = {
+        not_ready_condition("good"): ("False", "Complete"),
+        erroring_condition("good"): ("False", "Not Erroring"),
+    }
+    bad = {
+        not_ready_condition("bad"): ("True", "Incomplete"),
+        erroring_condition("bad"): ("True", "Package(s) Erroring or Unknown"),
+    }
+    await eventually(
+        lambda: good.items() <= shown(good_node).items(), timeout=60, what="good complete"
+    )
+    await eventually(lambda: bad.items() <= shown(bad_node).items(), timeout=60, what="erroring")
+    for node in (good_node, bad_node):
+        assert shown(node)["Ready"] == ("True", "KubeletReady")
+    # Nothing changes: later rounds write nothing on the node's status.
+    written = sky.stack.node(good_node)["status"]["conditions"]
+    controller = sky.controller
+    assert controller is not None
+    rounds = controller.rounds
+    await eventually(lambda: controller.rounds >= rounds + 5, timeout=30, what="more rounds")
+    assert sky.stack.node(good_node)["status"]["conditions"] == written
+    sky.stack.sim.store.delete(SKYHOOKS, "good")
+
+    def ours_left() -> list[str]:
+        return [k for k in shown(good_node) if k.startswith("skyhook.nvidia.com/good/")]
+
+    await eventually(lambda: not ours_left(), timeout=60, what="conditions removed")
+    assert shown(good_node)["Ready"] == ("True", "KubeletReady")
 
 
 async def test_rule_package_pods_find_their_config_maps_written_through_k8s_watcher(

@@ -194,11 +194,13 @@ def test_writes_outside_the_cluster_role_are_refused_locally() -> None:
     budget = ObjectRef(
         api_version="policy/v1", kind="PodDisruptionBudget", name="b", namespace="ns"
     )
-    node_status = PatchObject(patch_type="merge", patch={"status": {}}, subresource="status")
+    job = ObjectRef(api_version="batch/v1", kind="Job", name="j", namespace="ns")
+    # A Node's status is patchable (the Skyhook controller's node conditions); a Job's is not.
+    job_status = PatchObject(patch_type="merge", patch={"status": {}}, subresource="status")
     for target, operation in (
         (NODE, DeleteObject()),
         (budget, PatchObject(patch_type="merge", patch={"spec": {}})),
-        (NODE, node_status),
+        (job, job_status),
     ):
         refused = plan(target, operation)
         assert isinstance(refused, Rejected) and refused.outcome == "forbidden", target

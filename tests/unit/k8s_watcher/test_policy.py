@@ -129,6 +129,33 @@ def test_slurm_syncer_may_not_patch_the_slurm_delete_condition() -> None:
     assert isinstance(judged(command("slurm-syncer", POD, patch)), Refused)
 
 
+def test_rule_skyhook_may_patch_only_its_own_node_conditions_in_the_nodes_status() -> None:
+    """maintenance-scheduler's Skyhook controller writes `skyhook.nvidia.com/<name>/NotReady`
+    and `/Erroring` on a Node's status, and removes them; never the kubelet's conditions,
+    never another status field, and never through the Node's main resource."""
+    own = status_patch(
+        {"type": "skyhook.nvidia.com/gpu-drivers/NotReady", "status": "True"},
+        {"type": "skyhook.nvidia.com/gpu-drivers/Erroring", "$patch": "delete"},
+    )
+    assert judged(command("maintenance-scheduler", NODE, own)) == Allowed()
+    for foreign in (
+        status_patch({"type": "Ready", "status": "False"}),
+        status_patch({"type": "skyhook.nvidia.com/gpu-drivers/Other", "status": "True"}),
+        PatchObject(
+            patch_type="strategic",
+            patch={"status": {"capacity": {"nvidia.com/gpu": "0"}}},
+            subresource="status",
+        ),
+        PatchObject(
+            patch_type="strategic",
+            patch={"status": {"conditions": [{"type": "skyhook.nvidia.com/a/NotReady"}]}},
+        ),
+    ):
+        assert isinstance(judged(command("maintenance-scheduler", NODE, foreign)), Refused)
+    # No other service may write them.
+    assert isinstance(judged(command("nodeset-controller", NODE, own)), Refused)
+
+
 def test_slurm_syncer_may_patch_only_its_own_pod_annotations() -> None:
     own = PatchObject(
         patch_type="merge",

@@ -12,6 +12,7 @@ from maintenance_scheduler.skyhook.observe import node_view
 from maintenance_scheduler.skyhook.plan import (
     CreateMaintenance,
     PatchNode,
+    SetNodeConditions,
     SetSkyhookStatus,
     SkyhookAction,
 )
@@ -58,6 +59,16 @@ def test_rule_status_writes_and_node_patches_hold_their_skyhook_and_node() -> No
     held = HeldSlots({slot: (entry,) for slot in patch})
     assert waiting_skyhooks(held) == {"rebooter"}
     assert settling_nodes(held) == {"n1"}
+
+
+def test_rule_a_node_conditions_patch_holds_its_node_until_seen() -> None:
+    """Rounds leave the node alone while its conditions may still land, so they are not
+    decided again (and sent again) on a view without them."""
+    condition = {"type": "skyhook.nvidia.com/rebooter/NotReady", "status": "True"}
+    slots = _slots(SetNodeConditions("rebooter", NODE, (condition,)))
+    assert slots == ("node:n1",)
+    held = HeldSlots({slot: () for slot in slots})
+    assert settling_nodes(held) == {"n1"} and waiting_skyhooks(held) == frozenset()
 
 
 def test_any_other_command_holds_only_itself() -> None:

@@ -34,6 +34,7 @@ from maintenance_scheduler.skyhook.plan import (
     NodeView,
     PatchNode,
     RoundPlan,
+    SetNodeConditions,
     SetPolicyFinalizer,
     SetSkyhookFinalizer,
     SetSkyhookStatus,
@@ -194,6 +195,12 @@ class FakeCluster:
                 self.nodes[node.name] = replace(node, annotations=annotations, labels=labels)
             elif isinstance(action, SetSkyhookFinalizer):
                 self.set_finalizer(action.skyhook.name, action.present)
+            elif isinstance(action, SetNodeConditions):
+                # As the API server merges a strategic patch of conditions: by type.
+                node = self.nodes[action.node.name]
+                conditions = {k: v for k, v in node.conditions.items() if k not in action.removed}
+                conditions.update({str(c["type"]): c for c in action.conditions})
+                self.nodes[node.name] = replace(node, conditions=conditions)
         if started:
             self.batches.append(started)
         return plan
