@@ -30,6 +30,7 @@ import msgspec
 import structlog
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
+from nats.errors import Error as NatsError
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
@@ -145,11 +146,17 @@ async def connect_nats(url: str) -> Bus:
 
 
 async def stream_messages(
-    bus: Bus, filters: Sequence[str], *, follow: bool, idle: float = 1.0
+    bus: Bus,
+    filters: Sequence[str],
+    *,
+    follow: bool,
+    idle: float = 1.0,
+    stream: str | None = None,
 ) -> AsyncIterator[Any]:
     """Every stored message on `filters` (one ordered consumer each, oldest first per
     filter), then with `follow` the new ones as they come. Without it the read ends once
-    each consumer has nothing pending (or has been idle for `idle` seconds)."""
+    each consumer has nothing pending (or has been idle for `idle` seconds). `stream` named:
+    no lookup of the stream by subject (an API a service's NATS user may not call)."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
     caught_up: set[int] = set()
     subscriptions = []
@@ -162,7 +169,11 @@ async def stream_messages(
 
         subscriptions.append(
             await bus.js.subscribe(
-                subject, cb=on_message, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+                subject,
+                stream=stream,
+                cb=on_message,
+                ordered_consumer=True,
+                deliver_policy=DeliverPolicy.ALL,
             )
         )
     try:
@@ -291,8 +302,14 @@ def _dead_letter_of(msg: Any) -> dlq.DeadLetter:
 
 async def read_dead_letters(bus: Bus, subject: str) -> AsyncIterator[dlq.DeadLetter]:
     """Every dead letter of `subject` (`--subject`: empty for all), oldest first."""
-    async for msg in stream_messages(bus, (dlq.subject_filter(subject),), follow=False):
-        yield _dead_letter_of(msg)
+    filters = (dlq.subject_filter(subject),)
+    try:
+        async for msg in stream_messages(bus, filters, follow=False, stream=dlq.STREAM):
+            yield _dead_letter_of(msg)
+    except (NatsError, TimeoutError) as exc:
+        raise CliError(
+            f"dead letters not read from {dlq.STREAM}: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 async def get_dead_letter(bus: Bus, sequence: int) -> dlq.DeadLetter | None:
