@@ -530,6 +530,11 @@ class _Round:
     result: Plan
     # Conditions a phase reports besides those of `plan_status` (present only while true).
     conditions: list[WantedCondition] = field(default_factory=list)
+    # ScheduledUpdate, window open: pods whose Slurm node does not read as held by the
+    # window's reservation, and why. A rolling mark of one of them is kept (the node may read
+    # so again) but the pod is not deleted (`plan_deletions`): the reservation, not the
+    # mark, is the evidence that the window holds its node.
+    outside_reservation: dict[str, str] = field(default_factory=dict)
 
     def act(self, action: Action) -> None:
         self.result.actions.append(action)
@@ -989,6 +994,7 @@ def plan_rolling_update(
     # ScheduledUpdate: why no pod is replaced now (None: the window is open), and the pods
     # whose Slurm node does not read as held by the window's reservation.
     closed, not_reserved = scheduled_update_holds(round_, scale_down.staying)
+    round_.outside_reservation = not_reserved
     for pod in scale_down.staying:
         if pod.delete_reason != ROLLING_DELETE:
             continue
@@ -1163,7 +1169,8 @@ def plan_deletions(
 ) -> None:
     """Delete the pods whose SlurmDelete is set and still wanted, once the deletion rules
     allow it (see `deletion`); wake up when a forced timeout or the staleness of the Slurm
-    states would change that."""
+    states would change that. Under ScheduledUpdate a pod marked for replacement is deleted
+    only while its Slurm node reads as held by the window's reservation."""
     spec = round_.spec
     doomed = (
         [p for p in scale_down.removing if p.delete_reason]
@@ -1182,6 +1189,15 @@ def plan_deletions(
             )
             _note_wait(round_.result.scale_down_waits, marked, _decide(round_, marked))
     for pod in doomed:
+        if (
+            pod.delete_reason == ROLLING_DELETE
+            and pod.name not in removing
+            and pod.name in round_.outside_reservation
+        ):
+            round_.result.rollout_waits.append(
+                PodWait(pod.name, "ReservationPending", "Slurm node not held by the reservation")
+            )
+            continue
         decision = _decide(round_, pod)
         if pod.name in removing:
             _note_wait(round_.result.scale_down_waits, pod, decision)

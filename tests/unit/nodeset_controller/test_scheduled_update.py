@@ -217,3 +217,35 @@ def test_rule_scheduled_update_never_marks_outside_its_window_or_reservation_nor
     for action in of(result, DeletePod):
         state = states.get(action.pod.name)
         assert state is not None and state.known and not state.busy
+        if action.pod.delete_reason == ROLLING_DELETE:
+            assert open_window and state.reservation == RESERVATION
+
+
+def test_rule_scheduled_update_deletes_a_marked_pod_only_while_its_node_reads_as_reserved() -> None:
+    """The reservation is gone (deleted in Slurm by hand, or the node left it) while the
+    window is still open: the marked, drained, idle pod keeps its mark but is not deleted
+    until its node reads as held again; the rollout says why."""
+    node_map, pods = full(2, revision="old")
+    name = pods[0]["metadata"]["name"]
+    pods[0] = pod(name, "n0", revision="old", delete_reason=ROLLING_DELETE)
+    now = START + 60
+    speaking = status_speaking("v0.0.45", now)
+    for state in (slurm(name, drain=True), slurm(name, known=False)):
+        held = plan(
+            view(scheduled(replicas=2), node_map, pods, {name: state}, now=now, status=speaking)
+        )
+        assert of(held, DeletePod) == [] and of(held, CancelDelete) == []
+        assert [(w.pod, w.cause) for w in held.rollout_waits if w.pod == name] == [
+            (name, "ReservationPending")
+        ]
+    back = plan(
+        view(
+            scheduled(replicas=2),
+            node_map,
+            pods,
+            {name: reserved(name, drain=True)},
+            now=now,
+            status=speaking,
+        )
+    )
+    assert [a.pod.name for a in of(back, DeletePod)] == [name]
