@@ -814,11 +814,14 @@ class Syncer:
     async def sync_reservations(self, cluster: str) -> None:
         """Create and delete the reservations `plan_reservations` picks on the last poll of
         `cluster`. Slurm's listing is read only while a NodeSet of the cluster asks for a
-        scheduled update or the last listing held a reservation of ours to delete."""
+        scheduled update, the last listing held a reservation of ours to delete, or none was
+        read yet this term."""
         view = self.clusters[cluster]
         nodesets = [nodeset for _, nodeset in self._nodesets.items()]
         asking = scheduled_nodesets(cluster, nodesets, ())
-        if not asking and not view.reservations:
+        # None: not listed this term; a reservation of ours may be left from before (the
+        # NodeSet stopped asking while no syncer ran), so the first poll lists them.
+        if not asking and view.reservations is not None and not view.reservations:
             return
         version = view.client.version
         if version is None or not version.writes_reservations:

@@ -130,3 +130,25 @@ async def test_rule_a_window_that_is_over_gets_no_reservation_and_a_new_start_re
     await timed_syncer.poll_once(CLUSTER)
     assert set(slurm.cluster.reservations) == {reservation_name(NAMESPACE, "w", later)}
     assert slurm.cluster.reservations[reservation_name(NAMESPACE, "w", later)].end == later + 3600
+
+
+async def test_rule_a_reservation_of_ours_left_from_before_a_restart_is_deleted_if_unasked(
+    slurm: RunningSlurm, kube: KubeKV, clock: ManualClock, timed_syncer: Syncer
+) -> None:
+    """The NodeSet stopped asking (or was deleted) while slurm-syncer was down: the new process
+    has never listed Slurm's reservations, so it lists them once and deletes ours."""
+    if not slurm.emulator.release.newest.writes_reservations:
+        pytest.skip("Slurm 24.11 cannot create reservations (the first test covers it)")
+    start = int(clock.now()) + 3600
+    left = reservation_name(NAMESPACE, "w", start)
+    await kube.put_nodeset(make_nodeset("w"))  # RollingUpdate now: asks for no window
+    slurm.emulator.register_node("w-000-001", cpus=4, real_memory=8192, dynamic=True)
+    slurm.cluster.create_reservation(
+        "root", left, ["w-000-001"], start, 30, ["MAINT", "IGNORE_JOBS"], ["root"]
+    )
+    slurm.cluster.create_reservation(
+        "root", "ops-maint", ["w-000-001"], start, 60, ["MAINT"], ["root"]
+    )
+    await timed_syncer.start()
+    await timed_syncer.poll_once(CLUSTER)
+    assert set(slurm.cluster.reservations) == {"ops-maint"}
