@@ -89,13 +89,6 @@ class LabelSelector:
     def empty(self) -> bool:
         return not self.requirements
 
-    def equality_value(self, key: str) -> str | None:
-        """The value `key` must equal, when one requirement says so."""
-        for r in self.requirements:
-            if r.key == key and r.operator == "=" and len(r.values) == 1:
-                return r.values[0]
-        return None
-
     def to_string(self) -> str:
         return ",".join(r.to_string() for r in self.requirements)
 

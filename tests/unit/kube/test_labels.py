@@ -141,3 +141,111 @@ def test_rule_integers_and_whitespace_are_read_as_go_reads_them() -> None:
     assert not parse_label_selector("a>5").matches({"a": "1_0"})
     assert parse_label_selector("a>5").matches({"a": "10"})
     assert parse_label_selector("a\t=\tb").matches({"a": "b"})
+
+
+def test_rule_a_bound_and_a_label_value_are_read_as_int64() -> None:
+    """Go's ParseInt(text, 10, 64): 2**63-1 is the largest bound a selector takes and 2**63
+    is refused; a label value outside int64 (either side) never compares, one on its edge
+    does."""
+    largest, smallest = 2**63 - 1, -(2**63)
+    assert parse_label_selector(f"a<{largest}").matches({"a": str(largest - 1)})
+    with pytest.raises(SelectorError):
+        parse_label_selector(f"a>{largest + 1}")
+    below = parse_label_selector("a<0")
+    assert below.matches({"a": str(smallest)})
+    assert not below.matches({"a": str(smallest - 1)})
+    above = parse_label_selector("a>0")
+    assert above.matches({"a": str(largest)})
+    assert not above.matches({"a": str(largest + 1)})
+
+
+def test_rule_greater_and_less_than_are_strict() -> None:
+    """`a>3` and `a<3` do not match a = 3, as the API server reads them."""
+    assert not parse_label_selector("a<3").matches({"a": "3"})
+    assert not parse_label_selector("a>3").matches({"a": "3"})
+    assert parse_label_selector("a<3").matches({"a": "2"})
+    assert parse_label_selector("a>3").matches({"a": "4"})
+
+
+@pytest.mark.parametrize("text", ["a>3", "a<3", "a=3", "a!=3", "a in (3,4)", "a", "!a"])
+def test_rule_every_operator_is_written_back_as_it_was_read(text: str) -> None:
+    """The string form of a selector (a list request's labelSelector) is the text it was read
+    from, `>` and `<` included, and reads back to the same selector."""
+    selector = parse_label_selector(text)
+    assert selector.to_string() == text
+    assert parse_label_selector(selector.to_string()) == selector
+
+
+def test_rule_an_object_without_labels_matches_as_one_with_none() -> None:
+    """`matches(None)` (an object whose metadata has no labels) is `matches({})`: only the
+    requirements an absent label meets hold."""
+    assert parse_label_selector("!legacy,tier!=db").matches(None)
+    assert not parse_label_selector("app=x").matches(None)
+    assert not parse_label_selector("app").matches(None)
+
+
+def test_rule_only_a_selector_without_requirements_is_empty() -> None:
+    """The emulator's list and watch skip the label match for an empty selector only."""
+    assert parse_label_selector("").empty and parse_label_selector(None).empty
+    assert LabelSelector.from_match({}).empty
+    assert not parse_label_selector("app=x").empty
+    assert not LabelSelector.from_match({"matchLabels": {"app": "x"}}).empty
+
+
+def test_rule_the_object_form_may_carry_only_labels_or_only_expressions() -> None:
+    """matchLabels and matchExpressions are each optional; a missing or null one adds no
+    requirement."""
+    only_labels = LabelSelector.from_match({"matchLabels": {"app": "x"}, "matchExpressions": None})
+    assert only_labels.matches({"app": "x"}) and not only_labels.matches({"app": "y"})
+    only_expressions = LabelSelector.from_match(
+        {"matchLabels": None, "matchExpressions": [{"key": "app", "operator": "Exists"}]}
+    )
+    assert only_expressions.matches({"app": "y"}) and not only_expressions.matches({})
+    assert LabelSelector.from_match({"matchExpressions": []}).empty
+
+
+def test_rule_a_label_key_is_a_qualified_name() -> None:
+    """As apimachinery's IsQualifiedName: a name of at most 63 characters, and an optional
+    DNS-subdomain prefix of at most 253 characters before a "/"."""
+    name63, prefix253 = "n" * 63, ".".join(["p" * 63] * 3) + "." + "p" * 61
+    assert len(prefix253) == 253
+    for key in (name63, f"{prefix253}/{name63}", "nvidia.com/gpu.product"):
+        assert parse_label_selector(f"{key}=x").matches({key: "x"}), key
+    for key in ("n" * 64, f"{prefix253}p/name", "Upper.Case/name", "bad_prefix/name", "/name"):
+        with pytest.raises(SelectorError):
+            parse_label_selector(f"{key}=x")
+
+
+def test_rule_a_label_value_has_at_most_63_characters() -> None:
+    value = "v" * 63
+    assert parse_label_selector(f"a={value}").matches({"a": value})
+    assert parse_label_selector(f"a in ({value})").matches({"a": value})
+    for text in (f"a={value}v", f"a in ({value}v)", f"a>{'1' * 64}"):
+        with pytest.raises(SelectorError):
+            parse_label_selector(text)
+
+
+def test_rule_an_empty_place_in_a_value_set_is_the_empty_value() -> None:
+    """As Go's parser: `in (,b)` and `in (b,)` hold "" and "b"."""
+    for text in ("a in (,b)", "a in (b,)"):
+        selector = parse_label_selector(text)
+        assert selector.requirements[0].values == ("", "b"), text
+        assert selector.matches({"a": ""}) and selector.matches({"a": "b"}), text
+    assert parse_label_selector("a in (b)").requirements[0].values == ("b",)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("app=x,", "expected a label key but found 'the end'"),
+        ("app in (a),=x", "expected a label key but found '='"),
+        ("app=(", "expected a label value but found '('"),
+        ("app>", "expected an integer but found 'the end'"),
+    ],
+)
+def test_rule_a_refused_selector_says_what_it_found(text: str, says: str) -> None:
+    """The error names the token the grammar did not expect (or the end of the text), so
+    whoever wrote the podSelector sees where it went wrong."""
+    with pytest.raises(SelectorError) as refused:
+        parse_label_selector(text)
+    assert says in str(refused.value)
