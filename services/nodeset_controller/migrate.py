@@ -266,6 +266,11 @@ def _update_strategy(spec: Mapping[str, Any], version: str, out: Conversion) -> 
     return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": raw}}
 
 
+# Reservation flags that make Slurm repeat a reservation (Slinky then replaces pods again at
+# each recurrence).
+RECURRING_RESERVATION_FLAGS = frozenset({"HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY"})
+
+
 def _scheduled_update(strategy: Mapping[str, Any], out: Conversion) -> dict[str, Any] | None:
     """Slinky's `scheduledUpdate {startTime, duration, flags}` carried as is (the same fields
     and window); what differs is listed as notes: pods are replaced within maxUnavailable and
@@ -278,6 +283,18 @@ def _scheduled_update(strategy: Mapping[str, Any], out: Conversion) -> dict[str,
     if isinstance(checked, str):
         out.add("spec.updateStrategy.scheduledUpdate", "error", checked)
         return None
+    recurring = [flag for flag in checked.flags if flag in RECURRING_RESERVATION_FLAGS]
+    if recurring:
+        # Slinky replaces pods at every recurrence of its reservation; our window is one
+        # [startTime, startTime + duration), its reservation deleted after: carried as is, the
+        # NodeSet would silently update once instead of every period.
+        out.add(
+            "spec.updateStrategy.scheduledUpdate.flags",
+            "change",
+            f"{', '.join(recurring)}: the window would not recur (here it is one startTime + "
+            "duration, its reservation deleted after it): drop the flag and set a new "
+            "startTime for each window",
+        )
     out.add(
         "spec.updateStrategy.scheduledUpdate",
         "note",

@@ -287,3 +287,21 @@ def test_rule_migrate_carries_scheduled_update_with_its_window() -> None:
     slinky["spec"]["updateStrategy"] = {"type": "ScheduledUpdate", "scheduledUpdate": {}}
     status, out, err = migrate(dump(slinky))
     assert status != 0 and out == "" and "startTime" in err
+
+
+def test_rule_migrate_refuses_a_recurring_scheduled_update_it_would_run_once() -> None:
+    """Slinky replaces pods at every recurrence of a DAILY (WEEKLY...) reservation; our window
+    is one startTime + duration: carrying the flag would silently update once. A behaviour
+    change (exit 2, nothing written unless --accept-changes), naming the flag and what to do
+    instead."""
+    slinky = chart_default()
+    slinky["spec"]["updateStrategy"] = {
+        "type": "ScheduledUpdate",
+        "scheduledUpdate": {"startTime": "2026-12-01T02:00:00Z", "flags": ["daily", "FLEX"]},
+    }
+    status, out, err = migrate(dump(slinky))
+    assert status == 2 and out == ""
+    assert "spec.updateStrategy.scheduledUpdate.flags" in err and "DAILY" in err
+    assert "new startTime" in err
+    status, out, _ = migrate(dump(slinky), "--accept-changes")
+    assert status == 0 and validate(yaml.safe_load(out)) == []
