@@ -51,10 +51,13 @@ class SlurmView:
         return "Drain" in self.flags or self.base_state == "Down"
 
     def describe(self) -> str:
+        # The reason says why a state is unknown (stale, cluster unreachable, node not
+        # registered) or, for a known one, Slurm's own reason for the node.
+        why = f" ({self.reason})" if self.reason else ""
         if not self.known:
-            return "Slurm state unknown"
+            return f"Slurm state unknown{why}"
         flags = "+".join(sorted(self.flags))
-        return f"state {self.base_state}{'+' + flags if flags else ''}"
+        return f"state {self.base_state}{'+' + flags if flags else ''}{why}"
 
 
 @dataclass(frozen=True, slots=True)

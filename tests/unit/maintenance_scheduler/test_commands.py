@@ -125,3 +125,44 @@ def test_rule_the_config_warning_is_one_event_per_config_version_the_policy_allo
     assert commands_for(newer, T0)[0].idempotency_key != command.idempotency_key
     # k8s-watcher's executor lets maintenance-scheduler send it.
     assert isinstance(authorize(command, command.subject), Allowed)
+
+
+def test_rule_a_patch_writes_only_the_metadata_it_names() -> None:
+    """PatchRequest's lists are written whole: a patch of annotations alone must not send an
+    empty finalizers list (it would drop our finalizer, and the cleanup with it) nor empty
+    ownerReferences; a finalizers patch sends no annotations."""
+    [annotate] = commands_for(PatchRequest(REQUEST, annotations={"a": "b"}), T0)
+    assert isinstance(annotate.operation, k8s.PatchObject)
+    assert annotate.operation.patch["metadata"] == {"annotations": {"a": "b"}}
+    [finalize] = commands_for(PatchRequest(REQUEST, finalizers=("x/y",)), T0)
+    assert isinstance(finalize.operation, k8s.PatchObject)
+    assert finalize.operation.patch["metadata"] == {"finalizers": ["x/y"]}
+
+
+def test_rule_a_request_event_is_normal_unless_it_says_warning() -> None:
+    """An Event about a request is Normal unless decided a Warning; a config Event is a
+    Warning unless decided otherwise (it says a value is read otherwise than NVIDIA's
+    controller reads it)."""
+    [normal] = commands_for(Event(REQUEST, "DrainStarted", "draining"), T0)
+    assert isinstance(normal.operation, k8s.RecordEvent) and normal.operation.type == "Normal"
+    [warning] = commands_for(Event(REQUEST, "DrainBlocked", "blocked", "Warning"), T0)
+    assert isinstance(warning.operation, k8s.RecordEvent) and warning.operation.type == "Warning"
+    config = ConfigEvent("nodeflow-system", "default", "uid-c", "7", "Odd", "why")
+    [command] = commands_for(config, T0)
+    assert isinstance(command.operation, k8s.RecordEvent) and command.operation.type == "Warning"
+
+
+def test_rule_a_request_level_decision_names_the_requests_node_and_no_pod() -> None:
+    decision = decision_message(Decision(REQUEST, "cordon", "Cordon", "cordon n1"), T0)
+    assert (decision.node, decision.pod) == ("n1", "")
+    about_pod = Decision(REQUEST, "evict", "Evict", "evict default/a", pod="default/a", node="n1")
+    assert decision_message(about_pod, T0).pod == "default/a"
+
+
+def test_rule_a_status_write_names_a_phase_change_only_when_there_is_one() -> None:
+    """The command's reason (k8s-watcher logs it with the write) says `phase A -> B` for a
+    phase change, and just `status` for any other status write."""
+    [plain] = commands_for(SetStatus(REQUEST, {"conditions": []}), T0)
+    assert plain.reason == "status"
+    [changed] = commands_for(SetStatus(REQUEST, {}, phase_change=("", "Pending")), T0)
+    assert changed.reason == "phase new -> Pending"
