@@ -57,7 +57,7 @@ def _targets() -> list[Target]:
         )
     for name in ("reconcile", "drain", "reasons"):
         found.append(Target(f"services/slurm_syncer/{name}.py", f"slurm_syncer.{name}", syncer))
-    for name in ("scheduler", "reconcile", "drain"):
+    for name in ("scheduler", "reconcile", "drain", "pods"):
         found.append(
             Target(
                 f"services/maintenance_scheduler/{name}.py",
