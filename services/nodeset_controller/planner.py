@@ -1115,8 +1115,15 @@ def scheduled_update_holds(
     reservation = window.reservation
     if version is None:
         closed = (
-            "slurm-syncer has not said which slurmrestd version Slurm cluster "
-            f"{spec.slurm_cluster} speaks"
+            (
+                f"slurm-syncer reports slurmrestd {spoken} for Slurm cluster "
+                f"{spec.slurm_cluster}, a version this controller does not know"
+            )
+            if spoken
+            else (
+                "slurm-syncer has not said which slurmrestd version Slurm cluster "
+                f"{spec.slurm_cluster} speaks"
+            )
         )
         condition = WantedCondition(SCHEDULED_UPDATE, "False", "SlurmApiVersionUnknown", closed)
     elif not version.writes_reservations:

@@ -164,6 +164,28 @@ def test_rule_scheduled_update_without_reservation_writes_replaces_nothing_and_s
             assert found["reason"] == "SlurmApiVersionUnknown"
 
 
+def test_rule_scheduled_update_on_a_slurmrestd_version_it_does_not_know_replaces_nothing() -> None:
+    """A version this controller has no record of (a newer slurm-syncer's): fail closed, and
+    the condition names the version rather than saying none was reported."""
+    node_map, pods = full(2, revision="old")
+    states = {p["metadata"]["name"]: reserved(p["metadata"]["name"]) for p in pods}
+    now = START + 60
+    result = plan(
+        view(
+            scheduled(replicas=2),
+            node_map,
+            pods,
+            states,
+            now=now,
+            status=status_speaking("v0.0.99", now),
+        )
+    )
+    assert of(result, ScheduleDelete) == [] and of(result, DeletePod) == []
+    found = condition(result)
+    assert (found["status"], found["reason"]) == ("False", "SlurmApiVersionUnknown")
+    assert "v0.0.99" in found["message"]
+
+
 def test_rule_scheduled_update_spec_needs_an_rfc3339_start_whole_minutes_and_known_flags() -> None:
     assert validate(scheduled()) == []
     bad_start = scheduled(startTime="2026-12-01 02:00")
