@@ -75,6 +75,11 @@ RESERVATION_PREFIX = "nodeflow-"
 # running may outlive; those jobs run on, and their pods wait for them to end).
 ALWAYS_FLAGS: tuple[str, ...] = ("MAINT", "IGNORE_JOBS")
 DEFAULT_WINDOW_MINUTES = 30
+# Reservation flags that make Slurm repeat a reservation. A window here is one
+# [startTime, startTime + duration) whose reservation is deleted after it, so a recurring flag
+# would promise a repetition that never happens: the NodeSet refuses it (Slinky, which repeats
+# its replacements, accepts it; migrate says so).
+RECURRING_RESERVATION_FLAGS = frozenset({"HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY"})
 RESERVATIONS_UNSUPPORTED = "ReservationsUnsupported"
 
 

@@ -32,7 +32,11 @@ from typing import Any, Final, Literal, TextIO
 
 import yaml
 
-from nodeflow_contracts.nodeset import DEFAULT_WINDOW_MINUTES, update_window
+from nodeflow_contracts.nodeset import (
+    DEFAULT_WINDOW_MINUTES,
+    RECURRING_RESERVATION_FLAGS,
+    update_window,
+)
 from nodeflow_kube.fields import mapping, sequence
 from nodeset_controller.spec import is_int
 
@@ -266,11 +270,6 @@ def _update_strategy(spec: Mapping[str, Any], version: str, out: Conversion) -> 
     return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": raw}}
 
 
-# Reservation flags that make Slurm repeat a reservation (Slinky then replaces pods again at
-# each recurrence).
-RECURRING_RESERVATION_FLAGS = frozenset({"HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY"})
-
-
 def _scheduled_update(strategy: Mapping[str, Any], out: Conversion) -> dict[str, Any] | None:
     """Slinky's `scheduledUpdate {startTime, duration, flags}` carried as is (the same fields
     and window); what differs is listed as notes: pods are replaced within maxUnavailable and
@@ -288,11 +287,19 @@ def _scheduled_update(strategy: Mapping[str, Any], out: Conversion) -> dict[str,
         # Slinky replaces pods at every recurrence of its reservation; our window is one
         # [startTime, startTime + duration), its reservation deleted after: carried as is, the
         # NodeSet would silently update once instead of every period.
+        # The NodeSet refuses such a flag; accepted, the change is a window that runs once.
+        kept = [
+            f for f in window.get("flags") or [] if f.upper() not in RECURRING_RESERVATION_FLAGS
+        ]
+        if kept:
+            window["flags"] = kept
+        else:
+            window.pop("flags", None)
         out.add(
             "spec.updateStrategy.scheduledUpdate.flags",
             "change",
             f"{', '.join(recurring)}: the window would not recur (here it is one startTime + "
-            "duration, its reservation deleted after it): drop the flag and set a new "
+            "duration, its reservation deleted after it): the flag is dropped; set a new "
             "startTime for each window",
         )
     out.add(

@@ -15,7 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
-from nodeflow_contracts.nodeset import UpdateWindow, update_window
+from nodeflow_contracts.nodeset import (
+    RECURRING_RESERVATION_FLAGS,
+    UpdateWindow,
+    update_window,
+)
 from nodeflow_contracts.pod_protocol import DEFAULT_LOCK_TOLERATION_KEY
 from nodeflow_contracts.slurm_api import NEWEST
 from nodeflow_kube.fields import (
@@ -134,6 +138,14 @@ def _scheduled_update_problem(
             "spec.updateStrategy.scheduledUpdate.flags",
             "InvalidScheduledUpdate",
             f"not Slurm reservation flags: {', '.join(unknown)}",
+        )
+    recurring = [flag for flag in window.flags if flag in RECURRING_RESERVATION_FLAGS]
+    if recurring:
+        return SpecProblem(
+            "spec.updateStrategy.scheduledUpdate.flags",
+            "InvalidScheduledUpdate",
+            f"{', '.join(recurring)}: a window does not recur (one startTime + duration, its "
+            "reservation deleted after it); drop the flag and set a new startTime per window",
         )
     return None
 

@@ -304,4 +304,6 @@ def test_rule_migrate_refuses_a_recurring_scheduled_update_it_would_run_once() -
     assert "spec.updateStrategy.scheduledUpdate.flags" in err and "DAILY" in err
     assert "new startTime" in err
     status, out, _ = migrate(dump(slinky), "--accept-changes")
-    assert status == 0 and validate(yaml.safe_load(out)) == []
+    converted = yaml.safe_load(out)
+    assert status == 0 and validate(converted) == []
+    assert converted["spec"]["updateStrategy"]["scheduledUpdate"]["flags"] == ["FLEX"]

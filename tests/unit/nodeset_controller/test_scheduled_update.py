@@ -195,6 +195,13 @@ def test_rule_scheduled_update_spec_needs_an_rfc3339_start_whole_minutes_and_kno
     assert flag.field == "spec.updateStrategy.scheduledUpdate.flags" and "NOPE" in flag.message
 
 
+def test_rule_scheduled_update_refuses_a_recurring_flag_its_one_window_would_not_honour() -> None:
+    (recurring,) = validate(scheduled(flags=["FLEX", "daily"]))
+    assert recurring.field == "spec.updateStrategy.scheduledUpdate.flags"
+    assert recurring.reason == "InvalidScheduledUpdate" and "DAILY" in recurring.message
+    assert validate(scheduled(flags=["FLEX"])) == []
+
+
 @st.composite
 def scheduled_clusters(
     draw: st.DrawFn,
