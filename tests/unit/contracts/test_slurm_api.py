@@ -177,4 +177,6 @@ def test_record_matches_the_real_openapi_document(captured: Captured) -> None:
     assert real.node_objects["reason_changed_at"] == NO_VAL_FIELDS
     if version.writes_reservations:
         body = version.reservation_body("r", ["n1"], 0, 30, ["MAINT"])
-        assert set(body) <= real.reservation_desc_fields, sorted(set(body) - real.reservation_desc_fields)
+        assert set(body) <= real.reservation_desc_fields, sorted(
+            set(body) - real.reservation_desc_fields
+        )
