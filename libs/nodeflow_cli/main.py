@@ -1,15 +1,16 @@
 """`kubectl nodeflow`: why an object is where it is, the decisions, the dead letters (`dlq
 list|show|replay`, `dead-letters` = `dlq list`), and a NodeSet's rollout history and rollback
-(`rollout history|undo nodeset NAME`).
+(`rollout history|undo nodeset NAME`), and `doctor`: what Nodeflow needs, checked.
 
 kubectl runs `kubectl-nodeflow` from the PATH as `kubectl nodeflow ...` (a plugin). It reads
 the Kubernetes API through the kubeconfig (`--kubeconfig`, else `KUBECONFIG`, else
 `~/.kube/config`) and NATS through `--nats URL` (else `NATS_URL`) with the operators'
 credentials from the environment (`NATS_USER` + `NATS_PASSWORD[_FILE]`, `NATS_TOKEN[_FILE]`,
 `NATS_CREDS_FILE`, as every service reads them). Without a NATS URL, `why` answers from
-Kubernetes alone and says so; `decisions` and `dlq` need one. The verdicts and the dead
-letters' formats and replay plan are pure (nodeflow_cli.verdicts, nodeflow_cli.dlq); this
-module only fetches what they read and does what a replay plans.
+Kubernetes alone and says so; `decisions` and `dlq` need one; `doctor` skips its NATS
+checks. The verdicts, the dead letters' formats and replay plan, and doctor's checks are pure
+(nodeflow_cli.verdicts, nodeflow_cli.dlq, nodeflow_cli.doctor); this module only fetches
+what they read and does what a replay plans.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import contextlib
 import logging
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -36,11 +38,19 @@ from nats.js.errors import NotFoundError
 
 from nodeflow_bus import Bus, BusOptions, Credentials
 from nodeflow_bus.errors import PublishError
-from nodeflow_cli import dlq, rollout, verdicts
+from nodeflow_bus.kube_lease import DEFAULT_LEASE_NAMESPACE
+from nodeflow_cli import dlq, doctor, rollout, verdicts
 from nodeflow_cli.verdicts import Decision, Obj
 from nodeflow_contracts import subjects
+from nodeflow_contracts.permissions import SERVICES, lease_names
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, SLURM_CLUSTER_LABEL
-from nodeflow_contracts.topology import ADMIN_USER, SLURM_NODES_BUCKET
+from nodeflow_contracts.slurm import SlurmClusterStatus
+from nodeflow_contracts.topology import (
+    ADMIN_USER,
+    SLURM_CLUSTERS_BUCKET,
+    SLURM_NODES_BUCKET,
+    STREAMS,
+)
 
 # Where each `why` kind lives in the API.
 KINDS: dict[str, tuple[str, str]] = {
@@ -465,11 +475,178 @@ async def rollout_command(args: argparse.Namespace) -> str:
         await kube.close()
 
 
+# --- doctor ---------------------------------------------------------------------------------
+
+
+async def list_items(kube: Kube, path: str) -> list[Obj] | None:
+    """The items of the list at `path`; None when the API server does not serve it (404)."""
+    listed = await kube.get(path)
+    if listed is None:
+        return None
+    return [item for item in listed.get("items") or [] if isinstance(item, dict)]
+
+
+async def nats_facts(bus: Bus) -> doctor.NatsFacts:
+    """The server NATS connected to, its JetStream account, each declared stream's leader."""
+    info: dict[str, Any] = getattr(bus.nc, "_server_info", None) or {}
+    server = str(bus.nc.connected_url.netloc if bus.nc.connected_url else "")
+    version, cluster = str(info.get("version", "")), str(info.get("cluster", ""))
+    try:
+        account = await bus.js.account_info()
+    except Exception as exc:
+        return doctor.NatsFacts(
+            server, version, cluster, None, None, error=f"{type(exc).__name__}: {exc}"
+        )
+    health = []
+    for spec in STREAMS:
+        try:
+            stream = await bus.js.stream_info(spec.name)
+        except NotFoundError:
+            health.append(doctor.StreamHealth(spec.name, found=False))
+            continue
+        replicas = (stream.cluster.replicas if stream.cluster else None) or []
+        health.append(
+            doctor.StreamHealth(
+                spec.name,
+                found=True,
+                leader=str(stream.cluster.leader or "") if stream.cluster else "",
+                lagging=tuple(
+                    str(peer.name) for peer in replicas if peer.offline or not peer.current
+                ),
+                clustered=stream.cluster is not None,
+            )
+        )
+    return doctor.NatsFacts(
+        server,
+        version,
+        cluster,
+        account.streams,
+        account.consumers,
+        stream_health=tuple(health),
+    )
+
+
+async def slurm_statuses(bus: Bus) -> list[SlurmClusterStatus]:
+    """Every cluster's SlurmClusterStatus in KV slurm_clusters (slurm-syncer's)."""
+    kv = await bus.js.key_value(SLURM_CLUSTERS_BUCKET)
+    statuses = []
+    try:
+        keys = await kv.keys()
+    except NatsError:  # nats-py raises NoKeysError for an empty bucket
+        return []
+    for key in keys:
+        entry = await kv.get(key)
+        if entry.value:
+            statuses.append(msgspec.json.decode(entry.value, type=SlurmClusterStatus))
+    return statuses
+
+
+async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
+    """Fetch what each check reads (the API server, then NATS), then run the checks."""
+    namespace = args.system_namespace
+    ns = quote(namespace, safe="")
+    scheduler = doctor.KOORD_SCHEDULER
+    kube = await Kube.connect(args.kubeconfig, args.context)
+    try:
+        all_deployments = await list_items(kube, "/apis/apps/v1/deployments")
+        deployments = [
+            d for d in all_deployments or [] if d.get("metadata", {}).get("namespace") == namespace
+        ]
+        by_name = {d.get("metadata", {}).get("name"): d for d in deployments}
+        secrets = await list_items(kube, f"/api/v1/namespaces/{ns}/secrets")
+        crds = await list_items(kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+        leases = await list_items(kube, "/apis/coordination.k8s.io/v1/leases") or []
+        in_use = {
+            kind: await list_items(kube, KINDS[key][0].replace("/namespaces/{ns}", "")) or []
+            for key, kind in (("nodeset", "NodeSet"), ("gang", "PodGroup"))
+        }
+        pods = await list_items(
+            kube, f"/api/v1/pods?fieldSelector={quote(f'spec.schedulerName={scheduler}')}"
+        )
+        watcher = by_name.get("k8s-watcher")
+        placer = by_name.get(doctor.PLACER)
+        configmaps: dict[str, Obj] = {}
+        for workload in (watcher, placer):
+            for name in doctor.env_configmaps(workload or {}):
+                found = await kube.get(f"/api/v1/namespaces/{ns}/configmaps/{quote(name, safe='')}")
+                if found is not None:
+                    configmaps[name] = found
+    finally:
+        await kube.close()
+    now = time.time()
+    ours = [d for d in deployments if d.get("metadata", {}).get("name") in SERVICES]
+    system_leases = [
+        lease for lease in leases if lease.get("metadata", {}).get("namespace") == namespace
+    ]
+    placer_leads = any(
+        doctor.lease_fresh(lease, now)
+        for lease in system_leases
+        if lease.get("metadata", {}).get("name") in lease_names(doctor.PLACER)
+    )
+    checks = doctor.check_secrets(
+        doctor.referenced_secrets(ours) if ours else doctor.default_secrets(), secrets, namespace
+    )
+    checks += doctor.check_crds(crds or [])
+    checks.append(
+        doctor.check_command_namespaces(
+            None
+            if watcher is None
+            else doctor.env_setting(watcher, "COMMAND_NAMESPACES", configmaps) or "",
+            doctor.namespaces_in_use(in_use),
+            namespace,
+        )
+    )
+    placer_setting = (
+        doctor.env_setting(placer, "SCHEDULER_NAMES", configmaps) if placer is not None else None
+    )
+    checks.append(
+        doctor.check_scheduler(
+            doctor.pending_pods(pods or [], scheduler),
+            doctor.placer_scheduler_names(placer_setting),
+            placer_leads,
+            doctor.other_schedulers(all_deployments or [], leases, scheduler, now),
+            scheduler,
+        )
+    )
+    facts: doctor.NatsFacts | None = None
+    statuses: list[SlurmClusterStatus] | None = None
+    skip = "NATS not given (--nats URL or NATS_URL)"
+    if args.nats:
+        try:
+            bus = await connect_nats(args.nats)
+        except CliError as exc:
+            skip = str(exc)
+            checks.append(doctor.Check("FAIL", "nats", skip))
+        else:
+            try:
+                facts = await nats_facts(bus)
+                try:
+                    statuses = await slurm_statuses(bus)
+                except Exception as exc:
+                    skip = f"KV {SLURM_CLUSTERS_BUCKET} not read: {type(exc).__name__}: {exc}"
+            finally:
+                await bus.close()
+    if facts is not None or not args.nats:
+        checks += doctor.check_nats(facts, skip)
+    checks += doctor.check_slurm(statuses, time.time(), skip)
+    checks += doctor.check_leaders(system_leases, namespace, now)
+    checks += doctor.check_readiness(None if all_deployments is None else deployments, namespace)
+    return checks
+
+
+async def doctor_command(args: argparse.Namespace) -> bool:
+    checks = await doctor_checks(args)
+    for line in doctor.format_checks(checks):
+        print(line)
+    return not doctor.failed(checks)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl nodeflow",
         description="Why Nodeflow holds an object where it is, its decisions, its dead letters "
-        "(list, show, replay after a fix), a NodeSet's rollout history and rollback.",
+        "(list, show, replay after a fix), a NodeSet's rollout history and rollback, and a "
+        "doctor that checks what Nodeflow needs.",
     )
     top.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""))
     top.add_argument("--context", default="")
@@ -524,6 +701,17 @@ def parser() -> argparse.ArgumentParser:
     replay_parser.add_argument(
         "--dry-run", action="store_true", help="say what would be replayed, publish nothing"
     )
+    doctor_parser = commands.add_parser(
+        "doctor",
+        help="check what Nodeflow needs: Secrets, CRDs, COMMAND_NAMESPACES, the "
+        "koord-scheduler, Slurm, NATS, each service's leader and readiness",
+    )
+    doctor_parser.add_argument(
+        "--system-namespace",
+        default=os.environ.get("KUBE_LEASE_NAMESPACE") or DEFAULT_LEASE_NAMESPACE,
+        help="where the services, their Secrets and Leases live (default: "
+        "KUBE_LEASE_NAMESPACE, else nodeflow-system)",
+    )
     rollout_parser = commands.add_parser(
         "rollout", help="a NodeSet's revision history and rollback, as kubectl rollout"
     )
@@ -549,6 +737,8 @@ async def run(args: argparse.Namespace) -> bool:
         await decisions(args)
     elif args.command == "rollout":
         print(await rollout_command(args))
+    elif args.command == "doctor":
+        return await doctor_command(args)
     elif args.action == "list":
         await dlq_list(args)
     elif args.action == "show":
