@@ -2,13 +2,15 @@
 operator runs it: `.run/env` sourced (the kubeconfig, NATS' URL and the operators' NATS
 credentials), the plugin found by kubectl on the PATH. A NodeMaintenance waiting for a slot is
 explained by `why nodemaintenance` and `decisions` (both name the budget); every leader's
-Kubernetes Lease is shown by `kubectl get leases`; a poison command is listed by
+Kubernetes Lease is shown by `kubectl get leases` and checked by `doctor`, which names a
+second scheduler serving koord-scheduler; a poison command is listed by
 `dead-letters` with its error, shown whole by `dlq show` and replayed to its subject by
 `dlq replay`."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import shutil
@@ -161,6 +163,38 @@ async def test_kubectl_nodeflow_names_the_budget_the_leaders_and_the_dead_letter
         await asyncio.sleep(0.5)
     table = await operator.sh("kubectl get leases -n nodeflow-system")
     assert "maintenance-scheduler-skyhook" in table
+
+    # `doctor` on the healthy stack: every leader, NATS and the simulated Slurm cluster OK
+    # (the services run as processes, not Deployments: said, not failed); exit 0.
+    healthy = await operator.sh("kubectl nodeflow doctor")
+    for service in wanted:
+        assert f"OK    leader {service}  " in healthy, healthy
+    assert "OK    nats  " in healthy and "OK    crd nodesets.nodeflow.dev  " in healthy
+    assert "OK    scheduler koord-scheduler  served by topology-placer;" in healthy
+    assert "SKIP  ready  not deployed as Deployments in nodeflow-system" in healthy
+    assert any(
+        line.startswith("OK    slurm ") and "slurmrestd API v0.0." in line
+        for line in healthy.splitlines()
+    ), healthy
+    # A second scheduler leading as koord-scheduler (its leader election Lease): named, exit 1.
+    second_scheduler = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "koord-scheduler", "namespace": "default"},
+        "spec": {
+            "holderIdentity": "koord-scheduler-0",
+            "leaseDurationSeconds": 3600,
+            "renewTime": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        },
+    }
+    await operator.sh("kubectl apply -f -", stdin=json.dumps(second_scheduler))
+    racing = await operator.sh("kubectl nodeflow doctor || echo exit $?")
+    assert (
+        "FAIL  scheduler koord-scheduler  served by 2 schedulers (topology-placer, "
+        "Lease default/koord-scheduler): they race to bind the same pods" in racing
+    ), racing
+    assert racing.splitlines()[-1] == "exit 1"
+    await operator.sh("kubectl delete lease koord-scheduler -n default")
 
     # A poison command: k8s-watcher cannot decode it and dead-letters it with the error.
     env = read_env_file(operator.run_dir / "env")
