@@ -135,17 +135,22 @@ def referenced_secrets(workloads: Iterable[Obj]) -> dict[str, set[str]]:
 
 
 def check_secrets(
-    expected: Mapping[str, set[str]], secrets: Sequence[Obj] | None, namespace: str
+    expected: Mapping[str, set[str]],
+    secrets: Sequence[Obj] | None,
+    namespace: str,
+    unread: str = "",
 ) -> list[Check]:
     """Rule: every Secret the services need is in `namespace` with the keys they read
-    (FAIL: missing, or missing a key). None: the API server serves no Secrets (SKIP)."""
+    (FAIL: missing, or missing a key). None: not read (SKIP, saying why: `unread`, else
+    the API server serves none)."""
     if secrets is None:
         return [
             Check(
                 "SKIP",
                 "secrets",
-                "the API server serves no Secrets (credentials come from "
-                "elsewhere, e.g. the local stack's .run/env)",
+                unread
+                or "the API server serves no Secrets (credentials come from elsewhere, e.g. "
+                "the local stack's .run/env)",
             )
         ]
     present = {_name(s): s for s in secrets}
@@ -198,9 +203,12 @@ def _version_text(version: Obj) -> str:
     return str(version["name"]) + (f" ({', '.join(flags)})" if flags else "")
 
 
-def check_crds(crds: Sequence[Obj]) -> list[Check]:
+def check_crds(crds: Sequence[Obj] | None, unread: str = "") -> list[Check]:
     """Rule: each CRD the services watch is installed and serves the version they use
-    (FAIL otherwise); the detail lists its versions (served, storage) and its owners."""
+    (FAIL otherwise); the detail lists its versions (served, storage) and its owners.
+    None: not read (SKIP, saying why)."""
+    if crds is None:
+        return [Check("SKIP", "crds", unread or "the API server serves no CRDs")]
     by_name = {_name(c): c for c in crds}
     checks = []
     for kind in custom_kinds():
@@ -280,12 +288,15 @@ def namespaces_in_use(objects: Mapping[str, Sequence[Obj]]) -> dict[str, set[str
 
 
 def check_command_namespaces(
-    setting: str | None, in_use: Mapping[str, set[str]], deployed_in: str
+    setting: str | None, in_use: Mapping[str, set[str]], deployed_in: str, unread: str = ""
 ) -> Check:
     """Rule: every namespace holding NodeSets or PodGroups is in k8s-watcher's
     COMMAND_NAMESPACES (empty: all), or the commands acting there (creating and deleting
-    NodeSet pods, binding gang pods) are refused (FAIL). None: no k8s-watcher Deployment."""
+    NodeSet pods, binding gang pods) are refused (FAIL). None: no k8s-watcher Deployment;
+    `unread`: the Deployments or the namespaces in use not read (both SKIP)."""
     name = "command-namespaces"
+    if unread:
+        return Check("SKIP", name, unread)
     if setting is None:
         return Check(
             "SKIP",
@@ -373,11 +384,14 @@ def check_scheduler(
     placer_leads: bool,
     others: Sequence[str],
     scheduler: str = KOORD_SCHEDULER,
+    unread: str = "",
 ) -> Check:
     """Rule: exactly one scheduler serves `scheduler`. Two (topology-placer and Koordinator's
     own, say) race to bind the same pods and break a gang's all-or-nothing (FAIL); none
     while pods wait for it leaves them pending (FAIL), and with no pod waiting (WARN)."""
     name = f"scheduler {scheduler}"
+    if unread:
+        return Check("SKIP", name, unread)
     servers = list(others)
     if scheduler in placer_names:
         servers.insert(0, PLACER if placer_leads else "")
@@ -516,10 +530,14 @@ def check_nats(facts: NatsFacts | None, skip: str) -> list[Check]:
 # --- leaders and readiness ------------------------------------------------------------------
 
 
-def check_leaders(leases: Sequence[Obj], namespace: str, now: float) -> list[Check]:
+def check_leaders(
+    leases: Sequence[Obj] | None, namespace: str, now: float, unread: str = ""
+) -> list[Check]:
     """Rule: each service's leader Lease (named after its NATS lease) in `namespace` names
     a holder that renewed it within its duration (FAIL: missing, released, or stale: no
-    replica leads, so nothing of that service acts)."""
+    replica leads, so nothing of that service acts). None: not read (SKIP, saying why)."""
+    if leases is None:
+        return [Check("SKIP", "leaders", unread or "the API server serves no Leases")]
     by_name = {_name(lease): lease for lease in leases}
     checks = []
     for service in SERVICES:
@@ -550,10 +568,14 @@ def check_leaders(leases: Sequence[Obj], namespace: str, now: float) -> list[Che
     return checks
 
 
-def check_readiness(deployments: Sequence[Obj] | None, namespace: str) -> list[Check]:
+def check_readiness(
+    deployments: Sequence[Obj] | None, namespace: str, unread: str = ""
+) -> list[Check]:
     """Rule: each service's Deployment has every replica ready (WARN: some; FAIL: none or
     no Deployment). No service deployed as a Deployment (the local stack runs processes):
-    one SKIP saying so, not a failure."""
+    one SKIP saying so, not a failure; the Deployments not read: one SKIP saying why."""
+    if deployments is None and unread:
+        return [Check("SKIP", "ready", unread)]
     by_name = {_name(d): d for d in deployments or []}
     if not any(service in by_name for service in SERVICES):
         return [Check("SKIP", "ready", f"not deployed as Deployments in {namespace}")]

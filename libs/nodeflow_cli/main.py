@@ -73,6 +73,14 @@ class CliError(Exception):
     """Something the user must fix (an object not found, NATS unreachable): printed, exit 1."""
 
 
+class ApiStatusError(CliError):
+    """The API server answered with an error status (403: the caller may not read it)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 # --- Kubernetes -----------------------------------------------------------------------------
 
 
@@ -113,7 +121,10 @@ class Kube:
         if response.status == 404:
             return None
         if response.status >= 400:
-            raise CliError(f"GET {path}: HTTP {response.status}: {raw.decode(errors='replace')}")
+            raise ApiStatusError(
+                f"GET {path}: HTTP {response.status}: {raw.decode(errors='replace')}",
+                response.status,
+            )
         found: Obj = msgspec.json.decode(raw)
         return found
 
@@ -486,6 +497,18 @@ async def list_items(kube: Kube, path: str) -> list[Obj] | None:
     return [item for item in listed.get("items") or [] if isinstance(item, dict)]
 
 
+async def read_list(kube: Kube, path: str, what: str) -> tuple[list[Obj] | None, str]:
+    """The list at `path` (None: not served) and, when the caller may not list it, why: each
+    check it feeds then says SKIP with that reason instead of stopping doctor."""
+    try:
+        items = await list_items(kube, path)
+    except ApiStatusError as exc:
+        if exc.status not in (401, 403):
+            raise
+        return None, f"{what} not read: the caller may not list them (HTTP {exc.status})"
+    return items, ""
+
+
 async def nats_facts(bus: Bus) -> doctor.NatsFacts:
     """The server NATS connected to, its JetStream account, each declared stream's leader."""
     info: dict[str, Any] = getattr(bus.nc, "_server_info", None) or {}
@@ -548,27 +571,52 @@ async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
     scheduler = doctor.KOORD_SCHEDULER
     kube = await Kube.connect(args.kubeconfig, args.context)
     try:
-        all_deployments = await list_items(kube, "/apis/apps/v1/deployments")
+        all_deployments, deployments_unread = await read_list(
+            kube, "/apis/apps/v1/deployments", "Deployments"
+        )
         deployments = [
             d for d in all_deployments or [] if d.get("metadata", {}).get("namespace") == namespace
         ]
         by_name = {d.get("metadata", {}).get("name"): d for d in deployments}
-        secrets = await list_items(kube, f"/api/v1/namespaces/{ns}/secrets")
-        crds = await list_items(kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
-        leases = await list_items(kube, "/apis/coordination.k8s.io/v1/leases") or []
-        in_use = {
-            kind: await list_items(kube, KINDS[key][0].replace("/namespaces/{ns}", "")) or []
-            for key, kind in (("nodeset", "NodeSet"), ("gang", "PodGroup"))
-        }
-        pods = await list_items(
-            kube, f"/api/v1/pods?fieldSelector={quote(f'spec.schedulerName={scheduler}')}"
+        secrets, secrets_unread = await read_list(
+            kube, f"/api/v1/namespaces/{ns}/secrets", f"Secrets in {namespace}"
+        )
+        crds, crds_unread = await read_list(
+            kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "CRDs"
+        )
+        leases, leases_unread = await read_list(
+            kube, "/apis/coordination.k8s.io/v1/leases", "Leases"
+        )
+        in_use: dict[str, list[Obj]] = {}
+        in_use_unread = ""
+        for key, kind in (("nodeset", "NodeSet"), ("gang", "PodGroup")):
+            items, unread = await read_list(
+                kube, KINDS[key][0].replace("/namespaces/{ns}", ""), f"{kind}s"
+            )
+            in_use[kind] = items or []
+            in_use_unread = in_use_unread or unread
+        pods, pods_unread = await read_list(
+            kube,
+            f"/api/v1/pods?fieldSelector={quote(f'spec.schedulerName={scheduler}')}",
+            "Pods",
         )
         watcher = by_name.get("k8s-watcher")
         placer = by_name.get(doctor.PLACER)
         configmaps: dict[str, Obj] = {}
+        configmaps_unread = ""
         for workload in (watcher, placer):
             for name in doctor.env_configmaps(workload or {}):
-                found = await kube.get(f"/api/v1/namespaces/{ns}/configmaps/{quote(name, safe='')}")
+                path = f"/api/v1/namespaces/{ns}/configmaps/{quote(name, safe='')}"
+                try:
+                    found = await kube.get(path)
+                except ApiStatusError as exc:
+                    if exc.status not in (401, 403):
+                        raise
+                    configmaps_unread = (
+                        f"ConfigMap {namespace}/{name} not read: the caller may not get it "
+                        f"(HTTP {exc.status})"
+                    )
+                    continue
                 if found is not None:
                     configmaps[name] = found
     finally:
@@ -576,7 +624,7 @@ async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
     now = time.time()
     ours = [d for d in deployments if d.get("metadata", {}).get("name") in SERVICES]
     system_leases = [
-        lease for lease in leases if lease.get("metadata", {}).get("namespace") == namespace
+        lease for lease in leases or [] if lease.get("metadata", {}).get("namespace") == namespace
     ]
     placer_leads = any(
         doctor.lease_fresh(lease, now)
@@ -584,9 +632,12 @@ async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
         if lease.get("metadata", {}).get("name") in lease_names(doctor.PLACER)
     )
     checks = doctor.check_secrets(
-        doctor.referenced_secrets(ours) if ours else doctor.default_secrets(), secrets, namespace
+        doctor.referenced_secrets(ours) if ours else doctor.default_secrets(),
+        secrets,
+        namespace,
+        secrets_unread,
     )
-    checks += doctor.check_crds(crds or [])
+    checks += doctor.check_crds(crds, crds_unread)
     checks.append(
         doctor.check_command_namespaces(
             None
@@ -594,6 +645,7 @@ async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
             else doctor.env_setting(watcher, "COMMAND_NAMESPACES", configmaps) or "",
             doctor.namespaces_in_use(in_use),
             namespace,
+            deployments_unread or in_use_unread or configmaps_unread,
         )
     )
     placer_setting = (
@@ -604,8 +656,9 @@ async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
             doctor.pending_pods(pods or [], scheduler),
             doctor.placer_scheduler_names(placer_setting),
             placer_leads,
-            doctor.other_schedulers(all_deployments or [], leases, scheduler, now),
+            doctor.other_schedulers(all_deployments or [], leases or [], scheduler, now),
             scheduler,
+            unread=pods_unread or leases_unread,
         )
     )
     facts: doctor.NatsFacts | None = None
@@ -629,8 +682,12 @@ async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
     if facts is not None or not args.nats:
         checks += doctor.check_nats(facts, skip)
     checks += doctor.check_slurm(statuses, time.time(), skip)
-    checks += doctor.check_leaders(system_leases, namespace, now)
-    checks += doctor.check_readiness(None if all_deployments is None else deployments, namespace)
+    checks += doctor.check_leaders(
+        None if leases is None else system_leases, namespace, now, leases_unread
+    )
+    checks += doctor.check_readiness(
+        None if all_deployments is None else deployments, namespace, deployments_unread
+    )
     return checks
 
 

@@ -158,6 +158,23 @@ async def test_doctor_names_a_stale_leader_a_missing_crd_and_a_gang_nothing_sche
     )
 
 
+async def test_doctor_says_skip_with_the_reason_for_what_the_caller_may_not_list(
+    cluster: RunningServer,
+) -> None:
+    # The caller's RBAC does not let it list Leases: the checks that read them say so, and
+    # doctor still runs every other check (no FAIL: exit 0).
+    cluster.faults.error_rate = 1.0
+    cluster.faults.error_code = 403
+    cluster.faults.verbs = ["list"]
+    cluster.faults.resources = ["leases"]
+    code, checks = await doctor(cluster)
+    assert code == 0, checks
+    reason = "Leases not read: the caller may not list them (HTTP 403)"
+    assert checks["leaders"] == ("SKIP", reason)
+    assert checks["scheduler koord-scheduler"] == ("SKIP", reason)
+    assert checks["crd nodesets.nodeflow.dev"][0] == "OK"
+
+
 def cluster_status(**fields: Any) -> bytes:
     return msgspec.json.encode(SlurmClusterStatus(**fields))
 

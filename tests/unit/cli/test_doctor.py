@@ -441,3 +441,20 @@ def test_readiness_ok_warn_fail_by_ready_replicas_and_fail_without_a_deployment(
     assert checks[f"ready {SERVICES[1]}"] == ("FAIL", "0/2 replicas ready")
     assert checks[f"ready {SERVICES[2]}"] == ("OK", "2/2 replicas ready")
     assert checks["ready metrics-exporter"] == ("FAIL", f"no Deployment {NS}/metrics-exporter")
+
+
+# --- what was not read ----------------------------------------------------------------------
+
+
+def test_each_check_says_skip_with_the_reason_when_its_source_was_not_read() -> None:
+    why = "X not read: the caller may not list them (HTTP 403)"
+    assert doctor.check_secrets({"a": set()}, None, NS, why) == [Check("SKIP", "secrets", why)]
+    assert doctor.check_crds(None, why) == [Check("SKIP", "crds", why)]
+    assert doctor.check_command_namespaces("a", in_use(), NS, why) == Check(
+        "SKIP", "command-namespaces", why
+    )
+    assert doctor.check_scheduler(["default/a"], (), False, [], unread=why) == Check(
+        "SKIP", "scheduler koord-scheduler", why
+    )
+    assert doctor.check_leaders(None, NS, NOW, why) == [Check("SKIP", "leaders", why)]
+    assert doctor.check_readiness(None, NS, why) == [Check("SKIP", "ready", why)]
