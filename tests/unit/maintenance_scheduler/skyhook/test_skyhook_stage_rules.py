@@ -265,6 +265,8 @@ def test_a_downgrade_uninstalls_the_installed_version_then_applies_the_wanted_on
     assert first.entry is not None
     running = step(PLAIN, first.entry, JobFacts(name="j", outcome="running"))
     assert running.entry == first.entry and not running.run_job
+    # Its uninstall Job missing (not created yet, or deleted): it is created.
+    assert step(PLAIN, first.entry, None) == StepOutcome(first.entry, run_job=True)
     after = step(PLAIN, first.entry, DONE, run="r2", config="c2")
     assert after.event == "uninstalled: started" and after.run_job
     # Afresh: apply, not upgrade, at the wanted version with the new run.
@@ -425,6 +427,7 @@ def test_a_removed_package_s_uninstall_follows_its_job_and_nothing_is_left_witho
     outcome = step(None, entry, failed)
     assert outcome.entry is not None and outcome.entry.state == ERRORING
     assert step(None, entry, DONE) == StepOutcome(None, event="uninstalled")
+    assert step(None, entry, None) == StepOutcome(entry, run_job=True)
 
 
 def test_the_node_state_memo_is_bounded_however_many_annotations_it_reads(
@@ -437,3 +440,14 @@ def test_the_node_state_memo_is_bounded_however_many_annotations_it_reads(
         raw = render_node_state({"driver": entry})
         assert parse_node_state(raw) == ({"driver": entry}, True)
         assert len(stages._PARSED) <= 2
+
+
+def test_a_failed_job_s_message_replaces_a_message_the_entry_carried_while_not_erroring() -> None:
+    # A package whose interrupt was merged into another's, then removed from the Skyhook.
+    entry = PackageState(
+        "driver", "1.0.0", "img", "uninstall", IN_PROGRESS, message="interrupt merged into kernel"
+    )
+    failed = JobFacts(name="j1", outcome="failed", reason="DeadlineExceeded")
+    outcome = step(None, entry, failed)
+    assert outcome.entry is not None
+    assert outcome.entry.message == "uninstall Job j1 failed: DeadlineExceeded"
