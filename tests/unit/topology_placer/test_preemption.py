@@ -12,6 +12,7 @@ from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from tests.unit.plan_checks import expect_actions, expect_no_actions
 from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
 from tests.unit.topology_placer.simulate import run, state
+from topology_placer.fit import pod_request_milli
 from topology_placer.gang import MODE, POD_GROUP_LABEL
 from topology_placer.inflight import InFlight
 from topology_placer.planner import (
@@ -25,9 +26,12 @@ from topology_placer.planner import (
 from topology_placer.preemption import (
     DISABLE_PREEMPTIBLE_LABEL,
     QUOTA_PREEMPTIBLE_LABEL,
+    ChargedPod,
     broken_budgets,
+    eligibility,
     is_protected_from_preemption,
     preemption_message,
+    victim_units,
 )
 
 BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
@@ -553,3 +557,144 @@ def test_rule_a_protected_replica_protects_only_itself() -> None:
     gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
     result, _ = run(nodes, [*replicas, other, *gang], [pod_group("hello-job", 2)])
     assert {d.pod.name for d in _of(result, Disrupt)} == {"web-2", "api-3"}
+
+
+def test_rule_only_a_preemption_by_scheduler_disruption_target_marks_a_victim() -> None:
+    """A DisruptionTarget of another reason (here the taint manager's) is no mark of this
+    gang's preemption, whatever its message says: the terminating pods do not hold the gang
+    back, and it preempts the other jobs."""
+    nodes, others = _four_nodes_with_others()
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    evicted_by_others = _marked_victims(deleting=True)
+    for victim in evicted_by_others:
+        victim["status"]["conditions"][0]["reason"] = "DeletionByTaintManager"
+    result, _ = run(nodes, [*evicted_by_others, *others, *gang], [pod_group("hello-job", 2)])
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"o-3", "o-4"}
+    assert sorted(n.node for n in _of(result, Nominate)) == ["n3", "n4"]
+
+
+def test_rule_a_victim_of_another_gangs_preemption_does_not_hold_this_gang_back() -> None:
+    nodes, others = _four_nodes_with_others()
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    theirs = _marked_victims(deleting=True)
+    for victim in theirs:
+        victim["status"]["conditions"][0]["message"] = preemption_message(
+            "koord-scheduler", "default/other-job", "default/q-1"
+        )
+    result, _ = run(nodes, [*theirs, *others, *gang], [pod_group("hello-job", 2)])
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"o-3", "o-4"}
+
+
+def test_rule_a_marked_victim_that_has_finished_is_neither_waited_for_nor_deleted_again() -> None:
+    nodes, others = _four_nodes_with_others()
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    finished = _marked_victims(deleting=False)
+    for victim in finished:
+        victim["status"]["phase"] = "Failed"
+    result, _ = run(nodes, [*finished, *others, *gang], [pod_group("hello-job", 2)])
+    expect_no_actions(result.actions, Disrupt, while_it_has=Nominate)
+    assert sorted(n.node for n in _of(result, Nominate)) == ["n1", "n2"]
+    # Read alone, as the pass reads every pod of the cluster: no cause to wait or resend.
+    assert eligibility(gang, 100, finished, "default/hello-job") is None
+
+
+def test_rule_eligibility_without_a_preemptor_reads_no_mark() -> None:
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    marked = _marked_victims(deleting=False)
+    assert eligibility(gang, 100, marked) is None
+    assert eligibility(gang, 100, marked, "default/hello-job") is not None
+
+
+def test_rule_waiting_for_terminating_victims_names_the_first_of_them() -> None:
+    nodes, others = _four_nodes_with_others()
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    marked = _marked_victims(deleting=True)
+    result, _ = run(nodes, [*marked, *others, *gang], [pod_group("hello-job", 2)])
+    decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
+    assert "victim default/v-1 of this gang's preemption is still terminating on n1" in (
+        decision.message
+    )
+    in_flight = frozenset({("default", "v-1"), ("default", "v-2")})
+    held = eligibility(gang, 100, _marked_victims(deleting=False), "default/hello-job", in_flight)
+    assert held is not None
+    assert held.message == (
+        "victim default/v-1 of this gang's preemption is still terminating on n1 "
+        "(its delete is on its way)"
+    )
+
+
+def test_rule_waiting_on_a_nominated_node_names_the_first_terminating_victim() -> None:
+    terminating = [pod(f"v-{i}", None, gpus=8, node_name=f"n{i}", deleting=True) for i in (1, 2)]
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100, nominated=f"n{i}") for i in (1, 2)]
+    nodes = [*_two_nodes(), node("n3", "s1", "b1")]
+    result, _ = run(nodes, [*terminating, *gang], [pod_group("hello-job", 2)])
+    decision = next(d for d in _of(result, Decision) if d.kind == "unschedulable")
+    assert "victim default/v-1 is still terminating on nominated node n1" in decision.message
+
+
+def test_rule_only_a_terminating_lower_priority_pod_on_a_nominated_node_holds_preemption() -> None:
+    """A running lower-priority pod on a nominated node, or a terminating one of the gang's
+    priority, is no earlier preemption still taking effect: the gang preempts."""
+    nodes = [node(f"n{i}", "s1", "b1") for i in (1, 2, 3, 4)]
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100, nominated=f"n{i}") for i in (1, 2)]
+    running = [pod(f"v-{i}", None, gpus=8, node_name=f"n{i}", owner="low") for i in (1, 2)]
+    result, _ = run(nodes[:2], [*running, *gang], [pod_group("hello-job", 2)])
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"v-1", "v-2"}
+    equal = [
+        pod(f"e-{i}", None, gpus=8, node_name=f"n{i}", deleting=True, priority=100) for i in (1, 2)
+    ]
+    low = [pod(f"o-{i}", None, gpus=8, node_name=f"n{i}", owner=f"o-{i}") for i in (3, 4)]
+    result, _ = run(nodes, [*equal, *low, *gang], [pod_group("hello-job", 2)])
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"o-3", "o-4"}
+
+
+def _marked(count: int) -> list[dict[str, Any]]:
+    """`count` victims of hello-job's preemption whose delete did not land."""
+    message = preemption_message("koord-scheduler", "default/hello-job", "default/p-1")
+    marked = []
+    for i in range(1, count + 1):
+        victim = pod(f"v-{i}", None, gpus=8, node_name=f"n{i}")
+        victim["status"]["conditions"] = [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": message,
+            }
+        ]
+        marked.append(victim)
+    return marked
+
+
+def test_rule_a_resent_delete_names_up_to_three_victims_and_counts_the_rest() -> None:
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    expected = {
+        3: "the delete of default/v-1, default/v-2, default/v-3 did not land",
+        4: "the delete of default/v-1, default/v-2, default/v-3 and 1 more did not land",
+        6: "the delete of default/v-1, default/v-2, default/v-3 and 3 more did not land",
+    }
+    for count, wording in expected.items():
+        found = eligibility(gang, 100, _marked(count), "default/hello-job")
+        assert found is not None
+        assert wording in found.message
+        resent = [p["metadata"]["name"] for p in found.resend]
+        assert resent == [f"v-{i}" for i in range(1, count + 1)]
+
+
+def test_rule_the_controller_kind_is_read_from_the_first_named_owner_reference() -> None:
+    """As the job (owner_name) is: a malformed or nameless owner reference before the
+    ReplicaSet does not hide it, so each replica is still a victim unit of its own."""
+    replicas = []
+    for i in (1, 2):
+        made = pod(f"r-{i}", None, gpus=8, node_name=f"n{i}", phase="Running")
+        made["metadata"]["ownerReferences"] = [
+            "not-a-reference",
+            {"kind": "Job", "uid": "uid-nameless"},
+            {"kind": "ReplicaSet", "name": "rs", "uid": "uid-rs", "controller": True},
+        ]
+        replicas.append(ChargedPod(made, f"n{i}", pod_request_milli(made), False))
+    units = victim_units(replicas, 100, {"n1", "n2"})
+    assert [(u.key, u.job) for u in units] == [
+        ("pod default/r-1", "job default/rs"),
+        ("pod default/r-2", "job default/rs"),
+    ]
