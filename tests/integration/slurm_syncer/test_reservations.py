@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 from structlog.testing import capture_logs
 
-from clustersim.slurm import ManualClock, RunningSlurm
+from clustersim.slurm import SLURM_RELEASES, ManualClock, RunningSlurm
 from nodeflow_bus import Bus
 from nodeflow_contracts import codec, subjects
 from nodeflow_contracts.nodeset import reservation_name
@@ -110,11 +110,17 @@ async def test_rule_the_window_is_held_by_a_maint_reservation_over_the_nodesets_
     assert "Maintenance" not in state.flags and state.reservation == ""
 
 
+# The releases whose slurmrestd creates reservations (26.05 here; 24.11 cannot, and the first
+# test covers what it does instead): the tests below run only against them.
+WRITING_RELEASES = sorted(
+    version for version, release in SLURM_RELEASES.items() if release.newest.writes_reservations
+)
+
+
+@pytest.mark.parametrize("slurm", WRITING_RELEASES, indirect=True)
 async def test_rule_a_window_that_is_over_gets_no_reservation_and_a_new_start_replaces_it(
     topology: Bus, slurm: RunningSlurm, kube: KubeKV, clock: ManualClock, timed_syncer: Syncer
 ) -> None:
-    if not slurm.emulator.release.newest.writes_reservations:
-        pytest.skip("Slurm 24.11 cannot create reservations (the test above covers it)")
     past = int(clock.now()) - 7200
     await kube.put_nodeset(scheduled("w", past))
     slurm.emulator.register_node("w-000-001", cpus=4, real_memory=8192, dynamic=True)
@@ -132,13 +138,12 @@ async def test_rule_a_window_that_is_over_gets_no_reservation_and_a_new_start_re
     assert slurm.cluster.reservations[reservation_name(NAMESPACE, "w", later)].end == later + 3600
 
 
+@pytest.mark.parametrize("slurm", WRITING_RELEASES, indirect=True)
 async def test_rule_a_reservation_of_ours_left_from_before_a_restart_is_deleted_if_unasked(
     slurm: RunningSlurm, kube: KubeKV, clock: ManualClock, timed_syncer: Syncer
 ) -> None:
     """The NodeSet stopped asking (or was deleted) while slurm-syncer was down: the new process
     has never listed Slurm's reservations, so it lists them once and deletes ours."""
-    if not slurm.emulator.release.newest.writes_reservations:
-        pytest.skip("Slurm 24.11 cannot create reservations (the first test covers it)")
     start = int(clock.now()) + 3600
     left = reservation_name(NAMESPACE, "w", start)
     await kube.put_nodeset(make_nodeset("w"))  # RollingUpdate now: asks for no window
