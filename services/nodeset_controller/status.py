@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from nodeflow_kube.fields import (
     mapping,
@@ -30,7 +30,11 @@ SCHEDULED_UPDATE = "ScheduledUpdate"
 SCALE_DOWN_WAITING = "ScaleDownWaiting"
 ROLLOUT_WAITING = "RolloutWaiting"
 
-# Why a pod the NodeSet wants gone is not removed yet, as the planner finds it.
+# Why a pod the NodeSet wants gone is not removed yet, as the planner finds it, most blocking
+# first: what has to change before anything else can (an update window, a fresh Slurm view,
+# jobs ending, the drain, the next poll), then what holds pods that are not even marked yet (a
+# node that cannot take the replacement, the reservation, maxUnavailable: the budget frees
+# itself as the pods ahead go).
 WaitCause = Literal[
     "WindowClosed",
     "SlurmStateUnknown",
@@ -41,20 +45,7 @@ WaitCause = Literal[
     "ReservationPending",
     "BudgetExhausted",
 ]
-# Most blocking first: what has to change before anything else can (an update window, a
-# fresh Slurm view, jobs ending, the drain, the next poll), then what holds pods that are not
-# even marked yet (a node that cannot take the replacement, the reservation, maxUnavailable:
-# the budget frees itself as the pods ahead go).
-WAIT_ORDER: tuple[WaitCause, ...] = (
-    "WindowClosed",
-    "SlurmStateUnknown",
-    "PodsBusy",
-    "DrainPending",
-    "AwaitingSlurmRead",
-    "ReplacementUnplaceable",
-    "ReservationPending",
-    "BudgetExhausted",
-)
+WAIT_ORDER: tuple[WaitCause, ...] = get_args(WaitCause)
 # How many waiting pods a message names (the others are counted): a condition message is
 # read by a person, and a NodeSet of thousands must not write a huge status.
 NAMED_WAITS = 5
