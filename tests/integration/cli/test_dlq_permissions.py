@@ -8,7 +8,6 @@ import asyncio
 import os
 import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -27,20 +26,8 @@ READER = "metrics-exporter"
 
 @pytest.fixture
 def nats_users() -> dict[str, Secret]:
+    """Per-user authorization on the shared `nats_server`, as deployed."""
     return generate_users()
-
-
-@pytest.fixture
-async def nats_server(
-    tmp_path: Path, nats_users: dict[str, Secret]
-) -> AsyncIterator[NatsServerProcess]:
-    """The shared fixture's server, with the generated per-user authorization on."""
-    server = NatsServerProcess(tmp_path / "nats", users=nats_users)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.kill()
 
 
 @pytest.fixture

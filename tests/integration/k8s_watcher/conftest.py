@@ -241,20 +241,8 @@ async def _collect(bus: Bus, subject: str, message_type: type[Any], into: Collec
 
 @pytest.fixture
 def nats_users() -> dict[str, Secret]:
+    """Per-user authorization on the shared `nats_server`, as deployed."""
     return generate_users()
-
-
-@pytest.fixture
-async def nats_server(
-    tmp_path: Path, nats_users: dict[str, Secret]
-) -> AsyncIterator[NatsServerProcess]:
-    """The shared fixture's server, with per-service authorization on."""
-    server = NatsServerProcess(tmp_path / "nats", users=nats_users)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.kill()
 
 
 @pytest.fixture
