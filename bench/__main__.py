@@ -18,6 +18,8 @@ import sys
 import time
 from typing import TextIO
 
+import structlog
+
 from bench._results import benchmark_modules, record
 
 
@@ -46,6 +48,9 @@ def main(argv: list[str]) -> int:
         print(f"unknown benchmark(s): {', '.join(unknown)}; have {benchmark_modules()}")
         return 2
     recording = os.environ.get("BENCH_RECORD", "") not in ("", "0")
+    # Figures go to stdout (and into the record), the components' logs to stderr: a log line
+    # is no figure. A benchmark may still set its own log level; the stream stays.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     for name in names:
         module = importlib.import_module(f"bench.{name}")
         print(f"== {name}", flush=True)
