@@ -1,7 +1,9 @@
-"""The skyhook.nvidia.com/v1alpha1 API as the controller reads it (pure).
+"""The skyhook.nvidia.com/v1alpha1 and nodewright.nvidia.com/v1alpha1 APIs as the controller
+reads them (pure).
 
-Skyhook and DeploymentPolicy are parsed field for field as NVIDIA's Skyhook operator defines
-them (names, defaults, validation), so its manifests mean the same here. Parsing never
+Skyhook (and its renamed twin NodeWright, the same spec) and DeploymentPolicy are parsed
+field for field as NVIDIA's Skyhook operator defines them (names, defaults, validation), so
+its manifests mean the same here. Parsing never
 raises: what its webhook would have refused is reported as `problems`, and the controller
 starts nothing for an object with problems.
 """
@@ -10,84 +12,67 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from nodeflow_contracts.durations import go_duration_seconds
+from nodeflow_contracts.skyhook import (
+    NODEWRIGHT,
+    SKYHOOK,
+    SkyhookNames,
+    flavor_of,
+    is_node_condition,
+)
+from nodeflow_contracts.skyhook import POLICY_API_VERSION as _POLICY_API_VERSION
+from nodeflow_contracts.skyhook import POLICY_KIND as _POLICY_KIND
 from nodeflow_kube.fields import Obj, mapping, meta
 from nodeflow_kube.labels import SelectorError, check_key, check_value
 
-API_GROUP: Final = "skyhook.nvidia.com"
-API_VERSION: Final = "skyhook.nvidia.com/v1alpha1"
-SKYHOOK_KIND: Final = "Skyhook"
-POLICY_KIND: Final = "DeploymentPolicy"
+# The legacy flavor's names (skyhook.nvidia.com). The controller reads every key from the
+# names of the object it reconciles (`Skyhook.names`: Skyhook or NodeWright, see
+# nodeflow_contracts.skyhook); these spell the Skyhook's for callers that mean that kind.
+API_GROUP: Final = SKYHOOK.group
+API_VERSION: Final = SKYHOOK.api_version
+SKYHOOK_KIND: Final = SKYHOOK.kind
+POLICY_KIND: Final = _POLICY_KIND
+POLICY_API_VERSION: Final = _POLICY_API_VERSION
 
-# Every node mark of the operator starts so (upstream's HasSkyhookAnnotations).
-SKYHOOK_PREFIX: Final = "skyhook.nvidia.com/"
-PAUSE_ANNOTATION: Final = "skyhook.nvidia.com/pause"
-DISABLE_ANNOTATION: Final = "skyhook.nvidia.com/disable"
-IGNORE_NODE_LABEL: Final = "skyhook.nvidia.com/ignore"
-# A DeploymentPolicy named by a Skyhook carries this finalizer, so it cannot go while in use.
+SKYHOOK_PREFIX: Final = SKYHOOK.prefix
+PAUSE_ANNOTATION: Final = SKYHOOK.pause_annotation
+DISABLE_ANNOTATION: Final = SKYHOOK.disable_annotation
+IGNORE_NODE_LABEL: Final = SKYHOOK.ignore_label
+# A DeploymentPolicy named by a Skyhook or NodeWright carries this finalizer, so it cannot go
+# while in use (the policy API is skyhook.nvidia.com's for both kinds).
 POLICY_FINALIZER: Final = "skyhook.nvidia.com/deploymentpolicy-in-use"
 # A Skyhook carries this finalizer while its nodes may carry its state: deleting the Skyhook
 # first removes what it wrote on them.
-SKYHOOK_FINALIZER: Final = "skyhook.nvidia.com/skyhook"
+SKYHOOK_FINALIZER: Final = SKYHOOK.finalizer
 DEFAULT_COMPARTMENT: Final = "__default__"
 DEFAULT_PRIORITY: Final = 200
 
 # Job labels, so the proposal's `kubectl get jobs -l ...` queries work.
-NAME_LABEL: Final = "skyhook.nvidia.com/name"
-PACKAGE_LABEL: Final = "skyhook.nvidia.com/package"
-NODE_LABEL: Final = "skyhook.nvidia.com/node"
-STAGE_LABEL: Final = "skyhook.nvidia.com/stage"
-RESOURCE_ID_LABEL: Final = "skyhook.nvidia.com/resource-id"
+NAME_LABEL: Final = SKYHOOK.name_label
+PACKAGE_LABEL: Final = SKYHOOK.package_label
+NODE_LABEL: Final = SKYHOOK.node_label
+STAGE_LABEL: Final = SKYHOOK.stage_label
+RESOURCE_ID_LABEL: Final = SKYHOOK.resource_id_label
 
-
-def node_state_annotation(skyhook: str) -> str:
-    return f"skyhook.nvidia.com/nodeState_{skyhook}"
-
+node_state_annotation = SKYHOOK.node_state_annotation
+version_annotation = SKYHOOK.version_annotation
+cordon_annotation = SKYHOOK.cordon_annotation
+auto_taint_annotation = SKYHOOK.auto_taint_annotation
+not_ready_condition = SKYHOOK.not_ready_condition
+erroring_condition = SKYHOOK.erroring_condition
+status_key = SKYHOOK.status_key
+# A node condition of either kind (never the kubelet's own).
+is_skyhook_condition = is_node_condition
 
 # What upstream writes as `version_<skyhook>` on a node: the operator release whose node-state
 # schema the nodeState annotation follows (`name|version` keys with image and containerSHA).
 # An upstream operator that takes the node over reads it and migrates nothing (its Migrate
 # rewrites only states of releases before v0.8).
 NODE_STATE_VERSION: Final = "v0.9.0"
-
-
-def version_annotation(skyhook: str) -> str:
-    return f"skyhook.nvidia.com/version_{skyhook}"
-
-
-def cordon_annotation(skyhook: str) -> str:
-    """`true` while the Skyhook holds a cordon of the node (its NodeMaintenance exists)."""
-    return f"skyhook.nvidia.com/cordon_{skyhook}"
-
-
-def auto_taint_annotation(taint_key: str) -> str:
-    """Set on a node the controller gave the runtime-required taint (autoTaintNewNodes)."""
-    return f"skyhook.nvidia.com/autoTaint_{taint_key}"
-
-
-def not_ready_condition(skyhook: str) -> str:
-    """The Node condition True while the Skyhook is not complete on the node, False once it
-    is (upstream `operator/internal/wrapper/node.go::UpdateCondition`)."""
-    return f"skyhook.nvidia.com/{skyhook}/NotReady"
-
-
-def erroring_condition(skyhook: str) -> str:
-    """The Node condition True while a package of the Skyhook errors (or is unknown) there."""
-    return f"skyhook.nvidia.com/{skyhook}/Erroring"
-
-
-def is_skyhook_condition(kind: str) -> bool:
-    """One of the Node conditions a Skyhook writes (never the kubelet's own)."""
-    return kind.startswith(SKYHOOK_PREFIX) and kind.endswith(("/NotReady", "/Erroring"))
-
-
-def status_key(skyhook: str) -> str:
-    """The node label and annotation holding the node's status for one Skyhook."""
-    return f"skyhook.nvidia.com/status_{skyhook}"
 
 
 InterruptType = Literal["service", "reboot", "noop", "restartAllServices"]
@@ -504,6 +489,8 @@ class Skyhook:
     status: Obj = field(default_factory=dict)
     finalizers: tuple[str, ...] = ()
     deleting: bool = False
+    # Which kind it is (Skyhook or NodeWright): every key it reads or writes is of its names.
+    names: SkyhookNames = SKYHOOK
 
     def package(self, name: str) -> Package | None:
         for package in self.packages:
@@ -669,7 +656,9 @@ def dependency_cycle(packages: Mapping[str, Package]) -> list[str] | None:
 
 
 def parse_skyhook(obj: Obj) -> Skyhook:
+    """A Skyhook or NodeWright (by its apiVersion; anything else is read as a Skyhook)."""
     metadata = meta(obj)
+    names = flavor_of(str(obj.get("apiVersion") or ""), str(obj.get("kind") or "")) or SKYHOOK
     spec = mapping(obj.get("spec"))
     annotations = mapping(metadata.get("annotations"))
     problems: list[str] = []
@@ -729,16 +718,26 @@ def parse_skyhook(obj: Obj) -> Skyhook:
         priority=priority if priority is not None else DEFAULT_PRIORITY,
         serial=bool(spec.get("serial")),
         sequencing=sequencing,  # type: ignore[arg-type]
-        paused=str(annotations.get(PAUSE_ANNOTATION, "")).lower() == "true",
+        paused=str(annotations.get(names.pause_annotation, "")).lower() == "true",
         runtime_required=spec.get("runtimeRequired") is True,
         auto_taint_new_nodes=spec.get("autoTaintNewNodes") is True,
         reset_batch_state_on_completion=_reset_option(spec),
-        disabled=str(annotations.get(DISABLE_ANNOTATION, "")).lower() == "true",
+        disabled=str(annotations.get(names.disable_annotation, "")).lower() == "true",
         problems=tuple(problems),
         status=dict(mapping(obj.get("status"))),
         finalizers=tuple(str(f) for f in metadata.get("finalizers") or ()),
         deleting=bool(metadata.get("deletionTimestamp")),
+        names=names,
     )
+
+
+def reconciled(skyhooks: Sequence[Skyhook]) -> list[Skyhook]:
+    """The objects the controller works on: every Skyhook and NodeWright, but of a name both
+    kinds hold only the NodeWright (upstream's renamed release keeps the legacy Skyhook beside
+    it read-only, its status unwritten). A shadowed Skyhook being deleted stays, so its own
+    marks (its group's keys, never the NodeWright's) are removed and its finalizer dropped."""
+    renamed = {s.name for s in skyhooks if s.names == NODEWRIGHT}
+    return [s for s in skyhooks if s.names == NODEWRIGHT or s.name not in renamed or s.deleting]
 
 
 def _reset_option(spec: Obj) -> bool | None:

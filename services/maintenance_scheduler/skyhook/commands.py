@@ -27,17 +27,10 @@ from typing import Any, Final
 
 from maintenance_scheduler.commands import COMMAND_LIFETIME_SECONDS, SENDER, canonical, digest
 from maintenance_scheduler.skyhook.api import (
-    API_VERSION,
     NODE_STATE_VERSION,
+    POLICY_API_VERSION,
     POLICY_FINALIZER,
     POLICY_KIND,
-    SKYHOOK_FINALIZER,
-    SKYHOOK_KIND,
-    auto_taint_annotation,
-    cordon_annotation,
-    node_state_annotation,
-    status_key,
-    version_annotation,
 )
 from maintenance_scheduler.skyhook.jobs import DEFAULT_POD_OPTIONS, build_job, build_maintenance
 from maintenance_scheduler.skyhook.plan import (
@@ -209,25 +202,27 @@ def command_for(
             now,
         )
     if isinstance(action, PatchNode):
-        node = action.node
+        node, names = action.node, action.names
         annotations: dict[str, Any] = {
-            node_state_annotation(action.skyhook): action.node_state or None,
-            status_key(action.skyhook): action.status,
+            names.node_state_annotation(action.skyhook): action.node_state or None,
+            names.status_key(action.skyhook): action.status,
             # The schema of the state beside it; gone with the state.
-            version_annotation(action.skyhook): NODE_STATE_VERSION if action.node_state else None,
-            cordon_annotation(action.skyhook): "true" if action.cordon else None,
+            names.version_annotation(action.skyhook): (
+                NODE_STATE_VERSION if action.node_state else None
+            ),
+            names.cordon_annotation(action.skyhook): "true" if action.cordon else None,
         }
         patch = {
             "metadata": {
                 "annotations": annotations,
-                "labels": {status_key(action.skyhook): action.status},
+                "labels": {names.status_key(action.skyhook): action.status},
             }
         }
         return _command(
-            f"node:{action.skyhook}:{node.uid}:{node.resource_version}:{digest(canonical(patch))}",
+            f"node:{names.group}:{action.skyhook}:{node.uid}:{node.resource_version}:{digest(canonical(patch))}",
             ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
             k8s.PatchObject(patch_type="merge", patch=patch),
-            f"Skyhook {action.skyhook}: node {action.status}",
+            f"{names.kind} {action.skyhook}: node {action.status}",
             now,
         )
     if isinstance(action, SetNodeConditions):
@@ -238,16 +233,16 @@ def command_for(
         ]
         status_patch: dict[str, Any] = {"status": {"conditions": entries}}
         return _command(
-            f"node-conditions:{action.skyhook}:{node.uid}:{node.resource_version}:"
+            f"node-conditions:{action.names.group}:{action.skyhook}:{node.uid}:{node.resource_version}:"
             f"{digest(canonical(status_patch))}",
             ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
             k8s.PatchObject(patch_type="strategic", patch=status_patch, subresource="status"),
             (
-                f"Skyhook {action.skyhook}: node conditions "
+                f"{action.names.kind} {action.skyhook}: node conditions "
                 + ", ".join(f"{c['type']}={c['status']}" for c in action.conditions)
             )
             if action.conditions
-            else f"Skyhook {action.skyhook} deleted: its conditions leave the node",
+            else f"{action.names.kind} {action.skyhook} deleted: its conditions leave the node",
             now,
         )
     if isinstance(action, CreateMaintenance):
@@ -288,8 +283,8 @@ def command_for(
         return _command(
             f"status:{skyhook.uid}:{skyhook.resource_version}:{digest(canonical(action.status))}",
             ObjectRef(
-                api_version=API_VERSION,
-                kind=SKYHOOK_KIND,
+                api_version=skyhook.names.api_version,
+                kind=skyhook.names.kind,
                 name=skyhook.name,
                 uid=skyhook.uid or None,
                 resource_version=skyhook.resource_version or None,
@@ -299,23 +294,23 @@ def command_for(
             now,
         )
     if isinstance(action, ForgetNode):
-        node = action.node
+        node, names = action.node, action.names
         patch = {
             "metadata": {
                 "annotations": {
-                    node_state_annotation(action.skyhook): None,
-                    status_key(action.skyhook): None,
-                    version_annotation(action.skyhook): None,
-                    cordon_annotation(action.skyhook): None,
+                    names.node_state_annotation(action.skyhook): None,
+                    names.status_key(action.skyhook): None,
+                    names.version_annotation(action.skyhook): None,
+                    names.cordon_annotation(action.skyhook): None,
                 },
-                "labels": {status_key(action.skyhook): None},
+                "labels": {names.status_key(action.skyhook): None},
             }
         }
         return _command(
-            f"forget:{action.skyhook}:{node.uid}:{node.resource_version}",
+            f"forget:{names.group}:{action.skyhook}:{node.uid}:{node.resource_version}",
             ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
             k8s.PatchObject(patch_type="merge", patch=patch),
-            f"Skyhook {action.skyhook} deleted: its marks leave the node",
+            f"{names.kind} {action.skyhook} deleted: its marks leave the node",
             now,
         )
     if isinstance(action, SetRuntimeTaint):
@@ -327,9 +322,11 @@ def command_for(
         taints = [*untouched, dict(action.taint)] if action.present else untouched
         taint_patch: dict[str, Any] = {"spec": {"taints": taints or None}}
         if action.present:
-            taint_patch["metadata"] = {"annotations": {auto_taint_annotation(str(key)): "true"}}
+            taint_patch["metadata"] = {
+                "annotations": {action.names.auto_taint_annotation(str(key)): "true"}
+            }
         return _command(
-            f"runtime-taint:{node.uid}:{node.resource_version}:{action.present}",
+            f"runtime-taint:{key}:{node.uid}:{node.resource_version}:{action.present}",
             ObjectRef(
                 api_version="v1",
                 kind="Node",
@@ -345,13 +342,14 @@ def command_for(
         )
     if isinstance(action, SetSkyhookFinalizer):
         skyhook = action.skyhook
-        kept = [f for f in skyhook.finalizers if f != SKYHOOK_FINALIZER]
-        wanted = [*kept, SKYHOOK_FINALIZER] if action.present else kept
+        finalizer = skyhook.names.finalizer
+        kept = [f for f in skyhook.finalizers if f != finalizer]
+        wanted = [*kept, finalizer] if action.present else kept
         return _command(
             f"finalizer:{skyhook.uid}:{skyhook.resource_version}:{action.present}",
             ObjectRef(
-                api_version=API_VERSION,
-                kind=SKYHOOK_KIND,
+                api_version=skyhook.names.api_version,
+                kind=skyhook.names.kind,
                 name=skyhook.name,
                 uid=skyhook.uid or None,
                 resource_version=skyhook.resource_version or None,
@@ -369,7 +367,7 @@ def command_for(
     return _command(
         f"policy:{policy.uid}:{policy.resource_version}:{action.present}",
         ObjectRef(
-            api_version=API_VERSION,
+            api_version=POLICY_API_VERSION,
             kind=POLICY_KIND,
             name=policy.name,
             uid=policy.uid or None,

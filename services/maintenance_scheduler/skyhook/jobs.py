@@ -22,13 +22,6 @@ from typing import Any, Final
 
 from maintenance_scheduler.api import GC_IGNORE_ANNOTATION
 from maintenance_scheduler.skyhook.api import (
-    API_VERSION,
-    NAME_LABEL,
-    NODE_LABEL,
-    PACKAGE_LABEL,
-    RESOURCE_ID_LABEL,
-    SKYHOOK_KIND,
-    STAGE_LABEL,
     Interrupt,
     LabelSelector,
     Package,
@@ -40,11 +33,16 @@ from maintenance_scheduler.skyhook.pod import (
     package_annotation,
     stage_pod_spec,
 )
+from nodeflow_contracts.skyhook import FLAVORS, SKYHOOK, SkyhookNames
 from nodeflow_kube.labels import LabelSelector as KubeLabelSelector
 
 MANAGED_BY: Final = "nodeflow-maintenance-scheduler"
-PACKAGE_ANNOTATION: Final = "skyhook.nvidia.com/package"
-IDENTITY_ANNOTATION: Final = "skyhook.nvidia.com/identity"
+# A Skyhook's (a NodeWright's are `names.package_annotation`, `names.identity_annotation`).
+PACKAGE_ANNOTATION: Final = SKYHOOK.package_annotation
+IDENTITY_ANNOTATION: Final = SKYHOOK.identity_annotation
+# A drain for an interrupt evicts everything but the package pods of either kind: a Skyhook's
+# interrupt never evicts a NodeWright's package pod on the same node, nor the other way round.
+DRAIN_POD_SELECTOR: Final = ",".join(f"!{names.name_label}" for names in FLAVORS)
 SUCCEEDED_TTL_SECONDS: Final = 86400
 # Interrupt Jobs restart their pod OnFailure, as upstream's interrupt pods and Jobs do: the
 # reboot kills the interrupt pod (exit 143, upstream issue #633), the kubelet restarts it after
@@ -115,20 +113,25 @@ def job_identity(
     }
 
 
-def requestor_id(skyhook: str) -> str:
-    return f"{skyhook}.skyhook.nvidia.com"[:63].rstrip(".-")
+def requestor_id(skyhook: str, names: SkyhookNames = SKYHOOK) -> str:
+    return names.requestor_id(skyhook)
 
 
 def job_labels(
-    skyhook: str, package: Package | str, stage: str, node: str, version: str
+    skyhook: str,
+    package: Package | str,
+    stage: str,
+    node: str,
+    version: str,
+    names: SkyhookNames = SKYHOOK,
 ) -> dict[str, str]:
     name = package.name if isinstance(package, Package) else package
     return {
-        NAME_LABEL: skyhook,
-        PACKAGE_LABEL: name,
-        NODE_LABEL: node,
-        STAGE_LABEL: stage,
-        RESOURCE_ID_LABEL: resource_id(skyhook, name, version, node),
+        names.name_label: skyhook,
+        names.package_label: name,
+        names.node_label: node,
+        names.stage_label: stage,
+        names.resource_id_label: resource_id(skyhook, name, version, node),
         "app.kubernetes.io/managed-by": MANAGED_BY,
     }
 
@@ -156,7 +159,8 @@ def build_job(
     name = job_name(
         skyhook.name, package.name, package.version, stage, node, entry_identity(run, config)
     )
-    labels = job_labels(skyhook.name, package, stage, node, package.version)
+    names = skyhook.names
+    labels = job_labels(skyhook.name, package, stage, node, package.version, names)
     if stage == "interrupt":
         interrupt = package.interrupt or Interrupt("noop")
         pod_spec = interrupt_pod_spec(options, skyhook, package, interrupt, node, node_order)
@@ -172,7 +176,10 @@ def build_job(
         "ttlSecondsAfterFinished": SUCCEEDED_TTL_SECONDS,
         "podReplacementPolicy": "Failed",
         "template": {
-            "metadata": {"labels": dict(labels), "annotations": {PACKAGE_ANNOTATION: package_json}},
+            "metadata": {
+                "labels": dict(labels),
+                "annotations": {names.package_annotation: package_json},
+            },
             "spec": {
                 **pod_spec,
                 # podFailurePolicy needs restartPolicy Never: an interrupt Job has neither.
@@ -199,13 +206,13 @@ def build_job(
             "namespace": namespace,
             "labels": labels,
             "annotations": {
-                PACKAGE_ANNOTATION: package_json,
-                IDENTITY_ANNOTATION: json.dumps(identity, sort_keys=True),
+                names.package_annotation: package_json,
+                names.identity_annotation: json.dumps(identity, sort_keys=True),
             },
             "ownerReferences": [
                 {
-                    "apiVersion": API_VERSION,
-                    "kind": SKYHOOK_KIND,
+                    "apiVersion": names.api_version,
+                    "kind": names.kind,
                     "name": skyhook.name,
                     "uid": skyhook.uid,
                     "blockOwnerDeletion": False,
@@ -237,13 +244,13 @@ def build_maintenance(
     interrupt failed (the node stays out of service): the garbage collector's age limit
     must not end it under a half-upgraded node, hence garbage-collector.ignore."""
     spec: dict[str, Any] = {
-        "requestorID": requestor_id(skyhook.name),
+        "requestorID": requestor_id(skyhook.name, skyhook.names),
         "nodeName": node,
         "cordon": True,
         "drainSpec": {
             "force": True,
             "deleteEmptyDir": True,
-            "podSelector": f"!{NAME_LABEL}",
+            "podSelector": DRAIN_POD_SELECTOR,
             "timeoutSeconds": drain_timeout_seconds,
         },
     }
@@ -261,8 +268,8 @@ def build_maintenance(
             "name": maintenance_name(skyhook.name, node),
             "namespace": namespace,
             "labels": {
-                NAME_LABEL: skyhook.name,
-                NODE_LABEL: node,
+                skyhook.names.name_label: skyhook.name,
+                skyhook.names.node_label: node,
                 "app.kubernetes.io/managed-by": MANAGED_BY,
             },
             "annotations": {GC_IGNORE_ANNOTATION: "true"},

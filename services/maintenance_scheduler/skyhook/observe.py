@@ -11,16 +11,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from maintenance_scheduler.skyhook.api import (
-    NAME_LABEL,
-    NODE_LABEL,
-    PACKAGE_LABEL,
-    STAGE_LABEL,
-    is_skyhook_condition,
-)
-from maintenance_scheduler.skyhook.jobs import IDENTITY_ANNOTATION
 from maintenance_scheduler.skyhook.plan import NodeView
 from maintenance_scheduler.skyhook.stages import JobFacts
+from nodeflow_contracts.skyhook import SKYHOOK, SkyhookNames, is_node_condition, owner_in
 from nodeflow_kube.fields import (
     condition,
     mapping,
@@ -78,9 +71,16 @@ def pull_stuck(pods: Sequence[Obj]) -> tuple[float, str] | None:
     return found
 
 
+def _names_of(job: Obj) -> SkyhookNames:
+    """The kind whose labels the Job carries (a Skyhook's or a NodeWright's)."""
+    owner = owner_in(mapping(meta(job).get("labels")))
+    return owner[0] if owner is not None else SKYHOOK
+
+
 def job_identity_of(job: Obj) -> Mapping[str, str] | None:
-    """The Job's IDENTITY_ANNOTATION; an unreadable one is an identity nothing matches."""
-    raw = mapping(meta(job).get("annotations")).get(IDENTITY_ANNOTATION)
+    """The Job's identity annotation (`<group>/identity`, jobs.IDENTITY_ANNOTATION for a
+    Skyhook's); an unreadable one is an identity nothing matches."""
+    raw = mapping(meta(job).get("annotations")).get(_names_of(job).identity_annotation)
     if raw is None:
         return None
     try:
@@ -94,7 +94,12 @@ def job_identity_of(job: Obj) -> Mapping[str, str] | None:
 
 def job_slot(job: Obj) -> tuple[str, str, str] | None:
     labels = mapping(meta(job).get("labels"))
-    parts = (labels.get(NAME_LABEL), labels.get(PACKAGE_LABEL), labels.get(NODE_LABEL))
+    names = _names_of(job)
+    parts = (
+        labels.get(names.name_label),
+        labels.get(names.package_label),
+        labels.get(names.node_label),
+    )
     if not all(isinstance(p, str) and p for p in parts):
         return None
     return (str(parts[0]), str(parts[1]), str(parts[2]))
@@ -104,7 +109,7 @@ def job_facts(job: Obj, pods: Sequence[Obj]) -> JobFacts:
     name = str(meta(job).get("name") or "")
     identity = job_identity_of(job)
     slot = job_slot(job)
-    stage = str(mapping(meta(job).get("labels")).get(STAGE_LABEL) or "")
+    stage = str(mapping(meta(job).get("labels")).get(_names_of(job).stage_label) or "")
     failed = _true(job, "Failed")
     if failed is not None:
         reason = "OOMKilled" if oom_killed(pods) else str(failed.get("reason") or "Failed")
@@ -150,11 +155,12 @@ def node_view(node: Obj) -> NodeView:
 
 
 def skyhook_conditions(node: Obj) -> dict[str, Obj]:
-    """The node's Skyhook conditions by type (the kubelet's are not the controller's)."""
+    """The node's Skyhook and NodeWright conditions by type (the kubelet's are not the
+    controller's)."""
     found: dict[str, Obj] = {}
     for entry in mapping(node.get("status")).get("conditions") or ():
         kind = entry.get("type") if isinstance(entry, dict) else None
-        if isinstance(kind, str) and is_skyhook_condition(kind):
+        if isinstance(kind, str) and is_node_condition(kind):
             found[kind] = dict(entry)
     return found
 

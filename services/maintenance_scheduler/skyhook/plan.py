@@ -2,7 +2,7 @@
 
 Per Skyhook, in priority order (lower first, then name): its target nodes (nodeSelectors)
 fall into the policy's compartments; each compartment evaluates its finished batch and picks
-the nodes that may work (not one labelled skyhook.nvidia.com/ignore nor one with a taint
+the nodes that may work (not one labelled `<group>/ignore` nor one with a taint
 the Skyhook does not tolerate: those show `blocked`); on each of those the packages advance
 stage by stage (dependsOn first, one at a time when serial),
 each stage one Job. A package that will interrupt its node waits for the node's
@@ -15,10 +15,14 @@ package version, run and config (jobs.IDENTITY_ANNOTATION).
 Fail closed: a node whose state annotation is unreadable is left alone (status unknown);
 a paused or disabled Skyhook, a stopped rollout or a missing policy starts no new stage.
 
-A Skyhook works only once it carries SKYHOOK_FINALIZER, so nothing it writes on a node can
-outlive it: deleted, it removes its nodeState_/status_/version_/cordon_ annotations and
-status_ label from every node and waits for its NodeMaintenances (so their cordons) to be
-gone before dropping the finalizer; its Jobs go with it through their ownerReference.
+Both kinds run here, a Skyhook (skyhook.nvidia.com) and a NodeWright (nodewright.nvidia.com):
+`Skyhook.names` gives every key one writes or reads, so the two never touch each other's marks
+(nodeflow_contracts.skyhook states the naming contract).
+
+A Skyhook works only once it carries its finalizer (`names.finalizer`), so nothing it writes
+on a node can outlive it: deleted, it removes its nodeState_/status_/version_/cordon_
+annotations and status_ label from every node and waits for its NodeMaintenances (so their
+cordons) to be gone before dropping the finalizer; its Jobs go with it through their ownerReference.
 """
 
 from __future__ import annotations
@@ -32,23 +36,14 @@ from typing import Any, Final, Literal
 from maintenance_scheduler.skyhook import stages
 from maintenance_scheduler.skyhook.api import (
     DEFAULT_COMPARTMENT,
-    IGNORE_NODE_LABEL,
     NODE_STATE_VERSION,
     POLICY_FINALIZER,
-    SKYHOOK_FINALIZER,
-    SKYHOOK_PREFIX,
     DeploymentPolicy,
     Interrupt,
     Package,
     Skyhook,
-    cordon_annotation,
-    erroring_condition,
-    node_state_annotation,
-    not_ready_condition,
     policy_for,
     resets_batch_state,
-    status_key,
-    version_annotation,
 )
 from maintenance_scheduler.skyhook.jobs import (
     entry_identity,
@@ -83,6 +78,13 @@ from maintenance_scheduler.skyhook.stages import (
     parse_node_state,
     render_node_state,
     step_package,
+)
+from nodeflow_contracts.skyhook import (
+    FLAVORS,
+    NODEWRIGHT,
+    SKYHOOK,
+    SkyhookNames,
+    carries_marks,
 )
 from nodeflow_kube.fields import (
     rfc3339,
@@ -152,6 +154,7 @@ class FailJob:
     skyhook: str
     name: str
     message: str
+    names: SkyhookNames = SKYHOOK
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ class KeepFailedJob:
     skyhook: str
     name: str
     attempt: int = 0
+    names: SkyhookNames = SKYHOOK
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,8 @@ class PatchNode:
     node_state: str
     status: str
     cordon: bool = False
+    # The kind of the object (Skyhook or NodeWright) whose keys the patch writes.
+    names: SkyhookNames = SKYHOOK
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,7 @@ class SetNodeConditions:
     node: NodeView
     conditions: tuple[Mapping[str, Any], ...] = ()
     removed: tuple[str, ...] = ()
+    names: SkyhookNames = SKYHOOK
 
 
 @dataclass(frozen=True)
@@ -228,6 +235,7 @@ class ForgetNode:
 
     skyhook: str
     node: NodeView
+    names: SkyhookNames = SKYHOOK
 
 
 @dataclass(frozen=True)
@@ -238,6 +246,8 @@ class SetRuntimeTaint:
     node: NodeView
     taint: Mapping[str, str]
     present: bool
+    # Whose taint it is (its autoTaint_<key> annotation is of these names).
+    names: SkyhookNames = SKYHOOK
 
 
 @dataclass(frozen=True)
@@ -292,11 +302,24 @@ class World:
     runtime_required_toleration: Mapping[str, str] = field(
         default_factory=lambda: PodOptions().runtime_required_toleration()
     )
+    # The NodeWrights' own (NODEWRIGHT_RUNTIME_REQUIRED_TAINT).
+    nodewright_runtime_required_toleration: Mapping[str, str] = field(
+        default_factory=lambda: PodOptions().runtime_required_toleration(NODEWRIGHT)
+    )
+
+    def runtime_toleration_of(self, names: SkyhookNames) -> Mapping[str, str]:
+        """The toleration of the runtime-required taint of a Skyhook or a NodeWright."""
+        if names == NODEWRIGHT:
+            return self.nodewright_runtime_required_toleration
+        return self.runtime_required_toleration
+
+    def runtime_taint_of(self, names: SkyhookNames) -> Mapping[str, str]:
+        toleration = self.runtime_toleration_of(names)
+        return {k: toleration[k] for k in ("key", "value", "effect") if toleration.get(k)}
 
     @property
     def runtime_required_taint(self) -> Mapping[str, str]:
-        toleration = self.runtime_required_toleration
-        return {k: toleration[k] for k in ("key", "value", "effect") if toleration.get(k)}
+        return self.runtime_taint_of(SKYHOOK)
 
     @functools.cached_property
     def running_slots(self) -> Mapping[tuple[str, str, str], frozenset[str]]:
@@ -683,9 +706,9 @@ def step_node(
                 create(package, new)
         if job is not None and job.outcome == "failed" and job.ttl_seconds is not None:
             attempt = entry.restarts if entry is not None else 0
-            result.actions.append(KeepFailedJob(skyhook.name, job.name, attempt))
+            result.actions.append(KeepFailedJob(skyhook.name, job.name, attempt, skyhook.names))
         if outcome.fail_job and job is not None and new is not None:
-            result.actions.append(FailJob(skyhook.name, job.name, new.message))
+            result.actions.append(FailJob(skyhook.name, job.name, new.message, skyhook.names))
             result.decisions.append(
                 SkyhookDecisionNote(
                     skyhook.name,
@@ -930,8 +953,8 @@ def _waits_for_earlier(earlier: Sequence[tuple[Skyhook, Mapping[str, str], bool]
     )
 
 
-def _ignored(node: NodeView) -> bool:
-    return node.labels.get(IGNORE_NODE_LABEL, "").lower() == "true"
+def _ignored(node: NodeView, names: SkyhookNames) -> bool:
+    return node.labels.get(names.ignore_label, "").lower() == "true"
 
 
 def picker_tolerations(skyhook: Skyhook, world: World) -> list[Mapping[str, Any]]:
@@ -942,7 +965,7 @@ def picker_tolerations(skyhook: Skyhook, world: World) -> list[Mapping[str, Any]
         *skyhook.additional_tolerations,
     ]
     if skyhook.runtime_required:
-        found.append(world.runtime_required_toleration)
+        found.append(world.runtime_toleration_of(skyhook.names))
     return found
 
 
@@ -987,19 +1010,25 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
             plan.actions.append(SetPolicyFinalizer(policy, True))
         elif policy.name not in in_use and has:
             plan.actions.append(SetPolicyFinalizer(policy, False))
-    new_nodes = _auto_taint_nodes(world, ordered)
-    if new_nodes:
+    tainting: set[str] = set()
+    for names in FLAVORS:
+        new_nodes = _auto_taint_nodes(world, [s for s in ordered if s.names == names], names)
         # The taint lands first (upstream's HandleAutoTaint ends its reconcile): nothing else
-        # is written on those nodes this round, so they stay new until it has landed.
-        taint = world.runtime_required_taint
-        plan.actions.extend(SetRuntimeTaint(node, taint, True) for node in new_nodes)
-        world = replace(world, settling=world.settling | {node.name for node in new_nodes})
+        # is written on those nodes this round, so they stay new until it has landed. One
+        # taint per node and round: a node new to both kinds gets the NodeWright's next round.
+        taint = world.runtime_taint_of(names)
+        for new_node in new_nodes:
+            if new_node.name not in tainting:
+                plan.actions.append(SetRuntimeTaint(new_node, taint, True, names))
+                tainting.add(new_node.name)
+    if tainting:
+        world = replace(world, settling=world.settling | tainting)
     planned: list[tuple[Skyhook, SkyhookRound]] = []
     for skyhook in ordered:
         if skyhook.deleting:
             _plan_deletion(skyhook, world, plan)
             continue
-        if SKYHOOK_FINALIZER not in skyhook.finalizers:
+        if skyhook.names.finalizer not in skyhook.finalizers:
             # Nothing is written on a node before the finalizer guarantees its removal.
             plan.actions.append(SetSkyhookFinalizer(skyhook, True))
             continue
@@ -1018,7 +1047,11 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
     _plan_runtime_taints(world, planned, plan)
     # A request no interrupt needs any more goes, whoever left it: the round that finished
     # post-interrupt, one whose delete was lost, or a Skyhook deleted mid-interrupt.
-    deleting = {s.name for s in world.skyhooks if s.deleting}
+    # (A name is deleted once no object of it lives: a NodeWright's request stays while a
+    # shadowed Skyhook of its name goes.)
+    deleting = {s.name for s in world.skyhooks if s.deleting} - {
+        s.name for s in world.skyhooks if not s.deleting
+    }
     for name, (owner, node) in sorted(world.maintenance_owners.items()):
         if name in plan.kept_maintenances:
             continue
@@ -1051,28 +1084,30 @@ def has_taint(node: NodeView, taint: Mapping[str, str]) -> bool:
     )
 
 
-def _auto_taint_nodes(world: World, skyhooks: Sequence[Skyhook]) -> list[NodeView]:
-    """upstream's getAutoTaintNodes: nodes a runtimeRequired Skyhook with autoTaintNewNodes
-    selects that lack the runtime-required taint and carry no skyhook.nvidia.com/ annotation
-    yet (new nodes)."""
+def _auto_taint_nodes(
+    world: World, skyhooks: Sequence[Skyhook], names: SkyhookNames
+) -> list[NodeView]:
+    """upstream's getAutoTaintNodes: nodes a runtimeRequired Skyhook (of one kind) with
+    autoTaintNewNodes selects that lack its runtime-required taint and carry no annotation of
+    either kind yet (new nodes: a node either kind already works on is not new)."""
     auto = [
         s
         for s in skyhooks
         if s.runtime_required
         and s.auto_taint_new_nodes
         and not s.deleting
-        and SKYHOOK_FINALIZER in s.finalizers
+        and names.finalizer in s.finalizers
     ]
     if not auto:
         return []
-    taint = world.runtime_required_taint
+    taint = world.runtime_taint_of(names)
     return [
         node
         for node in world.nodes
         if node.name not in world.settling
         and any(s.node_selector.matches(node.labels) for s in auto)
         and not has_taint(node, taint)
-        and not any(k.startswith(SKYHOOK_PREFIX) for k in node.annotations)
+        and not carries_marks(node.annotations)
     ]
 
 
@@ -1082,20 +1117,21 @@ def _plan_runtime_taints(
     """upstream's HandleRuntimeRequired: a node keeps the runtime-required taint until every
     runtimeRequired Skyhook selecting it is complete on it (an unreadable state is not
     complete: the taint stays)."""
-    required = [(s, r) for s, r in planned if s.runtime_required]
-    if not required:
-        return
-    taint = world.runtime_required_taint
-    done_everywhere: dict[str, bool] = {}
-    for _, summary in required:
-        for name in summary.node_status:
-            done_everywhere[name] = done_everywhere.get(name, True) and (
-                name in summary.complete_nodes
-            )
-    for node in world.nodes:
-        done = done_everywhere.get(node.name)
-        if done and node.name not in world.settling and has_taint(node, taint):
-            plan.actions.append(SetRuntimeTaint(node, taint, False))
+    for names in FLAVORS:
+        required = [(s, r) for s, r in planned if s.runtime_required and s.names == names]
+        if not required:
+            continue
+        taint = world.runtime_taint_of(names)
+        done_everywhere: dict[str, bool] = {}
+        for _, summary in required:
+            for name in summary.node_status:
+                done_everywhere[name] = done_everywhere.get(name, True) and (
+                    name in summary.complete_nodes
+                )
+        for node in world.nodes:
+            done = done_everywhere.get(node.name)
+            if done and node.name not in world.settling and has_taint(node, taint):
+                plan.actions.append(SetRuntimeTaint(node, taint, False, names))
 
 
 NOT_READY_REASONS: Final = {True: "Incomplete", False: "Complete"}
@@ -1108,6 +1144,7 @@ def node_conditions(
     entries: Mapping[str, PackageState],
     complete: bool,
     now: float,
+    names: SkyhookNames = SKYHOOK,
 ) -> tuple[Mapping[str, Any], ...]:
     """The Skyhook's node conditions (upstream `operator/internal/wrapper/node.go::
     UpdateCondition`) that differ from what the node shows, ready to write; empty when none
@@ -1118,13 +1155,13 @@ def node_conditions(
     erroring = any(e.state in (stages.ERRORING, stages.UNKNOWN) for e in entries.values())
     wanted = (
         (
-            not_ready_condition(skyhook),
+            names.not_ready_condition(skyhook),
             not complete,
             NOT_READY_REASONS[not complete],
-            f"Skyhook {skyhook} Ready",
+            f"{names.kind} {skyhook} Ready",
         ),
         (
-            erroring_condition(skyhook),
+            names.erroring_condition(skyhook),
             erroring,
             ERRORING_REASONS[erroring],
             f"Package Erroring or Unknown for {skyhook}",
@@ -1152,41 +1189,45 @@ def node_conditions(
     return tuple(written)
 
 
-def marks_of(skyhook: str, node: NodeView) -> bool:
-    """Whether the node carries anything the Skyhook wrote on it."""
-    key = status_key(skyhook)
+def marks_of(skyhook: str, node: NodeView, names: SkyhookNames = SKYHOOK) -> bool:
+    """Whether the node carries anything the Skyhook (or NodeWright) wrote on it."""
+    key = names.status_key(skyhook)
     return (
-        node_state_annotation(skyhook) in node.annotations
+        names.node_state_annotation(skyhook) in node.annotations
         or key in node.annotations
         or key in node.labels
-        or version_annotation(skyhook) in node.annotations
-        or cordon_annotation(skyhook) in node.annotations
+        or names.version_annotation(skyhook) in node.annotations
+        or names.cordon_annotation(skyhook) in node.annotations
     )
 
 
-def conditions_of(skyhook: str, node: NodeView) -> tuple[str, ...]:
-    """The Skyhook's own condition types the node shows."""
-    mine = (not_ready_condition(skyhook), erroring_condition(skyhook))
+def conditions_of(skyhook: str, node: NodeView, names: SkyhookNames = SKYHOOK) -> tuple[str, ...]:
+    """The Skyhook's (or NodeWright's) own condition types the node shows."""
+    mine = (names.not_ready_condition(skyhook), names.erroring_condition(skyhook))
     return tuple(kind for kind in mine if kind in node.conditions)
 
 
 def _plan_deletion(skyhook: Skyhook, world: World, plan: RoundPlan) -> None:
     """Undo the Skyhook's marks on every node (its selector may have changed since it wrote
     them), and drop its finalizer only once no node and no NodeMaintenance of it is left."""
-    if SKYHOOK_FINALIZER not in skyhook.finalizers:
+    names = skyhook.names
+    if names.finalizer not in skyhook.finalizers:
         return
     left = 0
     for node in world.nodes:
-        marked, conditions = marks_of(skyhook.name, node), conditions_of(skyhook.name, node)
+        marked = marks_of(skyhook.name, node, names)
+        conditions = conditions_of(skyhook.name, node, names)
         if not marked and not conditions:
             continue
         left += 1
         if node.name in world.settling:
             continue
         if marked:
-            plan.actions.append(ForgetNode(skyhook.name, node))
+            plan.actions.append(ForgetNode(skyhook.name, node, names))
         if conditions:
-            plan.actions.append(SetNodeConditions(skyhook.name, node, removed=conditions))
+            plan.actions.append(
+                SetNodeConditions(skyhook.name, node, removed=conditions, names=names)
+            )
     requests = sum(1 for owner, _ in world.maintenance_owners.values() if owner == skyhook.name)
     if left or requests:
         return
@@ -1209,11 +1250,14 @@ def _plan_skyhook(
     # An ignored node stays a target (upstream keeps it in the Skyhook, NodesIgnored): it
     # runs nothing and shows blocked, as does one with a taint the Skyhook does not tolerate.
     targets = [n for n in world.nodes if select_all or selector.matches(n.labels)]
-    ignored = sorted(n.name for n in targets if IGNORE_NODE_LABEL in n.labels and _ignored(n))
+    ignore_label = skyhook.names.ignore_label
+    ignored = sorted(
+        n.name for n in targets if ignore_label in n.labels and _ignored(n, skyhook.names)
+    )
     tolerations = picker_tolerations(skyhook, world)
     untolerated = sorted(n.name for n in targets if n.taints and not _tolerates_all(tolerations, n))
     held = {*ignored, *untolerated}
-    annotation = node_state_annotation(skyhook.name)
+    annotation = skyhook.names.node_state_annotation(skyhook.name)
     wanted = wanted_versions(skyhook)
     entries_of: dict[str, dict[str, PackageState]] = {}
     readable_of: dict[str, bool] = {}
@@ -1314,9 +1358,9 @@ def _plan_skyhook(
     final_entries: dict[str, Mapping[str, PackageState]] = {}
     node_by_name = {n.name: n for n in targets}
     order = _package_order(skyhook)
-    key = status_key(skyhook.name)
-    version_key = version_annotation(skyhook.name)
-    cordon_key = cordon_annotation(skyhook.name)
+    key = skyhook.names.status_key(skyhook.name)
+    version_key = skyhook.names.version_annotation(skyhook.name)
+    cordon_key = skyhook.names.cordon_annotation(skyhook.name)
     shared: dict[int, tuple[Mapping[str, PackageState], int]] = {}
     changed: set[str] = set()
     # Usable nodes with a state or a status mark: their marks may need a patch.
@@ -1428,10 +1472,16 @@ def _plan_skyhook(
             or (entries and node.annotations.get(version_key) != NODE_STATE_VERSION)
         ):
             rendered = render_node_state(entries) if entries else ""
-            plan.actions.append(PatchNode(skyhook.name, node, rendered, status, cordon))
-        node_changes = node_conditions(skyhook.name, node, entries, after[name] == COMPLETE, now)
+            plan.actions.append(
+                PatchNode(skyhook.name, node, rendered, status, cordon, skyhook.names)
+            )
+        node_changes = node_conditions(
+            skyhook.name, node, entries, after[name] == COMPLETE, now, skyhook.names
+        )
         if node_changes:
-            plan.actions.append(SetNodeConditions(skyhook.name, node, node_changes))
+            plan.actions.append(
+                SetNodeConditions(skyhook.name, node, node_changes, names=skyhook.names)
+            )
     for entries, count in shared.values():
         for entry in entries.values():
             state_key = (entry.name, entry.version, entry.state)

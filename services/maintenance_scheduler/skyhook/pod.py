@@ -36,12 +36,11 @@ from typing import Any, Final
 
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.skyhook.api import (
-    API_VERSION,
-    SKYHOOK_KIND,
     Interrupt,
     Package,
     Skyhook,
 )
+from nodeflow_contracts.skyhook import NODEWRIGHT, SKYHOOK, SkyhookNames
 from nodeflow_kube.fields import parse_time
 
 PACKAGE_MOUNT: Final = "/skyhook-package"
@@ -53,8 +52,9 @@ DONE_CONTAINER: Final = "done"
 INTERRUPT_CONTAINER: Final = "interrupt"
 # The labels upstream selects its ConfigMaps by (a Skyhook's package configMaps; its
 # node-metadata ConfigMaps).
-CONFIG_MAP_LABEL: Final = "skyhook.nvidia.com/name"
-NODE_METADATA_LABEL: Final = "skyhook.nvidia.com/skyhook-node-meta"
+# A Skyhook's; a NodeWright's are of its names (`names.name_label`, `names.node_metadata_label`).
+CONFIG_MAP_LABEL: Final = SKYHOOK.name_label
+NODE_METADATA_LABEL: Final = SKYHOOK.node_metadata_label
 TAINT_UNSCHEDULABLE: Final = "node.kubernetes.io/unschedulable"
 # The agent's names for the interrupt types (upstream Interrupt.ToArgs).
 AGENT_INTERRUPT_NAMES: Final[Mapping[str, str]] = {
@@ -82,16 +82,24 @@ class PodOptions:
     copy_dir_root: str = "/var/lib/skyhook"
     agent_log_root: str = "/var/log/skyhook"
     image_pull_secret: str = ""
-    runtime_required_taint: str = "skyhook.nvidia.com=runtime-required:NoSchedule"
+    runtime_required_taint: str = SKYHOOK.runtime_required_taint
+    # A NodeWright's runtime-required taint (its own key, as upstream's renamed release).
+    nodewright_runtime_required_taint: str = NODEWRIGHT.runtime_required_taint
 
     @property
     def agent_version(self) -> str:
         """The agent image's tag (upstream AgentVersion), told to the agent in packages.json."""
         return self.agent_image.rsplit(":", 1)[-1]
 
-    def runtime_required_toleration(self) -> dict[str, str]:
-        """Tolerates the runtime-required taint exactly (operator Equal, its value, effect)."""
-        key_value, _, effect = self.runtime_required_taint.rpartition(":")
+    def runtime_required_toleration(self, names: SkyhookNames = SKYHOOK) -> dict[str, str]:
+        """Tolerates the runtime-required taint of a Skyhook (or a NodeWright) exactly
+        (operator Equal, its value, effect)."""
+        taint = (
+            self.nodewright_runtime_required_taint
+            if names == NODEWRIGHT
+            else self.runtime_required_taint
+        )
+        key_value, _, effect = taint.rpartition(":")
         key, _, value = key_value.partition("=")
         return {"key": key, "operator": "Equal", "value": value, "effect": effect}
 
@@ -103,6 +111,7 @@ def pod_options(config: MaintenanceSchedulerConfig) -> PodOptions:
         agent_log_root=config.skyhook_agent_log_root,
         image_pull_secret=config.skyhook_image_pull_secret,
         runtime_required_taint=config.skyhook_runtime_required_taint,
+        nodewright_runtime_required_taint=config.nodewright_runtime_required_taint,
     )
 
 
@@ -183,7 +192,7 @@ def interrupt_argument(interrupt: Interrupt) -> str:
 def _tolerations(options: PodOptions, skyhook: Skyhook) -> list[Any]:
     return [
         {"key": TAINT_UNSCHEDULABLE, "operator": "Exists"},
-        options.runtime_required_toleration(),
+        options.runtime_required_toleration(skyhook.names),
         *(dict(t) for t in skyhook.additional_tolerations),
     ]
 
@@ -347,7 +356,7 @@ def interrupt_pod_spec(
 
 
 def package_annotation(skyhook: Skyhook, package: Package, stage: str) -> str:
-    """The `skyhook.nvidia.com/package` annotation of a package pod (upstream SetPackages,
+    """The `<group>/package` annotation of a package pod (upstream SetPackages,
     PackageSkyhook marshalled: name, version, skyhook, stage, the image without its tag,
     containerSHA when set)."""
     body: dict[str, Any] = {
@@ -366,8 +375,8 @@ def owner_reference(skyhook: Skyhook) -> dict[str, Any]:
     """A controller reference (upstream SetControllerReference): the garbage collector
     deletes the object with its Skyhook."""
     return {
-        "apiVersion": API_VERSION,
-        "kind": SKYHOOK_KIND,
+        "apiVersion": skyhook.names.api_version,
+        "kind": skyhook.names.kind,
         "name": skyhook.name,
         "uid": skyhook.uid,
         "controller": True,
@@ -416,6 +425,7 @@ def node_metadata_config_map(
 ) -> dict[str, Any]:
     """upstream UpsertNodeLabelsAnnotationsPackages: the node's labels and annotations and
     the Skyhook's packages, for the agent."""
+    names = skyhook.names
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -424,10 +434,10 @@ def node_metadata_config_map(
             "namespace": namespace,
             # upstream labels it only with NODE_METADATA_LABEL; CONFIG_MAP_LABEL too, so both
             # ConfigMaps carry the one label k8s-watcher requires on a ConfigMap we write.
-            "labels": {NODE_METADATA_LABEL: skyhook.name, CONFIG_MAP_LABEL: skyhook.name},
+            "labels": {names.node_metadata_label: skyhook.name, names.name_label: skyhook.name},
             "annotations": {
-                "skyhook.nvidia.com/name": skyhook.name,
-                "skyhook.nvidia.com/Node.name": node,
+                names.name_label: skyhook.name,
+                names.config_map_node_label: node,
             },
             "ownerReferences": [owner_reference(skyhook)],
         },
@@ -444,17 +454,18 @@ def node_metadata_config_map(
 
 def package_config_map(skyhook: Skyhook, package: Package, *, namespace: str) -> dict[str, Any]:
     """upstream UpsertConfigmaps: the package's configMap, labelled with its Skyhook."""
+    names = skyhook.names
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
             "name": package_config_map_name(skyhook.name, package),
             "namespace": namespace,
-            "labels": {CONFIG_MAP_LABEL: skyhook.name},
+            "labels": {names.name_label: skyhook.name},
             "annotations": {
-                "skyhook.nvidia.com/name": skyhook.name,
-                "skyhook.nvidia.com/Package.Name": package.name,
-                "skyhook.nvidia.com/Package.Version": package.version,
+                names.name_label: skyhook.name,
+                names.config_map_package_label: package.name,
+                names.config_map_version_label: package.version,
             },
             "ownerReferences": [owner_reference(skyhook)],
         },

@@ -1,6 +1,7 @@
 """Wiring of the Skyhook controller: KV views in, one round of `plan_round`, commands out.
 
-It reads only KV (k8s_skyhooks, k8s_deploymentpolicies, k8s_nodes, k8s_jobs, k8s_pods,
+It reads only KV (k8s_skyhooks and k8s_nodewrights: both kinds, one controller;
+k8s_deploymentpolicies, k8s_nodes, k8s_jobs, k8s_pods,
 k8s_nodemaintenances from k8s-watcher) and acts only through `cmd.k8s.v1.*` commands, as the
 NodeMaintenance controller beside it. One replica is active (its own leader lease). A round
 runs on every change of those views (debounced) and at least every `resync_seconds`.
@@ -31,12 +32,11 @@ from maintenance_scheduler.commands import COMMAND_LIFETIME_SECONDS, SENDER
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from maintenance_scheduler.skyhook import metrics
 from maintenance_scheduler.skyhook.api import (
-    NAME_LABEL,
-    NODE_LABEL,
     DeploymentPolicy,
     Skyhook,
     parse_deployment_policy,
     parse_skyhook,
+    reconciled,
 )
 from maintenance_scheduler.skyhook.commands import commands_for, decision_for
 from maintenance_scheduler.skyhook.inflight import settling_nodes, slots_of, waiting_skyhooks
@@ -59,6 +59,7 @@ from nodeflow_bus.ledger import LedgerSender, Sending, log_refused
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome
 from nodeflow_contracts.ledger import LedgerEntry
+from nodeflow_contracts.skyhook import NODEWRIGHT, SKYHOOK, owner_in
 from nodeflow_kube.fields import (
     mapping,
     meta,
@@ -75,7 +76,7 @@ Obj = dict[str, Any]
 def only_skyhook_pods(pod: Obj) -> Obj | None:
     """The pods this controller keeps in its view: those of its stage Jobs (labelled with
     their Skyhook), never the rest of the cluster's."""
-    return pod if NAME_LABEL in mapping(meta(pod).get("labels")) else None
+    return pod if owner_in(mapping(meta(pod).get("labels"))) is not None else None
 
 
 def node_metadata(node: Obj) -> Obj:
@@ -103,7 +104,8 @@ class SkyhookController:
         self.bus = bus
         self.config = config
         self.namespace = config.skyhook_namespace
-        self.skyhooks: KVView[Obj] = KVView(bus, "k8s_skyhooks", dict)
+        self.skyhooks: KVView[Obj] = KVView(bus, subjects.k8s_bucket(SKYHOOK.kind), dict)
+        self.nodewrights: KVView[Obj] = KVView(bus, subjects.k8s_bucket(NODEWRIGHT.kind), dict)
         self.policies: KVView[Obj] = KVView(bus, "k8s_deploymentpolicies", dict)
         self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict, project=node_metadata)
         self.jobs: KVView[Obj] = KVView(bus, "k8s_jobs", dict)
@@ -111,6 +113,7 @@ class SkyhookController:
         self.requests: KVView[Obj] = KVView(bus, "k8s_nodemaintenances", dict)
         self.views: tuple[KVView[Any], ...] = (
             self.skyhooks,
+            self.nodewrights,
             self.policies,
             self.nodes,
             self.jobs,
@@ -140,7 +143,8 @@ class SkyhookController:
         # Kind -> the view that shows what an applied command did to an object of that kind.
         self._view_of: dict[str, KVView[Obj]] = {
             "Node": self.nodes,
-            "Skyhook": self.skyhooks,
+            SKYHOOK.kind: self.skyhooks,
+            NODEWRIGHT.kind: self.nodewrights,
             "DeploymentPolicy": self.policies,
             "Job": self.jobs,
             "NodeMaintenance": self.requests,
@@ -251,16 +255,20 @@ class SkyhookController:
             await run_round(lambda: self.round(time.time()), event="skyhook.round.failed")
 
     def _parse_skyhooks(self) -> list[Skyhook]:
+        """The Skyhooks and NodeWrights, one object per name (`reconciled`)."""
         parsed: list[Skyhook] = []
         seen: dict[str, tuple[str, Skyhook]] = {}
-        for key, obj in self.skyhooks.items():
-            rv = str(meta(obj).get("resourceVersion") or "")
-            cached = self._parsed.get(key)
-            skyhook = cached[1] if cached is not None and cached[0] == rv else parse_skyhook(obj)
-            seen[key] = (rv, skyhook)
-            parsed.append(skyhook)
+        for view, names in ((self.skyhooks, SKYHOOK), (self.nodewrights, NODEWRIGHT)):
+            for key, obj in view.items():
+                rv = str(meta(obj).get("resourceVersion") or "")
+                cache_key = f"{names.kind}/{key}"
+                cached = self._parsed.get(cache_key)
+                fresh = cached is None or cached[0] != rv
+                skyhook = parse_skyhook(obj) if fresh or cached is None else cached[1]
+                seen[cache_key] = (rv, skyhook)
+                parsed.append(skyhook)
         self._parsed = seen
-        return parsed
+        return reconciled(parsed)
 
     def world(self, now: float) -> World | None:
         """The state to decide on; None while a Skyhook status write or node-state patch may
@@ -282,7 +290,7 @@ class SkyhookController:
             metadata = meta(obj)
             if metadata.get("namespace") != self.namespace:
                 continue
-            if NAME_LABEL not in mapping(metadata.get("labels")):
+            if owner_in(mapping(metadata.get("labels"))) is None:
                 continue
             name = str(metadata.get("name") or "")
             pods = list(self._pods_of_job.get(name, {}).values())
@@ -294,13 +302,14 @@ class SkyhookController:
             metadata = meta(obj)
             if metadata.get("namespace") != self.namespace:
                 continue
-            if NAME_LABEL not in mapping(metadata.get("labels")):
+            labels = mapping(metadata.get("labels"))
+            owner = owner_in(labels)
+            if owner is None:
                 continue
             name = str(metadata.get("name") or "")
-            labels = mapping(metadata.get("labels"))
             phases[name] = maintenance_phase(obj)
             uids[name] = str(metadata.get("uid") or "")
-            owners[name] = (str(labels.get(NAME_LABEL)), str(labels.get(NODE_LABEL) or ""))
+            owners[name] = (owner[1], str(labels.get(owner[0].node_label) or ""))
         return World(
             skyhooks=skyhooks,
             policies=policies,
@@ -311,6 +320,9 @@ class SkyhookController:
             maintenance_owners=owners,
             settling=settling_nodes(held),
             runtime_required_toleration=pod_options(self.config).runtime_required_toleration(),
+            nodewright_runtime_required_toleration=pod_options(
+                self.config
+            ).runtime_required_toleration(NODEWRIGHT),
         )
 
     async def round(self, now: float) -> None:

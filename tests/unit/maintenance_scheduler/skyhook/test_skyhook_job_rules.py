@@ -229,7 +229,7 @@ def test_the_interrupt_request_cordons_forces_the_drain_and_waits_without_limit(
         "drainSpec": {
             "force": True,
             "deleteEmptyDir": True,
-            "podSelector": "!skyhook.nvidia.com/name",
+            "podSelector": "!skyhook.nvidia.com/name,!nodewright.nvidia.com/name",
             "timeoutSeconds": 300,
         },
         "waitForPodCompletion": {"podSelector": "app=training", "timeoutSeconds": 0},

@@ -121,7 +121,7 @@ def test_interrupt_maintenance_request_cordons_waits_and_drains_all_but_package_
     assert request.wait_for_pod_completion is not None
     assert request.wait_for_pod_completion.pod_selector == "app=training"
     assert request.drain_spec is not None
-    assert request.drain_spec.pod_selector == "!skyhook.nvidia.com/name"
+    assert request.drain_spec.pod_selector == "!skyhook.nvidia.com/name,!nodewright.nvidia.com/name"
 
 
 def test_rule_skyhooks_own_request_is_never_garbage_collected() -> None:
