@@ -7,6 +7,8 @@
   by the bus (ContractDecodeError), never retried forever.
 - Commands are counted with a plain core-NATS subscription: K8S_COMMANDS is a work queue that
   k8s-watcher consumes, and a second consumer there would take commands away from it.
+- JetStream's own health (API answering, each stream's leader and replicas) comes from a
+  periodic probe (jetstream.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from metrics_exporter import SERVICE
 from metrics_exporter.control_plane import ControlPlaneMetrics, DecisionSummary
+from metrics_exporter.jetstream import PROBE_INTERVAL_SECONDS, JetStreamCollector, JetStreamProbe
 from metrics_exporter.nodeset_draining import NodeSetDrainingCollector, PodOwnership
 from metrics_exporter.nodesets import NodeSetCollector
 from metrics_exporter.slurm import PollTracker, SlurmCollector
@@ -63,6 +66,7 @@ class Exporter:
         label_value_limit: int = 100,
         max_slurm_clusters: int = 256,
         consumer_options: ConsumerOptions | None = None,
+        jetstream_probe_interval: float = PROBE_INTERVAL_SECONDS,
     ) -> None:
         self._bus = bus
         self._registry = registry
@@ -71,10 +75,12 @@ class Exporter:
         self.pods: KVView[PodOwnership] = KVView(bus, PODS_BUCKET, PodOwnership)
         self.polls = PollTracker(max_clusters=max_slurm_clusters)
         self.control_plane = ControlPlaneMetrics(registry, label_value_limit=label_value_limit)
+        self.jetstream = JetStreamProbe(bus, interval=jetstream_probe_interval)
         self._collectors = (
             NodeSetCollector(self.nodesets),
             SlurmCollector(self.slurm_nodes, self.polls, clock),
             NodeSetDrainingCollector(self.nodesets, self.pods, self.slurm_nodes),
+            JetStreamCollector(self.jetstream),
         )
         for collector in self._collectors:
             registry.register(collector)
@@ -105,6 +111,7 @@ class Exporter:
             await view.start()
         for consumer in self._consumers:
             await consumer.start()
+        self.jetstream.start()
         log.info(
             "exporter.started",
             consumers=[consumer.spec.durable for consumer in self._consumers],
@@ -127,6 +134,7 @@ class Exporter:
             await view.wait_ready(timeout)
 
     async def stop(self, timeout: float = 10.0) -> None:
+        await self.jetstream.stop()
         per_consumer = timeout / max(1, len(self._consumers))
         await asyncio.gather(
             *(consumer.stop(per_consumer) for consumer in self._consumers),
