@@ -29,6 +29,7 @@ from nodeflow_contracts.pod_protocol import (
     POD_CORDON_ANNOTATION,
     POD_CORDON_SOURCE_ANNOTATION,
     POD_PROTECT_LABEL,
+    POD_WAIT_CONDITION,
     SLURM_DELETE_CONDITION,
     SLURM_STATE_CONDITION_PREFIX,
 )
@@ -402,7 +403,10 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
             "patch",
             "Pod",
             subresource="status",
-            fields=(f"status.conditions[{SLURM_DELETE_CONDITION}]",),
+            fields=(
+                f"status.conditions[{SLURM_DELETE_CONDITION}]",
+                f"status.conditions[{POD_WAIT_CONDITION}]",
+            ),
         ),
         _grant("patch", "Node", fields=(f"metadata.annotations[{CLAIM_ANNOTATION}]",)),
         _grant("create", "NodeSlice"),

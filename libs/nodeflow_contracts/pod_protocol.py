@@ -66,6 +66,12 @@ POD_PROTECTED: Final = "true"
 PROTECTION_BUDGET_MIN_AVAILABLE: Final = 2147483647
 
 SLURM_DELETE_CONDITION: Final = "SlurmDelete"
+# Why a pod the NodeSet wants gone (scale-down, rolling update, misscheduled) is not removed
+# yet: True with the cause as reason (nodeset_controller.status.WaitCause) and what it waits
+# for as message; absent while the pod does not wait. Written by nodeset-controller alone,
+# only when the cause or its words change. Neither anchor has such a condition: the type is
+# ours, domain-qualified as custom pod condition types are.
+POD_WAIT_CONDITION: Final = "nodeflow.dev/DeleteWaiting"
 SCALING_DELETE: Final = "ScalingDeleteScheduled"
 ROLLING_DELETE: Final = "RollingDeleteScheduled"
 MISSCHEDULED_DELETE: Final = "MisscheduledDeleteScheduled"

@@ -32,6 +32,7 @@ from nodeflow_contracts.pod_protocol import (
     CLAIM_ANNOTATION,
     NODESET_LABEL,
     POD_PROTECT_LABEL,
+    POD_WAIT_CONDITION,
     SLURM_DELETE_CONDITION,
 )
 from nodeflow_kube.fields import (
@@ -61,6 +62,7 @@ from nodeset_controller.planner import (
     PodChangeSent,
     Release,
     ScheduleDelete,
+    SetPodWait,
     WriteSlice,
 )
 from nodeset_controller.podspec import canonical_json
@@ -75,6 +77,7 @@ from nodeset_controller.protection import (
     budget_object,
 )
 from nodeset_controller.spec import NodeSetSpec
+from nodeset_controller.status import WantedCondition
 
 SENDER = "nodeset-controller"
 REPORTING_COMPONENT = "nodeflow-nodeset-controller"
@@ -140,6 +143,8 @@ def action_slot(namespace: str, action: Action) -> str | None:
         return pod_slot(namespace, action.name)
     if isinstance(action, ScheduleDelete | CancelDelete | DeletePod):
         return pod_slot(namespace, action.pod.name)
+    if isinstance(action, SetPodWait):
+        return pod_wait_slot(namespace, action.pod.name)
     return None
 
 
@@ -151,11 +156,18 @@ def action_blockers(namespace: str, action: Action) -> tuple[str, ...]:
     scaled down and back up fast), another NodeSet's claim: the create was planned on a
     claim that such a command may be removing, and landing after it, two NodeSets' slurmd
     pods would run on one node. Once the node's slot is free, the next plan reads the claim
-    as it is and claims the node again (resourceVersion precondition) or leaves it."""
+    as it is and claims the node again (resourceVersion precondition) or leaves it.
+
+    A pod's wait condition and its mark or unmark wait for each other: the one landing last
+    must be the newer, or the pod would show a cause it no longer waits for."""
     if isinstance(action, Release):
         return (pod_slot(namespace, action.pod_name),) if action.pod_name else ()
     if isinstance(action, CreatePod):
         return (node_slot(action.node),)
+    if isinstance(action, SetPodWait):
+        return (pod_slot(namespace, action.pod.name),)
+    if isinstance(action, ScheduleDelete | CancelDelete):
+        return (pod_wait_slot(namespace, action.pod.name),)
     return ()
 
 
@@ -165,6 +177,30 @@ def pod_slot(namespace: str, name: str) -> str:
 
 def node_slot(name: str) -> str:
     return f"Node/{name}"
+
+
+def pod_wait_slot(namespace: str, name: str) -> str:
+    """A pod's wait condition: its own slot, so a write of it never holds back a mark or a
+    delete of the pod; it waits for them instead (`to_outgoing`)."""
+    return f"PodWait/{namespace}/{name}"
+
+
+def pod_wait_entries(pod: PodState, wait: WantedCondition | None, now: float) -> list[Any]:
+    """The strategic-merge entries of status.conditions that make the pod's wait condition
+    `wait`: the condition, its removal when the pod has one and waits no longer, or none."""
+    if wait is not None:
+        return [
+            {
+                "type": POD_WAIT_CONDITION,
+                "status": "True",
+                "reason": wait.reason,
+                "message": wait.message[:1024],
+                "lastTransitionTime": rfc3339(now),
+            }
+        ]
+    if pod.wait is not None:
+        return [{"type": POD_WAIT_CONDITION, "$patch": "delete"}]
+    return []
 
 
 def protect_slot(namespace: str, name: str, protect: bool = True) -> str:
@@ -368,6 +404,7 @@ def to_outgoing(
             event_reason=event_reason,
             windowed=True,
             pod_change=sent,
+            also_blocked_by=action_blockers(ns, action),
         )
 
     if isinstance(action, Claim):
@@ -429,7 +466,8 @@ def to_outgoing(
                         "reason": action.reason,
                         "message": action.why[:1024],
                         "lastTransitionTime": rfc3339(now),
-                    }
+                    },
+                    *pod_wait_entries(pod, action.wait, now),
                 ]
             }
         }
@@ -447,7 +485,14 @@ def to_outgoing(
     if isinstance(action, CancelDelete):
         pod = action.pod
         key = stable_key("cancel", pod.uid, pod.resource_version)
-        patch = {"status": {"conditions": [{"type": SLURM_DELETE_CONDITION, "$patch": "delete"}]}}
+        patch = {
+            "status": {
+                "conditions": [
+                    {"type": SLURM_DELETE_CONDITION, "$patch": "delete"},
+                    *pod_wait_entries(pod, action.wait, now),
+                ]
+            }
+        }
         command = command_of(
             key,
             pod_ref(ns, pod.name, pod.uid),
@@ -468,6 +513,34 @@ def to_outgoing(
         kind: DecisionKind = "forced-delete" if action.forced else "delete"
         return pod_change(
             pod, command, kind, action.reason, action.why, PodChangeSent("delete", now)
+        )
+    if isinstance(action, SetPodWait):
+        pod = action.pod
+        wait = action.wait
+        key = stable_key(
+            "pod-wait",
+            pod.uid,
+            pod.resource_version,
+            wait.reason if wait else "",
+            wait.message if wait else "",
+        )
+        why = f"waits: {wait.reason}: {wait.message}" if wait else "waits no longer"
+        patch = {"status": {"conditions": pod_wait_entries(pod, wait, now)}}
+        command = command_of(
+            key,
+            pod_ref(ns, pod.name, pod.uid),
+            PatchObject(patch_type="strategic", patch=patch, subresource="status"),
+            why,
+            now,
+        )
+        # After any mark, unmark or delete of the pod still in flight: that change decides
+        # what the pod waits for (or that it is gone), and a wait written before it lands
+        # would be a write for nothing.
+        return Outgoing(
+            pod_wait_slot(ns, pod.name),
+            command,
+            also_blocked_by=action_blockers(ns, action),
+            windowed=True,
         )
     if isinstance(action, ProtectPod):
         pod = action.pod

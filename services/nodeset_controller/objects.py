@@ -11,6 +11,7 @@ from typing import Any
 from nodeflow_contracts.pod_protocol import (
     CLAIM_ANNOTATION,
     NODESET_LABEL,
+    POD_WAIT_CONDITION,
     SLURM_DELETE_CONDITION,
     slurm_state_condition,
 )
@@ -136,9 +137,11 @@ def controller_uid(obj: Obj) -> str | None:
     return None
 
 
-# The pod conditions the controller reads: readiness, its own deletion mark, and the
-# syncer's NodeNotRegistered (the absence grace).
-_READ_CONDITIONS = frozenset({"Ready", SLURM_DELETE_CONDITION, slurm_state_condition("Unknown")})
+# The pod conditions the controller reads: readiness, its own deletion mark and wait cause
+# (written only when it changes), and the syncer's NodeNotRegistered (the absence grace).
+_READ_CONDITIONS = frozenset(
+    {"Ready", SLURM_DELETE_CONDITION, POD_WAIT_CONDITION, slurm_state_condition("Unknown")}
+)
 
 
 def nodeset_pod_fields(pod: dict[str, Any]) -> dict[str, Any]:

@@ -84,6 +84,8 @@ from nodeset_controller.status import (
     WantedCondition,
     build_status,
     last_known_slurm_counts,
+    most_blocking,
+    pod_wait_condition,
     status_differs,
     waiting_condition,
 )
@@ -132,18 +134,32 @@ class CreatePod:
 
 @dataclass(frozen=True)
 class ScheduleDelete:
-    """Set SlurmDelete=True with `reason` (or change the reason of a set one)."""
+    """Set SlurmDelete=True with `reason` (or change the reason of a set one). `wait`: the
+    pod's wait condition once marked, written in the same patch (`plan_pod_waits`)."""
 
     pod: PodState
     reason: DeleteReason
     decision: Literal["delete-scheduled", "rolling-replace"]
     why: str
+    wait: WantedCondition | None = None
 
 
 @dataclass(frozen=True)
 class CancelDelete:
+    """Clear SlurmDelete. `wait`: the pod's wait condition once unmarked (None: it waits for
+    nothing, and a written one is removed), in the same patch (`plan_pod_waits`)."""
+
     pod: PodState
     why: str
+    wait: WantedCondition | None = None
+
+
+@dataclass(frozen=True)
+class SetPodWait:
+    """Write the pod's wait condition (`wait`), or remove it (None): its cause changed."""
+
+    pod: PodState
+    wait: WantedCondition | None
 
 
 @dataclass(frozen=True)
@@ -179,6 +195,7 @@ Action = (
     | ScheduleDelete
     | CancelDelete
     | DeletePod
+    | SetPodWait
     | WriteSlice
     | Notice
     | ProtectPod
@@ -211,6 +228,9 @@ class Plan:
     scale_down_waits: list[PodWait] = field(default_factory=list)
     rollout_waits: list[PodWait] = field(default_factory=list)
     rollout_budget: str = ""
+    # Pods marked for another reason (misscheduled, on a lost node) that wait: named on the
+    # pods alone (`plan_pod_waits`).
+    other_waits: list[PodWait] = field(default_factory=list)
 
 
 @dataclass
@@ -509,6 +529,7 @@ def plan(view: ClusterView) -> Plan:
     cancelled |= plan_rolling_update(round_, pods, scale_down, desired, feasible)
     plan_deletions(round_, pods, scale_down, cancelled)
     chosen = plan_scale_up(round_, pods, scale_down, feasible, naming, desired)
+    plan_pod_waits(round_, pods)
     plan_claims_and_releases(round_, pods, feasible, naming, chosen)
     plan_nodeslices(round_, pods)
     collision_condition = report_collisions(round_, feasible.collisions)
@@ -1210,6 +1231,8 @@ def plan_deletions(
             _note_wait(round_.result.scale_down_waits, pod, decision)
         elif pod.delete_reason == ROLLING_DELETE:
             _note_wait(round_.result.rollout_waits, pod, decision)
+        else:
+            _note_wait(round_.result.other_waits, pod, decision)
         if decision.reason == deletion.AWAITING_SLURM_READ and pod.delete_since is not None:
             waiting = round_.result.awaits_slurm_read_after
             round_.result.awaits_slurm_read_after = (
@@ -1254,6 +1277,44 @@ def _note_wait(waits: list[PodWait], pod: PodState, decision: deletion.DeletionD
                 "runs no job, waiting for a Slurm read after its mark",
             )
         )
+
+
+# --- phase: the pods' own wait conditions --------------------------------------------------
+
+
+def plan_pod_waits(round_: _Round, pods: PodClasses) -> None:
+    """Rule 8b: each pod the NodeSet wants gone and cannot remove yet carries its own cause
+    (POD_WAIT_CONDITION), written only when it differs from the pod's (never a write that
+    changes nothing), removed once the pod no longer waits. A pod deleted by this plan gets
+    none; a pod marked or unmarked by this plan gets it in that same patch, so the condition
+    costs no write of its own there; a pod whose mark or delete is still in flight is left
+    until that lands (it carries the condition, or the pod is gone)."""
+    result = round_.result
+    max_unavailable = round_.spec.max_unavailable
+    waits = most_blocking([*result.scale_down_waits, *result.rollout_waits, *result.other_waits])
+    wanted = {name: pod_wait_condition(wait, max_unavailable) for name, wait in waits.items()}
+    deleted = {action.pod.name for action in result.actions if isinstance(action, DeletePod)}
+    settled = set(deleted)
+    for index, action in enumerate(result.actions):
+        if isinstance(action, ScheduleDelete | CancelDelete) and action.pod.name not in deleted:
+            settled.add(action.pod.name)
+            wait = wanted.get(action.pod.name)
+            if wait is None and isinstance(action, ScheduleDelete):
+                # A mark no phase noted (a misscheduled pod's): it waits as it will once the
+                # mark lands.
+                marked = dataclasses.replace(
+                    action.pod, delete_reason=action.reason, delete_since=round_.view.now
+                )
+                noted: list[PodWait] = []
+                _note_wait(noted, marked, _decide(round_, marked))
+                wait = pod_wait_condition(noted[0], max_unavailable) if noted else None
+            result.actions[index] = dataclasses.replace(action, wait=wait)
+    for pod in pods.states:
+        if pod.terminating or pod.name in settled or pod.name in round_.view.in_flight:
+            continue
+        wait = wanted.get(pod.name)
+        if (None if wait is None else (wait.reason, wait.message)) != pod.wait:
+            round_.act(SetPodWait(pod, wait))
 
 
 # --- phase: scale-up -------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from nodeflow_contracts.pod_protocol import (
+    POD_WAIT_CONDITION,
     REVISION_LABEL,
     SCALING_DELETE,
     SLURM_DELETE_CONDITION,
@@ -92,6 +93,8 @@ class PodState:
     # Ready for less than the NodeSet's minReadySeconds (or since an unknown time): not yet
     # available. Set by the plan, which knows the clock (`with_availability`).
     not_yet_available: bool = False
+    # The pod's POD_WAIT_CONDITION as written (reason, message) while True; None without one.
+    wait: tuple[str, str] | None = None
 
     @property
     def slurm_known(self) -> bool:
@@ -272,4 +275,13 @@ def pod_state(pod: Mapping[str, Any], slurm: SlurmNodeState | None) -> PodState:
             if ready is not None and ready.get("status") == "True"
             else None
         ),
+        wait=written_wait(pod),
     )
+
+
+def written_wait(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The pod's wait condition as last written (reason, message), None without a True one."""
+    wait = condition(pod, POD_WAIT_CONDITION)
+    if wait is None or wait.get("status") != "True":
+        return None
+    return str(wait.get("reason") or ""), str(wait.get("message") or "")

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
+from nodeflow_contracts.pod_protocol import POD_WAIT_CONDITION
 from nodeflow_kube.fields import (
     mapping,
     sequence,
@@ -60,6 +61,42 @@ class PodWait:
     pod: str
     cause: WaitCause
     detail: str
+
+
+# What ends each wait, said on the waiting pod itself (`pod_wait_condition`).
+_WAIT_ENDS: dict[WaitCause, str] = {
+    "WindowClosed": "replaced once the update window opens",
+    "SlurmStateUnknown": "deleted only once Slurm is read fresh again (fail closed)",
+    "PodsBusy": "deleted once its jobs end and Slurm reads the node drained and idle",
+    "DrainPending": "deleted once Slurm reads the node drained",
+    "AwaitingSlurmRead": "deleted if the next Slurm poll reads it drained and idle",
+    "ReplacementUnplaceable": "replaced once its node can take the new template",
+    "ReservationPending": "replaced once Slurm reads its node in the update reservation",
+    "BudgetExhausted": "replaced as the pods ahead of it come back available",
+}
+
+
+def pod_wait_condition(wait: PodWait, max_unavailable: int | str) -> WantedCondition:
+    """The waiting pod's own condition (POD_WAIT_CONDITION): True, the cause as reason, and
+    what it waits for as message -- from the same words as the NodeSet's condition, so it too
+    changes only when the cause does (the budget is named by its setting, not by figures that
+    move with every pod that comes back)."""
+    detail = wait.detail
+    if wait.cause == "BudgetExhausted":
+        detail = f"{detail} ({max_unavailable})"
+    return WantedCondition(
+        POD_WAIT_CONDITION, "True", wait.cause, f"{detail}: {_WAIT_ENDS[wait.cause]}"
+    )
+
+
+def most_blocking(waits: Iterable[PodWait]) -> dict[str, PodWait]:
+    """Each waiting pod's most blocking wait (`WAIT_ORDER`), by pod name."""
+    found: dict[str, PodWait] = {}
+    for wait in waits:
+        held = found.get(wait.pod)
+        if held is None or WAIT_ORDER.index(wait.cause) < WAIT_ORDER.index(held.cause):
+            found[wait.pod] = wait
+    return found
 
 
 @dataclass(frozen=True)
