@@ -5,18 +5,22 @@ Phases, as Koordinator's PostFilter, with two of its gaps closed:
 1. Eligibility: no member has `preemptionPolicy: Never`, and no lower-priority pod is still
    terminating on a node a member is nominated to (an earlier preemption is still taking
    effect; preempting again would evict more than needed).
-2. Victim units: bound lower-priority pods on nodes the gang may use, grouped by job. A pod of
-   a PodGroup brings its whole gang (every bound member, wherever it runs): evicting part of
-   a gang leaves the rest idle, so the whole gang is the unit that is costed and evicted
-   (Koordinator evicts single pods of victim gangs). A replica of a ReplicaSet, DaemonSet or
-   StatefulSet is a unit of its own: the plan takes only the replicas on the nodes it
-   chooses, never every replica cluster-wide. Other pods group by their owner.
+2. Victim units: bound lower-priority pods on nodes the gang may use. As kube-scheduler's
+   DefaultPreemption and Koordinator choose victims pod by pod, a pod of a PodGroup (a victim
+   gang's disruption mode is KEP-4671's default `single`: the mode `all` is carried only by
+   the scheduling.k8s.io PodGroup, which is not mirrored), of a batch Job, ReplicaSet,
+   DaemonSet or StatefulSet is a unit of its own: the plan takes only the pods on the nodes
+   it chooses, never every pod of the job cluster-wide. Pods of other owners (custom
+   controllers, whose pods may depend on each other in ways not read here) group by owner.
+   A plan is costed per job (a gang, a controller) all the same.
    Lower-priority nominations are reservations only: the dry run ignores them and the
    plan clears them on the nodes it takes. A NodeSet pod (slurmd) is never a victim,
    whatever its priority: the Slurm jobs on it are invisible here, and only the NodeSet
    protocol (drain in Slurm first) may take it away. Nor is a pod its owner protects with
    Koordinator's labels (`scheduling.koordinator.sh/disable-preemptible: "true"`,
-   `quota.scheduling.koordinator.sh/preemptible: "false"`); either protects its whole job.
+   `quota.scheduling.koordinator.sh/preemptible: "false"`). Either protects the pod alone,
+   but a gang member so protected (or of the preemptor's priority or higher) protects its
+   whole gang: its members run one job together.
 3. Dry run: with the allowed units removed, the gather picks the winning layer; every domain
    of that layer that then fits the gang is costed. Units are allowed cheapest first: up to
    a priority ceiling raised one priority at a time, budget-protected units last.
@@ -61,8 +65,10 @@ DISABLE_PREEMPTIBLE_LABEL = "scheduling.koordinator.sh/disable-preemptible"
 QUOTA_PREEMPTIBLE_LABEL = "quota.scheduling.koordinator.sh/preemptible"
 
 PodKey = tuple[str, str]
-# Controllers whose pods are interchangeable replicas, each evicted on its own.
-REPLICA_CONTROLLERS = frozenset({"ReplicaSet", "DaemonSet", "StatefulSet"})
+# Controllers whose pods are each evicted on their own, as kube-scheduler evicts any pod: the
+# replicas of a ReplicaSet, DaemonSet or StatefulSet, and the pods of a batch Job (not part of
+# a gang: a gang's pods are read first), which the Job recreates as it does for a failed pod.
+PER_POD_CONTROLLERS = frozenset({"ReplicaSet", "DaemonSet", "StatefulSet", "Job"})
 
 
 class ChargedPod(NamedTuple):
@@ -78,17 +84,16 @@ class ChargedPod(NamedTuple):
 
 @dataclass(slots=True)
 class VictimUnit:
-    """One job that is evicted whole or not at all."""
+    """What is evicted whole or not at all: one pod, or every pod of an owner."""
 
     key: str
     priority: int
     pods: list[ChargedPod] = field(default_factory=list)
     # The job the unit belongs to (a replica's controller): a plan is costed per job.
     job: str = ""
-    # What a budget selects by: the unit's namespace (its key names it, so every pod of the
-    # unit is in it) and each pod's labels, in `pods` order.
+    # What a budget selects by, besides each pod's labels: the unit's namespace (its key
+    # names it, so every pod of the unit is in it).
     namespace: str = ""
-    pod_labels: list[Obj] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -143,9 +148,11 @@ class _PodFacts(NamedTuple):
     occupies: bool
     deleting: bool
     priority: int
-    # Its victim unit and the job that unit belongs to (_unit_key).
+    # Its victim unit, the job that unit belongs to, and what a protected pod protects
+    # (_unit_of).
     key: str
     job: str
+    guard: str
     # A NodeSet pod, or one its owner opted out of preemption: never a victim.
     never_a_victim: bool
     # The message of its DisruptionTarget condition when a preemption set it, else None.
@@ -153,7 +160,7 @@ class _PodFacts(NamedTuple):
 
 
 def _read_pod_facts(pod: Obj) -> _PodFacts:
-    key, job = _unit_key(pod)
+    key, job, guard = _unit_of(pod)
     disruption = fields.condition(pod, podfacts.DISRUPTION_TARGET)
     mark = (
         str(disruption.get("message") or "")
@@ -169,6 +176,7 @@ def _read_pod_facts(pod: Obj) -> _PodFacts:
         priority=podfacts.priority_of(pod),
         key=key,
         job=job,
+        guard=guard,
         never_a_victim=is_slurm_node_pod(pod) or is_protected_from_preemption(pod),
         preemption_mark=mark,
     )
@@ -272,16 +280,29 @@ def _controller_kind(pod: Obj) -> str:
     return ""
 
 
-def _unit_key(pod: Obj) -> tuple[str, str]:
-    """The victim unit of a pod and the job it belongs to."""
+class UnitOf(NamedTuple):
+    """Where a pod stands as a possible victim."""
+
+    # The victim unit it is evicted with.
+    key: str
+    # The job a plan is costed by.
+    job: str
+    # What it keeps from being a victim when it may not be one: a gang member its whole gang,
+    # any other pod its own unit.
+    guard: str
+
+
+def _unit_of(pod: Obj) -> UnitOf:
+    own = f"pod {fields.namespace_of(pod)}/{fields.name_of(pod)}"
     group = pod_group_of(pod)
     if group is not None:
-        key = f"podgroup {group}"
-        return key, key
+        # Disruption mode `single` (KEP-4671's default, and Koordinator's only behaviour).
+        job = f"podgroup {group}"
+        return UnitOf(own, job, job)
     job = f"job {fields.namespace_of(pod)}/{podfacts.owner_name(pod)}"
-    if _controller_kind(pod) in REPLICA_CONTROLLERS:
-        return f"pod {fields.namespace_of(pod)}/{fields.name_of(pod)}", job
-    return job, job
+    if _controller_kind(pod) in PER_POD_CONTROLLERS:
+        return UnitOf(own, job, own)
+    return UnitOf(job, job, job)
 
 
 def is_slurm_node_pod(pod: Obj) -> bool:
@@ -292,31 +313,31 @@ def is_slurm_node_pod(pod: Obj) -> bool:
 def victim_units(
     charged: Sequence[ChargedPod], gang_priority: int, usable_nodes: AbstractSet[str]
 ) -> list[VictimUnit]:
-    """Phase 2: bound lower-priority jobs with a pod on a usable node, each whole."""
+    """Phase 2: the victim units (pods, or owners' pods whole) with a pod on a usable node."""
     by_key: dict[str, VictimUnit] = {}
+    guards: dict[str, str] = {}
     blocked: set[str] = set()
     for item, facts in zip(charged, _POD_FACTS.of_each(c.pod for c in charged), strict=True):
         if item.nominated_only or facts.deleting:
             continue
         key = facts.key
         if facts.priority >= gang_priority or facts.never_a_victim:
-            # A job with any member at or above the gang's priority, or protected, is not a
-            # victim: evicting the rest of it would leave the protected pod idle.
-            blocked.add(key)
+            # A unit (or gang) with any pod at or above the gang's priority, or protected, is
+            # not a victim: evicting the rest of it would leave the protected pod idle.
+            blocked.add(facts.guard)
             continue
+        guards[key] = facts.guard
         unit = by_key.get(key)
         if unit is None:
-            unit = by_key[key] = VictimUnit(
-                key=key, priority=facts.priority, job=facts.job, namespace=facts.namespace
-            )
-        elif facts.priority > unit.priority:
-            unit.priority = facts.priority
-        unit.pods.append(item)
-        unit.pod_labels.append(facts.labels)
+            by_key[key] = VictimUnit(key, facts.priority, [item], facts.job, facts.namespace)
+        else:
+            unit.priority = max(unit.priority, facts.priority)
+            unit.pods.append(item)
+    # (Sorting the keys alone: a pair per unit would be one more object per victim pod.)
     return [
         unit
-        for key, unit in sorted(by_key.items())
-        if key not in blocked and any(p.node in usable_nodes for p in unit.pods)
+        for unit in map(by_key.__getitem__, sorted(by_key))
+        if guards[unit.key] not in blocked and any(p.node in usable_nodes for p in unit.pods)
     ]
 
 
@@ -519,13 +540,17 @@ class _Search:
                     nodes[item.node] = tuple(a + b for a, b in zip(held, asks, strict=True))
         self._base: dict[str, tuple[int, ...]] = {}
         self._hits: dict[str, tuple[int, ...]] = {}
+        self._hit_values: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._dry: dict[tuple[str, ...], tuple[dict[str, int], Placement | NoFit]] = {}
 
     def hits_of(self, unit: VictimUnit) -> tuple[int, ...]:
         """How many of the unit's pods each budget selects (read once per unit)."""
         found = self._hits.get(unit.key)
         if found is None:
-            found = self._hits[unit.key] = _hits(unit.namespace, unit.pod_labels, self.budgets)
+            labels = [fields.labels_of(item.pod) for item in unit.pods]
+            found = _hits(unit.namespace, labels, self.budgets)
+            # Most units are hit alike (by no budget): one tuple serves them all.
+            found = self._hits[unit.key] = self._hit_values.setdefault(found, found)
         return found
 
     def broken(self, hits: Sequence[int]) -> int:

@@ -26,7 +26,7 @@ from topology_placer.preemption import (
     Obj,
     PreemptionPlan,
     VictimUnit,
-    _unit_key,
+    _unit_of,
     is_protected_from_preemption,
     is_slurm_node_pod,
 )
@@ -35,30 +35,32 @@ from topology_placer.preemption import (
 def victim_units(
     charged: Sequence[ChargedPod], gang_priority: int, usable_nodes: AbstractSet[str]
 ) -> list[VictimUnit]:
-    """Phase 2: bound lower-priority jobs with a pod on a usable node, each whole."""
+    """Phase 2: the victim units with a pod on a usable node."""
     by_key: dict[str, VictimUnit] = {}
+    guards: dict[str, str] = {}
     blocked: set[str] = set()
     for item in charged:
         if item.nominated_only or podfacts.is_deleting(item.pod):
             continue
-        key, job = _unit_key(item.pod)
+        key, job, guard = _unit_of(item.pod)
         priority = podfacts.priority_of(item.pod)
         if (
             priority >= gang_priority
             or is_slurm_node_pod(item.pod)
             or is_protected_from_preemption(item.pod)
         ):
-            # A job with any member at or above the gang's priority, or protected, is not a
-            # victim: evicting the rest of it would leave the protected pod idle.
-            blocked.add(key)
+            # A unit (or gang) with any pod at or above the gang's priority, or protected, is
+            # not a victim: evicting the rest of it would leave the protected pod idle.
+            blocked.add(guard)
             continue
+        guards[key] = guard
         unit = by_key.setdefault(key, VictimUnit(key=key, priority=priority, job=job))
         unit.priority = max(unit.priority, priority)
         unit.pods.append(item)
     return [
         unit
         for key, unit in sorted(by_key.items())
-        if key not in blocked and any(p.node in usable_nodes for p in unit.pods)
+        if guards[key] not in blocked and any(p.node in usable_nodes for p in unit.pods)
     ]
 
 

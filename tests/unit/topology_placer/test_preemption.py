@@ -132,9 +132,10 @@ def test_least_cost_evicts_the_lowest_priority_job() -> None:
     assert [e.pod.name for e in _of(result, Disrupt)] == ["cheap"]
 
 
-def test_victim_gang_is_evicted_whole() -> None:
+def test_rule_a_victim_gang_in_mode_single_loses_only_its_members_on_the_chosen_nodes() -> None:
+    """KEP-4671's default disruption mode `single`, as Koordinator evicts victim gangs: pod by
+    pod. The low gang spans both nodes; taking n1 evicts only its member there."""
     nodes = [node("n1", "s1", "b1"), node("n2", "s2", "b3")]
-    # The low gang spans both nodes; taking n1 evicts its member on n2 too.
     low = [
         pod("low-0", "low", gpus=8, node_name="n1", phase="Running"),
         pod("low-1", "low", gpus=4, node_name="n2", phase="Running"),
@@ -142,7 +143,26 @@ def test_victim_gang_is_evicted_whole() -> None:
     gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
     groups = [pod_group("low", 2), pod_group("hello-job", 1)]
     result, _ = run(nodes, [*low, *gang], groups, topology=TOPOLOGY)
-    assert {e.pod.name for e in _of(result, Disrupt)} == {"low-0", "low-1"}
+    assert {e.pod.name for e in _of(result, Disrupt)} == {"low-0"}
+    decision = next(d for d in _of(result, Decision) if d.kind == "preempted")
+    assert "evicting 1 pods of 1 lower-priority jobs" in decision.message
+
+
+def test_rule_a_victim_gangs_members_are_costed_as_one_job() -> None:
+    """Members of one gang cost one job, as replicas do: the block holding two of them is
+    cheaper than the (earlier) block holding one pod each of two gangs of the same priority."""
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1")]
+    nodes += [node("n3", "s2", "b3"), node("n4", "s2", "b3")]
+    two_gangs = [
+        pod("a-1", "a", gpus=8, node_name="n1", phase="Running"),
+        pod("b-2", "b", gpus=8, node_name="n2", phase="Running"),
+    ]
+    one_gang = [pod(f"c-{i}", "c", gpus=8, node_name=f"n{i}", phase="Running") for i in (3, 4)]
+    gang = [pod(f"p-{i}", "hello-job", gpus=8, priority=100) for i in (1, 2)]
+    groups = [pod_group(name, 1) for name in ("a", "b", "c")]
+    groups.append(pod_group("hello-job", 2, gather=BLOCK_MUST))
+    result, _ = run(nodes, [*two_gangs, *one_gang, *gang], groups, topology=TOPOLOGY)
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"c-3", "c-4"}
 
 
 def test_plan_breaking_a_disruption_budget_is_used_only_when_no_other_exists() -> None:
@@ -532,6 +552,29 @@ def test_rule_a_replicated_workload_loses_only_the_replicas_on_the_chosen_nodes(
         assert nominated == [f"n{evicted[0].removeprefix('web-')}"]
         decision = next(d for d in _of(result, Decision) if d.kind == "preempted")
         assert "evicting 1 pods of 1 lower-priority jobs" in decision.message
+
+
+def test_rule_a_batch_job_loses_only_the_pods_on_the_chosen_nodes() -> None:
+    """A batch Job's pods outside any gang are victims pod by pod, as kube-scheduler's
+    DefaultPreemption chooses them: a plan needing one node takes the one pod there, never
+    every pod of the Job; the Job recreates it as it would a failed pod."""
+    nodes = [node(f"n{i}", "s1", "b1") for i in (1, 2, 3, 4)]
+    workers = [_replica(f"sweep-{i}", "sweep", "Job", f"n{i}") for i in (1, 2, 3, 4)]
+    gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
+    result, _ = run(nodes, [*workers, *gang], [pod_group("hello-job", 1)])
+    evicted = [d.pod.name for d in _of(result, Disrupt)]
+    assert len(evicted) == 1
+    assert [n.node for n in _of(result, Nominate)] == [f"n{evicted[0].removeprefix('sweep-')}"]
+
+
+def test_rule_pods_of_another_owner_are_still_evicted_with_their_owner() -> None:
+    """A custom controller's pods may depend on each other in ways not read here: they stay
+    one victim unit, as before."""
+    nodes = [node(f"n{i}", "s1", "b1") for i in (1, 2)]
+    workers = [_replica(f"mpi-{i}", "mpi", "MPIJob", f"n{i}") for i in (1, 2)]
+    gang = [pod("p-1", "hello-job", gpus=8, priority=100)]
+    result, _ = run(nodes, [*workers, *gang], [pod_group("hello-job", 1)])
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"mpi-1", "mpi-2"}
 
 
 def test_rule_replicas_are_costed_per_job() -> None:

@@ -41,7 +41,8 @@ class Victim:
     node: int
     gpus: int
     priority: int
-    # "gang", "replica", "job" or "plain", and which one of its kind (jobs share it).
+    # "gang", "replica", "job" (a batch Job), "owned" (a custom controller's, evicted with its
+    # owner) or "plain", and which one of its kind (jobs share it).
     kind: str
     job: int
     protected: str  # "", "disable" or "quota"
@@ -54,7 +55,7 @@ victims_strategy = st.builds(
     node=st.integers(0, 11),
     gpus=st.sampled_from((1, 2, 4, 8)),
     priority=st.integers(0, 4),
-    kind=st.sampled_from(("gang", "replica", "job", "plain")),
+    kind=st.sampled_from(("gang", "replica", "job", "owned", "plain")),
     job=st.integers(0, 3),
     protected=st.sampled_from(("", "", "", "", "disable", "quota")),
     deleting=st.sampled_from((False, False, False, True)),
@@ -94,6 +95,8 @@ def _cluster(
         )
         if victim.kind == "replica":
             made["metadata"]["ownerReferences"][0]["kind"] = "ReplicaSet"
+        elif victim.kind == "owned":
+            made["metadata"]["ownerReferences"][0]["kind"] = "MPIJob"
         labels = made["metadata"]["labels"]
         labels["app"] = f"{victim.kind}-{victim.job}"
         if victim.protected == "disable":
@@ -243,9 +246,9 @@ def test_rule_victims_are_given_back_highest_priority_first() -> None:
     lower-priority one is the victim there (n0-0's priority-3 job must go in any case)."""
     arguments = _arguments(
         [
-            Victim(0, 8, 3, "job", 0, "", False, False),
-            Victim(1, 4, 1, "job", 1, "", False, False),
-            Victim(1, 2, 3, "job", 2, "", False, False),
+            Victim(0, 8, 3, "owned", 0, "", False, False),
+            Victim(1, 4, 1, "owned", 1, "", False, False),
+            Victim(1, 2, 3, "owned", 2, "", False, False),
         ],
         gang_size=3,
         gang_gpus=4,
@@ -254,7 +257,7 @@ def test_rule_victims_are_given_back_highest_priority_first() -> None:
     fast = plan_preemption(**arguments)
     assert isinstance(fast, PreemptionPlan)
     assert fast.placement.node_of == {"member-0": "n0-0", "member-1": "n0-0", "member-2": "n0-1"}
-    assert [u.key for u in fast.victims] == ["job default/job-0", "job default/job-1"]
+    assert [u.key for u in fast.victims] == ["job default/owned-0", "job default/owned-1"]
     _same_plan(fast, reference.plan_preemption(**arguments))
 
 
@@ -265,10 +268,10 @@ def test_rule_the_fast_search_takes_a_budget_protected_class_only_when_no_other_
     nodes, _pods, placed = _cluster(
         [2, 2],
         [
-            Victim(0, 8, 0, "job", 0, "", False, False),
-            Victim(1, 8, 0, "job", 0, "", False, False),
-            Victim(2, 8, 2, "job", 1, "", False, False),
-            Victim(3, 8, 2, "job", 1, "", False, False),
+            Victim(0, 8, 0, "owned", 0, "", False, False),
+            Victim(1, 8, 0, "owned", 0, "", False, False),
+            Victim(2, 8, 2, "owned", 1, "", False, False),
+            Victim(3, 8, 2, "owned", 1, "", False, False),
         ],
     )
     tree = build_tree(
@@ -290,11 +293,11 @@ def test_rule_the_fast_search_takes_a_budget_protected_class_only_when_no_other_
         "request": pod_request_milli(pod("probe", gpus=8)),
         "charged": charged,
         "gang_priority": 5,
-        "budgets": [_budget("job-0", 0)],
+        "budgets": [_budget("owned-0", 0)],
     }
     fast = plan_preemption(**arguments)
     assert isinstance(fast, PreemptionPlan)
     assert fast.placement.domain == ("s0", "b1")
-    assert [u.key for u in fast.victims] == ["job default/job-1"]
+    assert [u.key for u in fast.victims] == ["job default/owned-1"]
     assert fast.broken_budgets == 0
     _same_plan(fast, reference.plan_preemption(**arguments))
