@@ -110,7 +110,7 @@ from topology_placer.preemption import (
     preemption_message,
 )
 from topology_placer.status import pod_group_status, status_differs
-from topology_placer.volumes import VolumeIndex, VolumeNeeds, claim_names, selectors_match
+from topology_placer.volumes import VolumeIndex, VolumeNeeds, claim_names
 
 Obj = Mapping[str, Any]
 
@@ -556,14 +556,14 @@ class _Pass:
         return users
 
     def volume_nodes(self, needs: VolumeNeeds, nodes: AbstractSet[str]) -> AbstractSet[str]:
-        """Those of `nodes` that every bound PersistentVolume's node affinity admits."""
-        if not needs.node_selectors:
+        """Those of `nodes` that every bound PersistentVolume admits (its node affinity and its
+        zone labels)."""
+        if not needs.node_selectors and not needs.zones:
             return nodes
         return {
             name
             for name in nodes
-            if (facts := self.facts.get(name)) is not None
-            and selectors_match(needs.node_selectors, facts.node)
+            if (facts := self.facts.get(name)) is not None and needs.admit(facts.node)
         }
 
     def pods_sharing_selector(self, value: str) -> list[Obj]:
@@ -1114,7 +1114,7 @@ class _GangFit:
     def _refused_text(self) -> str:
         text = ""
         if self.volume_off:
-            text = f" (nodes ruled out by volume node affinity: {self.volume_off})"
+            text = f" (nodes ruled out by volume node affinity or zone: {self.volume_off})"
         if not self.refused:
             return text
         parts = ", ".join(f"{rule} on {count}" for rule, count in sorted(self.refused.items()))

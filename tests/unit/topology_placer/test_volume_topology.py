@@ -141,7 +141,7 @@ def test_rule_a_volume_node_affinity_with_no_term_matches_no_node() -> None:
             )
         )
     )
-    assert "nodes ruled out by volume node affinity: 8" in message
+    assert "nodes ruled out by volume node affinity or zone: 8" in message
 
 
 def test_rule_an_unbound_claim_is_refused_naming_it() -> None:
@@ -249,6 +249,21 @@ def test_rule_preemption_evicts_only_where_the_volume_lets_the_gang_go() -> None
     assert victims == {"low-5", "low-6"}
 
 
+ZONE = "topology.kubernetes.io/zone"
+REGION = "topology.kubernetes.io/region"
+LEGACY_ZONE = "failure-domain.beta.kubernetes.io/zone"
+
+
+def _zoned_nodes(zone_key: str = ZONE) -> list[dict[str, Any]]:
+    """The reference nodes, spine s1 in zone-a and s2 in zone-b, all in region-1."""
+    nodes = reference_nodes()
+    for each in nodes:
+        labels = each["metadata"]["labels"]
+        labels[zone_key] = "zone-a" if labels[BLOCK] in ("b1", "b2") else "zone-b"
+        labels[REGION] = "region-1"
+    return nodes
+
+
 _BLOCKS = ("b1", "b2", "b3", "b4")
 
 
@@ -259,23 +274,40 @@ _BLOCKS = ("b1", "b2", "b3", "b4")
     gpus=st.sampled_from([2, 4, 8]),
     busy=st.lists(st.integers(min_value=1, max_value=8), max_size=6),
     priority=st.sampled_from([0, 100]),
+    zones=st.lists(st.sampled_from(["", "zone-a", "zone-b", "zone-a__zone-b"]), max_size=3),
 )
 def test_property_no_plan_puts_a_pod_where_its_bound_volume_cannot_follow(
-    reach: list[set[str]], members: int, gpus: int, busy: list[int], priority: int
+    reach: list[set[str]],
+    members: int,
+    gpus: int,
+    busy: list[int],
+    priority: int,
+    zones: list[str],
 ) -> None:
-    """Whatever the volumes reach, the gang's size and the pods already there (evictable or
-    not), no nomination or binding of a member is on a node outside every one of its volumes'
-    node affinity, and no pod is evicted off a node those volumes do not admit."""
-    nodes = reference_nodes()
+    """Whatever the volumes reach (node affinity, zone labels), the gang's size and the pods
+    already there (evictable or not), no nomination or binding of a member is on a node
+    outside every one of its volumes' node affinity and zones, and no pod is evicted off a
+    node those volumes do not admit."""
+    nodes = _zoned_nodes()
     block_of = {n["metadata"]["name"]: n["metadata"]["labels"][BLOCK] for n in nodes}
+    zone_of = {n["metadata"]["name"]: n["metadata"]["labels"][ZONE] for n in nodes}
     claims, volumes, volume_entries = [], [], []
     for index, blocks in enumerate(reach):
         claims.append(_claim(f"c{index}", f"pv{index}"))
-        volumes.append(_volume(f"pv{index}", f"c{index}", _in_blocks(*sorted(blocks))))
+        volume = _volume(f"pv{index}", f"c{index}", _in_blocks(*sorted(blocks)))
+        zone = zones[index] if index < len(zones) else ""
+        if zone:
+            volume["metadata"]["labels"] = {ZONE: zone}
+        volumes.append(volume)
         volume_entries.append(
             {"name": f"v{index}", "persistentVolumeClaim": {"claimName": f"c{index}"}}
         )
-    admitted = {name for name, block in block_of.items() if all(block in r for r in reach)}
+    admitted = {
+        name
+        for name, block in block_of.items()
+        if all(block in r for r in reach)
+        and all(not z or zone_of[name] in z.split("__") for z in zones[: len(reach)])
+    }
     gang = []
     for i in range(members):
         member = pod(f"worker-{i}", "gang", gpus=gpus, priority=priority)
@@ -294,3 +326,74 @@ def test_property_no_plan_puts_a_pod_where_its_bound_volume_cannot_follow(
         if isinstance(action, Disrupt):
             victim = next(p for p in others if p["metadata"]["name"] == action.pod.name)
             assert victim["spec"]["nodeName"] in admitted
+
+
+def _labelled_volume(labels: dict[str, str]) -> dict[str, Any]:
+    volume = _volume("data", "shared")
+    volume["metadata"]["labels"] = {"app": "ckpt", **labels}
+    return volume
+
+
+def _zone_plan(nodes: list[dict[str, Any]], labels: dict[str, str], members: int = 2) -> Plan:
+    pods = [placement_fields(p) for p in _gang(members)]
+    claims = [claim_fields(_claim("shared", "data"))]
+    volumes = [volume_fields(_labelled_volume(labels))]
+    return plan(state(nodes, pods, [pod_group("gang", members)], claims=claims, volumes=volumes))
+
+
+def test_rule_volume_zone_a_bound_volumes_zone_label_confines_the_pods_to_that_zone() -> None:
+    """VolumeZone: a volume labelled zone-b (and region-1) takes the gang to spine s2's nodes
+    (read through the placer's own projections); five full-node members do not fit in
+    zone-b's four nodes: refused, never misplaced."""
+    placed = _placed(_zone_plan(_zoned_nodes(), {ZONE: "zone-b", REGION: "region-1"}))
+    assert sorted(placed.values()) == ["node5", "node6"]
+    message = _refusal(_zone_plan(_zoned_nodes(), {ZONE: "zone-b"}, members=5))
+    assert "nodes ruled out by volume node affinity or zone: 4" in message
+
+
+def test_rule_volume_zone_a_region_mismatch_rules_every_node_out() -> None:
+    message = _refusal(_zone_plan(_zoned_nodes(), {REGION: "region-2"}, members=1))
+    assert "nodes ruled out by volume node affinity or zone: 8" in message
+
+
+def test_rule_volume_zone_a_label_may_list_several_zones_separated_by_double_underscores() -> None:
+    placed = _placed(_zone_plan(_zoned_nodes(), {ZONE: "zone-c__ zone-b"}, members=4))
+    assert sorted(placed.values()) == ["node5", "node6", "node7", "node8"]
+
+
+def test_rule_volume_zone_legacy_labels_match_the_nodes_legacy_or_ga_label() -> None:
+    """A legacy failure-domain label on the volume is read on the node under its own key, else
+    under its GA name (a node relabelled to topology.kubernetes.io/zone only)."""
+    for node_key in (LEGACY_ZONE, ZONE):
+        placed = _placed(_zone_plan(_zoned_nodes(node_key), {LEGACY_ZONE: "zone-b"}))
+        assert set(placed.values()) <= {"node5", "node6", "node7", "node8"}, node_key
+        assert len(placed) == 2
+
+
+def test_rule_volume_zone_a_node_without_zone_labels_takes_any_volume() -> None:
+    """A single-zone cluster whose nodes carry no zone label: the volume's label imposes
+    nothing, as upstream; nor does a label whose value does not parse."""
+    assert len(_placed(_zone_plan(reference_nodes(), {ZONE: "zone-b"}))) == 2
+    assert len(_placed(_zone_plan(_zoned_nodes(), {ZONE: "zone-z__"}))) == 2
+
+
+def test_rule_volume_zone_the_kept_volume_carries_its_zone_labels_only() -> None:
+    kept = volume_fields(_labelled_volume({ZONE: "zone-b", LEGACY_ZONE: "zone-b"}))
+    assert kept["metadata"]["labels"] == {ZONE: "zone-b", LEGACY_ZONE: "zone-b"}
+    assert "labels" not in volume_fields(_volume("data", "shared"))["metadata"]
+
+
+def test_rule_volume_zone_preemption_evicts_only_in_the_volumes_zone() -> None:
+    nodes = _zoned_nodes()
+    low = [
+        pod(f"low-{i}", None, gpus=8, node_name=f"node{i}", phase="Running", owner=f"job-{i}")
+        for i in range(1, 9)
+    ]
+    claims = [_claim("shared", "data")]
+    volumes = [_labelled_volume({ZONE: "zone-b"})]
+    gang = _gang(4, priority=100)
+    result = plan(
+        state(nodes, [*low, *gang], [pod_group("gang", 4)], claims=claims, volumes=volumes)
+    )
+    victims = {a.pod.name for a in result.actions if isinstance(a, Disrupt)}
+    assert victims == {"low-5", "low-6", "low-7", "low-8"}
