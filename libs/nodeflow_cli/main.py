@@ -1,6 +1,7 @@
 """`kubectl nodeflow`: why an object is where it is, the decisions, the dead letters (`dlq
 list|show|replay`, `dead-letters` = `dlq list`), and a NodeSet's rollout history and rollback
-(`rollout history|undo nodeset NAME`), and `doctor`: what Nodeflow needs, checked.
+(`rollout history|undo nodeset NAME`), `release-claim NODE` (a deleted NodeSet's node claim,
+removed when safe), and `doctor`: what Nodeflow needs, checked.
 
 kubectl runs `kubectl-nodeflow` from the PATH as `kubectl nodeflow ...` (a plugin). It reads
 the Kubernetes API through the kubeconfig (`--kubeconfig`, else `KUBECONFIG`, else
@@ -39,7 +40,7 @@ from nats.js.errors import NotFoundError
 from nodeflow_bus import Bus, BusOptions, Credentials
 from nodeflow_bus.errors import PublishError
 from nodeflow_bus.kube_lease import DEFAULT_LEASE_NAMESPACE
-from nodeflow_cli import dlq, doctor, rollout, verdicts
+from nodeflow_cli import claims, dlq, doctor, rollout, verdicts
 from nodeflow_cli.verdicts import Decision, Obj
 from nodeflow_contracts import subjects
 from nodeflow_contracts.permissions import SERVICES, lease_names
@@ -486,6 +487,52 @@ async def rollout_command(args: argparse.Namespace) -> str:
         await kube.close()
 
 
+# --- release-claim --------------------------------------------------------------------------
+
+
+async def release_claim_command(args: argparse.Namespace) -> str:
+    """`release-claim NODE [--force]`: remove a NodeSet's claim from the node when it is safe
+    (see nodeflow_cli.claims), with the node as read as the patch's precondition."""
+    path = f"/api/v1/nodes/{quote(args.node, safe='')}"
+    kube = await Kube.connect(args.kubeconfig, args.context)
+    try:
+        node = await kube.get(path)
+        if node is None:
+            raise CliError(f"node {args.node} not found")
+        claim = claims.claim_of(node)
+        nodeset_exists = True
+        target = claims.claiming_nodeset(claim) if claim else None
+        if target is not None:
+            namespace, name = (quote(part, safe="") for part in target)
+            found = await kube.get(f"{KINDS['nodeset'][0].format(ns=namespace)}/{name}")
+            nodeset_exists = found is not None
+        listed = await kube.get(f"/api/v1/pods?labelSelector={quote(NODESET_LABEL, safe='')}")
+        pods = [p for p in (listed or {}).get("items") or [] if isinstance(p, dict)]
+        release = claims.plan_release(
+            node,
+            nodeset_exists=nodeset_exists,
+            pods_on_node=claims.nodeset_pods_on(args.node, pods),
+            force=args.force,
+        )
+        if release.refused:
+            raise CliError(release.message)
+        if release.warning:
+            print(release.warning, file=sys.stderr)
+        if release.patch is not None:
+            try:
+                await kube.patch(path, release.patch, "application/json-patch+json")
+            except ApiStatusError as exc:
+                if exc.status not in (409, 422):
+                    raise
+                raise CliError(
+                    f"node/{args.node} not released: it changed since it was read (a new "
+                    f"claim, or another write); nothing was changed, run the command again"
+                ) from exc
+        return release.message
+    finally:
+        await kube.close()
+
+
 # --- doctor ---------------------------------------------------------------------------------
 
 
@@ -783,6 +830,16 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("kind", choices=["nodeset", "nodesets"])
         sub.add_argument("name")
         sub.add_argument("-n", "--namespace", default="default")
+    release_parser = commands.add_parser(
+        "release-claim",
+        help="remove a deleted NodeSet's claim from a node (only with no NodeSet pod on it)",
+    )
+    release_parser.add_argument("node")
+    release_parser.add_argument(
+        "--force",
+        action="store_true",
+        help="release even though the claiming NodeSet still exists (it may claim it again)",
+    )
     return top
 
 
@@ -794,6 +851,8 @@ async def run(args: argparse.Namespace) -> bool:
         await decisions(args)
     elif args.command == "rollout":
         print(await rollout_command(args))
+    elif args.command == "release-claim":
+        print(await release_claim_command(args))
     elif args.command == "doctor":
         return await doctor_command(args)
     elif args.action == "list":
