@@ -15,6 +15,7 @@ from typing import Any
 
 from nodeflow_contracts.pod_protocol import (
     NODESET_LABEL,
+    POD_WAIT_CONDITION,
     SLURM_DELETE_CONDITION,
     SLURM_STATE_CONDITION_PREFIX,
 )
@@ -203,6 +204,10 @@ def why_pod(
     delete = condition(pod, SLURM_DELETE_CONDITION)
     if delete is not None:
         lines.append("marked for deletion: " + _condition_line(delete))
+    wait = condition(pod, POD_WAIT_CONDITION)
+    if wait is not None and wait.get("status") == "True":
+        # nodeset-controller's own word on what the pod waits for (its rule 8b).
+        lines.append("waits: " + _condition_line(wait))
     for entry in conditions(pod):
         kind = str(entry.get("type"))
         if kind.startswith(SLURM_STATE_CONDITION_PREFIX) and entry.get("status") == "True":
