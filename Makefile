@@ -53,8 +53,9 @@ proto-check: venv
 # where the machine has none and we are root (as CI is). Otherwise the kubectl tests skip, or
 # fail under CI=true. helm (for the chart tests) is built from its Go module, cached by version
 # in /var/tmp/nodeflow-helm, and linked into .tools/bin where the tests look for it; without Go
-# the chart tests skip (fail under CI=true).
-tools: $(TOOLS)/bin/helm
+# the chart tests skip (fail under CI=true). promtool (for the alert rule tests) is built and
+# cached (/var/tmp/nodeflow-promtool) the same way.
+tools: $(TOOLS)/bin/helm $(TOOLS)/bin/promtool
 	@command -v kubectl >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && apt-get install -y -qq kubernetes-client; \
@@ -66,6 +67,12 @@ $(TOOLS)/bin/helm: tools/helm/build_helm.sh
 	@if command -v go >/dev/null || [ "$$CI" = "true" ]; then \
 	  helm="$$(tools/helm/build_helm.sh)" && ln -sf "$$helm" $@ && $@ version --short; \
 	else echo "go not found: helm is not built and the Helm chart tests will not run"; fi
+
+$(TOOLS)/bin/promtool: tools/prometheus/build_promtool.sh
+	@mkdir -p $(TOOLS)/bin
+	@if command -v go >/dev/null || [ "$$CI" = "true" ]; then \
+	  promtool="$$(tools/prometheus/build_promtool.sh)" && ln -sf "$$promtool" $@ && $@ --version | head -1; \
+	else echo "go not found: promtool is not built and the alert rule tests will not run"; fi
 
 test: venv tools
 	$(VENV)/bin/ruff check .

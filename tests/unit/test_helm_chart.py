@@ -705,6 +705,7 @@ def test_third_party_crds_are_opt_in_and_kept_by_helm(
     only_skyhook = render(settings={"thirdPartyCRDs.skyhook": True})
     assert set(by_name(only_skyhook, "CustomResourceDefinition")) - ours == {
         "skyhooks.skyhook.nvidia.com",
+        "nodewrights.nodewright.nvidia.com",
         "deploymentpolicies.skyhook.nvidia.com",
     }
 
@@ -721,6 +722,31 @@ def test_service_monitor_label_is_configurable() -> None:
     assert set(monitors) == set(SERVICES)
     for monitor in [*monitors.values(), *of_kind(objects, "PrometheusRule")]:
         assert monitor["metadata"]["labels"]["prometheus"] == "team-a"
+
+
+def test_grafana_dashboards_ship_with_the_chart_as_the_kustomize_config_map() -> None:
+    """The chart's dashboards are k8s/grafana's, in the ConfigMap Grafana's sidecar loads by
+    its label, in the namespace it searches; off unless asked for."""
+    assert "nodeflow-grafana-dashboard" not in by_name(render(), "ConfigMap")
+    (kustomized,) = of_kind(kustomize_build(K8S / "grafana"), "ConfigMap")
+    shipped = by_name(render(settings={"monitoring.grafanaDashboards.enabled": True}), "ConfigMap")[
+        "nodeflow-grafana-dashboard"
+    ]
+    assert shipped["data"] == kustomized["data"]
+    assert shipped["metadata"]["namespace"] == NAMESPACE
+    assert shipped["metadata"]["labels"]["grafana_dashboard"] == "1"
+    elsewhere = by_name(
+        render(
+            settings={
+                "monitoring.grafanaDashboards.enabled": True,
+                "monitoring.grafanaDashboards.namespace": "monitoring",
+                "monitoring.grafanaDashboards.labels": {"grafana_dashboard": "nodeflow"},
+            }
+        ),
+        "ConfigMap",
+    )["nodeflow-grafana-dashboard"]
+    assert elsewhere["metadata"]["namespace"] == "monitoring"
+    assert elsewhere["metadata"]["labels"]["grafana_dashboard"] == "nodeflow"
 
 
 def test_release_namespace_reaches_every_address() -> None:

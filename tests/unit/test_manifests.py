@@ -59,8 +59,11 @@ CRD_NAMES = {
     "podgroups.scheduling.sigs.k8s.io",
     "clusternetworktopologies.scheduling.koordinator.sh",
     "skyhooks.skyhook.nvidia.com",
+    "nodewrights.nodewright.nvidia.com",
     "deploymentpolicies.skyhook.nvidia.com",
 }
+# Upstream's CRDs that name no short name, kept so (a NodeWright is `kubectl get nodewrights`).
+NO_SHORT_NAMES = {"nodewrights.nodewright.nvidia.com"}
 # Short names of built-in resources (kubectl api-resources); a CRD must not shadow them.
 BUILTIN_SHORT_NAMES = {
     "cs", "cm", "ep", "ev", "limits", "ns", "no", "pvc", "pv", "po", "rc", "quota", "sa",
@@ -113,6 +116,7 @@ THIRD_PARTY_CRD_NAMES = {
     "podgroups.scheduling.sigs.k8s.io",
     "clusternetworktopologies.scheduling.koordinator.sh",
     "skyhooks.skyhook.nvidia.com",
+    "nodewrights.nodewright.nvidia.com",
     "deploymentpolicies.skyhook.nvidia.com",
 }
 
@@ -284,7 +288,7 @@ def test_crd_names_are_consistent(name: str) -> None:
     assert name == f"{names['plural']}.{spec['group']}"
     assert names["listKind"] == names["kind"] + "List"
     assert names["singular"] == names["kind"].lower()
-    assert names["shortNames"] and names["categories"]
+    assert (name in NO_SHORT_NAMES or names["shortNames"]) and names["categories"]
     assert "nodeflow" in names["categories"]
     versions = spec["versions"]
     assert [v["name"] for v in versions] == ["v1alpha1"]
@@ -665,6 +669,7 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("scheduling.koordinator.sh", "clusternetworktopologies"): {"list", "watch", "patch"},
     ("skyhook.nvidia.com", "skyhooks"): {"list", "watch", "patch"},
     ("skyhook.nvidia.com", "deploymentpolicies"): {"list", "watch", "patch"},
+    ("nodewright.nvidia.com", "nodewrights"): {"list", "watch", "patch"},
     **{(name.split(".", 1)[1], name.split(".", 1)[0] + "/status"): {"patch"} for name in CRD_NAMES},
 }
 
@@ -1331,6 +1336,11 @@ def test_every_alert_rule_has_a_runbook_and_a_severity() -> None:
         "NodeflowNodeSetUnavailable",
         "NodeflowMaintenanceStuck",
         "NodeflowRolloutStopped",
+        "NodeflowServiceDown",
+        "NodeflowNoLeader",
+        "NodeflowNatsDisconnected",
+        "NodeflowJetStreamUnhealthy",
+        "NodeflowJetStreamReplicasBehind",
     } <= set(alerts)
     for rule in alerts.values():
         assert rule["annotations"]["runbook"].strip() and rule["labels"]["severity"]
