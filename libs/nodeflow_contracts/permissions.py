@@ -33,6 +33,7 @@ from nodeflow_contracts.pod_protocol import (
     SLURM_DELETE_CONDITION,
     SLURM_STATE_CONDITION_PREFIX,
 )
+from nodeflow_contracts.skyhook import FLAVORS, NODEWRIGHT, SKYHOOK
 from nodeflow_contracts.topology import ADMIN_USER as ADMIN_USER  # where users look for it
 from nodeflow_contracts.topology import (
     APPLIED_COMMANDS_BUCKET,
@@ -45,8 +46,9 @@ from nodeflow_contracts.topology import (
     WATCHED_KINDS,
 )
 
-# The label every Skyhook stage Job carries (its Skyhook's name).
-SKYHOOK_NAME_LABEL = "skyhook.nvidia.com/name"
+# The label every Skyhook stage Job carries (its Skyhook's name); a NodeWright's carry theirs.
+SKYHOOK_NAME_LABEL = SKYHOOK.name_label
+NODEWRIGHT_NAME_LABEL = NODEWRIGHT.name_label
 
 
 def kv_stream(bucket: str) -> str:
@@ -153,6 +155,7 @@ BUS_GRANTS: dict[str, BusGrant] = {
                 "NodeMaintenance",
                 "MaintenanceOperatorConfig",
                 "Skyhook",
+                "NodeWright",
                 "DeploymentPolicy",
             ),
             SLURM_NODES_BUCKET,
@@ -463,11 +466,21 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         # Skyhook: a Job per package stage and node (labelled with its Skyhook), failing one
         # stuck pulling its image and keeping a failed one with its logs; a NodeMaintenance
         # before an interrupt; the per-node state; the Skyhook's status; the policy in use.
-        _grant("create", "Job", required_label=SKYHOOK_NAME_LABEL),
+        # A NodeWright's the same, with its own keys (nodeflow_contracts.skyhook).
+        *(_grant("create", "Job", required_label=names.name_label) for names in FLAVORS),
         # The ConfigMaps a package pod mounts (node metadata, the package's configMap), only
-        # those labelled with a Skyhook; their data rewritten when it changed.
-        _grant("create", "ConfigMap", required_label=SKYHOOK_NAME_LABEL),
-        _grant("patch", "ConfigMap", fields=("data",), required_label=SKYHOOK_NAME_LABEL),
+        # those labelled with a Skyhook (or NodeWright); their data rewritten when it changed.
+        *(_grant("create", "ConfigMap", required_label=names.name_label) for names in FLAVORS),
+        # (The patch tests the ConfigMap's own label, so it fits its own kind's grant only.)
+        *(
+            _grant(
+                "patch",
+                "ConfigMap",
+                fields=("data", f"metadata.labels[{names.name_label}]"),
+                required_label=names.name_label,
+            )
+            for names in FLAVORS
+        ),
         _grant(
             "patch", "Job", fields=("spec.activeDeadlineSeconds", "spec.ttlSecondsAfterFinished")
         ),
@@ -476,14 +489,21 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
             "patch",
             "Node",
             fields=(
-                "metadata.annotations[skyhook.nvidia.com/nodeState_*]",
-                "metadata.annotations[skyhook.nvidia.com/status_*]",
-                "metadata.labels[skyhook.nvidia.com/status_*]",
-                "metadata.annotations[skyhook.nvidia.com/version_*]",
-                "metadata.annotations[skyhook.nvidia.com/cordon_*]",
-                # runtimeRequired: the runtime-required taint, and the mark of an auto-taint.
+                *(
+                    field
+                    for names in FLAVORS
+                    for field in (
+                        f"metadata.annotations[{names.node_state_annotation('*')}]",
+                        f"metadata.annotations[{names.status_key('*')}]",
+                        f"metadata.labels[{names.status_key('*')}]",
+                        f"metadata.annotations[{names.version_annotation('*')}]",
+                        f"metadata.annotations[{names.cordon_annotation('*')}]",
+                        # runtimeRequired: the mark of an auto-taint.
+                        f"metadata.annotations[{names.auto_taint_annotation('*')}]",
+                    )
+                ),
+                # runtimeRequired: the runtime-required taints.
                 "spec.taints",
-                "metadata.annotations[skyhook.nvidia.com/autoTaint_*]",
             ),
         ),
         # The Skyhook's node conditions (upstream `UpdateCondition`), by type; never the
@@ -492,14 +512,20 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
             "patch",
             "Node",
             subresource="status",
-            fields=(
-                "status.conditions[skyhook.nvidia.com/*/NotReady]",
-                "status.conditions[skyhook.nvidia.com/*/Erroring]",
+            fields=tuple(
+                f"status.conditions[{condition}]"
+                for names in FLAVORS
+                for condition in (
+                    names.not_ready_condition("*"),
+                    names.erroring_condition("*"),
+                )
             ),
         ),
-        _grant("update-status", "Skyhook"),
+        _grant("update-status", "Skyhook", "NodeWright"),
         # Its own finalizer: a deleted Skyhook first removes its marks from the nodes.
-        _grant("patch", "Skyhook", "DeploymentPolicy", fields=("metadata.finalizers",)),
+        _grant(
+            "patch", "Skyhook", "NodeWright", "DeploymentPolicy", fields=("metadata.finalizers",)
+        ),
     ),
     # Gang and topology placement (issue #16): bind, nominate, preempt, report status.
     "topology-placer": (

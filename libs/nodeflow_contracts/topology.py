@@ -158,6 +158,14 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
         plural="skyhooks",
         namespaced=False,
     ),
+    # Skyhook's renamed release (nodeflow_contracts.skyhook): the same controller reconciles it.
+    WatchedKind(
+        kind="NodeWright",
+        group="nodewright.nvidia.com",
+        version="v1alpha1",
+        plural="nodewrights",
+        namespaced=False,
+    ),
     WatchedKind(
         kind="DeploymentPolicy",
         group="skyhook.nvidia.com",

@@ -129,23 +129,28 @@ def authorize(
         return _authorize_patch(cmd.sender, kind, operation, candidates)
     grant = candidates[0]
     if isinstance(operation, CreateObject):
-        labels = (operation.object.get("metadata") or {}).get("labels") or {}
-        if not isinstance(labels, dict):
-            labels = {}
-        if grant.required_label and grant.required_label not in labels:
-            return Refused(
-                f"{cmd.sender} may create only {kind} objects labelled {grant.required_label}",
-            )
-        if grant.forbidden_label and grant.forbidden_label in labels:
-            return Refused(
-                f"{cmd.sender} may not create {kind} objects labelled {grant.forbidden_label}",
-            )
-        if grant.protection_budget:
-            problem = protection_budget_problem(operation.object)
-            if problem is not None:
-                return Refused(f"{cmd.sender} may create only protection budgets: {problem}")
-        return Allowed()
+        # Any one grant suffices (a Skyhook's Job carries its label, a NodeWright's its own);
+        # refused, the first grant's reason is told.
+        verdicts = [_authorize_create(cmd.sender, kind, operation, g) for g in candidates]
+        return next((v for v in verdicts if isinstance(v, Allowed)), verdicts[0])
     return Allowed(grant.required_label, grant.forbidden_label)
+
+
+def _authorize_create(
+    sender: str, kind: str, operation: CreateObject, grant: CommandGrant
+) -> Allowed | Refused:
+    labels = (operation.object.get("metadata") or {}).get("labels") or {}
+    if not isinstance(labels, dict):
+        labels = {}
+    if grant.required_label and grant.required_label not in labels:
+        return Refused(f"{sender} may create only {kind} objects labelled {grant.required_label}")
+    if grant.forbidden_label and grant.forbidden_label in labels:
+        return Refused(f"{sender} may not create {kind} objects labelled {grant.forbidden_label}")
+    if grant.protection_budget:
+        problem = protection_budget_problem(operation.object)
+        if problem is not None:
+            return Refused(f"{sender} may create only protection budgets: {problem}")
+    return Allowed()
 
 
 def _authorize_patch(

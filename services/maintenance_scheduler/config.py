@@ -65,6 +65,6 @@ class MaintenanceSchedulerConfig(ServiceConfig, kw_only=True):
     ] = "skyhook.nvidia.com=runtime-required:NoSchedule"
     # A NodeWright's (nodewright.nvidia.com/v1alpha1) runtime-required taint: the renamed
     # release's own key, so the two kinds never clear each other's taint.
-    nodewright_runtime_required_taint: Annotated[
+    skyhook_nodewright_runtime_required_taint: Annotated[
         str, Meta(pattern=r"^[^=:\s]+(=[^=:\s]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$")
     ] = "nodewright.nvidia.com=runtime-required:NoSchedule"

@@ -430,7 +430,7 @@ class Package:
     config_interrupts: tuple[tuple[str, Interrupt], ...] = ()
     env: tuple[EnvVar, ...] = ()
     resources: Resources | None = None
-    # activeDeadlineSeconds of each stage Job; None: no deadline.
+    # activeDeadlineSeconds of each stage Job; None: the controller's default; 0: no deadline.
     stage_timeout_seconds: int | None = None
     # The image digest (`sha256:...`): pulled by digest instead of the version tag.
     container_sha: str = ""
@@ -584,7 +584,7 @@ def _parse_package(name: str, raw: object, problems: list[str]) -> Package | Non
         parsed = _parse_interrupt(raw_interrupt, f"{where}.configInterrupts.{key}", problems)
         if parsed is not None:
             config_interrupts.append((str(key), parsed))
-    timeout = _int_field(data, "stageTimeout", where, problems, low=1)
+    timeout = _stage_timeout(data.get("stageTimeout"), f"{where}.stageTimeout", problems)
     uninstall = mapping(data.get("uninstall"))
     if uninstall.get("apply") is True and uninstall.get("enabled") is not True:
         problems.append(f"{where}.uninstall.apply: only valid when uninstall.enabled is true")
@@ -605,6 +605,26 @@ def _parse_package(name: str, raw: object, problems: list[str]) -> Package | Non
         uninstall_enabled=uninstall.get("enabled") is True,
         uninstall_apply=uninstall.get("apply") is True,
     )
+
+
+def _stage_timeout(raw: object, where: str, problems: list[str]) -> int | None:
+    """A package's stageTimeout: whole seconds (a Skyhook here), or a Go duration string as a
+    NodeWright's CRD types it, "0" removing the bound (upstream: the fraction dropped)."""
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        problems.append(f"{where}: {raw!r} is neither seconds nor a duration")
+        return None
+    if isinstance(raw, int):
+        if raw < 1:
+            problems.append(f"{where}: must be >= 1, got {raw}")
+            return None
+        return raw
+    seconds = parse_go_duration(raw)
+    if seconds is None or seconds < 0:
+        problems.append(f"{where}: {raw!r} is not a duration")
+        return None
+    return int(seconds)
 
 
 def _graceful_shutdown(raw: object, where: str, problems: list[str]) -> int | None:

@@ -102,14 +102,18 @@ def commands_for(
                 node.annotations,
                 namespace=namespace,
             )
-            why = f"Skyhook {action.skyhook.name}: metadata of node {node.name} for its agent"
+            why = (
+                f"{action.skyhook.names.kind} {action.skyhook.name}: metadata of node "
+                f"{node.name} for its agent"
+            )
         else:
             body = package_config_map(action.skyhook, action.package, namespace=namespace)
             why = (
-                f"Skyhook {action.skyhook.name}: configMap of "
+                f"{action.skyhook.names.kind} {action.skyhook.name}: configMap of "
                 f"{action.package.name} {action.package.version}"
             )
         name = str(body["metadata"]["name"])
+        label = action.skyhook.names.name_label
         content = digest(canonical(body))
         target = ObjectRef(api_version="v1", kind="ConfigMap", name=name, namespace=namespace)
         return [
@@ -124,7 +128,16 @@ def commands_for(
                 f"cm-data:{action.skyhook.uid}:{name}:{content}",
                 target,
                 k8s.PatchObject(
-                    patch_type="json", patch=[{"op": "add", "path": "/data", "value": body["data"]}]
+                    patch_type="json",
+                    patch=[
+                        # Only a ConfigMap of this object (its kind's label and its name).
+                        {
+                            "op": "test",
+                            "path": "/metadata/labels/" + label.replace("/", "~1"),
+                            "value": action.skyhook.name,
+                        },
+                        {"op": "add", "path": "/data", "value": body["data"]},
+                    ],
                 ),
                 why,
                 now,

@@ -167,7 +167,11 @@ def build_job(
     else:
         pod_spec = stage_pod_spec(options, skyhook, package, stage, node, node_order)
     package_json = package_annotation(skyhook, package, stage)
-    timeout = package.stage_timeout_seconds or default_stage_timeout_seconds
+    timeout = (
+        default_stage_timeout_seconds
+        if package.stage_timeout_seconds is None
+        else package.stage_timeout_seconds
+    )
     interrupting = stage == "interrupt"
     spec: dict[str, Any] = {
         "parallelism": 1,

@@ -302,7 +302,7 @@ class World:
     runtime_required_toleration: Mapping[str, str] = field(
         default_factory=lambda: PodOptions().runtime_required_toleration()
     )
-    # The NodeWrights' own (NODEWRIGHT_RUNTIME_REQUIRED_TAINT).
+    # The NodeWrights' own (SKYHOOK_NODEWRIGHT_RUNTIME_REQUIRED_TAINT).
     nodewright_runtime_required_toleration: Mapping[str, str] = field(
         default_factory=lambda: PodOptions().runtime_required_toleration(NODEWRIGHT)
     )
@@ -959,13 +959,15 @@ def _ignored(node: NodeView, names: SkyhookNames) -> bool:
 
 def picker_tolerations(skyhook: Skyhook, world: World) -> list[Mapping[str, Any]]:
     """What upstream's SelectNodes checks a node's taints against: a cordon, the Skyhook's
-    additionalTolerations, and the runtime-required taint for a runtimeRequired Skyhook."""
+    additionalTolerations, and the runtime-required taints for a runtimeRequired Skyhook."""
     found: list[Mapping[str, Any]] = [
         {"key": TAINT_UNSCHEDULABLE, "operator": "Exists", "effect": NO_SCHEDULE},
         *skyhook.additional_tolerations,
     ]
     if skyhook.runtime_required:
-        found.append(world.runtime_toleration_of(skyhook.names))
+        # Every kind's: a node new to a Skyhook and a NodeWright carries both taints, and each
+        # runtimeRequired object must work there for its own taint to come off.
+        found.extend(world.runtime_toleration_of(names) for names in FLAVORS)
     return found
 
 

@@ -111,7 +111,7 @@ def pod_options(config: MaintenanceSchedulerConfig) -> PodOptions:
         agent_log_root=config.skyhook_agent_log_root,
         image_pull_secret=config.skyhook_image_pull_secret,
         runtime_required_taint=config.skyhook_runtime_required_taint,
-        nodewright_runtime_required_taint=config.nodewright_runtime_required_taint,
+        nodewright_runtime_required_taint=config.skyhook_nodewright_runtime_required_taint,
     )
 
 

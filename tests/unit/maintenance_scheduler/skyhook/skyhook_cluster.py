@@ -15,11 +15,9 @@ from maintenance_scheduler.skyhook.api import (
     NODE_STATE_VERSION,
     SKYHOOK_FINALIZER,
     Skyhook,
-    cordon_annotation,
     node_state_annotation,
     parse_skyhook,
     status_key,
-    version_annotation,
 )
 from maintenance_scheduler.skyhook.jobs import build_job, maintenance_name
 from maintenance_scheduler.skyhook.observe import job_facts
@@ -41,9 +39,10 @@ NAMESPACE = "skyhook"
 
 def apply_marks(annotations: dict[str, str], action: PatchNode) -> None:
     """A PatchNode's version_ and cordon_ marks, as the merge patch sets or removes them."""
+    names = action.names
     marks = {
-        version_annotation(action.skyhook): NODE_STATE_VERSION if action.node_state else None,
-        cordon_annotation(action.skyhook): "true" if action.cordon else None,
+        names.version_annotation(action.skyhook): NODE_STATE_VERSION if action.node_state else None,
+        names.cordon_annotation(action.skyhook): "true" if action.cordon else None,
     }
     for key, value in marks.items():
         if value is None:

@@ -464,7 +464,9 @@ def test_rule_each_job_is_preceded_by_the_config_maps_its_pod_mounts() -> None:
     assert create_cm.op == "create" and create_cm.operation.object == body  # type: ignore[union-attr]
     assert patch_cm.op == "patch"
     assert patch_cm.operation.patch == [  # type: ignore[union-attr]
-        {"op": "add", "path": "/data", "value": body["data"]}
+        # Only the Skyhook's own ConfigMap is rewritten (the label is tested, not changed).
+        {"op": "test", "path": "/metadata/labels/skyhook.nvidia.com~1name", "value": "gpu-init"},
+        {"op": "add", "path": "/data", "value": body["data"]},
     ]
     assert create_cm.target.kind == patch_cm.target.kind == "ConfigMap"
 

@@ -16,12 +16,10 @@ from maintenance_scheduler.skyhook.api import (
     SKYHOOK_FINALIZER,
     DeploymentPolicy,
     Skyhook,
-    cordon_annotation,
     node_state_annotation,
     parse_deployment_policy,
     parse_skyhook,
     status_key,
-    version_annotation,
 )
 from maintenance_scheduler.skyhook.jobs import maintenance_name
 from maintenance_scheduler.skyhook.plan import (
@@ -163,9 +161,11 @@ class FakeCluster:
                 node = action.node
                 annotations = dict(self.nodes[node.name].annotations)
                 labels = dict(self.nodes[node.name].labels)
-                annotations[node_state_annotation(action.skyhook)] = action.node_state
-                annotations[status_key(action.skyhook)] = action.status
-                labels[status_key(action.skyhook)] = action.status
+                # The keys of the object's own kind (Skyhook or NodeWright).
+                names = action.names
+                annotations[names.node_state_annotation(action.skyhook)] = action.node_state
+                annotations[names.status_key(action.skyhook)] = action.status
+                labels[names.status_key(action.skyhook)] = action.status
                 apply_marks(annotations, action)
                 self.nodes[node.name] = replace(
                     self.nodes[node.name], annotations=annotations, labels=labels
@@ -182,13 +182,13 @@ class FakeCluster:
                     for s in self.skyhooks
                 ]
             elif isinstance(action, ForgetNode):
-                node = self.nodes[action.node.name]
-                key = status_key(action.skyhook)
+                node, names = self.nodes[action.node.name], action.names
+                key = names.status_key(action.skyhook)
                 forgotten = (
                     key,
-                    node_state_annotation(action.skyhook),
-                    version_annotation(action.skyhook),
-                    cordon_annotation(action.skyhook),
+                    names.node_state_annotation(action.skyhook),
+                    names.version_annotation(action.skyhook),
+                    names.cordon_annotation(action.skyhook),
                 )
                 annotations = {k: v for k, v in node.annotations.items() if k not in forgotten}
                 labels = {k: v for k, v in node.labels.items() if k != key}
@@ -209,8 +209,9 @@ class FakeCluster:
         kept: list[Skyhook] = []
         for one in self.skyhooks:
             if one.name == name:
-                others = tuple(f for f in one.finalizers if f != SKYHOOK_FINALIZER)
-                one = replace(one, finalizers=(*others, SKYHOOK_FINALIZER) if present else others)
+                mine = one.names.finalizer
+                others = tuple(f for f in one.finalizers if f != mine)
+                one = replace(one, finalizers=(*others, mine) if present else others)
                 if one.deleting and not one.finalizers:
                     continue  # the API server removes it with its last finalizer
             kept.append(one)

@@ -1,0 +1,337 @@
+"""Both names of NVIDIA's operator, one controller: a Skyhook (skyhook.nvidia.com/v1alpha1) and
+a NodeWright (nodewright.nvidia.com/v1alpha1, its v0.18 rename) each read and write only the
+keys of their own group (nodeflow_contracts.skyhook), so a cluster on either release moves to
+Nodeflow without rewriting a manifest and the two kinds never touch each other's marks."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+import msgspec
+import pytest
+
+from k8s_watcher.policy import Allowed, authorize
+from maintenance_scheduler.skyhook.api import Skyhook, parse_skyhook, reconciled
+from maintenance_scheduler.skyhook.commands import commands_for
+from maintenance_scheduler.skyhook.jobs import DRAIN_POD_SELECTOR, build_job
+from maintenance_scheduler.skyhook.observe import job_facts, skyhook_conditions
+from maintenance_scheduler.skyhook.plan import (
+    ForgetNode,
+    NodeView,
+    SetNodeConditions,
+    SetRuntimeTaint,
+    SetSkyhookFinalizer,
+    SkyhookAction,
+    World,
+    plan_round,
+)
+from maintenance_scheduler.skyhook.pod import PodOptions
+from maintenance_scheduler.skyhook.service import only_skyhook_pods
+from nodeflow_contracts.k8s import K8sCommand
+from nodeflow_contracts.skyhook import FLAVORS, NODEWRIGHT, SKYHOOK, SkyhookNames, flavor_of
+from tests.unit.maintenance_scheduler.skyhook.test_skyhook_plan import (
+    T0,
+    FakeCluster,
+    cluster_nodes,
+    run_until_settled,
+)
+
+OTHER = {SKYHOOK: NODEWRIGHT, NODEWRIGHT: SKYHOOK}
+BOTH = pytest.mark.parametrize("names", FLAVORS, ids=[n.kind for n in FLAVORS])
+# Any key of either group: `<group>/...` as a label, annotation, condition type or finalizer.
+GROUP_KEY = re.compile(r"(skyhook|nodewright)\.nvidia\.com/")
+
+
+def flavored(
+    names: SkyhookNames,
+    name: str = "gpu-init",
+    spec: dict[str, Any] | None = None,
+    *,
+    annotations: dict[str, str] | None = None,
+    finalizers: list[str] | None = None,
+) -> Skyhook:
+    packages = {
+        "driver": {"version": "1.0.0", "image": "ghcr.io/x/driver"},
+        "kernel": {
+            "version": "2.0.0",
+            "image": "ghcr.io/x/kernel",
+            "interrupt": {"type": "reboot"},
+            "configMap": {"k": "v"},
+        },
+    }
+    return parse_skyhook(
+        {
+            "apiVersion": names.api_version,
+            "kind": names.kind,
+            "metadata": {
+                "name": name,
+                "uid": f"uid-{names.kind}-{name}",
+                "generation": 1,
+                "annotations": annotations or {},
+                "finalizers": [names.finalizer] if finalizers is None else finalizers,
+            },
+            "spec": {"packages": packages, **(spec or {})},
+        }
+    )
+
+
+def commands(action: SkyhookAction) -> list[K8sCommand]:
+    return commands_for(
+        action, T0, namespace="skyhook", default_stage_timeout_seconds=0, drain_timeout_seconds=0
+    )
+
+
+def msgspec_to_builtins(operation: Any) -> Any:
+    return msgspec.to_builtins(operation)
+
+
+def group_keys(value: Any) -> set[str]:
+    """Every `<group>/...` key or value in a command body (labels, annotations, condition
+    types, finalizers)."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if isinstance(key, str) and GROUP_KEY.match(key):
+                found.add(key)
+            found |= group_keys(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            found |= group_keys(inner)
+    elif isinstance(value, str) and GROUP_KEY.match(value):
+        found.add(value)
+    return found
+
+
+@BOTH
+def test_rule_the_kind_of_an_object_is_read_from_its_api_version(names: SkyhookNames) -> None:
+    assert flavor_of(names.api_version, names.kind) is names
+    parsed = flavored(names, annotations={names.pause_annotation: "true"})
+    assert parsed.names is names and parsed.paused and not parsed.problems
+    # The other group's pause and disable annotations mean nothing to it.
+    other = OTHER[names]
+    foreign = {other.pause_annotation: "true", other.disable_annotation: "true"}
+    parsed = flavored(names, annotations=foreign)
+    assert not parsed.paused and not parsed.disabled
+
+
+@BOTH
+def test_rule_each_kind_writes_only_its_own_keys_and_every_write_is_allowed(
+    names: SkyhookNames,
+) -> None:
+    """A rollout with an interrupt (so a NodeMaintenance and the cordon mark), to complete:
+    every key of every command (node annotations and labels, node conditions, Job and pod
+    labels and annotations, ConfigMaps, the NodeMaintenance, the finalizer, the status) is of
+    the object's own group, and k8s-watcher's policy lets each command through."""
+    cluster = FakeCluster(skyhooks=[flavored(names)], nodes=cluster_nodes(2))
+    written: set[str] = set()
+    targets: set[tuple[str, str]] = set()
+    for _ in range(80):
+        plan = cluster.round()
+        for action in plan.actions:
+            for command in commands(action):
+                assert isinstance(authorize(command, command.subject), Allowed), command
+                body = command.operation
+                written |= group_keys(msgspec_to_builtins(body))
+                targets.add((command.target.api_version, command.target.kind))
+        if not plan.actions:
+            break
+    assert cluster.status()["status"] == "complete"
+    other = OTHER[names]
+    assert written and all(key.startswith(names.prefix) for key in written), sorted(written)
+    assert (names.api_version, names.kind) in targets
+    assert (other.api_version, other.kind) not in targets
+    expected = {
+        names.node_state_annotation("gpu-init"),
+        names.status_key("gpu-init"),
+        names.version_annotation("gpu-init"),
+        names.cordon_annotation("gpu-init"),
+        names.not_ready_condition("gpu-init"),
+        names.erroring_condition("gpu-init"),
+        names.name_label,
+        names.package_label,
+        names.node_label,
+        names.stage_label,
+        names.resource_id_label,
+        names.package_annotation,
+        names.identity_annotation,
+        names.node_metadata_label,
+    }
+    assert expected <= written
+    node = cluster.nodes["node-00"]
+    assert node.labels[names.status_key("gpu-init")] == "complete"
+    assert node.conditions[names.not_ready_condition("gpu-init")]["status"] == "False"
+    assert not any(key.startswith(other.prefix) for key in (*node.annotations, *node.labels))
+
+
+@BOTH
+def test_rule_a_stage_job_belongs_to_its_kind_and_is_read_back_as_such(
+    names: SkyhookNames,
+) -> None:
+    owner = flavored(names)
+    package = owner.packages[0]
+    job = build_job(
+        owner,
+        package,
+        "apply",
+        "node-00",
+        namespace="skyhook",
+        default_stage_timeout_seconds=0,
+        node_uid="uid-0",
+    )
+    labels = job["metadata"]["labels"]
+    assert labels[names.name_label] == "gpu-init" and labels[names.node_label] == "node-00"
+    assert job["spec"]["template"]["metadata"]["labels"] == labels
+    (reference,) = job["metadata"]["ownerReferences"]
+    assert (reference["apiVersion"], reference["kind"]) == (names.api_version, names.kind)
+    assert names.identity_annotation in job["metadata"]["annotations"]
+    # observe reads its slot and identity from its kind's keys.
+    facts = job_facts(job, [])
+    assert facts.slot == ("gpu-init", package.name, "node-00")
+    assert facts.identity is not None and facts.identity["skyhook"] == owner.uid
+    assert facts.stage == "apply"
+    # Its pods stay in the controller's view.
+    pod = {"metadata": {"labels": dict(labels)}}
+    assert only_skyhook_pods(pod) is pod
+    # The pod tolerates its kind's runtime-required taint.
+    key = names.runtime_required_taint.split("=")[0]
+    assert key in {t.get("key") for t in job["spec"]["template"]["spec"]["tolerations"]}
+
+
+def test_rule_an_interrupts_drain_never_evicts_a_package_pod_of_either_kind() -> None:
+    assert DRAIN_POD_SELECTOR == "!skyhook.nvidia.com/name,!nodewright.nvidia.com/name"
+
+
+@BOTH
+def test_rule_only_the_own_finalizer_lets_an_object_work(names: SkyhookNames) -> None:
+    # Carrying the other kind's finalizer is not carrying its own: it asks for its own first.
+    bare = flavored(names, finalizers=[OTHER[names].finalizer])
+    plan = plan_round(
+        World(skyhooks=[bare], policies={}, nodes=[], jobs={}, maintenances={}), now=T0
+    )
+    (action,) = plan.actions
+    assert isinstance(action, SetSkyhookFinalizer) and action.present
+    (command,) = commands(action)
+    assert (command.target.api_version, command.target.kind) == (names.api_version, names.kind)
+    patch = msgspec_to_builtins(command.operation)["patch"]
+    assert patch["metadata"]["finalizers"] == [OTHER[names].finalizer, names.finalizer]
+
+
+@BOTH
+def test_rule_only_the_own_ignore_label_keeps_a_node_out(names: SkyhookNames) -> None:
+    nodes = cluster_nodes(2)
+    nodes["node-00"] = replace(nodes["node-00"], labels={names.ignore_label: "true"})
+    nodes["node-01"] = replace(nodes["node-01"], labels={OTHER[names].ignore_label: "true"})
+    cluster = FakeCluster(skyhooks=[flavored(names, spec={})], nodes=nodes)
+    run_until_settled(cluster)
+    status = cluster.status()
+    assert status["nodeStatus"]["node-00"] == "blocked"
+    assert status["nodeStatus"]["node-01"] == "complete"
+
+
+@BOTH
+def test_rule_the_runtime_required_taint_and_its_mark_are_the_kinds_own(
+    names: SkyhookNames,
+) -> None:
+    spec = {"runtimeRequired": True, "autoTaintNewNodes": True}
+    # A node the other kind already works on is not new either.
+    nodes = cluster_nodes(2)
+    nodes["node-01"] = replace(
+        nodes["node-01"], annotations={OTHER[names].status_key("x"): "complete"}
+    )
+    world = World(
+        skyhooks=[flavored(names, spec=spec)],
+        policies={},
+        nodes=list(nodes.values()),
+        jobs={},
+        maintenances={},
+    )
+    plan = plan_round(world, now=T0)
+    taints = [a for a in plan.actions if isinstance(a, SetRuntimeTaint)]
+    assert [(a.node.name, a.names) for a in taints] == [("node-00", names)]
+    key = names.runtime_required_taint.partition("=")[0]
+    assert taints[0].taint == {"key": key, "value": "runtime-required", "effect": "NoSchedule"}
+    (command,) = commands(taints[0])
+    assert isinstance(authorize(command, command.subject), Allowed)
+    patch = msgspec_to_builtins(command.operation)["patch"]
+    assert patch["metadata"]["annotations"] == {names.auto_taint_annotation(key): "true"}
+    assert PodOptions().runtime_required_toleration(names)["key"] == key
+
+
+def test_rule_a_nodewright_and_a_skyhook_taint_and_untaint_a_node_each_with_its_own_taint() -> None:
+    both = [
+        flavored(SKYHOOK, "legacy", spec={"runtimeRequired": True}),
+        flavored(NODEWRIGHT, "renamed", spec={"runtimeRequired": True}),
+    ]
+    taints = tuple(World(both, {}, [], {}, {}).runtime_taint_of(n) for n in FLAVORS)
+    nodes = {n: replace(v, taints=taints) for n, v in cluster_nodes(1).items()}
+    cluster = FakeCluster(skyhooks=both, nodes=nodes)
+    removed: list[SetRuntimeTaint] = []
+    for _ in range(40):
+        removed += [a for a in cluster.round().actions if isinstance(a, SetRuntimeTaint)]
+    assert {a.taint["key"] for a in removed} == {"skyhook.nvidia.com", "nodewright.nvidia.com"}
+    # Each taint goes with its own kind's mark of ownership.
+    assert all(a.names.group == a.taint["key"] for a in removed)
+
+
+@BOTH
+def test_rule_a_deleted_object_removes_only_its_own_marks(names: SkyhookNames) -> None:
+    """Both kinds once named `gpu-init` on the node: deleting one leaves the other's keys."""
+    marks = {
+        key: "complete"
+        for n in FLAVORS
+        for key in (n.status_key("gpu-init"), n.node_state_annotation("gpu-init"))
+    }
+    conditions = {
+        n.not_ready_condition("gpu-init"): {"type": n.not_ready_condition("gpu-init")}
+        for n in FLAVORS
+    }
+    node = NodeView("node-00", "uid-0", "1", {}, marks, created=0.0, conditions=conditions)
+    doomed = replace(flavored(names), deleting=True)
+    plan = plan_round(World([doomed], {}, [node], {}, {}), now=T0)
+    forget = [a for a in plan.actions if isinstance(a, ForgetNode)]
+    gone = [a for a in plan.actions if isinstance(a, SetNodeConditions)]
+    assert len(forget) == 1 and len(gone) == 1
+    assert gone[0].removed == (names.not_ready_condition("gpu-init"),)
+    patch = msgspec_to_builtins(commands(forget[0])[0].operation)["patch"]
+    removed = set(patch["metadata"]["annotations"]) | set(patch["metadata"]["labels"])
+    assert removed and all(key.startswith(names.prefix) for key in removed)
+
+
+def test_rule_of_a_name_both_kinds_hold_the_nodewright_is_reconciled() -> None:
+    legacy, renamed = flavored(SKYHOOK), flavored(NODEWRIGHT)
+    other = flavored(SKYHOOK, "other")
+    assert reconciled([legacy, renamed, other]) == [renamed, other]
+    # A shadowed Skyhook being deleted still removes its own marks and its finalizer.
+    going = replace(legacy, deleting=True)
+    assert reconciled([going, renamed]) == [going, renamed]
+
+
+def test_rule_node_conditions_of_both_kinds_are_kept_in_the_node_view() -> None:
+    kinds = [n.not_ready_condition("a") for n in FLAVORS] + ["Ready"]
+    node = {"status": {"conditions": [{"type": kind, "status": "True"} for kind in kinds]}}
+    assert set(skyhook_conditions(node)) == set(kinds[:2])
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"), [("15m", 900), ("1h30m", 5400), ("0", 0), (600, 600), (None, None)]
+)
+def test_rule_a_stage_timeout_is_seconds_or_a_go_duration(raw: Any, seconds: int | None) -> None:
+    package = {"version": "1.0.0", "image": "ghcr.io/x/driver", "stageTimeout": raw}
+    parsed = flavored(NODEWRIGHT, spec={"packages": {"driver": package}})
+    assert not parsed.problems
+    assert parsed.packages[0].stage_timeout_seconds == seconds
+    job = build_job(
+        parsed,
+        parsed.packages[0],
+        "apply",
+        "node-00",
+        namespace="skyhook",
+        default_stage_timeout_seconds=3600,
+    )
+    # "0" removes the bound; unset takes the controller's default.
+    expected = 3600 if seconds is None else seconds
+    assert job["spec"].get("activeDeadlineSeconds") == (expected or None)
+    bad = {**package, "stageTimeout": "soon"}
+    assert flavored(NODEWRIGHT, spec={"packages": {"driver": bad}}).problems
