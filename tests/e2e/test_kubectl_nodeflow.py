@@ -10,6 +10,7 @@ second scheduler serving koord-scheduler; a poison command is listed by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -77,11 +78,12 @@ class Operator:
             await asyncio.sleep(0.5)
 
 
-@pytest.fixture
-async def operator(tmp_path: Path) -> AsyncIterator[Operator]:
+@contextlib.asynccontextmanager
+async def made_run(run_dir: Path, *launcher_args: str) -> AsyncIterator[Operator]:
+    """`make run` (the launcher, with `launcher_args`) and an operator's shell on it; the
+    launcher stopped as `make run` is, by SIGINT."""
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed: the plugin runs under it")
-    run_dir = tmp_path / "run"
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -92,12 +94,13 @@ async def operator(tmp_path: Path) -> AsyncIterator[Operator]:
         "0",
         "--log-level",
         "warning",
+        *launcher_args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        await read_until_ready(process, timeout=180)
+        await read_until_ready(process, timeout=300)
         yield Operator(run_dir)
     finally:
         if process.returncode is None:
@@ -107,11 +110,31 @@ async def operator(tmp_path: Path) -> AsyncIterator[Operator]:
             except TimeoutError:
                 process.kill()
                 await process.wait()
+        # `make stop`: whatever the launcher left (a real control plane's components run in
+        # sessions of their own) is stopped too.
+        stop = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nodeflow_runtime.launcher", "--stop", "--run-dir", str(run_dir)
+        )
+        await stop.wait()
+
+
+@pytest.fixture
+async def operator(tmp_path: Path) -> AsyncIterator[Operator]:
+    async with made_run(tmp_path / "run") as running:
+        yield running
 
 
 async def test_kubectl_nodeflow_names_the_budget_the_leaders_and_the_dead_letters(
     operator: Operator,
 ) -> None:
+    await why_nodemaintenance_names_the_budget(operator)
+    await leases_and_doctor_name_every_leader(operator)
+    await dead_letters_are_listed_shown_and_replayed(operator)
+
+
+async def why_nodemaintenance_names_the_budget(operator: Operator) -> None:
+    """Two NodeMaintenances with maxParallelOperations 1: `why` and `decisions` say the
+    second waits for the first's slot."""
     nodes = json.loads(await operator.sh("kubectl get nodes -o json"))["items"]
     first, second = sorted(n["metadata"]["name"] for n in nodes)[:2]
     # maxParallelOperations 1 (upstream's default): the first takes the one slot and keeps
@@ -137,7 +160,10 @@ async def test_kubectl_nodeflow_names_the_budget_the_leaders_and_the_dead_letter
     )
     assert "Scheduled" in first_decisions and "default/second" not in first_decisions
 
-    # Who leads each controller, where kubectl looks.
+
+async def leases_and_doctor_name_every_leader(operator: Operator) -> None:
+    """Who leads each controller, where kubectl looks, and `doctor` on a healthy stack."""
+
     async def lease_holders() -> dict[str, str]:
         leases = json.loads(await operator.sh("kubectl get leases -n nodeflow-system -o json"))
         return {
@@ -196,7 +222,9 @@ async def test_kubectl_nodeflow_names_the_budget_the_leaders_and_the_dead_letter
     assert racing.splitlines()[-1] == "exit 1"
     await operator.sh("kubectl delete lease koord-scheduler -n default")
 
-    # A poison command: k8s-watcher cannot decode it and dead-letters it with the error.
+
+async def dead_letters_are_listed_shown_and_replayed(operator: Operator) -> None:
+    """A poison command: k8s-watcher cannot decode it and dead-letters it with the error."""
     env = read_env_file(operator.run_dir / "env")
     bus = await Bus.connect(
         env["NATS_URL"],
@@ -235,6 +263,10 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "k8s" / "examples"
 async def test_kubectl_nodeflow_why_pod_names_the_job_that_holds_a_scale_in(
     operator: Operator,
 ) -> None:
+    await why_pod_names_the_busy_node_that_holds_a_scale_in(operator)
+
+
+async def why_pod_names_the_busy_node_that_holds_a_scale_in(operator: Operator) -> None:
     """A NodeSet scaled in while a job runs on all its nodes: the pods to remove are marked
     for deletion and kept; `why pod` says so, and that their Slurm node is busy."""
     await operator.sh(f"kubectl apply -f {EXAMPLES / 'nodeset.yaml'}")  # 4 replicas

@@ -102,6 +102,15 @@ def test_secrets_fail_when_a_secret_is_missing() -> None:
     assert "missing" in checks[f"secret {NS}/nats-a"][1]
 
 
+def test_rule_a_missing_secret_only_warns_while_no_nodeflow_deployment_mounts_it() -> None:
+    """The local stack on a real control plane (services as processes, the namespace there)
+    or a namespace made before `kubectl apply`: nothing fails to start for want of it."""
+    checks = by_name(doctor.check_secrets({"nats-a": {"password"}}, [], NS, deployed=False))
+    status, detail = checks[f"secret {NS}/nats-a"]
+    assert status == "WARN" and "create it before deploying" in detail
+    assert not doctor.failed(doctor.check_secrets({"nats-a": set()}, [], NS, deployed=False))
+
+
 def test_secrets_fail_when_a_key_is_missing() -> None:
     secrets = [obj("nats-a", data={"user": "eA=="})]
     checks = by_name(doctor.check_secrets({"nats-a": {"user", "password"}}, secrets, NS))
@@ -136,7 +145,8 @@ def test_crds_checked_are_the_watched_kinds_a_crd_provides() -> None:
     names = {k.kind for k in doctor.custom_kinds()}
     assert {"NodeSet", "PodGroup", "NodeMaintenance", "Skyhook"} <= names
     assert not names & {"Pod", "Node", "Job", "PodDisruptionBudget", "ControllerRevision"}
-    assert len(names) == len([k for k in WATCHED_KINDS if "." in k.group])
+    assert "StorageClass" not in names
+    assert len(names) == len([k for k in WATCHED_KINDS if k.group not in doctor.BUILT_IN_GROUPS])
 
 
 def test_crd_owners_are_the_services_writing_status_else_those_reading_it() -> None:
