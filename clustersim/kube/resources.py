@@ -184,6 +184,17 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         reset_status_on_create=True,
         return_deleted_object=True,
     ),
+    # A claim's class: its binding mode and allowed topologies (no provisioner runs here).
+    ResourceInfo(
+        group="storage.k8s.io",
+        versions=("v1",),
+        plural="storageclasses",
+        kind="StorageClass",
+        singular="storageclass",
+        namespaced=False,
+        short_names=("sc",),
+        return_deleted_object=True,
+    ),
     ResourceInfo(
         group="apps",
         versions=("v1",),

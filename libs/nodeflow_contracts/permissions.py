@@ -183,6 +183,7 @@ BUS_GRANTS: dict[str, BusGrant] = {
                 # Volume topology of pods naming a claim (topology_placer.volumes).
                 "PersistentVolumeClaim",
                 "PersistentVolume",
+                "StorageClass",
             ),
             LEASES_BUCKET,
         ),

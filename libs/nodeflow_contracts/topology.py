@@ -118,6 +118,14 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
         plural="persistentvolumes",
         namespaced=False,
     ),
+    # The binding mode and allowed topologies of an unbound claim's class (topology-placer).
+    WatchedKind(
+        kind="StorageClass",
+        group="storage.k8s.io",
+        version="v1",
+        plural="storageclasses",
+        namespaced=False,
+    ),
     WatchedKind(
         kind="NodeSet", group="nodeflow.dev", version="v1alpha1", plural="nodesets", namespaced=True
     ),

@@ -58,7 +58,8 @@ _BY_API_VERSION_AND_KIND: dict[tuple[str, str], KindInfo] = {
 # outside them is refused here (outcome `forbidden`) rather than by the API server.
 # PodDisruptionBudget: a NodeSet's budget over its pods running jobs (workloadDisruptionProtection).
 # ControllerRevision: a NodeSet's revision history (created and deleted, never patched).
-# PersistentVolumeClaim, PersistentVolume: only read (topology-placer's volume topology).
+# PersistentVolumeClaim, PersistentVolume, StorageClass: only read (topology-placer's volume
+# topology).
 CREATABLE_KINDS: frozenset[str] = frozenset(
     {
         "ControllerRevision",
@@ -77,12 +78,19 @@ DELETABLE_KINDS: frozenset[str] = frozenset(
 )
 PATCHABLE_KINDS: frozenset[str] = frozenset(
     {info.kind for info in KNOWN_KINDS}
-    - {"PodDisruptionBudget", "ControllerRevision", "PersistentVolumeClaim", "PersistentVolume"}
+    - {
+        "PodDisruptionBudget",
+        "ControllerRevision",
+        "PersistentVolumeClaim",
+        "PersistentVolume",
+        "StorageClass",
+    }
 )
 # The status subresource: pods (nominatedNodeName), nodes (the Skyhook controller's node
 # conditions) and the custom resources.
 STATUS_PATCHABLE_KINDS: frozenset[str] = frozenset(
-    {"Pod", "Node"} | {info.kind for info in KNOWN_KINDS if "." in info.group} - {"Lease"}
+    {"Pod", "Node"}
+    | {info.kind for info in KNOWN_KINDS if "." in info.group} - {"Lease", "StorageClass"}
 )
 
 

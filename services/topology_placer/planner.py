@@ -110,7 +110,12 @@ from topology_placer.preemption import (
     preemption_message,
 )
 from topology_placer.status import pod_group_status, status_differs
-from topology_placer.volumes import VolumeIndex, VolumeNeeds, claim_names
+from topology_placer.volumes import (
+    SELECTED_NODE_ANNOTATION,
+    VolumeIndex,
+    VolumeNeeds,
+    claim_names,
+)
 
 Obj = Mapping[str, Any]
 
@@ -236,10 +241,11 @@ class ClusterState:
     scheduler_names: frozenset[str]
     # The placer's commands that may still land (its command ledger, inflight.py).
     in_flight: InFlight = field(default_factory=InFlight)
-    # PersistentVolumeClaims and PersistentVolumes: the volume topology of pods naming a
-    # claim (volumes.py); read only in a pass with such a pod.
+    # PersistentVolumeClaims, PersistentVolumes and StorageClasses: the volume topology of
+    # pods naming a claim (volumes.py); read only in a pass with such a pod.
     claims: Sequence[Obj] = ()
     volumes: Sequence[Obj] = ()
+    storage_classes: Sequence[Obj] = ()
 
 
 @dataclass
@@ -538,7 +544,7 @@ class _Pass:
 
     @cached_property
     def volume_index(self) -> VolumeIndex:
-        return VolumeIndex(self.state.claims, self.state.volumes)
+        return VolumeIndex(self.state.claims, self.state.volumes, self.state.storage_classes)
 
     @cached_property
     def claim_users(self) -> dict[str, list[tuple[str, str]]]:
@@ -558,7 +564,7 @@ class _Pass:
     def volume_nodes(self, needs: VolumeNeeds, nodes: AbstractSet[str]) -> AbstractSet[str]:
         """Those of `nodes` that every bound PersistentVolume admits (its node affinity and its
         zone labels)."""
-        if not needs.node_selectors and not needs.zones:
+        if not needs.node_selectors and not needs.zones and not needs.waiting:
             return nodes
         return {
             name
@@ -1210,6 +1216,8 @@ def _read_volumes(run: _Pass, gang: Gang, pod: Obj, facts: PodFacts) -> str:
     needs = run.volume_index.needs(fields.namespace_of(pod), facts.claims)
     if isinstance(needs, str):
         return needs
+    if needs.waiting:
+        return _waiting_for_first_consumer(run, needs)
     for claim in needs.exclusive:
         other = next((name for key, name in run.claim_users.get(claim, ()) if key != facts.key), "")
         if not other:
@@ -1229,6 +1237,32 @@ def _read_volumes(run: _Pass, gang: Gang, pod: Obj, facts: PodFacts) -> str:
             )
     gang.volume_needs[fields.name_of(pod)] = needs
     return ""
+
+
+def _waiting_for_first_consumer(run: _Pass, needs: VolumeNeeds) -> str:
+    """Why a pod with an unbound WaitForFirstConsumer claim is not placed: VolumeBinding would
+    place it on a node its volumes admit and write the claim's selected-node annotation
+    before binding it; the placer does not write that annotation (a pod bound without it
+    would wait for a volume its provisioner never makes), so it says how many nodes could take
+    the pod, or that none can."""
+    claim = needs.waiting[0]
+    admitted = len(run.volume_nodes(needs, run.facts.keys()))
+    where = (
+        f"node {claim.selected_node} (its {SELECTED_NODE_ANNOTATION} annotation)"
+        if claim.selected_node
+        else "its StorageClass's allowedTopologies or an available PersistentVolume that fits it"
+    )
+    if not admitted:
+        return (
+            f"PersistentVolumeClaim {claim.name} waits for its first consumer "
+            f"(WaitForFirstConsumer), and no node can take the pod: none is in {where}"
+        )
+    return (
+        f"PersistentVolumeClaim {claim.name} waits for its first consumer "
+        f"(WaitForFirstConsumer): {admitted} nodes could take the pod, but the topology placer "
+        f"does not write {SELECTED_NODE_ANNOTATION}, so it leaves the pod for a scheduler that "
+        "binds volumes"
+    )
 
 
 def _claims_of(pod: Obj) -> set[str]:

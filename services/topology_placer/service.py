@@ -39,7 +39,7 @@ from topology_placer.gang import GroupKey, pod_group_of
 from topology_placer.inflight import POD_PREFIX, STATUS_PREFIX, in_flight_of, slots_of
 from topology_placer.planner import Action, ClusterState, GangState, Plan, plan
 from topology_placer.pods import placement_fields, placement_node_fields
-from topology_placer.volumes import claim_fields, volume_fields
+from topology_placer.volumes import claim_fields, storage_class_fields, volume_fields
 
 log = structlog.get_logger("topology_placer")
 
@@ -53,6 +53,7 @@ BUCKETS = (
     "k8s_poddisruptionbudgets",
     "k8s_persistentvolumeclaims",
     "k8s_persistentvolumes",
+    "k8s_storageclasses",
 )
 GANG_STATES: tuple[GangState, ...] = get_args(GangState)
 # Kinds whose KV view shows what a status write did (an applied one is released once seen).
@@ -79,6 +80,7 @@ class TopologyPlacer:
             "k8s_nodes": placement_node_fields,
             "k8s_persistentvolumeclaims": claim_fields,
             "k8s_persistentvolumes": volume_fields,
+            "k8s_storageclasses": storage_class_fields,
         }
         self.views: dict[str, KVView[Obj]] = {
             bucket: KVView(bus, bucket, dict, project=projections.get(bucket)) for bucket in BUCKETS
@@ -197,6 +199,7 @@ class TopologyPlacer:
             budgets=values("k8s_poddisruptionbudgets"),
             claims=values("k8s_persistentvolumeclaims"),
             volumes=values("k8s_persistentvolumes"),
+            storage_classes=values("k8s_storageclasses"),
             now=now,
             scheduler_names=frozenset(self.config.scheduler_names),
             in_flight=in_flight_of(self.ledger.ledger.held(now)),

@@ -4,8 +4,13 @@ it for claims that are already bound.
 - VolumeBinding: each claim a pod names must exist and not be deleting; a bound claim's
   PersistentVolume must exist, and its `spec.nodeAffinity.required` node selector terms
   (any term) must match the node; a bound volume without node affinity imposes nothing. An
-  unbound claim (Immediate or WaitForFirstConsumer) is not bound here: the placer does not
-  provision nor bind volumes, so the pod is refused (it waits) naming the claim.
+  unbound claim is not bound here: one whose StorageClass binds at once (Immediate, or no
+  class) waits for the volume controller; one of a WaitForFirstConsumer class is read as
+  VolumeBinding reads it (the nodes its class's `allowedTopologies` admit when the class has a
+  provisioner, or where an available PersistentVolume of the class that fits it is reachable;
+  only the node named by its `volume.kubernetes.io/selected-node` annotation when it has one),
+  but the placer does not write that annotation, so the pod is refused naming the claim and
+  how many nodes could take it.
 - VolumeZone: a bound PersistentVolume's zone and region labels (`topology.kubernetes.io/zone`,
   `/region`, and the legacy `failure-domain.beta.kubernetes.io/zone`, `/region`; a value may
   list several, `__`-separated) must each name the node's value of that label (a legacy key is
@@ -24,10 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from nodeflow_kube.affinity import selector_terms_match
 from nodeflow_kube.fields import mapping, meta, name_of, namespace_of, sequence, uid_of
+from nodeflow_kube.quantity import QuantityError, parse_quantity
 
 Obj = Mapping[str, Any]
 
@@ -42,6 +49,53 @@ ZONE_LABELS = (LEGACY_ZONE_LABEL, LEGACY_REGION_LABEL, ZONE_LABEL, REGION_LABEL)
 _GA_NAME = {LEGACY_ZONE_LABEL: ZONE_LABEL, LEGACY_REGION_LABEL: REGION_LABEL}
 # What separates the zones of a volume reachable from several (LabelMultiZoneDelimiter).
 MULTI_ZONE_DELIMITER = "__"
+
+WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+# The node a delayed-binding claim is provisioned for, written by kube-scheduler's PreBind.
+SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
+# A class read before spec.storageClassName existed (GetPersistentVolumeClaimClass).
+LEGACY_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
+# A class with this provisioner only binds pre-made volumes (local volumes).
+NO_PROVISIONER = "kubernetes.io/no-provisioner"
+
+
+@dataclass(frozen=True)
+class WaitingClaim:
+    """An unbound claim of a WaitForFirstConsumer class: the nodes it could be bound for."""
+
+    name: str
+    # The node named by its selected-node annotation: only that one.
+    selected_node: str = ""
+    # Whether its class provisions volumes, and where (allowedTopologies: any term; none: any
+    # node).
+    provisioned: bool = False
+    allowed_topologies: tuple[Obj, ...] = ()
+    # The node affinity of each available volume that fits it (an empty tuple: no affinity).
+    static_volumes: tuple[tuple[Obj, ...] | None, ...] = ()
+
+    def admits(self, node: Obj) -> bool:
+        if self.selected_node:
+            return name_of(node) == self.selected_node
+        if self.provisioned and (
+            not self.allowed_topologies or topology_terms_match(self.allowed_topologies, node)
+        ):
+            return True
+        return any(
+            terms is None or selector_terms_match(terms, node) for terms in self.static_volumes
+        )
+
+
+def topology_terms_match(terms: Sequence[Obj], node: Obj) -> bool:
+    """A StorageClass's allowedTopologies: any term whose every matchLabelExpression names a
+    label of the node with one of its values (MatchTopologySelectorTerms)."""
+    labels = mapping(meta(node).get("labels"))
+    return any(
+        all(
+            labels.get(str(expression.get("key"))) in sequence(expression.get("values"))
+            for expression in map(mapping, sequence(term.get("matchLabelExpressions")))
+        )
+        for term in terms
+    )
 
 
 def claim_names(pod_spec: Obj) -> tuple[str, ...]:
@@ -66,15 +120,23 @@ class VolumeNeeds:
     exclusive: tuple[str, ...] = ()
     # Each bound PersistentVolume's zone and region labels: (label, the values it allows).
     zones: tuple[tuple[str, frozenset[str]], ...] = ()
+    # Its unbound claims of WaitForFirstConsumer classes.
+    waiting: tuple[WaitingClaim, ...] = ()
 
     @property
     def key(self) -> str:
         """Tells pods with different volume needs apart (their usable nodes differ)."""
-        return repr((self.node_selectors, self.exclusive, sorted(map(repr, self.zones))))
+        return repr(
+            (self.node_selectors, self.exclusive, sorted(map(repr, self.zones)), self.waiting)
+        )
 
     def admit(self, node: Obj) -> bool:
-        """Whether the node is one every bound volume can follow the pod to."""
-        return selectors_match(self.node_selectors, node) and zones_match(self.zones, node)
+        """Whether the node is one every volume can follow the pod to (or be made for)."""
+        return (
+            selectors_match(self.node_selectors, node)
+            and zones_match(self.zones, node)
+            and all(claim.admits(node) for claim in self.waiting)
+        )
 
 
 def selectors_match(selectors: Sequence[Sequence[Obj]], node: Obj) -> bool:
@@ -120,11 +182,14 @@ class VolumeIndex:
     """The cluster's PersistentVolumeClaims by namespace and name, its PersistentVolumes by
     name; built only in a pass with a pending pod that names a claim."""
 
-    def __init__(self, claims: Sequence[Obj], volumes: Sequence[Obj]) -> None:
+    def __init__(
+        self, claims: Sequence[Obj], volumes: Sequence[Obj], classes: Sequence[Obj] = ()
+    ) -> None:
         self.claims: dict[tuple[str, str], Obj] = {
             (namespace_of(claim), name_of(claim)): claim for claim in claims
         }
         self.volumes: dict[str, Obj] = {name_of(volume): volume for volume in volumes}
+        self.classes: dict[str, Obj] = {name_of(each): each for each in classes}
 
     def needs(self, namespace: str, names: Sequence[str]) -> VolumeNeeds | str:
         """What the claims `names` of a pod in `namespace` ask, or why the pod cannot be
@@ -132,6 +197,7 @@ class VolumeIndex:
         selectors: list[tuple[Obj, ...]] = []
         exclusive: list[str] = []
         zones: list[tuple[str, frozenset[str]]] = []
+        waiting: list[WaitingClaim] = []
         for name in names:
             claim = self.claims.get((namespace, name))
             if claim is None:
@@ -141,11 +207,13 @@ class VolumeIndex:
             claim_spec = mapping(claim.get("spec"))
             volume_name = str(claim_spec.get("volumeName") or "")
             if not volume_name:
-                phase = mapping(claim.get("status")).get("phase") or "Pending"
-                return (
-                    f"PersistentVolumeClaim {name} is not bound (phase {phase}); the topology "
-                    "placer does not bind volumes (WaitForFirstConsumer)"
-                )
+                delayed = self._waiting(namespace, name, claim)
+                if isinstance(delayed, str):
+                    return delayed
+                waiting.append(delayed)
+                if READ_WRITE_ONCE_POD in sequence(claim_spec.get("accessModes")):
+                    exclusive.append(f"{namespace}/{name}")
+                continue
             volume = self.volumes.get(volume_name)
             if volume is None:
                 return (
@@ -166,7 +234,89 @@ class VolumeIndex:
             zones.extend(volume_zones(volume))
             if READ_WRITE_ONCE_POD in sequence(claim_spec.get("accessModes")):
                 exclusive.append(f"{namespace}/{name}")
-        return VolumeNeeds(tuple(selectors), tuple(exclusive), tuple(zones))
+        return VolumeNeeds(tuple(selectors), tuple(exclusive), tuple(zones), tuple(waiting))
+
+    def _waiting(self, namespace: str, name: str, claim: Obj) -> WaitingClaim | str:
+        """An unbound claim as VolumeBinding reads it: of a WaitForFirstConsumer class, the
+        nodes it could be bound for; else why the pod waits (naming the claim)."""
+        phase = mapping(claim.get("status")).get("phase") or "Pending"
+        class_name = claim_class(claim)
+        if not class_name:
+            return (
+                f"PersistentVolumeClaim {name} is not bound (phase {phase}) and names no "
+                "StorageClass: it waits for the volume controller to bind it"
+            )
+        storage_class = self.classes.get(class_name)
+        if storage_class is None:
+            return (
+                f"PersistentVolumeClaim {name} is not bound (phase {phase}): its StorageClass "
+                f"{class_name} does not exist"
+            )
+        if storage_class.get("volumeBindingMode") != WAIT_FOR_FIRST_CONSUMER:
+            return (
+                f"PersistentVolumeClaim {name} is not bound (phase {phase}): its StorageClass "
+                f"{class_name} binds it at once (Immediate), so it waits for the volume "
+                "controller to bind it"
+            )
+        selected = str(mapping(meta(claim).get("annotations")).get(SELECTED_NODE_ANNOTATION) or "")
+        return WaitingClaim(
+            name=name,
+            selected_node=selected,
+            provisioned=storage_class.get("provisioner") != NO_PROVISIONER,
+            allowed_topologies=tuple(
+                map(mapping, sequence(storage_class.get("allowedTopologies")))
+            ),
+            static_volumes=tuple(
+                _required_terms(volume)
+                for volume in self.volumes.values()
+                if _fits(volume, namespace, claim, class_name)
+            ),
+        )
+
+
+def claim_class(claim: Obj) -> str:
+    """A claim's StorageClass: the legacy annotation, else spec.storageClassName."""
+    legacy = mapping(meta(claim).get("annotations")).get(LEGACY_CLASS_ANNOTATION)
+    if legacy:
+        return str(legacy)
+    return str(mapping(claim.get("spec")).get("storageClassName") or "")
+
+
+def _required_terms(volume: Obj) -> tuple[Obj, ...] | None:
+    """A volume's required node selector terms; None when it has no node affinity."""
+    required = mapping(mapping(volume.get("spec")).get("nodeAffinity")).get("required")
+    if required is None:
+        return None
+    return tuple(map(mapping, sequence(mapping(required).get("nodeSelectorTerms"))))
+
+
+def _storage(obj: Obj) -> Fraction | None:
+    try:
+        return parse_quantity(obj.get("storage"))
+    except QuantityError:
+        return None
+
+
+def _fits(volume: Obj, namespace: str, claim: Obj, class_name: str) -> bool:
+    """An available PersistentVolume the PV controller could bind the claim to
+    (FindMatchingVolume): of the claim's class, not claimed by another claim, not released or
+    failed, offering every access mode the claim asks and at least the storage it requests."""
+    volume_spec = mapping(volume.get("spec"))
+    if str(volume_spec.get("storageClassName") or "") != class_name:
+        return False
+    if mapping(volume.get("status")).get("phase") in ("Released", "Failed"):
+        return False
+    if meta(volume).get("deletionTimestamp") is not None:
+        return False
+    if mapping(volume_spec.get("claimRef")) and not _claimed_by(volume, namespace, claim):
+        return False
+    claim_spec = mapping(claim.get("spec"))
+    offered = set(sequence(volume_spec.get("accessModes")))
+    if not set(sequence(claim_spec.get("accessModes"))) <= offered:
+        return False
+    wanted = _storage(mapping(mapping(claim_spec.get("resources")).get("requests")))
+    capacity = _storage(mapping(volume_spec.get("capacity")))
+    return wanted is None or (capacity is not None and capacity >= wanted)
 
 
 def _claimed_by(volume: Obj, namespace: str, claim: Obj) -> bool:
@@ -193,22 +343,37 @@ def _kept_metadata(obj: Obj) -> dict[str, Any]:
 
 def claim_fields(claim: dict[str, Any]) -> dict[str, Any]:
     """A PersistentVolumeClaim as the placer keeps it: its name, uid and deletion, the
-    volume it is bound to, its access modes and its phase."""
+    annotations binding reads (its selected node, a legacy class), the volume it is bound to,
+    its class, access modes and storage request, and its phase."""
     claim_spec = mapping(claim.get("spec"))
+    metadata = _kept_metadata(claim)
+    annotations = mapping(meta(claim).get("annotations"))
+    kept_annotations = {
+        key: annotations[key]
+        for key in (SELECTED_NODE_ANNOTATION, LEGACY_CLASS_ANNOTATION)
+        if key in annotations
+    }
+    if kept_annotations:
+        metadata["annotations"] = kept_annotations
+    spec: dict[str, Any] = {
+        key: claim_spec[key]
+        for key in ("volumeName", "storageClassName", "accessModes")
+        if key in claim_spec
+    }
+    storage = mapping(mapping(claim_spec.get("resources")).get("requests")).get("storage")
+    if storage is not None:
+        spec["resources"] = {"requests": {"storage": storage}}
     return {
-        "metadata": _kept_metadata(claim),
-        "spec": {
-            key: claim_spec[key]
-            for key in ("volumeName", "storageClassName", "accessModes")
-            if key in claim_spec
-        },
+        "metadata": metadata,
+        "spec": spec,
         "status": {"phase": mapping(claim.get("status")).get("phase")},
     }
 
 
 def volume_fields(volume: dict[str, Any]) -> dict[str, Any]:
     """A PersistentVolume as the placer keeps it: its name, zone and region labels, node
-    affinity, the claim it is bound to and its phase (not its source, capacity or mount
+    affinity, the claim it is bound to, its class, access modes and storage capacity (what a
+    WaitForFirstConsumer claim may be bound to) and its phase (not its source or mount
     options)."""
     volume_spec = mapping(volume.get("spec"))
     metadata = _kept_metadata(volume)
@@ -216,10 +381,26 @@ def volume_fields(volume: dict[str, Any]) -> dict[str, Any]:
     zone_labels = {key: labels[key] for key in ZONE_LABELS if key in labels}
     if zone_labels:
         metadata["labels"] = zone_labels
+    spec: dict[str, Any] = {
+        key: volume_spec[key]
+        for key in ("nodeAffinity", "claimRef", "storageClassName", "accessModes")
+        if key in volume_spec
+    }
+    storage = mapping(volume_spec.get("capacity")).get("storage")
+    if storage is not None:
+        spec["capacity"] = {"storage": storage}
     return {
         "metadata": metadata,
-        "spec": {
-            key: volume_spec[key] for key in ("nodeAffinity", "claimRef") if key in volume_spec
-        },
+        "spec": spec,
         "status": {"phase": mapping(volume.get("status")).get("phase")},
     }
+
+
+def storage_class_fields(storage_class: dict[str, Any]) -> dict[str, Any]:
+    """A StorageClass as the placer keeps it: its name, binding mode, provisioner and allowed
+    topologies (not its parameters or mount options)."""
+    kept: dict[str, Any] = {"metadata": _kept_metadata(storage_class)}
+    for key in ("volumeBindingMode", "provisioner", "allowedTopologies"):
+        if key in storage_class:
+            kept[key] = storage_class[key]
+    return kept

@@ -341,6 +341,7 @@ async def test_rbac_of_k8s_rbac_grants_every_request_k8s_watchers_code_makes(
             # Volumes are only read (topology-placer's volume topology).
             ("delete", "", "persistentvolumeclaims"),
             ("patch", "", "persistentvolumes"),
+            ("patch", "storage.k8s.io", "storageclasses"),
             ("create", "rbac.authorization.k8s.io", "clusterroles"),
         ):
             assert not await allowed(*request), request

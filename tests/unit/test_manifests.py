@@ -297,7 +297,11 @@ def test_crd_names_are_consistent(name: str) -> None:
 
 def test_crds_match_the_kinds_k8s_watcher_mirrors() -> None:
     """k8s-watcher watches exactly these resources: group, version, plural and scope agree."""
-    custom = {kind.plural: kind for kind in WATCHED_KINDS if "." in kind.group}
+    custom = {
+        kind.plural: kind
+        for kind in WATCHED_KINDS
+        if "." in kind.group and kind.group != "storage.k8s.io"  # built in, not a CRD
+    }
     assert {f"{k.plural}.{k.group}" for k in custom.values()} == CRD_NAMES
     for crd in crds().values():
         watched = custom[crd["spec"]["names"]["plural"]]
@@ -650,6 +654,8 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     # Read only: the volume topology of pods naming a claim (topology-placer).
     ("", "persistentvolumeclaims"): {"list", "watch"},
     ("", "persistentvolumes"): {"list", "watch"},
+    # Read only: an unbound claim's class (topology-placer).
+    ("storage.k8s.io", "storageclasses"): {"list", "watch"},
     ("", "events"): {"get", "create", "patch"},
     ("coordination.k8s.io", "leases"): {"get", "create", "patch"},
     # The ConfigMaps a Skyhook package pod mounts (written, never listed).

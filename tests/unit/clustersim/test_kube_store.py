@@ -356,3 +356,21 @@ def test_volumes_are_served_with_their_status_set_apart_as_kube_apiserver_does()
     )
     assert store.get("persistentvolumeclaims", "shared", "default")["status"]["phase"] == "Bound"
     assert [v["metadata"]["name"] for v in store.list("persistentvolumes").items] == ["data"]
+
+
+def test_storage_classes_are_served_cluster_scoped_as_kube_apiserver_does() -> None:
+    """storage.k8s.io/v1 StorageClass, as k8s-watcher mirrors it for topology-placer (an
+    unbound claim's binding mode and allowed topologies): cluster-scoped, short name sc."""
+    store = Store()
+    made = store.create(
+        "sc",
+        {
+            "metadata": {"name": "local-fast"},
+            "provisioner": "csi.example.com",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
+    )
+    assert made["kind"] == "StorageClass" and made["apiVersion"] == "storage.k8s.io/v1"
+    assert "namespace" not in made["metadata"]
+    listed = store.list("storageclasses.storage.k8s.io").items
+    assert [c["volumeBindingMode"] for c in listed] == ["WaitForFirstConsumer"]

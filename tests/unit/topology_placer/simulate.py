@@ -20,6 +20,7 @@ def state(
     budgets: list[dict[str, Any]] | None = None,
     claims: list[dict[str, Any]] | None = None,
     volumes: list[dict[str, Any]] | None = None,
+    storage_classes: list[dict[str, Any]] | None = None,
     now: float = 1_767_225_600.0 + 60,
 ) -> ClusterState:
     return ClusterState(
@@ -30,6 +31,7 @@ def state(
         budgets=budgets or [],
         claims=claims or [],
         volumes=volumes or [],
+        storage_classes=storage_classes or [],
         now=now,
         scheduler_names=SCHEDULERS,
     )

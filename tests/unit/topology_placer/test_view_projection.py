@@ -14,7 +14,7 @@ from tests.unit.topology_placer.builders import NS, TOPOLOGY, pod, pod_group, re
 from tests.unit.topology_placer.simulate import state
 from topology_placer.planner import plan, pod_facts
 from topology_placer.pods import placement_fields, placement_node_fields
-from topology_placer.volumes import claim_fields, volume_fields
+from topology_placer.volumes import claim_fields, storage_class_fields, volume_fields
 
 BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
 
@@ -194,7 +194,9 @@ def test_rule_pods_keep_their_claim_volumes_and_volumes_only_their_topology() ->
     """A pod keeps of spec.volumes only its PersistentVolumeClaim volumes (a pending pod its
     generic ephemeral ones too, without their template): the bound ones for ReadWriteOncePod,
     the pending ones for their volume topology. A claim is kept as the volume it is bound to,
-    its access modes and phase; a volume as its node affinity, claim and phase."""
+    its class, access modes, storage request, selected node and phase; a volume as its zone
+    labels, node affinity, claim, class, access modes, capacity and phase; a StorageClass as
+    its binding mode, provisioner and allowed topologies."""
     claim_volume = {"name": "ckpt", "persistentVolumeClaim": {"claimName": "shared"}}
     ephemeral = {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
     pending, bound = dressed(pod("p"), 1), dressed(pod("b", node_name="node1"), 2)
@@ -222,11 +224,19 @@ def test_rule_pods_keep_their_claim_volumes_and_volumes_only_their_topology() ->
     }
     assert volume_fields(volume) == {
         "metadata": {"name": "data", "uid": "u", "resourceVersion": "3"},
-        "spec": {"nodeAffinity": affinity, "claimRef": {"namespace": NS, "name": "shared"}},
+        "spec": {
+            "nodeAffinity": affinity,
+            "claimRef": {"namespace": NS, "name": "shared"},
+            "capacity": {"storage": "1Ti"},
+        },
         "status": {"phase": "Bound"},
     }
     claim = {
-        "metadata": {"name": "shared", "namespace": NS, "annotations": {"x": "y"}},
+        "metadata": {
+            "name": "shared",
+            "namespace": NS,
+            "annotations": {"x": "y", "volume.kubernetes.io/selected-node": "node1"},
+        },
         "spec": {
             "accessModes": ["ReadWriteMany"],
             "resources": {"requests": {"storage": "1Ti"}},
@@ -236,7 +246,32 @@ def test_rule_pods_keep_their_claim_volumes_and_volumes_only_their_topology() ->
         "status": {"phase": "Bound", "capacity": {"storage": "1Ti"}},
     }
     assert claim_fields(claim) == {
-        "metadata": {"name": "shared", "namespace": NS},
-        "spec": {"accessModes": ["ReadWriteMany"], "volumeName": "data", "storageClassName": "nfs"},
+        "metadata": {
+            "name": "shared",
+            "namespace": NS,
+            "annotations": {"volume.kubernetes.io/selected-node": "node1"},
+        },
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "volumeName": "data",
+            "storageClassName": "nfs",
+            "resources": {"requests": {"storage": "1Ti"}},
+        },
         "status": {"phase": "Bound"},
+    }
+    storage_class = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "local", "uid": "sc", "labels": {"a": "b"}},
+        "provisioner": "csi.example.com",
+        "parameters": {"type": "nvme"},
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowedTopologies": [{"matchLabelExpressions": [{"key": "k", "values": ["v"]}]}],
+        "mountOptions": ["noatime"],
+    }
+    assert storage_class_fields(storage_class) == {
+        "metadata": {"name": "local", "uid": "sc"},
+        "provisioner": "csi.example.com",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowedTopologies": [{"matchLabelExpressions": [{"key": "k", "values": ["v"]}]}],
     }

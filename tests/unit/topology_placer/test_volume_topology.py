@@ -16,7 +16,12 @@ from tests.unit.topology_placer.builders import BLOCK, NS, pod, pod_group, refer
 from tests.unit.topology_placer.simulate import state
 from topology_placer.planner import Bind, Disrupt, MarkUnschedulable, Nominate, Plan, plan
 from topology_placer.pods import placement_fields
-from topology_placer.volumes import claim_fields, volume_fields
+from topology_placer.volumes import (
+    VolumeIndex,
+    claim_fields,
+    storage_class_fields,
+    volume_fields,
+)
 
 
 def _with_claim(obj: dict[str, Any], claim: str, volume: str = "data") -> dict[str, Any]:
@@ -144,14 +149,151 @@ def test_rule_a_volume_node_affinity_with_no_term_matches_no_node() -> None:
     assert "nodes ruled out by volume node affinity or zone: 8" in message
 
 
-def test_rule_an_unbound_claim_is_refused_naming_it() -> None:
-    """The placer binds no volumes (Immediate nor WaitForFirstConsumer): the pod waits."""
-    claims = [claim_fields(_claim("shared"))]
-    message = _refusal(
-        plan(state(reference_nodes(), _gang(2), [pod_group("gang", 2)], claims=claims))
+def _class(
+    name: str = "local",
+    mode: str = "WaitForFirstConsumer",
+    provisioner: str = "csi.example.com",
+    blocks: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    made: dict[str, Any] = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name, "uid": f"uid-sc-{name}"},
+        "provisioner": provisioner,
+        "volumeBindingMode": mode,
+        "parameters": {"type": "nvme"},
+    }
+    if blocks:
+        made["allowedTopologies"] = [
+            {"matchLabelExpressions": [{"key": BLOCK, "values": list(blocks)}]}
+        ]
+    return made
+
+
+def _unbound(
+    storage_class: str = "local", size: str = "100Gi", access: str = "ReadWriteOnce"
+) -> dict[str, Any]:
+    made = _claim("shared", access=access)
+    made["spec"]["storageClassName"] = storage_class
+    made["spec"]["resources"] = {"requests": {"storage": size}}
+    return made
+
+
+def _local_volume(
+    name: str, node_name: str, size: str = "1Ti", storage_class: str = "local"
+) -> dict[str, Any]:
+    """A static local volume, available (no claim yet), reachable from one node."""
+    made = _volume(
+        name,
+        "x",
+        [
+            {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node_name]}
+                ]
+            }
+        ],
     )
-    assert "PersistentVolumeClaim shared is not bound" in message
-    assert "does not bind volumes (WaitForFirstConsumer)" in message
+    del made["spec"]["claimRef"]
+    made["spec"].update(
+        {
+            "storageClassName": storage_class,
+            "accessModes": ["ReadWriteOnce"],
+            "capacity": {"storage": size},
+        }
+    )
+    made["status"] = {"phase": "Available"}
+    return made
+
+
+def _unbound_refusal(
+    claim: dict[str, Any],
+    classes: list[dict[str, Any]],
+    volumes: list[dict[str, Any]] | None = None,
+) -> str:
+    """The refusal of a one-pod gang naming `claim`, read through the placer's projections."""
+    return _refusal(
+        plan(
+            state(
+                reference_nodes(),
+                [placement_fields(p) for p in _gang(1)],
+                [pod_group("gang", 1)],
+                claims=[claim_fields(claim)],
+                volumes=[volume_fields(v) for v in volumes or []],
+                storage_classes=[storage_class_fields(c) for c in classes],
+            )
+        )
+    )
+
+
+def test_rule_an_unbound_claim_of_an_immediate_class_waits_for_the_volume_controller() -> None:
+    """VolumeBinding: an unbound claim that binds at once is not the scheduler's to bind: the
+    pod waits, the refusal naming the claim and its class."""
+    message = _unbound_refusal(_unbound("fast"), [_class("fast", mode="Immediate")])
+    assert "PersistentVolumeClaim shared is not bound (phase Pending)" in message
+    assert "StorageClass fast binds it at once (Immediate)" in message
+
+
+def test_rule_an_unbound_claim_without_a_class_or_with_a_missing_class_is_refused() -> None:
+    message = _unbound_refusal(_unbound(""), [])
+    assert (
+        "PersistentVolumeClaim shared is not bound (phase Pending) and names no StorageClass"
+        in (message)
+    )
+    message = _unbound_refusal(_unbound("gone"), [_class("local")])
+    assert "its StorageClass gone does not exist" in message
+
+
+def test_rule_wait_for_first_consumer_nodes_are_those_of_the_class_allowed_topologies() -> None:
+    """The filter VolumeBinding applies to a delayed claim its class provisions: the nodes of
+    its allowedTopologies (blocks b3 and b4: four nodes; b9: none). The placer does not write
+    the selected-node annotation, so the pod is refused saying so, never bound without it."""
+    message = _unbound_refusal(_unbound(), [_class(blocks=("b3", "b4"))])
+    assert "PersistentVolumeClaim shared waits for its first consumer" in message
+    assert "4 nodes could take the pod" in message
+    assert "does not write volume.kubernetes.io/selected-node" in message
+    message = _unbound_refusal(_unbound(), [_class()])
+    assert "8 nodes could take the pod" in message
+    message = _unbound_refusal(_unbound(), [_class(blocks=("b9",))])
+    assert "no node can take the pod" in message
+
+
+def test_rule_wait_for_first_consumer_static_volumes_admit_the_nodes_they_reach() -> None:
+    """A class without a provisioner (local volumes): only where an available volume of the
+    class, large enough, offering the claim's access modes, is reachable."""
+    local = _class(provisioner="kubernetes.io/no-provisioner")
+    volumes = [
+        _local_volume("pv-node7", "node7"),
+        _local_volume("pv-small", "node1", size="10Gi"),
+        _local_volume("pv-other-class", "node2", storage_class="other"),
+    ]
+    message = _unbound_refusal(_unbound(), [local], volumes)
+    assert "1 nodes could take the pod" in message
+    message = _unbound_refusal(_unbound(access="ReadWriteMany"), [local], volumes)
+    assert "no node can take the pod" in message
+
+
+def test_rule_wait_for_first_consumer_a_selected_node_is_the_only_node() -> None:
+    claim = _unbound()
+    claim["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": "node3"}
+    message = _unbound_refusal(claim, [_class()])
+    assert "1 nodes could take the pod" in message
+    claim["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": "gone"}
+    message = _unbound_refusal(claim, [_class()])
+    assert "no node can take the pod: none is in node gone" in message
+
+
+def test_rule_wait_for_first_consumer_filter_reads_each_node() -> None:
+    """The filter itself, node by node: allowed topologies or a fitting static volume."""
+    index = VolumeIndex(
+        [claim_fields(_unbound())],
+        [volume_fields(_local_volume("pv-node1", "node1"))],
+        [storage_class_fields(_class(blocks=("b4",)))],
+    )
+    needs = index.needs(NS, ("shared",))
+    assert not isinstance(needs, str)
+    admitted = [n["metadata"]["name"] for n in reference_nodes() if needs.admit(n)]
+    assert admitted == ["node1", "node7", "node8"]
 
 
 def test_rule_a_missing_claim_is_refused_naming_it() -> None:
