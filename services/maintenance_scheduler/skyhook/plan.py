@@ -1304,6 +1304,7 @@ def _plan_skyhook(
         )
         may_start = False
     priorities = dict(skyhook.status.get("nodePriority") or {})
+    removed_picks = 0
     previous_compartments = skyhook.status.get("compartmentStatuses") or {}
     compartments: list[CompartmentPlan] = []
     selected: set[str] = set()
@@ -1421,8 +1422,8 @@ def _plan_skyhook(
             # complete): a request it may still be using stays.
             if not usable:
                 plan.kept_maintenances.add(maintenance_name(skyhook.name, name))
-        if status == COMPLETE:
-            priorities.pop(name, None)
+        if status == COMPLETE and priorities.pop(name, None) is not None:
+            removed_picks += 1
         after[name] = status
         if usable and (
             entries
@@ -1497,7 +1498,11 @@ def _plan_skyhook(
     for name in list(priorities):
         if name not in node_by_name:
             priorities.pop(name)
-    _set_node_orders(plan.actions, first_action, priorities, skyhook.status)
+            removed_picks += 1
+    # upstream's RemoveNodePriority: each node leaving nodePriority (complete, or no longer a
+    # target) bumps nodeOrderOffset, so SKYHOOK_NODE_ORDER keeps counting across batches.
+    order_offset = _node_order_offset(skyhook.status) + removed_picks
+    _set_node_orders(plan.actions, first_action, priorities, order_offset)
     statuses = list(shown.values())
     summary.status = overall
     summary.node_status = shown
@@ -1550,6 +1555,8 @@ def _plan_skyhook(
         "nodePriority": {k: _rfc3339(v) for k, v in sorted(priorities.items())}
         if not reset
         else {},
+        # Omitted while 0, as upstream's omitempty.
+        **({"nodeOrderOffset": order_offset} if order_offset else {}),
         # On completion (resetBatchStateOnCompletion) the batch state is dropped: the next
         # rollout starts from the first batch, with what is done as its checkpoint.
         "compartmentStatuses": {
@@ -1587,19 +1594,22 @@ def _rendered_node_states(
     return out
 
 
+def _node_order_offset(status: Mapping[str, Any]) -> int:
+    offset = status.get("nodeOrderOffset")
+    return offset if isinstance(offset, int) and not isinstance(offset, bool) else 0
+
+
 def _set_node_orders(
     actions: list[SkyhookAction],
     first: int,
     priorities: Mapping[str, object],
-    status: Mapping[str, Any],
+    offset: int,
 ) -> None:
     """Each new Job's SKYHOOK_NODE_ORDER, from the nodes picked as of this round (upstream
-    reads status.nodePriority as it creates the pod)."""
+    reads status.nodePriority and nodeOrderOffset as it creates the pod)."""
     creates = [i for i in range(first, len(actions)) if isinstance(actions[i], CreateJob)]
     if not creates:
         return
-    offset = status.get("nodeOrderOffset")
-    offset = offset if isinstance(offset, int) and not isinstance(offset, bool) else 0
     orders = node_orders(priorities, offset)
     for index in creates:
         action = actions[index]
