@@ -1,7 +1,7 @@
 """topology-placer on the emulator stack with shared storage: k8s-watcher mirrors the
-PersistentVolumeClaims and PersistentVolumes, the placer waits (naming the claim) while a
-gang's claim is not bound, and once it is bound places the gang only on the nodes its
-volume's node affinity admits."""
+PersistentVolumeClaims, PersistentVolumes and StorageClasses, the placer waits (naming the
+claim) while a gang's claim is not bound, and once it is bound places the gang only on the
+nodes its volume's node affinity admits."""
 
 from __future__ import annotations
 
@@ -88,3 +88,45 @@ async def test_gang_waits_for_its_claim_then_goes_where_its_volume_reaches(stack
 
     placed = await eventually(bound, what="the gang bound once its claim is")
     assert set(placed.values()) == reachable
+
+
+async def test_rule_a_wait_for_first_consumer_claim_is_refused_naming_the_nodes_its_class_allows(
+    stack: Stack,
+) -> None:
+    """k8s-watcher mirrors the StorageClass; the placer reads its binding mode and allowed
+    topologies (the last block) and, since it does not write the claim's selected-node, leaves
+    the pod unplaced saying how many nodes could take it."""
+    stack.sim.store.create(TOPOLOGIES, topology_object())
+    nodes = stack.sim.store.list("nodes").items
+    block = sorted(n["metadata"]["labels"][BLOCK] for n in nodes)[-1]
+    in_block = sum(1 for n in nodes if n["metadata"]["labels"][BLOCK] == block)
+    stack.sim.store.create(
+        "storageclasses",
+        {
+            "metadata": {"name": "local-nvme"},
+            "provisioner": "csi.example.com",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowedTopologies": [{"matchLabelExpressions": [{"key": BLOCK, "values": [block]}]}],
+        },
+    )
+    stack.sim.store.create(
+        "persistentvolumeclaims",
+        {
+            "metadata": {"name": "scratch", "namespace": NS},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "local-nvme",
+                "resources": {"requests": {"storage": "100Gi"}},
+            },
+        },
+    )
+    stack.sim.store.create(PODGROUPS, pod_group_object("solo", 1))
+    stack.sim.store.create("pods", _with_claim(gang_pod("solo-0", "solo", gpus=8), "scratch"))
+    await stack.start_placer()
+
+    text = await eventually(
+        lambda: _scheduled_false(stack, "solo"), what="the pod refused for its claim"
+    )
+    assert "PersistentVolumeClaim scratch waits for its first consumer" in text, text
+    assert f"{in_block} nodes could take the pod" in text, text
+    assert not stack.pods("solo")[0]["spec"].get("nodeName")
