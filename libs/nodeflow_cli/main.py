@@ -40,11 +40,12 @@ from nats.js.errors import NotFoundError
 from nodeflow_bus import Bus, BusOptions, Credentials
 from nodeflow_bus.errors import PublishError
 from nodeflow_bus.kube_lease import DEFAULT_LEASE_NAMESPACE
-from nodeflow_cli import claims, dlq, doctor, rollout, verdicts
+from nodeflow_cli import claims, dlq, doctor, rollout, skyhook, verdicts
 from nodeflow_cli.verdicts import Decision, Obj
 from nodeflow_contracts import subjects
 from nodeflow_contracts.permissions import SERVICES, lease_names
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, SLURM_CLUSTER_LABEL
+from nodeflow_contracts.skyhook import NODEWRIGHT, SKYHOOK, flavor_by_kind
 from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeflow_contracts.topology import (
     ADMIN_USER,
@@ -148,9 +149,38 @@ class Kube:
         finally:
             response.release()
         if response.status >= 400:
-            raise CliError(f"PATCH {path}: HTTP {response.status}: {raw.decode(errors='replace')}")
+            raise ApiStatusError(
+                f"PATCH {path}: HTTP {response.status}: {raw.decode(errors='replace')}",
+                response.status,
+            )
         found: Obj = msgspec.json.decode(raw)
         return found
+
+    async def stream_text(self, path: str, *, follow: bool = False) -> AsyncIterator[bytes]:
+        """The body at `path` (a pod's log) as it comes; with `follow` no timeout, so a
+        followed log streams until the container ends or the user stops it."""
+        try:
+            response: aiohttp.ClientResponse = await self.api.call_api(
+                path,
+                "GET",
+                header_params={"Accept": "*/*"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=None if follow else 15,
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise CliError(f"the Kubernetes API did not answer GET {path}: {exc}") from exc
+        try:
+            if response.status >= 400:
+                raw = await response.read()
+                raise ApiStatusError(
+                    f"GET {path}: HTTP {response.status}: {raw.decode(errors='replace')}",
+                    response.status,
+                )
+            async for chunk in response.content.iter_any():
+                yield chunk
+        finally:
+            response.release()
 
 
 # --- NATS -----------------------------------------------------------------------------------
@@ -533,6 +563,184 @@ async def release_claim_command(args: argparse.Namespace) -> str:
         await kube.close()
 
 
+# --- Skyhook verbs --------------------------------------------------------------------------
+
+
+def ask(question: str) -> bool:
+    """A verb's confirmation on the terminal: only `y` or `yes` goes on (no input: no)."""
+    print(f"{question} [y/N]: ", end="", flush=True)
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def write_out(chunk: bytes) -> None:
+    """A log as it comes, byte for byte."""
+    sys.stdout.buffer.write(chunk)
+    sys.stdout.flush()
+
+
+async def skyhook_command(args: argparse.Namespace) -> bool:
+    """`skyhook|nodewright VERB ...` (nodeflow_cli.skyhook), for that group's objects."""
+    names = flavor_by_kind(args.command)
+    assert names is not None
+    confirm = None if getattr(args, "confirm", True) else ask
+    dry_run = getattr(args, "dry_run", False)
+    kube = await Kube.connect(args.kubeconfig, args.context)
+    try:
+        verb = args.verb
+        if verb in skyhook.LIFECYCLE:
+            return await skyhook.lifecycle(
+                kube, names, verb, args.name, dry_run=dry_run, confirm=confirm, say=print
+            )
+        if verb == "reset":
+            return await skyhook.reset(
+                kube,
+                names,
+                args.name,
+                batches=not args.skip_batch_reset,
+                dry_run=dry_run,
+                confirm=confirm,
+                say=print,
+            )
+        if verb == "deployment-policy":
+            return await skyhook.policy_reset(
+                kube, names, args.name, dry_run=dry_run, confirm=confirm, say=print
+            )
+        if verb == "package" and args.action == "rerun":
+            return await skyhook.package_rerun(
+                kube,
+                names,
+                args.package,
+                args.owner,
+                args.node,
+                stage=args.stage,
+                dry_run=dry_run,
+                confirm=confirm,
+                say=print,
+            )
+        if verb == "package":
+            return await skyhook.package_logs(
+                kube,
+                names,
+                args.package,
+                args.owner,
+                args.namespace,
+                args.node,
+                stage=args.stage,
+                tail=args.tail,
+                follow=args.follow,
+                write=write_out,
+                say=lambda line: print(line, flush=True),
+            )
+        if args.action == "reset":
+            return await skyhook.node_reset(
+                kube, names, args.owner, args.nodes, dry_run=dry_run, confirm=confirm, say=print
+            )
+        return await skyhook.node_ignore(
+            kube, names, args.nodes, ignore=args.action == "ignore", dry_run=dry_run, say=print
+        )
+    except skyhook.VerbError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        await kube.close()
+
+
+def add_skyhook_verbs(commands: Any) -> None:
+    """`skyhook VERB` and `nodewright VERB`: upstream `kubectl skyhook`'s verbs, each group
+    acting on its own objects with its own keys."""
+    for names in (SKYHOOK, NODEWRIGHT):
+        kind, flag = names.kind, f"--{names.singular}"
+        owner_flags = (flag,) if names is SKYHOOK else (flag, "--skyhook")
+        group = commands.add_parser(
+            names.singular,
+            help=f"{kind} verbs ({names.group}) as `kubectl skyhook`'s: pause, resume, "
+            "disable, enable, reset, package rerun|logs, node ignore|unignore|reset",
+        )
+        verbs = group.add_subparsers(dest="verb", required=True)
+
+        def mutating(parser: argparse.ArgumentParser, *, ask_first: bool = True) -> None:
+            if ask_first:
+                parser.add_argument(
+                    "-y", "--confirm", action="store_true", help="do not ask before changing"
+                )
+            parser.add_argument(
+                "--dry-run", action="store_true", help="say what would change, change nothing"
+            )
+
+        for verb, (attribute, value, done) in skyhook.LIFECYCLE.items():
+            sub = verbs.add_parser(
+                verb,
+                help=f"{'set' if value else 'remove'} the {getattr(names, attribute)} "
+                f"annotation ({kind} {done})",
+            )
+            sub.add_argument("name")
+            mutating(sub)
+        reset_parser = verbs.add_parser(
+            "reset",
+            help=f"remove the {kind}'s state from every node (all its packages run again) "
+            "and reset its batch state",
+        )
+        reset_parser.add_argument("name")
+        reset_parser.add_argument(
+            "--skip-batch-reset", action="store_true", help="keep the rollout's batch state"
+        )
+        mutating(reset_parser)
+        policy = verbs.add_parser(
+            "deployment-policy", aliases=["dp"], help="the rollout's batch state"
+        )
+        policy.set_defaults(verb="deployment-policy")
+        policy_actions = policy.add_subparsers(dest="action", required=True)
+        policy_reset = policy_actions.add_parser(
+            "reset", help="the rollout starts again from batch 1"
+        )
+        policy_reset.add_argument("name")
+        mutating(policy_reset)
+        package = verbs.add_parser("package", help=f"one package of the {kind}: rerun, logs")
+        package_actions = package.add_subparsers(dest="action", required=True)
+        rerun = package_actions.add_parser(
+            "rerun", help="remove the package's state on the nodes named, so it runs again"
+        )
+        logs = package_actions.add_parser("logs", help="the logs of the package's stage pods")
+        for sub in (rerun, logs):
+            sub.add_argument("package")
+            sub.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
+            sub.add_argument(
+                "--stage",
+                choices=skyhook.STAGES,
+                help="rerun: run again from this stage; logs: only this stage's pods",
+            )
+        rerun.add_argument(
+            "--node",
+            action="append",
+            required=True,
+            help="a node name or a regular expression (repeatable)",
+        )
+        mutating(rerun)
+        logs.add_argument(
+            "--node", action="append", default=[], help="a node name or a regular expression"
+        )
+        logs.add_argument("-f", "--follow", action="store_true")
+        logs.add_argument("--tail", type=int, default=None, help="the last N lines of each")
+        logs.add_argument(
+            "-n",
+            "--namespace",
+            default="skyhook",
+            help="where the controller runs the stage pods (SKYHOOK_NAMESPACE; default skyhook)",
+        )
+        node = verbs.add_parser("node", help="nodes: ignore, unignore, reset")
+        node_actions = node.add_subparsers(dest="action", required=True)
+        for action, about in (
+            ("ignore", f"set the {names.ignore_label} label: nothing runs there"),
+            ("unignore", f"remove the {names.ignore_label} label"),
+            ("reset", f"remove the {kind}'s state from the nodes: all its packages run again"),
+        ):
+            sub = node_actions.add_parser(action, help=about)
+            sub.add_argument("nodes", nargs="+", metavar="NODE", help="a name or a regex")
+            if action == "reset":
+                sub.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
+            mutating(sub, ask_first=action == "reset")
+
+
 # --- doctor ---------------------------------------------------------------------------------
 
 
@@ -683,6 +891,7 @@ async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
         secrets,
         namespace,
         secrets_unread,
+        deployed=bool(ours),
     )
     checks += doctor.check_crds(crds, crds_unread)
     checks.append(
@@ -840,6 +1049,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="release even though the claiming NodeSet still exists (it may claim it again)",
     )
+    add_skyhook_verbs(commands)
     return top
 
 
@@ -855,6 +1065,8 @@ async def run(args: argparse.Namespace) -> bool:
         print(await release_claim_command(args))
     elif args.command == "doctor":
         return await doctor_command(args)
+    elif args.command in (SKYHOOK.singular, NODEWRIGHT.singular):
+        return await skyhook_command(args)
     elif args.action == "list":
         await dlq_list(args)
     elif args.action == "show":
@@ -889,4 +1101,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-        deployed=bool(ours),
