@@ -63,30 +63,47 @@ class PodWait:
     detail: str
 
 
-# What ends each wait, said on the waiting pod itself (`pod_wait_condition`).
-_WAIT_ENDS: dict[WaitCause, str] = {
-    "WindowClosed": "replaced once the update window opens",
-    "SlurmStateUnknown": "deleted only once Slurm is read fresh again (fail closed)",
-    "PodsBusy": "deleted once its jobs end and Slurm reads the node drained and idle",
-    "DrainPending": "deleted once Slurm reads the node drained",
-    "AwaitingSlurmRead": "deleted if the next Slurm poll reads it drained and idle",
-    "ReplacementUnplaceable": "replaced once its node can take the new template",
-    "ReservationPending": "replaced once Slurm reads its node in the update reservation",
-    "BudgetExhausted": "replaced as the pods ahead of it come back available",
+# What each wait says on the waiting pod itself (`pod_wait_condition`): what it waits for and
+# what ends it, in words that change only when the cause does. Each change is one API write per
+# pod (issue 36), so the pod's words leave out what moves within one cause and is shown on the
+# pod anyway: whether a busy node is draining yet (slurm-syncer's SlurmNodeStateDrain says so),
+# and which step of the drain handshake it is at (`_HANDSHAKE`).
+_POD_WAIT_WORDS: dict[WaitCause, str] = {
+    "WindowClosed": "update window closed: replaced once it opens",
+    "SlurmStateUnknown": (
+        "Slurm state unknown: deleted only once Slurm is read fresh again (fail closed)"
+    ),
+    "PodsBusy": (
+        "node busy with jobs: deleted once they end and Slurm reads the node drained and idle"
+    ),
+    "DrainPending": (
+        "not read drained and idle since its SlurmDelete: deleted once a Slurm poll does"
+    ),
+    "ReservationPending": (
+        "Slurm node not held by the update reservation: replaced once Slurm reads it there"
+    ),
 }
+# The handshake's two steps, not drained yet and drained but not read since the mark, are one
+# wait on the pod (DrainPending): what tells them apart is when Slurm's next poll lands, not a
+# new cause, and telling it would cost a write on nearly every pod a scale-down removes.
+_HANDSHAKE: tuple[WaitCause, ...] = ("DrainPending", "AwaitingSlurmRead")
 
 
 def pod_wait_condition(wait: PodWait, max_unavailable: int | str) -> WantedCondition:
-    """The waiting pod's own condition (POD_WAIT_CONDITION): True, the cause as reason, and
-    what it waits for as message -- from the same words as the NodeSet's condition, so it too
-    changes only when the cause does (the budget is named by its setting, not by figures that
-    move with every pod that comes back)."""
-    detail = wait.detail
-    if wait.cause == "BudgetExhausted":
-        detail = f"{detail} ({max_unavailable})"
-    return WantedCondition(
-        POD_WAIT_CONDITION, "True", wait.cause, f"{detail}: {_WAIT_ENDS[wait.cause]}"
-    )
+    """The waiting pod's own condition (POD_WAIT_CONDITION): True, the cause as reason (the
+    handshake's two steps as DrainPending), and what it waits for as message; the budget is
+    named by its setting, not by figures that move with every pod that comes back."""
+    cause = "DrainPending" if wait.cause in _HANDSHAKE else wait.cause
+    if cause == "BudgetExhausted":
+        message = (
+            f"held by maxUnavailable ({max_unavailable}): replaced as the pods ahead of it "
+            "come back available"
+        )
+    elif cause == "ReplacementUnplaceable":
+        message = f"{wait.detail}: replaced once its node can take it"
+    else:
+        message = _POD_WAIT_WORDS[cause]
+    return WantedCondition(POD_WAIT_CONDITION, "True", cause, message)
 
 
 def most_blocking(waits: Iterable[PodWait]) -> dict[str, PodWait]:

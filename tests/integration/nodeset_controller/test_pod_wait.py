@@ -44,16 +44,16 @@ async def test_rule_8b_a_busy_pod_held_by_the_scale_down_says_why_through_the_ap
             kube,
             path,
             lambda pod: (
-                (condition(pod, POD_WAIT_CONDITION) or {})
-                .get("message", "")
-                .startswith("node busy with jobs, draining")
+                (condition(pod, POD_WAIT_CONDITION) or {}).get("reason") == "PodsBusy"
+                and (condition(pod, "SlurmNodeStateDrain") or {}).get("status") == "True"
             ),
-            what="the pod's wait condition, draining",
+            what="the pod's wait condition, and its node draining",
         )
         wait = condition(found, POD_WAIT_CONDITION)
-        assert wait is not None
-        assert (wait["status"], wait["reason"]) == ("True", "PodsBusy")
-        assert "deleted once its jobs end" in wait["message"]
+        assert wait is not None and wait["status"] == "True"
+        assert wait["message"] == (
+            "node busy with jobs: deleted once they end and Slurm reads the node drained and idle"
+        )
         # The pod the scale-down keeps waits for nothing and carries no such condition.
         (other,) = [p for p in stack.pods("gpu") if p["metadata"]["name"] != name]
         assert condition(other, POD_WAIT_CONDITION) is None

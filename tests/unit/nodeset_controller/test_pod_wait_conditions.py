@@ -31,14 +31,19 @@ from nodeset_controller.planner import (
     SetPodWait,
     plan,
 )
-from tests.unit.nodeset_controller.builders import NS, T0, node, nodeset, pod, slurm
+from tests.unit.nodeset_controller.builders import (
+    NS,
+    T0,
+    cluster_status,
+    node,
+    nodeset,
+    pod,
+    slurm,
+)
 from tests.unit.nodeset_controller.memory_cluster import _apply_condition_patch
 from tests.unit.nodeset_controller.test_planner import KEY, REV, full, of, patch_of, view
 
-BUSY_DRAINING = (
-    "node busy with jobs, draining: deleted once its jobs end and Slurm reads the node "
-    "drained and idle"
-)
+BUSY = "node busy with jobs: deleted once they end and Slurm reads the node drained and idle"
 
 
 def with_wait(pod_obj: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
@@ -89,7 +94,7 @@ def test_rule_8b_a_busy_pod_held_by_the_scale_down_gets_its_own_wait_condition()
                     "type": POD_WAIT_CONDITION,
                     "status": "True",
                     "reason": "PodsBusy",
-                    "message": BUSY_DRAINING,
+                    "message": BUSY,
                     "lastTransitionTime": rfc3339(T0),
                 }
             ]
@@ -103,7 +108,7 @@ def test_rule_8b_a_busy_pod_held_by_the_scale_down_gets_its_own_wait_condition()
 def test_rule_8b_no_write_while_the_pod_already_says_why_it_waits() -> None:
     """Ten minutes on, the pod still busy and already carrying its cause: nothing to write."""
     node_map, pods, states = _busy_marked()
-    with_wait(pods[2], "PodsBusy", BUSY_DRAINING)
+    with_wait(pods[2], "PodsBusy", BUSY)
     result = plan(view(nodeset(replicas=2), node_map, pods, states, now=T0 + 600))
     assert of(result, SetPodWait) == []
     # The cause changes (the Slurm state can no longer be read): one write, with the new one.
@@ -126,10 +131,37 @@ def test_rule_8b_a_pod_marked_by_this_plan_gets_its_wait_in_the_marks_own_patch(
         "conditions"
     ]
     assert [c["type"] for c in conditions] == [SLURM_DELETE_CONDITION, POD_WAIT_CONDITION]
-    assert conditions[1]["reason"] == "PodsBusy"
-    assert conditions[1]["message"].startswith("node busy with jobs, not draining yet:")
+    assert (conditions[1]["reason"], conditions[1]["message"]) == ("PodsBusy", BUSY)
     # The mark waits for a wait write still in flight, so the newer one lands last.
     assert action_blockers(NS, mark) == (pod_wait_slot(NS, mark.pod.name),)
+
+
+def test_rule_8b_the_drain_handshake_costs_no_write_of_its_own_issue_36() -> None:
+    """An idle pod scaled down: its mark says DrainPending. slurm-syncer drains it and the
+    node state arrives before a Slurm poll read after the mark (AwaitingSlurmRead on the
+    NodeSet): the pod's wait is the same and nothing is written; the next poll deletes it.
+    A busy pod whose node starts draining keeps its words too (SlurmNodeStateDrain says it)."""
+    node_map, pods = full(2)
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"]) for p in pods}
+    (mark,) = of(plan(view(nodeset(replicas=1), node_map, pods, states)), ScheduleDelete)
+    assert mark.wait is not None and mark.wait.reason == "DrainPending"
+    name = mark.pod.name
+    index = [p["metadata"]["name"] for p in pods].index(name)
+    marked = pod(name, f"n{index}", revision=REV, delete_reason=SCALING_DELETE, delete_since=T0)
+    pods[index] = with_wait(marked, mark.wait.reason, mark.wait.message)
+    states[name] = slurm(name, drain=True)
+    # The last poll was read before the mark: the drain seen proves nothing yet.
+    before_mark = cluster_status(last_success_at=T0 - 1)
+    waiting = plan(view(nodeset(replicas=1), node_map, pods, states, status=before_mark))
+    assert [(w.pod, w.cause) for w in waiting.scale_down_waits] == [(name, "AwaitingSlurmRead")]
+    assert of(waiting, SetPodWait) == []
+    later = plan(view(nodeset(replicas=1), node_map, pods, states, now=T0 + 5))
+    assert [a.pod.name for a in of(later, DeletePod)] == [name]
+    # Busy, then draining: the same words on the pod.
+    node_map, pods, states = _busy_marked()
+    states["gpu-001-003"] = slurm("gpu-001-003", busy=True)
+    with_wait(pods[2], "PodsBusy", BUSY)
+    assert of(plan(view(nodeset(replicas=2), node_map, pods, states)), SetPodWait) == []
 
 
 def test_rule_8b_a_pod_deleted_at_once_gets_no_wait_condition() -> None:
@@ -149,7 +181,7 @@ def test_rule_8b_a_pod_deleted_at_once_gets_no_wait_condition() -> None:
 
 def test_rule_8b_a_scale_back_up_removes_the_wait_in_the_unmark_patch() -> None:
     node_map, pods, states = _busy_marked()
-    with_wait(pods[2], "PodsBusy", BUSY_DRAINING)
+    with_wait(pods[2], "PodsBusy", BUSY)
     result = plan(view(nodeset(replicas=3), node_map, pods, states))
     (cancel,) = of(result, CancelDelete)
     assert of(result, SetPodWait) == []
@@ -214,7 +246,7 @@ def test_rule_8b_a_misscheduled_pod_waiting_for_its_drain_says_so() -> None:
     (write,) = of(plan(view(nodeset(replicas=2), node_map, pods, states)), SetPodWait)
     assert write.wait is not None and (write.wait.reason, write.wait.message) == (
         "PodsBusy",
-        BUSY_DRAINING,
+        BUSY,
     )
 
 
@@ -295,9 +327,9 @@ def test_rule_8b_the_view_keeps_the_wait_condition_so_a_written_cause_is_not_rew
     """The controller's view of a NodeSet pod keeps the wait condition: without it every plan
     would find the cause missing and write it again."""
     node_map, pods, states = _busy_marked()
-    with_wait(pods[2], "PodsBusy", BUSY_DRAINING)
+    with_wait(pods[2], "PodsBusy", BUSY)
     kept = [nodeset_pod_fields(p) for p in pods]
-    assert _waits_of(kept) == {"gpu-001-003": ("PodsBusy", BUSY_DRAINING)}
+    assert _waits_of(kept) == {"gpu-001-003": ("PodsBusy", BUSY)}
     assert of(plan(view(nodeset(replicas=2), node_map, kept, states)), SetPodWait) == []
 
 
