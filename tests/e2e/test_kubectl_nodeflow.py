@@ -370,10 +370,13 @@ async def rollout_settled(operator: Operator, *, revisions: int, newest: int = 0
             if not p["metadata"].get("deletionTimestamp")
         }
         numbers = sorted(r["revision"] for r in listed)
+        # The newest revision's name: until the status names it, the rollout has not begun
+        # (the status and the pods may still show the revision before the change).
+        newest_name = next((r["metadata"]["name"] for r in listed if r["revision"] == newest), None)
         done = (
             len(listed) == revisions
             and numbers[-1:] == [newest]
-            and update
+            and update == newest_name
             and status.get("currentRevision") == update
             and len(pods["items"]) == nodeset["spec"]["replicas"]
             and {f"gpu-{h}" for h in running} == {update}
