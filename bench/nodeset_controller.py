@@ -186,6 +186,26 @@ class OutOfBudget(Exception):
 
 
 @dataclass
+class StepFigures:
+    """One settled step: its pods, seconds, the CPU seconds each process used meanwhile and
+    the API writes counted for it, by sender, verb and kind."""
+
+    start: int
+    end: int
+    seconds: float
+    cpu: dict[str, float]
+    writes: Counter[tuple[str, str, str]]
+
+    @property
+    def pods(self) -> int:
+        return abs(self.end - self.start)
+
+    @property
+    def label(self) -> str:
+        return f"{self.start} -> {self.end}"
+
+
+@dataclass
 class Deadline:
     at: float
 
@@ -664,7 +684,9 @@ async def create_nodeset(
 
 async def run(
     cluster: Cluster, nats_url: str, deadline: Deadline, nats_pid: int | None = None
-) -> None:
+) -> list[StepFigures]:
+    """The NodeSet steps on `cluster`, each reported as it settles; their figures."""
+    settled_steps: list[StepFigures] = []
     nodes = await cluster.node_names()
     raw = await raw_create_rate(cluster, nodes)
     pinned = await pinned_ceiling(cluster, nodes)
@@ -719,9 +741,11 @@ async def run(
             seconds = await scale(cluster, end, deadline)
             used = cpu.take()
             unwritten = await slurm_states_written(cluster, deadline) if end > start else ""
-            report(f"{start} -> {end}", abs(end - start), seconds, raw, pinned)
-            report_writes(f"{start} -> {end}", abs(end - start), writes.take(), unwritten)
-            report_cpu(f"{start} -> {end}", abs(end - start), seconds, used, pinned)
+            step = StepFigures(start, end, seconds, used, writes.take())
+            settled_steps.append(step)
+            report(step.label, step.pods, seconds, raw, pinned)
+            report_writes(step.label, step.pods, step.writes, unwritten)
+            report_cpu(step.label, step.pods, seconds, used, pinned)
             drained = (await cluster.nodeset_status()).get("numberDrain")
             if drained:
                 # Pods recreated on nodes drained by the previous scale-in keep Slurm's DRAIN
@@ -752,3 +776,4 @@ async def run(
         await services.stop()
         await outcomes.unsubscribe()
         await bus.close()
+    return settled_steps

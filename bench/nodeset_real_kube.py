@@ -8,7 +8,12 @@ as `make run KUBE=real` runs it) and k8s-watcher, slurm-syncer and nodeset-contr
 process each. The same steps run first on the emulator (bench.nodeset_controller), so the two
 sets of figures come from one run on one machine; each set has its own limits measured on its
 own API server (raw create, pinned pod create -> Ready through the scheduler and the kubelet or
-KWOK). kube-controller-manager and kube-scheduler get k8s-watcher's client rate limit
+KWOK). On the real control plane the DaemonSet anchor runs first (bench._daemonset_anchor:
+kube-controller-manager's DaemonSet controller over the same nodes, 0 -> N Ready and N -> 0),
+and each NodeSet step of the same size is printed as a ratio to it: its rate, our processes'
+CPU per pod against kube-controller-manager's, and API writes per pod against the DaemonSet
+controller's (counted from the API server's audit log). kube-controller-manager and
+kube-scheduler get k8s-watcher's client rate limit
 (BENCH_KUBE_QPS, default 1000), as a cluster of thousands of nodes is tuned, and KWOK's node
 leases last 120 s (KUBE_NODE_LEASE_SECONDS) instead of 40: at 40 s, 4,000 nodes' renewals
 saturate the API server of a 2-core machine and the nodes flap NotReady. Then k8s-watcher's
@@ -34,6 +39,7 @@ from pathlib import Path
 import aiohttp
 
 from bench import nodeset_controller as stack
+from bench._daemonset_anchor import AuditLog, report_against_anchor, run_anchor
 from bench.k8s_watcher import measure_latency
 from nodeflow_bus import Bus, BusOptions
 from nodeflow_runtime.logs import configure_logging
@@ -123,6 +129,8 @@ async def control_plane(state: Path, nodes: int, topology: str) -> dict[str, str
     # Thousands of KWOK nodes renewing 40 s leases saturate this machine's API server and
     # flap NotReady (their pods with them); a 120 s lease keeps them Ready.
     env.setdefault("KUBE_NODE_LEASE_SECONDS", "120")
+    # The audit log names who wrote what: the DaemonSet anchor's writes per pod come from it.
+    env["KUBE_AUDIT"] = "1"
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         str(REAL_KUBE), "start", env=env, stdout=asyncio.subprocess.PIPE
@@ -153,7 +161,16 @@ async def real_run(tmp: Path) -> None:
         try:
             await cluster.start()
             deadline = stack.Deadline(time.monotonic() + stack.BUDGET)
-            await stack.run(cluster, nats.url, deadline, nats.pid)
+            print(
+                f"   -- the DaemonSet anchor (kube-controller-manager), {stack.NODES:,} nodes",
+                flush=True,
+            )
+            anchor, controller_writes = await run_anchor(
+                cluster, stack.NODES, AuditLog(state / "audit.log"), deadline
+            )
+            print("   -- the NodeSet on the same control plane", flush=True)
+            steps = await stack.run(cluster, nats.url, deadline, nats.pid)
+            report_against_anchor(steps, anchor, controller_writes)
             bus = await Bus.connect(nats.url, options=BusOptions(name="bench-latency"))
             try:
                 # k8s-watcher was stopped with the other services: measure with a fresh one.

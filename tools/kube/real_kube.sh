@@ -41,6 +41,10 @@ KUBE_CLIENT_QPS="${KUBE_CLIENT_QPS:-}"
 # nodes flap NotReady; a longer lease (the node lifecycle controller's grace follows it) keeps
 # the heartbeat load where a larger control plane would carry it.
 KUBE_NODE_LEASE_SECONDS="${KUBE_NODE_LEASE_SECONDS:-40}"
+# KUBE_AUDIT=1: the API server logs every write request it answered (who, user agent, verb,
+# resource; never a body) to $KUBE_STATE/audit.log, so a benchmark can count each client's
+# writes (`make bench`'s nodeset_real_kube compares the DaemonSet controller's with ours).
+KUBE_AUDIT="${KUBE_AUDIT:-0}"
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -338,6 +342,25 @@ client_rate_flags() {
     fi
 }
 
+# The audit flags when KUBE_AUDIT=1: write requests at level Metadata, logged once answered.
+audit_flags() {
+    if [[ "$KUBE_AUDIT" != 1 ]]; then
+        return
+    fi
+    cat >"$KUBE_STATE/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+EOF
+    echo "--audit-policy-file=$KUBE_STATE/audit-policy.yaml" \
+        "--audit-log-path=$KUBE_STATE/audit.log" "--audit-log-format=json" \
+        "--audit-log-maxsize=0" "--audit-log-mode=batch"
+}
+
 start_scheduler() {
     # shellcheck disable=SC2046  # zero or two flags
     launch kube-scheduler "$KUBE_BIN/kube-scheduler" \
@@ -391,7 +414,7 @@ EOF
         --service-account-key-file="$KUBE_STATE/pki/sa.pub" \
         --service-account-signing-key-file="$KUBE_STATE/pki/sa.key" \
         --service-cluster-ip-range=10.96.0.0/16 \
-        --allow-privileged=true --profiling=false
+        --allow-privileged=true --profiling=false $(audit_flags)
     wait_for kube-apiserver kube-apiserver 240 curl -sfk \
         -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$API_PORT/readyz"
     # --cert-dir holds the self-signed serving certificate followed by the CA that signed it.
