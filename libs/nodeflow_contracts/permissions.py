@@ -545,6 +545,12 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         ),
         _grant("update-status", "PodGroup", "ClusterNetworkTopology"),
         _grant("record-event", "PodGroup", "Pod"),
+        # The node a WaitForFirstConsumer claim's volume is made for, before its pod's bind.
+        _grant(
+            "patch",
+            "PersistentVolumeClaim",
+            fields=("metadata.annotations[volume.kubernetes.io/selected-node]",),
+        ),
     ),
     "metrics-exporter": (),
     ADMIN_USER: (

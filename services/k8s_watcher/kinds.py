@@ -58,8 +58,8 @@ _BY_API_VERSION_AND_KIND: dict[tuple[str, str], KindInfo] = {
 # outside them is refused here (outcome `forbidden`) rather than by the API server.
 # PodDisruptionBudget: a NodeSet's budget over its pods running jobs (workloadDisruptionProtection).
 # ControllerRevision: a NodeSet's revision history (created and deleted, never patched).
-# PersistentVolumeClaim, PersistentVolume, StorageClass: only read (topology-placer's volume
-# topology).
+# PersistentVolume, StorageClass: only read (topology-placer's volume topology);
+# PersistentVolumeClaim: read, and patched (topology-placer's selected-node annotation).
 CREATABLE_KINDS: frozenset[str] = frozenset(
     {
         "ControllerRevision",
@@ -81,7 +81,6 @@ PATCHABLE_KINDS: frozenset[str] = frozenset(
     - {
         "PodDisruptionBudget",
         "ControllerRevision",
-        "PersistentVolumeClaim",
         "PersistentVolume",
         "StorageClass",
     }

@@ -7,6 +7,7 @@ The placer uses six operations, all as sender `topology-placer`:
 | nominate      | Pod                     | status.nominatedNodeName (set, or "" to clear)      |
 | bind          | Pod                     | the binding subresource                             |
 | patch         | Pod status (strategic)  | condition PodScheduled=False, DisruptionTarget=True |
+| patch         | PersistentVolumeClaim (merge) | annotation volume.kubernetes.io/selected-node |
 | delete        | Pod                     | victims and broken gangs, after DisruptionTarget    |
 | update-status | PodGroup, ClusterNetworkTopology | their status subresource                  |
 | record-event  | PodGroup                | why a gang waits, failed or preempted               |
@@ -46,10 +47,12 @@ from topology_placer.planner import (
     MarkUnschedulable,
     Nominate,
     Notice,
+    SelectNode,
     UpdateGroupStatus,
     UpdateTopologyStatus,
 )
 from topology_placer.pods import DISRUPTION_TARGET, POD_SCHEDULED, PodRef
+from topology_placer.volumes import SELECTED_NODE_ANNOTATION
 
 SENDER = "topology-placer"
 REPORTING_COMPONENT = "nodeflow-topology-placer"
@@ -130,6 +133,23 @@ def to_outgoing(action: Action, now: float) -> list[Outgoing]:
         key = stable_key("bind", action.pod.uid, action.node)
         target = pod_target(action.pod, with_rv=False)
         return [_command(key, target, BindPod(node_name=action.node), "gang placed", now)]
+    if isinstance(action, SelectNode):
+        key = stable_key(
+            "select-node", action.uid, action.resource_version, action.claim, action.node
+        )
+        target = ObjectRef(
+            api_version="v1",
+            kind="PersistentVolumeClaim",
+            name=action.claim,
+            namespace=action.namespace,
+            uid=action.uid or None,
+        )
+        patch = PatchObject(
+            patch_type="merge",
+            patch={"metadata": {"annotations": {SELECTED_NODE_ANNOTATION: action.node}}},
+        )
+        why = f"volume for the pod bound to {action.node}"
+        return [_command(key, target, patch, why, now)]
     if isinstance(action, MarkUnschedulable):
         key = stable_key(
             "unschedulable",

@@ -8,7 +8,8 @@ go out all together or not at all, so while any of them may still land the gang 
 it is. A nomination to a node also holds `placer-nomination:<ns>/<name>=<node>`, so the
 node's room stays charged with it before KV shows it -- across a leader change too, since a
 new leader rebuilds the same slots from COMMAND_LEDGER. PodGroup and ClusterNetworkTopology
-status writes hold `status:<kind>:<ns>/<name>`, so one is not re-sent while on its way.
+status writes, and a claim's selected-node annotation, hold `status:<kind>:<ns>/<name>`, so one
+is not re-sent while on its way.
 """
 
 from __future__ import annotations

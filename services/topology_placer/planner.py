@@ -13,16 +13,18 @@ is a gang of one) goes through named phases, highest priority first:
 1. read (`_read_phase`): every PodGroup parses, every PodGroup of the group exists, every
    rank parses, no member asks what the placer does not check (generic ephemeral volumes, DRA
    claims: it is refused naming the field, interpod.unsupported_reason), every claim a member
-   names is bound and usable by it (else refused naming the claim; a bound volume's node
-   affinity then filters the member's nodes: volumes.py); a PreferGather layer the topology
-   lacks is dropped with a Warning Event;
+   names is bound and usable by it, or unbound of a WaitForFirstConsumer class that
+   provisions (else refused naming the claim; a bound volume's node affinity and zone, a
+   delayed claim's allowed topologies then filter the member's nodes: volumes.py); a
+   PreferGather layer the topology lacks is dropped with a Warning Event;
 2. members (`_members_phase`): each PodGroup has minMember pods counted by its match policy,
    or is satisfied (reached minMember once under once-satisfied, has minMember bound under
    waiting-and-running, or has minMember 0);
 3. a satisfied gang regrows (`_regrow_phase`): its pending pods need no gang check, each is
    bound or nominated on its own as room appears; it never times out nor is evicted;
    otherwise, bind (`_bind_if_reserved`): every pending member is nominated and the
-   nominated nodes still take them: bind all;
+   nominated nodes still take them: bind all, once every WaitForFirstConsumer claim of theirs
+   names its pod's node (`SelectNode` first, as VolumeBinding's PreBind);
 4. gather (`_gather_phase`): place every pending member at once (or, failing that, just
    enough to reach each minMember) and nominate them, each member with its own request and
    filters (`_GangFit`), the inter-pod filters (hostPorts, required pod (anti-)affinity,
@@ -154,6 +156,19 @@ class Bind:
 
 
 @dataclass(frozen=True)
+class SelectNode:
+    """Annotate a WaitForFirstConsumer claim with the node its pod is bound to
+    (`volume.kubernetes.io/selected-node`), so its provisioner makes the volume there; sent
+    before the pod's bind, which waits until the claim shows it (VolumeBinding's PreBind)."""
+
+    namespace: str
+    claim: str
+    uid: str
+    resource_version: str
+    node: str
+
+
+@dataclass(frozen=True)
 class MarkUnschedulable:
     """Patch the pod's PodScheduled condition to False with this reason and message."""
 
@@ -218,6 +233,7 @@ class Decision:
 Action = (
     Nominate
     | Bind
+    | SelectNode
     | MarkUnschedulable
     | Disrupt
     | UpdateGroupStatus
@@ -1216,8 +1232,8 @@ def _read_volumes(run: _Pass, gang: Gang, pod: Obj, facts: PodFacts) -> str:
     needs = run.volume_index.needs(fields.namespace_of(pod), facts.claims)
     if isinstance(needs, str):
         return needs
-    if needs.waiting:
-        return _waiting_for_first_consumer(run, needs)
+    if needs.waiting and (why := _waiting_for_first_consumer(run, needs)):
+        return why
     for claim in needs.exclusive:
         other = next((name for key, name in run.claim_users.get(claim, ()) if key != facts.key), "")
         if not other:
@@ -1240,29 +1256,45 @@ def _read_volumes(run: _Pass, gang: Gang, pod: Obj, facts: PodFacts) -> str:
 
 
 def _waiting_for_first_consumer(run: _Pass, needs: VolumeNeeds) -> str:
-    """Why a pod with an unbound WaitForFirstConsumer claim is not placed: VolumeBinding would
-    place it on a node its volumes admit and write the claim's selected-node annotation
-    before binding it; the placer does not write that annotation (a pod bound without it
-    would wait for a volume its provisioner never makes), so it says how many nodes could take
-    the pod, or that none can."""
-    claim = needs.waiting[0]
+    """Why a pod with unbound WaitForFirstConsumer claims cannot be placed now, or "" when it
+    can: a claim of a class without a provisioner needs a pre-made volume bound by the
+    scheduler, which the placer does not do (it says how many nodes such a volume reaches);
+    else the pod is placed where every claim admits it, unless no node does."""
     admitted = len(run.volume_nodes(needs, run.facts.keys()))
+    static = next((claim for claim in needs.waiting if not claim.provisioned), None)
+    if static is not None:
+        return (
+            f"PersistentVolumeClaim {static.name} waits for its first consumer "
+            f"(WaitForFirstConsumer) and its StorageClass has no provisioner: {admitted} nodes "
+            "could take the pod with an available PersistentVolume, but the topology placer "
+            "does not bind volumes"
+        )
+    if admitted:
+        return ""
+    claim = needs.waiting[0]
     where = (
         f"node {claim.selected_node} (its {SELECTED_NODE_ANNOTATION} annotation)"
         if claim.selected_node
-        else "its StorageClass's allowedTopologies or an available PersistentVolume that fits it"
+        else "its StorageClass's allowedTopologies"
     )
-    if not admitted:
-        return (
-            f"PersistentVolumeClaim {claim.name} waits for its first consumer "
-            f"(WaitForFirstConsumer), and no node can take the pod: none is in {where}"
-        )
     return (
         f"PersistentVolumeClaim {claim.name} waits for its first consumer "
-        f"(WaitForFirstConsumer): {admitted} nodes could take the pod, but the topology placer "
-        f"does not write {SELECTED_NODE_ANNOTATION}, so it leaves the pod for a scheduler that "
-        "binds volumes"
+        f"(WaitForFirstConsumer), and no node can take the pod: none is in {where}"
     )
+
+
+def _selections(gang: Gang, pod: Obj, node: str) -> list[SelectNode]:
+    """The selected-node annotations to write before `pod` is bound to `node`: one per
+    WaitForFirstConsumer claim not yet annotated with that node (VolumeBinding's PreBind)."""
+    needs = gang.volume_needs.get(fields.name_of(pod)) if gang.volume_needs else None
+    if needs is None:
+        return []
+    namespace = fields.namespace_of(pod)
+    return [
+        SelectNode(namespace, claim.name, claim.uid, claim.resource_version, node)
+        for claim in needs.waiting
+        if claim.selected_node != node
+    ]
 
 
 def _claims_of(pod: Obj) -> set[str]:
@@ -1393,8 +1425,13 @@ def _regrow_phase(run: _Pass, gang: Gang, ranked: Sequence[Obj], fit: _GangFit) 
     for pod in ranked:
         name, node = fields.name_of(pod), podfacts.nominated_node_of(pod)
         if node and fit.takes({node: [name]}):
-            run.plan.actions.append(Bind(ref_of(pod), node))
             fit.consume(name, node)
+            selections = _selections(gang, pod, node)
+            if selections:
+                # Bound once KV shows its claims annotated with the node.
+                run.plan.actions.extend(selections)
+                continue
+            run.plan.actions.append(Bind(ref_of(pod), node))
             bindings.append((name, node))
         else:
             rest.append(pod)
@@ -1487,6 +1524,12 @@ def _bind_if_reserved(run: _Pass, gang: Gang, pods: Sequence[Obj], fit: _GangFit
         per_node.setdefault(node, []).append(name)
     if not fit.takes(per_node):
         return False
+    selections = [s for p in pods for s in _selections(gang, p, nominated[fields.name_of(p)])]
+    if selections:
+        # The claims are annotated first; the gang is bound once KV shows every annotation.
+        run.plan.actions.extend(selections)
+        run.plan.gang_states[gang.id] = "binding"
+        return True
     for pod in pods:
         run.plan.actions.append(Bind(ref_of(pod), nominated[fields.name_of(pod)]))
     run.plan.actions.append(

@@ -56,10 +56,12 @@ BUCKETS = (
     "k8s_storageclasses",
 )
 GANG_STATES: tuple[GangState, ...] = get_args(GangState)
-# Kinds whose KV view shows what a status write did (an applied one is released once seen).
+# Kinds whose KV view shows what a status write (or a claim's selected-node annotation) did:
+# an applied one is released once seen, so it is not sent again before.
 STATUS_BUCKETS = {
     "PodGroup": "k8s_podgroups",
     "ClusterNetworkTopology": "k8s_clusternetworktopologies",
+    "PersistentVolumeClaim": "k8s_persistentvolumeclaims",
 }
 # Slots one command of a pass takes for itself (a pod, a status).
 EXCLUSIVE_PREFIXES = (POD_PREFIX, STATUS_PREFIX)

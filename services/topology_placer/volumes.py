@@ -6,11 +6,11 @@ it for claims that are already bound.
   (any term) must match the node; a bound volume without node affinity imposes nothing. An
   unbound claim is not bound here: one whose StorageClass binds at once (Immediate, or no
   class) waits for the volume controller; one of a WaitForFirstConsumer class is read as
-  VolumeBinding reads it (the nodes its class's `allowedTopologies` admit when the class has a
-  provisioner, or where an available PersistentVolume of the class that fits it is reachable;
-  only the node named by its `volume.kubernetes.io/selected-node` annotation when it has one),
-  but the placer does not write that annotation, so the pod is refused naming the claim and
-  how many nodes could take it.
+  VolumeBinding reads it: only the node named by its `volume.kubernetes.io/selected-node`
+  annotation when it has one, else the nodes its class's `allowedTopologies` admit when the
+  class has a provisioner (the placer writes that annotation before binding the pod:
+  planner.SelectNode), else (pre-made volumes only, which the placer does not bind) the pod is
+  refused naming the claim and how many nodes an available volume that fits it reaches.
 - VolumeZone: a bound PersistentVolume's zone and region labels (`topology.kubernetes.io/zone`,
   `/region`, and the legacy `failure-domain.beta.kubernetes.io/zone`, `/region`; a value may
   list several, `__`-separated) must each name the node's value of that label (a legacy key is
@@ -61,25 +61,35 @@ NO_PROVISIONER = "kubernetes.io/no-provisioner"
 
 @dataclass(frozen=True)
 class WaitingClaim:
-    """An unbound claim of a WaitForFirstConsumer class: the nodes it could be bound for."""
+    """An unbound claim of a WaitForFirstConsumer class: the nodes it could be bound for.
+
+    A class with a provisioner makes the volume on the node named by the claim's selected-node
+    annotation, so the claim admits the nodes of the class's allowedTopologies (the placer
+    writes that annotation before it binds the pod, as VolumeBinding's PreBind does). A class
+    without one only binds pre-made volumes, which the scheduler itself must bind (the PV
+    controller leaves delayed claims to it): the claim admits the nodes an available volume
+    that fits it reaches, for the refusal to say, as the placer binds no volume."""
 
     name: str
+    # What a write of the annotation is conditioned on.
+    uid: str = ""
+    resource_version: str = ""
     # The node named by its selected-node annotation: only that one.
     selected_node: str = ""
     # Whether its class provisions volumes, and where (allowedTopologies: any term; none: any
     # node).
     provisioned: bool = False
     allowed_topologies: tuple[Obj, ...] = ()
-    # The node affinity of each available volume that fits it (an empty tuple: no affinity).
+    # The node affinity of each available volume that fits it (None: no affinity).
     static_volumes: tuple[tuple[Obj, ...] | None, ...] = ()
 
     def admits(self, node: Obj) -> bool:
         if self.selected_node:
             return name_of(node) == self.selected_node
-        if self.provisioned and (
-            not self.allowed_topologies or topology_terms_match(self.allowed_topologies, node)
-        ):
-            return True
+        if self.provisioned:
+            return not self.allowed_topologies or topology_terms_match(
+                self.allowed_topologies, node
+            )
         return any(
             terms is None or selector_terms_match(terms, node) for terms in self.static_volumes
         )
@@ -261,6 +271,8 @@ class VolumeIndex:
         selected = str(mapping(meta(claim).get("annotations")).get(SELECTED_NODE_ANNOTATION) or "")
         return WaitingClaim(
             name=name,
+            uid=uid_of(claim),
+            resource_version=str(meta(claim).get("resourceVersion") or ""),
             selected_node=selected,
             provisioned=storage_class.get("provisioner") != NO_PROVISIONER,
             allowed_topologies=tuple(

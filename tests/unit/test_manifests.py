@@ -651,8 +651,9 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "delete"},
     # A NodeSet's revision history (nodeset-controller's ControllerRevisions).
     ("apps", "controllerrevisions"): {"get", "list", "watch", "create", "delete"},
-    # Read only: the volume topology of pods naming a claim (topology-placer).
-    ("", "persistentvolumeclaims"): {"list", "watch"},
+    # The volume topology of pods naming a claim (topology-placer), which annotates a
+    # WaitForFirstConsumer claim with its selected node.
+    ("", "persistentvolumeclaims"): {"list", "watch", "patch"},
     ("", "persistentvolumes"): {"list", "watch"},
     # Read only: an unbound claim's class (topology-placer).
     ("storage.k8s.io", "storageclasses"): {"list", "watch"},

@@ -200,6 +200,10 @@ some (a Role in each, as the production overlay's workload-rbac.yaml), else clus
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [create, delete]
+# topology-placer's volume.kubernetes.io/selected-node on a WaitForFirstConsumer claim.
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [patch]
 - apiGroups: [apps]
   resources: [controllerrevisions]
   verbs: [create, delete]

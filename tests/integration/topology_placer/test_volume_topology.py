@@ -90,16 +90,17 @@ async def test_gang_waits_for_its_claim_then_goes_where_its_volume_reaches(stack
     assert set(placed.values()) == reachable
 
 
-async def test_rule_a_wait_for_first_consumer_claim_is_refused_naming_the_nodes_its_class_allows(
+async def test_rule_a_wait_for_first_consumer_claim_is_annotated_with_its_node_then_the_pod_bound(
     stack: Stack,
 ) -> None:
-    """k8s-watcher mirrors the StorageClass; the placer reads its binding mode and allowed
-    topologies (the last block) and, since it does not write the claim's selected-node, leaves
-    the pod unplaced saying how many nodes could take it."""
+    """k8s-watcher mirrors the StorageClass; the placer places the pod on a node of its
+    allowedTopologies (the last block), has k8s-watcher write the claim's
+    volume.kubernetes.io/selected-node with that node (its only write to a claim), and binds
+    the pod there once KV shows the annotation."""
     stack.sim.store.create(TOPOLOGIES, topology_object())
     nodes = stack.sim.store.list("nodes").items
     block = sorted(n["metadata"]["labels"][BLOCK] for n in nodes)[-1]
-    in_block = sum(1 for n in nodes if n["metadata"]["labels"][BLOCK] == block)
+    in_block = {n["metadata"]["name"] for n in nodes if n["metadata"]["labels"][BLOCK] == block}
     stack.sim.store.create(
         "storageclasses",
         {
@@ -124,9 +125,10 @@ async def test_rule_a_wait_for_first_consumer_claim_is_refused_naming_the_nodes_
     stack.sim.store.create("pods", _with_claim(gang_pod("solo-0", "solo", gpus=8), "scratch"))
     await stack.start_placer()
 
-    text = await eventually(
-        lambda: _scheduled_false(stack, "solo"), what="the pod refused for its claim"
-    )
-    assert "PersistentVolumeClaim scratch waits for its first consumer" in text, text
-    assert f"{in_block} nodes could take the pod" in text, text
-    assert not stack.pods("solo")[0]["spec"].get("nodeName")
+    def bound_node() -> str:
+        return str(stack.pods("solo")[0]["spec"].get("nodeName") or "")
+
+    node = await eventually(bound_node, what="the pod bound")
+    assert node in in_block
+    claim = stack.sim.store.get("persistentvolumeclaims", "scratch", NS)
+    assert claim["metadata"]["annotations"]["volume.kubernetes.io/selected-node"] == node

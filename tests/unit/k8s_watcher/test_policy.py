@@ -172,6 +172,31 @@ def test_slurm_syncer_may_patch_only_its_own_pod_annotations() -> None:
         assert isinstance(verdict, Refused), patch
 
 
+def test_rule_topology_placer_may_patch_only_a_claims_selected_node_annotation() -> None:
+    """VolumeBinding's PreBind write, and nothing else of a PersistentVolumeClaim: not its
+    spec (the volume it binds), not another annotation; no other service may write it."""
+    claim = ObjectRef(
+        api_version="v1", kind="PersistentVolumeClaim", name="data", namespace="ml", uid="c1"
+    )
+    selected = {"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "gpu-001"}}}
+    assert judged(
+        command("topology-placer", claim, PatchObject(patch_type="merge", patch=selected))
+    ) == (Allowed())
+    for patch in (
+        {"metadata": {"annotations": {"volume.beta.kubernetes.io/storage-class": "x"}}},
+        {"spec": {"volumeName": "pv-1"}},
+        {**selected, "spec": {"volumeName": "pv-1"}},
+    ):
+        verdict = judged(
+            command("topology-placer", claim, PatchObject(patch_type="merge", patch=patch))
+        )
+        assert isinstance(verdict, Refused), patch
+    for sender in ("nodeset-controller", "maintenance-scheduler", "slurm-syncer"):
+        verdict = judged(command(sender, claim, PatchObject(patch_type="merge", patch=selected)))
+        assert isinstance(verdict, Refused), sender
+    assert isinstance(judged(command("topology-placer", claim, DeleteObject())), Refused)
+
+
 def test_slurm_syncer_may_never_delete_or_create() -> None:
     for operation in (
         DeleteObject(),

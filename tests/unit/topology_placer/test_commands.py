@@ -20,6 +20,7 @@ from topology_placer.planner import (
     MarkUnschedulable,
     Nominate,
     Notice,
+    SelectNode,
     UpdateGroupStatus,
     UpdateTopologyStatus,
 )
@@ -44,6 +45,26 @@ def test_bind_uses_the_binding_operation_keyed_by_pod_and_node() -> None:
     (again,) = to_outgoing(Bind(PodRef("default", "w-0", "uid-1", "8"), "n1"), NOW + 5)
     assert first.command is not None and first.command.operation == BindPod(node_name="n1")
     assert first.key == again.key
+
+
+def test_rule_select_node_annotates_the_claim_by_a_merge_patch_conditioned_on_its_uid() -> None:
+    """VolumeBinding's PreBind write: the claim's volume.kubernetes.io/selected-node, alone
+    (what k8s-watcher's policy lets the placer touch), keyed by the claim version and node."""
+    (out,) = to_outgoing(SelectNode("ml", "data-0", "uid-c", "3", "n1"), NOW)
+    assert out.command is not None and out.command.op == "patch"
+    target = out.command.target
+    assert (target.kind, target.namespace, target.name, target.uid) == (
+        "PersistentVolumeClaim",
+        "ml",
+        "data-0",
+        "uid-c",
+    )
+    assert out.command.operation == PatchObject(
+        patch_type="merge",
+        patch={"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n1"}}},
+    )
+    (other,) = to_outgoing(SelectNode("ml", "data-0", "uid-c", "3", "n2"), NOW)
+    assert other.key != out.key
 
 
 def test_unschedulable_patches_the_pod_scheduled_condition_on_the_status() -> None:

@@ -6,6 +6,7 @@ naming it (the placer binds no volumes), and a ReadWriteOncePod claim serves one
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import given, settings
@@ -13,8 +14,16 @@ from hypothesis import strategies as st
 
 from tests.unit.plan_checks import expect_actions, expect_no_actions
 from tests.unit.topology_placer.builders import BLOCK, NS, pod, pod_group, reference_nodes
-from tests.unit.topology_placer.simulate import state
-from topology_placer.planner import Bind, Disrupt, MarkUnschedulable, Nominate, Plan, plan
+from tests.unit.topology_placer.simulate import apply, state
+from topology_placer.planner import (
+    Bind,
+    Disrupt,
+    MarkUnschedulable,
+    Nominate,
+    Plan,
+    SelectNode,
+    plan,
+)
 from topology_placer.pods import placement_fields
 from topology_placer.volumes import (
     VolumeIndex,
@@ -244,23 +253,76 @@ def test_rule_an_unbound_claim_without_a_class_or_with_a_missing_class_is_refuse
     assert "its StorageClass gone does not exist" in message
 
 
+def _wffc_passes(
+    claim: dict[str, Any], classes: list[dict[str, Any]], passes: int
+) -> tuple[list[Plan], list[dict[str, Any]], dict[str, Any]]:
+    """`passes` passes over a two-pod gang naming `claim` (one claim each: shared-0, shared-1),
+    each applying the last one's nominations, bindings and selected-node annotations, as
+    k8s-watcher and the API server would; read through the placer's projections."""
+    claims = []
+    gang = []
+    for rank in range(2):
+        made = copy.deepcopy(claim)
+        made["metadata"]["name"] = f"shared-{rank}"
+        made["metadata"]["uid"] = f"uid-pvc-shared-{rank}"
+        made["metadata"]["resourceVersion"] = "1"
+        claims.append(made)
+        gang.append(_with_claim(pod(f"worker-{rank}", "gang", gpus=8), f"shared-{rank}"))
+    results: list[Plan] = []
+    for _ in range(passes):
+        result = plan(
+            state(
+                reference_nodes(),
+                [placement_fields(p) for p in gang],
+                [pod_group("gang", 2)],
+                claims=[claim_fields(c) for c in claims],
+                storage_classes=[storage_class_fields(c) for c in classes],
+            )
+        )
+        results.append(result)
+        gang = apply(gang, result)
+        for action in result.actions:
+            if isinstance(action, SelectNode):
+                made = next(c for c in claims if c["metadata"]["name"] == action.claim)
+                annotations = made["metadata"].setdefault("annotations", {})
+                annotations["volume.kubernetes.io/selected-node"] = action.node
+                made["metadata"]["resourceVersion"] = "2"
+    return results, gang, {c["metadata"]["name"]: c for c in claims}
+
+
+def test_rule_wait_for_first_consumer_claims_are_annotated_with_the_node_before_the_bind() -> None:
+    """VolumeBinding on a delayed claim its class provisions: the members are placed on nodes
+    of its allowedTopologies (blocks b3, b4), each claim is annotated with its pod's node
+    (volume.kubernetes.io/selected-node, so the provisioner makes the volume there), and only
+    once KV shows the annotations are the pods bound, each to its claim's node."""
+    results, gang, claims = _wffc_passes(_unbound(), [_class(blocks=("b3", "b4"))], passes=3)
+    nominated, annotated, bound = results
+    assert set(_placed(nominated).values()) <= {"node5", "node6", "node7", "node8"}
+    assert not [a for a in nominated.actions if isinstance(a, SelectNode | Bind)]
+    selections = [a for a in annotated.actions if isinstance(a, SelectNode)]
+    assert {(s.claim, s.node) for s in selections} == {
+        (f"shared-{rank}", _placed(nominated)[f"worker-{rank}"]) for rank in range(2)
+    }
+    assert not [a for a in annotated.actions if isinstance(a, Bind)]
+    binds = {a.pod.name: a.node for a in bound.actions if isinstance(a, Bind)}
+    assert binds == _placed(nominated)
+    for rank in range(2):
+        annotations = claims[f"shared-{rank}"]["metadata"]["annotations"]
+        assert annotations["volume.kubernetes.io/selected-node"] == binds[f"worker-{rank}"]
+    assert all(p["spec"].get("nodeName") for p in gang)
+
+
 def test_rule_wait_for_first_consumer_nodes_are_those_of_the_class_allowed_topologies() -> None:
-    """The filter VolumeBinding applies to a delayed claim its class provisions: the nodes of
-    its allowedTopologies (blocks b3 and b4: four nodes; b9: none). The placer does not write
-    the selected-node annotation, so the pod is refused saying so, never bound without it."""
-    message = _unbound_refusal(_unbound(), [_class(blocks=("b3", "b4"))])
-    assert "PersistentVolumeClaim shared waits for its first consumer" in message
-    assert "4 nodes could take the pod" in message
-    assert "does not write volume.kubernetes.io/selected-node" in message
-    message = _unbound_refusal(_unbound(), [_class()])
-    assert "8 nodes could take the pod" in message
+    """No node in the class's allowedTopologies: refused, saying so, never placed."""
     message = _unbound_refusal(_unbound(), [_class(blocks=("b9",))])
-    assert "no node can take the pod" in message
+    assert "PersistentVolumeClaim shared waits for its first consumer" in message
+    assert "no node can take the pod: none is in its StorageClass's allowedTopologies" in message
 
 
-def test_rule_wait_for_first_consumer_static_volumes_admit_the_nodes_they_reach() -> None:
-    """A class without a provisioner (local volumes): only where an available volume of the
-    class, large enough, offering the claim's access modes, is reachable."""
+def test_rule_wait_for_first_consumer_static_volumes_are_not_bound_by_the_placer() -> None:
+    """A class without a provisioner (local volumes): the scheduler itself binds a fitting
+    available volume, which the placer does not do: refused, saying how many nodes an
+    available volume of the class, large enough, offering the claim's access modes, reaches."""
     local = _class(provisioner="kubernetes.io/no-provisioner")
     volumes = [
         _local_volume("pv-node7", "node7"),
@@ -268,32 +330,46 @@ def test_rule_wait_for_first_consumer_static_volumes_admit_the_nodes_they_reach(
         _local_volume("pv-other-class", "node2", storage_class="other"),
     ]
     message = _unbound_refusal(_unbound(), [local], volumes)
-    assert "1 nodes could take the pod" in message
+    assert "its StorageClass has no provisioner: 1 nodes could take the pod" in message
+    assert "the topology placer does not bind volumes" in message
     message = _unbound_refusal(_unbound(access="ReadWriteMany"), [local], volumes)
-    assert "no node can take the pod" in message
+    assert "0 nodes could take the pod" in message
 
 
 def test_rule_wait_for_first_consumer_a_selected_node_is_the_only_node() -> None:
-    claim = _unbound()
-    claim["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": "node3"}
-    message = _unbound_refusal(claim, [_class()])
-    assert "1 nodes could take the pod" in message
-    claim["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": "gone"}
-    message = _unbound_refusal(claim, [_class()])
+    """A claim already annotated (an earlier pass, or another scheduler) takes its pod to that
+    node alone; one naming a node that is gone admits none."""
+    solo = _unbound()
+    solo["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": "node3"}
+    result = plan(
+        state(
+            reference_nodes(),
+            [placement_fields(p) for p in _gang(1)],
+            [pod_group("gang", 1)],
+            claims=[claim_fields(solo)],
+            storage_classes=[storage_class_fields(_class())],
+        )
+    )
+    assert _placed(result) == {"worker-0": "node3"}
+    solo["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": "gone"}
+    message = _unbound_refusal(solo, [_class()])
     assert "no node can take the pod: none is in node gone" in message
 
 
 def test_rule_wait_for_first_consumer_filter_reads_each_node() -> None:
-    """The filter itself, node by node: allowed topologies or a fitting static volume."""
-    index = VolumeIndex(
-        [claim_fields(_unbound())],
-        [volume_fields(_local_volume("pv-node1", "node1"))],
-        [storage_class_fields(_class(blocks=("b4",)))],
-    )
-    needs = index.needs(NS, ("shared",))
-    assert not isinstance(needs, str)
-    admitted = [n["metadata"]["name"] for n in reference_nodes() if needs.admit(n)]
-    assert admitted == ["node1", "node7", "node8"]
+    """The filter itself, node by node: a provisioned class's allowed topologies (a static
+    volume is not what its claim gets); a class without a provisioner, its volumes' nodes."""
+    volumes = [volume_fields(_local_volume("pv-node1", "node1"))]
+    for storage_class, expected in (
+        (_class(blocks=("b4",)), ["node7", "node8"]),
+        (_class(provisioner="kubernetes.io/no-provisioner"), ["node1"]),
+    ):
+        index = VolumeIndex(
+            [claim_fields(_unbound())], volumes, [storage_class_fields(storage_class)]
+        )
+        needs = index.needs(NS, ("shared",))
+        assert not isinstance(needs, str)
+        assert [n["metadata"]["name"] for n in reference_nodes() if needs.admit(n)] == expected
 
 
 def test_rule_a_missing_claim_is_refused_naming_it() -> None:
@@ -539,3 +615,58 @@ def test_rule_volume_zone_preemption_evicts_only_in_the_volumes_zone() -> None:
     )
     victims = {a.pod.name for a in result.actions if isinstance(a, Disrupt)}
     assert victims == {"low-5", "low-6", "low-7", "low-8"}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    blocks=st.sets(st.sampled_from(_BLOCKS), max_size=4),
+    members=st.integers(min_value=1, max_value=3),
+    gpus=st.sampled_from([4, 8]),
+    annotate_lands=st.lists(st.booleans(), min_size=4, max_size=4),
+)
+def test_property_no_pod_is_bound_before_its_claims_name_its_node(
+    blocks: set[str], members: int, gpus: int, annotate_lands: list[bool]
+) -> None:
+    """Whatever the class allows and whether each pass's annotations land, a pod with a
+    WaitForFirstConsumer claim is bound only to the node its claim's selected-node already
+    names, and only to a node of the class's allowedTopologies."""
+    nodes = reference_nodes()
+    allowed = {n["metadata"]["name"] for n in nodes if n["metadata"]["labels"][BLOCK] in blocks}
+    storage_class = _class(blocks=tuple(sorted(blocks))) if blocks else _class()
+    if not blocks:
+        allowed = {n["metadata"]["name"] for n in nodes}
+    claims = {}
+    gang = []
+    for rank in range(members):
+        made = _unbound()
+        made["metadata"].update(
+            {"name": f"c-{rank}", "uid": f"uid-c-{rank}", "resourceVersion": "1"}
+        )
+        claims[f"c-{rank}"] = made
+        gang.append(_with_claim(pod(f"worker-{rank}", "gang", gpus=gpus), f"c-{rank}"))
+    for lands in annotate_lands:
+        result = plan(
+            state(
+                nodes,
+                [placement_fields(p) for p in gang],
+                [pod_group("gang", members)],
+                claims=[claim_fields(c) for c in claims.values()],
+                storage_classes=[storage_class_fields(storage_class)],
+            )
+        )
+        for action in result.actions:
+            if isinstance(action, Nominate | Bind) and action.node:
+                assert action.node in allowed, action
+            if isinstance(action, Bind):
+                claim = claims[f"c-{action.pod.name.removeprefix('worker-')}"]
+                selected = claim["metadata"].get("annotations", {})
+                assert selected.get("volume.kubernetes.io/selected-node") == action.node
+        gang = apply(gang, result)
+        if lands:
+            for action in result.actions:
+                if isinstance(action, SelectNode):
+                    claim = claims[action.claim]
+                    claim["metadata"].setdefault("annotations", {})[
+                        "volume.kubernetes.io/selected-node"
+                    ] = action.node
+                    claim["metadata"]["resourceVersion"] = "2"
