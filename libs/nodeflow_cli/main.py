@@ -64,8 +64,11 @@ KINDS: dict[str, tuple[str, str]] = {
         "/apis/maintenance.nvidia.com/v1alpha1/namespaces/{ns}/nodemaintenances",
         "NodeMaintenance",
     ),
-    "skyhook": ("/apis/skyhook.nvidia.com/v1alpha1/skyhooks", "Skyhook"),
+    "skyhook": (SKYHOOK.collection_path, SKYHOOK.kind),
+    "nodewright": (NODEWRIGHT.collection_path, NODEWRIGHT.kind),
 }
+# The kinds `why` reads cluster-wide (no namespace).
+CLUSTER_SCOPED_KINDS = ("skyhook", "nodewright")
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -279,7 +282,7 @@ async def why(args: argparse.Namespace) -> str:
     try:
         obj = await kube.get(path)
         if obj is None:
-            where = "" if args.kind == "skyhook" else f" in namespace {args.namespace}"
+            where = "" if args.kind in CLUSTER_SCOPED_KINDS else f" in namespace {args.namespace}"
             raise CliError(f"{kind_name} {args.name} not found{where}")
         nodeset: Obj | None = None
         if args.kind == "pod":
@@ -319,7 +322,8 @@ async def why(args: argparse.Namespace) -> str:
     if args.kind == "gang":
         about = verdicts.decisions_about(decisions, f"PodGroup {args.namespace}/{args.name}")
         return verdicts.why_gang(obj, about) + note
-    if args.kind == "skyhook":
+    if args.kind in CLUSTER_SCOPED_KINDS:
+        # Both kinds' decisions go to maintenance.v1.skyhook.<name>.decision.
         about = verdicts.decisions_about(decisions, f"Skyhook {args.name}")
         return verdicts.why_skyhook(obj, about) + note
     labels = (obj.get("metadata") or {}).get("labels") or {}

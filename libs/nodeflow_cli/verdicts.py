@@ -19,6 +19,7 @@ from nodeflow_contracts.pod_protocol import (
     SLURM_DELETE_CONDITION,
     SLURM_STATE_CONDITION_PREFIX,
 )
+from nodeflow_contracts.skyhook import SKYHOOK, flavor_of
 
 Obj = Mapping[str, Any]
 
@@ -274,17 +275,19 @@ def why_gang(obj: Obj, decisions: Sequence[Decision]) -> str:
 
 
 def why_skyhook(obj: Obj, decisions: Sequence[Decision]) -> str:
-    """A Skyhook: its status, its conditions and the latest stage and batch decisions (the
-    node it waits on)."""
-    spec = obj.get("spec") or {}
+    """A Skyhook or NodeWright: its status, paused or disabled as the controller reads it
+    (its group's `pause`/`disable` annotation set to "true", as upstream since v0.8), its
+    conditions and the latest stage and batch decisions (the node it waits on)."""
+    names = flavor_of(str(obj.get("apiVersion") or ""), str(obj.get("kind") or "")) or SKYHOOK
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
     status = obj.get("status") or {}
     state = status.get("status", "unknown")
-    if spec.get("pause"):
+    if str(annotations.get(names.pause_annotation, "")).lower() == "true":
         state = f"{state} (paused)"
-    if spec.get("disable"):
+    if str(annotations.get(names.disable_annotation, "")).lower() == "true":
         state = f"{state} (disabled)"
     lines = [
-        f"Skyhook {_key(obj)}: {state}; "
+        f"{names.kind} {_key(obj)}: {state}; "
         f"{status.get('nodesInProgress', 0)} nodes in progress, "
         f"{status.get('completeNodes', '?')} complete"
     ]

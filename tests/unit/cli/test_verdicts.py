@@ -136,8 +136,9 @@ def test_why_gang_names_the_domain_it_could_not_find() -> None:
 
 def test_why_skyhook_says_it_is_paused_and_the_node_it_waits_on() -> None:
     skyhook = {
-        "metadata": {"name": "tuning"},
-        "spec": {"pause": True},
+        "apiVersion": "skyhook.nvidia.com/v1alpha1",
+        "kind": "Skyhook",
+        "metadata": {"name": "tuning", "annotations": {"skyhook.nvidia.com/pause": "true"}},
         "status": {"status": "in_progress", "nodesInProgress": 1, "completeNodes": "3/8"},
     }
     payload = {
@@ -152,6 +153,34 @@ def test_why_skyhook_says_it_is_paused_and_the_node_it_waits_on() -> None:
     text = why_skyhook(skyhook, [decision])
     assert "Skyhook tuning: in_progress (paused); 1 nodes in progress, 3/8 complete" in text
     assert "Skyhook tuning (node n7)  stage-failed: apply failed" in text
+
+
+def test_rule_why_skyhook_reads_pause_and_disable_as_the_controller_does_for_each_kind() -> None:
+    """The annotations of the object's own group (upstream since v0.8), never `spec.pause`,
+    which the controller does not read, nor the other group's annotation."""
+    legacy_field = {
+        "apiVersion": "skyhook.nvidia.com/v1alpha1",
+        "kind": "Skyhook",
+        "metadata": {"name": "tuning"},
+        "spec": {"pause": True},
+        "status": {"status": "in_progress"},
+    }
+    assert "(paused)" not in why_skyhook(legacy_field, [])
+    nodewright = {
+        "apiVersion": "nodewright.nvidia.com/v1alpha1",
+        "kind": "NodeWright",
+        "metadata": {
+            "name": "tuning",
+            "annotations": {
+                "nodewright.nvidia.com/disable": "True",
+                "skyhook.nvidia.com/pause": "true",
+            },
+        },
+        "status": {"status": "disabled"},
+    }
+    text = why_skyhook(nodewright, [])
+    assert text.startswith("NodeWright tuning: disabled (disabled);")
+    assert "(paused)" not in text
 
 
 def test_decisions_are_filtered_by_service_and_object_and_read_in_order() -> None:
