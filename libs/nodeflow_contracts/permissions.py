@@ -33,7 +33,7 @@ from nodeflow_contracts.pod_protocol import (
     SLURM_DELETE_CONDITION,
     SLURM_STATE_CONDITION_PREFIX,
 )
-from nodeflow_contracts.skyhook import FLAVORS, NODEWRIGHT, SKYHOOK
+from nodeflow_contracts.skyhook import FLAVORS, NODEWRIGHT, NODEWRIGHT_POLICY_MIRROR, SKYHOOK
 from nodeflow_contracts.topology import ADMIN_USER as ADMIN_USER  # where users look for it
 from nodeflow_contracts.topology import (
     APPLIED_COMMANDS_BUCKET,
@@ -157,6 +157,7 @@ BUS_GRANTS: dict[str, BusGrant] = {
                 "Skyhook",
                 "NodeWright",
                 "DeploymentPolicy",
+                NODEWRIGHT_POLICY_MIRROR,
             ),
             SLURM_NODES_BUCKET,
             SLURM_CLUSTERS_BUCKET,

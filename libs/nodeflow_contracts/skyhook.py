@@ -25,11 +25,15 @@ The naming contract, for a flavor whose API group is `<g>` (`skyhook.nvidia.com`
   annotations `<g>/package` (upstream's package JSON) and `<g>/identity`; an owner reference
   to the object by its own apiVersion and kind.
 
-What does not change with the name: the DeploymentPolicy (`skyhook.nvidia.com/v1alpha1`, kind
-DeploymentPolicy, the only policy API served here, named by either kind), the package agent's
-environment (`SKYHOOK_LOG_DIR`, `SKYHOOK_ROOT_DIR`, `SKYHOOK_RESOURCE_ID`, `SKYHOOK_NODE_ORDER`,
-`COPY_RESOLV`: the agent image reads these names whichever kind ran it) and the package
-contract (`/skyhook-package/...` inside the package image).
+The DeploymentPolicy moves with the group, its kind kept (`<g>/v1alpha1` kind
+DeploymentPolicy, upstream's migration changes only its apiVersion): a Skyhook names a
+skyhook.nvidia.com policy, a NodeWright a nodewright.nvidia.com one, and a policy in use carries
+the finalizer `<g>/deploymentpolicy-in-use`.
+
+What does not change with the name: the package agent's environment (`SKYHOOK_LOG_DIR`,
+`SKYHOOK_ROOT_DIR`, `SKYHOOK_RESOURCE_ID`, `SKYHOOK_NODE_ORDER`, `COPY_RESOLV`: the agent image
+reads these names whichever kind ran it) and the package contract (`/skyhook-package/...`
+inside the package image).
 
 Both kinds may hold an object of the same name. Upstream's v0.18 keeps the legacy Skyhook
 read-only beside its NodeWright (the NodeWright is the one that is reconciled and reports
@@ -80,6 +84,11 @@ class SkyhookNames:
         return f"{self.group}/"
 
     # --- the custom resource's own keys ---
+
+    @property
+    def policy_finalizer(self) -> str:
+        """Held by a DeploymentPolicy of the group while an object of the kind names it."""
+        return f"{self.group}/deploymentpolicy-in-use"
 
     @property
     def pause_annotation(self) -> str:
@@ -199,9 +208,12 @@ NODEWRIGHT: Final = SkyhookNames(
 # Legacy first: where both may name one node or one object, the later one wins.
 FLAVORS: Final[tuple[SkyhookNames, ...]] = (SKYHOOK, NODEWRIGHT)
 
-# The DeploymentPolicy either kind names (see the module docstring).
+# The legacy group's DeploymentPolicy; a flavor's own is `names.api_version`, kind POLICY_KIND.
 POLICY_API_VERSION: Final = SKYHOOK.api_version
 POLICY_KIND: Final = "DeploymentPolicy"
+# How k8s-watcher mirrors nodewright.nvidia.com's DeploymentPolicy on the bus (its KV bucket,
+# `k8s_nodewrightdeploymentpolicies`): the kind name alone is skyhook.nvidia.com's.
+NODEWRIGHT_POLICY_MIRROR: Final = "NodeWrightDeploymentPolicy"
 
 
 def flavor_of(api_version: str, kind: str = "") -> SkyhookNames | None:

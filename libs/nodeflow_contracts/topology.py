@@ -13,6 +13,7 @@ from typing import Literal, TypeVar
 import msgspec
 
 from nodeflow_contracts import subjects
+from nodeflow_contracts.skyhook import NODEWRIGHT_POLICY_MIRROR
 
 DAY = 24 * 3600.0
 
@@ -81,6 +82,9 @@ class WatchedKind(msgspec.Struct, frozen=True, kw_only=True):
     version: str
     plural: str
     namespaced: bool
+    # The name the bus knows the kind by (its KV bucket), where two groups serve one kind
+    # name; empty: the kind.
+    mirror_as: str = ""
 
     @property
     def api_version(self) -> str:
@@ -88,7 +92,7 @@ class WatchedKind(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def bucket(self) -> str:
-        return subjects.k8s_bucket(self.kind)
+        return subjects.k8s_bucket(self.mirror_as or self.kind)
 
 
 WATCHED_KINDS: tuple[WatchedKind, ...] = (
@@ -180,6 +184,15 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
         version="v1alpha1",
         plural="deploymentpolicies",
         namespaced=False,
+    ),
+    # A NodeWright's DeploymentPolicy: the same kind in the renamed group, its own bucket.
+    WatchedKind(
+        kind="DeploymentPolicy",
+        group="nodewright.nvidia.com",
+        version="v1alpha1",
+        plural="deploymentpolicies",
+        namespaced=False,
+        mirror_as=NODEWRIGHT_POLICY_MIRROR,
     ),
     WatchedKind(
         kind="PodGroup",

@@ -39,7 +39,7 @@ from k8s_watcher.sync import (
     watch_error,
 )
 from nodeflow_bus import Backoff, Bus, BusError
-from nodeflow_contracts import codec, subjects
+from nodeflow_contracts import codec
 
 log = structlog.get_logger("k8s_watcher.informer")
 
@@ -65,7 +65,7 @@ class Informer:
         self.kind = kind
         self.namespace = namespace
         self.label_selector = label_selector
-        self.bucket = subjects.k8s_bucket(kind.kind)
+        self.bucket = kind.bucket
         self.index = index
         self.page_size = page_size
         self.watch_timeout = watch_timeout

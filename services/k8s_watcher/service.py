@@ -39,7 +39,7 @@ async def load_index(bus: Bus, kind: KindInfo, batch: int = 2000) -> dict[str, S
 
     A one-shot read with an ephemeral pull consumer (last message per key, no acks).
     """
-    bucket = subjects.k8s_bucket(kind.kind)
+    bucket = kind.bucket
     stream = kv_stream_name(bucket)
     info = await bus.js.stream_info(stream)
     index: dict[str, Stamp] = {}

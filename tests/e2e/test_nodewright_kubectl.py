@@ -3,7 +3,8 @@ maintenance_scheduler` as a real process on the whole stack, the upstream-style 
 k8s/examples/nodewright.yaml applied beside a legacy Skyhook. Each completes, the nodes carry
 each one's marks under its own group (nodewright.nvidia.com/* and skyhook.nvidia.com/*), the
 stage Jobs are found by the NodeWright's labels, and deleting the NodeWright takes only its
-marks off the nodes."""
+marks off the nodes. Its DeploymentPolicy is of nodewright.nvidia.com, as upstream's rename
+moves it."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ __all__ = ["require_kubectl", "stack"]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "k8s" / "examples" / "nodewright.yaml"
 RENAMED = "nodewright-sample"
+POLICY = "quarter-at-a-time"
 LEGACY = """
 apiVersion: skyhook.nvidia.com/v1alpha1
 kind: Skyhook
@@ -108,6 +110,11 @@ async def test_an_upstream_nodewright_completes_beside_a_skyhook_each_with_its_o
             stack, "get", "nodewrights", RENAMED, "-o", "jsonpath={.metadata.finalizers}"
         )
         assert json.loads(finalizers) == [NODEWRIGHT.finalizer]
+        # Its DeploymentPolicy is of its own group (mirrored apart from skyhook.nvidia.com's),
+        # held in use by that group's finalizer.
+        policy = f"deploymentpolicies.{NODEWRIGHT.group}/{POLICY}"
+        held = await kubectl(stack, "get", policy, "-o", "jsonpath={.metadata.finalizers}")
+        assert json.loads(held) == [NODEWRIGHT.policy_finalizer]
 
         # Deleted, the NodeWright removes its own marks from every node, then goes; the
         # Skyhook's stay.
@@ -119,5 +126,8 @@ async def test_an_upstream_nodewright_completes_beside_a_skyhook_each_with_its_o
             keys |= {c["type"] for c in obj["status"]["conditions"]}
             assert not any(key.startswith(NODEWRIGHT.prefix) for key in keys), keys
             assert obj["metadata"]["labels"][SKYHOOK.status_key("legacy")] == "complete"
+        # No NodeWright names the policy any more: its finalizer goes, so it can be deleted.
+        await kubectl(stack, "delete", policy, "--wait=false")
+        await kubectl(stack, "wait", "--for=delete", policy, "--timeout=30s")
     finally:
         await processes.stop_processes(process)

@@ -210,11 +210,14 @@ async def test_skyhook_rollout_with_kubectl(stack: Stack) -> None:
         assert len(every.split()) == 2 * 2 * nodes + nodes  # only config ran again
 
         # The policy is in use: its deletion waits on the finalizer.
-        await kubectl(stack, "delete", "deploymentpolicies", "doubling", "--wait=false")
-        policy = await kubectl(stack, "get", "deploymentpolicies", "doubling", "-o", "yaml")
+        # (Qualified: plain `deploymentpolicies` is nodewright.nvidia.com's, the group kubectl
+        # prefers of the two serving the kind.)
+        policies = "deploymentpolicies.skyhook.nvidia.com"
+        await kubectl(stack, "delete", policies, "doubling", "--wait=false")
+        policy = await kubectl(stack, "get", policies, "doubling", "-o", "yaml")
         assert "skyhook.nvidia.com/deploymentpolicy-in-use" in policy
         assert "deletionTimestamp" in policy
         await kubectl(stack, "delete", "skyhooks", "gpu-init")
-        await kubectl(stack, "wait", "--for=delete", "deploymentpolicies/doubling", "--timeout=40s")
+        await kubectl(stack, "wait", "--for=delete", f"{policies}/doubling", "--timeout=40s")
     finally:
         await processes.stop_processes(process)

@@ -707,6 +707,7 @@ def test_third_party_crds_are_opt_in_and_kept_by_helm(
         "skyhooks.skyhook.nvidia.com",
         "nodewrights.nodewright.nvidia.com",
         "deploymentpolicies.skyhook.nvidia.com",
+        "deploymentpolicies.nodewright.nvidia.com",
     }
 
 

@@ -61,9 +61,11 @@ CRD_NAMES = {
     "skyhooks.skyhook.nvidia.com",
     "nodewrights.nodewright.nvidia.com",
     "deploymentpolicies.skyhook.nvidia.com",
+    "deploymentpolicies.nodewright.nvidia.com",
 }
-# Upstream's CRDs that name no short name, kept so (a NodeWright is `kubectl get nodewrights`).
-NO_SHORT_NAMES = {"nodewrights.nodewright.nvidia.com"}
+# Upstream's CRDs that name no short name, kept so (a NodeWright is `kubectl get nodewrights`),
+# and the renamed group's DeploymentPolicy (`dp` is the skyhook.nvidia.com one's).
+NO_SHORT_NAMES = {"nodewrights.nodewright.nvidia.com", "deploymentpolicies.nodewright.nvidia.com"}
 # Short names of built-in resources (kubectl api-resources); a CRD must not shadow them.
 BUILTIN_SHORT_NAMES = {
     "cs", "cm", "ep", "ev", "limits", "ns", "no", "pvc", "pv", "po", "rc", "quota", "sa",
@@ -118,6 +120,7 @@ THIRD_PARTY_CRD_NAMES = {
     "skyhooks.skyhook.nvidia.com",
     "nodewrights.nodewright.nvidia.com",
     "deploymentpolicies.skyhook.nvidia.com",
+    "deploymentpolicies.nodewright.nvidia.com",
 }
 
 
@@ -172,9 +175,10 @@ def crds() -> dict[str, Obj]:
     return by_name(objects_under("crds"), "CustomResourceDefinition")
 
 
-def crd_for_kind(kind: str) -> Obj:
+def crd_for_kind(kind: str, group: str = "") -> Obj:
+    """The CRD of a kind (of `group`, where two groups serve one kind name)."""
     for crd in crds().values():
-        if crd["spec"]["names"]["kind"] == kind:
+        if crd["spec"]["names"]["kind"] == kind and group in ("", crd["spec"]["group"]):
             return crd
     raise LookupError(kind)
 
@@ -298,13 +302,13 @@ def test_crd_names_are_consistent(name: str) -> None:
 def test_crds_match_the_kinds_k8s_watcher_mirrors() -> None:
     """k8s-watcher watches exactly these resources: group, version, plural and scope agree."""
     custom = {
-        kind.plural: kind
+        f"{kind.plural}.{kind.group}": kind
         for kind in WATCHED_KINDS
         if "." in kind.group and kind.group != "storage.k8s.io"  # built in, not a CRD
     }
-    assert {f"{k.plural}.{k.group}" for k in custom.values()} == CRD_NAMES
-    for crd in crds().values():
-        watched = custom[crd["spec"]["names"]["plural"]]
+    assert set(custom) == CRD_NAMES
+    for name, crd in crds().items():
+        watched = custom[name]
         assert crd["spec"]["group"] == watched.group
         assert crd["spec"]["names"]["kind"] == watched.kind
         assert storage_version(crd)["name"] == watched.version
@@ -312,7 +316,7 @@ def test_crds_match_the_kinds_k8s_watcher_mirrors() -> None:
 
 
 def test_short_names_are_unique_and_do_not_shadow_built_in_resources() -> None:
-    short = [s for crd in crds().values() for s in crd["spec"]["names"]["shortNames"]]
+    short = [s for crd in crds().values() for s in crd["spec"]["names"].get("shortNames", ())]
     assert len(short) == len(set(short))
     assert not set(short) & BUILTIN_SHORT_NAMES
     assert crds()["nodesets.nodeflow.dev"]["spec"]["names"]["shortNames"] == ["nds"]
@@ -500,24 +504,27 @@ def admitted(obj: Obj) -> tuple[Obj, list[str]]:
     Unknown fields count as errors here (the apiserver would silently prune them, which hides
     a typo in an example), so the example must survive pruning unchanged.
     """
-    schema = storage_schema(crd_for_kind(obj["kind"]))
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+    schema = storage_schema(crd_for_kind(obj["kind"], group))
     problems = [f"unknown fields: {obj} != pruned"] if prune(obj, schema, root=True) != obj else []
     stored, causes = prepare_custom_object(copy.deepcopy(obj), schema)
     return stored, problems + [f"{c.field}: {c.message}" for c in causes]
 
 
 def test_every_custom_resource_example_conforms_to_its_crd() -> None:
-    custom_kinds = {crd["spec"]["names"]["kind"] for crd in crds().values()}
+    custom_kinds = {
+        (crd["spec"]["group"], crd["spec"]["names"]["kind"]) for crd in crds().values()
+    }
     seen = set()
     for obj in examples():
-        if obj["kind"] not in custom_kinds:
+        group, _, version = str(obj.get("apiVersion")).rpartition("/")
+        if (group, obj["kind"]) not in custom_kinds:
             continue
-        group = crd_for_kind(obj["kind"])["spec"]["group"]
-        assert obj["apiVersion"] == f"{group}/v1alpha1"
+        assert version == "v1alpha1"
         _, problems = admitted(obj)
         assert problems == [], f"{obj['kind']}/{obj['metadata']['name']}: {problems}"
-        seen.add(obj["kind"])
-    assert seen == custom_kinds - {"NodeSlice"}
+        seen.add((group, obj["kind"]))
+    assert seen == custom_kinds - {("nodeflow.dev", "NodeSlice")}
 
 
 def the_example(kind: str) -> Obj:
@@ -677,6 +684,7 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("skyhook.nvidia.com", "skyhooks"): {"list", "watch", "patch"},
     ("skyhook.nvidia.com", "deploymentpolicies"): {"list", "watch", "patch"},
     ("nodewright.nvidia.com", "nodewrights"): {"list", "watch", "patch"},
+    ("nodewright.nvidia.com", "deploymentpolicies"): {"list", "watch", "patch"},
     **{(name.split(".", 1)[1], name.split(".", 1)[0] + "/status"): {"patch"} for name in CRD_NAMES},
 }
 

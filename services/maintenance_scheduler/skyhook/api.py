@@ -42,9 +42,9 @@ SKYHOOK_PREFIX: Final = SKYHOOK.prefix
 PAUSE_ANNOTATION: Final = SKYHOOK.pause_annotation
 DISABLE_ANNOTATION: Final = SKYHOOK.disable_annotation
 IGNORE_NODE_LABEL: Final = SKYHOOK.ignore_label
-# A DeploymentPolicy named by a Skyhook or NodeWright carries this finalizer, so it cannot go
-# while in use (the policy API is skyhook.nvidia.com's for both kinds).
-POLICY_FINALIZER: Final = "skyhook.nvidia.com/deploymentpolicy-in-use"
+# A DeploymentPolicy named by a Skyhook carries this finalizer, so it cannot go while in use
+# (a NodeWright's policy, of nodewright.nvidia.com, its group's: `names.policy_finalizer`).
+POLICY_FINALIZER: Final = SKYHOOK.policy_finalizer
 # A Skyhook carries this finalizer while its nodes may carry its state: deleting the Skyhook
 # first removes what it wrote on them.
 SKYHOOK_FINALIZER: Final = SKYHOOK.finalizer
@@ -246,6 +246,9 @@ class DeploymentPolicy:
     finalizers: tuple[str, ...] = ()
     deleting: bool = False
     problems: tuple[str, ...] = ()
+    # Whose group it is in (skyhook.nvidia.com or nodewright.nvidia.com): only an object of
+    # that kind names it.
+    names: SkyhookNames = SKYHOOK
 
 
 def _int_field(
@@ -319,6 +322,7 @@ def parse_strategy(raw: object, where: str, problems: list[str]) -> Strategy | N
 
 
 def parse_deployment_policy(obj: Obj) -> DeploymentPolicy:
+    """A DeploymentPolicy of either group (by its apiVersion; anything else: skyhook's)."""
     metadata = meta(obj)
     spec = mapping(obj.get("spec"))
     problems: list[str] = []
@@ -380,6 +384,7 @@ def parse_deployment_policy(obj: Obj) -> DeploymentPolicy:
         finalizers=tuple(str(f) for f in metadata.get("finalizers") or ()),
         deleting=bool(metadata.get("deletionTimestamp")),
         problems=tuple(problems),
+        names=flavor_of(str(obj.get("apiVersion") or "")) or SKYHOOK,
     )
 
 

@@ -28,8 +28,6 @@ from typing import Any, Final
 from maintenance_scheduler.commands import COMMAND_LIFETIME_SECONDS, SENDER, canonical, digest
 from maintenance_scheduler.skyhook.api import (
     NODE_STATE_VERSION,
-    POLICY_API_VERSION,
-    POLICY_FINALIZER,
     POLICY_KIND,
 )
 from maintenance_scheduler.skyhook.jobs import DEFAULT_POD_OPTIONS, build_job, build_maintenance
@@ -375,19 +373,20 @@ def command_for(
         )
     assert isinstance(action, SetPolicyFinalizer)
     policy = action.policy
-    others = [f for f in policy.finalizers if f != POLICY_FINALIZER]
-    finalizers = [*others, POLICY_FINALIZER] if action.present else others
+    finalizer = policy.names.policy_finalizer
+    others = [f for f in policy.finalizers if f != finalizer]
+    finalizers = [*others, finalizer] if action.present else others
     return _command(
         f"policy:{policy.uid}:{policy.resource_version}:{action.present}",
         ObjectRef(
-            api_version=POLICY_API_VERSION,
+            api_version=policy.names.api_version,
             kind=POLICY_KIND,
             name=policy.name,
             uid=policy.uid or None,
             resource_version=policy.resource_version or None,
         ),
         k8s.PatchObject(patch_type="merge", patch={"metadata": {"finalizers": finalizers or None}}),
-        "in use by a Skyhook" if action.present else "no Skyhook uses it",
+        f"in use by a {policy.names.kind}" if action.present else f"no {policy.names.kind} uses it",
         now,
     )
 

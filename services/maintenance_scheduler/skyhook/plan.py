@@ -37,7 +37,6 @@ from maintenance_scheduler.skyhook import stages
 from maintenance_scheduler.skyhook.api import (
     DEFAULT_COMPARTMENT,
     NODE_STATE_VERSION,
-    POLICY_FINALIZER,
     DeploymentPolicy,
     Interrupt,
     Package,
@@ -285,6 +284,7 @@ SkyhookAction = (
 @dataclass(frozen=True)
 class World:
     skyhooks: Sequence[Skyhook]
+    # skyhook.nvidia.com's DeploymentPolicies by name (what a Skyhook names).
     policies: Mapping[str, DeploymentPolicy]
     nodes: Sequence[NodeView]
     # Skyhook Jobs by name.
@@ -302,10 +302,16 @@ class World:
     runtime_required_toleration: Mapping[str, str] = field(
         default_factory=lambda: PodOptions().runtime_required_toleration()
     )
+    # nodewright.nvidia.com's DeploymentPolicies by name (what a NodeWright names).
+    nodewright_policies: Mapping[str, DeploymentPolicy] = field(default_factory=dict)
     # The NodeWrights' own (SKYHOOK_NODEWRIGHT_RUNTIME_REQUIRED_TAINT).
     nodewright_runtime_required_toleration: Mapping[str, str] = field(
         default_factory=lambda: PodOptions().runtime_required_toleration(NODEWRIGHT)
     )
+
+    def policies_of(self, names: SkyhookNames) -> Mapping[str, DeploymentPolicy]:
+        """The DeploymentPolicies an object of the kind may name: its own group's."""
+        return self.nodewright_policies if names == NODEWRIGHT else self.policies
 
     def runtime_toleration_of(self, names: SkyhookNames) -> Mapping[str, str]:
         """The toleration of the runtime-required taint of a Skyhook or a NodeWright."""
@@ -1005,13 +1011,15 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
     plan = RoundPlan()
     ordered = sorted(world.skyhooks, key=lambda s: (s.priority, s.name))
     earlier: list[tuple[Skyhook, Mapping[str, str], bool]] = []
-    in_use: set[str] = {s.deployment_policy for s in world.skyhooks if s.deployment_policy}
-    for policy in world.policies.values():
-        has = POLICY_FINALIZER in policy.finalizers
-        if policy.name in in_use and not has and not policy.deleting:
-            plan.actions.append(SetPolicyFinalizer(policy, True))
-        elif policy.name not in in_use and has:
-            plan.actions.append(SetPolicyFinalizer(policy, False))
+    for names in FLAVORS:
+        # A policy is in use by the objects of its own group's kind only.
+        in_use = {s.deployment_policy for s in world.skyhooks if s.names == names}
+        for policy in world.policies_of(names).values():
+            has = names.policy_finalizer in policy.finalizers
+            if policy.name in in_use and not has and not policy.deleting:
+                plan.actions.append(SetPolicyFinalizer(policy, True))
+            elif policy.name not in in_use and has:
+                plan.actions.append(SetPolicyFinalizer(policy, False))
     tainting: set[str] = set()
     for names in FLAVORS:
         new_nodes = _auto_taint_nodes(world, [s for s in ordered if s.names == names], names)
@@ -1284,7 +1292,7 @@ def _plan_skyhook(
             # Picked last and never judged a failed node, as a node that waits its turn.
             status = BLOCKED
         before[node.name] = status
-    policy = policy_for(skyhook, world.policies, len(targets))
+    policy = policy_for(skyhook, world.policies_of(skyhook.names), len(targets))
     resets = resets_batch_state(skyhook, policy)
     # A version change resets the batch state (upstream's auto-reset): fixing a package's
     # version resumes a rollout that failureThreshold stopped.

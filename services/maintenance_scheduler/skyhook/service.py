@@ -1,10 +1,11 @@
 """Wiring of the Skyhook controller: KV views in, one round of `plan_round`, commands out.
 
 It reads only KV (k8s_skyhooks and k8s_nodewrights: both kinds, one controller;
-k8s_deploymentpolicies, k8s_nodes, k8s_jobs, k8s_pods,
-k8s_nodemaintenances from k8s-watcher) and acts only through `cmd.k8s.v1.*` commands, as the
-NodeMaintenance controller beside it. One replica is active (its own leader lease). A round
-runs on every change of those views (debounced) and at least every `resync_seconds`.
+k8s_deploymentpolicies and k8s_nodewrightdeploymentpolicies, each group's policies; k8s_nodes,
+k8s_jobs, k8s_pods, k8s_nodemaintenances from k8s-watcher) and acts only through
+`cmd.k8s.v1.*` commands, as the NodeMaintenance controller beside it. One replica is active
+(its own leader lease). A round runs on every change of those views (debounced) and at least
+every `resync_seconds`.
 
 Every command goes through the command ledger (`nodeflow_bus.ledger`, slots in
 `skyhook/inflight.py`): a Skyhook status write or node-state patch holds its Skyhook, so no
@@ -59,7 +60,13 @@ from nodeflow_bus.ledger import LedgerSender, Sending, log_refused
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome
 from nodeflow_contracts.ledger import LedgerEntry
-from nodeflow_contracts.skyhook import NODEWRIGHT, SKYHOOK, owner_in
+from nodeflow_contracts.skyhook import (
+    NODEWRIGHT,
+    NODEWRIGHT_POLICY_MIRROR,
+    POLICY_KIND,
+    SKYHOOK,
+    owner_in,
+)
 from nodeflow_kube.fields import (
     mapping,
     meta,
@@ -106,7 +113,10 @@ class SkyhookController:
         self.namespace = config.skyhook_namespace
         self.skyhooks: KVView[Obj] = KVView(bus, subjects.k8s_bucket(SKYHOOK.kind), dict)
         self.nodewrights: KVView[Obj] = KVView(bus, subjects.k8s_bucket(NODEWRIGHT.kind), dict)
-        self.policies: KVView[Obj] = KVView(bus, "k8s_deploymentpolicies", dict)
+        self.policies: KVView[Obj] = KVView(bus, subjects.k8s_bucket(POLICY_KIND), dict)
+        self.nodewright_policies: KVView[Obj] = KVView(
+            bus, subjects.k8s_bucket(NODEWRIGHT_POLICY_MIRROR), dict
+        )
         self.nodes: KVView[Obj] = KVView(bus, "k8s_nodes", dict, project=node_metadata)
         self.jobs: KVView[Obj] = KVView(bus, "k8s_jobs", dict)
         self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict, project=only_skyhook_pods)
@@ -115,6 +125,7 @@ class SkyhookController:
             self.skyhooks,
             self.nodewrights,
             self.policies,
+            self.nodewright_policies,
             self.nodes,
             self.jobs,
             self.pods,
@@ -140,14 +151,15 @@ class SkyhookController:
         self._node_views = NodeViews()
         self._wake = asyncio.Event()
         self.ledger.on_ready = self._wake.set
-        # Kind -> the view that shows what an applied command did to an object of that kind.
-        self._view_of: dict[str, KVView[Obj]] = {
-            "Node": self.nodes,
-            SKYHOOK.kind: self.skyhooks,
-            NODEWRIGHT.kind: self.nodewrights,
-            "DeploymentPolicy": self.policies,
-            "Job": self.jobs,
-            "NodeMaintenance": self.requests,
+        # (apiVersion, kind) -> the view that shows what an applied command did to an object.
+        self._view_of: dict[tuple[str, str], KVView[Obj]] = {
+            ("v1", "Node"): self.nodes,
+            (SKYHOOK.api_version, SKYHOOK.kind): self.skyhooks,
+            (NODEWRIGHT.api_version, NODEWRIGHT.kind): self.nodewrights,
+            (SKYHOOK.api_version, POLICY_KIND): self.policies,
+            (NODEWRIGHT.api_version, POLICY_KIND): self.nodewright_policies,
+            ("batch/v1", "Job"): self.jobs,
+            ("maintenance.nvidia.com/v1alpha1", "NodeMaintenance"): self.requests,
         }
         self._leader_loop = LeaderLoop(
             bus,
@@ -222,7 +234,7 @@ class SkyhookController:
     def _effect_seen(self, entry: LedgerEntry, rv: str | None) -> bool:
         """Does KV show what an applied command did (so what it held is free again)? A
         ConfigMap is not mirrored: its outcome is all there is to see."""
-        view = self._view_of.get(entry.target.kind)
+        view = self._view_of.get((entry.target.api_version, entry.target.kind))
         if view is None or not rv:
             return True
         current = view.get(subjects.object_key(entry.target.namespace, entry.target.name))
@@ -281,9 +293,14 @@ class SkyhookController:
             return None
         skyhooks = self._parse_skyhooks()
         policies: dict[str, DeploymentPolicy] = {}
-        for obj in self.policies.as_dict().values():
-            policy = parse_deployment_policy(obj)
-            policies[policy.name] = policy
+        nodewright_policies: dict[str, DeploymentPolicy] = {}
+        for view, found in (
+            (self.policies, policies),
+            (self.nodewright_policies, nodewright_policies),
+        ):
+            for obj in view.as_dict().values():
+                policy = parse_deployment_policy(obj)
+                found[policy.name] = policy
         nodes = self._node_views.read(self.nodes.as_dict())
         jobs: dict[str, JobFacts] = {}
         for obj in self.jobs.as_dict().values():
@@ -313,6 +330,7 @@ class SkyhookController:
         return World(
             skyhooks=skyhooks,
             policies=policies,
+            nodewright_policies=nodewright_policies,
             nodes=nodes,
             jobs=jobs,
             maintenances=phases,

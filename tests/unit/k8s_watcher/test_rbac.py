@@ -37,16 +37,23 @@ def used_by_the_code() -> dict[tuple[str, str], set[str]]:
 
     for info in watched_kind_infos():
         use(info.group, info.plural, "list", "watch")
-    by_kind: dict[str, Any] = {info.kind: info for info in KNOWN_KINDS}
+    # A kind name may be served by two groups (DeploymentPolicy: skyhook's and nodewright's).
+    by_kind: dict[str, list[Any]] = {}
+    for info in KNOWN_KINDS:
+        by_kind.setdefault(info.kind, []).append(info)
     for kind in CREATABLE_KINDS:
-        # get: is an AlreadyExists object the one an earlier delivery created?
-        use(by_kind[kind].group, by_kind[kind].plural, "create", "get")
+        for info in by_kind[kind]:
+            # get: is an AlreadyExists object the one an earlier delivery created?
+            use(info.group, info.plural, "create", "get")
     for kind in DELETABLE_KINDS:
-        use(by_kind[kind].group, by_kind[kind].plural, "delete")
+        for info in by_kind[kind]:
+            use(info.group, info.plural, "delete")
     for kind in PATCHABLE_KINDS:
-        use(by_kind[kind].group, by_kind[kind].plural, "patch")
+        for info in by_kind[kind]:
+            use(info.group, info.plural, "patch")
     for kind in STATUS_PATCHABLE_KINDS:
-        use(by_kind[kind].group, by_kind[kind].plural + "/status", "patch")
+        for info in by_kind[kind]:
+            use(info.group, info.plural + "/status", "patch")
     use("", "pods/eviction", "create")
     use("", "pods/binding", "create")
     return used

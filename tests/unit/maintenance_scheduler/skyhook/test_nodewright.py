@@ -12,17 +12,27 @@ from typing import Any
 import msgspec
 import pytest
 
+from k8s_watcher.kinds import resolve_kind
 from k8s_watcher.policy import Allowed, authorize
-from maintenance_scheduler.skyhook.api import Skyhook, parse_skyhook, reconciled
+from maintenance_scheduler.skyhook.api import (
+    DeploymentPolicy,
+    Skyhook,
+    parse_deployment_policy,
+    parse_skyhook,
+    reconciled,
+)
 from maintenance_scheduler.skyhook.commands import commands_for
 from maintenance_scheduler.skyhook.jobs import DRAIN_POD_SELECTOR, build_job
 from maintenance_scheduler.skyhook.observe import job_facts, skyhook_conditions
 from maintenance_scheduler.skyhook.plan import (
+    CreateJob,
     ForgetNode,
     NodeView,
     SetNodeConditions,
+    SetPolicyFinalizer,
     SetRuntimeTaint,
     SetSkyhookFinalizer,
+    SetSkyhookStatus,
     SkyhookAction,
     World,
     plan_round,
@@ -30,7 +40,9 @@ from maintenance_scheduler.skyhook.plan import (
 from maintenance_scheduler.skyhook.pod import PodOptions
 from maintenance_scheduler.skyhook.service import only_skyhook_pods
 from nodeflow_contracts.k8s import K8sCommand
+from nodeflow_contracts.permissions import BUS_GRANTS
 from nodeflow_contracts.skyhook import FLAVORS, NODEWRIGHT, SKYHOOK, SkyhookNames, flavor_of
+from nodeflow_contracts.topology import WATCHED_KINDS
 from tests.unit.maintenance_scheduler.skyhook.test_skyhook_plan import (
     T0,
     FakeCluster,
@@ -335,3 +347,70 @@ def test_rule_a_stage_timeout_is_seconds_or_a_go_duration(raw: Any, seconds: int
     assert job["spec"].get("activeDeadlineSeconds") == (expected or None)
     bad = {**package, "stageTimeout": "soon"}
     assert flavored(NODEWRIGHT, spec={"packages": {"driver": bad}}).problems
+
+
+def policy_of(names: SkyhookNames, finalizers: tuple[str, ...] = ()) -> DeploymentPolicy:
+    return parse_deployment_policy(
+        {
+            "apiVersion": names.api_version,
+            "kind": "DeploymentPolicy",
+            "metadata": {"name": "rollout", "uid": f"p-{names.kind}", "finalizers": finalizers},
+            "spec": {"default": {"budget": {"percent": 100}}},
+        }
+    )
+
+
+def world_with(names: SkyhookNames, owner: Skyhook, policy: DeploymentPolicy) -> World:
+    own_group = policy.names == NODEWRIGHT
+    return World(
+        skyhooks=[owner],
+        policies={} if own_group else {policy.name: policy},
+        nodewright_policies={policy.name: policy} if own_group else {},
+        nodes=list(cluster_nodes(1).values()),
+        jobs={},
+        maintenances={},
+    )
+
+
+@BOTH
+def test_rule_an_object_names_a_deployment_policy_of_its_own_group(names: SkyhookNames) -> None:
+    """upstream's rename moves DeploymentPolicy to nodewright.nvidia.com (kind kept): a
+    NodeWright's policy is of that group, a Skyhook's of skyhook.nvidia.com; a policy of the
+    other group by the same name is not the one it names."""
+    owner = flavored(names, spec={"deploymentPolicy": "rollout"})
+    other = OTHER[names]
+    foreign = policy_of(other, finalizers=(other.policy_finalizer,))
+    plan = plan_round(world_with(names, owner, foreign), now=T0)
+    assert not [a for a in plan.actions if isinstance(a, CreateJob)]
+    (status,) = [a.status for a in plan.actions if isinstance(a, SetSkyhookStatus)]
+    assert "DeploymentPolicyNotFound" in {c["type"] for c in status["conditions"]}
+    # Not named by an object of its own kind, the other group's policy loses its finalizer.
+    (release,) = [a for a in plan.actions if isinstance(a, SetPolicyFinalizer)]
+    assert release.policy is foreign and not release.present
+
+    own = policy_of(names)
+    plan = plan_round(world_with(names, owner, own), now=T0)
+    assert [a for a in plan.actions if isinstance(a, CreateJob)]
+    (hold,) = [a for a in plan.actions if isinstance(a, SetPolicyFinalizer)]
+    assert hold.present
+    (command,) = commands(hold)
+    assert isinstance(authorize(command, command.subject), Allowed)
+    assert (command.target.api_version, command.target.kind) == (
+        names.api_version,
+        "DeploymentPolicy",
+    )
+    patch = msgspec_to_builtins(command.operation)["patch"]
+    assert patch["metadata"]["finalizers"] == [names.policy_finalizer]
+
+
+def test_rule_each_groups_deployment_policy_is_mirrored_into_its_own_bucket() -> None:
+    buckets = [kind.bucket for kind in WATCHED_KINDS]
+    assert len(buckets) == len(set(buckets))
+    for names, bucket in (
+        (SKYHOOK, "k8s_deploymentpolicies"),
+        (NODEWRIGHT, "k8s_nodewrightdeploymentpolicies"),
+    ):
+        info = resolve_kind(names.api_version, "DeploymentPolicy")
+        assert info is not None and info.bucket == bucket
+        assert info.collection_path(None) == f"/apis/{names.group}/v1alpha1/deploymentpolicies"
+    assert "k8s_nodewrightdeploymentpolicies" in BUS_GRANTS["maintenance-scheduler"].reads_buckets
