@@ -512,9 +512,7 @@ def admitted(obj: Obj) -> tuple[Obj, list[str]]:
 
 
 def test_every_custom_resource_example_conforms_to_its_crd() -> None:
-    custom_kinds = {
-        (crd["spec"]["group"], crd["spec"]["names"]["kind"]) for crd in crds().values()
-    }
+    custom_kinds = {(crd["spec"]["group"], crd["spec"]["names"]["kind"]) for crd in crds().values()}
     seen = set()
     for obj in examples():
         group, _, version = str(obj.get("apiVersion")).rpartition("/")
