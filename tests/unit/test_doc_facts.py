@@ -20,17 +20,18 @@ OUR_GROUP = "nodeflow.dev"
 NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
 
 
-def third_party_kinds() -> set[str]:
-    """Every CRD kind in k8s/crds that is not ours: what k8s/third-party-crds installs (its
-    kustomization takes ../crds and deletes our two)."""
-    kinds = set()
+def third_party_crds() -> dict[str, str]:
+    """Every CRD in k8s/crds that is not ours, name -> kind: what k8s/third-party-crds
+    installs (its kustomization takes ../crds and deletes our two). A kind may come in two
+    groups (DeploymentPolicy: skyhook.nvidia.com's and nodewright.nvidia.com's)."""
+    crds = {}
     for path in (ROOT / "k8s/crds").glob("*.yaml"):
         document = yaml.safe_load(path.read_text())
         if document.get("kind") != "CustomResourceDefinition":
             continue
         if document["spec"]["group"] != OUR_GROUP:
-            kinds.add(document["spec"]["names"]["kind"])
-    return kinds
+            crds[document["metadata"]["name"]] = document["spec"]["names"]["kind"]
+    return crds
 
 
 def table_row(page: Path, first_cell: str) -> str:
@@ -39,10 +40,11 @@ def table_row(page: Path, first_cell: str) -> str:
 
 
 def test_the_third_party_crds_the_readmes_list_are_those_k8s_third_party_crds_installs() -> None:
-    kinds = third_party_kinds()
+    crds = third_party_crds()
+    kinds = set(crds.values())
     ours = yaml.safe_load((ROOT / "k8s/third-party-crds/kustomization.yaml").read_text())
     assert len(ours["patches"]) == 2, "k8s/third-party-crds drops exactly our two CRDs"
-    count = NUMBERS[len(kinds)]
+    count = NUMBERS[len(crds)]
     for page, cell in (
         (ROOT / "README.md", "`k8s/third-party-crds/`"),
         (ROOT / "k8s/README.md", "`third-party-crds/`"),
