@@ -53,6 +53,7 @@ from nodeflow_contracts.topology import (
     SLURM_NODES_BUCKET,
     STREAMS,
 )
+from nodeset_controller import migrate
 
 # Where each `why` kind lives in the API.
 KINDS: dict[str, tuple[str, str]] = {
@@ -1053,6 +1054,16 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="release even though the claiming NodeSet still exists (it may claim it again)",
     )
+    # The converter of docs/migration.md (nodeset_controller.migrate), its arguments as they
+    # are: `kubectl nodeflow migrate slinky [--slurm-cluster ...] < theirs.yaml > ours.yaml`.
+    migrate_parser = commands.add_parser(
+        "migrate",
+        help="convert another operator's NodeSets into Nodeflow's (YAML on stdin, ours on "
+        "stdout): migrate slinky [--slurm-cluster C] [--conf-server HOST:PORT] "
+        "[--slurm-key-secret NAME[/KEY]] [--accept-changes]",
+        add_help=False,
+    )
+    migrate_parser.add_argument("migrate_args", nargs=argparse.REMAINDER)
     add_skyhook_verbs(commands)
     return top
 
@@ -1092,6 +1103,11 @@ def quiet_logs() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     quiet_logs()
+    if args.command == "migrate":
+        # Its own exit codes (2: changes that alter behaviour, not accepted).
+        return migrate.run(
+            args.migrate_args, sys.stdin, sys.stdout, sys.stderr, prog="kubectl nodeflow migrate"
+        )
     try:
         if not asyncio.run(run(args)):
             return EXIT_FAILED

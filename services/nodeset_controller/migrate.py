@@ -603,9 +603,17 @@ def _options(args: argparse.Namespace) -> Options:
     )
 
 
-def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+def run(
+    argv: Sequence[str],
+    stdin: TextIO,
+    stdout: TextIO,
+    stderr: TextIO,
+    prog: str = "python -m nodeset_controller.migrate",
+) -> int:
+    """The command (also `kubectl nodeflow migrate`, which names itself by `prog`): 0 written,
+    1 an error, 2 changes listed that alter behaviour and not accepted."""
     parser = argparse.ArgumentParser(
-        prog="python -m nodeset_controller.migrate",
+        prog=prog,
         description="Convert another operator's NodeSets into Nodeflow's (YAML in, YAML out).",
     )
     parser.add_argument("source", choices=["slinky"], help="the operator the NodeSets are of")
