@@ -34,7 +34,8 @@ is a gang of one) goes through named phases, highest priority first:
 6. unschedulable (`_unschedulable`): PodScheduled=False with the reason in numbers; a Strict
    gang gives its nominations back. Past its waiting time the gang is reported GangTimeout,
    every mode drops its nominations, a Strict group that never reached minMember in all its
-   PodGroups has its bound members evicted (GangIncomplete), and its cycle restarts.
+   PodGroups has its bound members evicted (GangIncomplete; a Running one only when a
+   PodGroup's status proves it), and its cycle restarts.
 
 PodGroup status and the ClusterNetworkTopology's detailStatus are derived each pass.
 """
@@ -125,6 +126,9 @@ UNSCHEDULABLE = "Unschedulable"
 GANG_TIMEOUT = "GangTimeout"
 GATHER_LAYER_IGNORED = "GatherLayerIgnored"
 SATISFIED_PHASES = frozenset({"Scheduled", "Running", "Finished"})
+# The PodGroup phases (status module) of a group that never had minMember bound: only these
+# prove a gang incomplete, which alone lets a timeout evict its Running members.
+NEVER_SATISFIED_PHASES = frozenset({"Pending", "PreScheduling", "Scheduling"})
 
 GangState = Literal[
     "bound",
@@ -1806,13 +1810,30 @@ def _reached_min_member(run: _Pass, gang: Gang, key: GroupKey) -> bool:
     return len(bound) >= spec.min_member or previous.get("phase") in SATISFIED_PHASES
 
 
+def _proven_never_satisfied(run: _Pass, gang: Gang, key: GroupKey) -> bool:
+    """The PodGroup's status, the placer's only durable record, says it never had minMember
+    bound. A gang declared by pod annotations alone has no such record, nor has a PodGroup
+    whose status was never written: neither proves anything."""
+    if key not in run.group_objects or _reached_min_member(run, gang, key):
+        return False
+    return podfacts.status(run.group_objects[key]).get("phase") in NEVER_SATISFIED_PHASES
+
+
 def _evict_partial_gang(run: _Pass, gang: Gang, message: str) -> None:
     """Strict mode, on timeout: a gang group that never reached minMember in every one of its
     PodGroups must not run in part; its bound members are evicted (GangIncomplete), the
-    members of every PodGroup of the group alike."""
+    members of every PodGroup of the group alike. Fail closed: a Running member is evicted
+    only when a PodGroup's status proves the group never reached minMember; a gang that may
+    have been satisfied (annotations only, or no status yet) keeps its running members, as
+    Koordinator, whose gangs once satisfied stay so, never evicts one."""
     if all(_reached_min_member(run, gang, key) for key in gang.keys):
         return
-    partial = [p for p in gang.bound if not podfacts.is_deleting(p)]
+    proven = any(_proven_never_satisfied(run, gang, key) for key in gang.keys)
+    partial = [
+        p
+        for p in gang.bound
+        if not podfacts.is_deleting(p) and (proven or podfacts.phase_of(p) != "Running")
+    ]
     if not partial:
         return
     text = f"gang {gang.id} could not place the rest of its members: {message}"

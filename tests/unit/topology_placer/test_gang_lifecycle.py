@@ -427,13 +427,16 @@ def test_rule_a_non_strict_gang_past_its_waiting_time_drops_its_nominations() ->
 
 
 def test_rule_a_partly_bound_gang_group_is_evicted_on_timeout_like_a_single_pod_group() -> None:
-    # master (minMember 1) is bound; worker (minMember 2) never got a node. The group never
-    # reached minMember as a whole: on timeout the master goes, as a lone PodGroup's would.
+    # master (minMember 1) is bound; worker (minMember 2) never got a node, as its status says
+    # (PreScheduling). The group never reached minMember as a whole: on timeout the master
+    # goes, as a lone PodGroup's would.
     nodes = [node("n1", "s1", "b1", gpus=0), node("n2", "s2", "b3", gpus=8)]
     annotations = {GROUPS: '["default/master", "default/worker"]'}
     groups = [
         pod_group("master", 1, annotations=annotations, timeout=30),
-        pod_group("worker", 2, annotations=annotations, timeout=30),
+        pod_group(
+            "worker", 2, annotations=annotations, timeout=30, status={"phase": "PreScheduling"}
+        ),
     ]
     pods = _aged(
         [

@@ -296,7 +296,8 @@ def test_failed_bind_replans_the_rest_inside_the_same_domain() -> None:
 
 def test_strict_gang_that_cannot_complete_is_sent_back_whole() -> None:
     nodes = [node("n1", "s1", "b1"), node("n2", "s2", "b3")]
-    groups = [pod_group("gang", 3, gather=BLOCK_MUST, timeout=30)]
+    # Its status (Scheduling, as the placer wrote it) proves it never had minMember bound.
+    groups = [pod_group("gang", 3, gather=BLOCK_MUST, timeout=30, status={"phase": "Scheduling"})]
     pods = [
         pod("w-0", gpus=8, node_name="n1", phase="Running"),
         pod("w-1", gpus=8, nominated="n2"),

@@ -1,0 +1,165 @@
+"""Safety rules of gangs that already run or hold reservations (issue #31, placement audit):
+a gang that may have been satisfied is never evicted for incompleteness. Each test drives
+`plan()` through raw objects."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.plan_checks import expect_no_actions
+from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
+from tests.unit.topology_placer.simulate import apply, state
+from topology_placer.gang import MATCH_POLICY, MIN_AVAILABLE, NAME
+from topology_placer.planner import Disrupt, MarkUnschedulable, Plan, UpdateGroupStatus, plan
+
+CREATED = 1_767_225_600.0  # 2026-01-01T00:00:00Z, the builders' creation time
+LONG_AFTER = CREATED + 10_000  # past every waiting time (600s by default)
+
+
+def _aged(made: dict[str, Any]) -> dict[str, Any]:
+    made["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    return made
+
+
+def _annotated(name: str, min_available: int, **kwargs: Any) -> dict[str, Any]:
+    """A member of gang "low" declared by pod annotations alone (no PodGroup object)."""
+    made = pod(name, None, gpus=8, **kwargs)
+    made["metadata"]["annotations"].update({NAME: "low", MIN_AVAILABLE: str(min_available)})
+    return _aged(made)
+
+
+def _incomplete(result: Plan) -> list[Disrupt]:
+    return [a for a in result.actions if isinstance(a, Disrupt) and a.reason == "GangIncomplete"]
+
+
+# --- 1. a gang that may have been satisfied is never evicted for incompleteness --------------
+
+
+def test_rule_an_annotation_only_gang_never_has_its_running_members_evicted_as_incomplete() -> None:
+    # low ran 2 of 2 on n1 and n2; n1 was lost (or low-0 preempted) and its replacement has no
+    # room anywhere, long past the waiting time. Nothing durable says low never reached
+    # minMember (no PodGroup, so no status): its running member stays, as in Koordinator.
+    nodes = [node("n2", "s2", "b3")]
+    pods = [_annotated("low-1", 2, node_name="n2", phase="Running"), _annotated("low-0b", 2)]
+    result = plan(state(nodes, pods, [], topology=TOPOLOGY, now=LONG_AFTER))
+    expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
+    assert {m.reason for m in result.actions if isinstance(m, MarkUnschedulable)} == {"GangTimeout"}
+
+
+def test_rule_a_bound_member_of_a_group_whose_phase_says_satisfied_is_not_evicted() -> None:
+    # waiting-and-running: the group reached minMember once (its status says Scheduled, the
+    # phase the placer keeps while a satisfied group recovers); w-0 is bound, still starting
+    # (not Running), and the replacement w-1 has no room past the waiting time. The recorded
+    # phase alone shows the group was satisfied: w-0 stays.
+    nodes = [node("n1", "s1", "b1")]
+    groups = [
+        pod_group(
+            "gang",
+            2,
+            timeout=30,
+            annotations={MATCH_POLICY: "waiting-and-running"},
+            status={"phase": "Scheduled"},
+        )
+    ]
+    pods = [_aged(pod("w-0", gpus=8, node_name="n1")), _aged(pod("w-1", gpus=8))]
+    result = plan(state(nodes, pods, groups, topology=TOPOLOGY, now=LONG_AFTER))
+    assert not _incomplete(result)
+    assert any(
+        m.reason == "GangTimeout" for m in result.actions if isinstance(m, MarkUnschedulable)
+    )
+
+
+def test_rule_a_group_whose_status_proves_it_never_reached_min_member_is_evicted() -> None:
+    # The converse, kept: the status (Scheduling) shows the group never had minMember bound, so
+    # a timed-out Strict gang's bound member goes even though it runs.
+    nodes = [node("n1", "s1", "b1")]
+    groups = [pod_group("gang", 2, timeout=30, status={"phase": "Scheduling"})]
+    pods = [
+        _aged(pod("w-0", gpus=8, node_name="n1", phase="Running")),
+        _aged(pod("w-1", gpus=8)),
+    ]
+    result = plan(state(nodes, pods, groups, topology=TOPOLOGY, now=LONG_AFTER))
+    assert [d.pod.name for d in _incomplete(result)] == ["w-0"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(min_value=2, max_value=4),
+    declared_by=st.sampled_from(["annotations", "once-satisfied", "waiting-and-running"]),
+    spare_nodes=st.integers(min_value=0, max_value=1),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["lose", "lose-node", "recreate", "start"]),
+            st.integers(min_value=0, max_value=3),
+            st.integers(min_value=1, max_value=2_000),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_property_a_running_member_of_a_satisfied_gang_is_never_evicted_as_incomplete(
+    size: int, declared_by: str, spare_nodes: int, steps: list[tuple[str, int, int]]
+) -> None:
+    """A gang ran whole; members are then lost (deleted, or their node goes) and recreated,
+    with time passing well beyond the waiting time. Whatever happens, no pod that runs is
+    evicted with GangIncomplete."""
+    nodes = [node(f"n{i}", "s1", "b1") for i in range(size + spare_nodes)]
+    groups: list[dict[str, Any]] = []
+    if declared_by == "annotations":
+
+        def member(name: str, **kwargs: Any) -> dict[str, Any]:
+            return _annotated(name, size, **kwargs)
+
+    else:
+        groups.append(
+            pod_group(
+                "low",
+                size,
+                timeout=30,
+                annotations={MATCH_POLICY: declared_by},
+                status={"phase": "Running"},
+            )
+        )
+
+        def member(name: str, **kwargs: Any) -> dict[str, Any]:
+            return _aged(pod(name, "low", gpus=8, **kwargs))
+
+    pods = [member(f"w-{i}", node_name=f"n{i}", phase="Running") for i in range(size)]
+    # Filler pods take the spare nodes, so a replacement may find no room.
+    pods += [
+        _aged(pod(f"busy-{i}", None, gpus=8, node_name=f"n{i}", phase="Running", scheduler="x"))
+        for i in range(size, size + spare_nodes)
+    ]
+    now = CREATED + 60
+    serial = 0
+    for action, which, elapsed in steps:
+        members = [p for p in pods if p["metadata"]["name"].startswith("w-")]
+        target = members[which % len(members)] if members else None
+        if action in ("lose", "lose-node") and target is not None:
+            pods = [p for p in pods if p is not target]
+            if action == "lose-node" and target["spec"].get("nodeName"):
+                nodes = [n for n in nodes if n["metadata"]["name"] != target["spec"]["nodeName"]]
+            serial += 1
+            pods.append(member(f"w-r{serial}"))
+        elif action == "recreate":
+            # A busy node frees up: room for a replacement appears.
+            pods = [p for p in pods if not p["metadata"]["name"].startswith("busy-")]
+        elif action == "start":
+            for p in pods:
+                if p["spec"].get("nodeName"):
+                    p["status"]["phase"] = "Running"
+        now += elapsed
+        result = plan(state(nodes, pods, groups, topology=TOPOLOGY, now=now))
+        running = {p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"}
+        assert not [d.pod.name for d in _incomplete(result) if d.pod.name in running]
+        for update in result.actions:
+            if isinstance(update, UpdateGroupStatus):
+                groups[0] = copy.deepcopy(groups[0])
+                groups[0]["status"] = dict(update.status)
+                version = int(groups[0]["metadata"]["resourceVersion"]) + 1
+                groups[0]["metadata"]["resourceVersion"] = str(version)
+        pods = apply(pods, result)
