@@ -11,8 +11,9 @@ Each verb writes only what maintenance-scheduler's Skyhook controller reads:
   annotation, removed (or, with --stage, put back in_progress at that stage);
 - node reset: the node's `nodeState_<name>` annotation, removed;
 - reset: every node's marks of the object (nodeState, status, version and cordon
-  annotations, the status label) and, unless --skip-batch-reset, the rollout's batch state
-  in the object's status (as `deployment-policy reset` alone);
+  annotations, the status label, the group's autoTaint_<taint key> mark) and, unless
+  --skip-batch-reset, the rollout's batch state in the object's status (as
+  `deployment-policy reset` alone);
 - package logs: only reads, the logs of the package's stage pods.
 
 A patch that edits or removes a node's nodeState carries the node's resourceVersion, so a
@@ -347,6 +348,17 @@ def reset_annotations(names: SkyhookNames, name: str) -> tuple[str, ...]:
     )
 
 
+def auto_taint_marks(node: Obj, names: SkyhookNames) -> tuple[str, ...]:
+    """The group's `autoTaint_<taint key>` annotations on the node, which `reset` removes.
+    Upstream's reset names `autoTaint_<object name>`, a key its controller never writes (it
+    keys the mark by the runtime-required taint's key, as maintenance-scheduler does): the
+    mark the controller does write goes, so a node left with no mark of either group is new
+    again and gets the runtime-required taint back before its packages run again (a node
+    another object still marks is not new, whatever this mark says)."""
+    marker = names.auto_taint_annotation("")
+    return tuple(sorted(k for k in annotations_of(node) if k.startswith(marker)))
+
+
 async def _get_object(kube: KubeApi, names: SkyhookNames, name: str) -> Obj:
     found = await kube.get(object_path(names, name))
     if found is None:
@@ -558,7 +570,8 @@ async def reset(
             state = node_state(current, marks[0])
             if state is None:
                 return None
-            return reset_patch(state, marks, (names.status_key(owner),))
+            every_mark = (*marks, *auto_taint_marks(current, names))
+            return reset_patch(state, every_mark, (names.status_key(owner),))
 
         done += await _edit_node(kube, states[node][0], build)
     say(f"{done} node(s) reset")

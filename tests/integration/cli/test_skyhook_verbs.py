@@ -249,6 +249,11 @@ async def test_rule_reset_removes_every_nodes_marks_and_the_rollouts_batch_state
     code, out = await cli(config, names.singular, "deployment-policy", "reset", "gpu-init",
                           "--dry-run")  # fmt: skip
     assert code == 0 and "  __default__: batch 3, 1 completed, 2 failed, stopped" in out
+    # The runtime-required taint's mark, keyed by the taint's key as the controller writes it
+    # (upstream's controller too): reset removes its own group's, so n1 is new again.
+    other = SKYHOOK if names is NODEWRIGHT else NODEWRIGHT
+    taint_marks = {n.auto_taint_annotation(n.group): "true" for n in (names, other)}
+    store.patch("nodes", "n1", {"metadata": {"annotations": taint_marks}}, MERGE)
     code, out = await cli(config, names.singular, "reset", "gpu-init", "-y")
     assert code == 0, out
     assert "2 node(s) reset" in out and "batch state reset" in out
@@ -256,8 +261,9 @@ async def test_rule_reset_removes_every_nodes_marks_and_the_rollouts_batch_state
         meta = node_meta(store, node)
         assert not [k for k in meta.get("annotations") or {} if k.startswith(names.prefix)]
         assert not [k for k in meta.get("labels") or {} if k.startswith(names.prefix)]
-        other = SKYHOOK if names is NODEWRIGHT else NODEWRIGHT
         assert node_entries(store, other, node) == STATE
+    other_mark = other.auto_taint_annotation(other.group)
+    assert node_meta(store, "n1")["annotations"][other_mark] == "true"
     status = store.get(resource(names), "gpu-init")["status"]
     assert status["nodeOrderOffset"] == 0 and "nodePriority" not in status
     batch = status["compartmentStatuses"]["__default__"]["batchState"]
