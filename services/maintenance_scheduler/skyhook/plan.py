@@ -490,8 +490,29 @@ def run_marker(skyhook: Skyhook, node: NodeView | None, package: Package | None 
         if run and version == package.version and state != stages.COMPLETE:
             return run
         previous = run
+    elif package is not None:
+        # Never recorded on the node (a first start), or no longer (a package that waited
+        # for its dependsOn after a reset: the status was rewritten from the reset node's
+        # state since): the runs the node's packages are in now, which a reset renewed.
+        runs = _recorded_runs(skyhook, node.name)
+        previous = "node:" + ",".join(runs) if runs else ""
     text = "\x1f".join((skyhook.uid, str(skyhook.generation), node.uid, previous))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _recorded_runs(skyhook: Skyhook, node: str) -> list[str]:
+    """Every run the Skyhook's status last recorded for the node's packages, sorted."""
+    states = skyhook.status.get("nodeState")
+    recorded = states.get(node) if isinstance(states, Mapping) else None
+    if not isinstance(recorded, Mapping):
+        return []
+    return sorted(
+        {
+            str(value.get("run") or "")
+            for value in recorded.values()
+            if isinstance(value, Mapping) and value.get("run")
+        }
+    )
 
 
 def _recorded_entry(skyhook: Skyhook, node: str, package: str) -> tuple[str, str, str] | None:
@@ -643,6 +664,20 @@ def step_node(
 
     for package, name in work:
         entry = result.entries.get(name)
+        if entry is not None and (rerun := stages.rerun_by_hand(entry)) is not entry:
+            # Set back to a stage by someone else (package rerun --stage): a new run there.
+            result.decisions.append(
+                SkyhookDecisionNote(
+                    skyhook.name,
+                    "stage",
+                    f"{name} on {node}: set back to {entry.stage} ({entry.state}): run again",
+                    reason="rerun",
+                    node=node,
+                    package=name,
+                    stage=entry.stage,
+                )
+            )
+            entry = result.entries[name] = rerun
         if package is not None and (entry is None or entry.state != stages.COMPLETE):
             pending = [
                 dep
@@ -1481,6 +1516,9 @@ def _plan_skyhook(
             or marks != (status, status)
             or (cordon_key in node.annotations) != cordon
             or (entries and node.annotations.get(version_key) != NODE_STATE_VERSION)
+            # An entry an older controller wrote gets its `writtenAs` once, so a stage set
+            # back there later is seen as a rerun (stages.rerun_by_hand).
+            or any(not e.written for e in entries.values())
         ):
             rendered = render_node_state(entries) if entries else ""
             plan.actions.append(

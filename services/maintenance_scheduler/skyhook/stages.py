@@ -9,8 +9,10 @@ Skyhook is the annotation `nodeState_<skyhook>`:
 stage is the truth of its completion: Complete advances, Failed marks the package erroring.
 
 `run` and `config` are the identity the entry's Jobs must carry: `run` is fixed when the
-package starts on the node (so a reset node or a re-added package is a new run), `config` is
-the hash of the package's configMap and env its stages run with.
+package starts on the node (so a reset node or a re-added package is a new run) and changes
+when someone else than the controller sets the entry back to a stage (`writtenAs`, the
+`stage/state` the controller last wrote, no longer matches: rerun_by_hand), `config` is the
+hash of the package's configMap and env its stages run with.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from maintenance_scheduler.skyhook.api import Interrupt, Package
@@ -105,6 +107,11 @@ class PackageState:
     # which interrupts only for the configInterrupts of `interrupt_keys`, the keys changed.
     rerun: str = ""
     interrupt_keys: tuple[str, ...] = ()
+    # The `stage/state` the controller last wrote in this entry (its `writtenAs`, always
+    # rendered from stage and state): an entry whose stage or state no longer says it was
+    # set back by someone else (`kubectl skyhook package rerun --stage`). "" when read from
+    # an entry written before the mark existed (nothing is then taken for a rerun).
+    written: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
@@ -132,6 +139,7 @@ class PackageState:
             data["rerun"] = self.rerun
         if self.interrupt_keys:
             data["interruptKeys"] = list(self.interrupt_keys)
+        data["writtenAs"] = f"{self.stage}/{self.state}"
         return data
 
     @functools.cached_property
@@ -196,8 +204,23 @@ def _parse_node_state(raw: str) -> tuple[dict[str, PackageState], bool]:
             ),
             rerun=str(value.get("rerun") or ""),
             interrupt_keys=tuple(str(k) for k in _sequence(value.get("interruptKeys"))),
+            written=str(value.get("writtenAs") or ""),
         )
     return entries, True
+
+
+def rerun_by_hand(entry: PackageState) -> PackageState:
+    """The entry as a new run when its stage or state is not what the controller last wrote
+    (someone set it back to a stage: upstream's `package rerun --stage`), so the Complete
+    Jobs of its earlier run prove nothing and the stage runs again; otherwise the entry
+    itself. The new run is made only of the edited entry: a controller deciding again on it
+    (restarted, its node patch lost) gets the same run, hence finds the Jobs it made."""
+    now = f"{entry.stage}/{entry.state}"
+    if not entry.written or entry.written == now:
+        return entry
+    text = "\x1f".join(("rerun", entry.run, entry.written, now))
+    run = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return replace(entry, run=run, written=now, message="")
 
 
 def _mapping(raw: object) -> Mapping[str, Any]:

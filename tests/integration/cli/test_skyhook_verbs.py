@@ -373,13 +373,35 @@ async def test_rule_the_controller_runs_a_package_again_after_cli_rerun_and_node
 ) -> None:
     config = sky.stack.sim.kubeconfig_path
     await sky.start()
-    # Two packages without dependsOn: a reset node runs both again at once.
-    sky.skyhook("again", copy.deepcopy(PACKAGES))
+    # tuning waits for driver (dependsOn): a reset node runs it again too.
+    packages: dict[str, Any] = copy.deepcopy(PACKAGES)
+    packages["tuning"]["dependsOn"] = {"driver": "1.0.0"}
+    sky.skyhook("again", packages)
     await eventually(lambda: sky.status("again") == "complete", timeout=60, what="complete")
     first, second = sky.stack.node_names()[:2]
-    jobs_before = {n: len(sky.jobs("again")) for n in (first,)}
+    total_before = len(sky.jobs("again"))
     driver_before = len(package_jobs(sky, "again", "driver", first))
     tuning_before = len(package_jobs(sky, "again", "tuning", first))
+    assert driver_before == tuning_before == 2  # apply, config
+
+    # --stage config: that stage runs again, though its Complete Job of the earlier run is
+    # still there.
+    code, out = await cli(
+        config, "skyhook", "package", "rerun", "driver", "--skyhook", "again",
+        "--node", first, "--stage", "config", "-y",
+    )  # fmt: skip
+    assert code == 0, out
+    await eventually(
+        lambda: len(package_jobs(sky, "again", "driver", first)) == driver_before + 1,
+        timeout=60,
+        what="driver's config runs again on the node",
+    )
+    await eventually(lambda: sky.status("again") == "complete", timeout=60, what="complete")
+    stages_run = [
+        j["metadata"]["labels"][SKYHOOK.stage_label]
+        for j in package_jobs(sky, "again", "driver", first)
+    ]
+    assert sorted(stages_run) == ["apply", "config", "config"]
 
     code, out = await cli(
         config, "skyhook", "package", "rerun", "driver", "--skyhook", "again",
@@ -387,15 +409,14 @@ async def test_rule_the_controller_runs_a_package_again_after_cli_rerun_and_node
     )  # fmt: skip
     assert code == 0, out
     await eventually(
-        lambda: len(package_jobs(sky, "again", "driver", first)) > driver_before,
+        lambda: len(package_jobs(sky, "again", "driver", first)) == 2 * driver_before + 1,
         timeout=60,
         what="driver runs again on the node",
     )
     await eventually(lambda: sky.status("again") == "complete", timeout=60, what="complete")
     # Only driver, only on that node: its stages once more.
-    assert len(package_jobs(sky, "again", "driver", first)) == 2 * driver_before
     assert len(package_jobs(sky, "again", "tuning", first)) == tuning_before
-    assert len(sky.jobs("again")) == jobs_before[first] + driver_before
+    assert len(sky.jobs("again")) == total_before + driver_before + 1
 
     code, out = await cli(
         config, "skyhook", "node", "reset", second, "--skyhook", "again", "-y"
@@ -404,7 +425,7 @@ async def test_rule_the_controller_runs_a_package_again_after_cli_rerun_and_node
     await eventually(
         lambda: len(package_jobs(sky, "again", "tuning", second)) == 2 * tuning_before,
         timeout=60,
-        what="every package runs again on the reset node",
+        what="every package, the dependent one included, runs again on the reset node",
     )
     await eventually(lambda: sky.status("again") == "complete", timeout=60, what="complete")
     assert len(package_jobs(sky, "again", "driver", second)) == 2 * driver_before

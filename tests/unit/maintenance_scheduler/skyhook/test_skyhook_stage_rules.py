@@ -94,6 +94,8 @@ def test_node_state_writes_the_optional_fields_only_when_set_and_reads_every_one
             "stage": "apply",
             "state": IN_PROGRESS,
             "restarts": 0,
+            # Always: what the controller wrote (stages.rerun_by_hand).
+            "writtenAs": "apply/in_progress",
         }
     }
     full = PackageState(
@@ -124,6 +126,7 @@ def test_node_state_writes_the_optional_fields_only_when_set_and_reads_every_one
         "configKeys": {"a.conf": "0123abcd", "b.conf": "4567ef01"},
         "rerun": "config",
         "interruptKeys": ["a.conf"],
+        "writtenAs": "config/erroring",
     }
     assert parse_node_state(raw) == ({"kernel": full, "driver": bare}, True)
     assert full.as_json == full.to_json()
