@@ -1220,7 +1220,7 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
         return
     # Phase 5: preempt.
     names = [fields.name_of(p) for p in ranked]
-    preempted = _preempt(run, gang, ranked, names, fit.request, fit.pod_specs)
+    preempted = _preempt(run, gang, ranked, names, fit.request, fit.pod_specs, within)
     if preempted is True:
         return
     message = result.message if preempted is None else f"{result.message}; {preempted}"
@@ -1487,7 +1487,7 @@ def _regrow_phase(run: _Pass, gang: Gang, ranked: Sequence[Obj], fit: _GangFit) 
         run.plan.gang_states[gang.id] = "binding" if bindings else "nominated"
         return
     names = [fields.name_of(p) for p in ranked]
-    preempted = _preempt(run, gang, ranked, names, fit.request, fit.pod_specs)
+    preempted = _preempt(run, gang, ranked, names, fit.request, fit.pod_specs, within)
     if preempted is True:
         return
     message = why if preempted is None else f"{why}; {preempted}"
@@ -1615,8 +1615,11 @@ def _preempt(
     names: Sequence[str],
     request: Mapping[str, int],
     pod_specs: Sequence[Obj],
+    within: DomainPath | None,
 ) -> bool | str | None:
-    """True when a preemption was planned; else why not (None: nothing lower to evict)."""
+    """True when a preemption was planned; else why not (None: nothing lower to evict).
+    Victims and placement stay `within` the gang's confinement (`_confinement`), as its
+    gather does: evicting elsewhere would split the gang."""
     priority = gang.priority
     if not any(podfacts.priority_of(c.pod) < priority for c in run.charged.values()):
         return None
@@ -1636,6 +1639,13 @@ def _preempt(
             )
         return ineligible.message
     usable = run.usable_nodes({_spec_signature({"spec": spec}): spec for spec in pod_specs})
+    if within is not None:
+        usable = {
+            name
+            for name in usable
+            if (leaf := run.tree.leaves.get(name)) is not None
+            and leaf.path[: len(within)] == within
+        }
     for needs in gang.volume_needs.values():
         # Victims only where every member's volumes let it go.
         usable = run.volume_nodes(needs, usable)

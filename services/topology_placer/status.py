@@ -4,8 +4,8 @@ scheduler-plugins does it (Koordinator reuses it).
 Pending while fewer than minMember pods exist; PreScheduling once they do and none has a
 node or a nomination; Scheduling while fewer than minMember are bound; Scheduled once
 minMember are bound, and kept while a group that was Scheduled or Running has lost a member
-but still has one on a node (it is recovering, see pod_group_status); Running once minMember
-run or have succeeded; Failed when a member failed and failed+running+succeeded reach
+but still has one on a node or nominated (it is recovering, see pod_group_status); Running
+once minMember run or have succeeded; Failed when a member failed and failed+running+succeeded reach
 minMember; Finished when minMember succeeded.
 `occupiedBy` names the owners of the members. `scheduleStartTime` is set on entering
 Scheduling and kept; it is set again when the gang times out, as it marks when its wait
@@ -39,8 +39,11 @@ def pod_group_status(
     # A group that reached minMember and still has a member on a node is recovering a lost
     # member, not scheduling anew: it stays Scheduled. The placer keeps no memory, so this
     # phase is its durable record that the gang was satisfied once (Koordinator keeps that
-    # flag in its scheduler's cache; its controller would show Scheduling here).
-    recovering = previous.get("phase") in RECOVERING_FROM and scheduled > 0
+    # flag in its scheduler's cache; its controller would show Scheduling here). A nominated
+    # member keeps the record too: a group that lost every bound member is regrowing, and the
+    # pod the placer nominated (then binds) as a satisfied gang's must not, once bound alone,
+    # be read as a partial bind of a gang that never reached minMember.
+    recovering = previous.get("phase") in RECOVERING_FROM and (scheduled > 0 or nominated)
     if not live:
         phase = "Pending"
     elif succeeded >= min_member:

@@ -14,7 +14,15 @@ from tests.unit.plan_checks import expect_no_actions
 from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
 from tests.unit.topology_placer.simulate import apply, state
 from topology_placer.gang import MATCH_POLICY, MIN_AVAILABLE, NAME
-from topology_placer.planner import Disrupt, MarkUnschedulable, Plan, UpdateGroupStatus, plan
+from topology_placer.planner import (
+    Disrupt,
+    MarkUnschedulable,
+    Nominate,
+    Plan,
+    UpdateGroupStatus,
+    plan,
+)
+from topology_placer.status import pod_group_status
 
 CREATED = 1_767_225_600.0  # 2026-01-01T00:00:00Z, the builders' creation time
 LONG_AFTER = CREATED + 10_000  # past every waiting time (600s by default)
@@ -86,7 +94,20 @@ def test_rule_a_group_whose_status_proves_it_never_reached_min_member_is_evicted
     assert [d.pod.name for d in _incomplete(result)] == ["w-0"]
 
 
-@settings(max_examples=40, deadline=None)
+def test_rule_a_satisfied_group_with_no_bound_member_stays_scheduled_while_one_is_nominated() -> (
+    None
+):
+    # Every bound member is gone; the placer nominated a replacement as a satisfied gang's
+    # (regrowth) and binds it next: the group must still read as satisfied once that one is
+    # bound alone, or its timeout would evict it as a partial bind.
+    members = [pod("w-r1", nominated="n3"), pod("w-r2"), pod("w-r3")]
+    assert pod_group_status(3, members, {"phase": "Scheduled"}, CREATED)["phase"] == "Scheduled"
+    # Nothing bound nor nominated: the record ends, the next placement is all or nothing.
+    fresh = [pod("w-r1"), pod("w-r2"), pod("w-r3")]
+    assert pod_group_status(3, fresh, {"phase": "Scheduled"}, CREATED)["phase"] == "PreScheduling"
+
+
+@settings(max_examples=200, deadline=None)
 @given(
     size=st.integers(min_value=2, max_value=4),
     declared_by=st.sampled_from(["annotations", "once-satisfied", "waiting-and-running"]),
@@ -163,3 +184,69 @@ def test_property_a_running_member_of_a_satisfied_gang_is_never_evicted_as_incom
                 version = int(groups[0]["metadata"]["resourceVersion"]) + 1
                 groups[0]["metadata"]["resourceVersion"] = str(version)
         pods = apply(pods, result)
+
+
+# --- 2. preemption and replanning stay in the gang's domain ----------------------------------
+
+BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
+BLOCK_PREFER = [{"layer": "BlockLayer", "strategy": "PreferGather"}]
+
+
+def _victims() -> list[dict[str, Any]]:
+    """b1's n2 holds a priority-50 pod; b3's nodes hold cheaper priority-1 pods."""
+    made = [
+        pod("mid", None, gpus=8, node_name="n2", priority=50, owner="midjob"),
+        pod("cheap-3", None, gpus=8, node_name="n3", priority=1, owner="cheap3"),
+        pod("cheap-4", None, gpus=8, node_name="n4", priority=1, owner="cheap4"),
+    ]
+    for victim in made:
+        victim["metadata"]["ownerReferences"][0]["kind"] = "ReplicaSet"
+    return made
+
+
+def _two_blocks() -> list[dict[str, Any]]:
+    return [
+        node("n1", "s1", "b1"),
+        node("n2", "s1", "b1"),
+        node("n3", "s2", "b3"),
+        node("n4", "s2", "b3"),
+    ]
+
+
+def test_rule_preemption_for_a_gang_with_bound_members_stays_in_their_must_gather_domain() -> None:
+    # w-0 runs in b1; w-1 (recreated, or its bind failed) fits nowhere. Victims in b3 are
+    # cheaper, but a preemption there would split the MustGather gang across blocks: the
+    # victim is taken in b1, for a satisfied gang and for a partly bound one alike.
+    members = [
+        pod("w-0", "g", gpus=8, node_name="n1", phase="Running", priority=100),
+        pod("w-1", "g", gpus=8, priority=100),
+    ]
+    for phase in ("Running", "Scheduling"):
+        groups = [pod_group("g", 2, gather=BLOCK_MUST, status={"phase": phase})]
+        result = plan(state(_two_blocks(), _victims() + members, groups, topology=TOPOLOGY))
+        assert [d.pod.name for d in result.actions if isinstance(d, Disrupt)] == ["mid"], phase
+        assert [(n.pod.name, n.node) for n in result.actions if isinstance(n, Nominate)] == [
+            ("w-1", "n2")
+        ], phase
+
+
+def test_rule_a_failed_bind_replans_the_rest_in_the_bound_members_domain_not_a_tighter_one() -> (
+    None
+):
+    # w-0 is bound in b1; w-1 and w-2 lost their nominations (the node went). b3's n3 would be
+    # the tightest fit for them (8 GPUs free against n2's 16), but a partly bound gang stays in
+    # the domain of its bound members: they go to n2.
+    nodes = [
+        node("n1", "s1", "b1"),
+        node("n2", "s1", "b1", gpus=16),
+        node("n3", "s2", "b3"),
+    ]
+    groups = [pod_group("gang", 3, gather=BLOCK_PREFER, status={"phase": "Scheduling"})]
+    pods = [
+        pod("w-0", gpus=8, node_name="n1", phase="Running"),
+        pod("w-1", gpus=4, nominated="gone"),
+        pod("w-2", gpus=4, nominated="gone"),
+    ]
+    result = plan(state(nodes, pods, groups, topology=TOPOLOGY))
+    nominated = {n.pod.name: n.node for n in result.actions if isinstance(n, Nominate)}
+    assert nominated == {"w-1": "n2", "w-2": "n2"}
