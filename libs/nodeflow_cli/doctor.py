@@ -31,7 +31,6 @@ KOORD_SCHEDULER = "koord-scheduler"
 PLACER = "topology-placer"
 MIRROR = "k8s-watcher"
 # API groups of Kubernetes itself: their kinds come with the API server, not with a CRD.
-BUILT_IN_GROUPS = frozenset({"", "apps", "batch", "policy", "storage.k8s.io"})
 MAX_NAMED = 5
 
 
@@ -190,7 +189,7 @@ def check_secrets(
 
 def custom_kinds() -> list[WatchedKind]:
     """The kinds the services watch that a CustomResourceDefinition provides."""
-    return [k for k in WATCHED_KINDS if k.group not in BUILT_IN_GROUPS]
+    return [k for k in WATCHED_KINDS if k.served_by_crd]
 
 
 def crd_owners(kind: str) -> str:

@@ -76,6 +76,13 @@ class ConsumerSpec(msgspec.Struct, frozen=True, kw_only=True):
     deliver_policy: Literal["all", "new"] = "all"
 
 
+# The API groups Kubernetes itself serves among those of the watched kinds; every other
+# group's kind is served only once its CustomResourceDefinition is installed.
+KUBERNETES_GROUPS = frozenset({"", "apps", "batch", "policy", "storage.k8s.io"})
+# Our own CRDs' group: installed with Nodeflow, never optional.
+NODEFLOW_GROUP = "nodeflow.dev"
+
+
 class WatchedKind(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     group: str
@@ -93,6 +100,17 @@ class WatchedKind(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def bucket(self) -> str:
         return subjects.k8s_bucket(self.mirror_as or self.kind)
+
+    @property
+    def served_by_crd(self) -> bool:
+        """A custom resource: the API server serves it only while its CRD is installed."""
+        return self.group not in KUBERNETES_GROUPS
+
+    @property
+    def optional(self) -> bool:
+        """Another project's custom resource (NVIDIA's, Koordinator's, scheduler-plugins'):
+        a cluster may not have its CRD, and then has none of its objects."""
+        return self.served_by_crd and self.group != NODEFLOW_GROUP
 
 
 WATCHED_KINDS: tuple[WatchedKind, ...] = (
@@ -131,7 +149,7 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
         namespaced=False,
     ),
     WatchedKind(
-        kind="NodeSet", group="nodeflow.dev", version="v1alpha1", plural="nodesets", namespaced=True
+        kind="NodeSet", group=NODEFLOW_GROUP, version="v1alpha1", plural="nodesets", namespaced=True
     ),
     # A NodeSet's revision history (nodeset-controller); k8s-watcher mirrors only those
     # labelled with a NodeSet (its default label selector for the kind).
@@ -144,7 +162,7 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
     ),
     WatchedKind(
         kind="NodeSlice",
-        group="nodeflow.dev",
+        group=NODEFLOW_GROUP,
         version="v1alpha1",
         plural="nodeslices",
         namespaced=True,

@@ -44,6 +44,12 @@ from nodeflow_contracts import codec
 log = structlog.get_logger("k8s_watcher.informer")
 
 PUBLISH_WINDOW = 1024
+# How often a kind whose CRD is not installed is listed again (to see it installed).
+NOT_SERVED_RECHECK_SECONDS = 30.0
+
+
+class KindNotServed(Exception):
+    """The API server does not serve the kind: its CRD is not installed (404 on the list)."""
 
 
 class Informer:
@@ -59,6 +65,7 @@ class Informer:
         page_size: int = 500,
         watch_timeout: float = 300.0,
         backoff: Backoff | None = None,
+        not_served_recheck: float | None = None,
     ) -> None:
         self.kube = kube
         self.bus = bus
@@ -72,6 +79,11 @@ class Informer:
         self.backoff = backoff or Backoff(initial=0.2, maximum=30.0)
         self.resource_version: str | None = None
         self.synced = asyncio.Event()
+        self.not_served_recheck = (
+            NOT_SERVED_RECHECK_SECONDS if not_served_recheck is None else not_served_recheck
+        )
+        # Why the kind is not served ("" while it is): an optional kind without its CRD.
+        self.not_served = ""
         self.relists = 0
         self.watches = 0
         self.published_changes = 0
@@ -102,6 +114,8 @@ class Informer:
             except WatchExpired as exc:
                 self._log.info("informer.expired", error=str(exc))
                 need_list = True
+            except KindNotServed as exc:
+                await self._wait_until_served(exc, attempt := attempt + 1)
             except (ApiUnavailable, ApiStatusError) as exc:
                 attempt += 1
                 delay = self.backoff.delay(attempt)
@@ -118,6 +132,31 @@ class Informer:
                 )
                 need_list = True
                 await asyncio.sleep(delay)
+
+    async def _wait_until_served(self, exc: KindNotServed, attempt: int) -> None:
+        """An optional kind that is not served (its CRD not installed, as on a cluster without
+        that operator) has no objects: synced with none, listed again every
+        `not_served_recheck` seconds. But when objects of it were mirrored, a 404 is no proof
+        they are gone (deleting a CRD deletes its objects first, and their DELETED events
+        come through the watch): fail closed, keep them, and retry with backoff."""
+        if self.index:
+            delay = self.backoff.delay(attempt)
+            self._log.warning(
+                "informer.kind_not_served_objects_kept",
+                error=str(exc),
+                objects=len(self.index),
+                attempt=attempt,
+                retry_in=delay,
+            )
+            await asyncio.sleep(delay)
+            return
+        if self.not_served != str(exc):
+            self._log.warning(
+                "informer.kind_not_served", error=str(exc), recheck=self.not_served_recheck
+            )
+        self.not_served = str(exc)
+        self.synced.set()
+        await asyncio.sleep(self.not_served_recheck)
 
     # --- list --------------------------------------------------------------------------------
 
@@ -139,6 +178,12 @@ class Informer:
             response = await self.kube.request("GET", path, query=query)
             if response.status == 410:
                 raise WatchExpired(f"list continue token expired: {response.message}")
+            if response.status == 404 and self.kind.optional and not continue_token:
+                raise KindNotServed(
+                    f"{self.kind.api_version} {self.kind.plural} is not served: the "
+                    f"CustomResourceDefinition {self.kind.plural}.{self.kind.group} is not "
+                    "installed"
+                )
             if not response.ok:
                 raise ApiStatusError(response)
             body = response.body
@@ -156,6 +201,9 @@ class Informer:
         await self._publish(deletions)
         self.resource_version = resource_version
         self.relists += 1
+        if self.not_served:
+            self._log.info("informer.kind_served", was=self.not_served)
+            self.not_served = ""
         self._log.info(
             "informer.listed",
             objects=len(listed),

@@ -148,7 +148,7 @@ def test_crds_checked_are_the_watched_kinds_a_crd_provides() -> None:
     assert "StorageClass" not in names
     # One CRD per (kind, group): DeploymentPolicy is served by skyhook's and nodewright's.
     assert len({(k.kind, k.group) for k in doctor.custom_kinds()}) == len(
-        [k for k in WATCHED_KINDS if k.group not in doctor.BUILT_IN_GROUPS]
+        [k for k in WATCHED_KINDS if k.served_by_crd]
     )
 
 
