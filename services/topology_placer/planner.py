@@ -1325,21 +1325,20 @@ def _read_phase(run: _Pass, gang: Gang) -> list[Obj] | None:
     if run.topology_error and gang.rules:
         gang.errors.append(run.topology_error)
     # What the placer does not check is refused, never guessed at (interpod module).
-    unsupported = False
     for pod, pod_fact in zip(pending, facts, strict=True):
         if pod_fact.unsupported:
-            unsupported = True
             gang.errors.append(f"pod {fields.name_of(pod)}: {pod_fact.unsupported}")
         if pod_fact.constraints is not None:
             gang.constrained = True
         if pod_fact.claims and not pod_fact.unsupported:
             why = _read_volumes(run, gang, pod, pod_fact)
             if why:
-                unsupported = True
                 gang.errors.append(f"pod {fields.name_of(pod)}: {why}")
     if gang.errors:
-        # A refused pod's reservation (made before it was refused) holds nothing for it.
-        _unschedulable(run, gang, ranked, "invalid", "; ".join(gang.errors), clear=unsupported)
+        # A refused pod's reservation (made before it was refused) holds nothing for it, nor
+        # does a gang whose PodGroup was deleted or made invalid: it never times out, so
+        # nominations kept would starve every other gang for ever (_unschedulable clears them).
+        _unschedulable(run, gang, ranked, "invalid", "; ".join(gang.errors), clear=True)
         return None
     gang.ignored_layers = tuple(
         sorted(
@@ -1751,7 +1750,8 @@ def _unschedulable(
     satisfied: bool = False,
 ) -> None:
     """Phase 6. `ranked` get PodScheduled=False with `message`; a Strict gang that is told to
-    `clear` gives its reservations back. Past its waiting time (counted only for a gang that
+    `clear` gives its reservations back, as does an invalid gang in every mode (it has no
+    waiting time to end them). Past its waiting time (counted only for a gang that
     is not `satisfied`: a satisfied gang is recovering, not failing) the gang is reported
     GangTimeout, every mode drops its nominations, and a Strict gang that never reached
     minMember in every PodGroup of its group has its bound members evicted."""
@@ -1784,7 +1784,7 @@ def _unschedulable(
     changed = [p for p in ranked if _condition_differs(p, reason, message)]
     for pod in changed:
         run.plan.actions.append(MarkUnschedulable(ref_of(pod), reason, message, run.now_text))
-    if timed_out or (gang.strict and clear and not satisfied):
+    if timed_out or state == "invalid" or (gang.strict and clear and not satisfied):
         for pod in ranked:
             if podfacts.nominated_node_of(pod):
                 run.plan.actions.append(Nominate(ref_of(pod), ""))

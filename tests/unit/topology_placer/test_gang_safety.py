@@ -250,3 +250,23 @@ def test_rule_a_failed_bind_replans_the_rest_in_the_bound_members_domain_not_a_t
     result = plan(state(nodes, pods, groups, topology=TOPOLOGY))
     nominated = {n.pod.name: n.node for n in result.actions if isinstance(n, Nominate)}
     assert nominated == {"w-1": "n2", "w-2": "n2"}
+
+
+# --- 3. an invalid gang holds no reservation -------------------------------------------------
+
+
+def test_rule_a_gang_whose_pod_group_is_deleted_or_invalid_gives_its_nominations_back() -> None:
+    # g's members were nominated to n1 and n2; then its PodGroup was deleted, or edited to an
+    # invalid waiting time. An invalid gang never times out, so its nominations are cleared
+    # now, and on the next pass gang o takes the room they held.
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1")]
+    gang = [pod(f"w-{i}", "g", gpus=8, nominated=f"n{i + 1}") for i in range(2)]
+    other = [pod("o-0", "o", gpus=8)]
+    bad = pod_group("g", 2, annotations={"gang.scheduling.koordinator.sh/waiting-time": "0"})
+    for groups in ([pod_group("o", 1)], [bad, pod_group("o", 1)]):
+        result = plan(state(nodes, gang + other, groups, topology=TOPOLOGY))
+        cleared = {(n.pod.name, n.node) for n in result.actions if isinstance(n, Nominate)}
+        assert cleared == {("w-0", ""), ("w-1", "")}
+        after = apply(gang + other, result)
+        result = plan(state(nodes, after, groups, topology=TOPOLOGY))
+        assert [n.pod.name for n in result.actions if isinstance(n, Nominate)] == ["o-0"]
