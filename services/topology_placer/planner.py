@@ -1209,10 +1209,9 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
     if not any(needed.values()):
         _regrow_phase(run, gang, ranked, fit)
         return
-    bound_nodes = [podfacts.node_name_of(p) for p in gang.bound]
-    within = _confinement(run.tree, gang, bound_nodes, partial=True)
+    within = _confinement(run.tree, gang, _bound_nodes(gang), partial=True)
     # Phase 3: bind what is nominated and still fits.
-    if _bind_if_reserved(run, gang, ranked, fit):
+    if _bind_if_reserved(run, gang, ranked, fit, within):
         return
     # Phase 4: gather.
     result = _gather_phase(run, gang, ranked, needed, fit, within)
@@ -1401,7 +1400,7 @@ def _gather_phase(
     result = fit.place(run.tree, names, gang.rules, existing, within)
     if isinstance(result, NoFit) and len(ranked) > sum(needed.values()) > 0:
         subset = _minimum_subset(ranked, needed)
-        if _bind_if_reserved(run, gang, subset, fit):
+        if _bind_if_reserved(run, gang, subset, fit, within):
             return None
         subset_names = [fields.name_of(p) for p in subset]
         smaller = fit.place(run.tree, subset_names, gang.rules, existing, within)
@@ -1421,13 +1420,13 @@ def _regrow_phase(run: _Pass, gang: Gang, ranked: Sequence[Obj], fit: _GangFit) 
     domain (Koordinator lets recreated members escape it, its issue #3181). What does not fit
     yet is reported unschedulable and waits for room: never a timeout, a cleared reservation
     of the others or an eviction, since the gang is not failing but recovering."""
-    bound_nodes = [podfacts.node_name_of(p) for p in gang.bound]
-    within = _confinement(run.tree, gang, bound_nodes, partial=False)
+    within = _confinement(run.tree, gang, _bound_nodes(gang), partial=False)
     bindings: list[tuple[str, str]] = []
     rest: list[Obj] = []
     for pod in ranked:
         name, node = fields.name_of(pod), podfacts.nominated_node_of(pod)
-        if node and fit.takes({node: [name]}):
+        kept = bool(node) and _keeps_gather_rules(run, gang, [node], within, whole=False)
+        if kept and fit.takes({node: [name]}):
             fit.consume(name, node)
             selections = _selections(gang, pod, node)
             if selections:
@@ -1517,10 +1516,43 @@ def _confinement(
     return common[:must]
 
 
-def _bind_if_reserved(run: _Pass, gang: Gang, pods: Sequence[Obj], fit: _GangFit) -> bool:
-    """Bind `pods` when every one is nominated and the nominated nodes still take them all."""
+def _keeps_gather_rules(
+    run: _Pass, gang: Gang, nodes: Sequence[str], within: DomainPath | None, *, whole: bool
+) -> bool:
+    """`nodes` (nominations, which anyone who writes pod status may have left) lie `within`
+    the gang's confinement and, when `whole`, with its bound members inside one domain of
+    its MustGather layer: the room and filters of a nominated node do not say that."""
+    if not gang.rules and within is None:
+        return True
+    paths = []
+    for name in nodes:
+        leaf = run.tree.leaves.get(name)
+        if leaf is None:
+            return False
+        paths.append(leaf.path)
+    if within is not None and any(path[: len(within)] != within for path in paths):
+        return False
+    depths = [run.tree.spec.depth_of(r.layer) for r in gang.rules if r.strategy == "MustGather"]
+    must = max((d for d in depths if d is not None), default=None)
+    if not whole or must is None:
+        return True
+    bound = [run.tree.leaves[n].path for n in _bound_nodes(gang) if n in run.tree.leaves]
+    return len({path[:must] for path in paths + bound}) <= 1
+
+
+def _bound_nodes(gang: Gang) -> list[str]:
+    return [podfacts.node_name_of(p) for p in gang.bound]
+
+
+def _bind_if_reserved(
+    run: _Pass, gang: Gang, pods: Sequence[Obj], fit: _GangFit, within: DomainPath | None
+) -> bool:
+    """Bind `pods` when every one is nominated, the nominated nodes still take them all and
+    keep the gang's gather rules (else they are placed again)."""
     nominated = {fields.name_of(p): podfacts.nominated_node_of(p) for p in pods}
     if not pods or not all(nominated.values()):
+        return False
+    if not _keeps_gather_rules(run, gang, list(nominated.values()), within, whole=True):
         return False
     per_node: dict[str, list[str]] = {}
     for name, node in nominated.items():

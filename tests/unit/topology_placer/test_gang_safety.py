@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.plan_checks import expect_no_actions
-from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
+from tests.unit.topology_placer.builders import BLOCK, TOPOLOGY, node, pod, pod_group
 from tests.unit.topology_placer.simulate import apply, state
 from topology_placer.gang import MATCH_POLICY, MIN_AVAILABLE, NAME
 from topology_placer.planner import (
+    Bind,
     Disrupt,
     MarkUnschedulable,
     Nominate,
@@ -270,3 +271,43 @@ def test_rule_a_gang_whose_pod_group_is_deleted_or_invalid_gives_its_nominations
         after = apply(gang + other, result)
         result = plan(state(nodes, after, groups, topology=TOPOLOGY))
         assert [n.pod.name for n in result.actions if isinstance(n, Nominate)] == ["o-0"]
+
+
+# --- 4. a nomination is bound only when it keeps the gather rules ----------------------------
+
+
+def test_rule_nominations_that_break_must_gather_are_placed_again_not_bound() -> None:
+    # w-0 and w-1 carry nominations in two blocks (left by an older spec, a user, another
+    # writer of pod status); both nodes have room. A MustGather(Block) gang is not bound
+    # across blocks: it is placed again, inside one.
+    nodes = _two_blocks()
+    gang = [pod("w-0", "g", gpus=8, nominated="n1"), pod("w-1", "g", gpus=8, nominated="n3")]
+    groups = [pod_group("g", 2, gather=BLOCK_MUST)]
+    result = plan(state(nodes, gang, groups, topology=TOPOLOGY))
+    assert not [b for b in result.actions if isinstance(b, Bind)]
+    after = apply(gang, result)
+    where = {p["metadata"]["name"]: p["status"]["nominatedNodeName"] for p in after}
+    assert {_block(nodes, n) for n in where.values()} == {"b1"}
+
+
+def test_rule_a_satisfied_gangs_member_nominated_outside_its_domain_is_not_bound_there() -> None:
+    # w-0 and w-1 run in b1 (MustGather Block, satisfied); the recreated w-2 carries a
+    # nomination to n3 in b3, which has room. It is not bound there: its nomination is cleared
+    # and it waits for room in b1.
+    nodes = _two_blocks()
+    bound = [
+        pod("w-0", "g", gpus=8, node_name="n1", phase="Running"),
+        pod("w-1", "g", gpus=8, node_name="n2", phase="Running"),
+    ]
+    stale = pod("w-2", "g", gpus=8, nominated="n3")
+    groups = [pod_group("g", 2, gather=BLOCK_MUST, status={"phase": "Running"})]
+    result = plan(state(nodes, [*bound, stale], groups, topology=TOPOLOGY))
+    assert not [b for b in result.actions if isinstance(b, Bind)]
+    assert [(n.pod.name, n.node) for n in result.actions if isinstance(n, Nominate)] == [
+        ("w-2", "")
+    ]
+
+
+def _block(nodes: list[dict[str, Any]], name: str) -> str:
+    (found,) = [n for n in nodes if n["metadata"]["name"] == name]
+    return str(found["metadata"]["labels"][BLOCK])
