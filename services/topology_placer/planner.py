@@ -1237,6 +1237,29 @@ def _read_volumes(run: _Pass, gang: Gang, pod: Obj, facts: PodFacts) -> str:
         return needs
     if needs.waiting and (why := _waiting_for_first_consumer(run, needs)):
         return why
+    namespace = fields.namespace_of(pod)
+    for waiting in needs.waiting:
+        if waiting.selected_node:
+            # Annotated already: every pod naming it goes to that node alone (WaitingClaim).
+            continue
+        shared = f"{namespace}/{waiting.name}"
+        fellow = next(
+            (
+                fields.name_of(member)
+                for member in gang.pending
+                if member is not pod and shared in _claims_of(member)
+            ),
+            "",
+        )
+        if fellow:
+            # Placed at once, the members could land on two nodes, and one claim cannot be
+            # provisioned on both: refused until the claim names its node or is bound.
+            return (
+                f"PersistentVolumeClaim {waiting.name} waits for its first consumer "
+                f"(WaitForFirstConsumer) and pod {fellow} of the same gang names it too: the "
+                "topology placer selects one node per claim for one pod, never two nodes for "
+                "one claim; bind the claim first or give each pod its own"
+            )
     for claim in needs.exclusive:
         other = next((name for key, name in run.claim_users.get(claim, ()) if key != facts.key), "")
         if not other:

@@ -312,6 +312,40 @@ def test_rule_wait_for_first_consumer_claims_are_annotated_with_the_node_before_
     assert all(p["spec"].get("nodeName") for p in gang)
 
 
+def test_rule_wait_for_first_consumer_members_sharing_one_claim_never_get_two_nodes() -> None:
+    """Two members of one gang name the same unbound WaitForFirstConsumer claim (RWO or RWX):
+    placed at once they could land on two nodes, and one claim cannot be provisioned on both.
+    They are refused, naming the claim and the other pod, and no selected-node is written;
+    once the claim names its node (another writer, the user) both may go only there."""
+    for access in ("ReadWriteOnce", "ReadWriteMany"):
+        claim = _unbound(access=access)
+        gang = [_with_claim(pod(f"worker-{r}", "gang", gpus=4), "shared") for r in range(2)]
+        result = plan(
+            state(
+                reference_nodes(),
+                [placement_fields(p) for p in gang],
+                [pod_group("gang", 2)],
+                claims=[claim_fields(claim)],
+                storage_classes=[storage_class_fields(_class())],
+            )
+        )
+        assert not [a for a in result.actions if isinstance(a, SelectNode | Nominate | Bind)]
+        message = _refusal(result)
+        assert "PersistentVolumeClaim shared waits for its first consumer" in message
+        assert "names it too" in message and "never two nodes for one claim" in message
+        claim["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": "node3"}
+        result = plan(
+            state(
+                reference_nodes(),
+                [placement_fields(p) for p in gang],
+                [pod_group("gang", 2)],
+                claims=[claim_fields(claim)],
+                storage_classes=[storage_class_fields(_class())],
+            )
+        )
+        assert _placed(result) == {"worker-0": "node3", "worker-1": "node3"}
+
+
 def test_rule_wait_for_first_consumer_nodes_are_those_of_the_class_allowed_topologies() -> None:
     """No node in the class's allowedTopologies: refused, saying so, never placed."""
     message = _unbound_refusal(_unbound(), [_class(blocks=("b9",))])
