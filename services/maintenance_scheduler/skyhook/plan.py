@@ -1352,8 +1352,20 @@ def _plan_skyhook(
     compartments: list[CompartmentPlan] = []
     selected: set[str] = set()
     if policy is not None:
+        ranks = node_orders(priorities, 0)
+        drained = {n for owner, n in world.maintenance_owners.values() if owner == skyhook.name}
+        # A drained node that is not a target counts against every compartment (fail closed).
+        drained_outside = len(drained - {n.name for n in targets})
         rollout_nodes = [
-            RolloutNode(n.name, n.labels, n.created, before[n.name], sticky=n.name in priorities)
+            RolloutNode(
+                n.name,
+                n.labels,
+                n.created,
+                before[n.name],
+                sticky=n.name in priorities,
+                picked=ranks.get(n.name, -1),
+                drained=n.name in drained,
+            )
             for n in targets
         ]
         for name, members in assign_compartments(policy, rollout_nodes).items():
@@ -1371,6 +1383,12 @@ def _plan_skyhook(
                 state,
                 may_start=may_start,
                 fresh=not isinstance(recorded, Mapping),
+                drained_elsewhere=drained_outside
+                + sum(
+                    1
+                    for m in members
+                    if m.drained and m.status not in (IN_PROGRESS, ERRORING, COMPLETE)
+                ),
             )
             compartments.append(decided)
             selected.update(decided.batch)

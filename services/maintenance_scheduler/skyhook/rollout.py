@@ -150,6 +150,10 @@ class RolloutNode:
     status: str
     # Picked into a batch earlier (status.nodePriority) and not complete: it continues.
     sticky: bool = False
+    # Its rank in status.nodePriority (picked later ranks higher); -1 when not picked.
+    picked: int = -1
+    # Holds a NodeMaintenance of this object (drained or draining).
+    drained: bool = False
 
 
 def _strategy_rank(strategy: Strategy | None) -> int:
@@ -228,11 +232,16 @@ def plan_compartment(
     *,
     may_start: bool = True,
     fresh: bool = False,
+    drained_elsewhere: int = 0,
 ) -> CompartmentPlan:
     """Evaluate the finished batch (when no node is in progress; not when `fresh`, the batch
     state just made), then pick the nodes to work
     on: those in progress, else the sticky ones, else a new batch in PICK_ORDER -- no new one
-    when the rollout stopped or `may_start` is False (paused)."""
+    when the rollout stopped or `may_start` is False (paused).
+
+    Never more nodes work at once than a batch holds, counting `drained_elsewhere`: nodes
+    that hold a NodeMaintenance of this object without being in progress or erroring here
+    (an ignored node whose Job still runs, one that left the selector, ...)."""
     strategy = compartment.strategy
     total = len(nodes)
     ceiling = compartment.budget.ceiling(total)
@@ -272,19 +281,29 @@ def plan_compartment(
     )
     if strategy is not None and state.should_stop:
         return base
+    size = batch_size(strategy, total, state) if strategy is not None else ceiling
+    slots = max(0, size - drained_elsewhere)
     if in_progress:
-        return replace(base, batch=tuple(in_progress))
+        # Nodes can be in progress outside the batch (an erroring node whose failed entry an
+        # edit made stale while another of its stages still ran): never more of them work at
+        # once than a batch holds: drained ones first (they are draining already), then the
+        # most recently picked, so an erroring node holding its drain waits for the batch
+        # under way instead of draining beside it.
+        working = sorted(
+            (n for n in nodes if n.status == IN_PROGRESS),
+            key=lambda n: (not n.drained, -n.picked),
+        )
+        return replace(base, batch=tuple(n.name for n in working[:slots]))
     # An erroring node was counted as failed when its batch was judged: it no longer holds one.
     sticky = [n.name for n in nodes if n.sticky and n.status not in (COMPLETE, ERRORING)]
     if sticky:
-        return replace(base, batch=tuple(sticky))
+        return replace(base, batch=tuple(sticky[:slots]))
     if not may_start:
         return base
-    size = batch_size(strategy, total, state) if strategy is not None else ceiling
     picked: list[str] = []
     for status in PICK_ORDER:
         for node in nodes:
-            if len(picked) >= size:
+            if len(picked) >= slots:
                 break
             if node.status == status:
                 picked.append(node.name)
