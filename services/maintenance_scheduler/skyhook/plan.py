@@ -780,7 +780,7 @@ def step_node(
                     stage=shown.stage if shown is not None else "",
                 )
             )
-    _decide_interrupts(skyhook, node, result, due, skipped, drained, create)
+    _decide_interrupts(skyhook, node, result, due, skipped, drained and may_start, create)
     by_name = {p.name: p for p in packages}
     for name, new in result.entries.items():
         if _interrupts(by_name.get(name), new) and new.state != stages.COMPLETE:
@@ -815,13 +815,14 @@ def _decide_interrupts(
     result: NodeStep,
     due: Sequence[tuple[Package, PackageState]],
     skipped: Sequence[Package],
-    drained: bool,
+    may_run: bool,
     create: Callable[[Package | None, PackageState], None],
 ) -> None:
     """One interrupt for the node: once no interrupting package is still before its
     interrupt (nor another interrupt under way), the due ones merge into one Job run by the
     winner; the others are `skipped` and go on to post-interrupt once the winner's
-    interrupt is done."""
+    interrupt is done. Jobs start only when `may_run`: the node drained and nothing paused
+    (a paused skipped package is recorded at post-interrupt, its Job made on resume)."""
     by_name = {p.name: p for p in skyhook.packages}
     under_way = [
         e
@@ -831,7 +832,7 @@ def _decide_interrupts(
         and e.name not in {p.name for p, _ in due}
         and e.stage in ("apply", "upgrade", "config", "interrupt")
     ]
-    if due and not under_way and drained:
+    if due and not under_way and may_run:
         winner, merged = merge_interrupts([p for p, _ in due])
         for package, entry in due:
             if package.name == winner:
@@ -861,7 +862,7 @@ def _decide_interrupts(
         if ran is not None and (ran.stage == "post-interrupt" or ran.state == stages.COMPLETE):
             following = replace(entry, stage="post-interrupt", state=stages.IN_PROGRESS, message="")
             result.entries[package.name] = following
-            if drained:
+            if may_run:
                 create(package, following)
         else:
             # The winner is gone or went back: this package's interrupt is due again.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -170,6 +171,61 @@ def test_rule_a_skipped_package_waits_while_the_merged_interrupt_fails() -> None
     assert (state["alpha"]["stage"], state["alpha"]["state"]) == ("interrupt", "skipped")
     assert not [a for a in cluster.created if a.stage == "post-interrupt"]
     assert REQUEST in cluster.maintenances  # the node stays out of service
+
+
+def _reboot_running_beside_a_skipped_service(cluster: Cluster) -> None:
+    """Run until kernel's merged reboot Job runs (held) and alpha waits skipped."""
+    for _ in range(30):
+        cluster.round()
+        interrupts = [a for a in cluster.created if a.stage == "interrupt"]
+        if interrupts:
+            cluster.held_jobs.add(interrupts[0].name)
+            break
+    cluster.round()
+    assert node_state(cluster)["alpha"]["state"] == "skipped"
+
+
+def _merged_pair() -> Cluster:
+    packages = {
+        "alpha": package({"type": "service", "services": ["a.service"]}),
+        "kernel": package(REBOOT),
+    }
+    return Cluster.of(make_skyhook(packages))
+
+
+def test_rule_pause_starts_no_post_interrupt_of_a_skipped_package() -> None:
+    cluster = _merged_pair()
+    _reboot_running_beside_a_skipped_service(cluster)
+    cluster.skyhook = replace(cluster.skyhook, paused=True)
+    since = len(cluster.created)
+    cluster.held_jobs.clear()
+    for _ in range(5):
+        cluster.round()
+    assert cluster.created[since:] == []
+    # Resumed: both post-interrupts run, the node still drained.
+    cluster.skyhook = replace(cluster.skyhook, paused=False)
+    cluster.settle()
+    posts = {a.package.name for a in cluster.created[since:] if a.stage == "post-interrupt"}
+    assert posts == {"alpha", "kernel"}
+    assert {cluster.phase_at_create[a.name] for a in cluster.created[since:]} == {"Ready"}
+    assert cluster.status() == "complete"
+
+
+def test_rule_a_skipped_package_s_post_interrupt_waits_for_its_node_to_be_drained() -> None:
+    cluster = _merged_pair()
+    _reboot_running_beside_a_skipped_service(cluster)
+    # The drain is lost (the NodeMaintenance no longer Ready) while the reboot ends.
+    cluster.held_pending = True
+    since = len(cluster.created)
+    cluster.held_jobs.clear()
+    for _ in range(5):
+        cluster.round()
+    assert [a for a in cluster.created[since:] if a.stage == "post-interrupt"] == []
+    cluster.held_pending = False
+    cluster.settle()
+    made = [a for a in cluster.created[since:] if a.package.name == "alpha"]
+    assert [a.stage for a in made] == ["post-interrupt"]
+    assert cluster.phase_at_create[made[0].name] == "Ready"
 
 
 def test_rule_the_interrupt_job_restarts_its_pod_on_failure_as_upstream() -> None:
