@@ -194,13 +194,13 @@ class Budget:
     count: int | None = None
 
     def ceiling(self, matched: int) -> int:
-        """count, or upstream's CalculateCeiling: max(1, int(matched x percent / 100.0)),
+        """count, or upstream's CalculateCeiling: max(1, int(matched x (percent / 100))),
         the fraction dropped; 0 when nothing matched."""
         if self.count is not None:
             return self.count
         if self.percent is None or matched == 0:
             return 0
-        return max(1, int(matched * self.percent / 100.0))
+        return max(1, percent_share(matched, self.percent))
 
     def legacy_batch(self, matched: int) -> int:
         """The batch of a Skyhook without a DeploymentPolicy (upstream's
@@ -210,7 +210,13 @@ class Budget:
             return max(1, min(matched, self.count))
         if self.percent is None or matched == 0:
             return 1
-        return max(1, int(matched * self.percent / 100.0))
+        return max(1, percent_share(matched, self.percent))
+
+
+def percent_share(matched: int, percent: int) -> int:
+    """upstream's int(float64(n) * (float64(p) / 100)): the percent is divided first, so the
+    float product can fall just under a whole number (100 nodes at 29% give 28, not 29)."""
+    return int(matched * (percent / 100))
 
 
 @dataclass(frozen=True)

@@ -277,7 +277,7 @@ def test_rule_versions_x_mod_semver_accepts_are_valid() -> None:
 
 
 def test_rule_percent_ceiling_rounds_down_with_a_minimum_of_one() -> None:
-    # upstream: max(1, int(n * p / 100.0)).
+    # upstream: max(1, int(float64(n) * (float64(p) / 100))).
     assert Budget(percent=33).ceiling(10) == 3
     assert Budget(percent=10).ceiling(5) == 1
     assert Budget(percent=99).ceiling(3) == 2
@@ -285,6 +285,15 @@ def test_rule_percent_ceiling_rounds_down_with_a_minimum_of_one() -> None:
     assert Budget(percent=25).legacy_batch(7) == 1
     assert Budget(count=0).legacy_batch(4) == 1
     assert Budget(count=9).legacy_batch(4) == 4
+
+
+def test_rule_percent_ceiling_divides_the_percent_first_as_upstream() -> None:
+    # 100 x 0.29 is 28.999... in float64: upstream's CalculateCeiling gives 28, not 29.
+    assert Budget(percent=29).ceiling(100) == 28
+    assert Budget(percent=58).ceiling(50) == 28
+    assert Budget(percent=29).legacy_batch(100) == 28
+    assert Budget(percent=58).legacy_batch(50) == 28
+    assert Budget(percent=50).ceiling(10) == 5
 
 
 # --- batch state reset ------------------------------------------------------------------------
