@@ -67,7 +67,9 @@ INTERRUPT_PRIORITY: Final[Mapping[str, int]] = {
 def merge_interrupt_list(due: Sequence[tuple[str, Interrupt]]) -> tuple[str, Interrupt]:
     """The one interrupt that serves every (owner, interrupt) in `due`, and its owner, as
     upstream's fudgeInterruptWithPriority: by owner name, the first of the highest priority
-    (a reboot wins at once); services of equal priority are merged, sorted."""
+    (a reboot wins at once); services of equal priority are merged as upstream's
+    mergeInterrupt: the first one's services in their declared order, then each other
+    service the first time it appears."""
     owner = ""
     merged: Interrupt | None = None
     for name, interrupt in sorted(due, key=lambda item: item[0]):
@@ -78,7 +80,7 @@ def merge_interrupt_list(due: Sequence[tuple[str, Interrupt]]) -> tuple[str, Int
         if INTERRUPT_PRIORITY[interrupt.type] < INTERRUPT_PRIORITY[merged.type]:
             owner, merged = name, interrupt
         elif interrupt.type == merged.type == "service":
-            services = tuple(sorted(set(merged.services) | set(interrupt.services)))
+            services = tuple(dict.fromkeys((*merged.services, *interrupt.services)))
             merged = Interrupt("service", services)
     if merged is None:
         raise ValueError("no interrupt to merge")

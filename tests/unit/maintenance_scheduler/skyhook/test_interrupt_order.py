@@ -129,11 +129,12 @@ def test_rule_service_interrupts_merge_their_services_into_one_job() -> None:
     job = cluster.jobs[interrupt.name]
     (agent,) = job["spec"]["template"]["spec"]["initContainers"]
     assert agent["args"][:2] == ["interrupt", "/root"]
-    # The agent's interrupt argument (upstream Interrupt.ToArgs): base64 JSON, agent names.
+    # The agent's interrupt argument (upstream Interrupt.ToArgs): base64 JSON, agent names;
+    # the services in declared order, new ones appended (upstream's mergeInterrupt).
     decoded = json.loads(base64.b64decode(agent["args"][3]))
     assert decoded == {
         "type": "service_restart",
-        "services": ["a.service", "b.service", "z.service"],
+        "services": ["z.service", "a.service", "b.service"],
     }
 
 

@@ -63,15 +63,22 @@ def test_merged_interrupt_restart_all_services_covers_a_service_and_a_service_a_
     assert merge_interrupt_list([("a", noop), ("b", restart_all)]) == ("b", restart_all)
 
 
-def test_merged_interrupt_services_are_merged_sorted_once_under_the_first_owner() -> None:
+def test_rule_merged_interrupt_services_keep_declared_order_then_append_new_ones() -> None:
+    # upstream's mergeInterrupt: an ordered union under the first owner, never sorted.
     due = [
         ("b", Interrupt("service", ("sshd", "kubelet"))),
         ("a", Interrupt("service", ("kubelet", "containerd"))),
     ]
     assert merge_interrupt_list(due) == (
         "a",
-        Interrupt("service", ("containerd", "kubelet", "sshd")),
+        Interrupt("service", ("kubelet", "containerd", "sshd")),
     )
+    three = [
+        ("a", Interrupt("service", ("z", "y"))),
+        ("b", Interrupt("service", ("x", "z"))),
+        ("c", Interrupt("service", ("w", "y"))),
+    ]
+    assert merge_interrupt_list(three) == ("a", Interrupt("service", ("z", "y", "x", "w")))
     # Two noops are one noop, owned by the first.
     assert merge_interrupt_list([("b", Interrupt("noop")), ("a", Interrupt("noop"))]) == (
         "a",
