@@ -94,6 +94,9 @@ class VictimUnit:
     # What a budget selects by, besides each pod's labels: the unit's namespace (its key
     # names it, so every pod of the unit is in it).
     namespace: str = ""
+    # Each pod's labels, in the order of `pods` (read with the pod's facts, so a pass does
+    # not look each pod up again to match the budgets).
+    labels: list[Obj] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -317,6 +320,9 @@ def victim_units(
     by_key: dict[str, VictimUnit] = {}
     guards: dict[str, str] = {}
     blocked: set[str] = set()
+    # The units with a pod on a usable node, noted as their pods are read (not by walking
+    # every unit's pods again afterwards).
+    usable_keys: set[str] = set()
     for item, facts in zip(charged, _POD_FACTS.of_each(c.pod for c in charged), strict=True):
         if item.nominated_only or facts.deleting:
             continue
@@ -327,18 +333,20 @@ def victim_units(
             blocked.add(facts.guard)
             continue
         guards[key] = facts.guard
+        if item.node in usable_nodes:
+            usable_keys.add(key)
         unit = by_key.get(key)
         if unit is None:
-            by_key[key] = VictimUnit(key, facts.priority, [item], facts.job, facts.namespace)
+            by_key[key] = VictimUnit(
+                key, facts.priority, [item], facts.job, facts.namespace, [facts.labels]
+            )
         else:
-            unit.priority = max(unit.priority, facts.priority)
+            if facts.priority > unit.priority:
+                unit.priority = facts.priority
             unit.pods.append(item)
+            unit.labels.append(facts.labels)
     # (Sorting the keys alone: a pair per unit would be one more object per victim pod.)
-    return [
-        unit
-        for unit in map(by_key.__getitem__, sorted(by_key))
-        if guards[unit.key] not in blocked and any(p.node in usable_nodes for p in unit.pods)
-    ]
+    return [by_key[key] for key in sorted(usable_keys) if guards[key] not in blocked]
 
 
 class _Budget(NamedTuple):
@@ -515,46 +523,117 @@ class _Search:
         # room is worked out as these few integers.
         self.resources = tuple(r for r, amount in request.items() if amount > 0)
         self.amounts = tuple(request[r] for r in self.resources)
-        # What each unit's pods on each node take of those resources, summed, and the units
-        # with a pod on each node (in unit order).
-        self.unit_nodes: dict[str, dict[str, tuple[int, ...]]] = {}
-        self.on_node: dict[str, list[VictimUnit]] = {}
+        # The units with a pod on each node (in unit order), each with what its pods there
+        # take of those resources, summed; and per unit its nodes, worked out only for the
+        # few units a plan gives back (unit_nodes). (Pairs of a unit and a tuple, no dict
+        # per unit: a pass over a full cluster keeps one per unit and node.)
+        self.on_node: dict[str, list[tuple[VictimUnit, tuple[int, ...]]]] = {}
+        self._unit_nodes: dict[str, dict[str, tuple[int, ...]]] = {}
         resources = self.resources
         # Pods asking alike share one request dict (fit.pod_request_shared): each distinct
-        # one is read once. (Tuples, not lists: the collector stops tracking tuples of ints,
-        # and a pass over a full cluster keeps one per unit and node.)
+        # one is read once. (Tuples, not lists: the collector stops tracking tuples of ints.)
         asks_of: dict[int, tuple[int, ...]] = {}
+
+        def asks(request: Mapping[str, int]) -> tuple[int, ...]:
+            found = asks_of.get(id(request))
+            if found is None:
+                found = asks_of[id(request)] = tuple(request.get(r, 0) for r in resources)
+            return found
+
+        on_node = self.on_node
         for unit in units:
-            nodes = self.unit_nodes[unit.key] = {}
-            for item in unit.pods:
-                asks = asks_of.get(id(item.request))
-                if asks is None:
-                    asks = asks_of[id(item.request)] = tuple(
-                        item.request.get(resource, 0) for resource in resources
-                    )
-                held = nodes.get(item.node)
-                if held is None:
-                    nodes[item.node] = asks
-                    self.on_node.setdefault(item.node, []).append(unit)
+            if len(unit.pods) == 1:
+                # Most units are one pod (rule 7c): nothing to sum.
+                item = unit.pods[0]
+                listed = on_node.get(item.node)
+                if listed is None:
+                    on_node[item.node] = [(unit, asks(item.request))]
                 else:
-                    nodes[item.node] = tuple(a + b for a, b in zip(held, asks, strict=True))
+                    listed.append((unit, asks(item.request)))
+                continue
+            held: dict[str, tuple[int, ...]] = {}
+            for item in unit.pods:
+                taken = asks(item.request)
+                before = held.get(item.node)
+                held[item.node] = (
+                    taken
+                    if before is None
+                    else tuple(a + b for a, b in zip(before, taken, strict=True))
+                )
+            for node, amounts in held.items():
+                entry = (unit, amounts)
+                listed = on_node.get(node)
+                if listed is None:
+                    on_node[node] = [entry]
+                else:
+                    listed.append(entry)
         self._base: dict[str, tuple[int, ...]] = {}
         self._hits: dict[str, tuple[int, ...]] = {}
-        self._hit_values: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._no_hits = (0,) * len(budgets)
+        self._hit_values: dict[tuple[int, ...], tuple[int, ...]] = {self._no_hits: self._no_hits}
+        self._broken_of: dict[tuple[int, ...], int] = {}
+        self._hits_by_labels: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        # The budgets that may select a pod, by namespace (a budget selects only its own).
+        self._selectors_in: dict[str, list[tuple[int, LabelSelector]]] = {}
+        for index, budget in enumerate(budgets):
+            if budget.selector is not None:
+                self._selectors_in.setdefault(budget.namespace, []).append((index, budget.selector))
         self._dry: dict[tuple[str, ...], tuple[dict[str, int], Placement | NoFit]] = {}
 
     def hits_of(self, unit: VictimUnit) -> tuple[int, ...]:
-        """How many of the unit's pods each budget selects (read once per unit)."""
+        """How many of the unit's pods each budget selects (read once per unit). Only the
+        budgets of the unit's namespace are matched, against the labels its pods' facts
+        hold: a pass asks this of every unit of a full cluster."""
         found = self._hits.get(unit.key)
         if found is None:
-            labels = [fields.labels_of(item.pod) for item in unit.pods]
-            found = _hits(unit.namespace, labels, self.budgets)
-            # Most units are hit alike (by no budget): one tuple serves them all.
-            found = self._hits[unit.key] = self._hit_values.setdefault(found, found)
+            if unit.namespace not in self._selectors_in:
+                found = self._no_hits
+            else:
+                # (A unit made elsewhere, without its pods' labels, has them read here.)
+                each = unit.labels or [fields.labels_of(item.pod) for item in unit.pods]
+                if len(each) == 1:
+                    found = self._pod_hits(unit.namespace, each[0])
+                else:
+                    per_pod = [self._pod_hits(unit.namespace, one) for one in each]
+                    summed = tuple(map(sum, zip(*per_pod, strict=True)))
+                    # Most units are hit alike (by no budget): one tuple serves them all.
+                    found = self._hit_values.setdefault(summed, summed)
+            self._hits[unit.key] = found
         return found
 
-    def broken(self, hits: Sequence[int]) -> int:
-        return _broken(hits, self.budgets)
+    def _pod_hits(self, namespace: str, labels: Obj) -> tuple[int, ...]:
+        """Whether each budget selects a pod of `namespace` with these labels (1 or 0). Pods of
+        one template carry the same labels: each distinct set is matched once."""
+        key = (namespace, *labels.items())
+        found = self._hits_by_labels.get(key)
+        if found is None:
+            selecting = {
+                index
+                for index, selector in self._selectors_in.get(namespace, ())
+                if selector.matches(labels)
+            }
+            hits = tuple(int(index in selecting) for index in range(len(self.budgets)))
+            found = self._hits_by_labels[key] = self._hit_values.setdefault(hits, hits)
+        return found
+
+    def broken(self, hits: tuple[int, ...]) -> int:
+        """How many budgets these hits break (worked out once per distinct hits)."""
+        count = self._broken_of.get(hits)
+        if count is None:
+            count = self._broken_of[hits] = _broken(hits, self.budgets)
+        return count
+
+    def unit_nodes(self, unit: VictimUnit) -> dict[str, tuple[int, ...]]:
+        """The nodes the unit has pods on, each with what they take there (see on_node)."""
+        found = self._unit_nodes.get(unit.key)
+        if found is None:
+            found = self._unit_nodes[unit.key] = {}
+            for node in dict.fromkeys(item.node for item in unit.pods):
+                for listed, amounts in self.on_node[node]:
+                    if listed is unit:
+                        found[node] = amounts
+                        break
+        return found
 
     def _free_after(self, node: str, allowed_keys: AbstractSet[str]) -> list[int]:
         """What the node would have free of each resource the gang asks for, with the allowed
@@ -569,9 +648,9 @@ class _Search:
                     room[index] += item.request.get(resource, 0)
             base = self._base[node] = tuple(room)
         free = list(base)
-        for unit in self.on_node.get(node, ()):
+        for unit, amounts in self.on_node.get(node, ()):
             if unit.key in allowed_keys:
-                for index, amount in enumerate(self.unit_nodes[unit.key][node]):
+                for index, amount in enumerate(amounts):
                     free[index] += amount
         return free
 
@@ -629,7 +708,7 @@ class _Search:
                 if self.budgets:
                     hits = [a + b for a, b in zip(hits, self.hits_of(unit), strict=True)]
             cost = sum(self.ranks[priority] + 1 for priority in job_priority.values())
-            key = (self.broken(hits), cost, pod_count, domain.path)
+            key = (self.broken(tuple(hits)), cost, pod_count, domain.path)
             if best is None or key < best[0]:
                 best = (key, placement, victims)
         if best is None:
@@ -657,7 +736,7 @@ class _Search:
             wanted[node] = wanted.get(node, 0) + 1
         involved_by_key: dict[str, VictimUnit] = {}
         for node in wanted:
-            for unit in self.on_node.get(node, ()):
+            for unit, _ in self.on_node.get(node, ()):
                 if unit.key in allowed_keys:
                     involved_by_key[unit.key] = unit
         # Units are ordered by key (victim_units), and the plan keeps that order.
@@ -669,7 +748,7 @@ class _Search:
                 return None
         given_back: set[str] = set()
         for unit in sorted(involved, key=lambda u: (-u.priority, u.key)):
-            held = self.unit_nodes[unit.key]
+            held = self.unit_nodes(unit)
             touched = (
                 [n for n in held if n in wanted]
                 if len(held) <= len(wanted)

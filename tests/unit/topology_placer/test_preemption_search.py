@@ -123,10 +123,11 @@ def _cluster(
     return nodes, pods, placed
 
 
-def _budget(app: str, allowed: int) -> dict[str, Any]:
+def _budget(app: str, allowed: int, namespace: str = "default") -> dict[str, Any]:
+    # app "": the empty selector, every pod of the budget's namespace.
     return {
-        "metadata": {"name": f"pdb-{app}", "namespace": "default"},
-        "spec": {"selector": {"matchLabels": {"app": app}}},
+        "metadata": {"name": f"pdb-{app or 'all'}", "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {"app": app}} if app else {}},
         "status": {"disruptionsAllowed": allowed},
     }
 
@@ -156,9 +157,11 @@ def _same_plan(fast: PreemptionPlan | NotHelpful, slow: PreemptionPlan | NotHelp
     rules=st.sampled_from(RULE_SETS),
     budgets=st.lists(
         st.tuples(
-            st.sampled_from(("gang", "replica", "job", "plain")),
+            st.sampled_from(("gang", "replica", "job", "plain", "")),
             st.integers(0, 3),
             st.integers(0, 2),
+            # The victims' namespace, or another (whose budget selects none of them).
+            st.sampled_from(("default", "default", "other")),
         ),
         max_size=3,
     ),
@@ -172,7 +175,7 @@ def test_rule_the_fast_preemption_search_makes_the_least_cost_plan_of_the_class_
     gang_gpus: int,
     gang_priority: int,
     rules: tuple[GatherRule, ...],
-    budgets: list[tuple[str, int, int]],
+    budgets: list[tuple[str, int, int, str]],
     unusable: set[int],
 ) -> None:
     """Phases 2-5 (cheapest class first, least-cost domain, victims given back while the gang
@@ -203,7 +206,10 @@ def test_rule_the_fast_preemption_search_makes_the_least_cost_plan_of_the_class_
         "request": request,
         "charged": charged,
         "gang_priority": gang_priority,
-        "budgets": [_budget(f"{kind}-{job}", allowed) for kind, job, allowed in budgets],
+        "budgets": [
+            _budget(f"{kind}-{job}" if kind else "", allowed, namespace)
+            for kind, job, allowed, namespace in budgets
+        ],
     }
     slow = reference.plan_preemption(**arguments)
     fast = plan_preemption(**arguments)

@@ -5,6 +5,7 @@ or the same one), and a command refused before gets a new key when it is sent ag
 
 from __future__ import annotations
 
+import gc
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -15,7 +16,7 @@ from topology_placer.commands import COMMAND_LIFETIME_SECONDS, SENDER
 from topology_placer.config import TopologyPlacerConfig
 from topology_placer.planner import Bind, MarkUnschedulable, Nominate
 from topology_placer.pods import PodRef
-from topology_placer.service import TopologyPlacer
+from topology_placer.service import HEAP_REFREEZE_SECONDS, TopologyPlacer
 
 NOW = 1_767_225_600.0
 
@@ -36,8 +37,12 @@ class RecordingBus:
         return []
 
 
-def _placer(bus: RecordingBus) -> TopologyPlacer:
-    placer = TopologyPlacer(bus, TopologyPlacerConfig(instance_id="unit"))  # type: ignore[arg-type]
+def _placer(bus: RecordingBus, *, freeze_heap: bool = False) -> TopologyPlacer:
+    placer = TopologyPlacer(
+        bus,  # type: ignore[arg-type]
+        TopologyPlacerConfig(instance_id="unit"),
+        freeze_heap=freeze_heap,
+    )
     placer.lease = cast(Any, SimpleNamespace(is_leader=True))  # the ledger asks it per send
     # As after a rebuild that found nothing held.
     placer.ledger.adopt(CommandLedger(SENDER, max_lifetime=COMMAND_LIFETIME_SECONDS))
@@ -97,3 +102,34 @@ async def test_a_refused_command_frees_its_pod_and_gets_a_new_key_when_sent_agai
     second = _commands(bus)[1]
     assert second.idempotency_key == f"{first.idempotency_key}~1"
     assert bus.sent[1].msg_id == second.msg_id
+
+
+async def test_rule_the_service_freezes_its_long_lived_heap_after_a_pass() -> None:
+    """The service's process (freeze_heap, as setup() makes it) moves its heap (the views,
+    the memoised facts) out of the collector's reach after a pass, so a full collection does
+    not walk the whole cluster view during every pass; it is collected whole and frozen again
+    only after HEAP_REFREEZE_SECONDS."""
+    gc.unfreeze()
+    try:
+        placer = _placer(RecordingBus(), freeze_heap=True)
+        assert gc.get_freeze_count() == 0
+        await placer.run_pass()
+        assert gc.get_freeze_count() > 0
+        frozen_at = placer.heap_frozen_at
+        assert frozen_at is not None
+        await placer.run_pass()
+        assert placer.heap_frozen_at == frozen_at
+        placer.heap_frozen_at = frozen_at - HEAP_REFREEZE_SECONDS
+        await placer.run_pass()
+        assert placer.heap_frozen_at is not None and placer.heap_frozen_at > frozen_at
+    finally:
+        gc.unfreeze()
+
+
+async def test_a_placer_sharing_a_process_leaves_the_collector_alone() -> None:
+    # Tests and the in-process benchmark stack run a placer beside everything else.
+    gc.unfreeze()
+    placer = _placer(RecordingBus())
+    await placer.run_pass()
+    assert gc.get_freeze_count() == 0
+    assert placer.heap_frozen_at is None
