@@ -7,9 +7,7 @@ the same file, see test_manifests)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,29 +16,18 @@ from typing import Any
 import pytest
 import yaml
 
+from nodeflow_contracts.permissions import SERVICES
+from tests.fixtures.tools import built_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "charts" / "nodeflow" / "files" / "prometheus-rules.yaml"
 OVERLAY_RULES = ROOT / "k8s" / "overlays" / "production" / "prometheusrules.yaml"
-SERVICES = (
-    "k8s-watcher",
-    "slurm-syncer",
-    "nodeset-controller",
-    "maintenance-scheduler",
-    "topology-placer",
-    "metrics-exporter",
-)
 LABEL_REFERENCE = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
 
 
 def promtool() -> str:
     """promtool: PROMTOOL, .tools/bin/promtool (`make tools`), or promtool on PATH."""
-    for candidate in (os.environ.get("PROMTOOL"), str(ROOT / ".tools" / "bin" / "promtool")):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.skip("promtool not built (make tools runs tools/prometheus/build_promtool.sh)")
-    return found
+    return built_tool("promtool", "make tools runs tools/prometheus/build_promtool.sh")
 
 
 def rules() -> dict[str, dict[str, Any]]:

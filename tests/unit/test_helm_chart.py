@@ -28,6 +28,7 @@ import yaml
 from nodeflow_contracts.permissions import ADMIN_USER, password_variable, render_accounts
 from nodeflow_runtime.config import ServiceConfig, load_config
 from nodeflow_runtime.natsd import nats_server_binary
+from tests.fixtures.tools import built_tool
 from tests.unit.test_manifests import (
     EXPECTED_PERMISSIONS,
     K8S,
@@ -58,13 +59,7 @@ RESTRICTED_VOLUME_TYPES = {
 
 def helm() -> str:
     """The helm CLI: HELM, .tools/bin/helm (`make tools`), or helm on PATH."""
-    for candidate in (os.environ.get("HELM"), str(ROOT / ".tools" / "bin" / "helm")):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("helm")
-    if found is None:
-        pytest.skip("helm not built (make tools runs tools/helm/build_helm.sh)")
-    return found
+    return built_tool("helm", "make tools runs tools/helm/build_helm.sh")
 
 
 def run_helm(*args: str) -> subprocess.CompletedProcess[str]:

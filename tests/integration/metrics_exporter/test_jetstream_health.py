@@ -13,22 +13,13 @@ from prometheus_client import CollectorRegistry
 
 from metrics_exporter.exporter import Exporter
 from metrics_exporter.jetstream import JetStreamCollector, JetStreamProbe, probed_streams
-from nodeflow_bus import Bus, BusOptions, ensure_topology
+from nodeflow_bus import Bus, ensure_topology
 from nodeflow_contracts.topology import KV_BUCKETS, STREAMS, replicated
 from nodeflow_runtime.natsd_cluster import NatsCluster
+from tests.integration.bus.test_cluster import CLUSTER_BUS_OPTIONS
 from tests.integration.metrics_exporter.conftest import eventually
 
 REPLICAS = 3
-CLUSTER_BUS_OPTIONS = BusOptions(
-    name="pytest-jetstream-health",
-    connect_timeout=1.0,
-    reconnect_wait=0.1,
-    initial_connect_deadline=10.0,
-    request_timeout=1.0,
-    ping_interval=1.0,
-    max_outstanding_pings=2,
-    drain_timeout=1.0,
-)
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
