@@ -503,11 +503,27 @@ class Skyhook:
     # Which kind it is (Skyhook or NodeWright): every key it reads or writes is of its names.
     names: SkyhookNames = SKYHOOK
 
+    @property
+    def owner_key(self) -> str:
+        return owner_key(self.name, self.names)
+
     def package(self, name: str) -> Package | None:
         for package in self.packages:
             if package.name == name:
                 return package
         return None
+
+
+def owner_key(name: str, names: SkyhookNames = SKYHOOK) -> str:
+    """How the controller's bookkeeping (whose NodeMaintenance, whose running Jobs) tells a
+    Skyhook and a NodeWright of one name apart: a Skyhook by its name (as before), a
+    NodeWright by its group and name (an object name never holds a '/')."""
+    return name if names == SKYHOOK else f"{names.group}/{name}"
+
+
+def owner_name(key: str) -> str:
+    """The object name an owner_key is for."""
+    return key.rpartition("/")[2]
 
 
 def _pairs(raw: object) -> tuple[tuple[str, str], ...]:

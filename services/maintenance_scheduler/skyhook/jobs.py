@@ -90,9 +90,15 @@ def resource_id(skyhook: str, package: str, version: str, node: str) -> str:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def maintenance_name(skyhook: str, node: str) -> str:
-    digest = _digest(skyhook, node)[:8]
-    return f"skyhook-{_slug(skyhook, 20)}-{_slug(node, 24)}-{digest}"
+def maintenance_name(skyhook: str, node: str, names: SkyhookNames = SKYHOOK) -> str:
+    """The NodeMaintenance of an object on a node. A Skyhook's keeps its name form (so its
+    existing requests are found); a NodeWright's has its own, so a Skyhook and a NodeWright
+    of one name never share a request."""
+    if names == SKYHOOK:
+        digest = _digest(skyhook, node)[:8]
+        return f"skyhook-{_slug(skyhook, 20)}-{_slug(node, 24)}-{digest}"
+    digest = _digest(names.group, skyhook, node)[:8]
+    return f"{names.singular}-{_slug(skyhook, 20)}-{_slug(node, 24)}-{digest}"
 
 
 def entry_identity(run: str, config: str) -> str:
@@ -269,7 +275,7 @@ def build_maintenance(
         "apiVersion": "maintenance.nvidia.com/v1alpha1",
         "kind": "NodeMaintenance",
         "metadata": {
-            "name": maintenance_name(skyhook.name, node),
+            "name": maintenance_name(skyhook.name, node, skyhook.names),
             "namespace": namespace,
             "labels": {
                 skyhook.names.name_label: skyhook.name,

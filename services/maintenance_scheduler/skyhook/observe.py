@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from maintenance_scheduler.skyhook.api import owner_key
 from maintenance_scheduler.skyhook.plan import NodeView
 from maintenance_scheduler.skyhook.stages import JobFacts
 from nodeflow_contracts.skyhook import SKYHOOK, SkyhookNames, is_node_condition, owner_in
@@ -93,6 +94,7 @@ def job_identity_of(job: Obj) -> Mapping[str, str] | None:
 
 
 def job_slot(job: Obj) -> tuple[str, str, str] | None:
+    """(owner_key of its Skyhook or NodeWright, package, node), from the Job's labels."""
     labels = mapping(meta(job).get("labels"))
     names = _names_of(job)
     parts = (
@@ -102,7 +104,7 @@ def job_slot(job: Obj) -> tuple[str, str, str] | None:
     )
     if not all(isinstance(p, str) and p for p in parts):
         return None
-    return (str(parts[0]), str(parts[1]), str(parts[2]))
+    return (owner_key(str(parts[0]), names), str(parts[1]), str(parts[2]))
 
 
 def job_facts(job: Obj, pods: Sequence[Obj]) -> JobFacts:

@@ -41,6 +41,7 @@ from maintenance_scheduler.skyhook.api import (
     Interrupt,
     Package,
     Skyhook,
+    owner_name,
     policy_for,
     resets_batch_state,
 )
@@ -293,7 +294,8 @@ class World:
     maintenances: Mapping[str, str]
     # NodeMaintenance uid by name (for a delete that cannot hit a newer request).
     maintenance_uids: Mapping[str, str] = field(default_factory=dict)
-    # The (skyhook, node) each of our NodeMaintenances is for, by name (from its labels).
+    # The (owner_key, node) each of our NodeMaintenances is for, by name (from its labels):
+    # a Skyhook's and a NodeWright's of one name are told apart.
     maintenance_owners: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Nodes whose last patch is not yet visible: left as they are this round.
     settling: frozenset[str] = frozenset()
@@ -328,8 +330,23 @@ class World:
         return self.runtime_taint_of(SKYHOOK)
 
     @functools.cached_property
+    def requests_by_owner(self) -> Mapping[tuple[str, str], str]:
+        """The NodeMaintenance names by (owner_key, node), from their labels."""
+        found: dict[tuple[str, str], str] = {}
+        for name, owner in sorted(self.maintenance_owners.items()):
+            found.setdefault(owner, name)
+        return found
+
+    def request_of(self, skyhook: Skyhook, node: str) -> str:
+        """The object's NodeMaintenance on the node: the one its labels say is its own (one
+        an earlier release named is still found), else the name a new one gets."""
+        made = maintenance_name(skyhook.name, node, skyhook.names)
+        found = self.requests_by_owner.get((skyhook.owner_key, node))
+        return made if found is None or made in self.maintenance_owners else found
+
+    @functools.cached_property
     def running_slots(self) -> Mapping[tuple[str, str, str], frozenset[str]]:
-        """Running Jobs by (skyhook, package, node), from their labels."""
+        """Running Jobs by (owner_key, package, node), from their labels."""
         found: dict[tuple[str, str, str], set[str]] = {}
         for job in self.jobs.values():
             if job.outcome == "running" and job.slot is not None:
@@ -338,7 +355,7 @@ class World:
 
     @functools.cached_property
     def running_on_node(self) -> Mapping[tuple[str, str], Mapping[str, str]]:
-        """Running Jobs (name -> stage) by (skyhook, node), from their labels, whatever
+        """Running Jobs (name -> stage) by (owner_key, node), from their labels, whatever
         package or run they belong to now."""
         found: dict[tuple[str, str], dict[str, str]] = {}
         for job in self.jobs.values():
@@ -582,7 +599,7 @@ def step_node(
     """Advance every package of one node; with `may_start` False, Job endings are recorded
     but no new Job or maintenance request is made."""
     result = NodeStep(dict(entries), [], [])
-    maintenance = maintenance_name(skyhook.name, node)
+    maintenance = world.request_of(skyhook, node)
     maintenance_phase = world.maintenances.get(maintenance)
     drained = maintenance_phase == MAINTENANCE_READY
     needs_maintenance = False
@@ -620,7 +637,7 @@ def step_node(
             return
         # A Job of an earlier run of this package still runs on the node: never a second pod
         # beside it on the same host paths; this one starts once it has ended.
-        others = world.running_slots.get((skyhook.name, new.name, node), frozenset())
+        others = world.running_slots.get((skyhook.owner_key, new.name, node), frozenset())
         if others - {target}:
             return
         # One interrupt at a time, alone on its node (upstream's Interrupt waits for every
@@ -629,7 +646,7 @@ def step_node(
         # starts there, whatever package (removed, rolled back) it was for.
         beside = {
             other: stage
-            for other, stage in world.running_on_node.get((skyhook.name, node), {}).items()
+            for other, stage in world.running_on_node.get((skyhook.owner_key, node), {}).items()
             if other != target
         }
         if beside and (new.stage == "interrupt" or "interrupt" in beside.values()):
@@ -886,7 +903,7 @@ def _blocked_by_priority(
     not while a Job of it (its reboot) still runs on the node."""
     for other, statuses, all_complete in earlier:
         if other.disabled:
-            if world.running_on_node.get((other.name, node)):
+            if world.running_on_node.get((other.owner_key, node)):
                 return other.name
             continue
         if other.sequencing == "all" and not all_complete:
@@ -1093,11 +1110,9 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
     _plan_runtime_taints(world, planned, plan)
     # A request no interrupt needs any more goes, whoever left it: the round that finished
     # post-interrupt, one whose delete was lost, or a Skyhook deleted mid-interrupt.
-    # (A name is deleted once no object of it lives: a NodeWright's request stays while a
-    # shadowed Skyhook of its name goes.)
-    deleting = {s.name for s in world.skyhooks if s.deleting} - {
-        s.name for s in world.skyhooks if not s.deleting
-    }
+    # (Owners are told apart by kind: a NodeWright's request stays while a shadowed Skyhook
+    # of its name goes, and the Skyhook's goes with it.)
+    deleting = {s.owner_key for s in world.skyhooks if s.deleting}
     for name, (owner, node) in sorted(world.maintenance_owners.items()):
         if name in plan.kept_maintenances:
             continue
@@ -1108,11 +1123,11 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
             # uncordons only after post-interrupt. A deleted Skyhook's Jobs go with it.
             continue
         plan.actions.append(
-            DeleteMaintenance(owner, node, name, world.maintenance_uids.get(name, ""))
+            DeleteMaintenance(owner_name(owner), node, name, world.maintenance_uids.get(name, ""))
         )
         plan.decisions.append(
             SkyhookDecisionNote(
-                owner,
+                owner_name(owner),
                 "maintenance",
                 f"NodeMaintenance {name} released: no interrupt left on {node}",
                 reason="released",
@@ -1274,7 +1289,9 @@ def _plan_deletion(skyhook: Skyhook, world: World, plan: RoundPlan) -> None:
             plan.actions.append(
                 SetNodeConditions(skyhook.name, node, removed=conditions, names=names)
             )
-    requests = sum(1 for owner, _ in world.maintenance_owners.values() if owner == skyhook.name)
+    requests = sum(
+        1 for owner, _ in world.maintenance_owners.values() if owner == skyhook.owner_key
+    )
     if left or requests:
         return
     plan.actions.append(SetSkyhookFinalizer(skyhook, False))
@@ -1354,7 +1371,9 @@ def _plan_skyhook(
     selected: set[str] = set()
     if policy is not None:
         ranks = node_orders(priorities, 0)
-        drained = {n for owner, n in world.maintenance_owners.values() if owner == skyhook.name}
+        drained = {
+            n for owner, n in world.maintenance_owners.values() if owner == skyhook.owner_key
+        }
         # A drained node that is not a target counts against every compartment (fail closed).
         drained_outside = len(drained - {n.name for n in targets})
         rollout_nodes = [
@@ -1461,7 +1480,7 @@ def _plan_skyhook(
             # An ignored node's request is not kept for its unfinished run: the label tells
             # the Skyhook to leave the node alone, so it goes once no Job runs there.
             if step.maintenance_needed and name not in ignored:
-                plan.kept_maintenances.add(maintenance_name(skyhook.name, name))
+                plan.kept_maintenances.add(world.request_of(skyhook, name))
             status = node_status(skyhook, step.entries, True, wanted)
             # A node with a run under way is in progress; one outside the batch whose
             # packages are all done for an older version or config waits for its batch.
@@ -1483,7 +1502,7 @@ def _plan_skyhook(
             # Not looked at this round (a usable node here has nothing started or is
             # complete): a request it may still be using stays.
             if not usable:
-                plan.kept_maintenances.add(maintenance_name(skyhook.name, name))
+                plan.kept_maintenances.add(world.request_of(skyhook, name))
         if status == COMPLETE and priorities.pop(name, None) is not None:
             removed_picks += 1
         after[name] = status
@@ -1529,7 +1548,7 @@ def _plan_skyhook(
         entries = final_entries.get(name, {})
         status = shown[name]
         marks = (node.annotations.get(key, ""), node.labels.get(key, ""))
-        cordon = maintenance_name(skyhook.name, name) in world.maintenance_owners
+        cordon = world.request_of(skyhook, name) in world.maintenance_owners
         if (
             name in changed
             or marks != (status, status)

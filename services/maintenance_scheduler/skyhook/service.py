@@ -35,6 +35,7 @@ from maintenance_scheduler.skyhook import metrics
 from maintenance_scheduler.skyhook.api import (
     DeploymentPolicy,
     Skyhook,
+    owner_key,
     parse_deployment_policy,
     parse_skyhook,
     reconciled,
@@ -326,7 +327,8 @@ class SkyhookController:
             name = str(metadata.get("name") or "")
             phases[name] = maintenance_phase(obj)
             uids[name] = str(metadata.get("uid") or "")
-            owners[name] = (owner[1], str(labels.get(owner[0].node_label) or ""))
+            node = str(labels.get(owner[0].node_label) or "")
+            owners[name] = (owner_key(owner[1], owner[0]), node)
         return World(
             skyhooks=skyhooks,
             policies=policies,

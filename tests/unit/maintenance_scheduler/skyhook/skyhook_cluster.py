@@ -150,7 +150,7 @@ class Cluster:
                 self.nodes[node.name] = self.bump(node, annotations=annotations, labels=labels)
             elif isinstance(action, CreateMaintenance):
                 self.maintenances[action.name] = "Pending"
-                self.owners[action.name] = (action.skyhook.name, action.node)
+                self.owners[action.name] = (action.skyhook.owner_key, action.node)
             elif isinstance(action, DeleteMaintenance):
                 self.maintenances.pop(action.name, None)
                 self.owners.pop(action.name, None)

@@ -22,10 +22,11 @@ from maintenance_scheduler.skyhook.api import (
     reconciled,
 )
 from maintenance_scheduler.skyhook.commands import commands_for
-from maintenance_scheduler.skyhook.jobs import DRAIN_POD_SELECTOR, build_job
+from maintenance_scheduler.skyhook.jobs import DRAIN_POD_SELECTOR, build_job, maintenance_name
 from maintenance_scheduler.skyhook.observe import job_facts, skyhook_conditions
 from maintenance_scheduler.skyhook.plan import (
     CreateJob,
+    CreateMaintenance,
     ForgetNode,
     NodeView,
     SetNodeConditions,
@@ -200,7 +201,7 @@ def test_rule_a_stage_job_belongs_to_its_kind_and_is_read_back_as_such(
     assert names.identity_annotation in job["metadata"]["annotations"]
     # observe reads its slot and identity from its kind's keys.
     facts = job_facts(job, [])
-    assert facts.slot == ("gpu-init", package.name, "node-00")
+    assert facts.slot == (owner.owner_key, package.name, "node-00")
     assert facts.identity is not None and facts.identity["skyhook"] == owner.uid
     assert facts.stage == "apply"
     # Its pods stay in the controller's view.
@@ -318,6 +319,81 @@ def test_rule_of_a_name_both_kinds_hold_the_nodewright_is_reconciled() -> None:
     # A shadowed Skyhook being deleted still removes its own marks and its finalizer.
     going = replace(legacy, deleting=True)
     assert reconciled([going, renamed]) == [going, renamed]
+
+
+def test_rule_a_skyhook_and_a_nodewright_of_one_name_never_share_a_node_maintenance() -> None:
+    legacy, renamed = flavored(SKYHOOK), flavored(NODEWRIGHT)
+    # The Skyhook keeps its name form (its existing requests are found); the NodeWright has
+    # its own.
+    assert maintenance_name("gpu-init", "node-00") == maintenance_name(
+        "gpu-init", "node-00", SKYHOOK
+    )
+    assert maintenance_name("gpu-init", "node-00", NODEWRIGHT) != maintenance_name(
+        "gpu-init", "node-00"
+    )
+    assert legacy.owner_key != renamed.owner_key
+    node = NodeView("node-00", "uid-0", "1", {}, {}, created=0.0)
+    legacy_request = maintenance_name("gpu-init", "node-00")
+    # The NodeWright's kernel waits for a drain of its own: the Skyhook's Ready request is not
+    # it (its own is requested, no interrupting stage starts).
+    plan = plan_round(
+        World(
+            [renamed],
+            {},
+            [node],
+            {},
+            {legacy_request: "Ready"},
+            maintenance_owners={legacy_request: (legacy.owner_key, "node-00")},
+        ),
+        now=T0,
+    )
+    made = [a for a in plan.actions if isinstance(a, CreateMaintenance)]
+    assert [(a.skyhook.names, a.name) for a in made] == [
+        (NODEWRIGHT, maintenance_name("gpu-init", "node-00", NODEWRIGHT))
+    ]
+    assert not [a for a in plan.actions if isinstance(a, CreateJob) and a.package.name == "kernel"]
+    # A shadowed Skyhook being deleted drops its finalizer while the NodeWright of its name
+    # still holds a NodeMaintenance: that request is not the Skyhook's.
+    own = maintenance_name("gpu-init", "node-00", NODEWRIGHT)
+    going = replace(legacy, deleting=True)
+    plan = plan_round(
+        World(
+            [going, renamed],
+            {},
+            [node],
+            {},
+            {own: "Ready"},
+            maintenance_owners={own: (renamed.owner_key, "node-00")},
+        ),
+        now=T0,
+    )
+    dropped = [a for a in plan.actions if isinstance(a, SetSkyhookFinalizer)]
+    assert [(a.skyhook.names, a.present) for a in dropped] == [(SKYHOOK, False)]
+
+
+def test_rule_a_nodewright_finds_the_request_an_earlier_release_named_as_a_skyhooks() -> None:
+    cluster = FakeCluster([flavored(NODEWRIGHT)], cluster_nodes(1))
+    own = maintenance_name("gpu-init", "node-00", NODEWRIGHT)
+    for _ in range(20):
+        cluster.round()
+        if own in cluster.maintenances and any("kernel" in name for name in cluster.jobs):
+            break
+    assert cluster.maintenances.get(own) == "Ready"
+    # An earlier release named the NodeWright's request as a Skyhook's: found by its labels,
+    # it stays its drain (no second request, not released mid-run) and the kernel goes on.
+    earlier = maintenance_name("gpu-init", "node-00")
+    cluster.maintenances[earlier] = cluster.maintenances.pop(own)
+    cluster.maintenance_owners[earlier] = cluster.maintenance_owners.pop(own)
+    assert cluster.world().request_of(cluster.skyhooks[0], "node-00") == earlier
+    stages: list[str] = []
+    for _ in range(20):
+        plan = cluster.round()
+        if earlier not in cluster.maintenances:
+            break
+        assert not [a for a in plan.actions if isinstance(a, CreateMaintenance)]
+        stages += [a.stage for a in plan.actions if isinstance(a, CreateJob)]
+    assert "post-interrupt" in stages
+    assert cluster.maintenances == {}
 
 
 def test_rule_node_conditions_of_both_kinds_are_kept_in_the_node_view() -> None:

@@ -172,7 +172,7 @@ class FakeCluster:
                 )
             elif isinstance(action, CreateMaintenance):
                 self.maintenances[action.name] = "Pending"
-                self.maintenance_owners[action.name] = (action.skyhook.name, action.node)
+                self.maintenance_owners[action.name] = (action.skyhook.owner_key, action.node)
             elif isinstance(action, DeleteMaintenance):
                 self.maintenances.pop(action.name, None)
                 self.maintenance_owners.pop(action.name, None)
