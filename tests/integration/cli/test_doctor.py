@@ -4,10 +4,7 @@ on its own line and makes the command exit 1; without NATS, its checks say SKIP.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-import os
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,6 +21,7 @@ from nodeflow_contracts.permissions import SERVICES, lease_names
 from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeflow_contracts.topology import KV_BUCKETS, SLURM_CLUSTERS_BUCKET, STREAMS
 from nodeflow_runtime.natsd import NatsServerProcess
+from tests.integration.cli.plugin import run_plugin
 
 NAMESPACE = "nodeflow-system"
 LEASES = "leases.coordination.k8s.io"
@@ -67,28 +65,14 @@ async def cluster(tmp_path: Path) -> AsyncIterator[RunningServer]:
 
 async def doctor(server: RunningServer, *args: str) -> tuple[int, dict[str, tuple[str, str]]]:
     """The plugin's exit code and its checks: name -> (status, detail)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "KUBE"))}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "nodeflow_cli",
-        "--kubeconfig",
-        str(server.kubeconfig_path),
-        *args,
-        "doctor",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    output, errors = await process.communicate()
-    assert process.returncode is not None
+    code, output, errors = await run_plugin(server.kubeconfig_path, *args, "doctor")
     checks = {}
-    for line in output.decode().splitlines():
+    for line in output.splitlines():
         # `STATUS  check  detail`, the status padded to four characters.
         name, detail = line[6:].split("  ", 1)
         checks[name] = (line[:4].strip(), detail)
-    assert checks, errors.decode()
-    return process.returncode, checks
+    assert checks, errors
+    return code, checks
 
 
 async def test_doctor_on_a_healthy_cluster_without_nats_exits_0_and_skips_the_nats_checks(

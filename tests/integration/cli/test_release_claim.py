@@ -5,9 +5,6 @@ patch tests the node as read, so a claim written since is never removed."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ from clustersim.runner import DEFAULT_CRD_DIR, apply_crds
 from nodeflow_cli import claims
 from nodeflow_cli.main import ApiStatusError, Kube
 from nodeflow_contracts.pod_protocol import CLAIM_ANNOTATION, NODESET_LABEL
+from tests.integration.cli.plugin import run_plugin
 
 NODESETS = "nodesets.nodeflow.dev"
 NS = "slurm"
@@ -87,22 +85,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[RunningServer]:
 
 async def release_claim(server: RunningServer, *args: str) -> tuple[int, str, str]:
     """The plugin's exit code, stdout and stderr."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "KUBE"))}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "nodeflow_cli",
-        "--kubeconfig",
-        str(server.kubeconfig_path),
-        "release-claim",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    output, errors = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, output.decode(), errors.decode()
+    return await run_plugin(server.kubeconfig_path, "release-claim", *args)
 
 
 def claim_on(server: RunningServer, node: str) -> str | None:

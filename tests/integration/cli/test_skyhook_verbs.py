@@ -7,11 +7,8 @@ again, an ignored node runs nothing)."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ from clustersim.kube.store import Store
 from clustersim.runner import DEFAULT_CRD_DIR, apply_crds
 from nodeflow_contracts.skyhook import NODEWRIGHT, SKYHOOK, SkyhookNames
 from nodeflow_runtime.natsd import NatsServerProcess
+from tests.integration.cli.plugin import run_plugin
 from tests.integration.maintenance_scheduler.conftest import eventually, run_stack
 from tests.integration.maintenance_scheduler.test_skyhook import (
     TWO_PACKAGES,
@@ -89,22 +87,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[RunningServer]:
 
 async def cli(kubeconfig: Path, *args: str, answer: str = "") -> tuple[int, str]:
     """Run the plugin; its exit code and what it printed (stdout, then stderr)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "KUBE"))}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "nodeflow_cli",
-        "--kubeconfig",
-        str(kubeconfig),
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    output, errors = await process.communicate(answer.encode())
-    assert process.returncode is not None
-    return process.returncode, output.decode() + errors.decode()
+    code, output, errors = await run_plugin(kubeconfig, *args, stdin=answer)
+    return code, output + errors
 
 
 def obj_annotations(store: Store, names: SkyhookNames) -> dict[str, str]:

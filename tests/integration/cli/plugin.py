@@ -1,0 +1,29 @@
+"""The plugin as an operator runs it: `kubectl-nodeflow` (python -m nodeflow_cli) as a process
+against a kubeconfig, without the test's own NATS_* or KUBE* environment."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+
+async def run_plugin(kubeconfig: Path, *args: str, stdin: str = "") -> tuple[int, str, str]:
+    """The plugin's exit code, stdout and stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "KUBE"))}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "nodeflow_cli",
+        "--kubeconfig",
+        str(kubeconfig),
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    output, errors = await process.communicate(stdin.encode())
+    assert process.returncode is not None
+    return process.returncode, output.decode(), errors.decode()
