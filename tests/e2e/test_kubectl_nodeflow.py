@@ -29,11 +29,15 @@ from nodeflow_contracts import subjects
 from nodeflow_contracts.permissions import ADMIN_USER, lease_names
 from nodeflow_runtime.envfile import read_env_file
 from tests.e2e.test_make_run import read_until_ready
+from tests.integration.topology_placer.conftest import gang_pod, pod_group_object, topology_object
 
 pytestmark = pytest.mark.slow
 
 STEP_TIMEOUT = 60.0
 HELD = "waiting for a slot: 1 of 1 maxParallelOperations in progress"
+MUST_GATHER_BLOCK = json.dumps(
+    {"gatherStrategy": [{"layer": "BlockLayer", "strategy": "MustGather"}]}
+)
 
 
 def nodemaintenance(name: str, node: str) -> dict[str, Any]:
@@ -385,3 +389,25 @@ async def rollout_settled(operator: Operator, *, revisions: int, newest: int = 0
             return str(update).removeprefix("gpu-")
         assert loop.time() < deadline, (status, numbers, running)
         await asyncio.sleep(1.0)
+
+
+async def test_kubectl_nodeflow_why_names_the_domain_a_gang_lacks_and_a_paused_skyhook(
+    operator: Operator,
+) -> None:
+    """An impossible gang (MustGather in one block, every member larger than any node):
+    `why gang` names the domain it could not find; a Skyhook paused with the plugin's own
+    `skyhook pause`: `why skyhook` says it is paused."""
+    docs = [topology_object(), pod_group_object("big", 4, MUST_GATHER_BLOCK)]
+    docs += [gang_pod(f"big-{rank}", "big", gpus=9) for rank in range(4)]
+    await operator.sh("kubectl apply -f -", stdin=yaml.safe_dump_all(docs))
+    verdict = await operator.until_output(
+        "kubectl nodeflow why gang big", "no BlockLayer domain offers 4 slots"
+    )
+    assert verdict.splitlines()[0].startswith("PodGroup default/big: ")
+    assert "topology-placer" in verdict  # its decision, from NATS
+
+    await operator.sh(f"kubectl apply -f {EXAMPLES / 'skyhook.yaml'}")
+    paused = await operator.sh("kubectl nodeflow skyhook pause gpu-init -y")
+    assert "paused" in paused
+    stopped = await operator.until_output("kubectl nodeflow why skyhook gpu-init", "(paused)")
+    assert stopped.splitlines()[0].startswith("Skyhook gpu-init: ")
