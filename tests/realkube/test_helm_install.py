@@ -253,7 +253,8 @@ async def status_of(kind: str, name: str, namespace: str | None = None) -> Any:
 
 async def examples_take_effect(recorder: Recorder) -> None:
     """Each file of k8s/examples/ applied as is, and its effect seen before the next: the
-    Skyhook last (its reboot interrupt drains a node at a time, which would race the others)."""
+    Skyhook and the NodeWright last (the Skyhook's reboot interrupt drains a node at a time,
+    which would race the others)."""
 
     async def nodeset_pods_created() -> bool:
         return len(recorder.live_pods("gpu")) == 4
@@ -279,6 +280,10 @@ async def examples_take_effect(recorder: Recorder) -> None:
     async def skyhook_status() -> Any:
         return ((await status_of("skyhooks.skyhook.nvidia.com", "gpu-init")) or {}).get("status")
 
+    async def nodewright_status() -> Any:
+        found = await status_of("nodewrights.nodewright.nvidia.com", "nodewright-sample")
+        return (found or {}).get("status")
+
     steps: list[tuple[str, list[tuple[Callable[[], Awaitable[Any]], str]]]] = [
         ("maintenanceoperatorconfig.yaml", [(operator_config_seen, "the config watched")]),
         ("clusternetworktopology.yaml", [(topology_status, "the topology given a status")]),
@@ -289,6 +294,7 @@ async def examples_take_effect(recorder: Recorder) -> None:
         ),
         ("gang.yaml", [(bound, "the gang train bound, all four")]),
         ("skyhook.yaml", [(skyhook_status, "Skyhook gpu-init given a status")]),
+        ("nodewright.yaml", [(nodewright_status, "NodeWright nodewright-sample given a status")]),
     ]
     assert {name for name, _ in steps} == {p.name for p in EXAMPLES.glob("*.yaml")}
     for name, checks in steps:
@@ -300,8 +306,8 @@ async def examples_take_effect(recorder: Recorder) -> None:
 async def remove_examples(recorder: Recorder, stack: Stack) -> None:
     """Everything k8s/examples/ made, gone while the services run (finalizers, safe
     deletion of the NodeSet's pods)."""
-    # The Skyhook first: its rollout stops taking nodes.
-    for name in ("skyhook.yaml", "gang.yaml", "nodemaintenance.yaml"):
+    # The Skyhook and the NodeWright first: their rollouts stop taking nodes.
+    for name in ("skyhook.yaml", "nodewright.yaml", "gang.yaml", "nodemaintenance.yaml"):
         await kubectl(
             "delete", "-f", str(EXAMPLES / name), "--ignore-not-found", "--timeout=180s",
             check=False,
