@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 import nats
@@ -235,14 +235,12 @@ class Bus:
             **self._credentials.connect_options(),
             **self._tls.connect_options(self._servers),
         )
-        try:
-            await asyncio.wait_for(connecting, options.initial_connect_deadline)
-        except TimeoutError as exc:
+        if not await _finished_within(connecting, client, options.initial_connect_deadline):
             raise NotConnectedError(
                 f"cannot connect to NATS at {self._servers} within "
                 f"{options.initial_connect_deadline}s (last error: {self._last_error}); "
                 f"credentials: {self._credentials!r}; tls: {self._tls!r}"
-            ) from exc
+            )
         self._nc = client
         self._js = self._nc.jetstream(timeout=options.request_timeout)
         log.info(
@@ -509,3 +507,39 @@ class Bus:
         if failures:
             raise BatchPublishError(failures, len(messages))
         return [ack for ack in acks if ack is not None]
+
+
+# How long a cancelled first connection may take to wind down before the client is closed.
+CONNECT_CANCEL_GRACE_SECONDS = 2.0
+
+
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+async def _finished_within(
+    connecting: Awaitable[None], client: _Closable, deadline: float | None
+) -> bool:
+    """Whether nats-py's first connection finished within `deadline` (its error, if it failed
+    outright, is raised). Not `asyncio.wait_for`: on Python 3.11 a cancellation that lands as
+    one of nats-py's own inner timeouts fires is turned into a TimeoutError, which its
+    reconnect loop catches and retries, so `wait_for` would wait for ever for a task that
+    never ends (a Bus.connect hung on a server refusing the TLS handshake). So the wait is
+    bounded, and a task still running after its cancellation is ended by closing the client."""
+    task = asyncio.ensure_future(connecting)
+    done, _ = await asyncio.wait({task}, timeout=deadline)
+    if task in done:
+        task.result()
+        return True
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=CONNECT_CANCEL_GRACE_SECONDS)
+    if task not in done:
+        log.warning("nats.connect_not_cancelled", closing=True)
+        try:
+            await asyncio.wait_for(client.close(), CONNECT_CANCEL_GRACE_SECONDS)
+        except Exception as exc:  # a half-made connection may fail to close in any way
+            log.warning("nats.close_after_connect_failed", error=repr(exc))
+        await asyncio.wait({task}, timeout=CONNECT_CANCEL_GRACE_SECONDS)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: the connection was given up, its last error is logged
+    return False
