@@ -460,14 +460,15 @@ def _follow_job(
             )
         return StepOutcome(replace(entry, state=IN_PROGRESS), run_job=True)
     if job.outcome == "failed":
-        # A message written when the controller failed the Job itself (the image) is kept.
+        job_said = f"{entry.stage} Job {job.name} failed:"
+        # A message written when the controller failed the Job itself (the image) is kept;
+        # one read from the Job is read again, since its pods (an OOMKilled container) can be
+        # mirrored a moment after the Job's Failed condition.
+        ours = entry.state == ERRORING and entry.message and not entry.message.startswith(job_said)
         message = (
             entry.message
-            if entry.state == ERRORING and entry.message
-            else (
-                f"{entry.stage} Job {job.name} failed: {job.reason}"
-                + (f": {job.message}" if job.message else "")
-            )
+            if ours
+            else f"{job_said} {job.reason}" + (f": {job.message}" if job.message else "")
         )
         changed = entry.state != ERRORING
         return StepOutcome(

@@ -394,6 +394,21 @@ def test_a_failed_job_s_message_names_stage_job_reason_and_its_message_and_is_to
     )
 
 
+def test_a_failed_job_s_message_is_read_again_when_its_pods_tell_more_but_ours_is_kept() -> None:
+    entry = PackageState("driver", "1.0.0", "img", "apply", IN_PROGRESS)
+    # The Job's Failed condition was mirrored before its OOM-killed pod.
+    early = JobFacts(name="j1", outcome="failed", reason="BackoffLimitExceeded")
+    first = step(PLAIN, entry, early).entry
+    assert first is not None and first.message == "apply Job j1 failed: BackoffLimitExceeded"
+    later = step(PLAIN, first, replace(early, reason="OOMKilled"))
+    assert later == StepOutcome(replace(first, message="apply Job j1 failed: OOMKilled"))
+    # A message the controller wrote when it failed the Job itself (the image) stays when
+    # the Job's own Failed condition (its deadline) follows.
+    ours = replace(first, message="image img:1 could not be pulled for 120s (apply Job j1 failed)")
+    deadline = replace(early, reason="DeadlineExceeded")
+    assert step(PLAIN, ours, deadline) == StepOutcome(ours)
+
+
 def test_an_image_pull_fails_the_job_at_the_grace_exactly_and_never_twice() -> None:
     entry = PackageState("driver", "1.0.0", "img", "apply", IN_PROGRESS)
     stuck = JobFacts(name="j1", outcome="running", pull_stuck_since=NOW - 120.5, pull_image="img:1")
