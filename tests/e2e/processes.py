@@ -19,6 +19,10 @@ from bench._stack import InProcessStack
 
 KUBECTL = shutil.which("kubectl")
 
+# To debug a flaky run: NODEFLOW_E2E_LOG_DIR=/some/dir keeps each service's log there, as
+# `<instance id>.log` at LOG_LEVEL=info (appended, so a restarted instance adds to it).
+LOG_DIR = os.environ.get("NODEFLOW_E2E_LOG_DIR")
+
 # Short lease, resync and debounce so that a restarted process takes over within seconds.
 TEST_TIMINGS = {
     "LOG_LEVEL": "warning",
@@ -40,16 +44,28 @@ async def start_service(
         "HTTP_PORT": str(port),
         "INSTANCE_ID": instance_id,
         **TEST_TIMINGS,
+        **({"LOG_LEVEL": "info"} if LOG_DIR else {}),
         **settings,
     }
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        module,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    if not LOG_DIR:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            module,
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+    Path(LOG_DIR).mkdir(parents=True, exist_ok=True)
+    with (Path(LOG_DIR) / f"{instance_id}.log").open("ab") as log:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            module,
+            env=env,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+        )
 
 
 async def wait_ready(port: int, what: str, timeout: float = 20.0) -> None:
