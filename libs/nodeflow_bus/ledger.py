@@ -62,11 +62,13 @@ class LedgerNotReady(RuntimeError):
 class Sending:
     """One command to send and the slots it holds; `msg_id` names the attempt when it is
     not the idempotency key (a deliberate resend past JetStream's duplicate window); the
-    Nats-Msg-Id is it (or the key) with the command's `sent_at`."""
+    Nats-Msg-Id is it (or the key) with the command's `sent_at`; `fenced`: held by this
+    leader only (`nodeflow_contracts.ledger.LedgerEntry.fenced`)."""
 
     command: K8sCommand
     slots: tuple[str, ...] = ()
     msg_id: str | None = None
+    fenced: bool = False
 
 
 class LedgerSender:
@@ -169,7 +171,7 @@ class LedgerSender:
             self._check_leading()
         # A command that holds no slot (a status write, an Event) needs no record: nothing
         # waits on it.
-        entries = [LedgerEntry.of(s.command, s.slots) for s in sendings if s.slots]
+        entries = [LedgerEntry.of(s.command, s.slots, fenced=s.fenced) for s in sendings if s.slots]
         for entry in entries:
             self.ledger.check_lifetime(entry)
         for start in range(0, len(entries), RECORD_CHUNK):

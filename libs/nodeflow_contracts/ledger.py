@@ -29,6 +29,13 @@ operators):
   holds whatever an earlier leader sent that may still land. No fixed pause: it plans as
   soon as the two streams are read (well under a second). If they cannot be read, it does
   not plan (fail closed) and tries again with a backoff.
+- A *fenced* command (`LedgerEntry.fenced`: a write carrying the resourceVersion its plan
+  read, which holds no slot but its own object's) is held by the leader that sent it, so it
+  does not write the object again before it sees the first write, but not by a successor:
+  the API server applies it only to the object as it was when planned, so it cannot undo
+  what a successor writes later; if it lands first, the successor sees it and writes on
+  that. A status write is fenced: a new leader does not wait out a status write its
+  predecessor recorded and died before sending (up to a minute of stale status).
 - Planners read what is held as a plain value (`HeldSlots`, from `CommandLedger.held`).
 
 This module is pure: the clock is an argument, nothing here does I/O.
@@ -97,11 +104,18 @@ class LedgerEntry(msgspec.Struct, frozen=True, kw_only=True):
     # same key never releases a later one.
     sent_at: float
     expires_at: float
+    # Held by its own leader only (see the module docstring); records written before the
+    # field existed read False, which holds as before.
+    fenced: bool = False
 
     @classmethod
-    def of(cls, command: K8sCommand, slots: Iterable[str]) -> LedgerEntry:
+    def of(cls, command: K8sCommand, slots: Iterable[str], *, fenced: bool = False) -> LedgerEntry:
         if command.expires_at is None:
             raise ValueError(f"command {command.idempotency_key} has no expires_at")
+        if fenced and not command.target.resource_version:
+            raise ValueError(
+                f"command {command.idempotency_key} is not fenced: it names no resourceVersion"
+            )
         return cls(
             idempotency_key=command.idempotency_key,
             slots=tuple(dict.fromkeys(slots)),
@@ -109,6 +123,7 @@ class LedgerEntry(msgspec.Struct, frozen=True, kw_only=True):
             op=command.op,
             sent_at=command.sent_at,
             expires_at=command.expires_at,
+            fenced=fenced,
         )
 
     def may_land_until(self, margin: float = LANDING_MARGIN_SECONDS) -> float:
@@ -336,7 +351,8 @@ def rebuilt_ledger(
             continue
         for entry in record.entries:
             # Not `record`: a command an earlier leader sent with a longer life is held too.
-            if now <= entry.may_land_until(margin):
+            # A fenced one is not: it cannot land over what this leader writes.
+            if not entry.fenced and now <= entry.may_land_until(margin):
                 ledger._insert(entry)
     for outcome in outcomes:
         ledger.settle(outcome)

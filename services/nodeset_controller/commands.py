@@ -109,6 +109,9 @@ class Outgoing:
     # A SlurmDelete set or a pod delete: while in flight, the plan counts it as done.
     pod_change: PodChangeSent | None = None
     tracked: bool = True
+    # A status write names the resourceVersion it was planned on: held by this leader only
+    # (nodeflow_contracts.ledger.LedgerEntry.fenced), so a successor does not wait for it.
+    fenced: bool = False
 
 
 def pod_ref(namespace: str, name: str, uid: str | None = None) -> ObjectRef:
@@ -668,7 +671,8 @@ def status_outgoing(spec: NodeSetSpec, status: dict[str, Any], now: float) -> Ou
     command = _command(
         key, nodeset_ref(spec, with_rv=True), UpdateStatus(status=status), "status recomputed", now
     )
-    return Outgoing(f"NodeSet/{spec.namespace}/{spec.name}", command)
+    fenced = bool(command.target.resource_version)
+    return Outgoing(f"NodeSet/{spec.namespace}/{spec.name}", command, fenced=fenced)
 
 
 def invalid_status_outgoing(
@@ -686,7 +690,7 @@ def invalid_status_outgoing(
         resource_version=rv or None,
     )
     command = _command(key, ref, UpdateStatus(status=status), "status recomputed", now)
-    return Outgoing(f"NodeSet/{namespace}/{name}", command)
+    return Outgoing(f"NodeSet/{namespace}/{name}", command, fenced=bool(rv))
 
 
 def notice_outgoing(namespace: str, name: str, uid: str, notice: Notice, now: float) -> Outgoing:

@@ -869,7 +869,7 @@ class NodeSetController:
                 if out.pod_change is not None:
                     slots.append(pod_change_slot(out.slot, out.pod_change))
             msg_id = self._attempt_msg_id(command.idempotency_key) if tracked else None
-            sendings.append(Sending(command, tuple(slots), msg_id))
+            sendings.append(Sending(command, tuple(slots), msg_id, fenced=out.fenced))
             if out.decision is not None:
                 messages.append(
                     OutgoingMessage(

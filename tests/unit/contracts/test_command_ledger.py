@@ -170,6 +170,42 @@ def test_a_new_leader_rebuilds_what_may_still_land() -> None:
     assert set(ledger.held(101.0)) == {"pod:ns/a"}
 
 
+def test_rule_a_fenced_write_holds_its_own_leader_but_not_a_successor() -> None:
+    """A write carrying the resourceVersion it was planned on (a status write) cannot land
+    over a successor's: the successor does not wait out one its predecessor recorded and
+    never sent; its own leader still holds it until it sees it."""
+    nodeset = ObjectRef(
+        api_version="slinky.slurm.net/v1beta1",
+        kind="NodeSet",
+        name="gpu",
+        namespace="ns",
+        resource_version="41",
+    )
+    status = msgspec.structs.replace(command("status", 100.0), target=nodeset)
+    fenced = LedgerEntry.of(status, ["NodeSet/ns/gpu"], fenced=True)
+    unfenced = LedgerEntry.of(command("patch", 100.0), ["pod:ns/p"])
+    own = CommandLedger(SENDER, max_lifetime=LIFETIME)
+    own.record(fenced)
+    assert own.holds("NodeSet/ns/gpu", 101.0)
+    record = LedgerRecord(ledger="nodeset-controller", sender=SENDER, entries=(fenced, unfenced))
+    # It travels as the stream stores it, and reads back fenced.
+    [stored] = msgspec.json.decode(msgspec.json.encode(record), type=LedgerRecord).entries[:1]
+    assert stored.fenced
+    successor = rebuilt_ledger(
+        SENDER, "nodeset-controller", [record], [], now=101.0, max_lifetime=LIFETIME
+    )
+    assert set(successor.held(101.0)) == {"pod:ns/p"}
+    # A record written before the field existed holds as it always did.
+    written_before = msgspec.to_builtins(fenced)
+    del written_before["fenced"]
+    assert not msgspec.convert(written_before, type=LedgerEntry).fenced
+
+
+def test_rule_a_write_without_a_resource_version_cannot_be_fenced() -> None:
+    with pytest.raises(ValueError, match="names no resourceVersion"):
+        LedgerEntry.of(command("patch", 100.0), ["pod:ns/p"], fenced=True)
+
+
 # --- property: a slot is never given out twice while a command holding it may land --------
 
 

@@ -332,3 +332,34 @@ def test_rule_a_restarted_controller_waits_out_the_earlier_commands_life() -> No
         assert _nodes_on(restarted) == {}
     finally:
         loop.close()
+
+
+def _status_writes(commands: list[K8sCommand]) -> list[K8sCommand]:
+    return [c for c in commands if c.target.kind == "NodeSet" and c.op == "update-status"]
+
+
+def test_rule_a_new_leader_writes_the_status_at_once_over_an_unsent_status_write() -> None:
+    """A status write the earlier leader recorded and never sent (killed in between) names
+    the NodeSet's resourceVersion, so it cannot land over a newer write: the new leader does
+    not wait out its life plus the landing margin (a minute of stale status), it writes the
+    status in its first round. A release of the same round still holds its node."""
+    loop = asyncio.new_event_loop()
+    try:
+        config = NodeSetControllerConfig(nats_url=("nats://unused",))
+        earlier = MemoryCluster(config)
+        _slurm_read(earlier, T0)
+        earlier.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
+        earlier.nodesets.put(A, nodeset("gpu", replicas=0, rv="11"))
+        sent = loop.run_until_complete(earlier.round(A, T0))
+        assert _status_writes(sent) and _changes(sent)
+
+        started = T0 + 2
+        restarted = MemoryCluster(config, predecessor=earlier, leading_since=started)
+        _slurm_read(restarted, started)
+        restarted.nodes.put("_.n0", node("n0", "10.0.1.1", claim=A, rv="50"))
+        restarted.nodesets.put(A, nodeset("gpu", replicas=0, rv="11"))
+        first = loop.run_until_complete(restarted.round(A, started))
+        assert _status_writes(first)
+        assert _changes(first) == []
+    finally:
+        loop.close()
