@@ -33,6 +33,7 @@ from maintenance_scheduler.skyhook.pod import (
     package_annotation,
     stage_pod_spec,
 )
+from maintenance_scheduler.skyhook.stages import INTERRUPT_STAGES
 from nodeflow_contracts.skyhook import FLAVORS, SKYHOOK, SkyhookNames
 from nodeflow_kube.labels import LabelSelector as KubeLabelSelector
 
@@ -167,7 +168,7 @@ def build_job(
     )
     names = skyhook.names
     labels = job_labels(skyhook.name, package, stage, node, package.version, names)
-    if stage == "interrupt":
+    if stage in INTERRUPT_STAGES:
         interrupt = package.interrupt or Interrupt("noop")
         pod_spec = interrupt_pod_spec(options, skyhook, package, interrupt, node, node_order)
     else:
@@ -178,7 +179,7 @@ def build_job(
         if package.stage_timeout_seconds is None
         else package.stage_timeout_seconds
     )
-    interrupting = stage == "interrupt"
+    interrupting = stage in INTERRUPT_STAGES
     spec: dict[str, Any] = {
         "parallelism": 1,
         "completions": 1,

@@ -403,7 +403,7 @@ Wanted = tuple[dict[str, tuple[str, str]], frozenset[str]]
 def wanted_versions(skyhook: Skyhook) -> Wanted:
     """What a complete node has: every package but those being uninstalled
     (`uninstall.apply`), which a complete node no longer has (upstream's IsComplete)."""
-    kept = [p for p in skyhook.packages if not p.uninstalling]
+    kept = [p for p in skyhook.packages if not removing(skyhook, p)]
     return {p.name: (p.version, config_hash(p)) for p in kept}, frozenset(p.name for p in kept)
 
 
@@ -418,6 +418,9 @@ def node_status(
     if not readable:
         return UNKNOWN
     wanted, names = wanted_names or wanted_versions(skyhook)
+    if any(e.retained for e in entries.values()):
+        # Markers (a NodeWright's packages left without uninstall) are not tracked.
+        entries = {k: e for k, e in entries.items() if not e.retained}
     if not entries:
         return COMPLETE if not wanted else WAITING
     in_progress = False
@@ -476,6 +479,8 @@ class NodeStep:
     actions: list[SkyhookAction]
     decisions: list[SkyhookDecisionNote]
     maintenance_needed: bool = False
+    # Packages whose downgrade waits for an uninstall first (a NodeWright's).
+    held: tuple[str, ...] = ()
 
 
 def merge_interrupts(due: Sequence[Package]) -> tuple[str, Interrupt]:
@@ -549,13 +554,106 @@ def _recorded_entry(skyhook: Skyhook, node: str, package: str) -> tuple[str, str
     return None
 
 
-def _uninstall_under_way(package: Package, entry: PackageState | None) -> bool:
-    return (
-        entry is not None
-        and entry.version == package.version
-        and entry.stage == "uninstall"
-        and entry.state != stages.COMPLETE
-    )
+def removing(skyhook: Skyhook, package: Package) -> bool:
+    """Whether the package is to be uninstalled from every node: explicitly (uninstall.apply)
+    or by the finalizer (uninstall.enabled on a deleted object), as nodewright's
+    HandleUninstallRequests."""
+    return package.uninstalling or (skyhook.deleting and package.uninstall_enabled)
+
+
+WorkMode = Literal["install", "uninstall", "removed"]
+
+
+@dataclass
+class UninstallRoutes:
+    """How each package of one node goes this round (nodewright's explicit uninstall)."""
+
+    # (package, entry name, mode) in the order to step them: `install` the stage pipeline
+    # (step_package), `uninstall` the explicit uninstall cycle (step_uninstall, with the
+    # spec's package at the entry's version or None), `removed` a package gone from a
+    # Skyhook's spec (step_package without package: the legacy uninstall).
+    work: list[tuple[Package | None, str, WorkMode]] = field(default_factory=list)
+    # Entries whose uninstall was cancelled (uninstall.apply turned off): back at apply.
+    cancelled: list[str] = field(default_factory=list)
+    # Entries left on the node as markers (a NodeWright's, without uninstall).
+    retained: list[str] = field(default_factory=list)
+    # Packages whose downgrade waits for an uninstall first (a NodeWright's, enabled).
+    held: list[str] = field(default_factory=list)
+
+
+def _uninstall_routes(
+    skyhook: Skyhook, entries: Mapping[str, PackageState], order: Sequence[Package]
+) -> UninstallRoutes:
+    """Route every package of the node (pure). An uninstall starts only from a complete
+    install (an install under way finishes first; an erroring one never starts it, as
+    nodewright); an uninstall-interrupt always runs to its end; uninstall.apply turned off
+    while the uninstall stage runs or failed cancels it; a deleted object works only on what
+    its finalizer waits for. A NodeWright's package removed from the spec without
+    uninstall.enabled, or downgraded so, leaves its entry as a marker (nodewright's D2); one
+    removed with it enabled is uninstalled as the finalizer would (nodewright's webhook
+    refuses that removal; we have none); one downgraded with it enabled but not applied
+    keeps its installed version (the webhook refuses it too)."""
+    routes = UninstallRoutes()
+    nodewright = skyhook.names == NODEWRIGHT
+    spec = {p.name for p in order}
+    for package in order:
+        entry = entries.get(package.name)
+        gone = removing(skyhook, package)
+        if entry is None:
+            if not gone and not skyhook.deleting:
+                routes.work.append((package, package.name, "install"))
+            continue
+        same = entry.version == package.version
+        declared = package if same else None
+        if entry.stage == "uninstall-interrupt":
+            routes.work.append((declared, package.name, "uninstall"))
+            continue
+        if entry.stage == "uninstall" and (same or nodewright):
+            if gone:
+                routes.work.append((declared, package.name, "uninstall"))
+            else:
+                routes.cancelled.append(package.name)
+                if not skyhook.deleting:
+                    routes.work.append((package, package.name, "install"))
+            continue
+        if gone and entry.stage != "uninstall":
+            if entry.state == stages.COMPLETE:
+                routes.work.append((declared, package.name, "uninstall"))
+            else:
+                routes.work.append((package, package.name, "install"))
+            continue
+        if skyhook.deleting:
+            continue
+        if nodewright and not same and stages.is_downgrade(entry.version, package.version):
+            if entry.stage != "uninstall" and not package.uninstall_enabled:
+                routes.retained.append(package.name)
+            elif entry.stage != "uninstall":
+                routes.held.append(package.name)
+                continue
+        routes.work.append((package, package.name, "install"))
+    for name in sorted(entries):
+        entry = entries[name]
+        if name in spec or entry.retained:
+            continue
+        if stages.in_uninstall_cycle(entry) and (nodewright or entry.stage != "uninstall"):
+            routes.work.append((None, name, "uninstall"))
+        elif skyhook.deleting:
+            continue
+        elif not nodewright:
+            routes.work.append((None, name, "removed"))
+        elif entry.uninstall_enabled:
+            routes.work.append((None, name, "uninstall"))
+        else:
+            routes.retained.append(name)
+    return routes
+
+
+def _blocked_dependencies(skyhook: Skyhook, entries: Mapping[str, PackageState]) -> frozenset[str]:
+    """Packages being uninstalled from the node (or to be): a package depending on one of
+    them starts no stage (nodewright: it left the completed set); nothing cascades."""
+    gone = {p.name for p in skyhook.packages if removing(skyhook, p)}
+    gone |= {e.name for e in entries.values() if stages.in_uninstall_cycle(e) and not e.retained}
+    return frozenset(gone)
 
 
 def _interrupts(package: Package | None, entry: PackageState) -> bool:
@@ -564,7 +662,7 @@ def _interrupts(package: Package | None, entry: PackageState) -> bool:
     return (
         package is not None
         and entry.version == package.version
-        and entry.stage != "uninstall"
+        and entry.stage not in stages.UNINSTALL_STAGES
         and effective_interrupt(package, entry) is not None
     )
 
@@ -607,22 +705,16 @@ def step_node(
     interrupts: list[str] = []
     busy = False  # a package of a serial Skyhook is under way
     node_uid = node_view.uid if node_view is not None else ""
-    # A package being uninstalled (uninstall.apply) goes the way of a removed one; so does one
-    # whose uninstall already began on this node when apply was turned off again: that
-    # uninstall ends, then the package is installed again (nodewright's cancelled uninstall).
-    spec_names = {
-        p.name
-        for p in skyhook.packages
-        if not p.uninstalling and not _uninstall_under_way(p, entries.get(p.name))
-    }
-    packages = [
-        p for p in (order if order is not None else _package_order(skyhook)) if p.name in spec_names
-    ]
-    work: list[tuple[Package | None, str]] = [(p, p.name) for p in packages]
-    work += [(None, name) for name in sorted(entries) if name not in spec_names]
+    routes = _uninstall_routes(
+        skyhook, entries, order if order is not None else _package_order(skyhook)
+    )
+    _apply_routes(skyhook, node, routes, result, world)
+    packages = [p for p, _, mode in routes.work if p is not None and mode == "install"]
+    held_back = _blocked_dependencies(skyhook, result.entries)
     # Interrupt stages due this round, decided together once every package is looked at.
     due: list[tuple[Package, PackageState]] = []
     skipped: list[Package] = []
+    made: dict[str, str] = {}  # Jobs made on the node this round: name -> stage
 
     def create(package: Package | None, new: PackageState) -> None:
         target = job_name(
@@ -643,20 +735,20 @@ def step_node(
         # One interrupt at a time, alone on its node (upstream's Interrupt waits for every
         # package pod of the Skyhook on the node to be gone): an interrupt Job starts only
         # once no other Job of this Skyhook runs there, and while one runs nothing else
-        # starts there, whatever package (removed, rolled back) it was for.
+        # starts there, whatever package (removed, rolled back) it was for. The Jobs made
+        # this round count as running.
         beside = {
             other: stage
             for other, stage in world.running_on_node.get((skyhook.owner_key, node), {}).items()
             if other != target
         }
-        if beside and (new.stage == "interrupt" or "interrupt" in beside.values()):
+        beside.update(made)
+        if beside and (
+            new.stage in stages.INTERRUPT_STAGES
+            or not stages.INTERRUPT_STAGES.isdisjoint(beside.values())
+        ):
             return
-        declared = skyhook.package(new.name) if package is None else None
-        if declared is not None and declared.version == new.version:
-            # An explicit uninstall (uninstall.apply) runs with the package's config, as
-            # nodewright's uninstall pod does: its scripts may need it.
-            package = replace(declared, interrupt=None, config_interrupts=())
-        elif package is None or package.version != new.version:
+        if package is None or package.version != new.version:
             package = _uninstall_package(new)
         elif new.stage == "post-interrupt":
             package = replace(package, interrupt=effective_interrupt(package, new))
@@ -678,8 +770,9 @@ def step_node(
                 node_uid=node_uid,
             )
         )
+        made[target] = new.stage
 
-    for package, name in work:
+    for package, name, mode in routes.work:
         entry = result.entries.get(name)
         if entry is not None and (rerun := stages.rerun_by_hand(entry)) is not entry:
             # Set back to a stage by someone else (package rerun --stage): a new run there.
@@ -695,6 +788,14 @@ def step_node(
                 )
             )
             entry = result.entries[name] = rerun
+        # A package depending on one being uninstalled starts nothing (its Job's end is
+        # still recorded); one not started yet waits below.
+        blocked = (
+            mode == "install"
+            and package is not None
+            and any(dep in held_back for dep, _ in package.depends_on)
+        )
+        starts_here = may_start and not blocked
         if package is not None and (entry is None or entry.state != stages.COMPLETE):
             pending = [
                 dep
@@ -706,7 +807,7 @@ def step_node(
                 )
             ]
             not_started = entry is None or entry.version != package.version
-            if not_started and (pending or (skyhook.serial and busy)):
+            if not_started and (pending or blocked or (skyhook.serial and busy)):
                 continue  # waits for its dependencies (or, serial, the package before it)
         config = config_hash(package) if package is not None else ""
         job: JobFacts | None = None
@@ -736,6 +837,10 @@ def step_node(
             assert package is not None and entry is not None
             outcome = StepOutcome(entry)
             skipped.append(package)
+        elif mode == "uninstall" and entry is not None:
+            outcome = stages.step_uninstall(
+                package, entry, job, now=now, pull_grace_seconds=pull_grace_seconds
+            )
         else:
             starts = package is not None and (entry is None or entry.version != package.version)
             outcome = step_package(
@@ -749,7 +854,7 @@ def step_node(
             )
         new = outcome.entry
         if outcome.run_job and new is not None:
-            if not may_start:
+            if not starts_here:
                 # Nothing new starts: only a stage that just ended is recorded (its next
                 # stage's Job is made on resume); a start, a retry, a version or config
                 # change waits entirely, so the node does not enter a run outside its batch.
@@ -760,6 +865,11 @@ def step_node(
                 due.append((replace(package, interrupt=effective_interrupt(package, new)), new))
             elif _interrupts(package, new) and not drained:
                 pass  # drain before apply: its node's maintenance request is not Ready yet
+            elif new.stage == "uninstall-interrupt":
+                if drained:
+                    create(_uninstall_job_package(package, new), new)
+            elif mode == "uninstall":
+                create(_uninstall_job_package(package, new), new)
             else:
                 create(package, new)
         if job is not None and job.outcome == "failed" and job.ttl_seconds is not None:
@@ -778,6 +888,8 @@ def step_node(
                     stage=new.stage,
                 )
             )
+        if new is not None and package is not None and skyhook.names == NODEWRIGHT:
+            new = _with_uninstall_flag(new, package)
         if new is None:
             result.entries.pop(name, None)
         else:
@@ -800,7 +912,10 @@ def step_node(
     _decide_interrupts(skyhook, node, result, due, skipped, drained and may_start, create)
     by_name = {p.name: p for p in packages}
     for name, new in result.entries.items():
-        if _interrupts(by_name.get(name), new) and new.state != stages.COMPLETE:
+        uninstall_interrupt = new.stage == "uninstall-interrupt" and not new.retained
+        if (uninstall_interrupt or _interrupts(by_name.get(name), new)) and (
+            new.state != stages.COMPLETE
+        ):
             # The node is cordoned and drained from before apply until post-interrupt is
             # done; a failed stage keeps it out of service (fail closed) until the stage is
             # retried or the package changes.
@@ -823,7 +938,78 @@ def step_node(
             )
         )
     result.maintenance_needed = keeps_maintenance
+    result.held = tuple(routes.held)
     return result
+
+
+def _apply_routes(
+    skyhook: Skyhook, node: str, routes: UninstallRoutes, result: NodeStep, world: World
+) -> None:
+    """The entry edits the routes decide before any package steps: a cancelled uninstall
+    goes back to apply (its running uninstall Job ended through its deadline, so it cannot
+    finish the uninstall behind the new run: nodewright's known gap), a marker moves to its
+    `name|version` key."""
+    for name in routes.cancelled:
+        entry = result.entries[name]
+        running = world.jobs.get(
+            job_name(
+                skyhook.name,
+                name,
+                entry.version,
+                entry.stage,
+                node,
+                entry_identity(entry.run, entry.config),
+            )
+        )
+        result.entries[name] = stages.cancel_uninstall(entry)
+        message = f"{name} on {node}: uninstall cancelled (uninstall.apply off): back to apply"
+        if running is not None and running.outcome == "running":
+            result.actions.append(FailJob(skyhook.name, running.name, message, skyhook.names))
+        result.decisions.append(
+            SkyhookDecisionNote(
+                skyhook.name,
+                "stage",
+                message,
+                reason="uninstall-cancelled",
+                node=node,
+                package=name,
+                stage="apply",
+            )
+        )
+    for name in routes.retained:
+        entry = result.entries.pop(name)
+        marker = stages.retain(entry)
+        result.entries[marker.key] = marker
+        result.decisions.append(
+            SkyhookDecisionNote(
+                skyhook.name,
+                "stage",
+                f"{name} {entry.version} on {node}: left as a marker, no uninstall "
+                "(uninstall.enabled is false)",
+                reason="retained",
+                node=node,
+                package=name,
+                stage=entry.stage,
+            )
+        )
+
+
+def _uninstall_job_package(package: Package | None, entry: PackageState) -> Package:
+    """What an uninstall cycle's Job runs: the package's configMap and env (its scripts may
+    need them, as nodewright's uninstall pod), with the cycle's interrupt for its
+    uninstall-interrupt and none otherwise."""
+    base = package if package is not None else _uninstall_package(entry)
+    if entry.stage == "uninstall-interrupt":
+        return replace(base, interrupt=stages.uninstall_interrupt_of(package, entry))
+    return replace(base, interrupt=None, config_interrupts=())
+
+
+def _with_uninstall_flag(entry: PackageState, package: Package) -> PackageState:
+    """A NodeWright's entry records its package's uninstall.enabled (at its version), so a
+    package later removed from the spec is uninstalled only if it was enabled."""
+    if entry.version != package.version or entry.uninstall_enabled == package.uninstall_enabled:
+        return entry
+    return replace(entry, uninstall_enabled=package.uninstall_enabled)
 
 
 def _decide_interrupts(
@@ -1089,7 +1275,10 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
     planned: list[tuple[Skyhook, SkyhookRound]] = []
     for skyhook in ordered:
         if skyhook.deleting:
-            _plan_deletion(skyhook, world, plan)
+            if not _plan_finalizer_uninstall(
+                skyhook, world, earlier, plan, now, pull_grace_seconds
+            ):
+                _plan_deletion(skyhook, world, plan)
             continue
         if skyhook.names.finalizer not in skyhook.finalizers:
             # Nothing is written on a node before the finalizer guarantees its removal.
@@ -1213,7 +1402,9 @@ def node_conditions(
     False (`Complete`); `Erroring` is True while a package there is erroring or unknown. A
     condition is written only when its status or reason changes (never once per round):
     lastTransitionTime moves only with its status, lastHeartbeatTime is the time of the write."""
-    erroring = any(e.state in (stages.ERRORING, stages.UNKNOWN) for e in entries.values())
+    erroring = any(
+        e.state in (stages.ERRORING, stages.UNKNOWN) and not e.retained for e in entries.values()
+    )
     wanted = (
         (
             names.not_ready_condition(skyhook),
@@ -1268,6 +1459,97 @@ def conditions_of(skyhook: str, node: NodeView, names: SkyhookNames = SKYHOOK) -
     return tuple(kind for kind in mine if kind in node.conditions)
 
 
+def pending_uninstall(skyhook: Skyhook, nodes: Sequence[NodeView]) -> tuple[bool, list[str]]:
+    """nodewright's HandleFinalizer phase 2: whether a package with uninstall.enabled (or an
+    uninstall-interrupt already committed) is still tracked on one of the object's nodes,
+    and the nodes whose state cannot be read (only when it has such packages: then whether
+    work is left cannot be known)."""
+    enabled = {p.name for p in skyhook.packages if p.uninstall_enabled}
+    annotation = skyhook.names.node_state_annotation(skyhook.name)
+    pending = False
+    unreadable: list[str] = []
+    for node in nodes:
+        entries, readable = parse_node_state(node.annotations.get(annotation))
+        if not readable:
+            unreadable.append(node.name)
+            continue
+        pending = pending or any(
+            not e.retained and (e.name in enabled or e.stage == "uninstall-interrupt")
+            for e in entries.values()
+        )
+    return pending, unreadable if enabled else []
+
+
+def _targets(skyhook: Skyhook, world: World) -> list[NodeView]:
+    selector = skyhook.node_selector
+    if not selector.match_labels and not selector.expressions:
+        return list(world.nodes)
+    return [n for n in world.nodes if selector.matches(n.labels)]
+
+
+def _plan_finalizer_uninstall(
+    skyhook: Skyhook,
+    world: World,
+    earlier: Sequence[tuple[Skyhook, Mapping[str, str], bool]],
+    plan: RoundPlan,
+    now: float,
+    pull_grace_seconds: float,
+) -> bool:
+    """A deleted object whose uninstall.enabled packages are still on its nodes uninstalls
+    them (as an explicit uninstall: from a complete install, with uninstall-interrupt)
+    before its finalizer's cleanup; paused or disabled, or with a node state it cannot read,
+    it is held with DeletionBlocked (nodewright's HandleFinalizer). True while it is held
+    (the cleanup waits). A Skyhook a NodeWright of its name shadows uninstalls nothing: the
+    NodeWright serves those nodes now, and its packages stay installed."""
+    if skyhook.names.finalizer not in skyhook.finalizers:
+        return False
+    if skyhook.names == SKYHOOK and any(
+        s.names == NODEWRIGHT and s.name == skyhook.name for s in world.skyhooks
+    ):
+        return False
+    pending, unreadable = pending_uninstall(skyhook, _targets(skyhook, world))
+    blocked: dict[str, Any] | None = None
+    if unreadable:
+        blocked = _condition(
+            "DeletionBlocked",
+            True,
+            "MalformedNodeState",
+            "cannot safely delete: the node state of "
+            + ", ".join(unreadable[:CONDITION_NODE_LIST_LIMIT])
+            + " cannot be read; repair or remove its annotation",
+        )
+    elif pending and skyhook.paused:
+        blocked = _condition(
+            "DeletionBlocked",
+            True,
+            "PausedWithPendingUninstall",
+            "paused with uninstall-enabled packages still on its nodes: unpause to let the "
+            "uninstall finish before deletion",
+        )
+    elif pending and skyhook.disabled:
+        blocked = _condition(
+            "DeletionBlocked",
+            True,
+            "DisabledWithPendingUninstall",
+            "disabled with uninstall-enabled packages still on its nodes: enable it to let "
+            "the uninstall finish before deletion",
+        )
+    if blocked is None and not pending:
+        return False
+    plan.rounds.append(
+        _plan_skyhook(
+            skyhook,
+            world,
+            earlier,
+            plan,
+            now,
+            pull_grace_seconds,
+            extra_conditions=() if blocked is None else (blocked,),
+        )
+    )
+    return True
+
+
 def _plan_deletion(skyhook: Skyhook, world: World, plan: RoundPlan) -> None:
     """Undo the Skyhook's marks on every node (its selector may have changed since it wrote
     them), and drop its finalizer only once no node and no NodeMaintenance of it is left."""
@@ -1304,6 +1586,7 @@ def _plan_skyhook(
     plan: RoundPlan,
     now: float,
     pull_grace_seconds: float,
+    extra_conditions: Sequence[dict[str, Any]] = (),
 ) -> SkyhookRound:
     conditions: list[dict[str, Any]] = []
     first_action = len(plan.actions)
@@ -1449,11 +1732,20 @@ def _plan_skyhook(
     changed: set[str] = set()
     # Usable nodes with a state or a status mark: their marks may need a patch.
     marked: list[NodeView] = []
+    held_downgrades: set[str] = set()
+    synced: dict[int, Mapping[str, PackageState]] = {}
     for node in targets:
         name = node.name
         entries: Mapping[str, PackageState] = entries_of[name]
         status = before[name]
         usable = readable_of[name] and name not in world.settling
+        if usable and entries and skyhook.names == NODEWRIGHT:
+            flagged = synced.get(id(entries))
+            if flagged is None:
+                flagged = synced[id(entries)] = _synced_uninstall_flags(skyhook, entries)
+            if flagged is not entries:
+                entries = flagged
+                changed.add(name)
         working = usable and name in selected and name not in blocked_by and name not in held
         # A node outside the batch with a stage under way still records its Job's end (the
         # rollout paused or stopped); a node with nothing started, or done, has nothing to do.
@@ -1477,6 +1769,7 @@ def _plan_skyhook(
                     a for a in step.actions if isinstance(a, FailJob | KeepFailedJob)
                 )
             plan.decisions.extend(step.decisions)
+            held_downgrades.update(step.held)
             # An ignored node's request is not kept for its unfinished run: the label tells
             # the Skyhook to leave the node alone, so it goes once no Job runs there.
             if step.maintenance_needed and name not in ignored:
@@ -1571,6 +1864,8 @@ def _plan_skyhook(
             )
     for entries, count in shared.values():
         for entry in entries.values():
+            if entry.retained:
+                continue
             state_key = (entry.name, entry.version, entry.state)
             summary.package_states[state_key] = summary.package_states.get(state_key, 0) + count
             stage_key = (entry.name, entry.version, entry.stage)
@@ -1609,6 +1904,10 @@ def _plan_skyhook(
     conditions.insert(
         0, _condition("Ready", overall == COMPLETE, _READY_REASONS[overall], ready_message)
     )
+    conditions.extend(
+        _uninstall_conditions(skyhook, final_entries, targets, readable_of, held_downgrades)
+    )
+    conditions.extend(extra_conditions)
     conditions.append(
         _nodes_condition(
             "TaintNotTolerable",
@@ -1661,6 +1960,116 @@ def _plan_skyhook(
     if _status_differs(skyhook.status, new_status):
         plan.actions.append(SetSkyhookStatus(skyhook, new_status))
     return summary
+
+
+def _synced_uninstall_flags(
+    skyhook: Skyhook, entries: Mapping[str, PackageState]
+) -> Mapping[str, PackageState]:
+    """The node's entries with their packages' uninstall.enabled recorded (a NodeWright's):
+    `entries` itself when every flag already holds."""
+    synced: dict[str, PackageState] | None = None
+    for package in skyhook.packages:
+        entry = entries.get(package.name)
+        if entry is None:
+            continue
+        flagged = _with_uninstall_flag(entry, package)
+        if flagged is not entry:
+            synced = synced if synced is not None else dict(entries)
+            synced[package.name] = flagged
+    return synced if synced is not None else entries
+
+
+def _uninstall_conditions(
+    skyhook: Skyhook,
+    final_entries: Mapping[str, Mapping[str, PackageState]],
+    targets: Sequence[NodeView],
+    readable_of: Mapping[str, bool],
+    held_downgrades: set[str],
+) -> list[dict[str, Any]]:
+    """nodewright's UpdateUninstallConditions and UpdateBlockedCondition, from the nodes'
+    states after this round: UninstallInProgress while an uninstall cycle is under way on a
+    node (whatever the spec says now: an uninstall-interrupt cannot be cancelled),
+    UninstallFailed while one is erroring; Blocked (DependencyUninstalled) while a package
+    not yet complete everywhere depends on one being (or that has been) uninstalled; and
+    DowngradeBlocked for a NodeWright's downgrade that needs its uninstall first. Each only
+    while it holds (absent otherwise, as nodewright removes them)."""
+    spec = {p.name: p for p in skyhook.packages}
+    nodewright = skyhook.names == NODEWRIGHT
+    in_cycle: set[str] = set()
+    failing = False
+    for entries in final_entries.values():
+        for entry in entries.values():
+            if entry.retained or not stages.in_uninstall_cycle(entry):
+                continue
+            if entry.name in spec or (nodewright and entry.uninstall_enabled):
+                in_cycle.add(entry.name)
+                failing = failing or entry.state == stages.ERRORING
+    conditions: list[dict[str, Any]] = []
+    if in_cycle:
+        conditions.append(
+            _condition(
+                "UninstallInProgress",
+                True,
+                "UninstallInProgress",
+                "One or more packages are being uninstalled",
+            )
+        )
+    if failing:
+        conditions.append(
+            _condition(
+                "UninstallFailed",
+                True,
+                "UninstallPodFailing",
+                "One or more uninstall pods are failing",
+            )
+        )
+    every_node_read = bool(targets) and all(readable_of.get(n.name, False) for n in targets)
+    blocked: list[str] = []
+    for package in skyhook.packages:
+        if removing(skyhook, package) or not package.depends_on:
+            continue
+        if targets and all(
+            (e := final_entries.get(n.name, {}).get(package.name)) is not None
+            and e.version == package.version
+            and e.state == stages.COMPLETE
+            for n in targets
+        ):
+            continue  # complete everywhere: the broken dependency holds nothing up
+        for dependency, _ in package.depends_on:
+            other = spec.get(dependency)
+            if dependency in in_cycle:
+                blocked.append(
+                    f"package {package.name} is blocked: dependency {dependency} is being "
+                    "uninstalled"
+                )
+            elif (
+                other is not None
+                and removing(skyhook, other)
+                and every_node_read
+                and all(dependency not in final_entries.get(n.name, {}) for n in targets)
+            ):
+                blocked.append(
+                    f"package {package.name} is blocked: dependency {dependency} has been "
+                    "uninstalled"
+                )
+    if blocked:
+        conditions.append(
+            _condition("Blocked", True, "DependencyUninstalled", "; ".join(sorted(blocked)))
+        )
+    if held_downgrades:
+        conditions.append(
+            _condition(
+                "DowngradeBlocked",
+                True,
+                "UninstallFirst",
+                "a downgrade of "
+                + ", ".join(sorted(held_downgrades))
+                + " with uninstall.enabled needs its uninstall first: set uninstall.apply, "
+                "wait until the package is gone from every node, then change the version "
+                "(the installed version is kept meanwhile)",
+            )
+        )
+    return conditions
 
 
 def _rendered_node_states(

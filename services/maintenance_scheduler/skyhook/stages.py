@@ -3,7 +3,9 @@
 Stages: apply -> config, or with an interrupt apply -> config -> interrupt -> post-interrupt;
 a version change starts at upgrade instead of apply, a downgrade uninstalls the old version
 first and then applies the new one (as upstream's HandleVersionChange); a package removed from
-the Skyhook runs uninstall; a changed configMap or env re-runs config. The node's state for a
+the Skyhook runs uninstall; a changed configMap or env re-runs config. nodewright's explicit
+uninstall (`step_uninstall`) runs uninstall, then `uninstall-interrupt` when the package has an
+interrupt, and removes the entry (absent = uninstalled). The node's state for a
 Skyhook is the annotation `nodeState_<skyhook>`:
 {"name|version": {name, version, image, stage, state, restarts, run, config}}. The Job of a
 stage is the truth of its completion: Complete advances, Failed marks the package erroring.
@@ -25,9 +27,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
-from maintenance_scheduler.skyhook.api import Interrupt, Package
+from maintenance_scheduler.skyhook.api import Interrupt, InterruptType, Package
 
-Stage = Literal["apply", "config", "interrupt", "post-interrupt", "upgrade", "uninstall"]
+Stage = Literal[
+    "apply", "config", "interrupt", "post-interrupt", "upgrade", "uninstall", "uninstall-interrupt"
+]
 STAGES: Final[tuple[str, ...]] = (
     "apply",
     "config",
@@ -35,7 +39,12 @@ STAGES: Final[tuple[str, ...]] = (
     "post-interrupt",
     "upgrade",
     "uninstall",
+    "uninstall-interrupt",
 )
+# Stages whose Job is an interrupt pod (one at a time, alone on its drained node).
+INTERRUPT_STAGES: Final = frozenset({"interrupt", "uninstall-interrupt"})
+# The explicit uninstall's cycle (nodewright's IsUninstallCycleInProgress).
+UNINSTALL_STAGES: Final = frozenset({"uninstall", "uninstall-interrupt"})
 # Package states, as the anchor names them.
 COMPLETE: Final = "complete"
 IN_PROGRESS: Final = "in_progress"
@@ -114,6 +123,16 @@ class PackageState:
     # set back by someone else (`kubectl skyhook package rerun --stage`). "" when read from
     # an entry written before the mark existed (nothing is then taken for a rerun).
     written: str = field(default="", compare=False)
+    # The interrupt an uninstall-interrupt runs, recorded when the uninstall Job completed:
+    # the stage runs to its end whatever the spec says since (nodewright strands the node).
+    interrupt: Interrupt | None = None
+    # The package's uninstall.enabled as the spec last said (a NodeWright's entries): a
+    # package removed from the spec runs its uninstall only if it was enabled.
+    uninstall_enabled: bool = False
+    # Left on the node without an uninstall (a NodeWright's package removed or downgraded
+    # with uninstall.enabled false): a marker that its files may still be on the host, no
+    # longer tracked. Kept under its `name|version` key beside the package's live entry.
+    retained: bool = False
 
     @property
     def key(self) -> str:
@@ -141,6 +160,15 @@ class PackageState:
             data["rerun"] = self.rerun
         if self.interrupt_keys:
             data["interruptKeys"] = list(self.interrupt_keys)
+        if self.interrupt is not None:
+            data["uninstallInterrupt"] = {
+                "type": self.interrupt.type,
+                **({"services": list(self.interrupt.services)} if self.interrupt.services else {}),
+            }
+        if self.uninstall_enabled:
+            data["uninstallEnabled"] = True
+        if self.retained:
+            data["retained"] = True
         data["writtenAs"] = f"{self.stage}/{self.state}"
         return data
 
@@ -149,7 +177,7 @@ class PackageState:
         return self.to_json()
 
 
-NodeState = Mapping[str, PackageState]  # package name -> its entry
+NodeState = Mapping[str, PackageState]  # package name -> its entry (a marker: `name|version`)
 
 
 _PARSED: dict[str, tuple[dict[str, PackageState], bool]] = {}
@@ -191,7 +219,8 @@ def _parse_node_state(raw: str) -> tuple[dict[str, PackageState], bool]:
         if not all(isinstance(v, str) and v for v in (name, version, stage, state)):
             return {}, False
         restarts = value.get("restarts", 0)
-        entries[str(name)] = PackageState(
+        retained = value.get("retained") is True
+        entries[f"{name}|{version}" if retained else str(name)] = PackageState(
             name=str(name),
             version=str(version),
             image=str(value.get("image") or ""),
@@ -207,8 +236,30 @@ def _parse_node_state(raw: str) -> tuple[dict[str, PackageState], bool]:
             rerun=str(value.get("rerun") or ""),
             interrupt_keys=tuple(str(k) for k in _sequence(value.get("interruptKeys"))),
             written=str(value.get("writtenAs") or ""),
+            interrupt=_recorded_interrupt(value.get("uninstallInterrupt")),
+            uninstall_enabled=value.get("uninstallEnabled") is True,
+            retained=retained,
         )
     return entries, True
+
+
+_INTERRUPT_TYPES: Final[Mapping[str, InterruptType]] = {
+    "reboot": "reboot",
+    "restartAllServices": "restartAllServices",
+    "service": "service",
+    "noop": "noop",
+}
+
+
+def _recorded_interrupt(raw: object) -> Interrupt | None:
+    """An entry's recorded uninstall interrupt; one it cannot read is none (the package's
+    interrupt then serves, `uninstall_interrupt_of`)."""
+    data = _mapping(raw)
+    kind = _INTERRUPT_TYPES.get(str(data.get("type")))
+    if kind is None:
+        return None
+    services = tuple(str(s) for s in _sequence(data.get("services")))
+    return Interrupt(kind, services)
 
 
 def rerun_by_hand(entry: PackageState) -> PackageState:
@@ -235,7 +286,11 @@ def _sequence(raw: object) -> list[Any]:
 
 def render_node_state(entries: Mapping[str, PackageState]) -> str:
     return json.dumps(
-        {e.key: e.to_json() for e in sorted(entries.values(), key=lambda e: e.name)},
+        # A marker of the live entry's version yields to it (rendered first, overwritten).
+        {
+            e.key: e.to_json()
+            for e in sorted(entries.values(), key=lambda e: (e.name, not e.retained))
+        },
         sort_keys=True,
         separators=(",", ":"),
     )
@@ -489,3 +544,90 @@ def _follow_job(
             event=f"{entry.stage} failed: image {job.pull_image} not pullable",
         )
     return StepOutcome(replace(entry, state=IN_PROGRESS))
+
+
+# --- nodewright's explicit uninstall -----------------------------------------------------------
+
+
+def in_uninstall_cycle(entry: PackageState | None) -> bool:
+    return entry is not None and entry.stage in UNINSTALL_STAGES
+
+
+def uninstall_interrupt_of(package: Package | None, entry: PackageState) -> Interrupt | None:
+    """What an uninstall-interrupt runs: the interrupt recorded when it was committed, or (an
+    entry without the record) the package's own."""
+    if entry.interrupt is not None:
+        return entry.interrupt
+    return package.interrupt if package is not None else None
+
+
+def step_uninstall(
+    package: Package | None,
+    entry: PackageState,
+    job: JobFacts | None,
+    *,
+    now: float,
+    pull_grace_seconds: float,
+) -> StepOutcome:
+    """nodewright's uninstall cycle of an installed package on one node (HandleUninstallRequests,
+    HandleCompletePod): an entry at an install stage goes to uninstall (the caller starts it
+    only from a complete install); the uninstall Job complete, a package with an interrupt
+    goes to uninstall-interrupt with that interrupt recorded, one without is removed (absent
+    = uninstalled); the uninstall-interrupt Job complete, the entry is removed. `package` is
+    the spec's package at the entry's version, or None."""
+    if entry.stage not in UNINSTALL_STAGES:
+        return StepOutcome(
+            replace(entry, stage="uninstall", state=IN_PROGRESS, message="", interrupt=None),
+            run_job=True,
+            event="uninstall started",
+        )
+    done = job is not None and job.outcome == "complete"
+    if entry.stage == "uninstall":
+        if not done:
+            return _follow_job(entry, job, now=now, pull_grace_seconds=pull_grace_seconds)
+        interrupt = package.interrupt if package is not None else None
+        if interrupt is None:
+            return StepOutcome(None, event="uninstalled")
+        return StepOutcome(
+            replace(
+                entry,
+                stage="uninstall-interrupt",
+                state=IN_PROGRESS,
+                message="",
+                restarts=0,
+                interrupt=interrupt,
+            ),
+            run_job=True,
+            event="uninstall complete",
+        )
+    if done:
+        return StepOutcome(None, interrupt_done=True, event="uninstalled")
+    if uninstall_interrupt_of(package, entry) is None:
+        # Nothing recorded nor declared to interrupt with: the uninstall itself is done.
+        return StepOutcome(None, event="uninstalled")
+    return _follow_job(entry, job, now=now, pull_grace_seconds=pull_grace_seconds)
+
+
+def cancel_uninstall(entry: PackageState) -> PackageState:
+    """uninstall.apply turned off while the uninstall stage runs or failed (nodewright's
+    HandleCancelledUninstalls): back to the install pipeline at apply, as a new run (the
+    Jobs of the install that ran before prove nothing after a part of the uninstall ran).
+    The run is made of the entry's, so a controller deciding again gets the same."""
+    text = "\x1f".join(("uninstall-cancelled", entry.run, entry.version))
+    run = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return replace(
+        entry,
+        stage="apply",
+        state=IN_PROGRESS,
+        restarts=0,
+        message="",
+        run=run,
+        rerun="",
+        interrupt_keys=(),
+        interrupt=None,
+    )
+
+
+def retain(entry: PackageState) -> PackageState:
+    """The entry left on the node as a marker (no uninstall ran)."""
+    return replace(entry, retained=True)
