@@ -12,6 +12,12 @@ merged into one (reboot wins, services merged, the others `skipped`), as upstrea
 fudgeInterruptWithPriority. A Job counts for a stage only if it ran this Skyhook, node,
 package version, run and config (jobs.IDENTITY_ANNOTATION).
 
+nodewright's explicit uninstall (`uninstall.apply`, or `uninstall.enabled` on a deleted object,
+whose finalizer waits for it) is routed per node by `_uninstall_routes`: it starts from a
+complete install, runs uninstall then (with an interrupt, drained) uninstall-interrupt, and a
+cancel goes back to apply; a NodeWright's package removed or downgraded without it stays on
+the node as a marker.
+
 Fail closed: a node whose state annotation is unreadable is left alone (status unknown);
 a paused or disabled Skyhook, a stopped rollout or a missing policy starts no new stage.
 
