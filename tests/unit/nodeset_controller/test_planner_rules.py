@@ -1,0 +1,253 @@
+"""Rules of the planner that mutation testing (`make mutate`, issue 37) found no test held.
+
+Each test names the rule it holds; each was seen failing with its rule broken (the mutant
+named in docs/testing.md's figures).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from fractions import Fraction
+from typing import Any
+
+from nodeflow_contracts.pod_protocol import MISSCHEDULED_DELETE, ROLLING_DELETE, SCALING_DELETE
+from nodeset_controller.deletion import AWAITING_SLURM_READ
+from nodeset_controller.planner import (
+    ClusterView,
+    DeletePod,
+    Notice,
+    PlanMemo,
+    ScheduleDelete,
+    SetPodWait,
+    plan,
+    slurm_trust,
+)
+from nodeset_controller.protection import CreateDisruptionBudget
+from tests.unit.nodeset_controller.builders import T0, cluster_status, node, nodeset, pod, slurm
+from tests.unit.nodeset_controller.test_planner import KEY, REV, full, of, view
+from tests.unit.plan_checks import expect_actions, expect_no_actions
+
+GRACE = 300.0
+
+
+def test_rule_a_stale_or_missing_cluster_status_is_neither_fresh_nor_reachable() -> None:
+    """Fail closed: what slurm-syncer last said of a cluster whose view went stale (or that it
+    never reported) is no evidence at all, its reachability included: a node absent from it
+    is not taken for a node missing from Slurm."""
+    reachable = cluster_status(last_success_at=T0, reachable=True)
+    fresh = slurm_trust(reachable, T0 + 1, 0.0, GRACE, reachable.nodes_revision)
+    assert (fresh.fresh, fresh.reachable) == (True, True)
+    stale = slurm_trust(reachable, T0 + 3600, 0.0, GRACE, reachable.nodes_revision)
+    missing = slurm_trust(None, T0, 0.0, GRACE, 1)
+    for trust in (stale, missing):
+        assert (trust.fresh, trust.reachable, trust.stale_at) == (False, False, None)
+        assert (trust.read_at, trust.absence_read_until) == (None, None)
+
+
+def test_rule_without_the_views_nodes_revision_the_poll_time_proves_nothing() -> None:
+    """A caller that does not say which `slurm_nodes` revision its view has applied gets no
+    evidence of when the states were read (the default is 0, nothing applied), though the
+    status is fresh: a pod's deletion never waits on a read it cannot prove."""
+    status = cluster_status(last_success_at=T0, nodes_revision=1)
+    unsaid = slurm_trust(status, T0 + 1, 0.0, GRACE)
+    assert unsaid.fresh
+    assert (unsaid.read_at, unsaid.absence_read_until) == (None, None)
+    # The same status read by a view that applied the poll's revision: evidence.
+    said = slurm_trust(status, T0 + 1, 0.0, GRACE, 1)
+    assert said.read_at == T0
+    assert said.absence_read_until is not None
+
+
+def test_rule_a_configured_slurm_max_age_of_one_second_sets_when_the_states_go_stale() -> None:
+    """slurmStateMaxAge of any positive length replaces the default (4 poll intervals) for
+    when the states go stale, as it does for whether they are fresh: a plan with a pod
+    waiting for its deletion wakes then, not 40 s later."""
+    status = cluster_status(last_success_at=T0, poll_interval=10.0)
+    trust = slurm_trust(status, T0 + 0.5, 1.0, GRACE, status.nodes_revision)
+    assert trust.fresh
+    assert trust.stale_at == T0 + 1.0
+    default = slurm_trust(status, T0 + 0.5, 0.0, GRACE, status.nodes_revision)
+    assert default.stale_at == T0 + 40.0
+
+    node_map, pods = full(3, delete_reason="ScalingDeleteScheduled")
+    busy = {p["metadata"]["name"]: slurm(p["metadata"]["name"], busy=True) for p in pods}
+    base = view(nodeset(replicas=0), node_map, pods, busy, now=T0 + 0.5, status=status)
+    waiting = plan(replace(base, slurm_max_age=1.0))
+    assert of(waiting, DeletePod) == []
+    assert {w.pod for w in waiting.scale_down_waits} == {p["metadata"]["name"] for p in pods}
+    assert waiting.wake_at == T0 + 1.0
+
+
+def test_rule_the_absence_evidence_lasts_as_long_as_the_states_are_fresh_edge_included() -> None:
+    """A poll held whole is evidence that a node missing from the view is missing from Slurm
+    for as long as the states are fresh, its last instant included (freshness itself counts
+    `now - last_success_at <= limit`): the two never disagree at the edge."""
+    status = cluster_status(last_success_at=T0, poll_interval=10.0, nodes_revision=1)
+    edge = slurm_trust(status, T0 + 40.0, 0.0, GRACE, 1)
+    assert edge.fresh
+    assert edge.absence_read_until == T0 + 40.0
+    past = slurm_trust(status, T0 + 40.5, 0.0, GRACE, 1)
+    assert (past.fresh, past.absence_read_until) == (False, None)
+
+
+def test_rule_a_view_that_does_not_say_its_nodes_revision_proves_no_read_after_a_mark() -> None:
+    """A ClusterView built without `slurm_nodes_revision` has applied nothing as far as the
+    plan knows: a pod marked before the last poll, drained and idle in the view, waits for
+    a read it can prove instead of being deleted on a state that may predate the poll."""
+    node_map, pods = full(2)
+    pods[0] = pod("gpu-001-001", "n0", delete_reason=SCALING_DELETE)
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"]) for p in pods}
+    states["gpu-001-001"] = slurm("gpu-001-001", drain=True)
+    said = view(nodeset(replicas=1), node_map, pods, states, slurm_nodes_revision=1)
+    expect_actions(plan(said).actions, DeletePod, pod__name="gpu-001-001")
+    unsaid = ClusterView(
+        **{f.name: getattr(said, f.name) for f in fields(said) if f.name != "slurm_nodes_revision"}
+    )
+    waiting = plan(unsaid)
+    expect_no_actions(waiting.actions, DeletePod, while_it_has=SetPodWait)
+    assert [(w.pod, w.cause) for w in waiting.scale_down_waits] == [
+        ("gpu-001-001", AWAITING_SLURM_READ)
+    ]
+
+
+def _outdated_on_a_tight_node(foreign_memory: int) -> ClusterView:
+    """One Ready pod of an old revision on n0 (cpu 4, memory 4, 110 pods), itself requesting
+    cpu 2; the template asks cpu 2 and memory 2; other pods on n0 request `foreign_memory`
+    of memory."""
+    template = {
+        "containers": [
+            {
+                "name": "slurmd",
+                "image": "slurmd:25.05",
+                "resources": {"requests": {"cpu": "2", "memory": "2"}},
+            }
+        ]
+    }
+    tight = {
+        "n0": node(
+            "n0", "10.0.1.1", claim=KEY, allocatable={"cpu": "4", "memory": "4", "pods": "110"}
+        )
+    }
+    outdated = pod("gpu-001-001", "n0", revision="old")
+    base = view(
+        nodeset(replicas=1, template_spec=template),
+        tight,
+        [outdated],
+        {"gpu-001-001": slurm("gpu-001-001")},
+    )
+    requested: dict[str, Any] = {"n0": {"cpu": Fraction(2), "memory": Fraction(foreign_memory)}}
+    return replace(base, requested=requested)
+
+
+def test_rule_a_replacement_fits_where_its_own_pod_gives_back_only_what_it_requests() -> None:
+    """Whether a node can take a pod's replacement counts what the node's other pods request
+    and gives back exactly the pod's own requests: its cpu is freed; memory it never asked
+    for is not (nothing is taken off a resource it does not request). So the replacement
+    fits beside 2 of foreign memory (a rolling mark), and does not beside 3."""
+    fits = plan(_outdated_on_a_tight_node(2))
+    expect_actions(fits.actions, ScheduleDelete, reason=ROLLING_DELETE, pod__name="gpu-001-001")
+    unfit = plan(_outdated_on_a_tight_node(3))
+    expect_no_actions(unfit.actions, ScheduleDelete, while_it_has=SetPodWait)
+    assert [(w.pod, w.cause) for w in unfit.rollout_waits] == [
+        ("gpu-001-001", "ReplacementUnplaceable")
+    ]
+
+
+def test_rule_an_invalid_spec_is_announced_once_whatever_other_conditions_are_true() -> None:
+    """The invalid-spec Notice goes out when the InvalidSpec condition's message changes:
+    the message read back is that of the InvalidSpec condition that is True, not that of
+    another True condition listed before it (which would announce it again every round)."""
+    node_map, pods = full(2)
+    first = plan(view(nodeset(replicas=0, max_unavailable="150%"), node_map, pods))
+    expect_actions(first.actions, Notice, decision="invalid-spec")
+    assert first.status is not None
+    conditions = first.status["conditions"]
+    true_before = {
+        "type": "SlurmStateUnknown",
+        "status": "True",
+        "reason": "SlurmStateStale",
+        "message": "another condition's words",
+    }
+    written = {**first.status, "conditions": [true_before, *conditions]}
+    obj = nodeset(replicas=0, max_unavailable="150%", status=written)
+    again = plan(view(obj, node_map, pods))
+    expect_no_actions(
+        again.actions, Notice, decision="invalid-spec", while_it_has=CreateDisruptionBudget
+    )
+
+
+def test_rule_the_invalid_spec_condition_takes_the_first_problems_reason() -> None:
+    """With several problems, InvalidSpec's reason is the first one's (spec order: replicas
+    before the update strategy) and its message lists them all."""
+    node_map, pods = full(1)
+    result = plan(view(nodeset(replicas=-1, max_unavailable="150%"), node_map, pods))
+    assert result.status is not None
+    (invalid,) = [c for c in result.status["conditions"] if c["type"] == "InvalidSpec"]
+    assert (invalid["status"], invalid["reason"]) == ("True", "NegativeReplicas")
+    assert "spec.replicas" in invalid["message"]
+    assert "maxUnavailable" in invalid["message"]
+
+
+def test_rule_name_collisions_are_listed_by_node_name() -> None:
+    """NameCollision's message lists the collisions in node-name order (b before c), so the
+    same collisions always read the same."""
+    node_map = {
+        "a": node("a", "10.1.3.4"),
+        "b": node("b", "10.2.3.4"),
+        "c": node("c", "10.3.3.4"),
+    }
+    result = plan(view(nodeset(replicas=3), node_map))
+    assert result.status is not None
+    (collision,) = [c for c in result.status["conditions"] if c["type"] == "NameCollision"]
+    assert collision["message"] == (
+        "node b would get pod name gpu-003-004, already used for a; "
+        "node c would get pod name gpu-003-004, already used for a"
+    )
+
+
+def test_rule_observed_generation_is_zero_when_the_nodeset_has_no_generation() -> None:
+    """observedGeneration copies metadata.generation, and is 0 (no generation observed) when
+    the object carries none or one that is not an integer."""
+    node_map, pods = full(1)
+    for generation in (None, "7"):
+        obj = nodeset(replicas=1)
+        if generation is None:
+            del obj["metadata"]["generation"]
+        else:
+            obj["metadata"]["generation"] = generation
+        result = plan(view(obj, node_map, pods))
+        assert result.wanted_status["observedGeneration"] == 0
+    assert (
+        plan(view(nodeset(replicas=1, generation=4), node_map, pods)).wanted_status[
+            "observedGeneration"
+        ]
+        == 4
+    )
+
+
+def test_rule_the_memo_never_serves_a_pods_state_read_from_an_older_slurm_state() -> None:
+    """Fail closed through the memo: a pod whose object is unchanged but whose Slurm node went
+    from drained and idle to running a job (still draining) is not deleted on the state the
+    memo kept from the round before."""
+    memo = PlanMemo()
+    node_map, pods = full(2)
+    pods[0] = pod("gpu-001-001", "n0", delete_reason=SCALING_DELETE)
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"]) for p in pods}
+    states["gpu-001-001"] = slurm("gpu-001-001", drain=True)
+    idle = replace(view(nodeset(replicas=1), node_map, pods, states), memo=memo)
+    expect_actions(plan(idle).actions, DeletePod, pod__name="gpu-001-001")
+    states["gpu-001-001"] = slurm("gpu-001-001", drain=True, busy=True)
+    busy = replace(view(nodeset(replicas=1), node_map, pods, states), memo=memo)
+    running = plan(busy)
+    expect_no_actions(running.actions, DeletePod, while_it_has=SetPodWait)
+    assert [(w.pod, w.cause) for w in running.scale_down_waits] == [("gpu-001-001", "PodsBusy")]
+
+
+def test_rule_the_pods_are_decided_in_name_order_whatever_order_the_view_lists_them() -> None:
+    """classify_pods reads the pods by name: the marks of pods that must leave come out in
+    pod-name order (so do their commands), not in the view's order nor reversed."""
+    node_map, pods = full(1)
+    gone = [pod("gpu-009-002", "lost-2", revision=REV), pod("gpu-009-001", "lost-1", revision=REV)]
+    result = plan(view(nodeset(replicas=1), node_map, [*gone, *pods]))
+    marks = expect_actions(result.actions, ScheduleDelete, count=2, reason=MISSCHEDULED_DELETE)
+    assert [mark.pod.name for mark in marks] == ["gpu-009-001", "gpu-009-002"]
