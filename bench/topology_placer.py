@@ -34,7 +34,10 @@ Each is printed with its ratio to the target (100 ms): below 1.0 meets it.
   with the CPU time the pass took (on a shared machine the wall time is often twice that).
   The heap is frozen after the first pass as the service's process freezes it
   (service.freeze_long_lived_heap), so the collector does not walk the cluster view during
-  the pass; the same pass with the heap left unfrozen is printed beside it.
+  the pass; the same pass with the heap left unfrozen is printed beside it. On the largest
+  cluster the pass is made again with a CPU-only launcher in the gang: two pod shapes,
+  whose dry run places each member by its own request (gather_mixed) and tries the classes
+  of victims one by one.
 
 * end to end: 100 gangs of 8 eight-GPU pods (BENCH_PLACER_E2E_GANGS, default 100)
   created at once on 1,000 simulated nodes (BENCH_PLACER_E2E_NODES), through the Kubernetes
@@ -230,6 +233,9 @@ async def main() -> None:
         # is collected first, so its passes do not pay for the collector walking it.
         gc.collect()
         preemption_pass(node_count, rounds)
+    if preemption_sizes():
+        gc.collect()
+        preemption_pass(max(preemption_sizes()), rounds, launcher=True)
     await end_to_end(
         int(os.environ.get("BENCH_PLACER_E2E_GANGS", "100")),
         int(os.environ.get("BENCH_PLACER_E2E_NODES", "1000")),
@@ -370,8 +376,22 @@ def full_cluster(node_count: int) -> tuple[list[dict[str, Any]], list[dict[str, 
     return all_nodes, victims + gang
 
 
-def preemption_pass(node_count: int, rounds: int) -> None:
+def preemption_pass(node_count: int, rounds: int, *, launcher: bool = False) -> None:
     all_nodes, pods = full_cluster(node_count)
+    members = PREEMPTOR_PODS
+    if launcher:
+        # A CPU-only launcher joins the gang: two pod shapes.
+        extra = pod(
+            "urgent-launcher",
+            0,
+            schedulerName="nodeflow-placer",
+            priority=100,
+            labels={POD_GROUP_LABEL: "urgent"},
+        )
+        extra["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4"}}
+        extra["metadata"]["uid"] = f"uid-urgent-launcher-of-{node_count}"
+        pods = [*pods, extra]
+        members += 1
     group = {
         "metadata": {
             "name": "urgent",
@@ -388,7 +408,7 @@ def preemption_pass(node_count: int, rounds: int) -> None:
                 )
             },
         },
-        "spec": {"minMember": PREEMPTOR_PODS},
+        "spec": {"minMember": members},
         "status": {},
     }
     budget = {
@@ -427,9 +447,10 @@ def preemption_pass(node_count: int, rounds: int) -> None:
         gc.unfreeze()
     victims = sum(1 for a in result.actions if isinstance(a, Disrupt))
     nominated = sum(1 for a in result.actions if isinstance(a, Nominate) and a.node)
-    assert victims and nominated == PREEMPTOR_PODS, (victims, nominated)
+    assert victims and nominated == members, (victims, nominated)
+    shapes = ", a launcher and its workers" if launcher else ""
     print(
-        f"   preemption pass, full cluster of {node_count} nodes ({victims} victims, "
+        f"   preemption pass{shapes}, full cluster of {node_count} nodes ({victims} victims, "
         f"{nominated} nominations): {seconds:.3f} s, "
         f"{seconds / PREEMPTION_TARGET_SECONDS:.2f}x the 1 s target, "
         f"{seconds * 1000 / (node_count / 1000):.0f} ms per 1,000 nodes "

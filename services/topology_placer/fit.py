@@ -8,9 +8,9 @@ nodeflow_kube's: taints and tolerations, nodeSelector and required node affinity
 or not-Ready node takes nothing.
 
 A GangGroup may mix pod shapes (a master and its workers): then each member is fitted with
-its own request and its own filters (planner._GangFit, gather.gather_mixed); offer slots of
-one request serve the usual gang whose members all ask alike. `largest_request` is what
-preemption still sizes a mixed gang by.
+its own request and its own filters (planner._GangFit, gather.gather_mixed), in placement
+as in preemption's dry run; offer slots of one request serve the usual gang whose members
+all ask alike. `largest_request` names every resource some member asks for.
 """
 
 from __future__ import annotations

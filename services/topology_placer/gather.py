@@ -407,30 +407,39 @@ def _pack(
     return placed
 
 
-def gather_mixed(
+@dataclass(frozen=True)
+class _MixedSums:
+    """What gather_mixed weighs domains by, summed up the tree once: per shape its offer
+    slots and how many members it has, all shapes' slots together, and what each domain has
+    free of every resource the gang asks for on the nodes some member may use."""
+
+    counts: list[int]
+    # The shape with most members: podCountMultiple floors its slots.
+    largest: int
+    per_shape: list[DomainSlots]
+    together: DomainSlots
+    total: dict[str, int]
+    free_sums: dict[str, list[int]]
+
+    def may_take(self, domain: Domain) -> bool:
+        """Shape by shape enough slots, and resource by resource enough free: necessary,
+        not sufficient (the shapes share the nodes); no domain inside one that fails this
+        passes it."""
+        index = domain.index
+        return all(
+            slots.slots[index] >= count
+            for slots, count in zip(self.per_shape, self.counts, strict=True)
+        ) and all(self.free_sums[r][index] >= self.total[r] for r in self.free_sums)
+
+
+def _mixed_sums(
     tree: TopologyTree,
     members_in_rank_order: Sequence[tuple[str, int]],
     shapes: Sequence[PodShape],
     free: Mapping[str, Mapping[str, int]],
-    rules: Sequence[GatherRule],
-    existing: Mapping[str, int] | None = None,
-    within: DomainPath | None = None,
-) -> Placement | NoFit:
-    """Place a gang whose members ask differently (a launcher and its workers), each member
-    with its own request and filters, under the same rules as `gather`.
-
-    `members_in_rank_order` pairs each pod's name with its shape (an index into `shapes`);
-    `free` is what each node has left. A domain is a candidate when, shape by shape, it
-    offers as many slots as the gang has pods of that shape (necessary, not sufficient: the
-    shapes share the nodes), and is taken when its nodes really take every member (`_pack`).
-    Candidates are tried deepest layer first, tightest first (rule 4, on the slots of all
-    shapes together). podCountMultiple floors the slots of the shape with most pods (the
-    workers a multiple is written for); a lone launcher is not counted in it.
-    """
-    desired = len(members_in_rank_order)
-    read = _read_rules(tree, rules, desired)
-    if isinstance(read, NoFit):
-        return read
+    read: _Rules,
+    existing: Mapping[str, int],
+) -> _MixedSums:
     counts = [0] * len(shapes)
     for _, index in members_in_rank_order:
         counts[index] += 1
@@ -456,7 +465,7 @@ def gather_mixed(
             if fitting > 0:
                 slots.update(dict.fromkeys(names & shape.usable, fitting))
         multiples = read.multiples if index == largest else {}
-        per_shape.append(sum_slots(tree, slots, existing or {}, multiples))
+        per_shape.append(sum_slots(tree, slots, existing, multiples))
     # All shapes together, for the binpack order and the fill order.
     together = DomainSlots(
         slots=[sum(column) for column in zip(*(s.slots for s in per_shape), strict=True)],
@@ -477,46 +486,120 @@ def gather_mixed(
         for room, names in groups.values():
             values.update(dict.fromkeys(names, room.get(resource, 0)))
         free_sums[resource] = sum_slots(tree, values, {}, {}).slots
+    return _MixedSums(counts, largest, per_shape, together, total, free_sums)
 
-    def may_take(domain: Domain) -> bool:
-        return all(
-            per_shape[i].slots[domain.index] >= counts[i] for i in range(len(shapes))
-        ) and all(free_sums[r][domain.index] >= total[r] for r in free_sums)
 
-    scope, highest = _scope(tree, read, within)
-    node_depth = len(tree.spec.layers) + 1
-    lowest = node_depth if rules or within is not None else highest
+def _place_mixed(
+    tree: TopologyTree,
+    members_in_rank_order: Sequence[tuple[str, int]],
+    shapes: Sequence[PodShape],
+    free: Mapping[str, Mapping[str, int]],
+    sums: _MixedSums,
+    scope: Sequence[Domain],
+    lowest: int,
+    highest: int,
+) -> Placement | None:
+    """Rules 3-6 for a gang of several shapes inside `scope`, layers from `lowest` up to
+    `highest` depth."""
+    counts, largest, per_shape = sums.counts, sums.largest, sums.per_shape
     for depth in range(lowest, highest - 1, -1):
         candidates = [
             domain
             for top in scope
             for domain in _fitting(top, depth, per_shape[largest], counts[largest])
-            if may_take(domain)
+            if sums.may_take(domain)
         ]
         if not candidates:
             continue
         # Rule 4's choice first (cheap); the full order only when its nodes cannot pack.
-        first = _tightest(tree, candidates, together)
-        rest = (d for d in _in_rule_4_order(tree, candidates, together) if d is not first)
+        first = _tightest(tree, candidates, sums.together)
+        rest = (d for d in _in_rule_4_order(tree, candidates, sums.together) if d is not first)
         for winner in itertools.chain((first,), rest):
             scarcest_first = sorted(
                 range(len(shapes)),
                 key=lambda i: (per_shape[i].slots[winner.index] - counts[i], i),
             )
-            placed = _pack(winner, members_in_rank_order, shapes, free, together, scarcest_first)
+            placed = _pack(
+                winner, members_in_rank_order, shapes, free, sums.together, scarcest_first
+            )
             if placed is not None:
                 return Placement(
                     assignments=tuple((name, placed[name]) for name, _ in members_in_rank_order),
                     domain=winner.path,
                     layer=tree.spec.layer_name(depth),
                 )
-    shape_counts = " + ".join(str(count) for count in counts)
+    return None
+
+
+def gather_mixed(
+    tree: TopologyTree,
+    members_in_rank_order: Sequence[tuple[str, int]],
+    shapes: Sequence[PodShape],
+    free: Mapping[str, Mapping[str, int]],
+    rules: Sequence[GatherRule],
+    existing: Mapping[str, int] | None = None,
+    within: DomainPath | None = None,
+) -> Placement | NoFit:
+    """Place a gang whose members ask differently (a launcher and its workers), each member
+    with its own request and filters, under the same rules as `gather`.
+
+    `members_in_rank_order` pairs each pod's name with its shape (an index into `shapes`);
+    `free` is what each node has left. A domain is a candidate when, shape by shape, it
+    offers as many slots as the gang has pods of that shape (necessary, not sufficient: the
+    shapes share the nodes), and is taken when its nodes really take every member (`_pack`).
+    Candidates are tried deepest layer first, tightest first (rule 4, on the slots of all
+    shapes together). podCountMultiple floors the slots of the shape with most pods (the
+    workers a multiple is written for); a lone launcher is not counted in it.
+    """
+    desired = len(members_in_rank_order)
+    read = _read_rules(tree, rules, desired)
+    if isinstance(read, NoFit):
+        return read
+    sums = _mixed_sums(tree, members_in_rank_order, shapes, free, read, existing or {})
+    scope, highest = _scope(tree, read, within)
+    node_depth = len(tree.spec.layers) + 1
+    lowest = node_depth if rules or within is not None else highest
+    placed = _place_mixed(tree, members_in_rank_order, shapes, free, sums, scope, lowest, highest)
+    if placed is not None:
+        return placed
+    shape_counts = " + ".join(str(count) for count in sums.counts)
     return _no_fit(
         read,
         scope,
-        together,
+        sums.together,
         desired,
         within,
         tree.root,
         what=f"room for all {desired} pods ({shape_counts} of {len(shapes)} pod shapes)",
     )
+
+
+def gather_mixed_within_each(
+    tree: TopologyTree,
+    members_in_rank_order: Sequence[tuple[str, int]],
+    shapes: Sequence[PodShape],
+    free: Mapping[str, Mapping[str, int]],
+    rules: Sequence[GatherRule],
+    domains: Iterable[Domain],
+) -> Iterator[tuple[Domain, Placement]]:
+    """`gather_mixed(..., within=domain.path)` for each of `domains`, yielding those that
+    take the gang, with every sum worked out once (as `gather_within_each` for a gang of one
+    shape): a gang of several shapes' preemption plan is costed domain by domain too."""
+    read = _read_rules(tree, rules, len(members_in_rank_order))
+    if isinstance(read, NoFit):
+        return
+    sums = _mixed_sums(tree, members_in_rank_order, shapes, free, read, {})
+    node_depth = len(tree.spec.layers) + 1
+    must_depth = 0 if read.must_depth is None else read.must_depth
+    for domain in domains:
+        if not sums.may_take(domain):
+            continue
+        if domain.depth >= must_depth:
+            scope, highest = [domain], domain.depth
+        else:
+            scope, highest = _scope(tree, read, domain.path)
+        placed = _place_mixed(
+            tree, members_in_rank_order, shapes, free, sums, scope, node_depth, highest
+        )
+        if placed is not None:
+            yield domain, placed

@@ -30,7 +30,8 @@ is a gang of one) goes through named phases, highest priority first:
    filters (`_GangFit`), the inter-pod filters (hostPorts, required pod (anti-)affinity,
    DoNotSchedule spread: interpod.GangCheck) included; a partly bound gang with gather rules
    stays in the domain of its bound members;
-5. preempt (`_preempt`): when nothing fits, job-level preemption (preemption module);
+5. preempt (`_preempt`): when nothing fits, job-level preemption (preemption module), its
+   dry run again fitting each member with its own request and filters;
 6. unschedulable (`_unschedulable`): PodScheduled=False with the reason in numbers; a Strict
    gang gives its nominations back. Past its waiting time the gang is reported GangTimeout,
    every mode drops its nominations, a Strict group that never reached minMember in all its
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -942,13 +943,12 @@ class _GangFit:
     8-GPU workers, a PyTorchJob master and its workers) each shape keeps its own request and
     the nodes that pass its own filters, and nodes are weighed by what they have free
     (`gather_mixed`): a member is never sized by another's request nor kept off a node by
-    another's selector. Preemption still sees the largest request of the gang (`request`)."""
+    another's selector, in placement as in preemption's dry run (`_preempt`)."""
 
     def __init__(
         self,
         shape_of: dict[str, int],
         shapes: list[PodShape],
-        pod_specs: list[Obj],
         node_slots: dict[str, int],
         free: dict[str, Mapping[str, int]],
         check: GangCheck | None = None,
@@ -959,7 +959,6 @@ class _GangFit:
     ) -> None:
         self.shape_of = shape_of
         self.shapes = shapes
-        self.pod_specs = pod_specs
         self.request: Milli = largest_request(shape.request for shape in shapes)
         # One shape: offer slots per node. Several: free resources per usable node.
         self.node_slots = node_slots
@@ -1023,7 +1022,6 @@ class _GangFit:
                 index = shape_index[key] = len(shapes)
                 shapes.append(PodShape(request=request, usable=usable))
             shape_of[fields.name_of(pod)] = index
-        pod_specs = list(by_signature.values())
         by_name = {fields.name_of(p): p for p in ranked} if check is not None else {}
         if len(shapes) <= 1:
             request = shapes[0].request if shapes else {}
@@ -1037,7 +1035,6 @@ class _GangFit:
             return cls(
                 shape_of,
                 shapes,
-                pod_specs,
                 slots,
                 {},
                 check,
@@ -1052,7 +1049,6 @@ class _GangFit:
         return cls(
             shape_of,
             shapes,
-            pod_specs,
             {},
             run.free_for(gang, nodes),
             check,
@@ -1219,7 +1215,7 @@ def _place_gang(run: _Pass, gang: Gang, group_objects: Mapping[GroupKey, Obj]) -
         return
     # Phase 5: preempt.
     names = [fields.name_of(p) for p in ranked]
-    preempted = _preempt(run, gang, ranked, names, fit.request, fit.pod_specs, within)
+    preempted = _preempt(run, gang, ranked, names, fit, within)
     if preempted is True:
         return
     message = result.message if preempted is None else f"{result.message}; {preempted}"
@@ -1508,7 +1504,7 @@ def _regrow_phase(run: _Pass, gang: Gang, ranked: Sequence[Obj], fit: _GangFit) 
         run.plan.gang_states[gang.id] = "binding" if bindings else "nominated"
         return
     names = [fields.name_of(p) for p in ranked]
-    preempted = _preempt(run, gang, ranked, names, fit.request, fit.pod_specs, within)
+    preempted = _preempt(run, gang, ranked, names, fit, within)
     if preempted is True:
         return
     message = why if preempted is None else f"{why}; {preempted}"
@@ -1667,13 +1663,15 @@ def _preempt(
     gang: Gang,
     ranked: Sequence[Obj],
     names: Sequence[str],
-    request: Mapping[str, int],
-    pod_specs: Sequence[Obj],
+    fit: _GangFit,
     within: DomainPath | None,
 ) -> bool | str | None:
     """True when a preemption was planned; else why not (None: nothing lower to evict).
     Victims and placement stay `within` the gang's confinement (`_confinement`), as its
-    gather does: evicting elsewhere would split the gang."""
+    gather does: evicting elsewhere would split the gang. A gang of several pod shapes is
+    placed by the dry run shape by shape, each on the nodes its own members may use
+    (`_preemption_nodes`), so a launcher's nodeSelector does not keep the workers' victims
+    out of reach, nor is the launcher sized like a worker."""
     priority = gang.priority
     if not any(podfacts.priority_of(c.pod) < priority for c in run.charged.values()):
         return None
@@ -1692,18 +1690,22 @@ def _preempt(
                 )
             )
         return ineligible.message
-    usable = run.usable_nodes({_spec_signature({"spec": spec}): spec for spec in pod_specs})
-    if within is not None:
-        usable = {
-            name
-            for name in usable
-            if (leaf := run.tree.leaves.get(name)) is not None
-            and leaf.path[: len(within)] == within
-        }
-    for needs in gang.volume_needs.values():
-        # Victims only where every member's volumes let it go.
-        usable = run.volume_nodes(needs, usable)
-    usable = _kept_by_higher_priority(run, gang, ranked, priority, usable)
+    shapes: list[PodShape] = []
+    if fit.uniform:
+        usable = _preemption_nodes(run, gang, ranked, within, gang.volume_needs.values())
+    else:
+        members_of: list[list[Obj]] = [[] for _ in fit.shapes]
+        for pod in ranked:
+            members_of[fit.shape_of[fields.name_of(pod)]].append(pod)
+        for shape, members in zip(fit.shapes, members_of, strict=True):
+            needs = [
+                found
+                for pod in members
+                if (found := gang.volume_needs.get(fields.name_of(pod))) is not None
+            ]
+            nodes = _preemption_nodes(run, gang, members, within, needs) if members else set()
+            shapes.append(PodShape(shape.request, nodes))
+        usable = frozenset().union(*(shape.usable for shape in shapes))
     own = {pod_facts(p).key for p in gang.all_members}
     charged = [c for key, c in run.charged.items() if key not in own]
     outcome = plan_preemption(
@@ -1712,10 +1714,12 @@ def _preempt(
         rules=gang.rules,
         capacities=run.capacities_for(gang),
         usable_nodes=usable,
-        request=request,
+        request=fit.request,
         charged=charged,
         gang_priority=priority,
         budgets=run.state.budgets,
+        shapes=shapes,
+        shape_of=fit.shape_of,
     )
     if isinstance(outcome, NotHelpful):
         return outcome.message
@@ -1772,6 +1776,31 @@ def _preempt(
             )
         )
     return True
+
+
+def _preemption_nodes(
+    run: _Pass,
+    gang: Gang,
+    members: Sequence[Obj],
+    within: DomainPath | None,
+    volume_needs: Iterable[VolumeNeeds],
+) -> AbstractSet[str]:
+    """The nodes preemption may free for `members` (the whole gang of one shape, or the
+    members of one shape): those passing every member's filters, inside the gang's
+    confinement, that every member's volumes admit, and where no pod preemption may not
+    evict keeps a member off."""
+    usable = run.usable_nodes({_spec_signature(pod): podfacts.spec(pod) for pod in members})
+    if within is not None:
+        usable = {
+            name
+            for name in usable
+            if (leaf := run.tree.leaves.get(name)) is not None
+            and leaf.path[: len(within)] == within
+        }
+    for needs in volume_needs:
+        # Victims only where every member's volumes let it go.
+        usable = run.volume_nodes(needs, usable)
+    return _kept_by_higher_priority(run, gang, members, gang.priority, usable)
 
 
 def _kept_by_higher_priority(

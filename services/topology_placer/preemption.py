@@ -23,9 +23,13 @@ Phases, as Koordinator's PostFilter, with two of its gaps closed:
    whole gang: its members run one job together.
 3. Dry run: with the allowed units removed, the gather picks the winning layer; every domain
    of that layer that then fits the gang is costed. Units are allowed cheapest first: up to
-   a priority ceiling raised one priority at a time, budget-protected units last.
+   a priority ceiling raised one priority at a time, budget-protected units last. A gang of
+   several pod shapes (a CPU-only launcher and its 8-GPU workers) is placed as placement
+   places it (gather.gather_mixed): each member with its own request, on the nodes its own
+   filters pass; victims are looked for on the nodes any member may use.
 4. Per domain: start from every unit on its nodes as a victim, then give units back in the
-   order priority desc, unit key while the gang still fits; cost = sum over the remaining
+   order priority desc, unit key while the gang still fits (every node still holds what the
+   members placed on it ask, each by its own request); cost = sum over the remaining
    distinct victim jobs of their priority rank (1 for the lowest priority present).
 5. PodDisruptionBudgets: a plan that evicts more pods matching a budget than its
    `status.disruptionsAllowed` breaks it; such a plan is chosen only when every plan breaks
@@ -41,7 +45,7 @@ tests/unit/topology_placer/test_preemption_search.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -50,11 +54,19 @@ from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from nodeflow_kube import fields
 from nodeflow_kube.labels import LabelSelector, SelectorError
 from topology_placer import pods as podfacts
-from topology_placer.fit import NodeCapacity, slots_in
+from topology_placer.fit import NodeCapacity, largest_request, slots_in
 from topology_placer.gang import GatherRule, pod_group_of
-from topology_placer.gather import NoFit, Placement, gather, gather_within_each
+from topology_placer.gather import (
+    NoFit,
+    Placement,
+    PodShape,
+    gather,
+    gather_mixed,
+    gather_mixed_within_each,
+    gather_within_each,
+)
 from topology_placer.memo import FactsByVersion
-from topology_placer.network import TopologyTree
+from topology_placer.network import Domain, TopologyTree
 
 Obj = Mapping[str, Any]
 
@@ -410,6 +422,8 @@ def plan_preemption(
     charged: Sequence[ChargedPod],
     gang_priority: int,
     budgets: Sequence[Obj],
+    shapes: Sequence[PodShape] = (),
+    shape_of: Mapping[str, int] | None = None,
 ) -> PreemptionPlan | NotHelpful:
     """Phases 2-5: the least-cost plan that places the whole gang, or why there is none.
 
@@ -423,7 +437,18 @@ def plan_preemption(
     each half (without, then with budget-protected units) the classes that fit are a
     suffix. When even every unit allowed does not fit, no class does, and that class's
     reason is the answer (the last one tried, as in a class-by-class search).
+
+    Every member asks `request` and may go on any of `usable_nodes`, unless the gang has
+    several pod shapes (a CPU-only launcher and its 8-GPU workers): then `shapes` lists
+    them, `shape_of` names each member's, and each member is placed with its own shape's
+    request on its own shape's usable nodes (those within `usable_nodes`, where victims are
+    looked for), as placement does (gather.gather_mixed); `request` is not read. Such a
+    gang's dry run packs first fit, which more room does not always help, so its classes
+    are tried one by one, cheapest first, without bisection.
     """
+    mixed = _MixedGang.of(pods_in_rank_order, shapes, shape_of, usable_nodes)
+    if mixed is not None:
+        request = largest_request(shape.request for shape in mixed.shapes)
     units = victim_units(charged, gang_priority, usable_nodes)
     if not units:
         return NotHelpful(
@@ -441,6 +466,7 @@ def plan_preemption(
         gang_priority=gang_priority,
         units=units,
         budgets=_budgets(budgets),
+        mixed=mixed,
     )
     protected = {u.key for u in units if search.broken(search.hits_of(u))}
     ceilings = sorted(search.ranks)
@@ -456,6 +482,16 @@ def plan_preemption(
         for allow_protected in (False, True)
     ]
     last_failure = ""
+    if mixed is not None:
+        for classes in halves:
+            for allowed in classes:
+                outcome = search.best_plan(allowed)
+                if isinstance(outcome, PreemptionPlan):
+                    return outcome
+                last_failure = outcome
+        return NotHelpful(
+            f"preemption not helpful: even without lower-priority pods, {last_failure}"
+        )
     for classes in halves:
         # Most often the cheapest class fits already; else the whole half is ruled out at
         # once, or the cheapest class that fits is bisected for.
@@ -485,6 +521,31 @@ def plan_preemption(
     return NotHelpful(f"preemption not helpful: even without lower-priority pods, {last_failure}")
 
 
+class _MixedGang(NamedTuple):
+    """A gang of several pod shapes, as the search places it: each member with its shape,
+    in rank order, and each shape's usable nodes kept within the nodes preemption may use."""
+
+    members: tuple[tuple[str, int], ...]
+    shapes: tuple[PodShape, ...]
+
+    @classmethod
+    def of(
+        cls,
+        pods_in_rank_order: Sequence[str],
+        shapes: Sequence[PodShape],
+        shape_of: Mapping[str, int] | None,
+        usable_nodes: AbstractSet[str],
+    ) -> _MixedGang | None:
+        if len(shapes) <= 1:
+            return None
+        if shape_of is None:
+            raise ValueError("a gang of several pod shapes needs each member's shape")
+        return cls(
+            tuple((name, shape_of[name]) for name in pods_in_rank_order),
+            tuple(PodShape(s.request, s.usable & usable_nodes) for s in shapes),
+        )
+
+
 class _Search:
     """One preemption search: the victim units indexed by node, so each class's dry run and
     each domain's plan read only the nodes they concern (one pass stays linear in the
@@ -503,6 +564,7 @@ class _Search:
         gang_priority: int,
         units: Sequence[VictimUnit],
         budgets: Sequence[_Budget],
+        mixed: _MixedGang | None = None,
     ) -> None:
         self.tree = tree
         self.pods_in_rank_order = pods_in_rank_order
@@ -523,6 +585,13 @@ class _Search:
         # room is worked out as these few integers.
         self.resources = tuple(r for r, amount in request.items() if amount > 0)
         self.amounts = tuple(request[r] for r in self.resources)
+        # A gang of several shapes (for one shape, None): what each member takes of those
+        # resources, by name.
+        self.mixed = mixed
+        self.member_amounts: dict[str, tuple[int, ...]] = {}
+        if mixed is not None:
+            of_shape = [tuple(s.request.get(r, 0) for r in self.resources) for s in mixed.shapes]
+            self.member_amounts = {name: of_shape[index] for name, index in mixed.members}
         # The units with a pod on each node (in unit order), each with what its pods there
         # take of those resources, summed; and per unit its nodes, worked out only for the
         # few units a plan gives back (unit_nodes). (Pairs of a unit and a tuple, no dict
@@ -579,6 +648,9 @@ class _Search:
             if budget.selector is not None:
                 self._selectors_in.setdefault(budget.namespace, []).append((index, budget.selector))
         self._dry: dict[tuple[str, ...], tuple[dict[str, int], Placement | NoFit]] = {}
+        self._dry_mixed: dict[
+            tuple[str, ...], tuple[dict[str, Mapping[str, int]], Placement | NoFit]
+        ] = {}
 
     def hits_of(self, unit: VictimUnit) -> tuple[int, ...]:
         """How many of the unit's pods each budget selects (read once per unit). Only the
@@ -673,27 +745,75 @@ class _Search:
         found = self._dry[keys] = (slots, outcome)
         return found
 
+    def _dry_run_mixed(
+        self, allowed: Sequence[VictimUnit]
+    ) -> tuple[dict[str, Mapping[str, int]], Placement | NoFit]:
+        """The dry run of a gang of several shapes: what every usable node has free with
+        `allowed` evicted (nodes alike share one dict, as gather_mixed expects), and where
+        gather_mixed puts each member by its own request and usable nodes."""
+        assert self.mixed is not None
+        keys = tuple(u.key for u in allowed)
+        found = self._dry_mixed.get(keys)
+        if found is not None:
+            return found
+        allowed_keys = set(keys)
+        free: dict[str, Mapping[str, int]] = {}
+        alike: dict[tuple[int, ...], Mapping[str, int]] = {}
+        for node in self.usable_nodes:
+            room = tuple(self._free_after(node, allowed_keys))
+            shared = alike.get(room)
+            if shared is None:
+                shared = alike[room] = dict(zip(self.resources, room, strict=True))
+            free[node] = shared
+        outcome = gather_mixed(self.tree, self.mixed.members, self.mixed.shapes, free, self.rules)
+        found = self._dry_mixed[keys] = (free, outcome)
+        return found
+
     def dry(self, allowed: Sequence[VictimUnit]) -> Placement | NoFit:
-        """Phase 3's dry run: where the gather puts the gang with `allowed` evicted."""
+        """Phase 3's dry run: where the gather puts the gang with `allowed` evicted (a gang
+        of one shape: the bisection over classes asks this)."""
         return self._dry_run(allowed)[1]
 
-    def best_plan(self, allowed: Sequence[VictimUnit]) -> PreemptionPlan | str:
-        """Phases 4-5 over every domain of the dry run's layer that takes the gang."""
+    def _domain_placements(
+        self, allowed: Sequence[VictimUnit]
+    ) -> tuple[Placement | NoFit, Iterator[tuple[Domain, Placement]]]:
+        """The dry run, and the gang placed within each domain of its layer that takes it."""
+        if self.mixed is not None:
+            dry_free, dry = self._dry_run_mixed(allowed)
+            if isinstance(dry, NoFit):
+                return dry, iter(())
+            depth = self.tree.spec.depth_of(dry.layer)
+            assert depth is not None  # gather names only layers of the tree
+            return dry, gather_mixed_within_each(
+                self.tree,
+                self.mixed.members,
+                self.mixed.shapes,
+                dry_free,
+                self.rules,
+                self.tree.domains_at(depth),
+            )
         dry_slots, dry = self._dry_run(allowed)
         if isinstance(dry, NoFit):
-            return dry.message
+            return dry, iter(())
         depth = self.tree.spec.depth_of(dry.layer)
         assert depth is not None  # gather names only layers of the tree
-        allowed_keys = {u.key for u in allowed}
-        best: tuple[tuple[int, int, int, tuple[str, ...]], Placement, list[VictimUnit]] | None
-        best = None
-        for domain, placement in gather_within_each(
+        return dry, gather_within_each(
             self.tree,
             self.pods_in_rank_order,
             self.rules,
             dry_slots,
             self.tree.domains_at(depth),
-        ):
+        )
+
+    def best_plan(self, allowed: Sequence[VictimUnit]) -> PreemptionPlan | str:
+        """Phases 4-5 over every domain of the dry run's layer that takes the gang."""
+        dry, placements = self._domain_placements(allowed)
+        if isinstance(dry, NoFit):
+            return dry.message
+        allowed_keys = {u.key for u in allowed}
+        best: tuple[tuple[int, int, int, tuple[str, ...]], Placement, list[VictimUnit]] | None
+        best = None
+        for domain, placement in placements:
             victims = self.minimal_victims(placement, allowed_keys)
             if victims is None:
                 continue
@@ -729,11 +849,20 @@ class _Search:
         self, placement: Placement, allowed_keys: AbstractSet[str]
     ) -> list[VictimUnit] | None:
         """Phase 4: start from every allowed unit on the placement's nodes, then give units
-        back (priority desc, key) while every node still takes its pods. Giving a unit back
+        back (priority desc, key) while every node still takes its pods: what the members
+        placed there ask, summed (each by its own shape's request). Giving a unit back
         changes only the nodes it has pods on, so only those are checked again."""
-        wanted: dict[str, int] = {}
-        for _, node in placement.assignments:
-            wanted[node] = wanted.get(node, 0) + 1
+        wanted: dict[str, tuple[int, ...]] = {}
+        amounts = self.amounts
+        for name, node in placement.assignments:
+            if self.mixed is not None:
+                amounts = self.member_amounts[name]
+            before = wanted.get(node)
+            wanted[node] = (
+                amounts
+                if before is None
+                else tuple(a + b for a, b in zip(before, amounts, strict=True))
+            )
         involved_by_key: dict[str, VictimUnit] = {}
         for node in wanted:
             for unit, _ in self.on_node.get(node, ()):
@@ -742,9 +871,9 @@ class _Search:
         # Units are ordered by key (victim_units), and the plan keeps that order.
         involved = [involved_by_key[key] for key in sorted(involved_by_key)]
         free: dict[str, list[int]] = {}
-        for node, count in wanted.items():
+        for node, need in wanted.items():
             free[node] = self._free_after(node, allowed_keys)
-            if self._slots(free[node]) < count:
+            if not _covers(free[node], need):
                 return None
         given_back: set[str] = set()
         for unit in sorted(involved, key=lambda u: (-u.priority, u.key)):
@@ -757,10 +886,17 @@ class _Search:
             after: dict[str, list[int]] = {}
             for node in touched:
                 back = [have - amount for have, amount in zip(free[node], held[node], strict=True)]
-                if self._slots(back) < wanted[node]:
+                if not _covers(back, wanted[node]):
                     break
                 after[node] = back
             else:
                 free.update(after)
                 given_back.add(unit.key)
         return [u for u in involved if u.key not in given_back]
+
+
+def _covers(free: Sequence[int], need: Sequence[int]) -> bool:
+    """Whether what a node has free holds what its members ask, resource by resource. (For
+    members alike, the same as slots_in(free, request) >= their count: every resource here
+    is one the gang asks a positive amount of.)"""
+    return all(have >= amount for have, amount in zip(free, need, strict=True))

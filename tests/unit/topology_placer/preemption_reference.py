@@ -4,6 +4,10 @@ the dry run's layer and the victims given back one unit at a time with every nod
 again (quadratic in the cluster's size). test_preemption_search.py checks that the fast
 search in topology_placer.preemption makes the same plan on random clusters.
 
+A gang of several pod shapes (a launcher and its workers) is searched the same way, with
+each member placed by gather_mixed on its own shape's nodes and a node's victims given back
+while it holds what every member placed on it asks, summed resource by resource.
+
 Only the search lives here; the rules on pods (which are never victims, the unit and job of a
 pod) are the service's own, read fresh from each pod (no memo).
 """
@@ -18,7 +22,7 @@ from nodeflow_kube.labels import LabelSelector, SelectorError
 from topology_placer import pods as podfacts
 from topology_placer.fit import NodeCapacity
 from topology_placer.gang import GatherRule
-from topology_placer.gather import NoFit, Placement, gather
+from topology_placer.gather import NoFit, Placement, PodShape, gather, gather_mixed
 from topology_placer.network import TopologyTree
 from topology_placer.preemption import (
     ChargedPod,
@@ -108,25 +112,47 @@ def broken_budgets(victims: Sequence[Obj], budgets: Sequence[Obj]) -> int:
     return broken
 
 
+def _free_after(capacity: NodeCapacity, freed: Sequence[Mapping[str, int]]) -> dict[str, int]:
+    """Every resource the node has free once `freed` is given back."""
+    free = dict(capacity.allocatable)
+    for resource, amount in capacity.used.items():
+        free[resource] = free.get(resource, 0) - amount
+    for extra in freed:
+        for resource, amount in extra.items():
+            free[resource] = free.get(resource, 0) + amount
+    return free
+
+
+def _holds(free: Mapping[str, int], requests: Sequence[Mapping[str, int]]) -> bool:
+    """Whether `free` holds every one of `requests` at once (what they ask, summed)."""
+    asked: dict[str, int] = {}
+    for request in requests:
+        for resource, amount in request.items():
+            if amount > 0:
+                asked[resource] = asked.get(resource, 0) + amount
+    return all(free.get(resource, 0) >= amount for resource, amount in asked.items())
+
+
 def _minimal_victims(
     placement: Placement,
     units: Sequence[VictimUnit],
     capacities: Mapping[str, NodeCapacity],
-    request: Mapping[str, int],
+    request_of: Mapping[str, Mapping[str, int]],
     cleared: Mapping[str, list[ChargedPod]],
 ) -> list[VictimUnit] | None:
-    """Phase 4: the victims this placement needs after giving back every unit it can."""
-    wanted: dict[str, int] = {}
-    for _, node in placement.assignments:
-        wanted[node] = wanted.get(node, 0) + 1
+    """Phase 4: the victims this placement needs after giving back every unit it can
+    (`request_of`: what each member asks)."""
+    wanted: dict[str, list[Mapping[str, int]]] = {}
+    for name, node in placement.assignments:
+        wanted.setdefault(node, []).append(request_of[name])
     involved = [u for u in units if any(p.node in wanted for p in u.pods)]
     victims = list(involved)
 
     def fits(current: Sequence[VictimUnit]) -> bool:
-        for node, count in wanted.items():
+        for node, requests in wanted.items():
             freed = [p.request for u in current for p in u.pods if p.node == node]
             freed.extend(p.request for p in cleared.get(node, []))
-            if _slots_after(capacities[node], request, freed) < count:
+            if not _holds(_free_after(capacities[node], freed), requests):
                 return False
         return True
 
@@ -150,13 +176,16 @@ def plan_preemption(
     charged: Sequence[ChargedPod],
     gang_priority: int,
     budgets: Sequence[Obj],
+    shapes: Sequence[PodShape] = (),
+    shape_of: Mapping[str, int] | None = None,
 ) -> PreemptionPlan | NotHelpful:
     """Phases 2-5: the least-cost plan that places the whole gang, or why there is none.
 
     Plans are searched cheapest class first: units protected by a disruption budget only
     when nothing else helps, and within that, evicting only jobs up to a priority ceiling
     that rises one priority at a time, so the gather itself only sees room that the
-    cheapest jobs free.
+    cheapest jobs free. With several `shapes`, each member (`shape_of`) asks its shape's
+    request and goes on its shape's usable nodes that are within `usable_nodes`.
     """
     units = victim_units(charged, gang_priority, usable_nodes)
     cleared: dict[str, list[ChargedPod]] = {}
@@ -184,6 +213,8 @@ def plan_preemption(
                 cleared,
                 ranks,
                 budgets,
+                shapes if len(shapes) > 1 else (),
+                shape_of or {},
             )
             if isinstance(outcome, PreemptionPlan):
                 return outcome
@@ -202,25 +233,40 @@ def _best_plan(
     cleared: Mapping[str, list[ChargedPod]],
     ranks: Mapping[int, int],
     budgets: Sequence[Obj],
+    shapes: Sequence[PodShape],
+    shape_of: Mapping[str, int],
 ) -> PreemptionPlan | str:
     dry_slots: dict[str, int] = {}
+    dry_free: dict[str, dict[str, int]] = {}
     for node in usable_nodes:
         freed = [p.request for u in units for p in u.pods if p.node == node]
         freed.extend(p.request for p in cleared.get(node, []))
+        dry_free[node] = _free_after(capacities[node], freed)
         count = _slots_after(capacities[node], request, freed)
         if count > 0:
             dry_slots[node] = count
-    dry = gather(tree, pods_in_rank_order, rules, dry_slots)
+    members = [(name, shape_of[name]) for name in pods_in_rank_order] if shapes else []
+    within_usable = [PodShape(s.request, s.usable & usable_nodes) for s in shapes]
+
+    def place(within: tuple[str, ...] | None = None) -> Placement | NoFit:
+        if shapes:
+            return gather_mixed(tree, members, within_usable, dry_free, rules, within=within)
+        return gather(tree, pods_in_rank_order, rules, dry_slots, within=within)
+
+    request_of = {
+        name: (shapes[shape_of[name]].request if shapes else request) for name in pods_in_rank_order
+    }
+    dry = place()
     if isinstance(dry, NoFit):
         return dry.message
     depth = tree.spec.depth_of(dry.layer)
     assert depth is not None  # gather names only layers of the tree
     best: tuple[tuple[int, int, int, tuple[str, ...]], PreemptionPlan] | None = None
     for domain in tree.domains_at(depth):
-        placement = gather(tree, pods_in_rank_order, rules, dry_slots, within=domain.path)
+        placement = place(domain.path)
         if isinstance(placement, NoFit):
             continue
-        victims = _minimal_victims(placement, units, capacities, request, cleared)
+        victims = _minimal_victims(placement, units, capacities, request_of, cleared)
         if victims is None:
             continue
         nodes = {node for _, node in placement.assignments}

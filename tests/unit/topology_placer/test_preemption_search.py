@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from tests.unit.topology_placer import preemption_reference as reference
 from tests.unit.topology_placer.builders import TOPOLOGY, node, pod
-from topology_placer.fit import NodeCapacity, capacity_of, pod_request_milli
+from topology_placer.fit import NodeCapacity, capacity_of, largest_request, pod_request_milli
 from topology_placer.gang import GatherRule
+from topology_placer.gather import PodShape
 from topology_placer.network import build_tree, parse_topology
 from topology_placer.preemption import (
     DISABLE_PREEMPTIBLE_LABEL,
@@ -307,3 +308,94 @@ def test_rule_the_fast_search_takes_a_budget_protected_class_only_when_no_other_
     assert [u.key for u in fast.victims] == ["job default/owned-1"]
     assert fast.broken_budgets == 0
     _same_plan(fast, reference.plan_preemption(**arguments))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    blocks=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    victims=st.lists(victims_strategy, max_size=40),
+    fillers=st.none() | st.tuples(*[st.integers(0, 4)] * 16),
+    workers=st.integers(1, 6),
+    worker_gpus=st.sampled_from((2, 4, 8)),
+    launchers=st.integers(1, 2),
+    launcher_cpu=st.sampled_from(("1", "16", "60", "64")),
+    gang_priority=st.integers(2, 5),
+    rules=st.sampled_from(RULE_SETS),
+    budgets=st.lists(
+        st.tuples(
+            st.sampled_from(("gang", "replica", "job", "plain", "")),
+            st.integers(0, 3),
+            st.integers(0, 2),
+        ),
+        max_size=2,
+    ),
+    launcher_nodes=st.none() | st.sets(st.integers(0, 15), min_size=1, max_size=6),
+    worker_off=st.sets(st.integers(0, 15), max_size=4),
+    unusable=st.sets(st.integers(0, 15), max_size=2),
+)
+def test_rule_a_mixed_gangs_fast_search_makes_the_plan_of_the_class_by_class_search(
+    blocks: list[int],
+    victims: list[Victim],
+    fillers: tuple[int, ...] | None,
+    workers: int,
+    worker_gpus: int,
+    launchers: int,
+    launcher_cpu: str,
+    gang_priority: int,
+    rules: tuple[GatherRule, ...],
+    budgets: list[tuple[str, int, int]],
+    launcher_nodes: set[int] | None,
+    worker_off: set[int],
+    unusable: set[int],
+) -> None:
+    """A gang of several pod shapes (CPU-only launchers, GPU workers), each shape with its own
+    usable nodes: the fast search's dry run per shape, its domains costed with the sums made
+    once, and its victims given back per node's summed asks make the plan the class-by-class
+    reference makes with gather_mixed, victim for victim."""
+    nodes, _pods, placed = _cluster(blocks, victims, fillers or ())
+    tree = build_tree(
+        parse_topology(TOPOLOGY), [(n["metadata"]["name"], n["metadata"]["labels"]) for n in nodes]
+    )
+    charged = [ChargedPod(m, w, pod_request_milli(m), o) for m, w, o in placed]
+    capacities = {
+        n["metadata"]["name"]: capacity_of(
+            n, [c.request for c in charged if c.node == n["metadata"]["name"]]
+        )
+        for n in nodes
+    }
+    names = [n["metadata"]["name"] for n in nodes]
+    usable = {name for index, name in enumerate(names) if index not in unusable}
+    launcher_usable = (
+        set(names)
+        if launcher_nodes is None
+        else {name for index, name in enumerate(names) if index in launcher_nodes}
+    )
+    worker_usable = {name for index, name in enumerate(names) if index not in worker_off}
+    shapes = [
+        PodShape(pod_request_milli(pod("launcher", gpus=0, cpu=launcher_cpu)), launcher_usable),
+        PodShape(pod_request_milli(pod("worker", gpus=worker_gpus)), worker_usable),
+    ]
+    members = [f"launcher-{i}" for i in range(launchers)] + [f"worker-{i}" for i in range(workers)]
+    shape_of = {name: 0 if name.startswith("launcher") else 1 for name in members}
+    arguments: dict[str, Any] = {
+        "tree": tree,
+        "pods_in_rank_order": members,
+        "rules": rules,
+        "capacities": capacities,
+        "usable_nodes": usable,
+        "request": largest_request(shape.request for shape in shapes),
+        "charged": charged,
+        "gang_priority": gang_priority,
+        "budgets": [
+            _budget(f"{kind}-{job}" if kind else "", allowed) for kind, job, allowed in budgets
+        ],
+        "shapes": shapes,
+        "shape_of": shape_of,
+    }
+    slow = reference.plan_preemption(**arguments)
+    fast = plan_preemption(**arguments)
+    _same_plan(fast, slow)
+    if isinstance(fast, PreemptionPlan):
+        # Each member on a node its own shape may use.
+        for name, where in fast.placement.assignments:
+            assert where in shapes[shape_of[name]].usable & usable
