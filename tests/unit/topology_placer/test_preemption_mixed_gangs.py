@@ -72,6 +72,34 @@ def test_rule_a_mixed_gang_preempts_with_each_members_own_node_selector() -> Non
     assert {where["worker-0"], where["worker-1"]} == {"gpu-1a", "gpu-1b"}
 
 
+def test_rule_a_mixed_gang_preempts_with_each_members_own_tolerations() -> None:
+    """The GPU nodes are tainted and only the workers tolerate the taint: the launcher goes to
+    the untainted node as it is, the workers' victims are evicted on the tainted ones (nodes
+    passing every member's filters would be the untainted node alone, with no victim)."""
+    taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    toleration = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    nodes = [
+        node("plain", "s1", "b1", gpus=0),
+        node("gpu-a", "s1", "b1", taints=taint),
+        node("gpu-b", "s1", "b1", taints=taint),
+    ]
+    victims = [
+        pod(f"v-{n}", None, gpus=8, node_name=n, owner="low", tolerations=toleration)
+        for n in ("gpu-a", "gpu-b")
+    ]
+    launcher = pod("launcher", "gang", gpus=0, cpu="1", priority=GANG_PRIORITY)
+    workers = [
+        pod(f"worker-{i}", "gang", gpus=8, priority=GANG_PRIORITY, tolerations=toleration)
+        for i in (0, 1)
+    ]
+    groups = [pod_group("gang", 3, gather=BLOCK_MUST)]
+    result, after = run(nodes, [*victims, launcher, *workers], groups, topology=TOPOLOGY)
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"v-gpu-a", "v-gpu-b"}
+    where = _where(after)
+    assert where["launcher"] == "plain"
+    assert {where["worker-0"], where["worker-1"]} == {"gpu-a", "gpu-b"}
+
+
 def test_rule_a_mixed_gang_evicts_on_the_launchers_node_only_what_the_launcher_needs() -> None:
     """The CPU node is full of a low-priority CPU job; the launcher's node is freed too, and
     a higher-priority pod beside it stays."""
