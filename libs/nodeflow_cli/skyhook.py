@@ -359,14 +359,14 @@ def auto_taint_marks(node: Obj, names: SkyhookNames) -> tuple[str, ...]:
     return tuple(sorted(k for k in annotations_of(node) if k.startswith(marker)))
 
 
-async def _get_object(kube: KubeApi, names: SkyhookNames, name: str) -> Obj:
+async def get_object(kube: KubeApi, names: SkyhookNames, name: str) -> Obj:
     found = await kube.get(object_path(names, name))
     if found is None:
         raise VerbError(f"{names.kind} {name} not found")
     return found
 
 
-async def _nodes(kube: KubeApi) -> list[Obj]:
+async def nodes_of(kube: KubeApi) -> list[Obj]:
     listed = await kube.get(NODES) or {}
     return [n for n in listed.get("items") or () if isinstance(n, Mapping)]
 
@@ -397,7 +397,7 @@ async def lifecycle(
     end) and nothing at all for a disabled one."""
     attribute, value, done = LIFECYCLE[verb]
     key: str = getattr(names, attribute)
-    obj = await _get_object(kube, names, name)
+    obj = await get_object(kube, names, name)
     title = resource(names, name)
     current = annotations_of(obj).get(key)
     if (current == value) if value is not None else current is None:
@@ -468,10 +468,10 @@ async def package_rerun(
     entry removed from the node's nodeState (or back at `stage`, in progress)."""
     if stage is not None and stage not in STAGES:
         raise VerbError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
-    obj = await _get_object(kube, names, owner)
+    obj = await get_object(kube, names, owner)
     key = package_key(obj, package)
     annotation = names.node_state_annotation(owner)
-    states = _states(await _nodes(kube), annotation, say)
+    states = _states(await nodes_of(kube), annotation, say)
     chosen = [n for n in match_nodes(node_patterns, states) if key in states[n][1].entries]
     if not chosen:
         say(f"no node named has a state of package {key} for {names.kind} {owner}")
@@ -510,9 +510,9 @@ async def node_reset(
 ) -> bool:
     """`node reset NODE...`: the object's whole nodeState removed from each node named, so
     every package runs again there from its first stage."""
-    await _get_object(kube, names, owner)
+    await get_object(kube, names, owner)
     annotation = names.node_state_annotation(owner)
-    states = _states(await _nodes(kube), annotation, say)
+    states = _states(await nodes_of(kube), annotation, say)
     chosen = match_nodes(node_patterns, states)
     if not chosen:
         say(f"no node named has a state for {names.kind} {owner}")
@@ -549,9 +549,9 @@ async def reset(
 ) -> bool:
     """`reset NAME`: every node's marks of the object removed (the rollout starts over on
     every node) and, with `batches`, its batch state reset (`deployment-policy reset`)."""
-    obj = await _get_object(kube, names, owner)
+    obj = await get_object(kube, names, owner)
     marks = reset_annotations(names, owner)
-    states = _states(await _nodes(kube), marks[0], say)
+    states = _states(await nodes_of(kube), marks[0], say)
     title = resource(names, owner)
     say(f"{title}: every package runs again on {len(states)} node(s):")
     for node in sorted(states):
@@ -592,7 +592,7 @@ async def policy_reset(
 ) -> bool:
     """`deployment-policy reset NAME`: the object's rollout starts again from batch 1 in
     every compartment (its nodes keep their state)."""
-    obj = await _get_object(kube, names, owner)
+    obj = await get_object(kube, names, owner)
     title = resource(names, owner)
     current = batch_summary(obj)
     say(f"{title} batch state:" if current else f"{title} has no batch state yet")
@@ -620,7 +620,7 @@ async def node_ignore(
     """`node ignore|unignore NODE...`: the ignore label set to "true" (or removed) on each
     node named. An ignored node stays a target of every object of the group but runs
     nothing (it shows blocked)."""
-    nodes = {name_of(n): n for n in await _nodes(kube)}
+    nodes = {name_of(n): n for n in await nodes_of(kube)}
     chosen = match_nodes(node_patterns, nodes)
     if not chosen:
         say("no node matched")
