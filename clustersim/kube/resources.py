@@ -111,7 +111,7 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         namespaced=True,
         short_names=("po",),
         categories=("all",),
-        subresources=frozenset({"status", "eviction", "binding", "log"}),
+        subresources=frozenset({"status", "eviction", "binding", "log", "portforward"}),
         reset_status_on_create=True,
         return_deleted_object=True,
     ),
@@ -132,6 +132,27 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         singular="configmap",
         namespaced=True,
         short_names=("cm",),
+    ),
+    # Services and Secrets are stored only (no cluster IPs, no endpoints): what reads them
+    # (`kubectl nodeflow` finding NATS's pod and the admin password) reads them as written.
+    ResourceInfo(
+        group="",
+        versions=("v1",),
+        plural="services",
+        kind="Service",
+        singular="service",
+        namespaced=True,
+        short_names=("svc",),
+        categories=("all",),
+        subresources=frozenset({"status"}),
+    ),
+    ResourceInfo(
+        group="",
+        versions=("v1",),
+        plural="secrets",
+        kind="Secret",
+        singular="secret",
+        namespaced=True,
     ),
     ResourceInfo(
         group="batch",

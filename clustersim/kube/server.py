@@ -40,6 +40,7 @@ from clustersim.kube import errors, protobuf, tables
 from clustersim.kube.errors import ApiError, BadRequest, Cause, MethodNotAllowed, NotFound
 from clustersim.kube.objects import Obj, deep_copy
 from clustersim.kube.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from clustersim.kube.portforward import serve_port_forward
 from clustersim.kube.resources import ResourceInfo
 from clustersim.kube.store import Store, WatchEvent
 
@@ -222,6 +223,16 @@ def _api_resource(info: ResourceInfo) -> list[Obj]:
                 "namespaced": True,
                 "kind": "Pod",
                 "verbs": ["get"],
+            }
+        )
+    if "portforward" in info.subresources:
+        out.append(
+            {
+                "name": f"{info.plural}/portforward",
+                "singularName": "",
+                "namespaced": True,
+                "kind": "PodPortForwardOptions",
+                "verbs": ["create", "get"],
             }
         )
     if "binding" in info.subresources:
@@ -491,6 +502,10 @@ class ApiHandler:
             # Unconfigured structlog prints every level; per-request lines only when the
             # process set up logging (and its level filter) itself.
             log.debug("request", method=method, path=request.path, verb=verb)
+        if target.subresource == "portforward" and method in ("GET", "POST"):
+            assert target.name is not None
+            pod = self.store.peek(target.info, target.name, target.namespace)
+            return await serve_port_forward(request, pod)
         if verb == "watch":
             return await self._watch(request, target)
         if verb == "list":

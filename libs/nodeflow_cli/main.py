@@ -7,19 +7,23 @@ kubectl runs `kubectl-nodeflow` from the PATH as `kubectl nodeflow ...` (a plugi
 the Kubernetes API through the kubeconfig (`--kubeconfig`, else `KUBECONFIG`, else
 `~/.kube/config`) and NATS through `--nats URL` (else `NATS_URL`) with the operators'
 credentials from the environment (`NATS_USER` + `NATS_PASSWORD[_FILE]`, `NATS_TOKEN[_FILE]`,
-`NATS_CREDS_FILE`, as every service reads them). Without a NATS URL, `why` answers from
-Kubernetes alone and says so; `decisions` and `dlq` need one; `doctor` skips its NATS
-checks. The verdicts, the dead letters' formats and replay plan, and doctor's checks are pure
-(nodeflow_cli.verdicts, nodeflow_cli.dlq, nodeflow_cli.doctor); this module only fetches
-what they read and does what a replay plans.
+`NATS_CREDS_FILE`, as every service reads them). Without a NATS URL, `decisions` and `dlq`
+port-forward by themselves to the Service `nats` (nodeflow_cli.portforward) as the
+operators' user of the admin Secret; `why` answers from Kubernetes alone and says so;
+`doctor` skips its NATS checks. The verdicts, the dead letters' formats and replay plan, and
+doctor's checks are pure (nodeflow_cli.verdicts, nodeflow_cli.dlq, nodeflow_cli.doctor);
+this module only fetches what they read and does what a replay plans.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import collections
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -37,10 +41,10 @@ from nats.errors import Error as NatsError
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from nodeflow_bus import Bus, BusOptions, Credentials
+from nodeflow_bus import Bus, BusOptions, Credentials, NatsTls, Secret
 from nodeflow_bus.errors import PublishError
 from nodeflow_bus.kube_lease import DEFAULT_LEASE_NAMESPACE
-from nodeflow_cli import claims, dlq, doctor, rollout, skyhook, verdicts
+from nodeflow_cli import claims, dlq, doctor, portforward, rollout, skyhook, verdicts
 from nodeflow_cli.verdicts import Decision, Obj
 from nodeflow_contracts import subjects
 from nodeflow_contracts.permissions import SERVICES, lease_names
@@ -190,15 +194,184 @@ class Kube:
 # --- NATS -----------------------------------------------------------------------------------
 
 
-async def connect_nats(url: str) -> Bus:
+async def connect_nats(
+    url: str, credentials: Credentials | None = None, tls: NatsTls | None = None
+) -> Bus:
     try:
         return await Bus.connect(
             [part for part in url.split(",") if part],
-            credentials=Credentials.from_env(),
+            credentials=credentials or Credentials.from_env(),
             options=BusOptions(name="kubectl-nodeflow", initial_connect_deadline=5.0),
+            tls=tls,
         )
     except Exception as exc:
         raise CliError(f"NATS at {url} not reached: {type(exc).__name__}: {exc}") from exc
+
+
+# Without --nats: the chart's Service `nats` (its port `client`) in the services' namespace,
+# reached through the CLI's own port-forward, as the operators' user with the password of the
+# admin Secret the chart generates (charts/nodeflow/templates/nats-credentials.yaml).
+NATS_SERVICE = "nats"
+NATS_CLIENT_PORT = "client"
+ADMIN_SECRET = f"{ADMIN_USER}-nats"
+ADMIN_SECRET_KEY = "password"
+NO_NATS_HINT = "give --nats URL (or NATS_URL)"
+
+
+def nats_tls_from_env() -> NatsTls:
+    """Client TLS as the services read it (NATS_TLS_CA_FILE, NATS_TLS_CERT_FILE,
+    NATS_TLS_KEY_FILE, NATS_TLS_SERVER_NAME)."""
+    return NatsTls.from_paths(
+        ca_file=os.environ.get("NATS_TLS_CA_FILE", ""),
+        cert_file=os.environ.get("NATS_TLS_CERT_FILE", ""),
+        key_file=os.environ.get("NATS_TLS_KEY_FILE", ""),
+        server_name=os.environ.get("NATS_TLS_SERVER_NAME", ""),
+    )
+
+
+async def start_nats_forward(kube: Kube, namespace: str) -> portforward.PortForward:
+    """The port-forward to a Ready pod behind the Service `nats` (its `client` port)."""
+    ns = quote(namespace, safe="")
+    service = await kube.get(f"/api/v1/namespaces/{ns}/services/{NATS_SERVICE}")
+    if service is None:
+        raise CliError(
+            f"no --nats URL (or NATS_URL) and no Service {NATS_SERVICE} in namespace "
+            f"{namespace} to port-forward to: {NO_NATS_HINT}, or name the services' "
+            "namespace (--system-namespace)"
+        )
+    selector = portforward.selector_query(service)
+    if not selector:
+        raise CliError(f"Service {namespace}/{NATS_SERVICE} selects no pods: {NO_NATS_HINT}")
+    listed = await kube.get(f"/api/v1/namespaces/{ns}/pods?labelSelector={quote(selector)}")
+    pod = portforward.ready_pod((listed or {}).get("items") or [])
+    if pod is None:
+        raise CliError(
+            f"no Ready pod behind Service {namespace}/{NATS_SERVICE} ({selector}) to "
+            f"port-forward to: {NO_NATS_HINT}"
+        )
+    try:
+        port = portforward.target_port(service, pod, NATS_CLIENT_PORT)
+    except portforward.ForwardError as exc:
+        raise CliError(f"{exc}: {NO_NATS_HINT}") from exc
+    name = pod["metadata"]["name"]
+    headers: dict[str, str] = {}
+    # The kubeconfig's bearer token, as every other request carries it; its client
+    # certificate and CA are in the session's TLS context.
+    await kube.api.update_params_for_auth(headers, [], ["BearerToken"])
+    api_server: str = kube.api.configuration.host or ""
+    forward = portforward.PortForward(
+        session=kube.api.rest_client.pool_manager,
+        url=portforward.websocket_url(
+            api_server, portforward.port_forward_path(namespace, name, port)
+        ),
+        headers=headers,
+        port=port,
+        pod=f"{namespace}/{name}",
+    )
+    await forward.start()
+    return forward
+
+
+async def server_info(forward: portforward.PortForward, local_port: int) -> Obj:
+    """The NATS server's INFO, read through the forward: whether it requires TLS, and a
+    clear error naming the pod and port when nothing answers behind them."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", local_port)
+    try:
+        line = await asyncio.wait_for(reader.readline(), timeout=15)
+    except TimeoutError:
+        line = b""
+    finally:
+        writer.close()
+    if not line.startswith(b"INFO "):
+        why = "; ".join(forward.errors) or (
+            f"no NATS INFO came back ({line[:80]!r})" if line else "the connection closed"
+        )
+        raise CliError(f"port-forward to {forward.what} (Service {NATS_SERVICE}) failed: {why}")
+    try:
+        info: Obj = json.loads(line[5:])
+    except ValueError as exc:
+        raise CliError(f"port-forward to {forward.what}: NATS sent a bad INFO: {exc}") from exc
+    return info
+
+
+async def admin_credentials(kube: Kube, namespace: str) -> Credentials:
+    """The operators' user with the password of the chart's admin Secret."""
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/secrets/{ADMIN_SECRET}"
+    try:
+        secret = await kube.get(path)
+    except ApiStatusError as exc:
+        raise CliError(
+            f"the NATS password of {ADMIN_USER} is not readable (Secret {namespace}/"
+            f"{ADMIN_SECRET}: HTTP {exc.status}): set NATS_USER and NATS_PASSWORD[_FILE]"
+        ) from exc
+    encoded = ((secret or {}).get("data") or {}).get(ADMIN_SECRET_KEY)
+    if not encoded:
+        raise CliError(
+            f"no Secret {namespace}/{ADMIN_SECRET} with a key {ADMIN_SECRET_KEY} (the "
+            f"{ADMIN_USER} password the chart generates): set NATS_USER and "
+            "NATS_PASSWORD[_FILE]"
+        )
+    try:
+        password = base64.b64decode(encoded, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise CliError(
+            f"Secret {namespace}/{ADMIN_SECRET}: {ADMIN_SECRET_KEY} is not base64"
+        ) from exc
+    return Credentials(user=ADMIN_USER, password=Secret(password))
+
+
+@contextlib.asynccontextmanager
+async def open_nats(args: argparse.Namespace) -> AsyncIterator[Bus]:
+    """NATS at --nats; without it, through the CLI's own port-forward to the Service `nats`
+    of the services' namespace, as the environment's NATS user or else the operators' user
+    of the admin Secret. The forward lives as long as the connection."""
+    if args.nats:
+        bus = await connect_nats(args.nats)
+        try:
+            yield bus
+        finally:
+            await bus.close()
+        return
+    namespace = args.system_namespace
+    kube = await Kube.connect(args.kubeconfig, args.context)
+    try:
+        forward = await start_nats_forward(kube, namespace)
+        try:
+            assert forward.local_port is not None
+            info = await server_info(forward, forward.local_port)
+            tls = nats_tls_from_env()
+            if info.get("tls_required") and not (tls.configured and tls.server_name):
+                raise CliError(
+                    f"NATS behind {forward.what} requires TLS (the chart's nats.tls.enabled): "
+                    "set NATS_TLS_CA_FILE to the CA of its certificate (ca.crt of the Secret "
+                    f"nats.tls.secretName) and NATS_TLS_SERVER_NAME to a name the certificate "
+                    f"carries (e.g. {NATS_SERVICE}.{namespace}.svc); the forward reaches it as "
+                    "127.0.0.1"
+                )
+            scheme = "tls" if info.get("tls_required") else "nats"
+            env_credentials = Credentials.from_env()
+            credentials = (
+                env_credentials
+                if env_credentials.kind != "none"
+                else await admin_credentials(kube, namespace)
+            )
+            try:
+                bus = await connect_nats(
+                    f"{scheme}://127.0.0.1:{forward.local_port}", credentials, tls
+                )
+            except CliError as exc:
+                raise CliError(
+                    f"{exc} (through the port-forward to {forward.what}"
+                    + (f": {'; '.join(forward.errors)})" if forward.errors else ")")
+                ) from exc
+            try:
+                yield bus
+            finally:
+                await bus.close()
+        finally:
+            await forward.close()
+    finally:
+        await kube.close()
 
 
 async def stream_messages(
@@ -335,15 +508,10 @@ async def why(args: argparse.Namespace) -> str:
 
 
 async def decisions(args: argparse.Namespace) -> None:
-    if not args.nats:
-        raise CliError("decisions are read from NATS: give --nats URL (or NATS_URL)")
-    bus = await connect_nats(args.nats)
-    try:
+    async with open_nats(args) as bus:
         async for decision in read_decisions(bus, follow=args.follow):
             if verdicts.decision_matches(decision, service=args.service, about=args.object):
                 print(verdicts.format_decision(decision), flush=True)
-    finally:
-        await bus.close()
 
 
 def _dead_letter_of(msg: Any) -> dlq.DeadLetter:
@@ -387,24 +555,15 @@ async def get_dead_letter(bus: Bus, sequence: int) -> dlq.DeadLetter | None:
     )
 
 
-def _need_nats(args: argparse.Namespace) -> None:
-    if not args.nats:
-        raise CliError("dead letters are read from NATS: give --nats URL (or NATS_URL)")
-
-
 async def dlq_list(args: argparse.Namespace) -> None:
-    _need_nats(args)
-    bus = await connect_nats(args.nats)
     shown: collections.deque[dlq.DeadLetter] = collections.deque(
         maxlen=args.limit if args.limit > 0 else None
     )
     count = 0
-    try:
+    async with open_nats(args) as bus:
         async for letter in read_dead_letters(bus, args.subject):
             shown.append(letter)
             count += 1
-    finally:
-        await bus.close()
     for line in dlq.format_list(list(shown)):
         print(line)
     newest = f" (the newest {len(shown)} shown)" if len(shown) < count else ""
@@ -412,12 +571,8 @@ async def dlq_list(args: argparse.Namespace) -> None:
 
 
 async def dlq_show(args: argparse.Namespace) -> None:
-    _need_nats(args)
-    bus = await connect_nats(args.nats)
-    try:
+    async with open_nats(args) as bus:
         letter = await get_dead_letter(bus, args.sequence)
-    finally:
-        await bus.close()
     if letter is None:
         raise CliError(f"no dead letter {args.sequence} in {dlq.STREAM}")
     print(dlq.format_show(letter))
@@ -467,14 +622,12 @@ async def replay_one(bus: Bus, sequence: int, *, dry_run: bool) -> tuple[bool, s
 
 async def dlq_replay(args: argparse.Namespace) -> bool:
     """Every dead letter named (or with --all, each of --subject); False if any failed."""
-    _need_nats(args)
     if args.all == bool(args.sequences):
         raise CliError("name the dead letters to replay (SEQ...) or give --all, not both")
     if args.subject and not args.all:
         raise CliError("--subject selects what --all replays; it does not go with SEQ...")
-    bus = await connect_nats(args.nats)
     done_count = 0
-    try:
+    async with open_nats(args) as bus:
         sequences = list(args.sequences)
         if args.all:
             sequences = [letter.sequence async for letter in read_dead_letters(bus, args.subject)]
@@ -482,8 +635,6 @@ async def dlq_replay(args: argparse.Namespace) -> bool:
             done, line = await replay_one(bus, sequence, dry_run=args.dry_run)
             done_count += done
             print(line, flush=True)
-    finally:
-        await bus.close()
     verb = "would be replayed" if args.dry_run else "replayed"
     print(f"{done_count} of {len(sequences)} dead letters {verb}")
     return done_count == len(sequences)
@@ -959,6 +1110,15 @@ async def doctor_command(args: argparse.Namespace) -> bool:
     return not doctor.failed(checks)
 
 
+def add_system_namespace(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--system-namespace",
+        default=os.environ.get("KUBE_LEASE_NAMESPACE") or DEFAULT_LEASE_NAMESPACE,
+        help="where the services, their Secrets and Leases, and NATS live (default: "
+        "KUBE_LEASE_NAMESPACE, else nodeflow-system)",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl nodeflow",
@@ -971,8 +1131,10 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument(
         "--nats",
         default=os.environ.get("NATS_URL", ""),
-        help="NATS URL(s), comma-separated (default: NATS_URL); credentials from NATS_USER "
-        "and NATS_PASSWORD[_FILE] (or NATS_TOKEN[_FILE], NATS_CREDS_FILE)",
+        help="NATS URL(s), comma-separated (default: NATS_URL; without either: a port-forward "
+        "of its own to the Service nats of --system-namespace); credentials from NATS_USER "
+        "and NATS_PASSWORD[_FILE] (or NATS_TOKEN[_FILE], NATS_CREDS_FILE), else, through the "
+        "port-forward, nodeflow-admin's from the Secret nodeflow-admin-nats",
     )
     commands = top.add_subparsers(dest="command", required=True)
     why_parser = commands.add_parser(
@@ -984,6 +1146,7 @@ def parser() -> argparse.ArgumentParser:
     why_parser.add_argument("-n", "--namespace", default="default")
     decisions_parser = commands.add_parser("decisions", help="the controllers' decisions")
     decisions_parser.add_argument("-f", "--follow", action="store_true")
+    add_system_namespace(decisions_parser)
     decisions_parser.add_argument(
         "--service", default="", choices=["", *sorted(set(verdicts.DECISION_SERVICES.values()))]
     )
@@ -1007,8 +1170,10 @@ def parser() -> argparse.ArgumentParser:
         list_parser.add_argument(
             "--limit", type=int, default=0, help="only the newest N (default: all)"
         )
+        add_system_namespace(list_parser)
     show_parser = dlq_actions.add_parser("show", help="one dead letter: headers and payload")
     show_parser.add_argument("sequence", type=int, help="its sequence in DEAD_LETTERS")
+    add_system_namespace(show_parser)
     replay_parser = dlq_actions.add_parser(
         "replay",
         help="publish dead letters again to their original subject, then remove them",
@@ -1019,17 +1184,13 @@ def parser() -> argparse.ArgumentParser:
     replay_parser.add_argument(
         "--dry-run", action="store_true", help="say what would be replayed, publish nothing"
     )
+    add_system_namespace(replay_parser)
     doctor_parser = commands.add_parser(
         "doctor",
         help="check what Nodeflow needs: Secrets, CRDs, COMMAND_NAMESPACES, the "
         "koord-scheduler, Slurm, NATS, each service's leader and readiness",
     )
-    doctor_parser.add_argument(
-        "--system-namespace",
-        default=os.environ.get("KUBE_LEASE_NAMESPACE") or DEFAULT_LEASE_NAMESPACE,
-        help="where the services, their Secrets and Leases live (default: "
-        "KUBE_LEASE_NAMESPACE, else nodeflow-system)",
-    )
+    add_system_namespace(doctor_parser)
     rollout_parser = commands.add_parser(
         "rollout", help="a NodeSet's revision history and rollback, as kubectl rollout"
     )
