@@ -14,9 +14,11 @@ from nodeflow_contracts.pod_protocol import MISSCHEDULED_DELETE, ROLLING_DELETE,
 from nodeset_controller.deletion import AWAITING_SLURM_READ
 from nodeset_controller.planner import (
     ClusterView,
+    CreatePod,
     DeletePod,
     Notice,
     PlanMemo,
+    PodChangeSent,
     ScheduleDelete,
     SetPodWait,
     plan,
@@ -251,3 +253,139 @@ def test_rule_the_pods_are_decided_in_name_order_whatever_order_the_view_lists_t
     result = plan(view(nodeset(replicas=1), node_map, [*gone, *pods]))
     marks = expect_actions(result.actions, ScheduleDelete, count=2, reason=MISSCHEDULED_DELETE)
     assert [mark.pod.name for mark in marks] == ["gpu-009-001", "gpu-009-002"]
+
+
+def _absent_marked(not_registered_for: float) -> ClusterView:
+    """gpu-001-001, marked for a scale-down a minute ago, whose Slurm node has been missing
+    from every successful poll (NodeNotRegistered) for `not_registered_for` seconds; the
+    cluster was read fresh and reachable at T0, after the mark."""
+    node_map, pods = full(2)
+    pods[0] = pod(
+        "gpu-001-001",
+        "n0",
+        revision=REV,
+        delete_reason=SCALING_DELETE,
+        not_registered_since=T0 - not_registered_for,
+    )
+    states = {"gpu-001-002": slurm("gpu-001-002")}
+    return view(nodeset(replicas=1), node_map, pods, states, absence_grace=GRACE)
+
+
+def test_rule_a_node_absent_for_exactly_the_grace_runs_no_job_and_the_plan_wakes_then() -> None:
+    """Absence from Slurm proves a node runs no job once it has lasted the absence grace,
+    its last second included; before, the pod waits and the plan wakes when the grace runs
+    out (nothing in the cluster changes then)."""
+    gone = plan(_absent_marked(GRACE))
+    expect_actions(gone.actions, DeletePod, pod__name="gpu-001-001", reason="NodeNotRegistered")
+    waiting = plan(_absent_marked(GRACE - 1))
+    expect_no_actions(waiting.actions, DeletePod, while_it_has=SetPodWait)
+    assert waiting.wake_at == T0 + 1
+
+
+def test_rule_a_terminating_pod_is_replaced_in_place_only_where_its_node_still_keeps_it() -> None:
+    """A terminating pod counts as replaced where it is only while its node may keep a pod
+    (here: an untolerated NoExecute taint says it may not): otherwise the scale-up puts its
+    replacement on another feasible node now, rather than waiting for a node that cannot
+    take it."""
+    taint = {"key": "gpu", "value": "broken", "effect": "NoExecute"}
+    node_map = {
+        "n0": node("n0", "10.0.1.1", claim=KEY),
+        "n1": node("n1", "10.0.1.2", claim=KEY, taints=[taint]),
+        "n2": node("n2", "10.0.1.3", claim=KEY),
+    }
+    pods = [
+        pod("gpu-001-001", "n0", revision=REV),
+        pod("gpu-001-002", "n1", revision=REV, terminating=True),
+    ]
+    result = plan(view(nodeset(replicas=2), node_map, pods))
+    expect_actions(result.actions, CreatePod, count=1, node="n2")
+    # The same pod terminating on a node that keeps it: replaced there, nothing created.
+    node_map["n1"] = node("n1", "10.0.1.2", claim=KEY)
+    in_place = plan(view(nodeset(replicas=2), node_map, pods))
+    expect_no_actions(in_place.actions, CreatePod, while_it_has=CreateDisruptionBudget)
+
+
+def test_rule_a_terminating_pod_on_a_node_missing_from_the_view_is_not_replaced_in_place() -> None:
+    """A terminating pod whose node the view does not hold is replaced on a feasible node:
+    its own node cannot be shown to keep it."""
+    node_map = {"n0": node("n0", "10.0.1.1", claim=KEY), "n2": node("n2", "10.0.1.3", claim=KEY)}
+    pods = [
+        pod("gpu-001-001", "n0", revision=REV),
+        pod("gpu-001-002", "n1", revision=REV, terminating=True),
+    ]
+    result = plan(view(nodeset(replicas=2), node_map, pods))
+    expect_actions(result.actions, CreatePod, count=1, node="n2")
+
+
+def test_rule_a_mark_that_landed_keeps_its_own_time_while_its_send_is_still_recorded() -> None:
+    """A SlurmDelete mark visible on the pod with the reason that was sent is the mark: its
+    own lastTransitionTime stays the time a Slurm read must follow, not the send's (the
+    record of the send outlives the landing for a while). Drained and idle, read after the
+    mark landed, the pod goes."""
+    node_map, pods = full(2)
+    pods[0] = pod("gpu-001-001", "n0", revision=REV, delete_reason=SCALING_DELETE)
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"]) for p in pods}
+    states["gpu-001-001"] = slurm("gpu-001-001", drain=True)
+    sent = {"gpu-001-001": PodChangeSent("schedule-delete", T0 - 10, SCALING_DELETE)}
+    read_after_the_mark = cluster_status(last_success_at=T0 - 30)
+    result = plan(
+        view(
+            nodeset(replicas=1),
+            node_map,
+            pods,
+            states,
+            status=read_after_the_mark,
+            in_flight=sent,
+        )
+    )
+    expect_actions(result.actions, DeletePod, pod__name="gpu-001-001")
+
+
+def test_rule_a_recorded_send_that_names_no_reason_leaves_the_pods_mark_as_it_is() -> None:
+    """A SlurmDelete send held without a reason (a ledger slot that named none) says nothing
+    of which mark: the pod's own visible mark stands, and a drained, idle pod read after it
+    goes."""
+    node_map, pods = full(2)
+    pods[0] = pod("gpu-001-001", "n0", revision=REV, delete_reason=SCALING_DELETE)
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"]) for p in pods}
+    states["gpu-001-001"] = slurm("gpu-001-001", drain=True)
+    sent = {"gpu-001-001": PodChangeSent("schedule-delete", T0 - 30, None)}
+    result = plan(view(nodeset(replicas=1), node_map, pods, states, in_flight=sent))
+    expect_actions(result.actions, DeletePod, pod__name="gpu-001-001", reason="DrainedAndIdle")
+
+
+def test_rule_a_pod_whose_node_is_missing_from_the_view_leaves_and_is_not_misscheduled() -> None:
+    """A pod on a node the view does not hold leaves (marked, saying the node is missing),
+    but it is not counted misscheduled: the reference's misscheduled are pods on nodes of
+    the view that no longer fit them."""
+    node_map, pods = full(1)
+    lost = pod("gpu-009-001", "lost", revision=REV)
+    result = plan(view(nodeset(replicas=1), node_map, [*pods, lost]))
+    (mark,) = expect_actions(result.actions, ScheduleDelete, pod__name="gpu-009-001")
+    assert mark.why == "misscheduled: node lost is missing from the view"
+    assert result.wanted_status["numberMisscheduled"] == 0
+
+
+def test_rule_the_staleness_wake_is_asked_only_for_marks_the_plan_already_sees() -> None:
+    """The plan wakes when the Slurm states go stale because that changes what it decides for
+    pods marked for deletion; pods it only marks now (a scale-down, a pod whose node is
+    gone) have no deletion decision to change until their mark is seen, and the mark's
+    landing re-plans: no wake is asked for them (each wake is a plan over every node). Once
+    the marks are seen, the wake is asked."""
+    off = {"workloadDisruptionProtection": False}
+    node_map, pods = full(2)
+    lost = pod("gpu-009-001", "lost", revision=REV)
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"], busy=True) for p in pods}
+    marking = plan(view(nodeset(replicas=1, extra=off), node_map, [*pods, lost], states))
+    marks = expect_actions(marking.actions, ScheduleDelete, count=2)
+    assert {m.pod.name for m in marks} == {"gpu-001-001", "gpu-009-001"}
+    assert marking.wake_at is None
+    pods[0] = pod("gpu-001-001", "n0", revision=REV, delete_reason=SCALING_DELETE)
+    lost = pod("gpu-009-001", "lost", revision=REV, delete_reason=MISSCHEDULED_DELETE)
+    for seen in ([*pods, lost], [*pods]):
+        marked = plan(view(nodeset(replicas=1, extra=off), node_map, seen, states))
+        assert marked.wake_at == T0 + 40.0
+    only_lost = [pod("gpu-001-002", "n1", revision=REV), lost]
+    assert plan(view(nodeset(replicas=1, extra=off), node_map, only_lost, states)).wake_at == (
+        T0 + 40.0
+    )
