@@ -7,12 +7,13 @@ kubectl runs `kubectl-nodeflow` from the PATH as `kubectl nodeflow ...` (a plugi
 the Kubernetes API through the kubeconfig (`--kubeconfig`, else `KUBECONFIG`, else
 `~/.kube/config`) and NATS through `--nats URL` (else `NATS_URL`) with the operators'
 credentials from the environment (`NATS_USER` + `NATS_PASSWORD[_FILE]`, `NATS_TOKEN[_FILE]`,
-`NATS_CREDS_FILE`, as every service reads them). Without a NATS URL, `decisions` and `dlq`
-port-forward by themselves to the Service `nats` (nodeflow_cli.portforward) as the
-operators' user of the admin Secret; `why` answers from Kubernetes alone and says so;
-`doctor` skips its NATS checks. The verdicts, the dead letters' formats and replay plan, and
-doctor's checks are pure (nodeflow_cli.verdicts, nodeflow_cli.dlq, nodeflow_cli.doctor);
-this module only fetches what they read and does what a replay plans.
+`NATS_CREDS_FILE`, as every service reads them). Without a NATS URL, the commands port-forward
+by themselves to the Service `nats` (nodeflow_cli.portforward) as the operators' user of the
+admin Secret; with no such Service either, `why` answers from Kubernetes alone and says so,
+`decisions` and `dlq` need one, `doctor` skips its NATS checks. The verdicts, the dead
+letters' formats and replay plan, and doctor's checks are pure (nodeflow_cli.verdicts,
+nodeflow_cli.dlq, nodeflow_cli.doctor); this module only fetches what they read and does what
+a replay plans.
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ EXIT_USAGE = 2
 
 class CliError(Exception):
     """Something the user must fix (an object not found, NATS unreachable): printed, exit 1."""
+
+
+class NatsNotGiven(CliError):
+    """No --nats, no NATS_URL, and no Service `nats` to port-forward to."""
 
 
 class ApiStatusError(CliError):
@@ -234,10 +239,9 @@ async def start_nats_forward(kube: Kube, namespace: str) -> portforward.PortForw
     ns = quote(namespace, safe="")
     service = await kube.get(f"/api/v1/namespaces/{ns}/services/{NATS_SERVICE}")
     if service is None:
-        raise CliError(
-            f"no --nats URL (or NATS_URL) and no Service {NATS_SERVICE} in namespace "
-            f"{namespace} to port-forward to: {NO_NATS_HINT}, or name the services' "
-            "namespace (--system-namespace)"
+        raise NatsNotGiven(
+            f"NATS not given (--nats URL or NATS_URL) and no Service {NATS_SERVICE} in "
+            f"namespace {namespace} (--system-namespace) to port-forward to"
         )
     selector = portforward.selector_query(service)
     if not selector:
@@ -472,9 +476,8 @@ async def why(args: argparse.Namespace) -> str:
     slurm: Obj | None = None
     cluster = ""
     note = ""
-    if args.nats:
-        bus = await connect_nats(args.nats)
-        try:
+    try:
+        async with open_nats(args) as bus:
             decisions = [d async for d in read_decisions(bus, follow=False)]
             if args.kind == "pod":
                 labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -483,10 +486,8 @@ async def why(args: argparse.Namespace) -> str:
                 )
                 if cluster:
                     slurm = await slurm_node(bus, cluster, args.name)
-        finally:
-            await bus.close()
-    else:
-        note = "\n(NATS not given: --nats URL or NATS_URL; decisions and Slurm state not read)"
+    except NatsNotGiven as exc:
+        note = f"\n({exc}; decisions and Slurm state not read)"
     if args.kind == "nodemaintenance":
         about = verdicts.decisions_about(decisions, f"NodeMaintenance {args.namespace}/{args.name}")
         return verdicts.why_nodemaintenance(obj, about) + note
@@ -1075,23 +1076,25 @@ async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
     )
     facts: doctor.NatsFacts | None = None
     statuses: list[SlurmClusterStatus] | None = None
-    skip = "NATS not given (--nats URL or NATS_URL)"
-    if args.nats:
-        try:
-            bus = await connect_nats(args.nats)
-        except CliError as exc:
-            skip = str(exc)
-            checks.append(doctor.Check("FAIL", "nats", skip))
-        else:
+    skip = ""
+    connected = unreachable = False
+    try:
+        async with open_nats(args) as bus:
+            connected = True
+            facts = await nats_facts(bus)
             try:
-                facts = await nats_facts(bus)
-                try:
-                    statuses = await slurm_statuses(bus)
-                except Exception as exc:
-                    skip = f"KV {SLURM_CLUSTERS_BUCKET} not read: {type(exc).__name__}: {exc}"
-            finally:
-                await bus.close()
-    if facts is not None or not args.nats:
+                statuses = await slurm_statuses(bus)
+            except Exception as exc:
+                skip = f"KV {SLURM_CLUSTERS_BUCKET} not read: {type(exc).__name__}: {exc}"
+    except NatsNotGiven as exc:
+        skip = str(exc)
+    except CliError as exc:
+        if connected:
+            raise
+        # --nats, or the port-forward, given and not reached: one FAIL saying why.
+        skip, unreachable = str(exc), True
+        checks.append(doctor.Check("FAIL", "nats", skip))
+    if not unreachable:
         checks += doctor.check_nats(facts, skip)
     checks += doctor.check_slurm(statuses, time.time(), skip)
     checks += doctor.check_leaders(
@@ -1144,6 +1147,7 @@ def parser() -> argparse.ArgumentParser:
     why_parser.add_argument("kind", choices=sorted(KINDS))
     why_parser.add_argument("name")
     why_parser.add_argument("-n", "--namespace", default="default")
+    add_system_namespace(why_parser)
     decisions_parser = commands.add_parser("decisions", help="the controllers' decisions")
     decisions_parser.add_argument("-f", "--follow", action="store_true")
     add_system_namespace(decisions_parser)

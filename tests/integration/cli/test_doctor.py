@@ -80,7 +80,11 @@ async def test_doctor_on_a_healthy_cluster_without_nats_exits_0_and_skips_the_na
 ) -> None:
     code, checks = await doctor(cluster)
     assert code == 0, checks
-    assert checks["nats"] == ("SKIP", "NATS not given (--nats URL or NATS_URL)")
+    assert checks["nats"] == (
+        "SKIP",
+        f"NATS not given (--nats URL or NATS_URL) and no Service nats in namespace {NAMESPACE} "
+        "(--system-namespace) to port-forward to",
+    )
     assert checks["slurm"][0] == "SKIP"
     assert checks["crd nodesets.nodeflow.dev"] == (
         "OK",

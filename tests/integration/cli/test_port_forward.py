@@ -164,11 +164,47 @@ async def test_rule_without_nats_given_decisions_and_dlq_list_go_through_the_cli
     assert "work.bad" in output.splitlines()[1]
 
 
+async def test_rule_why_and_doctor_read_nats_through_the_forward_too(
+    emulator: RunningServer,
+    nats_server: NatsServerProcess,
+    nats_users: dict[str, Secret],
+    admin_bus: Bus,
+) -> None:
+    assert nats_server.port is not None
+    # Without the Service: why answers from Kubernetes alone and says why.
+    create(emulator.store, "pods", nats_pod("nats-0", nats_server.port))
+    code, output, errors = await run_plugin(
+        emulator.kubeconfig_path, "why", "pod", "nats-0", "-n", NAMESPACE
+    )
+    assert code == 0, errors
+    assert f"no Service nats in namespace {NAMESPACE}" in output
+    assert "decisions and Slurm state not read" in output
+
+    create(emulator.store, "services", nats_service())
+    create(emulator.store, "secrets", admin_secret(nats_users[ADMIN_USER]))
+    code, output, errors = await run_plugin(
+        emulator.kubeconfig_path, "why", "pod", "nats-0", "-n", NAMESPACE
+    )
+    assert code == 0, errors
+    assert "not read" not in output, output
+
+    code, output, errors = await run_plugin(emulator.kubeconfig_path, "doctor")
+    checks = {line[6:].split("  ", 1)[0]: line[:4].strip() for line in output.splitlines()}
+    assert checks["nats"] == "OK", output
+    assert checks["nats streams"] == "OK", output
+
+
 async def test_rule_a_forward_to_a_pod_with_nothing_behind_the_port_names_the_pod_and_port(
     emulator: RunningServer,
 ) -> None:
     create(emulator.store, "services", nats_service())
     create(emulator.store, "pods", nats_pod("nats-0", None))
+    code, output, _ = await run_plugin(emulator.kubeconfig_path, "doctor")
+    assert code == 1
+    assert (
+        f"FAIL  nats  port-forward to pod {NAMESPACE}/nats-0 port 4222 (Service nats) failed: "
+        f"error forwarding port 4222 to pod {NAMESPACE}/nats-0: connection refused"
+    ) in output, output
     code, output, errors = await run_plugin(emulator.kubeconfig_path, "dlq", "list")
     assert code == 1, output
     assert (
@@ -182,8 +218,10 @@ async def test_rule_without_nats_given_and_no_nats_service_the_cli_says_what_to_
 ) -> None:
     code, _, errors = await run_plugin(emulator.kubeconfig_path, "decisions")
     assert code == 1
-    assert f"no Service nats in namespace {NAMESPACE}" in errors, errors
-    assert "give --nats URL (or NATS_URL)" in errors
+    assert errors == (
+        f"error: NATS not given (--nats URL or NATS_URL) and no Service nats in namespace "
+        f"{NAMESPACE} (--system-namespace) to port-forward to\n"
+    )
 
 
 async def test_rule_without_the_admin_secret_the_cli_names_it(
