@@ -167,7 +167,8 @@ class PortForward:
         self._connections.add(task)
         try:
             await self._carry(reader, writer)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            # ValueError: a message without its channel byte, not the protocol spoken here.
             self.errors.append(f"the API server's portforward failed: {exc}")
         finally:
             self._connections.discard(task)
