@@ -7,8 +7,11 @@ named in docs/testing.md's figures).
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
+
+import msgspec
 
 from nodeflow_contracts.pod_protocol import MISSCHEDULED_DELETE, ROLLING_DELETE, SCALING_DELETE
 from nodeset_controller.deletion import AWAITING_SLURM_READ
@@ -25,7 +28,15 @@ from nodeset_controller.planner import (
     slurm_trust,
 )
 from nodeset_controller.protection import CreateDisruptionBudget
-from tests.unit.nodeset_controller.builders import T0, cluster_status, node, nodeset, pod, slurm
+from tests.unit.nodeset_controller.builders import (
+    T0,
+    TEMPLATE_SPEC,
+    cluster_status,
+    node,
+    nodeset,
+    pod,
+    slurm,
+)
 from tests.unit.nodeset_controller.test_planner import KEY, REV, full, of, view
 from tests.unit.plan_checks import expect_actions, expect_no_actions
 
@@ -389,3 +400,39 @@ def test_rule_the_staleness_wake_is_asked_only_for_marks_the_plan_already_sees()
     assert plan(view(nodeset(replicas=1, extra=off), node_map, only_lost, states)).wake_at == (
         T0 + 40.0
     )
+
+
+def test_rule_the_memo_never_keeps_a_pod_on_a_verdict_made_for_another_template() -> None:
+    """Whether a pod may stay on its node is re-decided when the template changes, though the
+    node object is the same: a nodeSelector the node does not match makes its pod leave
+    (misscheduled), with the memo as without it."""
+    memo = PlanMemo()
+    node_map, pods = full(1)
+    kept = plan(replace(view(nodeset(replicas=1), node_map, pods), memo=memo))
+    expect_no_actions(kept.actions, ScheduleDelete, while_it_has=CreateDisruptionBudget)
+    selective = {**TEMPLATE_SPEC, "nodeSelector": {"pool": "a100"}}
+    changed = nodeset(replicas=1, template_spec=selective)
+    moved = plan(replace(view(changed, node_map, pods), memo=memo))
+    expect_actions(
+        moved.actions, ScheduleDelete, reason=MISSCHEDULED_DELETE, pod__name="gpu-001-001"
+    )
+
+
+def test_rule_the_update_window_holds_back_only_rolling_replacements() -> None:
+    """Under ScheduledUpdate, inside the window, a pod marked for another reason than the
+    rollout (here a SlurmDelete without a reason, read as DeleteScheduled) is not held for
+    the window's reservation: drained and idle, read after its mark, it goes though its
+    Slurm node is not in the reservation."""
+    start = int(T0) - 60
+    stamp = datetime.fromtimestamp(start, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    obj = nodeset(replicas=2, strategy="ScheduledUpdate")
+    obj["spec"]["updateStrategy"]["scheduledUpdate"] = {"startTime": stamp, "duration": "30m"}
+    node_map, pods = full(2)
+    pods[0] = pod("gpu-001-001", "n0", revision=REV, delete_reason="DeleteScheduled")
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"]) for p in pods}
+    states["gpu-001-001"] = slurm("gpu-001-001", drain=True)
+    speaking = msgspec.structs.replace(cluster_status(last_success_at=T0), api_version="v0.0.45")
+    result = plan(view(obj, node_map, pods, states, status=speaking))
+    expect_actions(result.actions, DeletePod, pod__name="gpu-001-001", reason="DrainedAndIdle")
+    (window,) = [c for c in result.wanted_status["conditions"] if c["type"] == "ScheduledUpdate"]
+    assert window["reason"] == "WindowOpen"
