@@ -45,7 +45,16 @@ from nats.js.errors import NotFoundError
 from nodeflow_bus import Bus, BusOptions, Credentials, NatsTls, Secret
 from nodeflow_bus.errors import PublishError
 from nodeflow_bus.kube_lease import DEFAULT_LEASE_NAMESPACE
-from nodeflow_cli import claims, dlq, doctor, portforward, rollout, skyhook, verdicts
+from nodeflow_cli import (
+    claims,
+    dlq,
+    doctor,
+    portforward,
+    rollout,
+    skyhook,
+    skyhook_status,
+    verdicts,
+)
 from nodeflow_cli.verdicts import Decision, Obj
 from nodeflow_contracts import subjects
 from nodeflow_contracts.permissions import SERVICES, lease_names
@@ -730,6 +739,10 @@ def ask(question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
+def warn(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def write_out(chunk: bytes) -> None:
     """A log as it comes, byte for byte."""
     sys.stdout.buffer.write(chunk)
@@ -742,9 +755,13 @@ async def skyhook_command(args: argparse.Namespace) -> bool:
     assert names is not None
     confirm = None if getattr(args, "confirm", True) else ask
     dry_run = getattr(args, "dry_run", False)
+    if args.verb == "version" and args.client_only:
+        return await skyhook_status.version(None, args.namespace, say=print)
     kube = await Kube.connect(args.kubeconfig, args.context)
     try:
         verb = args.verb
+        if verb == "version":
+            return await skyhook_status.version(kube, args.namespace, say=print)
         if verb in skyhook.LIFECYCLE:
             return await skyhook.lifecycle(
                 kube, names, verb, args.name, dry_run=dry_run, confirm=confirm, say=print
@@ -762,6 +779,25 @@ async def skyhook_command(args: argparse.Namespace) -> bool:
         if verb == "deployment-policy":
             return await skyhook.policy_reset(
                 kube, names, args.name, dry_run=dry_run, confirm=confirm, say=print
+            )
+        if verb == "package" and args.action == "status":
+            return await skyhook_status.package_status(
+                kube,
+                names,
+                args.package,
+                args.owner,
+                args.node,
+                args.output,
+                say=print,
+                warn=warn,
+            )
+        if verb == "node" and args.action == "list":
+            return await skyhook_status.node_list(
+                kube, names, args.owner, args.output, say=print, warn=warn
+            )
+        if verb == "node" and args.action == "status":
+            return await skyhook_status.node_status(
+                kube, names, args.nodes, args.owner, args.output, say=print, warn=warn
             )
         if verb == "package" and args.action == "rerun":
             return await skyhook.package_rerun(
@@ -811,7 +847,8 @@ def add_skyhook_verbs(commands: Any) -> None:
         group = commands.add_parser(
             names.singular,
             help=f"{kind} verbs ({names.group}) as `kubectl skyhook`'s: pause, resume, "
-            "disable, enable, reset, package rerun|logs, node ignore|unignore|reset",
+            "disable, enable, reset, version, package status|rerun|logs, "
+            "node list|status|ignore|unignore|reset",
         )
         verbs = group.add_subparsers(dest="verb", required=True)
 
@@ -852,8 +889,35 @@ def add_skyhook_verbs(commands: Any) -> None:
         )
         policy_reset.add_argument("name")
         mutating(policy_reset)
-        package = verbs.add_parser("package", help=f"one package of the {kind}: rerun, logs")
+
+        def output(parser: argparse.ArgumentParser) -> None:
+            parser.add_argument(
+                "-o", "--output", choices=("table", "wide", "json"), default="table"
+            )
+
+        version = verbs.add_parser(
+            "version", help="the plugin's version and the Skyhook controller's (its image)"
+        )
+        version.add_argument("--client-only", action="store_true", help="do not ask the cluster")
+        version.add_argument(
+            "-n",
+            "--namespace",
+            default="nodeflow-system",
+            help="where maintenance-scheduler runs (default nodeflow-system)",
+        )
+        package = verbs.add_parser(
+            "package", help=f"one package of the {kind}: status, rerun, logs"
+        )
         package_actions = package.add_subparsers(dest="action", required=True)
+        package_status = package_actions.add_parser(
+            "status", help="the package's version, stage and state on each node"
+        )
+        package_status.add_argument("package")
+        package_status.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
+        package_status.add_argument(
+            "--node", action="append", default=[], help="a node name or a regular expression"
+        )
+        output(package_status)
         rerun = package_actions.add_parser(
             "rerun", help="remove the package's state on the nodes named, so it runs again"
         )
@@ -884,8 +948,19 @@ def add_skyhook_verbs(commands: Any) -> None:
             default="skyhook",
             help="where the controller runs the stage pods (SKYHOOK_NAMESPACE; default skyhook)",
         )
-        node = verbs.add_parser("node", help="nodes: ignore, unignore, reset")
+        node = verbs.add_parser("node", help="nodes: list, status, ignore, unignore, reset")
         node_actions = node.add_subparsers(dest="action", required=True)
+        node_list = node_actions.add_parser(
+            "list", help=f"the nodes with the {kind}'s state, each rolled up"
+        )
+        node_list.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
+        output(node_list)
+        node_status = node_actions.add_parser(
+            "status", help=f"every {kind} on the nodes named (all nodes without a name)"
+        )
+        node_status.add_argument("nodes", nargs="*", metavar="NODE", help="a name or a regex")
+        node_status.add_argument(*owner_flags, dest="owner", default=None, help=f"only this {kind}")
+        output(node_status)
         for action, about in (
             ("ignore", f"set the {names.ignore_label} label: nothing runs there"),
             ("unignore", f"remove the {names.ignore_label} label"),
