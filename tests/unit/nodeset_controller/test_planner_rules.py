@@ -436,3 +436,57 @@ def test_rule_the_update_window_holds_back_only_rolling_replacements() -> None:
     expect_actions(result.actions, DeletePod, pod__name="gpu-001-001", reason="DrainedAndIdle")
     (window,) = [c for c in result.wanted_status["conditions"] if c["type"] == "ScheduledUpdate"]
     assert window["reason"] == "WindowOpen"
+
+
+def test_rule_a_mark_without_a_time_never_sets_when_a_slurm_read_is_awaited() -> None:
+    """The plan names the earliest mark time a Slurm read must follow; a SlurmDelete without
+    lastTransitionTime proves no read ever (it waits for a forced timeout or for the mark to
+    be written again) and names none: the time is the other mark's."""
+    node_map, pods = full(2)
+    pods[0] = pod("gpu-001-001", "n0", revision=REV, delete_reason=SCALING_DELETE, delete_since=T0)
+    untimed = pod("gpu-009-001", "lost", revision=REV, delete_reason=MISSCHEDULED_DELETE)
+    for entry in untimed["status"]["conditions"]:
+        entry.pop("lastTransitionTime", None)
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"]) for p in pods}
+    states["gpu-001-001"] = slurm("gpu-001-001", drain=True)
+    states["gpu-009-001"] = slurm("gpu-009-001", drain=True)
+    polled_before = cluster_status(last_success_at=T0 - 5)
+    result = plan(
+        view(nodeset(replicas=1), node_map, [*pods, untimed], states, status=polled_before)
+    )
+    expect_no_actions(result.actions, DeletePod, while_it_has=SetPodWait)
+    waits = {(w.pod, w.cause) for w in [*result.scale_down_waits, *result.other_waits]}
+    assert waits == {("gpu-001-001", AWAITING_SLURM_READ), ("gpu-009-001", AWAITING_SLURM_READ)}
+    assert result.awaits_slurm_read_after == T0
+
+
+def test_rule_the_awaited_slurm_read_is_the_one_after_the_earliest_mark() -> None:
+    """Two pods wait for a Slurm read after their marks: the plan names the earlier mark's
+    time, so the first poll that proves one of them re-plans (the later mark's would keep
+    the first pod waiting a poll longer)."""
+    node_map, pods = full(3)
+    for index, since in ((0, T0 - 3), (1, T0)):
+        name = f"gpu-001-00{index + 1}"
+        pods[index] = pod(
+            name, f"n{index}", revision=REV, delete_reason=SCALING_DELETE, delete_since=since
+        )
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"], drain=True) for p in pods}
+    polled_before = cluster_status(last_success_at=T0 - 5)
+    result = plan(view(nodeset(replicas=1), node_map, pods, states, status=polled_before))
+    expect_no_actions(result.actions, DeletePod, while_it_has=SetPodWait)
+    assert result.awaits_slurm_read_after == T0 - 3
+
+
+def test_rule_a_wake_is_asked_only_for_a_time_still_to_come() -> None:
+    """The plan asks to be woken only for a moment after now: an update window that opens
+    this very second is already open in this plan (WindowOpen), and asks no wake at now."""
+    now = float(int(T0))
+    stamp = datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    obj = nodeset(replicas=1, strategy="ScheduledUpdate")
+    obj["spec"]["updateStrategy"]["scheduledUpdate"] = {"startTime": stamp, "duration": "30m"}
+    node_map, pods = full(1)
+    speaking = msgspec.structs.replace(cluster_status(last_success_at=now), api_version="v0.0.45")
+    result = plan(view(obj, node_map, pods, {}, now=now, status=speaking))
+    (window,) = [c for c in result.wanted_status["conditions"] if c["type"] == "ScheduledUpdate"]
+    assert window["reason"] == "WindowOpen"
+    assert result.wake_at is not None and result.wake_at > now
