@@ -191,7 +191,7 @@ def test_rule_an_invalid_spec_is_announced_once_whatever_other_conditions_are_tr
 
 def test_rule_the_invalid_spec_condition_takes_the_first_problems_reason() -> None:
     """With several problems, InvalidSpec's reason is the first one's (spec order: replicas
-    before the update strategy) and its message lists them all."""
+    before the update strategy), and so is its Notice's; the message lists them all."""
     node_map, pods = full(1)
     result = plan(view(nodeset(replicas=-1, max_unavailable="150%"), node_map, pods))
     assert result.status is not None
@@ -199,6 +199,9 @@ def test_rule_the_invalid_spec_condition_takes_the_first_problems_reason() -> No
     assert (invalid["status"], invalid["reason"]) == ("True", "NegativeReplicas")
     assert "spec.replicas" in invalid["message"]
     assert "maxUnavailable" in invalid["message"]
+    expect_actions(
+        result.actions, Notice, count=1, decision="invalid-spec", reason="NegativeReplicas"
+    )
 
 
 def test_rule_name_collisions_are_listed_by_node_name() -> None:
