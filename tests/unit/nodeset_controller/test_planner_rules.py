@@ -493,3 +493,31 @@ def test_rule_a_wake_is_asked_only_for_a_time_still_to_come() -> None:
     (window,) = [c for c in result.wanted_status["conditions"] if c["type"] == "ScheduledUpdate"]
     assert window["reason"] == "WindowOpen"
     assert result.wake_at is not None and result.wake_at > now
+
+
+def test_rule_an_invalid_spec_keeps_a_condition_without_a_status_as_unknown() -> None:
+    """While the spec is invalid the controller does not look at Slurm: the conditions it
+    keeps are written back as they were, and one written without a status is kept as
+    Unknown (a condition's status is True, False or Unknown), never "None"."""
+    node_map, pods = full(1)
+    unknown = {"type": "SlurmStateUnknown", "reason": "SlurmStateStale", "message": "stale"}
+    obj = nodeset(replicas=-1, status={"conditions": [unknown]})
+    result = plan(view(obj, node_map, pods))
+    (kept,) = [c for c in result.wanted_status["conditions"] if c["type"] == "SlurmStateUnknown"]
+    assert (kept["status"], kept["reason"], kept["message"]) == (
+        "Unknown",
+        "SlurmStateStale",
+        "stale",
+    )
+
+
+def test_rule_a_misscheduled_mark_carries_the_wait_its_pod_will_have_once_marked() -> None:
+    """A pod that must leave (its node is gone from the view) and runs a job is marked with
+    its wait condition in the same patch: busy, not drained yet (rule 8b, no write of its
+    own)."""
+    node_map, pods = full(1)
+    lost = pod("gpu-009-001", "lost", revision=REV)
+    states = {"gpu-001-001": slurm("gpu-001-001"), "gpu-009-001": slurm("gpu-009-001", busy=True)}
+    result = plan(view(nodeset(replicas=1), node_map, [*pods, lost], states))
+    (mark,) = expect_actions(result.actions, ScheduleDelete, pod__name="gpu-009-001")
+    assert mark.wait is not None and mark.wait.reason == "PodsBusy"
