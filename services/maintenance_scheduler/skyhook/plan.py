@@ -643,12 +643,14 @@ def _uninstall_routes(
             continue
         if stages.in_uninstall_cycle(entry) and (nodewright or entry.stage != "uninstall"):
             routes.work.append((None, name, "uninstall"))
+        elif nodewright and entry.uninstall_enabled:
+            # Deleted or not: the finalizer waits for it as for an enabled package still
+            # in the spec (pending_uninstall), where upstream's webhook would have kept it.
+            routes.work.append((None, name, "uninstall"))
         elif skyhook.deleting:
             continue
         elif not nodewright:
             routes.work.append((None, name, "removed"))
-        elif entry.uninstall_enabled:
-            routes.work.append((None, name, "uninstall"))
         else:
             routes.retained.append(name)
     return routes
@@ -670,6 +672,19 @@ def _interrupts(package: Package | None, entry: PackageState) -> bool:
         and entry.version == package.version
         and entry.stage not in stages.UNINSTALL_STAGES
         and effective_interrupt(package, entry) is not None
+    )
+
+
+def _drains_to_uninstall(package: Package | None, entry: PackageState) -> bool:
+    """Whether the entry's uninstall Job waits for a drained node: its package, as the spec
+    declares it at the entry's version, has an interrupt (upstream's ProcessInterrupt
+    cordons and drains before the uninstall pod of such a package, as before its apply);
+    the node then stays drained through the uninstall-interrupt that follows."""
+    return (
+        entry.stage == "uninstall"
+        and package is not None
+        and package.version == entry.version
+        and package.interrupt is not None
     )
 
 
@@ -875,7 +890,8 @@ def step_node(
                 if drained:
                     create(_uninstall_job_package(package, new), new)
             elif mode == "uninstall":
-                create(_uninstall_job_package(package, new), new)
+                if drained or not _drains_to_uninstall(package, new):
+                    create(_uninstall_job_package(package, new), new)
             else:
                 create(package, new)
         if job is not None and job.outcome == "failed" and job.ttl_seconds is not None:
@@ -917,8 +933,11 @@ def step_node(
             )
     _decide_interrupts(skyhook, node, result, due, skipped, drained and may_start, create)
     by_name = {p.name: p for p in packages}
+    uninstalling = {name: p for p, name, mode in routes.work if mode == "uninstall"}
     for name, new in result.entries.items():
-        uninstall_interrupt = new.stage == "uninstall-interrupt" and not new.retained
+        uninstall_interrupt = not new.retained and (
+            new.stage == "uninstall-interrupt" or _drains_to_uninstall(uninstalling.get(name), new)
+        )
         if (uninstall_interrupt or _interrupts(by_name.get(name), new)) and (
             new.state != stages.COMPLETE
         ):
@@ -1471,6 +1490,10 @@ def pending_uninstall(skyhook: Skyhook, nodes: Sequence[NodeView]) -> tuple[bool
     and the nodes whose state cannot be read (only when it has such packages: then whether
     work is left cannot be known)."""
     enabled = {p.name for p in skyhook.packages if p.uninstall_enabled}
+    spec = {p.name for p in skyhook.packages}
+    # A NodeWright's package removed from the spec with uninstall.enabled recorded is still
+    # owed its uninstall (S51), deleted or not.
+    removed_owed = skyhook.names == NODEWRIGHT
     annotation = skyhook.names.node_state_annotation(skyhook.name)
     pending = False
     unreadable: list[str] = []
@@ -1480,7 +1503,12 @@ def pending_uninstall(skyhook: Skyhook, nodes: Sequence[NodeView]) -> tuple[bool
             unreadable.append(node.name)
             continue
         pending = pending or any(
-            not e.retained and (e.name in enabled or e.stage == "uninstall-interrupt")
+            not e.retained
+            and (
+                e.name in enabled
+                or e.stage == "uninstall-interrupt"
+                or (removed_owed and e.uninstall_enabled and e.name not in spec)
+            )
             for e in entries.values()
         )
     return pending, unreadable if enabled else []
@@ -1520,25 +1548,27 @@ def _plan_finalizer_uninstall(
             "DeletionBlocked",
             True,
             "MalformedNodeState",
-            "cannot safely delete: the node state of "
+            # Upstream HandleFinalizer's words, word for word (both kinds say Skyhook
+            # there), with the nodes it cannot read named.
+            "Cannot safely delete Skyhook: malformed nodeState on one or more nodes ("
             + ", ".join(unreadable[:CONDITION_NODE_LIST_LIMIT])
-            + " cannot be read; repair or remove its annotation",
+            + "). Repair the nodeState annotation before deletion.",
         )
     elif pending and skyhook.paused:
         blocked = _condition(
             "DeletionBlocked",
             True,
             "PausedWithPendingUninstall",
-            "paused with uninstall-enabled packages still on its nodes: unpause to let the "
-            "uninstall finish before deletion",
+            "Skyhook is paused with uninstall-enabled packages still tracked in nodeState. "
+            "Unpause to let uninstall complete before deletion.",
         )
     elif pending and skyhook.disabled:
         blocked = _condition(
             "DeletionBlocked",
             True,
             "DisabledWithPendingUninstall",
-            "disabled with uninstall-enabled packages still on its nodes: enable it to let "
-            "the uninstall finish before deletion",
+            "Skyhook is disabled with uninstall-enabled packages still tracked in nodeState. "
+            "Re-enable the Skyhook to let uninstall complete before deletion.",
         )
     if blocked is None and not pending:
         return False

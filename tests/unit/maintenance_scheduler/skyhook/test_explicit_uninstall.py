@@ -200,17 +200,42 @@ def test_rule_an_uninstall_with_an_interrupt_runs_uninstall_interrupt_drained_th
     assert ran == [("driver", "uninstall"), ("driver", "uninstall-interrupt")]
     jobs = [a for p in plans for a in p.actions if isinstance(a, CreateJob)]
     assert jobs[1].package.interrupt is not None and jobs[1].package.interrupt.type == "reboot"
-    # The drain is requested after the uninstall and before its interrupt Job.
+    # The drain is requested before the uninstall (S53) and holds through its interrupt.
     order = [
         type(a).__name__ + (f":{a.stage}" if isinstance(a, CreateJob) else "")
         for p in plans
         for a in p.actions
         if isinstance(a, CreateJob | CreateMaintenance)
     ]
-    assert order == ["CreateJob:uninstall", "CreateMaintenance", "CreateJob:uninstall-interrupt"]
+    assert order == ["CreateMaintenance", "CreateJob:uninstall", "CreateJob:uninstall-interrupt"]
     assert set(state(cluster)) == {"tool"}
     assert cluster.maintenances == {}  # released once the interrupt is done
     assert cluster.status()["status"] == "complete"
+
+
+@BOTH
+def test_rule_the_uninstall_of_a_package_with_an_interrupt_runs_on_a_drained_node(
+    names: SkyhookNames,
+) -> None:
+    """As upstream's ProcessInterrupt drains before the uninstall pod of a package with an
+    interrupt (as before its apply): no uninstall Job while the node's NodeMaintenance is
+    not Ready; a package without an interrupt uninstalls undrained."""
+    reboot = {"type": "reboot"}
+    cluster = installed(names, {"driver": driver(interrupt=reboot), "tool": driver()})
+    respec(
+        cluster,
+        {"driver": driver(apply=True, interrupt=reboot), "tool": driver(apply=True)},
+    )
+    request = cluster.world().request_of(cluster.skyhooks[0], "node-00")
+    cluster.held_pending.add(request)
+    plans = rounds(cluster, 4)
+    assert request in cluster.maintenances  # requested, held Pending
+    assert stages_run(plans) == [("tool", "uninstall")]
+    cluster.held_pending.clear()
+    plans = rounds(cluster, 12)
+    assert stages_run(plans) == [("driver", "uninstall"), ("driver", "uninstall-interrupt")]
+    assert state(cluster) == {}
+    assert cluster.maintenances == {}
 
 
 @BOTH
@@ -343,6 +368,45 @@ def test_rule_a_paused_or_disabled_deleted_object_with_pending_uninstall_is_dele
 
 
 @BOTH
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        (
+            "pause",
+            "Skyhook is paused with uninstall-enabled packages still tracked in nodeState. "
+            "Unpause to let uninstall complete before deletion.",
+        ),
+        (
+            "disable",
+            "Skyhook is disabled with uninstall-enabled packages still tracked in nodeState. "
+            "Re-enable the Skyhook to let uninstall complete before deletion.",
+        ),
+        (
+            "malformed",
+            "Cannot safely delete Skyhook: malformed nodeState on one or more nodes "
+            "(node-00). Repair the nodeState annotation before deletion.",
+        ),
+    ],
+)
+def test_rule_deletion_blocked_says_what_upstream_says(
+    names: SkyhookNames, annotations: str, message: str
+) -> None:
+    """DeletionBlocked's messages are upstream's HandleFinalizer's, word for word (the
+    malformed one also names the nodes it cannot read)."""
+    cluster = installed(names, {"driver": driver(), "tool": TOOL})
+    if annotations == "malformed":
+        node = cluster.nodes["node-00"]
+        key = names.node_state_annotation("gpu-init")
+        cluster.nodes["node-00"] = replace(node, annotations={**node.annotations, key: "{"})
+    else:
+        key = names.pause_annotation if annotations == "pause" else names.disable_annotation
+        respec(cluster, {"driver": driver(), "tool": TOOL}, annotations={key: "true"})
+    cluster.delete("gpu-init")
+    rounds(cluster, 2)
+    assert conditions(cluster)["DeletionBlocked"]["message"] == message
+
+
+@BOTH
 def test_rule_an_unreadable_node_state_blocks_the_deletion_as_malformed(
     names: SkyhookNames,
 ) -> None:
@@ -403,6 +467,33 @@ def test_rule_a_nodewright_package_removed_runs_uninstall_only_if_enabled_else_s
     assert cluster.status()["status"] == "complete"
     # The marker is not worked on again.
     assert not cluster.round().actions
+
+
+@pytest.mark.parametrize("rounds_before_delete", [0, 1])
+def test_rule_a_deleted_nodewright_uninstalls_a_removed_enabled_package_before_its_cleanup(
+    rounds_before_delete: int,
+) -> None:
+    """A NodeWright's package removed with uninstall.enabled (S51: uninstalled as the
+    finalizer would) and the object deleted before that uninstall is done (not started yet,
+    or its Job running): the finalizer's cleanup waits for it (S50), as it would have had
+    the package stayed in the spec (upstream's webhook keeps it there until it is gone)."""
+    cluster = installed(NODEWRIGHT, {"driver": driver(), "tool": TOOL}, nodes=2)
+    respec(cluster, {"tool": TOOL})
+    plans = rounds(cluster, rounds_before_delete)
+    cluster.delete("gpu-init")
+    for _ in range(20):
+        before = {node: state(cluster, node) for node in ("node-00", "node-01")}
+        plan = cluster.round()
+        plans.append(plan)
+        if any(isinstance(a, ForgetNode | SetSkyhookFinalizer) for a in plan.actions):
+            # The cleanup runs only once the removed package is gone from every node.
+            for node, entries in before.items():
+                assert "driver" not in entries, (node, entries["driver"])
+        if not cluster.skyhooks:
+            break
+    assert not cluster.skyhooks  # the finalizer was dropped
+    for node in ("node-00", "node-01"):
+        assert stages_run(plans, node) == [("driver", "uninstall")], node
 
 
 def test_rule_the_legacy_skyhook_kind_uninstalls_every_removed_package() -> None:
