@@ -13,7 +13,13 @@ from typing import Any
 
 import msgspec
 
-from nodeflow_contracts.pod_protocol import MISSCHEDULED_DELETE, ROLLING_DELETE, SCALING_DELETE
+from nodeflow_contracts.pod_protocol import (
+    MISSCHEDULED_DELETE,
+    POD_WAIT_CONDITION,
+    ROLLING_DELETE,
+    SCALING_DELETE,
+)
+from nodeflow_kube.fields import rfc3339
 from nodeset_controller.deletion import AWAITING_SLURM_READ
 from nodeset_controller.planner import (
     ClusterView,
@@ -24,11 +30,14 @@ from nodeset_controller.planner import (
     PodChangeSent,
     ScheduleDelete,
     SetPodWait,
+    WriteSlice,
     plan,
     slurm_trust,
 )
-from nodeset_controller.protection import CreateDisruptionBudget
+from nodeset_controller.protection import CreateDisruptionBudget, budget_object
+from nodeset_controller.spec import parse
 from tests.unit.nodeset_controller.builders import (
+    DEFAULTS,
     T0,
     TEMPLATE_SPEC,
     cluster_status,
@@ -497,17 +506,26 @@ def test_rule_a_wake_is_asked_only_for_a_time_still_to_come() -> None:
 
 def test_rule_an_invalid_spec_keeps_a_condition_without_a_status_as_unknown() -> None:
     """While the spec is invalid the controller does not look at Slurm: the conditions it
-    keeps are written back as they were, and one written without a status is kept as
-    Unknown (a condition's status is True, False or Unknown), never "None"."""
+    keeps are written back as they were; one written without a status is kept as Unknown (a
+    condition's status is True, False or Unknown), without a reason as Unknown, without a
+    message with an empty one, never "None"."""
     node_map, pods = full(1)
     unknown = {"type": "SlurmStateUnknown", "reason": "SlurmStateStale", "message": "stale"}
-    obj = nodeset(replicas=-1, status={"conditions": [unknown]})
+    bare = {"type": "ScaleDownWaiting", "status": "False"}
+    obj = nodeset(replicas=-1, status={"conditions": [unknown, bare]})
     result = plan(view(obj, node_map, pods))
-    (kept,) = [c for c in result.wanted_status["conditions"] if c["type"] == "SlurmStateUnknown"]
-    assert (kept["status"], kept["reason"], kept["message"]) == (
+    kept = {c["type"]: c for c in result.wanted_status["conditions"]}
+    slurm_unknown, scale_down = kept["SlurmStateUnknown"], kept["ScaleDownWaiting"]
+    assert (slurm_unknown["status"], slurm_unknown["reason"], slurm_unknown["message"]) == (
         "Unknown",
         "SlurmStateStale",
         "stale",
+    )
+    # Nor a reason or a message "None": Unknown and empty.
+    assert (scale_down["status"], scale_down["reason"], scale_down["message"]) == (
+        "False",
+        "Unknown",
+        "",
     )
 
 
@@ -521,3 +539,80 @@ def test_rule_a_misscheduled_mark_carries_the_wait_its_pod_will_have_once_marked
     result = plan(view(nodeset(replicas=1), node_map, [*pods, lost], states))
     (mark,) = expect_actions(result.actions, ScheduleDelete, pod__name="gpu-009-001")
     assert mark.wait is not None and mark.wait.reason == "PodsBusy"
+
+
+def test_rule_a_wait_condition_stays_while_its_pod_terminates_or_a_change_is_in_flight() -> None:
+    """A wait condition no longer wanted is removed from the pod, but not from a terminating
+    pod (it is going) nor from a pod whose mark or delete is still in flight (that patch
+    lands first); the pod beside them that waits for nothing loses its condition."""
+    node_map, pods = full(3)
+    for raw in pods:
+        raw["status"]["conditions"].append(
+            {
+                "type": POD_WAIT_CONDITION,
+                "status": "True",
+                "reason": "PodsBusy",
+                "message": "node busy with jobs",
+                "lastTransitionTime": rfc3339(T0 - 60),
+            }
+        )
+    pods[0]["metadata"]["deletionTimestamp"] = rfc3339(T0)
+    states = {p["metadata"]["name"]: slurm(p["metadata"]["name"]) for p in pods}
+    sent = {"gpu-001-002": PodChangeSent("schedule-delete", T0, SCALING_DELETE)}
+    result = plan(view(nodeset(replicas=1), node_map, pods, states, in_flight=sent))
+    (removed,) = expect_actions(result.actions, SetPodWait, count=1)
+    assert (removed.pod.name, removed.wait) == ("gpu-001-003", None)
+
+
+def test_rule_a_budget_not_ours_is_reported_only_while_protection_is_on() -> None:
+    """A PodDisruptionBudget of our budget's name that the NodeSet does not own leaves it
+    unprotected: reported (condition and Notice) while workloadDisruptionProtection is on;
+    with the option off there is nothing to protect, and nothing is reported."""
+    node_map, pods = full(1)
+    states = {"gpu-001-001": slurm("gpu-001-001", busy=True)}
+    for enabled in (True, False):
+        obj = nodeset(replicas=1, extra={"workloadDisruptionProtection": enabled})
+        foreign = budget_object(parse(obj, DEFAULTS))
+        foreign["metadata"].update(uid="uid-budget", resourceVersion="77", ownerReferences=[])
+        base = view(obj, node_map, pods, states)
+        result = plan(replace(base, disruption_budget=foreign))
+        conflicts = [
+            c for c in result.wanted_status["conditions"] if c["type"] == "DisruptionBudgetConflict"
+        ]
+        if enabled:
+            expect_actions(result.actions, Notice, decision="protection-disabled")
+            assert [c["status"] for c in conflicts] == ["True"]
+        else:
+            expect_no_actions(
+                result.actions, Notice, decision="protection-disabled", while_it_has=WriteSlice
+            )
+            assert [c["status"] for c in conflicts] in ([], ["False"])
+
+
+def test_rule_a_finished_pod_is_deleted_to_be_replaced() -> None:
+    """A NodeSet pod whose phase is Succeeded or Failed runs nothing any more: it is deleted
+    (not forced, PodFinished) and a new pod takes its node."""
+    node_map, pods = full(2)
+    for phase in ("Succeeded", "Failed"):
+        pods[1] = pod("gpu-001-002", "n1", revision=REV, phase=phase)
+        result = plan(view(nodeset(replicas=2), node_map, pods))
+        (gone,) = expect_actions(result.actions, DeletePod, reason="PodFinished")
+        assert (gone.pod.name, gone.forced) == ("gpu-001-002", False)
+        assert gone.why == f"pod {phase}: replaced by a new pod"
+
+
+def test_rule_a_terminating_pod_asks_no_protection_wake() -> None:
+    """The plan wakes when the Slurm view goes stale to protect the pods it left
+    unprotected; a terminating pod is left as it is (never labelled again), so it asks for
+    no such wake, while a pod that runs on unprotected does."""
+    node_map, pods = full(2)
+    pods[1] = pod("gpu-001-002", "n1", revision=REV, terminating=True)
+    states = {
+        "gpu-001-001": slurm("gpu-001-001", busy=True),
+        "gpu-001-002": slurm("gpu-001-002"),
+    }
+    going = plan(view(nodeset(replicas=2), node_map, pods, states))
+    assert going.wake_at is None
+    pods[1] = pod("gpu-001-002", "n1", revision=REV)
+    idle = plan(view(nodeset(replicas=2), node_map, pods, states))
+    assert idle.wake_at == T0 + 40.0
