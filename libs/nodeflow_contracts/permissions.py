@@ -33,7 +33,13 @@ from nodeflow_contracts.pod_protocol import (
     SLURM_DELETE_CONDITION,
     SLURM_STATE_CONDITION_PREFIX,
 )
-from nodeflow_contracts.skyhook import FLAVORS, NODEWRIGHT, NODEWRIGHT_POLICY_MIRROR, SKYHOOK
+from nodeflow_contracts.skyhook import (
+    CONFIG_MAP_MANAGED_BY_LABEL,
+    FLAVORS,
+    NODEWRIGHT,
+    NODEWRIGHT_POLICY_MIRROR,
+    SKYHOOK,
+)
 from nodeflow_contracts.topology import ADMIN_USER as ADMIN_USER  # where users look for it
 from nodeflow_contracts.topology import (
     APPLIED_COMMANDS_BUCKET,
@@ -158,6 +164,7 @@ BUS_GRANTS: dict[str, BusGrant] = {
                 "NodeWright",
                 "DeploymentPolicy",
                 NODEWRIGHT_POLICY_MIRROR,
+                "ConfigMap",
             ),
             SLURM_NODES_BUCKET,
             SLURM_CLUSTERS_BUCKET,
@@ -473,12 +480,18 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
         # The ConfigMaps a package pod mounts (node metadata, the package's configMap), only
         # those labelled with a Skyhook (or NodeWright); their data rewritten when it changed.
         *(_grant("create", "ConfigMap", required_label=names.name_label) for names in FLAVORS),
+        # Its own no longer wanted (an older version's, a node's no longer targeted).
+        *(_grant("delete", "ConfigMap", required_label=names.name_label) for names in FLAVORS),
         # (The patch tests the ConfigMap's own label, so it fits its own kind's grant only.)
         *(
             _grant(
                 "patch",
                 "ConfigMap",
-                fields=("data", f"metadata.labels[{names.name_label}]"),
+                fields=(
+                    "data",
+                    f"metadata.labels[{names.name_label}]",
+                    f"metadata.labels[{CONFIG_MAP_MANAGED_BY_LABEL}]",
+                ),
                 required_label=names.name_label,
             )
             for names in FLAVORS

@@ -208,6 +208,14 @@ NODEWRIGHT: Final = SkyhookNames(
 # Legacy first: where both may name one node or one object, the later one wins.
 FLAVORS: Final[tuple[SkyhookNames, ...]] = (SKYHOOK, NODEWRIGHT)
 
+# The one label every ConfigMap the Skyhook controller writes carries (both flavors, package
+# configMaps and node metadata), beside upstream's own: k8s-watcher mirrors ConfigMaps by it
+# alone (CONFIG_MAP_SELECTOR), so the controller sees which of its ConfigMaps exist, and no
+# other ConfigMap of the cluster is held in memory.
+CONFIG_MAP_MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+CONFIG_MAP_MANAGED_BY: Final = "nodeflow-skyhook"
+CONFIG_MAP_SELECTOR: Final = f"{CONFIG_MAP_MANAGED_BY_LABEL}={CONFIG_MAP_MANAGED_BY}"
+
 # The legacy group's DeploymentPolicy; a flavor's own is `names.api_version`, kind POLICY_KIND.
 POLICY_API_VERSION: Final = SKYHOOK.api_version
 POLICY_KIND: Final = "DeploymentPolicy"

@@ -13,7 +13,8 @@ from typing import Literal, TypeVar
 import msgspec
 
 from nodeflow_contracts import subjects
-from nodeflow_contracts.skyhook import NODEWRIGHT_POLICY_MIRROR
+from nodeflow_contracts.pod_protocol import NODESET_LABEL
+from nodeflow_contracts.skyhook import CONFIG_MAP_SELECTOR, NODEWRIGHT_POLICY_MIRROR
 
 DAY = 24 * 3600.0
 
@@ -92,6 +93,9 @@ class WatchedKind(msgspec.Struct, frozen=True, kw_only=True):
     # The name the bus knows the kind by (its KV bucket), where two groups serve one kind
     # name; empty: the kind.
     mirror_as: str = ""
+    # The objects of the kind k8s-watcher mirrors (a label selector, passed to list and
+    # watch); empty: all of them. LABEL_SELECTORS of k8s-watcher overrides it.
+    label_selector: str = ""
 
     @property
     def api_version(self) -> str:
@@ -148,17 +152,29 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
         plural="storageclasses",
         namespaced=False,
     ),
+    # Only the ConfigMaps the Skyhook controller writes (its package configMaps and node
+    # metadata, both flavors): it deletes those no longer wanted (skyhook/configmaps.py).
+    WatchedKind(
+        kind="ConfigMap",
+        group="",
+        version="v1",
+        plural="configmaps",
+        namespaced=True,
+        label_selector=CONFIG_MAP_SELECTOR,
+    ),
     WatchedKind(
         kind="NodeSet", group=NODEFLOW_GROUP, version="v1alpha1", plural="nodesets", namespaced=True
     ),
     # A NodeSet's revision history (nodeset-controller); k8s-watcher mirrors only those
-    # labelled with a NodeSet (its default label selector for the kind).
+    # labelled with a NodeSet: ControllerRevisions hold every DaemonSet's and StatefulSet's
+    # history too.
     WatchedKind(
         kind="ControllerRevision",
         group="apps",
         version="v1",
         plural="controllerrevisions",
         namespaced=True,
+        label_selector=NODESET_LABEL,
     ),
     WatchedKind(
         kind="NodeSlice",

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
-from k8s_watcher.kinds import watched_kind_infos
+from k8s_watcher.kinds import resolve_watched_kind, watched_kind_infos
 from nodeflow_bus import Backoff
-from nodeflow_contracts.pod_protocol import NODESET_LABEL
 from nodeflow_runtime.config import ServiceConfig
-
-# The selector of a kind LABEL_SELECTORS does not name: ControllerRevisions hold every
-# DaemonSet's and StatefulSet's history, and only the NodeSets' (labelled with theirs) are read.
-DEFAULT_LABEL_SELECTORS: dict[str, str] = {"ControllerRevision": NODESET_LABEL}
 
 
 class K8sWatcherConfig(ServiceConfig, kw_only=True):
@@ -95,7 +90,11 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
             raise ValueError("; ".join(problems))
 
     def label_selector(self, kind: str) -> str:
-        selector = self.label_selectors.get(kind, DEFAULT_LABEL_SELECTORS.get(kind, ""))
+        """LABEL_SELECTORS' selector of the kind, else the kind's own (topology.WatchedKind:
+        only the NodeSets' ControllerRevisions, only the Skyhook controller's ConfigMaps)."""
+        watched = resolve_watched_kind(kind)
+        default = watched.label_selector if watched is not None else ""
+        selector = self.label_selectors.get(kind, default)
         return selector.replace(";", ",")
 
     @property

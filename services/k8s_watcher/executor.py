@@ -148,7 +148,11 @@ class CommandExecutor:
             return
         if verdict.reads_target:
             checked = await self._with_labelled_target(
-                cmd, attempt, verdict.required_label, verdict.forbidden_label
+                cmd,
+                attempt,
+                verdict.required_label,
+                verdict.forbidden_label,
+                verdict.required_any,
             )
             if checked is None:
                 return
@@ -195,11 +199,17 @@ class CommandExecutor:
         await asyncio.gather(remember, report)
 
     async def _with_labelled_target(
-        self, cmd: K8sCommand, attempt: int, label: str | None, forbidden: str | None
+        self,
+        cmd: K8sCommand,
+        attempt: int,
+        label: str | None,
+        forbidden: str | None,
+        any_of: tuple[str, ...] = (),
     ) -> K8sCommand | None:
         """The command, bound to the uid of the object read, when that object carries
-        `label` and not `forbidden`; None after reporting why not. The uid precondition makes
-        the API server refuse the call if the name meanwhile belongs to another object."""
+        `label` (and one of `any_of`, if any) and not `forbidden`; None after reporting why
+        not. The uid precondition makes the API server refuse the call if the name meanwhile
+        belongs to another object."""
         target = cmd.target
         kind = resolve_kind(target.api_version, target.kind)
         if kind is None or (kind.namespaced and not target.namespace):
@@ -230,6 +240,10 @@ class CommandExecutor:
         reason = ""
         if label is not None and label not in labels:
             reason = f"{cmd.sender} may {cmd.op} only {target.kind} objects labelled {label}"
+        elif any_of and not any(one in labels for one in any_of):
+            reason = f"{cmd.sender} may {cmd.op} only {target.kind} objects labelled one of " + (
+                ", ".join(any_of)
+            )
         elif forbidden is not None and forbidden in labels:
             reason = f"{cmd.sender} may not {cmd.op} {target.kind} objects labelled {forbidden}"
         if reason:

@@ -29,11 +29,6 @@ def _from_watched(watched: WatchedKind) -> KindInfo:
 
 
 CORE_EVENT = KindInfo(kind="Event", group="", version="v1", plural="events", namespaced=True)
-# Written, never mirrored: the ConfigMaps a Skyhook package pod mounts (its node metadata and
-# its package's configMap), as upstream's operator writes them.
-CORE_CONFIG_MAP = KindInfo(
-    kind="ConfigMap", group="", version="v1", plural="configmaps", namespaced=True
-)
 
 # Written, never mirrored: each leader's Lease in the install namespace (nodeflow_bus.kube_lease
 # mirrors the NATS lease there; k8s-watcher's policy lets a service write only its own).
@@ -41,12 +36,11 @@ COORDINATION_LEASE = KindInfo(
     kind="Lease", group="coordination.k8s.io", version="v1", plural="leases", namespaced=True
 )
 
-# Commands may target the watched kinds, core Events, ConfigMaps and Leases; nothing else is in
-# k8s-watcher's RBAC.
+# Commands may target the watched kinds (ConfigMaps among them: only the Skyhook controller's
+# are mirrored), core Events and Leases; nothing else is in k8s-watcher's RBAC.
 KNOWN_KINDS: tuple[KindInfo, ...] = (
     *(_from_watched(w) for w in WATCHED_KINDS),
     CORE_EVENT,
-    CORE_CONFIG_MAP,
     COORDINATION_LEASE,
 )
 
@@ -73,8 +67,18 @@ CREATABLE_KINDS: frozenset[str] = frozenset(
         "Lease",
     }
 )
+# ConfigMap: the Skyhook controller's own, no longer wanted (policy: only those labelled with a
+# Skyhook or NodeWright).
 DELETABLE_KINDS: frozenset[str] = frozenset(
-    {"Pod", "Job", "NodeSlice", "NodeMaintenance", "PodDisruptionBudget", "ControllerRevision"}
+    {
+        "Pod",
+        "Job",
+        "NodeSlice",
+        "NodeMaintenance",
+        "PodDisruptionBudget",
+        "ControllerRevision",
+        "ConfigMap",
+    }
 )
 PATCHABLE_KINDS: frozenset[str] = frozenset(
     {info.kind for info in KNOWN_KINDS}
@@ -95,6 +99,11 @@ STATUS_PATCHABLE_KINDS: frozenset[str] = frozenset(
 
 def resolve_kind(api_version: str, kind: str) -> KindInfo | None:
     return _BY_API_VERSION_AND_KIND.get((api_version, kind))
+
+
+def resolve_watched_kind(kind: str) -> WatchedKind | None:
+    """The watched kind of that name (the first: a kind two groups serve shares its selector)."""
+    return next((w for w in WATCHED_KINDS if w.kind == kind), None)
 
 
 def watched_kind_infos(only: tuple[str, ...] = ()) -> tuple[KindInfo, ...]:

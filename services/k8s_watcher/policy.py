@@ -34,10 +34,16 @@ class Allowed:
 
     required_label: str | None = None
     forbidden_label: str | None = None
+    # Only if the object carries one of these labels (several grants, each its own label).
+    required_any: tuple[str, ...] = ()
 
     @property
     def reads_target(self) -> bool:
-        return self.required_label is not None or self.forbidden_label is not None
+        return (
+            self.required_label is not None
+            or self.forbidden_label is not None
+            or bool(self.required_any)
+        )
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,15 @@ def authorize(
         # refused, the first grant's reason is told.
         verdicts = [_authorize_create(cmd.sender, kind, operation, g) for g in candidates]
         return next((v for v in verdicts if isinstance(v, Allowed)), verdicts[0])
+    labels = {g.required_label for g in candidates}
+    if (
+        len(candidates) > 1
+        and None not in labels
+        and not any(g.forbidden_label for g in candidates)
+    ):
+        # Any one grant suffices (a Skyhook's ConfigMap carries its label, a NodeWright's its
+        # own): the object must carry one of their labels.
+        return Allowed(required_any=tuple(sorted(label for label in labels if label)))
     return Allowed(grant.required_label, grant.forbidden_label)
 
 

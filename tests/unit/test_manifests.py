@@ -664,8 +664,9 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("storage.k8s.io", "storageclasses"): {"list", "watch"},
     ("", "events"): {"get", "create", "patch"},
     ("coordination.k8s.io", "leases"): {"get", "create", "patch"},
-    # The ConfigMaps a Skyhook package pod mounts (written, never listed).
-    ("", "configmaps"): {"get", "create", "patch"},
+    # The ConfigMaps a Skyhook package pod mounts: written, deleted once no longer wanted,
+    # and mirrored with the Skyhook controller's label selector only.
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("nodeflow.dev", "nodeslices"): {"get", "list", "watch", "create", "delete", "patch"},
     ("nodeflow.dev", "nodesets"): {"list", "watch", "patch"},
     ("maintenance.nvidia.com", "nodemaintenances"): {

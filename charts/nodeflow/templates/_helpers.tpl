@@ -196,7 +196,7 @@ some (a Role in each, as the production overlay's workload-rbac.yaml), else clus
   verbs: [create, delete, patch]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, patch]
+  verbs: [get, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [create, delete]

@@ -4,6 +4,7 @@ Idempotency keys come from the state the action was decided on, so a restarted c
 sending the same action again is deduplicated, never applied twice:
   create   Job              key: Job name + attempt (its name is deterministic)
   create+patch ConfigMap    node metadata and package configMap a Job's pod mounts (content key)
+  delete   ConfigMap        one no longer wanted (skyhook/configmaps.py; uid precondition)
   patch    Job              spec.activeDeadlineSeconds, to fail a Job whose image never pulls;
                             spec.ttlSecondsAfterFinished removed from a failed Job
   patch    Node             nodeState_<skyhook> annotation, status_<skyhook> annotation+label,
@@ -30,6 +31,7 @@ from maintenance_scheduler.skyhook.api import (
     NODE_STATE_VERSION,
     POLICY_KIND,
 )
+from maintenance_scheduler.skyhook.configmaps import DeleteConfigMap
 from maintenance_scheduler.skyhook.jobs import DEFAULT_POD_OPTIONS, build_job, build_maintenance
 from maintenance_scheduler.skyhook.plan import (
     CreateJob,
@@ -57,6 +59,7 @@ from maintenance_scheduler.skyhook.pod import (
 from nodeflow_contracts import k8s
 from nodeflow_contracts.k8s import K8sCommand, ObjectRef, deadline_after
 from nodeflow_contracts.maintenance import SkyhookDecision
+from nodeflow_contracts.skyhook import CONFIG_MAP_MANAGED_BY, CONFIG_MAP_MANAGED_BY_LABEL
 
 KEY_PREFIX: Final = "skyhook:"
 # Ends a Job at once: its startTime is long past one second when the grace of a stuck image
@@ -88,7 +91,7 @@ def commands_for(
     """A ConfigMap write is two commands, a create and a patch of its data, each keyed by
     the content: whichever finds the ConfigMap absent or present does the work, and the
     other is refused (conflict or not found) without harm. k8s-watcher has no upsert and
-    does not mirror ConfigMaps, so this is how the content is made sure of."""
+    mirrors only ConfigMaps labelled as ours, so this is how the content is made sure of."""
     if isinstance(action, WriteNodeMetadata | WritePackageConfig):
         if isinstance(action, WriteNodeMetadata):
             node = action.node
@@ -135,6 +138,13 @@ def commands_for(
                             "value": action.skyhook.name,
                         },
                         {"op": "add", "path": "/data", "value": body["data"]},
+                        # One written before k8s-watcher mirrored them gets the mirror's label.
+                        {
+                            "op": "add",
+                            "path": "/metadata/labels/"
+                            + CONFIG_MAP_MANAGED_BY_LABEL.replace("/", "~1"),
+                            "value": CONFIG_MAP_MANAGED_BY,
+                        },
                     ],
                 ),
                 why,
@@ -273,6 +283,21 @@ def command_for(
             ),
             k8s.CreateObject(object=body),
             f"Skyhook {action.skyhook.name}: interrupt of {action.purpose} on {action.node}",
+            now,
+        )
+    if isinstance(action, DeleteConfigMap):
+        return _command(
+            f"cm-delete:{action.name}:{action.uid}",
+            ObjectRef(
+                api_version="v1",
+                kind="ConfigMap",
+                name=action.name,
+                namespace=namespace,
+                uid=action.uid or None,
+            ),
+            k8s.DeleteObject(),
+            f"{action.names.kind} {action.skyhook}: its {action.purpose} ConfigMap is no "
+            "longer wanted",
             now,
         )
     if isinstance(action, DeleteMaintenance):

@@ -51,13 +51,25 @@ from maintenance_scheduler.skyhook.api import (
     policy_for,
     resets_batch_state,
 )
+from maintenance_scheduler.skyhook.configmaps import (
+    ConfigMapFacts,
+    DeleteConfigMap,
+    node_metadata_deletes,
+    package_config_map_deletes,
+)
 from maintenance_scheduler.skyhook.jobs import (
     entry_identity,
     job_identity,
     job_name,
     maintenance_name,
 )
-from maintenance_scheduler.skyhook.pod import TAINT_UNSCHEDULABLE, PodOptions, node_orders
+from maintenance_scheduler.skyhook.pod import (
+    TAINT_UNSCHEDULABLE,
+    PodOptions,
+    node_metadata_name,
+    node_orders,
+    package_config_map_name,
+)
 from maintenance_scheduler.skyhook.rollout import (
     BLOCKED,
     COMPLETE,
@@ -285,6 +297,7 @@ SkyhookAction = (
     | ForgetNode
     | SetRuntimeTaint
     | SetNodeConditions
+    | DeleteConfigMap
 )
 
 
@@ -316,6 +329,8 @@ class World:
     nodewright_runtime_required_toleration: Mapping[str, str] = field(
         default_factory=lambda: PodOptions().runtime_required_toleration(NODEWRIGHT)
     )
+    # The ConfigMaps the controller wrote, in its namespace, by name (skyhook/configmaps.py).
+    config_maps: Mapping[str, ConfigMapFacts] = field(default_factory=dict)
 
     def policies_of(self, names: SkyhookNames) -> Mapping[str, DeploymentPolicy]:
         """The DeploymentPolicies an object of the kind may name: its own group's."""
@@ -1322,6 +1337,7 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
             )
         )
     _plan_runtime_taints(world, planned, plan)
+    _plan_config_map_deletes(world, [skyhook for skyhook, _ in planned], plan)
     # A request no interrupt needs any more goes, whoever left it: the round that finished
     # post-interrupt, one whose delete was lost, or a Skyhook deleted mid-interrupt.
     # (Owners are told apart by kind: a NodeWright's request stays while a shadowed Skyhook
@@ -1512,6 +1528,59 @@ def pending_uninstall(skyhook: Skyhook, nodes: Sequence[NodeView]) -> tuple[bool
             for e in entries.values()
         )
     return pending, unreadable if enabled else []
+
+
+def _plan_config_map_deletes(world: World, skyhooks: Sequence[Skyhook], plan: RoundPlan) -> None:
+    """The ConfigMaps each planned object no longer wants go (skyhook/configmaps.py), judged
+    on the node states as seen and as this round writes them (either may be the one that
+    stands: an uninstall in either keeps its configMap)."""
+    if not world.config_maps:
+        return
+    config_maps = list(world.config_maps.values())
+    for skyhook in skyhooks:
+        names = skyhook.names
+        writing: set[str] = set()
+        states: list[str | None] = []
+        for action in plan.actions:
+            if isinstance(action, WritePackageConfig) and action.skyhook is skyhook:
+                writing.add(package_config_map_name(skyhook.name, action.package))
+            elif isinstance(action, WriteNodeMetadata) and action.skyhook is skyhook:
+                writing.add(node_metadata_name(skyhook.name, action.node.name))
+            elif (
+                isinstance(action, PatchNode)
+                and action.skyhook == skyhook.name
+                and action.names == names
+            ):
+                states.append(action.node_state)
+        annotation = names.node_state_annotation(skyhook.name)
+        settled = True
+        for node in world.nodes:
+            if annotation in node.annotations:
+                states.append(node.annotations[annotation])
+                settled = settled and node.name not in world.settling
+        running = [
+            node
+            for (owner, node), jobs in world.running_on_node.items()
+            if owner == skyhook.owner_key and jobs
+        ]
+        plan.actions.extend(
+            package_config_map_deletes(
+                skyhook,
+                config_maps,
+                node_states=states,
+                states_settled=settled,
+                writing=writing,
+            )
+        )
+        plan.actions.extend(
+            node_metadata_deletes(
+                skyhook,
+                config_maps,
+                targets=[n.name for n in _targets(skyhook, world)],
+                running_on=running,
+                writing=writing,
+            )
+        )
 
 
 def _targets(skyhook: Skyhook, world: World) -> list[NodeView]:

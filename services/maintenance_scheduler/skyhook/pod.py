@@ -40,7 +40,13 @@ from maintenance_scheduler.skyhook.api import (
     Package,
     Skyhook,
 )
-from nodeflow_contracts.skyhook import NODEWRIGHT, SKYHOOK, SkyhookNames
+from nodeflow_contracts.skyhook import (
+    CONFIG_MAP_MANAGED_BY,
+    CONFIG_MAP_MANAGED_BY_LABEL,
+    NODEWRIGHT,
+    SKYHOOK,
+    SkyhookNames,
+)
 from nodeflow_kube.fields import parse_time
 
 PACKAGE_MOUNT: Final = "/skyhook-package"
@@ -433,8 +439,13 @@ def node_metadata_config_map(
             "name": node_metadata_name(skyhook.name, node),
             "namespace": namespace,
             # upstream labels it only with NODE_METADATA_LABEL; CONFIG_MAP_LABEL too, so both
-            # ConfigMaps carry the one label k8s-watcher requires on a ConfigMap we write.
-            "labels": {names.node_metadata_label: skyhook.name, names.name_label: skyhook.name},
+            # ConfigMaps carry the one label k8s-watcher requires on a ConfigMap we write, and
+            # the label k8s-watcher mirrors them by.
+            "labels": {
+                names.node_metadata_label: skyhook.name,
+                names.name_label: skyhook.name,
+                CONFIG_MAP_MANAGED_BY_LABEL: CONFIG_MAP_MANAGED_BY,
+            },
             "annotations": {
                 names.name_label: skyhook.name,
                 names.config_map_node_label: node,
@@ -461,7 +472,10 @@ def package_config_map(skyhook: Skyhook, package: Package, *, namespace: str) ->
         "metadata": {
             "name": package_config_map_name(skyhook.name, package),
             "namespace": namespace,
-            "labels": {names.name_label: skyhook.name},
+            "labels": {
+                names.name_label: skyhook.name,
+                CONFIG_MAP_MANAGED_BY_LABEL: CONFIG_MAP_MANAGED_BY,
+            },
             "annotations": {
                 names.name_label: skyhook.name,
                 names.config_map_package_label: package.name,

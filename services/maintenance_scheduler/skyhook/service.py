@@ -2,7 +2,7 @@
 
 It reads only KV (k8s_skyhooks and k8s_nodewrights: both kinds, one controller;
 k8s_deploymentpolicies and k8s_nodewrightdeploymentpolicies, each group's policies; k8s_nodes,
-k8s_jobs, k8s_pods, k8s_nodemaintenances from k8s-watcher) and acts only through
+k8s_jobs, k8s_pods, k8s_nodemaintenances, k8s_configmaps from k8s-watcher) and acts only through
 `cmd.k8s.v1.*` commands, as the NodeMaintenance controller beside it. One replica is active
 (its own leader lease). A round runs on every change of those views (debounced) and at least
 every `resync_seconds`.
@@ -41,6 +41,7 @@ from maintenance_scheduler.skyhook.api import (
     reconciled,
 )
 from maintenance_scheduler.skyhook.commands import commands_for, decision_for
+from maintenance_scheduler.skyhook.configmaps import ConfigMapFacts
 from maintenance_scheduler.skyhook.inflight import settling_nodes, slots_of, waiting_skyhooks
 from maintenance_scheduler.skyhook.observe import (
     NodeViews,
@@ -103,6 +104,11 @@ def node_metadata(node: Obj) -> Obj:
     return kept
 
 
+def config_map_metadata(config_map: Obj) -> Obj:
+    """What this controller keeps of its ConfigMaps: their metadata (not their data)."""
+    return {"metadata": kept_metadata(meta(config_map))}
+
+
 APPLIED = frozenset({"applied", "already-applied"})
 LEASE_NAME = f"{SERVICE}-skyhook"
 
@@ -122,6 +128,10 @@ class SkyhookController:
         self.jobs: KVView[Obj] = KVView(bus, "k8s_jobs", dict)
         self.pods: KVView[Obj] = KVView(bus, "k8s_pods", dict, project=only_skyhook_pods)
         self.requests: KVView[Obj] = KVView(bus, "k8s_nodemaintenances", dict)
+        # Only the ConfigMaps this controller wrote (k8s-watcher's label selector).
+        self.config_maps: KVView[Obj] = KVView(
+            bus, subjects.k8s_bucket("ConfigMap"), dict, project=config_map_metadata
+        )
         self.views: tuple[KVView[Any], ...] = (
             self.skyhooks,
             self.nodewrights,
@@ -131,6 +141,7 @@ class SkyhookController:
             self.jobs,
             self.pods,
             self.requests,
+            self.config_maps,
         )
         self.lease = LeaderLease(
             bus, LEASE_NAME, holder=config.instance_id or None, ttl=config.leader_lease_ttl_seconds
@@ -161,6 +172,7 @@ class SkyhookController:
             (NODEWRIGHT.api_version, POLICY_KIND): self.nodewright_policies,
             ("batch/v1", "Job"): self.jobs,
             ("maintenance.nvidia.com/v1alpha1", "NodeMaintenance"): self.requests,
+            ("v1", "ConfigMap"): self.config_maps,
         }
         self._leader_loop = LeaderLoop(
             bus,
@@ -233,8 +245,7 @@ class SkyhookController:
         self._wake.set()
 
     def _effect_seen(self, entry: LedgerEntry, rv: str | None) -> bool:
-        """Does KV show what an applied command did (so what it held is free again)? A
-        ConfigMap is not mirrored: its outcome is all there is to see."""
+        """Does KV show what an applied command did (so what it held is free again)?"""
         view = self._view_of.get((entry.target.api_version, entry.target.kind))
         if view is None or not rv:
             return True
@@ -329,6 +340,18 @@ class SkyhookController:
             uids[name] = str(metadata.get("uid") or "")
             node = str(labels.get(owner[0].node_label) or "")
             owners[name] = (owner_key(owner[1], owner[0]), node)
+        config_maps: dict[str, ConfigMapFacts] = {}
+        for obj in self.config_maps.as_dict().values():
+            metadata = meta(obj)
+            if metadata.get("namespace") != self.namespace:
+                continue
+            name = str(metadata.get("name") or "")
+            config_maps[name] = ConfigMapFacts(
+                name=name,
+                uid=str(metadata.get("uid") or ""),
+                labels=mapping(metadata.get("labels")),
+                annotations=mapping(metadata.get("annotations")),
+            )
         return World(
             skyhooks=skyhooks,
             policies=policies,
@@ -343,6 +366,7 @@ class SkyhookController:
             nodewright_runtime_required_toleration=pod_options(
                 self.config
             ).runtime_required_toleration(NODEWRIGHT),
+            config_maps=config_maps,
         )
 
     async def round(self, now: float) -> None:

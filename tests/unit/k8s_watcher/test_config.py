@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from k8s_watcher.config import K8sWatcherConfig
+from k8s_watcher.kinds import watched_kind_infos
 from nodeflow_runtime.config import ConfigError, load_config
 
 
@@ -61,3 +62,14 @@ def test_rule_controller_revisions_are_mirrored_only_when_labelled_with_a_nodese
         K8sWatcherConfig, {"LABEL_SELECTORS": "ControllerRevision=nodeflow.dev/nodeset=gpu"}
     )
     assert chosen.label_selector("ControllerRevision") == "nodeflow.dev/nodeset=gpu"
+
+
+def test_rule_config_maps_are_mirrored_only_when_the_skyhook_controller_wrote_them() -> None:
+    """ConfigMaps are mirrored (the Skyhook controller deletes those it no longer wants), but
+    only its own: both flavors' package configMaps and node metadata carry one label, the
+    kind's default selector; LABEL_SELECTORS may still say otherwise."""
+    config = load_config(K8sWatcherConfig, {})
+    assert "ConfigMap" in {info.kind for info in watched_kind_infos()}
+    assert config.label_selector("ConfigMap") == "app.kubernetes.io/managed-by=nodeflow-skyhook"
+    chosen = load_config(K8sWatcherConfig, {"LABEL_SELECTORS": "ConfigMap=a=b"})
+    assert chosen.label_selector("ConfigMap") == "a=b"

@@ -30,6 +30,7 @@ from nodeflow_contracts.k8s import (
 )
 from nodeflow_contracts.permissions import ADMIN_USER, COMMAND_POLICY, SERVICES, lease_names
 from nodeflow_contracts.pod_protocol import NODESET_LABEL
+from nodeflow_contracts.skyhook import NODEWRIGHT, SKYHOOK
 from nodeflow_contracts.topology import WATCHED_KINDS
 
 POD = ObjectRef(api_version="v1", kind="Pod", name="gpu-001", namespace="slurm", uid="u1")
@@ -317,10 +318,11 @@ def test_slurm_syncer_status_patch_is_allowed_only_when_it_touches_nothing_else(
 # What each service may delete at all: nodeset-controller its NodeSet pods, their NodeSet's
 # PodDisruptionBudget and ControllerRevisions (all labelled with the NodeSet), and
 # maintenance-scheduler the
-# NodeMaintenance requests it garbage-collects. Nothing else.
+# NodeMaintenance requests it garbage-collects and the Skyhook ConfigMaps no longer wanted
+# (labelled with a Skyhook or NodeWright). Nothing else.
 DELETERS = {
     "nodeset-controller": {"Pod", "PodDisruptionBudget", "ControllerRevision"},
-    "maintenance-scheduler": {"NodeMaintenance"},
+    "maintenance-scheduler": {"NodeMaintenance", "ConfigMap"},
     "topology-placer": {"Pod"},
 }
 
@@ -341,6 +343,8 @@ def test_no_service_may_delete_anything_but_what_it_owns(
     elif sender == "nodeset-controller":
         # Only an object that carries the NodeSet label (the executor reads it first).
         assert verdict == Allowed(NODESET_LABEL)
+    elif kind == "ConfigMap":
+        assert verdict == Allowed(required_any=(NODEWRIGHT.name_label, SKYHOOK.name_label))
 
 
 # --- The leaders' Leases (issue #35: kubectl get leases shows who leads) ---------------------
@@ -398,3 +402,16 @@ def test_lease_mirror_is_written_in_the_install_namespace_whatever_command_names
         pod, target=msgspec.structs.replace(POD, namespace="nodeflow-system")
     )
     assert isinstance(authorize(pod_elsewhere, pod_elsewhere.subject, ("slurm",)), Refused)
+
+
+def test_rule_the_skyhook_controller_deletes_only_config_maps_of_a_skyhook_or_nodewright() -> None:
+    """Either flavor's label suffices (a NodeWright's ConfigMap carries only its own): the
+    executor reads the ConfigMap and deletes it only if it carries one of them."""
+    target = ObjectRef(api_version="v1", kind="ConfigMap", name="gpu-init-driver-1", namespace="s")
+    verdict = judged(command("maintenance-scheduler", target, DeleteObject()))
+    assert verdict == Allowed(
+        required_any=("nodewright.nvidia.com/name", "skyhook.nvidia.com/name")
+    )
+    assert verdict.reads_target
+    # Other senders may not delete ConfigMaps at all.
+    assert isinstance(judged(command("nodeset-controller", target, DeleteObject())), Refused)

@@ -379,6 +379,8 @@ def test_rule_the_config_maps_are_upstreams_node_metadata_and_package_config() -
             "labels": {
                 "skyhook.nvidia.com/skyhook-node-meta": "gpu-init",
                 "skyhook.nvidia.com/name": "gpu-init",
+                # Ours: the label k8s-watcher mirrors the controller's ConfigMaps by.
+                "app.kubernetes.io/managed-by": "nodeflow-skyhook",
             },
             "annotations": {
                 "skyhook.nvidia.com/name": "gpu-init",
@@ -401,7 +403,10 @@ def test_rule_the_config_maps_are_upstreams_node_metadata_and_package_config() -
         "metadata": {
             "name": "gpu-init-gpu-driver-1.2.3",
             "namespace": "skyhook",
-            "labels": {"skyhook.nvidia.com/name": "gpu-init"},
+            "labels": {
+                "skyhook.nvidia.com/name": "gpu-init",
+                "app.kubernetes.io/managed-by": "nodeflow-skyhook",
+            },
             "annotations": {
                 "skyhook.nvidia.com/name": "gpu-init",
                 "skyhook.nvidia.com/Package.Name": "gpu-driver",
@@ -467,6 +472,12 @@ def test_rule_each_job_is_preceded_by_the_config_maps_its_pod_mounts() -> None:
         # Only the Skyhook's own ConfigMap is rewritten (the label is tested, not changed).
         {"op": "test", "path": "/metadata/labels/skyhook.nvidia.com~1name", "value": "gpu-init"},
         {"op": "add", "path": "/data", "value": body["data"]},
+        # One written before k8s-watcher mirrored the controller's ConfigMaps is labelled so.
+        {
+            "op": "add",
+            "path": "/metadata/labels/app.kubernetes.io~1managed-by",
+            "value": "nodeflow-skyhook",
+        },
     ]
     assert create_cm.target.kind == patch_cm.target.kind == "ConfigMap"
 
