@@ -616,3 +616,13 @@ def test_rule_a_terminating_pod_asks_no_protection_wake() -> None:
     pods[1] = pod("gpu-001-002", "n1", revision=REV)
     idle = plan(view(nodeset(replicas=2), node_map, pods, states))
     assert idle.wake_at == T0 + 40.0
+
+
+def test_rule_a_pod_with_no_node_at_all_leaves_saying_its_node_is_unknown() -> None:
+    """A NodeSet pod neither bound nor pinned to a node leaves like one whose node is missing,
+    and its mark says the node is unknown ("?"), not "None"."""
+    node_map, pods = full(1)
+    nowhere = pod("gpu-009-001", None, revision=REV)
+    result = plan(view(nodeset(replicas=1), node_map, [*pods, nowhere]))
+    (mark,) = expect_actions(result.actions, ScheduleDelete, pod__name="gpu-009-001")
+    assert mark.why == "misscheduled: node ? is missing from the view"
