@@ -703,6 +703,18 @@ def _drains_to_uninstall(package: Package | None, entry: PackageState) -> bool:
     )
 
 
+def _job_name_of(skyhook: Skyhook, node: str, entry: PackageState) -> str:
+    """The name of the Job that runs `entry`'s stage on `node` (its run and config in it)."""
+    return job_name(
+        skyhook.name,
+        entry.name,
+        entry.version,
+        entry.stage,
+        node,
+        entry_identity(entry.run, entry.config),
+    )
+
+
 def _records_stage_end(entry: PackageState | None, job: JobFacts | None, new: PackageState) -> bool:
     """Whether `new` only records that the Job of `entry`'s current stage completed (the
     same run, version and config going on to its next stage)."""
@@ -753,14 +765,7 @@ def step_node(
     made: dict[str, str] = {}  # Jobs made on the node this round: name -> stage
 
     def create(package: Package | None, new: PackageState) -> None:
-        target = job_name(
-            skyhook.name,
-            new.name,
-            new.version,
-            new.stage,
-            node,
-            entry_identity(new.run, new.config),
-        )
+        target = _job_name_of(skyhook, node, new)
         if target in world.jobs:
             return
         # A Job of an earlier run of this package still runs on the node: never a second pod
@@ -848,16 +853,7 @@ def step_node(
         config = config_hash(package) if package is not None else ""
         job: JobFacts | None = None
         if entry is not None:
-            found = world.jobs.get(
-                job_name(
-                    skyhook.name,
-                    name,
-                    entry.version,
-                    entry.stage,
-                    node,
-                    entry_identity(entry.run, entry.config),
-                )
-            )
+            found = world.jobs.get(_job_name_of(skyhook, node, entry))
             expected = job_identity(skyhook.uid, node_uid, entry.version, entry.run, entry.config)
             # A Job proves only what it ran: one recording another identity counts for nothing.
             if found is not None and (found.identity is None or dict(found.identity) == expected):
@@ -991,16 +987,7 @@ def _apply_routes(
     `name|version` key."""
     for name in routes.cancelled:
         entry = result.entries[name]
-        running = world.jobs.get(
-            job_name(
-                skyhook.name,
-                name,
-                entry.version,
-                entry.stage,
-                node,
-                entry_identity(entry.run, entry.config),
-            )
-        )
+        running = world.jobs.get(_job_name_of(skyhook, node, entry))
         result.entries[name] = stages.cancel_uninstall(entry)
         message = f"{name} on {node}: uninstall cancelled (uninstall.apply off): back to apply"
         if running is not None and running.outcome == "running":
