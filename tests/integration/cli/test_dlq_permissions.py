@@ -7,18 +7,15 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
 
 import pytest
 
-from nodeflow_bus import Bus, dead_letter, ensure_topology
+from nodeflow_bus import Bus, dead_letter
 from nodeflow_bus.credentials import Secret
 from nodeflow_cli import dlq
 from nodeflow_contracts import subjects
 from nodeflow_contracts.permissions import ADMIN_USER
-from nodeflow_contracts.topology import KV_BUCKETS, STREAMS
-from nodeflow_runtime.natsd import NatsServerProcess, generate_users, user_credentials
-from tests.fixtures.nats import TEST_BUS_OPTIONS
+from nodeflow_runtime.natsd import NatsServerProcess, generate_users
 
 # A service whose user reads DEAD_LETTERS (it counts them) but may not publish commands.
 READER = "metrics-exporter"
@@ -28,22 +25,6 @@ READER = "metrics-exporter"
 def nats_users() -> dict[str, Secret]:
     """Per-user authorization on the shared `nats_server`, as deployed."""
     return generate_users()
-
-
-@pytest.fixture
-async def admin_bus(
-    nats_server: NatsServerProcess, nats_users: dict[str, Secret]
-) -> AsyncIterator[Bus]:
-    connected = await Bus.connect(
-        nats_server.url,
-        credentials=user_credentials(nats_users, ADMIN_USER),
-        options=TEST_BUS_OPTIONS,
-    )
-    await ensure_topology(connected.js, streams=STREAMS, kv_buckets=KV_BUCKETS, consumers=[])
-    try:
-        yield connected
-    finally:
-        await connected.close()
 
 
 async def kubectl_nodeflow_as(

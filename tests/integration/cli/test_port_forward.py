@@ -21,8 +21,8 @@ from clustersim.kube.server import RunningServer, serve
 from clustersim.kube.store import Store
 from nodeflow_bus import Bus, NatsTls, Secret, dead_letter, ensure_topology
 from nodeflow_contracts import subjects
-from nodeflow_contracts.topology import ADMIN_USER, KV_BUCKETS, STREAMS
-from nodeflow_runtime.natsd import NatsServerProcess, generate_users, user_credentials
+from nodeflow_contracts.topology import ADMIN_USER, STREAMS
+from nodeflow_runtime.natsd import NatsServerProcess, generate_users
 from tests.fixtures.nats import TEST_BUS_OPTIONS
 from tests.fixtures.tls import make_pki, tls_nats_server
 from tests.integration.cli.plugin import run_plugin
@@ -93,22 +93,6 @@ def admin_secret(password: Secret) -> dict[str, Any]:
 def nats_users() -> dict[str, Secret]:
     """The generated accounts, as deployed: the operators' user among them."""
     return generate_users()
-
-
-@pytest.fixture
-async def admin_bus(
-    nats_server: NatsServerProcess, nats_users: dict[str, Secret]
-) -> AsyncIterator[Bus]:
-    connected = await Bus.connect(
-        nats_server.url,
-        credentials=user_credentials(nats_users, ADMIN_USER),
-        options=TEST_BUS_OPTIONS,
-    )
-    await ensure_topology(connected.js, streams=STREAMS, kv_buckets=KV_BUCKETS, consumers=[])
-    try:
-        yield connected
-    finally:
-        await connected.close()
 
 
 def create(store: Store, resource: str, obj: dict[str, Any]) -> None:
