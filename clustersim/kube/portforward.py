@@ -23,10 +23,19 @@ from aiohttp import WSMsgType, web
 
 from clustersim.kube.errors import BadRequest
 from clustersim.kube.objects import Obj
+from nodeflow_kube.portforward import (
+    CHANNEL_PROTOCOL,
+    READ_SIZE,
+    data_channel,
+    error_channel,
+    frame,
+    is_data_channel,
+    port_index,
+    port_prefix,
+    split_frame,
+)
 
 PORT_FORWARD_ANNOTATION = "clustersim.nodeflow.dev/port-forward"
-CHANNEL_PROTOCOL = "v4.channel.k8s.io"
-READ_SIZE = 64 * 1024
 
 
 def requested_ports(values: list[str]) -> list[int]:
@@ -81,21 +90,18 @@ async def serve_port_forward(request: web.Request, pod: Obj) -> web.StreamRespon
     pumps: list[asyncio.Task[None]] = []
     try:
         for index, port in enumerate(ports):
-            prefix = port.to_bytes(2, "little")
-            await ws.send_bytes(bytes([2 * index]) + prefix)
-            await ws.send_bytes(bytes([2 * index + 1]) + prefix)
+            await ws.send_bytes(frame(data_channel(index), port_prefix(port)))
+            await ws.send_bytes(frame(error_channel(index), port_prefix(port)))
             try:
                 host, host_port = addresses[port]
                 reader, writer = await asyncio.open_connection(host, host_port)
             except (KeyError, OSError) as exc:
                 reason = "connection refused" if isinstance(exc, KeyError) else str(exc)
-                await ws.send_bytes(
-                    bytes([2 * index + 1])
-                    + f"error forwarding port {port} to pod {name}: {reason}".encode()
-                )
+                message = f"error forwarding port {port} to pod {name}: {reason}"
+                await ws.send_bytes(frame(error_channel(index), message.encode()))
                 continue
             writers[index] = writer
-            pumps.append(asyncio.create_task(_pump(reader, ws, 2 * index)))
+            pumps.append(asyncio.create_task(_pump(reader, ws, data_channel(index))))
         if not writers:
             return ws
         # Until the client leaves or every port's connection has ended.
@@ -116,7 +122,7 @@ async def serve_port_forward(request: web.Request, pod: Obj) -> web.StreamRespon
 async def _pump(reader: asyncio.StreamReader, ws: web.WebSocketResponse, channel: int) -> None:
     """What the pod's port sends, to the client on its data channel, until it closes."""
     while chunk := await reader.read(READ_SIZE):
-        await ws.send_bytes(bytes([channel]) + chunk)
+        await ws.send_bytes(frame(channel, chunk))
 
 
 async def _read_client(ws: web.WebSocketResponse, writers: dict[int, asyncio.StreamWriter]) -> None:
@@ -124,9 +130,9 @@ async def _read_client(ws: web.WebSocketResponse, writers: dict[int, asyncio.Str
     async for message in ws:
         if message.type is not WSMsgType.BINARY or not message.data:
             continue
-        channel, payload = message.data[0], message.data[1:]
-        writer = writers.get(channel // 2)
-        if channel % 2 == 0 and writer is not None and payload:
+        channel, payload = split_frame(message.data)
+        writer = writers.get(port_index(channel))
+        if is_data_channel(channel) and writer is not None and payload:
             writer.write(payload)
             with contextlib.suppress(ConnectionError):
                 await writer.drain()

@@ -1,10 +1,7 @@
 """`kubectl nodeflow`'s own port-forward to NATS: which pod and port (pure), and the forward
 itself over the API server's `pods/portforward` subresource.
 
-The protocol is the kubelet's WebSocket one (`v4.channel.k8s.io`, binary): every message's
-first byte is its channel; for the i-th forwarded port, channel 2i carries the data both ways
-and channel 2i+1 the errors the server reports. The server first writes the port (uint16,
-little-endian) on both channels; a text on the error channel means the forward failed.
+The protocol is the kubelet's WebSocket one (its frames: nodeflow_kube.portforward).
 A WebSocket carries one connection to the port (no multiplexing), so each local connection
 accepted gets its own WebSocket.
 """
@@ -20,41 +17,19 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import aiohttp
 
 from nodeflow_cli.verdicts import Obj
-
-CHANNEL_PROTOCOL = "v4.channel.k8s.io"
-READ_SIZE = 64 * 1024
+from nodeflow_kube.portforward import (
+    CHANNEL_PROTOCOL,
+    PORT_PREFIX_SIZE,
+    READ_SIZE,
+    data_channel,
+    error_channel,
+    frame,
+    split_frame,
+)
 
 
 class ForwardError(Exception):
     """The forward cannot be set up (no Service, no ready pod, no such port)."""
-
-
-# --- the frames -----------------------------------------------------------------------------
-
-
-def data_channel(index: int) -> int:
-    return 2 * index
-
-
-def error_channel(index: int) -> int:
-    return 2 * index + 1
-
-
-def frame(channel: int, payload: bytes) -> bytes:
-    """One message: its channel byte, then the payload."""
-    return bytes([channel]) + payload
-
-
-def split_frame(message: bytes) -> tuple[int, bytes]:
-    """(channel, payload) of one message; an empty message is not a frame."""
-    if not message:
-        raise ValueError("an empty WebSocket message carries no channel")
-    return message[0], message[1:]
-
-
-def port_prefix(port: int) -> bytes:
-    """What the server writes first on both channels of a port: the port, little-endian."""
-    return port.to_bytes(2, "little")
 
 
 # --- where NATS is --------------------------------------------------------------------------
@@ -205,7 +180,7 @@ class PortForward:
             channel, payload = split_frame(message.data)
             if channel in prefix_pending:
                 prefix_pending.discard(channel)
-                payload = payload[2:]
+                payload = payload[PORT_PREFIX_SIZE:]
             if not payload:
                 continue
             if channel == data_channel(0):

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodeflow_cli import portforward
+from nodeflow_kube import portforward as frames
 
 
 def pod(name: str, *, ready: bool = True, phase: str = "Running", deleting: bool = False) -> Any:
@@ -40,15 +41,15 @@ def service(target: Any, port_name: str = "client") -> Any:
 
 @given(channel=st.integers(0, 255), payload=st.binary())
 def test_rule_a_frame_is_its_channel_byte_then_the_payload(channel: int, payload: bytes) -> None:
-    assert portforward.split_frame(portforward.frame(channel, payload)) == (channel, payload)
+    assert frames.split_frame(frames.frame(channel, payload)) == (channel, payload)
 
 
 def test_rule_port_i_has_data_channel_2i_and_error_channel_2i_plus_1() -> None:
-    assert [portforward.data_channel(i) for i in range(3)] == [0, 2, 4]
-    assert [portforward.error_channel(i) for i in range(3)] == [1, 3, 5]
-    assert portforward.port_prefix(4222) == bytes([0x7E, 0x10])  # little-endian
+    assert [frames.data_channel(i) for i in range(3)] == [0, 2, 4]
+    assert [frames.error_channel(i) for i in range(3)] == [1, 3, 5]
+    assert frames.port_prefix(4222) == bytes([0x7E, 0x10])  # little-endian
     with pytest.raises(ValueError):
-        portforward.split_frame(b"")
+        frames.split_frame(b"")
 
 
 def test_rule_the_forward_goes_to_a_ready_running_pod_not_terminating() -> None:
