@@ -756,12 +756,12 @@ async def skyhook_command(args: argparse.Namespace) -> bool:
     confirm = None if getattr(args, "confirm", True) else ask
     dry_run = getattr(args, "dry_run", False)
     if args.verb == "version" and args.client_only:
-        return await skyhook_status.version(None, args.namespace, say=print)
+        return await skyhook_status.run_read_only(None, names, args, say=print, warn=warn)
     kube = await Kube.connect(args.kubeconfig, args.context)
     try:
         verb = args.verb
-        if verb == "version":
-            return await skyhook_status.version(kube, args.namespace, say=print)
+        if skyhook_status.is_read_only(args):
+            return await skyhook_status.run_read_only(kube, names, args, say=print, warn=warn)
         if verb in skyhook.LIFECYCLE:
             return await skyhook.lifecycle(
                 kube, names, verb, args.name, dry_run=dry_run, confirm=confirm, say=print
@@ -779,25 +779,6 @@ async def skyhook_command(args: argparse.Namespace) -> bool:
         if verb == "deployment-policy":
             return await skyhook.policy_reset(
                 kube, names, args.name, dry_run=dry_run, confirm=confirm, say=print
-            )
-        if verb == "package" and args.action == "status":
-            return await skyhook_status.package_status(
-                kube,
-                names,
-                args.package,
-                args.owner,
-                args.node,
-                args.output,
-                say=print,
-                warn=warn,
-            )
-        if verb == "node" and args.action == "list":
-            return await skyhook_status.node_list(
-                kube, names, args.owner, args.output, say=print, warn=warn
-            )
-        if verb == "node" and args.action == "status":
-            return await skyhook_status.node_status(
-                kube, names, args.nodes, args.owner, args.output, say=print, warn=warn
             )
         if verb == "package" and args.action == "rerun":
             return await skyhook.package_rerun(
@@ -890,34 +871,12 @@ def add_skyhook_verbs(commands: Any) -> None:
         policy_reset.add_argument("name")
         mutating(policy_reset)
 
-        def output(parser: argparse.ArgumentParser) -> None:
-            parser.add_argument(
-                "-o", "--output", choices=("table", "wide", "json"), default="table"
-            )
-
-        version = verbs.add_parser(
-            "version", help="the plugin's version and the Skyhook controller's (its image)"
-        )
-        version.add_argument("--client-only", action="store_true", help="do not ask the cluster")
-        version.add_argument(
-            "-n",
-            "--namespace",
-            default="nodeflow-system",
-            help="where maintenance-scheduler runs (default nodeflow-system)",
-        )
+        skyhook_status.add_version_verb(verbs)
         package = verbs.add_parser(
             "package", help=f"one package of the {kind}: status, rerun, logs"
         )
         package_actions = package.add_subparsers(dest="action", required=True)
-        package_status = package_actions.add_parser(
-            "status", help="the package's version, stage and state on each node"
-        )
-        package_status.add_argument("package")
-        package_status.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
-        package_status.add_argument(
-            "--node", action="append", default=[], help="a node name or a regular expression"
-        )
-        output(package_status)
+        skyhook_status.add_package_status_verb(package_actions, kind, owner_flags)
         rerun = package_actions.add_parser(
             "rerun", help="remove the package's state on the nodes named, so it runs again"
         )
@@ -950,17 +909,7 @@ def add_skyhook_verbs(commands: Any) -> None:
         )
         node = verbs.add_parser("node", help="nodes: list, status, ignore, unignore, reset")
         node_actions = node.add_subparsers(dest="action", required=True)
-        node_list = node_actions.add_parser(
-            "list", help=f"the nodes with the {kind}'s state, each rolled up"
-        )
-        node_list.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
-        output(node_list)
-        node_status = node_actions.add_parser(
-            "status", help=f"every {kind} on the nodes named (all nodes without a name)"
-        )
-        node_status.add_argument("nodes", nargs="*", metavar="NODE", help="a name or a regex")
-        node_status.add_argument(*owner_flags, dest="owner", default=None, help=f"only this {kind}")
-        output(node_status)
+        skyhook_status.add_node_read_verbs(node_actions, kind, owner_flags)
         for action, about in (
             ("ignore", f"set the {names.ignore_label} label: nothing runs there"),
             ("unignore", f"remove the {names.ignore_label} label"),

@@ -12,6 +12,7 @@ column), or as JSON with upstream's field names.
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -331,3 +332,75 @@ async def version(kube: KubeApi | None, namespace: str, say: Say) -> bool:
         return True
     say(f"Skyhook controller:\t{controller_version(deployment, namespace)}")
     return True
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def _output_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
+
+
+def add_version_verb(verbs: Any) -> None:
+    version = verbs.add_parser(
+        "version", help="the plugin's version and the Skyhook controller's (its image)"
+    )
+    version.add_argument("--client-only", action="store_true", help="do not ask the cluster")
+    version.add_argument(
+        "-n",
+        "--namespace",
+        default="nodeflow-system",
+        help="where maintenance-scheduler runs (default nodeflow-system)",
+    )
+
+
+def add_package_status_verb(package_actions: Any, kind: str, owner_flags: Sequence[str]) -> None:
+    status = package_actions.add_parser(
+        "status", help="the package's version, stage and state on each node"
+    )
+    status.add_argument("package")
+    status.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
+    status.add_argument(
+        "--node", action="append", default=[], help="a node name or a regular expression"
+    )
+    _output_option(status)
+
+
+def add_node_read_verbs(node_actions: Any, kind: str, owner_flags: Sequence[str]) -> None:
+    listing = node_actions.add_parser(
+        "list", help=f"the nodes with the {kind}'s state, each rolled up"
+    )
+    listing.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
+    _output_option(listing)
+    status = node_actions.add_parser(
+        "status", help=f"every {kind} on the nodes named (all nodes without a name)"
+    )
+    status.add_argument("nodes", nargs="*", metavar="NODE", help="a name or a regex")
+    status.add_argument(*owner_flags, dest="owner", default=None, help=f"only this {kind}")
+    _output_option(status)
+
+
+def is_read_only(args: argparse.Namespace) -> bool:
+    """One of this module's verbs (the others write, in nodeflow_cli.skyhook)."""
+    action = getattr(args, "action", None)
+    return (
+        args.verb == "version"
+        or (args.verb == "package" and action == "status")
+        or (args.verb == "node" and action in ("list", "status"))
+    )
+
+
+async def run_read_only(
+    kube: KubeApi | None, names: SkyhookNames, args: argparse.Namespace, say: Say, warn: Say
+) -> bool:
+    """Run the read-only verb `args` names (`kube` None: `version --client-only`)."""
+    if args.verb == "version":
+        return await version(kube, args.namespace, say)
+    assert kube is not None
+    if args.verb == "package":
+        return await package_status(
+            kube, names, args.package, args.owner, args.node, args.output, say, warn
+        )
+    if args.action == "list":
+        return await node_list(kube, names, args.owner, args.output, say, warn)
+    return await node_status(kube, names, args.nodes, args.owner, args.output, say, warn)
