@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from nodeflow_contracts.ledger import LANDING_MARGIN_SECONDS
 from nodeflow_runtime.natsd import free_port
 from tests.e2e import processes
 from tests.integration.topology_placer import conftest as placement_stack
@@ -28,6 +29,7 @@ from tests.integration.topology_placer.conftest import (
     pod_group_object,
     topology_object,
 )
+from topology_placer.commands import COMMAND_LIFETIME_SECONDS
 
 stack = placement_stack.stack
 BLOCK_MUST = json.dumps({"gatherStrategy": [{"layer": "BlockLayer", "strategy": "MustGather"}]})
@@ -81,7 +83,13 @@ async def test_placer_process_killed_mid_gang_finishes_it_in_one_block(
                 if p["spec"].get("nodeName")
             }
 
-        placed = await eventually(lambda: len(bound()) == 4 and bound(), timeout=30)
+        # The kill may fall between the first placer's ledger record of the bindings and
+        # their publication: the new leader then holds those pods and nodes until the
+        # bindings can no longer land (fail closed), so it may finish the gang only then.
+        may_land_for = COMMAND_LIFETIME_SECONDS + LANDING_MARGIN_SECONDS
+        placed = await eventually(
+            lambda: len(bound()) == 4 and bound(), timeout=may_land_for + 20, what="gang bound"
+        )
         assert len({stack.node_labels(node)[BLOCK] for node in placed.values()}) == 1
         per_node: dict[str, int] = {}
         for node in placed.values():
