@@ -43,13 +43,14 @@ from clustersim.kube.server import RunningServer, serve
 from clustersim.kube.store import Store
 from clustersim.slurm.releases import DEFAULT_SLURM_VERSION
 from clustersim.slurm.server import RunningSlurm, run_slurm_emulator
+from nodeflow_contracts.skyhook import DEFAULT_SKYHOOK_NAMESPACE
 from nodeflow_runtime.envfile import update_env_file
 
 log = structlog.get_logger("clustersim.runner")
 
 CRD_KIND = "CustomResourceDefinition"
 INSTALL_NAMESPACE = "nodeflow-system"
-SKYHOOK_NAMESPACE = "skyhook"
+SKYHOOK_NAMESPACE = DEFAULT_SKYHOOK_NAMESPACE
 DEFAULT_CRD_DIR = Path(__file__).resolve().parents[1] / "k8s" / "crds"
 TOKEN_LIFESPAN_SECONDS = 7 * 24 * 3600
 

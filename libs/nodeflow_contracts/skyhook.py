@@ -50,6 +50,11 @@ from typing import Final
 
 VERSION: Final = "v1alpha1"
 
+# Where the Skyhook controller puts what it creates (stage Jobs, the ConfigMaps their pods
+# mount, interrupt NodeMaintenances) unless SKYHOOK_NAMESPACE says otherwise: maintenance-
+# scheduler writes there, and k8s-watcher mirrors the controller's ConfigMaps from there only.
+DEFAULT_SKYHOOK_NAMESPACE: Final = "skyhook"
+
 
 @dataclass(frozen=True)
 class SkyhookNames:

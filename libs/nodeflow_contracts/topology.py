@@ -96,6 +96,10 @@ class WatchedKind(msgspec.Struct, frozen=True, kw_only=True):
     # The objects of the kind k8s-watcher mirrors (a label selector, passed to list and
     # watch); empty: all of them. LABEL_SELECTORS of k8s-watcher overrides it.
     label_selector: str = ""
+    # Mirrored from the Skyhook namespace only (k8s-watcher's SKYHOOK_NAMESPACE, the same
+    # setting maintenance-scheduler writes there by), so k8s-watcher's RBAC on the kind is a
+    # Role in that namespace, never cluster-wide.
+    skyhook_namespace_only: bool = False
 
     @property
     def api_version(self) -> str:
@@ -153,7 +157,9 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
         namespaced=False,
     ),
     # Only the ConfigMaps the Skyhook controller writes (its package configMaps and node
-    # metadata, both flavors): it deletes those no longer wanted (skyhook/configmaps.py).
+    # metadata, both flavors), in its namespace: it deletes those no longer wanted
+    # (skyhook/configmaps.py). A cluster-wide grant on ConfigMaps would reach every
+    # namespace's (kube-system's aws-auth among them).
     WatchedKind(
         kind="ConfigMap",
         group="",
@@ -161,6 +167,7 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
         plural="configmaps",
         namespaced=True,
         label_selector=CONFIG_MAP_SELECTOR,
+        skyhook_namespace_only=True,
     ),
     WatchedKind(
         kind="NodeSet", group=NODEFLOW_GROUP, version="v1alpha1", plural="nodesets", namespaced=True

@@ -6,6 +6,8 @@ import msgspec
 
 from k8s_watcher.kinds import resolve_watched_kind, watched_kind_infos
 from nodeflow_bus import Backoff
+from nodeflow_contracts.skyhook import DEFAULT_SKYHOOK_NAMESPACE
+from nodeflow_contracts.topology import WatchedKind
 from nodeflow_runtime.config import ServiceConfig
 
 
@@ -16,6 +18,11 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
     kube_context: str = ""
     # Namespaces to mirror; empty mirrors all namespaces with one cluster-wide watch per kind.
     watched_namespaces: tuple[str, ...] = ()
+    # maintenance-scheduler's SKYHOOK_NAMESPACE: the kinds only the Skyhook controller's
+    # objects are wanted of (its ConfigMaps, topology.WatchedKind.skyhook_namespace_only) are
+    # mirrored from there alone, whatever WATCHED_NAMESPACES says, so k8s-watcher's RBAC on
+    # them is a Role in this namespace.
+    skyhook_namespace: str = DEFAULT_SKYHOOK_NAMESPACE
     # Namespaces commands may act in (comma list); empty: all. A command on a namespaced object
     # elsewhere is refused (policy.py), so a service whose NATS password leaked cannot reach
     # beyond the namespaces that hold NodeSets and their workloads; the production RBAC grants
@@ -68,6 +75,8 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
             problems.append("COMMAND_CONCURRENCY must be >= 1")
         if self.list_page_size < 1:
             problems.append("LIST_PAGE_SIZE must be >= 1")
+        if not self.skyhook_namespace:
+            problems.append("SKYHOOK_NAMESPACE must name a namespace")
         if self.leader_lease_ttl_seconds <= 0:
             problems.append("LEADER_LEASE_TTL_SECONDS must be > 0")
         try:
@@ -96,6 +105,15 @@ class K8sWatcherConfig(ServiceConfig, kw_only=True):
         default = watched.label_selector if watched is not None else ""
         selector = self.label_selectors.get(kind, default)
         return selector.replace(";", ",")
+
+    def mirrored_namespaces(self, kind: WatchedKind) -> tuple[str, ...]:
+        """The namespaces a kind is listed and watched in, one informer each; empty: one
+        cluster-wide informer (and always for a cluster-scoped kind)."""
+        if not kind.namespaced:
+            return ()
+        if kind.skyhook_namespace_only:
+            return (self.skyhook_namespace,)
+        return self.watched_namespaces
 
     @property
     def list_watch_backoff(self) -> Backoff:

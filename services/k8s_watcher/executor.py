@@ -46,6 +46,7 @@ from k8s_watcher.kube import ApiResponse, ApiUnavailable, KubeClient
 from k8s_watcher.policy import Refused, authorize
 from nodeflow_bus import Bus, Delivery, PermanentError, RetryableError
 from nodeflow_contracts.k8s import CommandOutcome, K8sCommand, ObjectRef, Outcome
+from nodeflow_contracts.skyhook import DEFAULT_SKYHOOK_NAMESPACE
 from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET
 
 log = structlog.get_logger("k8s_watcher.executor")
@@ -105,10 +106,12 @@ class CommandExecutor:
         max_deliver: int,
         instance_id: str,
         command_namespaces: Collection[str] = (),
+        skyhook_namespace: str = DEFAULT_SKYHOOK_NAMESPACE,
     ) -> None:
         self.kube = kube
         # Empty: every namespace (policy.authorize).
         self.command_namespaces = frozenset(command_namespaces)
+        self.skyhook_namespace = skyhook_namespace
         self.bus = bus
         self.applied = AppliedCommands(bus)
         self.max_deliver = max_deliver
@@ -116,7 +119,7 @@ class CommandExecutor:
 
     async def handle(self, cmd: K8sCommand, delivery: Delivery) -> None:
         attempt = delivery.num_delivered
-        verdict = authorize(cmd, delivery.subject, self.command_namespaces)
+        verdict = authorize(cmd, delivery.subject, self.command_namespaces, self.skyhook_namespace)
         if isinstance(verdict, Refused):
             await self._report(cmd, "forbidden", attempt, message=verdict.reason)
             # Never retried: the dead letter keeps the command and the reason for an audit.

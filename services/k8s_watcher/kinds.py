@@ -80,6 +80,11 @@ DELETABLE_KINDS: frozenset[str] = frozenset(
         "ConfigMap",
     }
 )
+# Kinds k8s-watcher reads and writes in the Skyhook namespace only (SKYHOOK_NAMESPACE): its
+# RBAC on them is a Role there (policy.authorize refuses a command on one elsewhere).
+SKYHOOK_NAMESPACE_KINDS: frozenset[str] = frozenset(
+    w.kind for w in WATCHED_KINDS if w.skyhook_namespace_only
+)
 PATCHABLE_KINDS: frozenset[str] = frozenset(
     {info.kind for info in KNOWN_KINDS}
     - {

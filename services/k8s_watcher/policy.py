@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from k8s_watcher.kinds import resolve_kind
+from k8s_watcher.kinds import SKYHOOK_NAMESPACE_KINDS, resolve_kind
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CreateObject, K8sCommand, PatchObject
 from nodeflow_contracts.permissions import (
@@ -24,6 +24,7 @@ from nodeflow_contracts.permissions import (
     touched_fields,
 )
 from nodeflow_contracts.pod_protocol import protection_budget_problem
+from nodeflow_contracts.skyhook import DEFAULT_SKYHOOK_NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,13 @@ def command_namespace(cmd: K8sCommand) -> str | None:
 
 
 def authorize(
-    cmd: K8sCommand, subject: str, command_namespaces: Collection[str] = ()
+    cmd: K8sCommand,
+    subject: str,
+    command_namespaces: Collection[str] = (),
+    skyhook_namespace: str = DEFAULT_SKYHOOK_NAMESPACE,
 ) -> Allowed | Refused:
-    """Subject against payload, then the namespace limit (empty: none), then the sender's
-    policy."""
+    """Subject against payload, then the namespace limits (COMMAND_NAMESPACES, empty: none;
+    SKYHOOK_NAMESPACE for the kinds written there only), then the sender's policy."""
     parsed = subjects.parse_k8s_command(subject)
     if parsed is None:
         return Refused(f"{subject!r} is not a cmd.k8s.v1.<sender>.<op> subject")
@@ -113,6 +117,13 @@ def authorize(
                 f"(COMMAND_NAMESPACES={','.join(sorted(command_namespaces))}): add it there "
                 f"(Helm: k8sWatcher.commandNamespaces, with the RBAC to match) or leave the "
                 f"setting empty to act in every namespace"
+            )
+    if kind in SKYHOOK_NAMESPACE_KINDS:
+        namespace = command_namespace(cmd)
+        if namespace != skyhook_namespace:
+            return Refused(
+                f"{kind} objects are written in the Skyhook namespace only "
+                f"(SKYHOOK_NAMESPACE={skyhook_namespace}), not in {namespace!r}"
             )
     grants = COMMAND_POLICY.get(cmd.sender)
     if grants is None:

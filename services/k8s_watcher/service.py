@@ -116,6 +116,7 @@ class K8sWatcher:
             max_deliver=max(spec.max_deliver for spec in COMMAND_CONSUMERS),
             instance_id=config.instance_id,
             command_namespaces=config.command_namespaces,
+            skyhook_namespace=config.skyhook_namespace,
         )
         self.consumers: list[PullConsumer[K8sCommand]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -145,7 +146,7 @@ class K8sWatcher:
             return
         for kind in watched_kind_infos(self.config.watched_kinds):
             index = await load_index(self.bus, kind)
-            namespaces = self.config.watched_namespaces if kind.namespaced else ()
+            namespaces = self.config.mirrored_namespaces(kind)
             for namespace, owned in split_index(index, namespaces).items():
                 self.informers.append(
                     Informer(

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
+from nodeflow_contracts.skyhook import DEFAULT_SKYHOOK_NAMESPACE
 from nodeflow_runtime.config import ServiceConfig
 
 
@@ -38,7 +39,9 @@ class MaintenanceSchedulerConfig(ServiceConfig, kw_only=True):
     # Namespace of the stage Jobs and of the NodeMaintenance requests of interrupts: stages
     # change the host, so their pods must be allowed to be privileged, which the services'
     # own namespace (Pod Security `restricted`) refuses.
-    skyhook_namespace: str = "skyhook"
+    # k8s-watcher's SKYHOOK_NAMESPACE must be the same: it mirrors the ConfigMaps the
+    # controller writes from there only.
+    skyhook_namespace: str = DEFAULT_SKYHOOK_NAMESPACE
     # A stage whose image has not pulled (ErrImagePull/ImagePullBackOff) this long after its
     # pod was created is failed, and its package marked erroring, naming the image.
     skyhook_image_pull_grace_seconds: Annotated[float, Meta(ge=0)] = 120.0

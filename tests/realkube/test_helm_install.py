@@ -12,9 +12,10 @@ is: each takes effect (the NodeSet's pods created, the NodeMaintenance Ready, th
 the Skyhook and ClusterNetworkTopology given a status by the services). `helm uninstall`
 leaves the CRDs and the custom resources.
 
-The release's cluster-scoped names are the kustomize deploy's (ClusterRole and binding
-`nodeflow-k8s-watcher`): k8s/rbac's copies, which other tests apply with kubectl, are removed
-first (those tests apply them again), and the two releases run one after the other."""
+The release's RBAC names are the kustomize deploy's (ClusterRole and binding
+`nodeflow-k8s-watcher`, the Role and binding `nodeflow-k8s-watcher-skyhook` in `skyhook`):
+k8s/rbac's copies, which other tests apply with kubectl, are removed first (those tests
+apply them again), and the two releases run one after the other."""
 
 from __future__ import annotations
 
@@ -46,7 +47,14 @@ NO_PROMETHEUS = {
     "monitoring.serviceMonitor.enabled": False,
     "monitoring.prometheusRules.enabled": False,
 }
-CLUSTER_SCOPED = ("clusterrole/nodeflow-k8s-watcher", "clusterrolebinding/nodeflow-k8s-watcher")
+# k8s/rbac's objects of fixed names the chart makes too: the ClusterRole and its binding, and
+# the Role on ConfigMaps (and its binding) in the Skyhook namespace.
+FIXED_NAMES = (
+    ("clusterrole/nodeflow-k8s-watcher",),
+    ("clusterrolebinding/nodeflow-k8s-watcher",),
+    ("role/nodeflow-k8s-watcher-skyhook", "-n", "skyhook"),
+    ("rolebinding/nodeflow-k8s-watcher-skyhook", "-n", "skyhook"),
+)
 THIRD_PARTY_CRDS = (
     "nodemaintenances.maintenance.nvidia.com",
     "skyhooks.skyhook.nvidia.com",
@@ -114,15 +122,15 @@ async def static_volumes(namespace: str, count: int, size: str) -> AsyncIterator
         await kubectl("delete", "pv", *names, "--wait=false", "--ignore-not-found", check=False)
 
 
-async def free_cluster_scoped_names() -> None:
-    """Remove k8s/rbac's ClusterRole and binding unless a Helm release owns them."""
-    for name in CLUSTER_SCOPED:
-        code, out, _ = await kubectl("get", name, "-o", "json", check=False)
+async def free_fixed_names() -> None:
+    """Remove k8s/rbac's ClusterRole, Role and bindings unless a Helm release owns them."""
+    for name in FIXED_NAMES:
+        code, out, _ = await kubectl("get", *name, "-o", "json", check=False)
         if code != 0:
             continue
         labels = json.loads(out)["metadata"].get("labels") or {}
         if labels.get("app.kubernetes.io/managed-by") != "Helm":
-            await kubectl("delete", name)
+            await kubectl("delete", *name)
 
 
 async def delete_namespace(namespace: str) -> None:
@@ -170,7 +178,7 @@ async def assert_crds_and_custom_resources_survive_uninstall(namespace: str) -> 
 
 async def test_default_values_install_and_upgrade_in_one_pass() -> None:
     namespace = f"nodeflow-helm-defaults-{secrets.token_hex(2)}"
-    await free_cluster_scoped_names()
+    await free_fixed_names()
     storage = {"nats.storage.storageClassName": STORAGE_CLASS}
     try:
         async with static_volumes(namespace, 3, "20Gi"):
@@ -331,7 +339,7 @@ async def test_production_values_after_the_pre_step_and_the_examples_take_effect
     tmp_path: Path,
 ) -> None:
     namespace = f"nodeflow-helm-{secrets.token_hex(2)}"
-    await free_cluster_scoped_names()
+    await free_fixed_names()
     settings: dict[str, Any] = NO_PROMETHEUS | {"nats.storage.storageClassName": STORAGE_CLASS}
     try:
         async with static_volumes(namespace, 3, "20Gi"):

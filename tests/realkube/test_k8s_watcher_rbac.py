@@ -26,6 +26,7 @@ from k8s_watcher.kinds import (
     DELETABLE_KINDS,
     KNOWN_KINDS,
     PATCHABLE_KINDS,
+    SKYHOOK_NAMESPACE_KINDS,
     STATUS_PATCHABLE_KINDS,
 )
 from nodeflow_bus import Bus, ensure_topology
@@ -40,6 +41,7 @@ from nodeflow_contracts.k8s import (
     PatchObject,
 )
 from nodeflow_contracts.permissions import ADMIN_USER
+from nodeflow_contracts.skyhook import DEFAULT_SKYHOOK_NAMESPACE
 from nodeflow_contracts.topology import CONSUMERS, KV_BUCKETS, STREAMS, WATCHED_KINDS
 from nodeflow_runtime.natsd import (
     NatsServerProcess,
@@ -270,8 +272,10 @@ async def test_a_verb_k8s_watcher_does_not_hold_is_refused_and_never_reported_ap
         ("delete", "namespace", ns),
         ("create", "clusterrole", "escalate", "--verb=*", "--resource=*"),
         ("-n", ns, "create", "secret", "generic", "stolen", "--from-literal=a=b"),
-        # ConfigMaps may be written (a Skyhook package pod's); ServiceAccounts never.
         ("-n", ns, "create", "serviceaccount", "sneaky"),
+        # ConfigMaps only in the Skyhook namespace (a Skyhook package pod's), never elsewhere.
+        ("-n", ns, "create", "configmap", "sneaky", "--from-literal=a=b"),
+        ("-n", "kube-system", "get", "configmaps"),
     ):
         code, _, err = await kubectl(*refused, kubeconfig=as_watcher, check=False)
         assert code != 0
@@ -285,7 +289,7 @@ def granted_verbs() -> set[tuple[str, str, str]]:
     wanted: set[tuple[str, str, str]] = set()
     mirrored = {(watched.group, watched.kind) for watched in WATCHED_KINDS}
     for info in KNOWN_KINDS:
-        # Events, ConfigMaps and Leases are written, never mirrored: no list or watch.
+        # Events and Leases are written, never mirrored: no list or watch.
         if (info.group, info.kind) in mirrored:
             wanted |= {("list", info.group, info.plural), ("watch", info.group, info.plural)}
         if info.kind in CREATABLE_KINDS:
@@ -312,7 +316,7 @@ async def test_rbac_of_k8s_rbac_grants_every_request_k8s_watchers_code_makes(
     async with api_client(kubeconfig) as api:
         authorization = client.AuthorizationV1Api(api)
 
-        async def allowed(verb: str, group: str, resource: str) -> bool:
+        async def allowed(verb: str, group: str, resource: str, namespace: str = "default") -> bool:
             plural, _, subresource = resource.partition("/")
             review = await authorization.create_self_subject_access_review(
                 client.V1SelfSubjectAccessReview(
@@ -322,17 +326,34 @@ async def test_rbac_of_k8s_rbac_grants_every_request_k8s_watchers_code_makes(
                             group=group,
                             resource=plural,
                             subresource=subresource,
-                            namespace="default",
+                            namespace=namespace,
                         )
                     )
                 )
             )
             return bool(review.status.allowed)
 
-        wanted = sorted(granted_verbs())
+        # The kinds k8s-watcher reads and writes in the Skyhook namespace only (its ConfigMaps)
+        # are asked there, and must be refused anywhere else.
+        skyhook_only = {
+            (info.group, info.plural)
+            for info in KNOWN_KINDS
+            if info.kind in SKYHOOK_NAMESPACE_KINDS
+        }
+        wanted = sorted(
+            (verb, group, resource, DEFAULT_SKYHOOK_NAMESPACE)
+            if (group, resource) in skyhook_only
+            else (verb, group, resource, "default")
+            for verb, group, resource in granted_verbs()
+        )
         answers = await asyncio.gather(*(allowed(*request) for request in wanted))
         missing = [request for request, ok in zip(wanted, answers, strict=True) if not ok]
         assert missing == []
+        assert skyhook_only
+        for verb, group, resource, namespace in wanted:
+            if namespace == DEFAULT_SKYHOOK_NAMESPACE:
+                for elsewhere in ("default", "kube-system"):
+                    assert not await allowed(verb, group, resource, elsewhere), (verb, elsewhere)
         # And no more than it needs where it matters most.
         for request in (
             ("update", "", "pods"),

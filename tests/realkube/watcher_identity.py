@@ -19,7 +19,8 @@ TOKEN_DURATION = "2h"
 
 async def install_rbac() -> None:
     await kubectl("apply", "-f", str(REPO / "k8s/base/namespace.yaml"))
-    await kubectl("apply", "-n", INSTALL_NAMESPACE, "-k", str(REPO / "k8s/rbac"))
+    # Namespaced by its own kustomization (nodeflow-system; its ConfigMap Role in skyhook).
+    await kubectl("apply", "-k", str(REPO / "k8s/rbac"))
 
 
 async def watcher_kubeconfig(directory: Path, namespace: str | None = None) -> Path:

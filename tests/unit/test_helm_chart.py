@@ -35,6 +35,8 @@ from tests.unit.test_manifests import (
     NAMESPACE,
     PRODUCTION,
     SERVICES,
+    SKYHOOK_NAMESPACE_PERMISSIONS,
+    SKYHOOK_ROLE,
     THIRD_PARTY_CRDS,
     Obj,
     by_name,
@@ -247,6 +249,10 @@ def test_default_values_install_the_app_without_optional_parts(chart_defaults: l
             "Service": 8,
             "ClusterRole": 1,
             "ClusterRoleBinding": 1,
+            # ConfigMaps, in the Skyhook namespace only, which the chart makes when missing.
+            "Role": 1,
+            "RoleBinding": 1,
+            "Namespace": 1,
             "ConfigMap": 1,
             "StatefulSet": 1,
             "PodDisruptionBudget": 6,  # five services and NATS (metrics-exporter: one replica)
@@ -591,8 +597,14 @@ def test_command_namespaces_move_namespaced_writes_into_a_role_per_namespace(
     assert not {"create", "delete", "patch"} & cluster_wide[("", "pods")]
     assert ("", "pods/eviction") not in cluster_wide
     # Each namespace gets what the production overlay's Role grants, no more, no less.
-    overlay_role = next(o for o in overlay if o["kind"] == "Role")
-    roles = {r["metadata"]["namespace"]: r for r in of_kind(objects, "Role")}
+    overlay_role = next(
+        o for o in overlay if o["kind"] == "Role" and o is not skyhook_role(overlay)
+    )
+    roles = {
+        r["metadata"]["namespace"]: r
+        for r in of_kind(objects, "Role")
+        if r is not skyhook_role(objects)
+    }
     assert set(roles) == {"slurm", "training"}
     for namespace, namespaced in roles.items():
         assert granted_permissions(namespaced) == granted_permissions(overlay_role)
@@ -1067,7 +1079,34 @@ def test_release_namespace_is_never_templated(chart_production: list[Obj]) -> No
     (skyhook,) = of_kind(chart_production, "Namespace")
     assert skyhook["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert skyhook["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
-    assert not of_kind(render(), "Namespace")
+    assert set(by_name(render(), "Namespace")) == {"skyhook"}
+    assert not of_kind(render(settings={"skyhook.createNamespace": False}), "Namespace")
+
+
+def skyhook_role(objects: list[Obj]) -> Obj:
+    (role,) = [r for r in of_kind(objects, "Role") if r["metadata"]["name"] == SKYHOOK_ROLE]
+    return role
+
+
+def test_rule_k8s_watcher_reaches_config_maps_in_the_skyhook_namespace_only() -> None:
+    """The chart's only grant on ConfigMaps is a Role in skyhook.namespace, scoped or not,
+    and both services that use that namespace are told it."""
+    for settings in ({}, {"k8sWatcher.commandNamespaces": ["slurm"]}):
+        objects = render(settings={**settings, "skyhook.namespace": "node-packages"})
+        role = skyhook_role(objects)
+        assert role["metadata"]["namespace"] == "node-packages"
+        assert granted_permissions(role) == SKYHOOK_NAMESPACE_PERMISSIONS
+        (binding,) = [
+            b for b in of_kind(objects, "RoleBinding") if b["roleRef"]["name"] == SKYHOOK_ROLE
+        ]
+        assert binding["metadata"]["namespace"] == "node-packages"
+        for other in of_kind(objects, "ClusterRole") + of_kind(objects, "Role"):
+            if other is not role:
+                assert ("", "configmaps") not in granted_permissions(other)
+        deployments = by_name(objects, "Deployment")
+        for service in ("k8s-watcher", "maintenance-scheduler"):
+            container = container_of(deployments[service])
+            assert env_value(container, "SKYHOOK_NAMESPACE") == "node-packages", service
 
 
 def test_nats_credentials_are_generated_for_every_user_not_named(

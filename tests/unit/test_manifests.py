@@ -29,6 +29,7 @@ import yaml
 from nats.errors import Error as NatsError
 
 from clustersim.kube.schema import prepare_custom_object, prune, validate
+from k8s_watcher.config import K8sWatcherConfig
 from maintenance_scheduler.config import MaintenanceSchedulerConfig
 from nodeflow_contracts.permissions import ADMIN_USER, nats_publish_allow
 from nodeflow_contracts.topology import APPLIED_COMMANDS_BUCKET, WATCHED_KINDS, subject_matches
@@ -664,9 +665,6 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("storage.k8s.io", "storageclasses"): {"list", "watch"},
     ("", "events"): {"get", "create", "patch"},
     ("coordination.k8s.io", "leases"): {"get", "create", "patch"},
-    # The ConfigMaps a Skyhook package pod mounts: written, deleted once no longer wanted,
-    # and mirrored with the Skyhook controller's label selector only.
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("nodeflow.dev", "nodeslices"): {"get", "list", "watch", "create", "delete", "patch"},
     ("nodeflow.dev", "nodesets"): {"list", "watch", "patch"},
     ("maintenance.nvidia.com", "nodemaintenances"): {
@@ -698,26 +696,57 @@ def granted_permissions(role: Obj) -> dict[tuple[str, str], set[str]]:
     return granted
 
 
+# The ConfigMaps a Skyhook package pod mounts: written, deleted once no longer wanted, and
+# mirrored with the Skyhook controller's label selector -- in the Skyhook namespace only.
+SKYHOOK_ROLE = "nodeflow-k8s-watcher-skyhook"
+SKYHOOK_NAMESPACE_PERMISSIONS: dict[tuple[str, str], set[str]] = {
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
+}
+
+
 def test_k8s_watcher_cluster_role_has_exactly_the_needed_verbs() -> None:
     objects = deployed_objects()
     (role,) = of_kind(objects, "ClusterRole")
-    assert not of_kind(objects, "Role")
     assert granted_permissions(role) == EXPECTED_PERMISSIONS
+
+
+def test_rule_k8s_watcher_reaches_config_maps_in_the_skyhook_namespace_only() -> None:
+    """No cluster-wide grant on ConfigMaps (it would reach kube-system's): one Role in the
+    namespace both services' SKYHOOK_NAMESPACE defaults to, and k8s-watcher mirrors
+    ConfigMaps from there only."""
+    objects = deployed_objects()
+    (role,) = of_kind(objects, "Role")
+    skyhook_namespace = MaintenanceSchedulerConfig(nats_url=("nats://x:4222",)).skyhook_namespace
+    watcher = K8sWatcherConfig(nats_url=("nats://x:4222",))
+    assert role["metadata"]["namespace"] == skyhook_namespace == watcher.skyhook_namespace
+    assert granted_permissions(role) == SKYHOOK_NAMESPACE_PERMISSIONS
+    (cluster_role,) = of_kind(objects, "ClusterRole")
+    assert not {resource for _, resource in granted_permissions(cluster_role)} & {"configmaps"}
+    (config_maps,) = (kind for kind in WATCHED_KINDS if kind.kind == "ConfigMap")
+    assert watcher.mirrored_namespaces(config_maps) == (skyhook_namespace,)
 
 
 def test_only_k8s_watcher_is_bound_to_a_role() -> None:
     objects = deployed_objects()
-    bindings = of_kind(objects, "ClusterRoleBinding") + of_kind(objects, "RoleBinding")
-    (binding,) = bindings
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "k8s-watcher", "namespace": NAMESPACE}
-    ]
-    (role,) = of_kind(objects, "ClusterRole")
-    assert binding["roleRef"] == {
+    (cluster_binding,) = of_kind(objects, "ClusterRoleBinding")
+    (binding,) = of_kind(objects, "RoleBinding")
+    for bound in (cluster_binding, binding):
+        assert bound["subjects"] == [
+            {"kind": "ServiceAccount", "name": "k8s-watcher", "namespace": NAMESPACE}
+        ]
+    (cluster_role,) = of_kind(objects, "ClusterRole")
+    assert cluster_binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
+        "name": cluster_role["metadata"]["name"],
+    }
+    (role,) = of_kind(objects, "Role")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
         "name": role["metadata"]["name"],
     }
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
     accounts = by_name(objects, "ServiceAccount")
     assert set(accounts) == set(SERVICES)
     for name, account in accounts.items():
@@ -1120,6 +1149,8 @@ def test_kubectl_kustomize_builds_the_deployment() -> None:
             "ServiceAccount": 6,
             "Service": 8,
             "Secret": 8,  # a NATS user per service and the admin, the Slurm token
+            "Role": 1,  # ConfigMaps, in the Skyhook namespace only
+            "RoleBinding": 1,
             "ClusterRole": 1,
             "ClusterRoleBinding": 1,
             "ConfigMap": 1,
@@ -1139,7 +1170,12 @@ def test_kubectl_kustomize_builds_the_deployment() -> None:
     for obj in built:
         assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "nodeflow"
         namespace = obj["metadata"].get("namespace")
-        assert namespace == (None if obj["kind"] in cluster_scoped else NAMESPACE), obj["kind"]
+        if obj["kind"] in cluster_scoped:
+            assert namespace is None, obj["kind"]
+        elif obj["metadata"]["name"] == SKYHOOK_ROLE:
+            assert namespace == skyhook_namespace, obj["kind"]
+        else:
+            assert namespace == NAMESPACE, obj["kind"]
     monitors = kustomize_build(K8S / "monitoring")
     assert {m["metadata"]["namespace"] for m in monitors} == {NAMESPACE}
 
@@ -1615,8 +1651,11 @@ def test_production_k8s_watcher_writes_only_in_its_command_namespaces() -> None:
     watcher = env_of(container_of(by_name(built, "Deployment")["k8s-watcher"]))
     command_namespaces = set(watcher["COMMAND_NAMESPACES"].split(","))
     assert NAMESPACE in command_namespaces and len(command_namespaces) >= 2
-    roles = of_kind(built, "Role")
-    bindings = of_kind(built, "RoleBinding")
+    # The ConfigMaps' Role in the Skyhook namespace is the base's, whatever the namespaces.
+    (skyhook_role,) = [r for r in of_kind(built, "Role") if r["metadata"]["name"] == SKYHOOK_ROLE]
+    assert granted_permissions(skyhook_role) == SKYHOOK_NAMESPACE_PERMISSIONS
+    roles = [r for r in of_kind(built, "Role") if r["metadata"]["name"] != SKYHOOK_ROLE]
+    bindings = [b for b in of_kind(built, "RoleBinding") if b["metadata"]["name"] != SKYHOOK_ROLE]
     assert {r["metadata"]["namespace"] for r in roles} == command_namespaces
     assert {b["metadata"]["namespace"] for b in bindings} == command_namespaces
     (first, *others) = [rule_grants(role["rules"]) for role in roles]

@@ -214,6 +214,8 @@ async def run_stack(
             **shared.WATCHER_SETTINGS,
             "instance_id": "it-watcher",
             "command_retry_max_seconds": 0.5,
+            # The Skyhook tests put the controller's objects in NS (its SKYHOOK_NAMESPACE).
+            "skyhook_namespace": NS,
             **(watcher_settings or {}),
         },
         bus_options=FAST_BUS,

@@ -6,6 +6,7 @@ import pytest
 
 from k8s_watcher.config import K8sWatcherConfig
 from k8s_watcher.kinds import watched_kind_infos
+from nodeflow_contracts.topology import WATCHED_KINDS
 from nodeflow_runtime.config import ConfigError, load_config
 
 
@@ -73,3 +74,21 @@ def test_rule_config_maps_are_mirrored_only_when_the_skyhook_controller_wrote_th
     assert config.label_selector("ConfigMap") == "app.kubernetes.io/managed-by=nodeflow-skyhook"
     chosen = load_config(K8sWatcherConfig, {"LABEL_SELECTORS": "ConfigMap=a=b"})
     assert chosen.label_selector("ConfigMap") == "a=b"
+
+
+def test_rule_config_maps_are_mirrored_from_the_skyhook_namespace_only() -> None:
+    """One informer in SKYHOOK_NAMESPACE, whatever WATCHED_NAMESPACES says, so k8s-watcher
+    needs no cluster-wide grant on ConfigMaps; the other namespaced kinds follow
+    WATCHED_NAMESPACES and cluster-scoped kinds are watched cluster-wide."""
+    kinds = {info.kind: info for info in WATCHED_KINDS}
+    default = load_config(K8sWatcherConfig, {})
+    assert default.mirrored_namespaces(kinds["ConfigMap"]) == ("skyhook",)
+    assert default.mirrored_namespaces(kinds["Pod"]) == ()
+    scoped = load_config(
+        K8sWatcherConfig, {"SKYHOOK_NAMESPACE": "infra", "WATCHED_NAMESPACES": "slurm,infra"}
+    )
+    assert scoped.mirrored_namespaces(kinds["ConfigMap"]) == ("infra",)
+    assert scoped.mirrored_namespaces(kinds["Pod"]) == ("slurm", "infra")
+    assert scoped.mirrored_namespaces(kinds["Node"]) == ()
+    with pytest.raises(ConfigError, match="SKYHOOK_NAMESPACE"):
+        load_config(K8sWatcherConfig, {"SKYHOOK_NAMESPACE": ""})

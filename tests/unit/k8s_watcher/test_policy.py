@@ -30,7 +30,7 @@ from nodeflow_contracts.k8s import (
 )
 from nodeflow_contracts.permissions import ADMIN_USER, COMMAND_POLICY, SERVICES, lease_names
 from nodeflow_contracts.pod_protocol import NODESET_LABEL
-from nodeflow_contracts.skyhook import NODEWRIGHT, SKYHOOK
+from nodeflow_contracts.skyhook import DEFAULT_SKYHOOK_NAMESPACE, NODEWRIGHT, SKYHOOK
 from nodeflow_contracts.topology import WATCHED_KINDS
 
 POD = ObjectRef(api_version="v1", kind="Pod", name="gpu-001", namespace="slurm", uid="u1")
@@ -336,7 +336,8 @@ DELETERS = {
 def test_no_service_may_delete_anything_but_what_it_owns(
     sender: str, kind: str, name: str, propagation: Any
 ) -> None:
-    target = ObjectRef(api_version="v1", kind=kind, name=name, namespace="slurm")
+    namespace = DEFAULT_SKYHOOK_NAMESPACE if kind == "ConfigMap" else "slurm"
+    target = ObjectRef(api_version="v1", kind=kind, name=name, namespace=namespace)
     verdict = judged(command(sender, target, DeleteObject(propagation_policy=propagation)))
     if kind not in DELETERS.get(sender, set()):
         assert isinstance(verdict, Refused)
@@ -407,7 +408,12 @@ def test_lease_mirror_is_written_in_the_install_namespace_whatever_command_names
 def test_rule_the_skyhook_controller_deletes_only_config_maps_of_a_skyhook_or_nodewright() -> None:
     """Either flavor's label suffices (a NodeWright's ConfigMap carries only its own): the
     executor reads the ConfigMap and deletes it only if it carries one of them."""
-    target = ObjectRef(api_version="v1", kind="ConfigMap", name="gpu-init-driver-1", namespace="s")
+    target = ObjectRef(
+        api_version="v1",
+        kind="ConfigMap",
+        name="gpu-init-driver-1",
+        namespace=DEFAULT_SKYHOOK_NAMESPACE,
+    )
     verdict = judged(command("maintenance-scheduler", target, DeleteObject()))
     assert verdict == Allowed(
         required_any=("nodewright.nvidia.com/name", "skyhook.nvidia.com/name")
@@ -415,3 +421,36 @@ def test_rule_the_skyhook_controller_deletes_only_config_maps_of_a_skyhook_or_no
     assert verdict.reads_target
     # Other senders may not delete ConfigMaps at all.
     assert isinstance(judged(command("nodeset-controller", target, DeleteObject())), Refused)
+
+
+def test_rule_config_maps_are_written_in_the_skyhook_namespace_only() -> None:
+    """k8s-watcher's RBAC on ConfigMaps is a Role in SKYHOOK_NAMESPACE (a cluster-wide grant
+    would reach kube-system's): a ConfigMap command elsewhere is refused locally, naming the
+    setting, even from the Skyhook controller and with every label right."""
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "gpu-init-driver-1",
+            "labels": {
+                SKYHOOK.name_label: "gpu-init",
+                "app.kubernetes.io/managed-by": "nodeflow-skyhook",
+            },
+        },
+        "data": {"a": "b"},
+    }
+
+    def create_in(namespace: str) -> K8sCommand:
+        target = ObjectRef(
+            api_version="v1", kind="ConfigMap", name="gpu-init-driver-1", namespace=namespace
+        )
+        return command("maintenance-scheduler", target, CreateObject(object=config_map))
+
+    assert isinstance(judged(create_in(DEFAULT_SKYHOOK_NAMESPACE)), Allowed)
+    for elsewhere in ("kube-system", "default"):
+        refused = judged(create_in(elsewhere))
+        assert isinstance(refused, Refused)
+        assert "SKYHOOK_NAMESPACE=skyhook" in refused.reason
+    moved = create_in("tenant-skyhook")
+    assert isinstance(authorize(moved, moved.subject, (), "tenant-skyhook"), Allowed)
+    assert isinstance(authorize(moved, moved.subject, (), DEFAULT_SKYHOOK_NAMESPACE), Refused)
