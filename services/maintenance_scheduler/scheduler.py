@@ -149,7 +149,9 @@ def schedule(
     # Step 1.
     parallel_limit = config.parallel_limit(total)
     if parallel_limit is None:
-        slots = max(0, total - len(under_maintenance))
+        # No limit: every node in view not under maintenance. A request in progress on a node
+        # absent from the view holds that node, not one of these.
+        slots = len(nodes.keys() - under_maintenance)
     else:
         slots = min(max(0, parallel_limit - len(under_maintenance)), total)
 

@@ -95,6 +95,19 @@ def test_rule_max_parallel_operations_zero_means_no_limit() -> None:
     assert len(result.scheduled) == 4
 
 
+def test_rule_no_limit_lets_every_node_in_view_start_even_beside_an_absent_node() -> None:
+    """maxParallelOperations 0 (no limit): every node in view that is not under maintenance
+    may start. A request in progress on a node absent from the view (within the grace, so it
+    still counts as under maintenance) holds its own node's slot, never one of the nodes in
+    view: the slots were once the view's node count minus every node under maintenance."""
+    requests = [nm("absent", "away", phase="Draining")]
+    requests += [nm(f"r{i}", f"n{i}", phase="Pending") for i in range(3)]
+    result = schedule(cluster(3), requests, config(parallel=0))
+    assert result.under_maintenance == 1
+    assert result.slots == 3
+    assert sorted(r.name for r in result.scheduled) == ["r0", "r1", "r2"]
+
+
 def test_rule_max_parallel_operations_percent_rounds_up() -> None:
     assert config(parallel="10%").parallel_limit(11) == 2
     pending = [nm(f"r{i}", f"n{i}", phase="Pending") for i in range(5)]
