@@ -18,7 +18,8 @@ complete install, runs uninstall then (with an interrupt, drained) uninstall-int
 cancel goes back to apply; a NodeWright's package removed or downgraded without it stays on
 the node as a marker.
 
-Fail closed: a node whose state annotation is unreadable is left alone (status unknown);
+Fail closed: a node whose state annotation is unreadable (malformed, an unknown stage or state
+included) is left alone (status unknown) and named by the condition NodeStateMalformed;
 a paused or disabled Skyhook, a stopped rollout or a missing policy starts no new stage.
 
 Both kinds run here, a Skyhook (skyhook.nvidia.com) and a NodeWright (nodewright.nvidia.com):
@@ -1175,6 +1176,34 @@ def _nodes_condition(
     return _condition(kind, True, kind, f"Node [{', '.join(nodes)}] {named}")
 
 
+# upstream's maxMalformedNodesListed and truncateNodeName: NodeStateMalformed names at most
+# five nodes, each cut to ten characters, so the message stays short on a large cluster.
+MALFORMED_NODE_LIST_LIMIT = 5
+MALFORMED_NODE_NAME_LIMIT = 10
+
+
+def node_state_malformed(nodes: Sequence[str]) -> dict[str, Any] | None:
+    """upstream's UpdateNodeStateMalformedCondition: `NodeStateMalformed` (ParseError) names
+    the target nodes whose nodeState annotation cannot be read (sorted, so the message does not
+    churn: the count, then at most five names, then "and N more"); None, the condition gone,
+    once every node reads. Stage-agnostic: such a node is left alone whatever is due."""
+    if not nodes:
+        return None
+    ordered = sorted(nodes)
+    listed = ", ".join(
+        name if len(name) <= MALFORMED_NODE_NAME_LIMIT else name[:MALFORMED_NODE_NAME_LIMIT] + "..."
+        for name in ordered[:MALFORMED_NODE_LIST_LIMIT]
+    )
+    if len(ordered) > MALFORMED_NODE_LIST_LIMIT:
+        listed += f" and {len(ordered) - MALFORMED_NODE_LIST_LIMIT} more"
+    return _condition(
+        "NodeStateMalformed",
+        True,
+        "ParseError",
+        f"nodeState annotation cannot be parsed on {len(ordered)} node(s): {listed}",
+    )
+
+
 def collect_node_status(statuses: Sequence[str]) -> str:
     """upstream's CollectNodeStatus: complete when every node is; in_progress while any node
     is; otherwise the status every remaining (not complete) node shares, or unknown for a
@@ -1996,6 +2025,9 @@ def _plan_skyhook(
     conditions.insert(
         0, _condition("Ready", overall == COMPLETE, _READY_REASONS[overall], ready_message)
     )
+    malformed = node_state_malformed([n.name for n in targets if not readable_of[n.name]])
+    if malformed is not None:
+        conditions.append(malformed)
     conditions.extend(
         _uninstall_conditions(skyhook, final_entries, targets, readable_of, held_downgrades)
     )

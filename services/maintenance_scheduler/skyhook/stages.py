@@ -52,6 +52,9 @@ ERRORING: Final = "erroring"
 SKIPPED: Final = "skipped"
 UNKNOWN: Final = "unknown"
 PACKAGE_STATES: Final = (COMPLETE, IN_PROGRESS, SKIPPED, ERRORING, UNKNOWN)
+# What a node-state entry may say (upstream's Stages and States): anything else is malformed.
+_KNOWN_STAGES: Final = frozenset(STAGES)
+_KNOWN_STATES: Final = frozenset(PACKAGE_STATES)
 
 
 def stages_of(
@@ -186,8 +189,12 @@ _PARSED_LIMIT = 50_000
 
 def parse_node_state(raw: str | None) -> tuple[dict[str, PackageState], bool]:
     """The annotation's entries by package name, and whether it was readable. An unreadable
-    annotation yields no entries (and `False`): the caller must not act on the node, since it
-    cannot know which stages already ran there.
+    (malformed) annotation yields no entries (and `False`): the caller must not act on the
+    node, since it cannot know which stages already ran there. Malformed: not JSON, not an
+    object of objects, an entry without its name, version, stage or state, or (stricter than
+    nodewright, whose Go strings take any value) an entry whose stage or state is none of the
+    anchor's names: a stage we do not know may be one a newer controller or a hand edit
+    left mid-way (an uninstall of its own), which no Job of ours may run over or count as done.
 
     Results are memoised by the annotation's text (most nodes keep theirs from one round to
     the next): callers must not change the dict they get."""
@@ -217,6 +224,8 @@ def _parse_node_state(raw: str) -> tuple[dict[str, PackageState], bool]:
         name, version = value.get("name"), value.get("version")
         stage, state = value.get("stage"), value.get("state")
         if not all(isinstance(v, str) and v for v in (name, version, stage, state)):
+            return {}, False
+        if stage not in _KNOWN_STAGES or state not in _KNOWN_STATES:
             return {}, False
         restarts = value.get("restarts", 0)
         retained = value.get("retained") is True
