@@ -19,6 +19,9 @@
 6. Pods in rank order (network-topology-index, then unindexed by name in natural order) go
    to the nodes in fill order, so every domain holds a contiguous run of ranks and
    neighbouring ranks share the lowest domain possible.
+7. A gang of several pod shapes takes a domain only when its nodes take every member, each
+   by its own request and filters: first fit, and when first fit misses, an exact search
+   bounded in steps (`_pack`); a domain whose search reaches the bound takes nothing.
 """
 
 from __future__ import annotations
@@ -367,6 +370,17 @@ def _fill_order(domain: Domain, sums: DomainSlots, out: list[str]) -> None:
             _fill_order(child, sums, out)
 
 
+# How many steps the packing search of one domain may take (a step: one member tried on the
+# nodes it may go to). Gangs of real jobs (a launcher or a master, a few parameter servers,
+# any number of workers) take a few dozen at most; a domain whose search reaches the bound
+# is treated as not fitting, and the gather's message says so.
+PACK_SEARCH_STEPS = 5_000
+
+
+class _SearchBound(Exception):
+    """The packing search of one domain took PACK_SEARCH_STEPS steps without an answer."""
+
+
 def _pack(
     domain: Domain,
     members: Sequence[tuple[str, int]],
@@ -374,13 +388,40 @@ def _pack(
     free: Mapping[str, Mapping[str, int]],
     sums: DomainSlots,
     scarcest_first: Sequence[int],
+    steps: int = PACK_SEARCH_STEPS,
+    gave_up: list[str] | None = None,
 ) -> dict[str, str] | None:
     """Every member on a node of `domain` with its own request and filters, or None. The
     shape with the least room to spare goes first (the 8-GPU workers before a CPU-only
     launcher), each shape's pods in rank order onto the nodes in fill order, first fit: a
-    node's resources are taken by every pod put on it, whatever its shape."""
+    node's resources are taken by every pod put on it, whatever its shape.
+
+    First fit can miss a packing (the workers take the only nodes the launcher may use while
+    nodes only workers may use stay empty); then the exact search (`_search_pack`) decides,
+    within `steps`. A domain whose search reaches the bound is None, and its name is
+    appended to `gave_up`: never a partial gang, and the caller can say why."""
     order: list[str] = []
     _fill_order(domain, sums, order)
+    placed = _first_fit(order, members, shapes, free, scarcest_first)
+    if placed is not None:
+        return placed
+    try:
+        return _search_pack(order, members, shapes, free, scarcest_first, steps)
+    except _SearchBound:
+        if gave_up is not None:
+            gave_up.append(domain.display)
+        return None
+
+
+def _first_fit(
+    order: Sequence[str],
+    members: Sequence[tuple[str, int]],
+    shapes: Sequence[PodShape],
+    free: Mapping[str, Mapping[str, int]],
+    scarcest_first: Sequence[int],
+) -> dict[str, str] | None:
+    """`_pack`'s first try: shape after shape, each member on the first node in `order` its
+    shape fits on now, never going back."""
     left: dict[str, dict[str, int]] = {}
     placed: dict[str, str] = {}
     for shape_index in scarcest_first:
@@ -404,6 +445,228 @@ def _pack(
                 position += 1
             else:
                 return None
+    return placed
+
+
+@dataclass
+class _NodeClass:
+    """Nodes of a domain alike for the gang: the same free resources and the same shapes
+    that may go there (in fill order). The search counts members per class, not per node."""
+
+    room: Mapping[str, int]
+    # The shapes that may go on its nodes and fit on an empty one.
+    shapes: tuple[int, ...]
+    nodes: list[str]
+
+
+def _node_classes(
+    order: Sequence[str],
+    shapes: Sequence[PodShape],
+    free: Mapping[str, Mapping[str, int]],
+) -> list[_NodeClass]:
+    """The domain's nodes that take a pod of some shape, grouped into classes, each class
+    where its first node comes in fill order."""
+    resources = sorted({r for shape in shapes for r, amount in shape.request.items() if amount > 0})
+    classes: dict[tuple[tuple[int, ...], tuple[int, ...]], _NodeClass] = {}
+    # Nodes alike mostly share one free dict: its figures are read once.
+    seen: dict[int, tuple[tuple[int, ...], list[int]]] = {}
+    for node in order:
+        room = free.get(node)
+        if room is None:
+            continue
+        known = seen.get(id(room))
+        if known is None:
+            known = seen[id(room)] = (
+                tuple(room.get(r, 0) for r in resources),
+                [slots_in(room, {}, shape.request) for shape in shapes],
+            )
+        figures, slots = known
+        usable = tuple(i for i, shape in enumerate(shapes) if slots[i] > 0 and node in shape.usable)
+        if not usable:
+            continue
+        key = (usable, figures)
+        found = classes.get(key)
+        if found is None:
+            found = classes[key] = _NodeClass(room=room, shapes=usable, nodes=[])
+        found.nodes.append(node)
+    return list(classes.values())
+
+
+def _search_pack(
+    order: Sequence[str],
+    members: Sequence[tuple[str, int]],
+    shapes: Sequence[PodShape],
+    free: Mapping[str, Mapping[str, int]],
+    scarcest_first: Sequence[int],
+    steps: int,
+) -> dict[str, str] | None:
+    """Every member on a node of `order` (the domain's nodes in fill order), or None when no
+    packing exists; raises _SearchBound after `steps` steps without an answer.
+
+    Exact: the members of every shape but the most numerous (the launcher, a master) are
+    put one by one, depth first, backtracking; the most numerous shape is then counted, not
+    searched (once the others are placed each node takes as many of it as its room leaves,
+    whatever the other nodes take). Nodes alike are one choice: the search counts, per class
+    of nodes alike (`_node_classes`), how many of its nodes hold which members, and tries a
+    member once per distinct (class, load), not once per node; a state that failed is not
+    searched again. Each step first checks that shape by shape enough slots remain and
+    resource by resource enough is free (what `_MixedSums.may_take` checks of a domain,
+    here kept up to date as members are put), so a hopeless branch ends at once.
+
+    The packing found is laid out as first fit lays one out: each class's loaded nodes are
+    its first in fill order, and each shape's members go in rank order onto the nodes in
+    fill order, the most numerous shape's as far as each node's room goes (`_lay_out`).
+    """
+    classes = _node_classes(order, shapes, free)
+    width = len(shapes)
+    remaining = [0] * width
+    for _, index in members:
+        remaining[index] += 1
+    bulk = max(range(width), key=lambda i: (remaining[i], -i))
+    searched = [i for i in scarcest_first if i != bulk for _ in range(remaining[i])]
+    requests = [shape.request for shape in shapes]
+    resources = sorted({r for request in requests for r, amount in request.items() if amount > 0})
+    empty = (0,) * width
+    # The slot counts the search keeps up to date: each shape's (the first `width`), and of
+    # each group of shapes (for up to 4 shapes: every group), pods asking at least what every
+    # shape of the group asks (the smallest request), on the nodes some of them may use: a
+    # node with room for one pod of 5 CPU takes one of the group, not one of each.
+    groups_of_shapes: list[tuple[tuple[int, ...], Mapping[str, int]]] = [
+        ((index,), requests[index]) for index in range(width)
+    ]
+    if width <= 4:
+        for size in range(2, width + 1):
+            for together in itertools.combinations(range(width), size):
+                least = {r: min(requests[i].get(r, 0) for i in together) for r in resources}
+                if any(amount > 0 for amount in least.values()):
+                    groups_of_shapes.append((together, least))
+    # How many nodes of each class hold which searched members: (class, load) -> nodes.
+    groups: dict[tuple[int, tuple[int, ...]], int] = {
+        (j, empty): len(node_class.nodes) for j, node_class in enumerate(classes)
+    }
+    slots_cache: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+
+    def slots(j: int, load: tuple[int, ...]) -> list[int]:
+        """Pods of each shape a node of class j holding `load` still takes."""
+        found = slots_cache.get((j, load))
+        if found is None:
+            node_class = classes[j]
+            taken: dict[str, int] = {}
+            for index, count in enumerate(load):
+                if count:
+                    _take(taken, requests[index], count)
+            found = slots_cache[(j, load)] = [
+                slots_in(node_class.room, taken, request)
+                if any(index in node_class.shapes for index in together)
+                else 0
+                for together, request in groups_of_shapes
+            ]
+        return found
+
+    # What every node still takes of each shape (and group of shapes), and has free of each
+    # resource, summed.
+    have_slots = [0] * len(groups_of_shapes)
+    for j, node_class in enumerate(classes):
+        for position, count in enumerate(slots(j, empty)):
+            have_slots[position] += len(node_class.nodes) * count
+    have_free = {r: sum(len(c.nodes) * c.room.get(r, 0) for c in classes) for r in resources}
+
+    def taking() -> bool:
+        for have, (together, _) in zip(have_slots, groups_of_shapes, strict=True):
+            if have < sum(remaining[index] for index in together):
+                return False
+        for resource in resources:
+            need = sum(count * requests[i].get(resource, 0) for i, count in enumerate(remaining))
+            if have_free[resource] < need:
+                return False
+        return True
+
+    def shift(
+        j: int, before: tuple[int, ...], after: tuple[int, ...], index: int, sign: int
+    ) -> None:
+        """One node of class j goes from `before` to `after`, a member of `index` put on it
+        (sign 1) or taken back (sign -1)."""
+        left = groups[(j, before)] - 1
+        if left:
+            groups[(j, before)] = left
+        else:
+            del groups[(j, before)]
+        groups[(j, after)] = groups.get((j, after), 0) + 1
+        for position, (old, new) in enumerate(zip(slots(j, before), slots(j, after), strict=True)):
+            have_slots[position] += new - old
+        for resource, amount in requests[index].items():
+            if resource in have_free:
+                have_free[resource] -= sign * amount
+        remaining[index] -= sign
+
+    failed: set[tuple[int, tuple[tuple[tuple[int, tuple[int, ...]], int], ...]]] = set()
+    budget = [steps]
+
+    def put(position: int) -> bool:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _SearchBound
+        if not taking():
+            return False
+        if position == len(searched):
+            # Only the most numerous shape is left, and the nodes' slots cover it (taking).
+            return True
+        state = (position, tuple(sorted(groups.items())))
+        if state in failed:
+            return False
+        index = searched[position]
+        # Beside members already put first (packed as first fit packs), then empty nodes,
+        # classes in fill order.
+        for j, load in sorted(groups, key=lambda group: (group[1] == empty, group[0], group[1])):
+            if slots(j, load)[index] <= 0:
+                continue
+            grown = tuple(count + (i == index) for i, count in enumerate(load))
+            shift(j, load, grown, index, 1)
+            if put(position + 1):
+                return True
+            shift(j, grown, load, index, -1)
+        failed.add(state)
+        return False
+
+    if not put(0):
+        return None
+    # Each class's loaded nodes first, in fill order; what each node takes of each shape.
+    takes: dict[str, list[int]] = {}
+    for j, node_class in enumerate(classes):
+        nodes = iter(node_class.nodes)
+        loads = sorted(
+            ((load, count) for (k, load), count in groups.items() if k == j),
+            key=lambda item: (item[0] == empty, item[0]),
+        )
+        for load, count in loads:
+            for node in itertools.islice(nodes, count):
+                takes[node] = [
+                    slots(j, load)[bulk] if index == bulk else load[index] for index in range(width)
+                ]
+    return _lay_out(order, members, takes)
+
+
+def _take(taken: dict[str, int], request: Mapping[str, int], times: int) -> None:
+    for resource, amount in request.items():
+        taken[resource] = taken.get(resource, 0) + times * amount
+
+
+def _lay_out(
+    order: Sequence[str], members: Sequence[tuple[str, int]], takes: Mapping[str, Sequence[int]]
+) -> dict[str, str]:
+    """Each shape's members in rank order onto the nodes in fill order, as many on each as
+    `takes` says (a node's pods of each shape)."""
+    queues: dict[int, list[str]] = {}
+    for node in order:
+        for index, count in enumerate(takes.get(node, ())):
+            if count:
+                queues.setdefault(index, []).extend([node] * count)
+    placed: dict[str, str] = {}
+    position: dict[int, int] = {}
+    for name, index in members:
+        at = position.get(index, 0)
+        placed[name] = queues[index][at]
+        position[index] = at + 1
     return placed
 
 
@@ -498,9 +761,12 @@ def _place_mixed(
     scope: Sequence[Domain],
     lowest: int,
     highest: int,
+    steps: int = PACK_SEARCH_STEPS,
+    gave_up: list[str] | None = None,
 ) -> Placement | None:
     """Rules 3-6 for a gang of several shapes inside `scope`, layers from `lowest` up to
-    `highest` depth."""
+    `highest` depth. A candidate whose packing search reaches `steps` is passed over (and
+    appended to `gave_up`), as one that does not take the gang."""
     counts, largest, per_shape = sums.counts, sums.largest, sums.per_shape
     for depth in range(lowest, highest - 1, -1):
         candidates = [
@@ -520,7 +786,14 @@ def _place_mixed(
                 key=lambda i: (per_shape[i].slots[winner.index] - counts[i], i),
             )
             placed = _pack(
-                winner, members_in_rank_order, shapes, free, sums.together, scarcest_first
+                winner,
+                members_in_rank_order,
+                shapes,
+                free,
+                sums.together,
+                scarcest_first,
+                steps,
+                gave_up,
             )
             if placed is not None:
                 return Placement(
@@ -539,6 +812,7 @@ def gather_mixed(
     rules: Sequence[GatherRule],
     existing: Mapping[str, int] | None = None,
     within: DomainPath | None = None,
+    pack_steps: int = PACK_SEARCH_STEPS,
 ) -> Placement | NoFit:
     """Place a gang whose members ask differently (a launcher and its workers), each member
     with its own request and filters, under the same rules as `gather`.
@@ -546,7 +820,9 @@ def gather_mixed(
     `members_in_rank_order` pairs each pod's name with its shape (an index into `shapes`);
     `free` is what each node has left. A domain is a candidate when, shape by shape, it
     offers as many slots as the gang has pods of that shape (necessary, not sufficient: the
-    shapes share the nodes), and is taken when its nodes really take every member (`_pack`).
+    shapes share the nodes), and is taken when its nodes really take every member (`_pack`:
+    first fit, then an exact search of at most `pack_steps` steps; a domain whose search
+    reaches the bound is passed over, and named in the message when nothing fits).
     Candidates are tried deepest layer first, tightest first (rule 4, on the slots of all
     shapes together). podCountMultiple floors the slots of the shape with most pods (the
     workers a multiple is written for); a lone launcher is not counted in it.
@@ -559,11 +835,23 @@ def gather_mixed(
     scope, highest = _scope(tree, read, within)
     node_depth = len(tree.spec.layers) + 1
     lowest = node_depth if rules or within is not None else highest
-    placed = _place_mixed(tree, members_in_rank_order, shapes, free, sums, scope, lowest, highest)
+    gave_up: list[str] = []
+    placed = _place_mixed(
+        tree,
+        members_in_rank_order,
+        shapes,
+        free,
+        sums,
+        scope,
+        lowest,
+        highest,
+        pack_steps,
+        gave_up,
+    )
     if placed is not None:
         return placed
     shape_counts = " + ".join(str(count) for count in sums.counts)
-    return _no_fit(
+    refused = _no_fit(
         read,
         scope,
         sums.together,
@@ -571,6 +859,18 @@ def gather_mixed(
         within,
         tree.root,
         what=f"room for all {desired} pods ({shape_counts} of {len(shapes)} pod shapes)",
+    )
+    if not gave_up:
+        return refused
+    # Fail closed: a domain whose packing was not settled within the bound takes nothing.
+    named = ", ".join(gave_up[:3])
+    more = f" and {len(gave_up) - 3} more" if len(gave_up) > 3 else ""
+    return NoFit(
+        message=f"{refused.message}; the packing search stopped at its bound of {pack_steps} "
+        f"steps in {named}{more}, treated as not fitting",
+        desired=refused.desired,
+        best_domain=refused.best_domain,
+        best_slots=refused.best_slots,
     )
 
 

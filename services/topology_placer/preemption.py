@@ -443,8 +443,9 @@ def plan_preemption(
     them, `shape_of` names each member's, and each member is placed with its own shape's
     request on its own shape's usable nodes (those within `usable_nodes`, where victims are
     looked for), as placement does (gather.gather_mixed); `request` is not read. Such a
-    gang's dry run packs first fit, which more room does not always help, so its classes
-    are tried one by one, cheapest first, without bisection.
+    gang's dry run packs with a search bounded in steps, and more room can make a search
+    reach its bound where less did not, so its classes are tried one by one, cheapest first,
+    without bisection.
     """
     mixed = _MixedGang.of(pods_in_rank_order, shapes, shape_of, usable_nodes)
     if mixed is not None:

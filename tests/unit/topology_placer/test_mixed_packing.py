@@ -1,0 +1,234 @@
+"""A gang of several pod shapes is verified in a domain by a packing that finds one whenever
+one exists (issue #31, rule 5 and rule 7d): first fit, then an exact search bounded in steps,
+a domain whose search reaches the bound taking nothing. The rule tests drive `plan()`
+through raw objects; the property compares `gather_mixed` with an exhaustive oracle."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.plan_checks import expect_actions
+from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
+from tests.unit.topology_placer.simulate import run
+from topology_placer.gang import GatherRule
+from topology_placer.gather import NoFit, Placement, PodShape, gather_mixed
+from topology_placer.network import TopologyTree, build_tree, parse_topology
+from topology_placer.planner import Disrupt, MarkUnschedulable, Nominate, Plan
+
+BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
+GANG_PRIORITY = 100
+
+
+def _of(result: Plan, kind: type[Any]) -> list[Any]:
+    return [a for a in result.actions if isinstance(a, kind)]
+
+
+def _where(pods: list[dict[str, Any]]) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["spec"].get("nodeName") or p["status"].get("nominatedNodeName")
+        for p in pods
+        if p["spec"].get("nodeName") or p["status"].get("nominatedNodeName")
+    }
+
+
+def _first_fit_trap(priority: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One block: n1 and n2 (12 CPU, 8 GPU) are the only nodes the launcher (6 CPU) may use,
+    n3 (8 CPU, 8 GPU) is for workers only; two workers of 8 GPU and 8 CPU. The workers have
+    the least room to spare and go first, first fit puts them on n1 and n2, and the launcher
+    no longer fits beside either. The packing that exists: a worker on n3, the other on n1 or
+    n2, the launcher on the one left."""
+    nodes = [
+        node("n1", "s1", "b1", cpu="12", labels={"pool": "launch"}),
+        node("n2", "s1", "b1", cpu="12", labels={"pool": "launch"}),
+        node("n3", "s1", "b1", cpu="8"),
+    ]
+    workers = [pod(f"worker-{i}", gpus=8, cpu="8", priority=priority) for i in range(2)]
+    launcher = pod("launcher", gpus=0, cpu="6", priority=priority)
+    launcher["spec"]["nodeSelector"] = {"pool": "launch"}
+    return nodes, [*workers, launcher]
+
+
+def test_rule_a_mixed_gang_is_placed_when_a_packing_exists_that_first_fit_misses() -> None:
+    nodes, members = _first_fit_trap()
+    groups = [pod_group("gang", 3, gather=BLOCK_MUST)]
+    result, after = run(nodes, members, groups, topology=TOPOLOGY)
+    expect_actions(result.actions, Nominate, count=3)
+    assert not _of(result, MarkUnschedulable)
+    where = _where(after)
+    assert where["launcher"] in {"n1", "n2"}
+    assert sorted([where["worker-0"], where["worker-1"], where["launcher"]]) == ["n1", "n2", "n3"]
+    # Rank order kept: the workers' ranks follow the fill order (n1, n2 before n3).
+    assert where["worker-1"] == "n3"
+
+
+def _tree(nodes: Sequence[tuple[str, str]]) -> TopologyTree:
+    """Nodes (name, block) under one spine."""
+    return build_tree(
+        parse_topology(TOPOLOGY),
+        [
+            (
+                name,
+                {
+                    "network.topology.nvidia.com/spine": "s1",
+                    "network.topology.nvidia.com/block": block,
+                },
+            )
+            for name, block in nodes
+        ],
+    )
+
+
+def _trap_for_gather() -> tuple[
+    TopologyTree, list[tuple[str, int]], list[PodShape], dict[str, Mapping[str, int]]
+]:
+    """The same trap as `_first_fit_trap`, as gather_mixed's arguments."""
+    tree = _tree([("n1", "b1"), ("n2", "b1"), ("n3", "b1")])
+    members = [("worker-0", 0), ("worker-1", 0), ("launcher", 1)]
+    shapes = [
+        PodShape({"cpu": 8000, "gpu": 8}, frozenset({"n1", "n2", "n3"})),
+        PodShape({"cpu": 6000}, frozenset({"n1", "n2"})),
+    ]
+    big = {"cpu": 12000, "gpu": 8}
+    free: dict[str, Mapping[str, int]] = {"n1": big, "n2": big, "n3": {"cpu": 8000, "gpu": 8}}
+    return tree, members, shapes, free
+
+
+def test_rule_a_packing_search_that_reaches_its_bound_places_nothing_and_says_so() -> None:
+    tree, members, shapes, free = _trap_for_gather()
+    rules = (GatherRule("BlockLayer", "MustGather"),)
+    found = gather_mixed(tree, members, shapes, free, rules)
+    assert isinstance(found, Placement)
+    stopped = gather_mixed(tree, members, shapes, free, rules, pack_steps=1)
+    assert isinstance(stopped, NoFit)
+    assert stopped.message.startswith("MustGather BlockLayer: no BlockLayer domain offers room")
+    assert stopped.message.endswith(
+        "; the packing search stopped at its bound of 1 steps in s1/b1, treated as not fitting"
+    )
+
+
+def test_rule_a_mixed_gang_preempts_no_more_than_a_packing_first_fit_misses_needs() -> None:
+    """The trap of the first test, n3 taken by a priority-10 pod, and a fourth node n4 the
+    launcher may use (12 CPU, no GPU) of which a priority-20 pod takes 8 CPU. Evicting the
+    priority-10 pod is enough (a worker on n3); first fit found no packing with it alone
+    and evicted the priority-20 pod to put the launcher on n4."""
+    nodes, members = _first_fit_trap(priority=GANG_PRIORITY)
+    nodes.append(node("n4", "s1", "b1", cpu="12", gpus=0, labels={"pool": "launch"}))
+    victims = [
+        pod("v-low", None, gpus=8, cpu="1", node_name="n3", priority=10, owner="low"),
+        pod("v-mid", None, gpus=0, cpu="8", node_name="n4", priority=20, owner="mid"),
+    ]
+    groups = [pod_group("gang", 3, gather=BLOCK_MUST)]
+    result, after = run(nodes, [*victims, *members], groups, topology=TOPOLOGY)
+    assert {d.pod.name for d in _of(result, Disrupt)} == {"v-low"}
+    where = _where(after)
+    assert "n3" in {where["worker-0"], where["worker-1"]}
+    assert where["launcher"] in {"n1", "n2"}
+
+
+# --- property: the packing finds what an exhaustive search finds ---------------------------
+
+_RESOURCES = ("cpu", "gpu")
+
+
+def _oracle(
+    nodes: Sequence[str],
+    members: Sequence[tuple[str, int]],
+    shapes: Sequence[PodShape],
+    free: Mapping[str, Mapping[str, int]],
+) -> bool:
+    """Whether some assignment of every member to one of `nodes` fits, trying them all."""
+    for choice in itertools.product(nodes, repeat=len(members)):
+        taken: dict[str, dict[str, int]] = {}
+        fits = True
+        for (_, index), where in zip(members, choice, strict=True):
+            shape = shapes[index]
+            if where not in shape.usable:
+                fits = False
+                break
+            load = taken.setdefault(where, {})
+            for resource, amount in shape.request.items():
+                load[resource] = load.get(resource, 0) + amount
+                if load[resource] > free[where].get(resource, 0):
+                    fits = False
+            if not fits:
+                break
+        if fits:
+            return True
+    return False
+
+
+_REQUEST = st.fixed_dictionaries({"cpu": st.integers(0, 4), "gpu": st.integers(0, 4)}).filter(
+    lambda request: any(request.values())
+)
+_FREE = st.fixed_dictionaries({"cpu": st.integers(0, 8), "gpu": st.integers(0, 8)})
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    node_count=st.integers(1, 4),
+    blocks=st.lists(st.sampled_from(["b1", "b2"]), min_size=4, max_size=4),
+    frees=st.lists(_FREE, min_size=4, max_size=4),
+    shape_specs=st.lists(
+        st.tuples(_REQUEST, st.integers(1, 3), st.sets(st.integers(0, 3), min_size=1)),
+        min_size=2,
+        max_size=3,
+    ),
+    gathered=st.booleans(),
+    data=st.data(),
+)
+def test_rule_the_packing_finds_every_packing_an_exhaustive_search_finds(
+    node_count: int,
+    blocks: list[str],
+    frees: list[dict[str, int]],
+    shape_specs: list[tuple[dict[str, int], int, set[int]]],
+    gathered: bool,
+    data: st.DataObject,
+) -> None:
+    names = [f"n{i}" for i in range(node_count)]
+    tree = _tree([(name, blocks[i]) for i, name in enumerate(names)])
+    free: dict[str, Mapping[str, int]] = {name: frees[i] for i, name in enumerate(names)}
+    shapes = [
+        PodShape(request, frozenset(names[i] for i in usable if i < node_count))
+        for request, _, usable in shape_specs
+    ]
+    members = [
+        (f"s{index}-{k}", index) for index, spec in enumerate(shape_specs) for k in range(spec[1])
+    ]
+    # Ranks interleave the shapes as a real gang's may (a launcher ranked among workers).
+    members = data.draw(st.permutations(members))
+    rules = (GatherRule("BlockLayer", "MustGather"),) if gathered else ()
+    outcome = gather_mixed(tree, members, shapes, free, rules)
+    domains = sorted(set(blocks[:node_count])) if gathered else ["cluster"]
+    exists = any(
+        _oracle(
+            [n for i, n in enumerate(names) if not gathered or blocks[i] == domain],
+            members,
+            shapes,
+            free,
+        )
+        for domain in domains
+    )
+    if not isinstance(outcome, Placement):
+        assert not exists, outcome.message
+        assert "packing search stopped" not in outcome.message
+        return
+    assert exists
+    # All members, in rank order, each on a node its shape may use; no node over-committed.
+    assert [name for name, _ in outcome.assignments] == [name for name, _ in members]
+    shape_of = dict(members)
+    load: dict[str, dict[str, int]] = {}
+    for name, where in outcome.assignments:
+        shape = shapes[shape_of[name]]
+        assert where in shape.usable
+        for resource, amount in shape.request.items():
+            load.setdefault(where, {})[resource] = load.get(where, {}).get(resource, 0) + amount
+    for where, taken in load.items():
+        for resource in _RESOURCES:
+            assert taken.get(resource, 0) <= free[where][resource]
+    if gathered:
+        assert len({blocks[names.index(where)] for _, where in outcome.assignments}) == 1
