@@ -145,6 +145,11 @@ class PortForward:
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             # ValueError: a message without its channel byte, not the protocol spoken here.
             self.errors.append(f"the API server's portforward failed: {exc}")
+        except asyncio.CancelledError:
+            # close() ended it. Returning leaves the task done, not cancelled: Python 3.11's
+            # start_server calls exception() on a finished connection task, which raises for a
+            # cancelled one and prints a traceback after every command (3.12 checks first).
+            pass
         finally:
             self._connections.discard(task)
             writer.close()
