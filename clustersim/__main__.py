@@ -14,6 +14,10 @@ With `--follow-kubeconfig PATH` it emulates Slurm only, beside the real Kubernet
 that kubeconfig names (tools/kube/real_kube.sh): the NodeSet pods there register and lose
 their Slurm nodes (clustersim.bridge). The env file then holds that KUBECONFIG, and is written
 once the bridge has applied its first list of pods.
+
+With `--nats-url URL --nats-admin-password-file PATH` (make run's nats-server) the emulator
+holds that NATS as an install shows it (clustersim.localnats), for `kubectl nodeflow`'s own
+port-forward.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from clustersim.cluster.spec import (
     load_spec_file,
     merge_cli_overrides,
 )
+from clustersim.localnats import LocalNats
 from clustersim.runner import DEFAULT_CRD_DIR, SimulatorConfig, run_simulator
 from clustersim.slurm.releases import DEFAULT_SLURM_VERSION, SLURM_RELEASES
 
@@ -84,8 +89,30 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="emulate Slurm only, registering the NodeSet pods of this real API server",
     )
+    parser.add_argument(
+        "--nats-url",
+        help="a nats-server on this host (make run's): shown in nodeflow-system as the Service "
+        "nats, a pod behind it whose client port forwards there, and the Secret "
+        "nodeflow-admin-nats (needs --nats-admin-password-file)",
+    )
+    parser.add_argument("--nats-monitor-url", default="", help="its monitoring endpoint")
+    parser.add_argument(
+        "--nats-admin-password-file", type=Path, help="the nodeflow-admin password it accepts"
+    )
     parser.add_argument("--log-level", default="info")
     return parser
+
+
+def local_nats_from_args(args: argparse.Namespace) -> LocalNats | None:
+    if not args.nats_url:
+        return None
+    if args.nats_admin_password_file is None:
+        raise SystemExit("--nats-url needs --nats-admin-password-file")
+    return LocalNats(
+        client_url=args.nats_url,
+        admin_password_file=args.nats_admin_password_file,
+        monitor_url=args.nats_monitor_url,
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
@@ -116,6 +143,7 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
         slurm_driver_interval=0.5,
         kube_port=args.kube_port,
         admin_port=args.admin_port,
+        local_nats=local_nats_from_args(args),
     )
 
 

@@ -41,6 +41,7 @@ from clustersim.kube.errors import AlreadyExists
 from clustersim.kube.objects import Obj
 from clustersim.kube.server import RunningServer, serve
 from clustersim.kube.store import Store
+from clustersim.localnats import LocalNats, install_local_nats
 from clustersim.slurm.releases import DEFAULT_SLURM_VERSION
 from clustersim.slurm.server import RunningSlurm, run_slurm_emulator
 from nodeflow_contracts.skyhook import DEFAULT_SKYHOOK_NAMESPACE
@@ -77,6 +78,9 @@ class SimulatorConfig:
     kube_port: int = 0
     admin_port: int = 0
     start_admin_server: bool = True
+    # `make run`'s nats-server on the host: shown in INSTALL_NAMESPACE as an install's Service
+    # `nats`, its pod and the operators' Secret (clustersim.localnats); None: no NATS objects.
+    local_nats: LocalNats | None = None
 
     def cluster_spec(self) -> ClusterSpec:
         return merge_cli_overrides(self.cluster, nodes=self.nodes, topology=self.topology)
@@ -390,6 +394,8 @@ async def run_simulator(config: SimulatorConfig | None = None) -> AsyncIterator[
                 "namespaces",
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
             )
+        if config.local_nats is not None:
+            install_local_nats(store, config.local_nats, INSTALL_NAMESPACE)
         nodes = NodeAdmin(store, config.cluster_spec())
         nodes.register_all()
 

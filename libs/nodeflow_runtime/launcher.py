@@ -86,10 +86,16 @@ def restart_delay(crashes: int) -> float:
 
 
 def simulator_argv(
-    args: argparse.Namespace, run_dir: Path, real_kubeconfig: Path | None
+    args: argparse.Namespace,
+    run_dir: Path,
+    real_kubeconfig: Path | None,
+    nats: NatsServerProcess | None = None,
+    admin_password_file: Path | None = None,
 ) -> list[str]:
     """How the launcher starts the cluster simulator (its Slurm release: --slurm-version,
-    else the simulator's default, the newest)."""
+    else the simulator's default, the newest). Its API emulator shows `nats` as an install's
+    Service `nats` with the operators' Secret (`admin_password_file`), so `kubectl nodeflow`
+    reaches it by its own port-forward as in a cluster."""
     argv = [
         sys.executable,
         "-m",
@@ -105,6 +111,10 @@ def simulator_argv(
         argv += ["--follow-kubeconfig", str(real_kubeconfig)]
     if getattr(args, "slurm_version", None):
         argv += ["--slurm-version", args.slurm_version]
+    if real_kubeconfig is None and nats is not None and admin_password_file is not None:
+        argv += ["--nats-url", nats.url, "--nats-admin-password-file", str(admin_password_file)]
+        if nats.monitor_url:
+            argv += ["--nats-monitor-url", nats.monitor_url]
     return argv
 
 
@@ -324,7 +334,13 @@ class Stack:
         print(f"environment written to {self.env_file}; Ctrl-C stops everything")
 
     async def start_simulator(self) -> None:
-        argv = simulator_argv(self.args, self.run_dir, self.real_kubeconfig)
+        argv = simulator_argv(
+            self.args,
+            self.run_dir,
+            self.real_kubeconfig,
+            self.nats,
+            self.password_files.get(ADMIN_USER),
+        )
         child = await self.start_child("clustersim", argv, dict(os.environ))
         # Each mode writes its env file once it is up: the emulator with its API's URL, the
         # Slurm bridge (real Kubernetes) with the Slurm URLs after its first list of pods.
