@@ -515,6 +515,8 @@ COMMAND_POLICY: dict[str, tuple[CommandGrant, ...]] = {
                         f"metadata.annotations[{names.cordon_annotation('*')}]",
                         # runtimeRequired: the mark of an auto-taint.
                         f"metadata.annotations[{names.auto_taint_annotation('*')}]",
+                        # runtimeRequiredCordonAfter: the persistent cordon's mark.
+                        f"metadata.annotations[{names.runtime_required_cordon_annotation}]",
                     )
                 ),
                 # runtimeRequired: the runtime-required taints.

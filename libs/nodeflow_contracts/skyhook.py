@@ -124,6 +124,12 @@ class SkyhookNames:
         """`true` while the object holds a cordon of the node (its NodeMaintenance exists)."""
         return f"{self.group}/cordon_{name}"
 
+    @property
+    def runtime_required_cordon_annotation(self) -> str:
+        """On a node cordoned when its runtime-required taint went (runtimeRequiredCordonAfter):
+        the cordon persists, no interrupt's uncordon lifts it, until someone releases it."""
+        return f"{self.group}/runtimeRequiredCordon"
+
     def status_key(self, name: str) -> str:
         """The node label and annotation holding the node's status for one object."""
         return f"{self.group}/status_{name}"

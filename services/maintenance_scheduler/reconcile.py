@@ -85,6 +85,9 @@ class NodeFacts:
     unschedulable: bool
     ready: bool
     cordon_reason: str = ""
+    # A NodeWright (or Skyhook) runtimeRequiredCordonAfter cordon holds the node (its
+    # `<group>/runtimeRequiredCordon` mark): no request's cleanup uncordons it (S57).
+    runtime_required_cordon: bool = False
 
 
 @dataclass
@@ -614,7 +617,12 @@ def _cleanup(
             )
         return
     ours = request.cordon and request.initial_unschedulable == "false"
-    if (
+    kept = ""
+    if ours and node.runtime_required_cordon and phase not in NOT_STARTED:
+        # The persistent cordon applied while we held the node stays: whoever releases it
+        # uncordons the node (upstream's hasSkyhookCordon counts the mark as a holder).
+        kept = f"; node {node.name} stays cordoned (runtimeRequiredCordon)"
+    elif (
         ours
         and phase not in NOT_STARTED
         and phase != SCHEDULED
@@ -641,7 +649,9 @@ def _cleanup(
             return
     step.actions.append(_without_finalizer(request))
     step.decisions.append(
-        Decision(request, "finalizer-removed", "Cleanup", f"cleanup done in phase {phase or 'new'}")
+        Decision(
+            request, "finalizer-removed", "Cleanup", f"cleanup done in phase {phase or 'new'}{kept}"
+        )
     )
 
 

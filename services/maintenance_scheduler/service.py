@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
@@ -78,6 +78,7 @@ from nodeflow_contracts.k8s import CommandOutcome, K8sCommand
 from nodeflow_contracts.ledger import LedgerEntry, maintenance_slot
 from nodeflow_contracts.maintenance import MaintenanceDecision
 from nodeflow_contracts.pod_protocol import NODE_CORDON_REASON_ANNOTATION
+from nodeflow_contracts.skyhook import FLAVORS
 from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeflow_contracts.topology import SLURM_CLUSTERS_BUCKET
 from nodeflow_kube.fields import (
@@ -134,6 +135,12 @@ def next_eviction_attempt(
     return eviction.attempt + 1
 
 
+# Either flavor's persistent cordon mark (runtimeRequiredCordonAfter, S57).
+RUNTIME_REQUIRED_CORDON_MARKS: Final = tuple(
+    names.runtime_required_cordon_annotation for names in FLAVORS
+)
+
+
 def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     metadata = meta(node)
     ready = condition(node, "Ready")
@@ -147,20 +154,24 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
         cordon_reason=str(
             mapping(metadata.get("annotations")).get(NODE_CORDON_REASON_ANNOTATION) or ""
         ),
+        runtime_required_cordon=any(
+            key in RUNTIME_REQUIRED_CORDON_MARKS for key in mapping(metadata.get("annotations"))
+        ),
     )
 
 
 def node_fields(node: dict[str, Any]) -> dict[str, Any]:
     """The node as this controller keeps it in its view: only what `node_facts` reads."""
     metadata = meta(node)
-    reason = mapping(metadata.get("annotations")).get(NODE_CORDON_REASON_ANNOTATION)
+    annotations = mapping(metadata.get("annotations"))
+    kept = (NODE_CORDON_REASON_ANNOTATION, *RUNTIME_REQUIRED_CORDON_MARKS)
     ready = condition(node, "Ready")
     return {
         "metadata": {
             "name": metadata.get("name"),
             "uid": metadata.get("uid"),
             "resourceVersion": metadata.get("resourceVersion"),
-            "annotations": {} if reason is None else {NODE_CORDON_REASON_ANNOTATION: reason},
+            "annotations": {k: annotations[k] for k in kept if annotations.get(k) is not None},
         },
         "spec": {"unschedulable": mapping(node.get("spec")).get("unschedulable")},
         "status": {"conditions": [] if ready is None else [dict(ready)]},

@@ -45,6 +45,34 @@ spec:
       image: registry.local/tuning
 """
 
+# Fields of the renamed operator's later releases (drainConfig, runtimeRequiredCordonAfter:
+# docs/maintenance-scheduler.md S56, S57), on a NodeWright that selects no node.
+UPSTREAM_FIELDS = """
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata:
+  name: drain-and-cordon
+spec:
+  nodeSelectors:
+    matchLabels:
+      nodeflow.dev/no-such-node: "true"
+  runtimeRequired: true
+  runtimeRequiredCordonAfter: true
+  drainConfig:
+    disableEviction: false
+    deleteEmptyDirData: false
+    force: true
+    ignoreDaemonSets: true
+    timeout: 10m
+    gracePeriod: 30s
+  packages:
+    driver:
+      version: 1.0.0
+      image: registry.local/driver
+      interrupt:
+        type: reboot
+"""
+
 
 async def status_of(running: Stack, plural: str, name: str) -> str:
     got = await kubectl(running, "get", plural, name, "-o", "jsonpath={.status.status}")
@@ -63,6 +91,22 @@ async def test_an_upstream_nodewright_completes_beside_a_skyhook_each_with_its_o
     process = await start_process(stack, port)
     try:
         await processes.wait_ready(port, "maintenance-scheduler process", timeout=30)
+        # A manifest using upstream's drainConfig and runtimeRequiredCordonAfter applies and
+        # keeps them (our CRD types them: nothing is pruned).
+        await kubectl(stack, "apply", "-f", "-", stdin=UPSTREAM_FIELDS)
+        stored = json.loads(
+            await kubectl(stack, "get", "nodewrights", "drain-and-cordon", "-o", "json")
+        )
+        assert stored["spec"]["runtimeRequiredCordonAfter"] is True
+        assert stored["spec"]["drainConfig"] == {
+            "disableEviction": False,
+            "deleteEmptyDirData": False,
+            "force": True,
+            "ignoreDaemonSets": True,
+            "timeout": "10m",
+            "gracePeriod": "30s",
+        }
+        await kubectl(stack, "delete", "nodewrights", "drain-and-cordon", "--wait=false")
         await kubectl(stack, "apply", "-f", str(EXAMPLE))
         await kubectl(stack, "apply", "-f", "-", stdin=LEGACY)
 

@@ -474,6 +474,22 @@ class Package:
 
 
 @dataclass(frozen=True)
+class DrainConfig:
+    """A NodeWright's spec.drainConfig (upstream's DrainConfig), its defaults upstream's: the
+    drain it had before the field. Only delete_empty_dir_data, force and timeout_seconds reach
+    the NodeMaintenance drainSpec (jobs.build_maintenance); the rest are read so a manifest
+    using them is understood, and documented as not acted on (S56)."""
+
+    disable_eviction: bool = False
+    delete_empty_dir_data: bool = True
+    force: bool = True
+    ignore_daemon_sets: bool = True
+    # Whole seconds; None: unset (our configured drain timeout applies), 0: no timeout.
+    timeout_seconds: int | None = None
+    grace_period_seconds: int | None = None
+
+
+@dataclass(frozen=True)
 class Skyhook:
     name: str
     uid: str = ""
@@ -494,6 +510,11 @@ class Skyhook:
     # new nodes it selects get that taint until every runtimeRequired Skyhook is complete.
     runtime_required: bool = False
     auto_taint_new_nodes: bool = False
+    # runtimeRequiredCordonAfter (only with runtimeRequired): the node is cordoned, with the
+    # runtimeRequiredCordon mark, when its runtime-required taint is removed.
+    runtime_required_cordon_after: bool = False
+    # spec.drainConfig; None: unset, the default drain.
+    drain_config: DrainConfig | None = None
     # deploymentPolicyOptions.resetBatchStateOnCompletion; None: the policy decides.
     reset_batch_state_on_completion: bool | None = None
     problems: tuple[str, ...] = ()
@@ -665,6 +686,45 @@ def _graceful_shutdown(raw: object, where: str, problems: list[str]) -> int | No
     return int(seconds)
 
 
+def _drain_flag(raw: Mapping[str, Any], key: str, default: bool, problems: list[str]) -> bool:
+    value = raw.get(key)
+    if value is None:  # unset or null (the CRD's nullable): upstream's default
+        return default
+    if not isinstance(value, bool):
+        problems.append(f"spec.drainConfig.{key}: {value!r} is not a boolean")
+        return default
+    return value
+
+
+def _drain_duration(raw: Mapping[str, Any], key: str, problems: list[str]) -> int | None:
+    value = raw.get(key)
+    if value is None or value == "":
+        return None
+    seconds = parse_go_duration(str(value)) if isinstance(value, str) else None
+    if seconds is None or seconds < 0:
+        # upstream's DrainConfig.Validate: both durations must be >= 0.
+        problems.append(f"spec.drainConfig.{key}: {value!r} is not a duration >= 0")
+        return None
+    return int(seconds)
+
+
+def parse_drain_config(raw: object, problems: list[str]) -> DrainConfig | None:
+    """spec.drainConfig, None when unset."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        problems.append(f"spec.drainConfig: {raw!r} is not an object")
+        return None
+    return DrainConfig(
+        disable_eviction=_drain_flag(raw, "disableEviction", False, problems),
+        delete_empty_dir_data=_drain_flag(raw, "deleteEmptyDirData", True, problems),
+        force=_drain_flag(raw, "force", True, problems),
+        ignore_daemon_sets=_drain_flag(raw, "ignoreDaemonSets", True, problems),
+        timeout_seconds=_drain_duration(raw, "timeout", problems),
+        grace_period_seconds=_drain_duration(raw, "gracePeriod", problems),
+    )
+
+
 def _parse_interrupt(raw: object, where: str, problems: list[str]) -> Interrupt | None:
     data = mapping(raw)
     kind = data.get("type")
@@ -768,6 +828,10 @@ def parse_skyhook(obj: Obj) -> Skyhook:
         paused=str(annotations.get(names.pause_annotation, "")).lower() == "true",
         runtime_required=spec.get("runtimeRequired") is True,
         auto_taint_new_nodes=spec.get("autoTaintNewNodes") is True,
+        # upstream respects it only with runtimeRequired.
+        runtime_required_cordon_after=spec.get("runtimeRequired") is True
+        and spec.get("runtimeRequiredCordonAfter") is True,
+        drain_config=parse_drain_config(spec.get("drainConfig"), problems),
         reset_batch_state_on_completion=_reset_option(spec),
         disabled=str(annotations.get(names.disable_annotation, "")).lower() == "true",
         problems=tuple(problems),

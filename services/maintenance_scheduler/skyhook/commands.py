@@ -37,6 +37,7 @@ from maintenance_scheduler.skyhook.plan import (
     CreateJob,
     CreateMaintenance,
     DeleteMaintenance,
+    DropRuntimeCordonMark,
     FailJob,
     ForgetNode,
     KeepFailedJob,
@@ -149,6 +150,26 @@ def commands_for(
                 ),
                 why,
                 now,
+            ),
+        ]
+    if isinstance(action, SetRuntimeTaint) and action.cordon:
+        node = action.node
+        cordon = _command(
+            f"runtime-cordon:{node.uid}:{node.resource_version}",
+            ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+            k8s.CordonNode(),
+            "runtimeRequiredCordonAfter: cordoned before its runtime-required taint goes",
+            now,
+        )
+        return [
+            cordon,
+            command_for(
+                action,
+                now,
+                namespace=namespace,
+                default_stage_timeout_seconds=default_stage_timeout_seconds,
+                drain_timeout_seconds=drain_timeout_seconds,
+                options=options,
             ),
         ]
     return [
@@ -361,8 +382,16 @@ def command_for(
             taint_patch["metadata"] = {
                 "annotations": {action.names.auto_taint_annotation(str(key)): "true"}
             }
+        elif action.cordon:
+            # The mark comes with the taint's removal, after the cordon (commands_for): the
+            # taint goes only with the cordon in place (S57). The cordon moves the node's
+            # resourceVersion, so this patch is refused once and sent again next round.
+            taint_patch["metadata"] = {
+                "annotations": {action.names.runtime_required_cordon_annotation: "true"}
+            }
         return _command(
-            f"runtime-taint:{key}:{node.uid}:{node.resource_version}:{action.present}",
+            f"runtime-taint:{key}:{node.uid}:{node.resource_version}:{action.present}"
+            f"{':cordon' if action.cordon else ''}",
             ObjectRef(
                 api_version="v1",
                 kind="Node",
@@ -373,7 +402,25 @@ def command_for(
             k8s.PatchObject(patch_type="merge", patch=taint_patch),
             "runtime-required: a new node waits for its Skyhooks"
             if action.present
-            else "runtime-required: every Skyhook is complete on the node",
+            else "runtime-required: every Skyhook is complete on the node"
+            + (", cordoned until released (runtimeRequiredCordonAfter)" if action.cordon else ""),
+            now,
+        )
+    if isinstance(action, DropRuntimeCordonMark):
+        node = action.node
+        mark = action.names.runtime_required_cordon_annotation
+        return _command(
+            f"runtime-cordon-mark:{mark}:{node.uid}:{node.resource_version}",
+            # At the version seen uncordoned: a cordon since then keeps its mark.
+            ObjectRef(
+                api_version="v1",
+                kind="Node",
+                name=node.name,
+                uid=node.uid or None,
+                resource_version=node.resource_version or None,
+            ),
+            k8s.PatchObject(patch_type="merge", patch={"metadata": {"annotations": {mark: None}}}),
+            "runtimeRequiredCordon: the node was uncordoned, its stale mark goes",
             now,
         )
     if isinstance(action, SetSkyhookFinalizer):

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from maintenance_scheduler.api import GC_IGNORE_ANNOTATION
 from maintenance_scheduler.skyhook.api import (
+    DrainConfig,
     Interrupt,
     LabelSelector,
     Package,
@@ -246,6 +247,23 @@ def match_object(selector: LabelSelector) -> dict[str, Any]:
     }
 
 
+def drain_spec(config: DrainConfig | None, drain_timeout_seconds: int) -> dict[str, Any]:
+    """The drainSpec of an interrupt's NodeMaintenance, from spec.drainConfig where its meaning
+    is the drainSpec's (S56): deleteEmptyDirData -> deleteEmptyDir, force -> force (both true
+    when unset, as upstream), timeout -> timeoutSeconds (0: none, as upstream; unset: the
+    configured `drain_timeout_seconds`). DaemonSet pods are always left (ignoreDaemonSets'
+    default); disableEviction and gracePeriod have no drainSpec field and are not acted on:
+    the drain always evicts, through the PodDisruptionBudgets, with each pod's own grace."""
+    config = config or DrainConfig()
+    timeout = config.timeout_seconds
+    return {
+        "force": config.force,
+        "deleteEmptyDir": config.delete_empty_dir_data,
+        "podSelector": DRAIN_POD_SELECTOR,
+        "timeoutSeconds": drain_timeout_seconds if timeout is None else timeout,
+    }
+
+
 def build_maintenance(
     skyhook: Skyhook, node: str, *, namespace: str, drain_timeout_seconds: int
 ) -> dict[str, Any]:
@@ -258,12 +276,7 @@ def build_maintenance(
         "requestorID": requestor_id(skyhook.name, skyhook.names),
         "nodeName": node,
         "cordon": True,
-        "drainSpec": {
-            "force": True,
-            "deleteEmptyDir": True,
-            "podSelector": DRAIN_POD_SELECTOR,
-            "timeoutSeconds": drain_timeout_seconds,
-        },
+        "drainSpec": drain_spec(skyhook.drain_config, drain_timeout_seconds),
     }
     if skyhook.pod_non_interrupt_labels is not None:
         spec["waitForPodCompletion"] = {

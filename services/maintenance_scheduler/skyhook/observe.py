@@ -153,6 +153,7 @@ def node_view(node: Obj) -> NodeView:
         created=parse_time(metadata.get("creationTimestamp")) or 0.0,
         taints=tuple(dict(t) for t in node_taints(node)),
         conditions=skyhook_conditions(node),
+        unschedulable=mapping(node.get("spec")).get("unschedulable") is True,
     )
 
 

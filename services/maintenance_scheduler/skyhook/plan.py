@@ -126,6 +126,8 @@ class NodeView:
     # The Skyhooks' own status.conditions (`skyhook.nvidia.com/<name>/NotReady`, `/Erroring`)
     # by type; the kubelet's are not kept.
     conditions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # spec.unschedulable (a runtimeRequiredCordon mark on a schedulable node is stale).
+    unschedulable: bool = False
 
 
 # --- actions ---------------------------------------------------------------------------------
@@ -267,6 +269,18 @@ class SetRuntimeTaint:
     present: bool
     # Whose taint it is (its autoTaint_<key> annotation is of these names).
     names: SkyhookNames = SKYHOOK
+    # With the removal (runtimeRequiredCordonAfter, S57): cordon the node and mark it
+    # runtimeRequiredCordon in the same patch, so no pod schedules in between.
+    cordon: bool = False
+
+
+@dataclass(frozen=True)
+class DropRuntimeCordonMark:
+    """The node was uncordoned without its runtimeRequiredCordon mark being removed (upstream
+    removes the mark then): a stale mark must not keep a later interrupt's cordon (S57)."""
+
+    node: NodeView
+    names: SkyhookNames = SKYHOOK
 
 
 @dataclass(frozen=True)
@@ -297,6 +311,7 @@ SkyhookAction = (
     | SetSkyhookFinalizer
     | ForgetNode
     | SetRuntimeTaint
+    | DropRuntimeCordonMark
     | SetNodeConditions
     | DeleteConfigMap
 )
@@ -1423,22 +1438,34 @@ def _plan_runtime_taints(
 ) -> None:
     """upstream's HandleRuntimeRequired: a node keeps the runtime-required taint until every
     runtimeRequired Skyhook selecting it is complete on it (an unreadable state is not
-    complete: the taint stays)."""
+    complete: the taint stays). When one of them sets runtimeRequiredCordonAfter, the removal
+    cordons the node and marks it runtimeRequiredCordon (S57, upstream's
+    HandleRuntimeRequired with runtimeRequiredCordonAfterEnabled); a mark left on a node
+    someone uncordoned is dropped, as upstream does."""
     for names in FLAVORS:
+        mark = names.runtime_required_cordon_annotation
+        for node in world.nodes:
+            if mark in node.annotations and not node.unschedulable:
+                plan.actions.append(DropRuntimeCordonMark(node, names))
         required = [(s, r) for s, r in planned if s.runtime_required and s.names == names]
         if not required:
             continue
         taint = world.runtime_taint_of(names)
         done_everywhere: dict[str, bool] = {}
-        for _, summary in required:
+        cordon_after: set[str] = set()
+        for skyhook, summary in required:
             for name in summary.node_status:
                 done_everywhere[name] = done_everywhere.get(name, True) and (
                     name in summary.complete_nodes
                 )
+                if skyhook.runtime_required_cordon_after:
+                    cordon_after.add(name)
         for node in world.nodes:
             done = done_everywhere.get(node.name)
             if done and node.name not in world.settling and has_taint(node, taint):
-                plan.actions.append(SetRuntimeTaint(node, taint, False, names))
+                plan.actions.append(
+                    SetRuntimeTaint(node, taint, False, names, cordon=node.name in cordon_after)
+                )
 
 
 NOT_READY_REASONS: Final = {True: "Incomplete", False: "Complete"}

@@ -91,13 +91,15 @@ def only_skyhook_pods(pod: Obj) -> Obj | None:
 def node_metadata(node: Obj) -> Obj:
     """What this controller keeps of a node (its KVView projection): all that
     `observe.node_view` reads -- its metadata (name, uid, version, labels, annotations,
-    creation; without kubectl's last-applied copy), its taints and the Skyhooks' own node
-    conditions. The rest of the status (images, the kubelet's conditions, system info) and
-    of the spec of 10,000 nodes were the largest part of this process's memory."""
+    creation; without kubectl's last-applied copy), its taints, whether it is cordoned and
+    the Skyhooks' own node conditions. The rest of the status (images, the kubelet's
+    conditions, system info) and of the spec of 10,000 nodes were the largest part of this
+    process's memory."""
     kept: Obj = {"metadata": kept_metadata(meta(node))}
-    taints = mapping(node.get("spec")).get("taints")
-    if taints:
-        kept["spec"] = {"taints": taints}
+    spec = mapping(node.get("spec"))
+    kept_spec = {key: spec[key] for key in ("taints", "unschedulable") if spec.get(key)}
+    if kept_spec:
+        kept["spec"] = kept_spec
     conditions = skyhook_conditions(node)
     if conditions:
         kept["status"] = {"conditions": list(conditions.values())}
