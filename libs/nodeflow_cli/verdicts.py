@@ -233,7 +233,7 @@ def _slurm_line(name: str, slurm_node: Obj | None, cluster: str) -> str:
     if slurm_node.get("busy"):
         facts.append(
             f"busy: {slurm_node.get('alloc_cpus', 0)} of {slurm_node.get('cpus', 0)} CPUs "
-            "allocated to jobs (not deleted while it runs a job)"
+            f"allocated to jobs{_jobs_named(slurm_node)} (not deleted while it runs a job)"
         )
     if slurm_node.get("drained"):
         facts.append("drained and idle: may go")
@@ -243,6 +243,19 @@ def _slurm_line(name: str, slurm_node: Obj | None, cluster: str) -> str:
     if reason:
         facts.append(f"reason {reason!r}")
     return f"{where}: {state}" + (f"; {'; '.join(facts)}" if facts else "")
+
+
+def _jobs_named(slurm_node: Obj) -> str:
+    """The jobs slurm-syncer read on a busy node, as ` 4211, 4212 as of <time>`. They are
+    stored only with a change of the node's state (not at every job that starts or ends on
+    it), hence when they were read; "" when they were never read or none was seen."""
+    jobs = [str(job) for job in slurm_node.get("jobs") or ()]
+    read_at = slurm_node.get("jobs_read_at") or 0
+    if not jobs or not read_at or not isinstance(read_at, int | float):
+        return ""
+    total = slurm_node.get("jobs_total") or len(jobs)
+    more = f" and {total - len(jobs)} more" if isinstance(total, int) and total > len(jobs) else ""
+    return f" {', '.join(jobs)}{more} as of {_time(read_at)}"
 
 
 def why_nodeset(obj: Obj, decisions: Sequence[Decision]) -> str:

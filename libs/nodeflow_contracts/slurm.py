@@ -30,6 +30,9 @@ FLAGS: tuple[str, ...] = (
     "Undrain",
 )
 
+# How many job ids a SlurmNodeState keeps (SlurmNodeState.jobs).
+JOBS_KEPT = 20
+
 BaseState = Literal["Allocated", "Down", "Error", "Future", "Idle", "Mixed", "Unknown"]
 
 # The default start of every drain reason Nodeflow writes; slurm-syncer's DRAIN_REASON_PREFIX
@@ -61,6 +64,14 @@ class SlurmNodeState(msgspec.Struct, frozen=True, kw_only=True):
     drained: bool = False
     draining: bool = False
     observed_at: float = 0.0
+    # The jobs Slurm's job listing showed on the node (running, suspended or completing), by
+    # id in numeric order: the first JOBS_KEPT of them, `jobs_total` counts them all. For
+    # people only (`kubectl nodeflow why pod`): `busy` comes from the node's own state, never
+    # from these. A change of jobs alone is not published (job churn would cost a KV write
+    # per job), so a stored state names the jobs as of `jobs_read_at` (0.0: never read).
+    jobs: tuple[str, ...] = ()
+    jobs_total: int = 0
+    jobs_read_at: float = 0.0
 
     @property
     def key(self) -> str:

@@ -368,6 +368,7 @@ class SlurmClient:
         await self.request("DELETE", f"/reservation/{name}", what=f"delete reservation {name}")
 
     async def list_jobs(self) -> list[Json]:
+        """Every job slurmctld still holds (`GET /jobs`), whatever its state (jobs.py)."""
         body = await self.request("GET", "/jobs", what="list jobs", retry_errors_in_body=True)
         return _list_of_objects(self.cluster, body, "jobs")
 

@@ -13,13 +13,14 @@ is Unknown with every derived state False (fail closed: never reported drained).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import msgspec
 
 from nodeflow_contracts.slurm import BASE_STATES, FLAGS, BaseState, SlurmNodeState
+from slurm_syncer.jobs import carry_jobs, with_jobs
 from slurm_syncer.reasons import DEFAULT_DRAIN_REASONS, DrainReasons
 
 # Slurm's upper-case names -> the reference's names.
@@ -153,13 +154,26 @@ def unknown_state(cluster: str, name: str, observed_at: float) -> SlurmNodeState
     )
 
 
+def _without_jobs(state: SlurmNodeState) -> SlurmNodeState:
+    return msgspec.structs.replace(state, observed_at=0.0, jobs=(), jobs_total=0, jobs_read_at=0.0)
+
+
 def same_state(a: SlurmNodeState | None, b: SlurmNodeState | None) -> bool:
-    """Equal apart from when they were observed."""
+    """Equal apart from when they were observed and which jobs run on them: what is worth
+    publishing (a KV write and an event).
+
+    The jobs are information for people, never a safety input (`busy` is the node's own
+    word), and on a busy node shared by short jobs they change at every poll: publishing each
+    change would multiply the writes. So a state that differs only in its jobs is the same
+    state, but for a busy node whose jobs become known or all go (at most two writes a busy
+    spell, and none when the poll that sees the node busy reads its jobs too): a stored busy
+    node then never names no job while some hold it, nor names jobs once all have ended.
+    """
     if a is None or b is None:
         return a is b
-    return msgspec.structs.replace(a, observed_at=0.0) == msgspec.structs.replace(
-        b, observed_at=0.0
-    )
+    if _without_jobs(a) != _without_jobs(b):
+        return False
+    return not (b.busy and bool(a.jobs) != bool(b.jobs))
 
 
 # How long NOT_RESPONDING is seen before it is reported (SLURM_NOT_RESPONDING_CONFIRM_SECONDS).
@@ -233,6 +247,7 @@ def apply_poll(
     confirm_not_responding_after: float = DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS,
     reasons: DrainReasons = DEFAULT_DRAIN_REASONS,
     read_since_listing: Collection[str] = (),
+    node_jobs: Mapping[str, Sequence[str]] | None = None,
 ) -> PollOutcome:
     """The new states of a cluster after a poll (`raw_nodes` None: the poll failed).
 
@@ -244,6 +259,10 @@ def apply_poll(
     Nodes in `read_since_listing` were read one by one (a command's read-back) after the
     listing was sent: their `previous` state is newer than the listing's and is kept as it
     is (present or absent), so a slow listing never undoes a drain it did not see.
+
+    `node_jobs` (jobs.jobs_by_node) names the jobs on each node, read in the same poll; None
+    (the job listing failed) keeps the jobs each node was last read with (jobs.carry_jobs).
+    The jobs never change `busy` or any other derived state.
     """
     seen_since = not_responding_since or {}
     states: dict[str, SlurmNodeState] = {}
@@ -270,7 +289,12 @@ def apply_poll(
                 seen_since.get(state.name),
                 confirm_not_responding_after,
             )
-            states[state.name] = settled.state
+            if node_jobs is None:
+                states[state.name] = carry_jobs(settled.state, previous.get(state.name))
+            else:
+                states[state.name] = with_jobs(
+                    settled.state, node_jobs.get(state.name, ()), observed_at
+                )
             if settled.not_responding_since is not None:
                 outcome.not_responding_since[state.name] = settled.not_responding_since
         for name in read_since_listing:

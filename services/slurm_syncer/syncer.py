@@ -56,6 +56,7 @@ from nodeflow_contracts.topology import (
 from slurm_syncer import metrics
 from slurm_syncer.client import SlurmClient, SlurmError
 from slurm_syncer.drain import DrainPlan, decide_command, decide_drain
+from slurm_syncer.jobs import carry_jobs, jobs_by_node
 from slurm_syncer.nodestate import (
     DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS,
     MalformedNode,
@@ -392,6 +393,7 @@ class Syncer:
         except SlurmError as exc:
             raw_nodes, error = None, str(exc)
             log.warning("syncer.poll_unreachable", cluster=cluster, error=error)
+        node_jobs = await self._read_jobs(view) if raw_nodes is not None else None
         view.read_at = {name: at for name, at in view.read_at.items() if at > listing_sent}
         outcome = apply_poll(
             cluster,
@@ -402,6 +404,7 @@ class Syncer:
             self.options.not_responding_confirm,
             self.options.drain_reasons,
             read_since_listing=view.read_at.keys(),
+            node_jobs=node_jobs,
         )
         view.states = outcome.states
         if raw_nodes is not None:
@@ -459,6 +462,21 @@ class Syncer:
             await self.sync_reservations(cluster)
         metrics.POLL_SECONDS.labels(cluster).observe(time.perf_counter() - started)
         return result
+
+    async def _read_jobs(self, view: ClusterView) -> dict[str, list[str]] | None:
+        """The jobs on each node of `view` (jobs.jobs_by_node), read in the poll that read its
+        nodes; None when Slurm does not answer: each node keeps the jobs it was last read
+        with. Only `why pod` shows them: neither a failure nor a malformed entry changes what
+        the poll makes of the nodes."""
+        try:
+            raw_jobs = await view.client.list_jobs()
+        except SlurmError as exc:
+            log.warning("syncer.jobs_unreadable", cluster=view.name, error=str(exc))
+            return None
+        read = jobs_by_node(raw_jobs)
+        if read.malformed:
+            log.error("syncer.malformed_jobs", cluster=view.name, problems=read.malformed[:5])
+        return read.by_node
 
     async def _publish_states(
         self,
@@ -732,6 +750,8 @@ class Syncer:
         except MalformedNode as exc:
             log.error("syncer.malformed_node", cluster=cluster, node=node, error=str(exc))
             return
+        # A one-node read has no job listing: the node keeps the jobs the last poll read.
+        read = carry_jobs(read, previous)
         # Right after our own UNDRAIN this read usually shows NOT_RESPONDING for a moment.
         settled = settle_not_responding(
             read,

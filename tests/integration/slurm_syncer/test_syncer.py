@@ -10,6 +10,8 @@ import pytest
 
 from clustersim.slurm import JobRequest, ManualClock, RunningSlurm
 from nodeflow_bus import Bus, PullConsumer
+from nodeflow_cli.main import slurm_node as cli_slurm_node
+from nodeflow_cli.verdicts import why_pod
 from nodeflow_contracts import codec
 from nodeflow_contracts.pod_protocol import POD_CORDON_ANNOTATION as POD_CORDON
 from nodeflow_contracts.pod_protocol import POD_CORDON_SOURCE_ANNOTATION as POD_CORDON_SOURCE
@@ -19,6 +21,7 @@ from nodeflow_contracts.slurm import (
     SlurmNodeState,
     SlurmPollResult,
 )
+from slurm_syncer.client import SlurmUnreachable
 from slurm_syncer.reasons import DrainReasons
 from slurm_syncer.syncer import Syncer, SyncerOptions
 from tests.integration.slurm_syncer.conftest import (
@@ -144,6 +147,12 @@ async def test_drain_while_busy_shows_draining_then_drained_with_reason(
     assert slurm.emulator.node_state("gpu-001") == ["ALLOCATED", "DRAIN"]
     draining = await stored_state(topology, "gpu-001")
     assert draining.draining and not draining.drained and draining.busy
+    # The job keeping the node is named, through the drain's read-back, in `why pod`.
+    assert draining.jobs == (str(job),) and draining.jobs_total == 1
+    verdict = why_pod(
+        kube.pod("gpu-001"), await cli_slurm_node(topology, CLUSTER, "gpu-001"), CLUSTER, []
+    )
+    assert f"4 of 4 CPUs allocated to jobs {job} as of " in verdict, verdict
     # The job ends: IDLE+DRAIN, Drained.
     clock.advance(61)
     slurm.cluster.tick()
@@ -159,6 +168,7 @@ async def test_drain_while_busy_shows_draining_then_drained_with_reason(
     )
     drained = await stored_state(topology, "gpu-001")
     assert drained.drained and not drained.draining and drained.reason_is_ours
+    assert drained.jobs == ()
     assert not any(c.op == "cordon" for c in watcher.commands)
     assert slurm.emulator.node_state("gpu-002") == ["IDLE"]
 
@@ -185,7 +195,8 @@ async def test_external_drain_is_left_untouched_through_cordon_and_uncordon(
     # Skipped entirely: no update sent, reason unchanged, pod not even marked.
     assert slurm.cluster.nodes["gpu-001"].reason == "bad DIMM (admin)"
     assert "nodeflow.dev/pod-cordon" not in kube.pod("gpu-001")["metadata"]["annotations"]
-    assert slurm.emulator.requests_served == requests + 1  # the poll only
+    # The poll only: its node listing and its job listing.
+    assert slurm.emulator.requests_served == requests + 2
 
     await kube.put_node(make_node("node-0"))
     await kube.update_pod(
@@ -643,3 +654,33 @@ async def test_rule_slurmctlds_not_responding_is_not_an_external_reason(
     # And the uncordon undoes it.
     await kube.put_node(make_node("node-1"))
     await eventually(lambda: slurm.emulator.node_state("gpu-002") == ["DOWN"])
+
+
+async def test_rule_a_failed_job_listing_keeps_the_node_busy_and_its_jobs_as_last_read(
+    topology: Bus,
+    slurm: RunningSlurm,
+    kube: KubeKV,
+    watcher: FakeWatcher,
+    syncer: Syncer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The job listing is one more request of each poll, read for `why pod` only: when it
+    fails the poll still succeeds and the node stays as busy as its own state says."""
+    await setup_cluster(slurm, kube)
+    job = slurm.cluster.submit_job(sleep_job("gpu-001"), "alice")
+    await syncer.start()
+    await eventually(
+        lambda: slurm_conditions(kube.pod("gpu-001")) == {"SlurmNodeStateAllocated": ""}
+    )
+    named = await stored_state(topology, "gpu-001")
+    assert named.busy and named.jobs == (str(job),)
+
+    async def refused() -> list[dict[str, object]]:
+        raise SlurmUnreachable(CLUSTER, "list jobs: connection refused")
+
+    monkeypatch.setattr(syncer.clusters[CLUSTER].client, "list_jobs", refused)
+    slurm.cluster.update_node("gpu-001", "root", ["DRAIN"], "bad DIMM (admin)", None)
+    assert (await syncer.poll_once(CLUSTER)).ok
+    kept = await stored_state(topology, "gpu-001")
+    assert kept.busy and kept.draining and not kept.drained
+    assert (kept.jobs, kept.jobs_read_at) == (named.jobs, named.jobs_read_at)

@@ -114,6 +114,28 @@ def test_why_pod_says_a_busy_node_keeps_its_pod_and_an_unknown_state_fails_close
     assert "not known (fail closed" in why_pod(pod, None, "sim", [])
 
 
+def test_rule_why_pod_names_the_jobs_on_a_busy_node_as_of_when_they_were_read() -> None:
+    pod = {
+        "metadata": {
+            "name": "gpu-001",
+            "namespace": "slurm",
+            "labels": {"nodeflow.dev/nodeset": "gpu"},
+        },
+        "status": {"phase": "Running"},
+    }
+    busy = {"known": True, "base_state": "Mixed", "busy": True, "cpus": 128, "alloc_cpus": 64}
+    jobs = {**busy, "jobs": ["4211", "4212"], "jobs_total": 2, "jobs_read_at": 1_800_000_000}
+    assert (
+        "busy: 64 of 128 CPUs allocated to jobs 4211, 4212 as of 2027-01-15T08:00:00Z "
+        "(not deleted while it runs a job)"
+    ) in why_pod(pod, jobs, "sim", [])
+    # More jobs than a state keeps: how many more.
+    many = {**jobs, "jobs_total": 7}
+    assert "to jobs 4211, 4212 and 5 more as of" in why_pod(pod, many, "sim", [])
+    # Jobs never read (an older syncer, a listing that failed so far): as before.
+    assert "CPUs allocated to jobs (not deleted" in why_pod(pod, busy, "sim", [])
+
+
 def test_why_gang_names_the_domain_it_could_not_find() -> None:
     group = {
         "metadata": {"name": "train", "namespace": "default"},
