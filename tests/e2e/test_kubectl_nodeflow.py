@@ -294,10 +294,14 @@ async def why_pod_names_the_busy_node_that_holds_a_scale_in(operator: Operator) 
             "gpu",
         )
     ).split()
-    verdict = await operator.until_output(f"kubectl nodeflow why pod {marked[0]}", "busy:")
+    job_id = (await operator.sh(SLURM + "slurm /jobs | jq -r '.jobs[0].job_id'")).strip()
+    # slurm-syncer names the job it read on the busy node (docs/slurm-syncer.md rule 19).
+    verdict = await operator.until_output(
+        f"kubectl nodeflow why pod {marked[0]}", f"allocated to jobs {job_id} as of "
+    )
     assert "marked for deletion: SlurmDelete=True" in verdict
     assert f"Slurm node sim/{marked[0]}:" in verdict
-    assert "allocated to jobs (not deleted while it runs a job)" in verdict
+    assert "(not deleted while it runs a job)" in verdict
     assert "NodeSet: default/gpu" in verdict
     # The NodeSet says the same where kubectl looks: ScaleDownWaiting names the busy pods
     # (each once slurm-syncer has drained its node).
