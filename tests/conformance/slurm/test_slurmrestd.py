@@ -21,6 +21,7 @@ from clustersim.slurm import SLURM_RELEASES
 from nodeflow_contracts.slurm_api import ERROR_FIELDS, NODE_FIELDS_READ, versions_in_openapi
 from slurm_syncer.auth import StaticToken
 from slurm_syncer.client import SlurmClient
+from slurm_syncer.jobs import jobs_by_node
 from tests.conformance.slurm.support import (
     BASE_STATES,
     BUSY_BASES,
@@ -156,6 +157,8 @@ async def test_drain_busy_node_drains_then_is_drained(slurm: SlurmTarget) -> Non
 
         job = await wait_for(running, f"job {job_id} to run on {name}")
         assert job["nodes"] == name, job["nodes"]
+        # slurm-syncer reads this entry as the job holding the node (its jobs.py).
+        assert jobs_by_node([job]).by_node == {name: [str(job["job_id"])]}, job
         (await slurm.update_node(name, state=["DRAIN"], reason=reason)).ok()
         node = await slurm.node(name)
         assert base(node["state"]) in BUSY_BASES and "DRAIN" in flags(node["state"]), node
