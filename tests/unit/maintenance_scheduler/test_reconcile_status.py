@@ -77,3 +77,34 @@ def test_rule_a_status_whose_conditions_are_null_gets_its_first_ready_condition(
     (condition,) = status["conditions"]
     assert condition["type"] == "Ready" and condition["reason"] == "Scheduled"
     assert condition["lastTransitionTime"] == rfc3339(LATER)
+
+
+def test_rule_a_ready_condition_without_a_transition_time_gets_one() -> None:
+    old = ready("Draining", T0)
+    del old["lastTransitionTime"]
+    request = nm("r", "n0", status={"conditions": [old]})
+    (condition,) = next_status(request, "Draining", LATER)["conditions"]
+    assert condition["lastTransitionTime"] == rfc3339(LATER)
+
+
+def test_rule_conditions_are_listed_by_type() -> None:
+    request = nm("r", "n0", status={"conditions": [ready("Draining", T0), requestor_failed()]})
+    listed = [c["type"] for c in next_status(request, "Ready", LATER)["conditions"]]
+    assert listed == ["Ready", "RequestorFailed"]
+    request = nm("r", "n0", status={"conditions": [requestor_failed()]})
+    listed = [c["type"] for c in next_status(request, "Ready", LATER)["conditions"]]
+    assert listed == ["Ready", "RequestorFailed"]
+
+
+def test_rule_an_empty_wait_list_removes_wait_for_completion_and_none_removes_drain() -> None:
+    request = nm(
+        "r",
+        "n0",
+        status={"waitForCompletion": ["default/job-0"], "drain": {"totalPods": 1}},
+    )
+    status = next_status(request, "Draining", LATER, wait_for_completion=(), drain=None)
+    assert "waitForCompletion" not in status
+    assert "drain" not in status
+    kept = next_status(request, "Draining", LATER)
+    assert kept["waitForCompletion"] == ["default/job-0"]
+    assert kept["drain"] == {"totalPods": 1}
