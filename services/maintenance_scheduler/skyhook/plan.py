@@ -746,21 +746,6 @@ def _records_stage_end(entry: PackageState | None, job: JobFacts | None, new: Pa
     )
 
 
-# The stages that open a cycle which drains the node first: before their Job has run,
-# nothing of the cycle has touched the host.
-_CYCLE_OPENING_STAGES = frozenset({"apply", "upgrade", "uninstall"})
-
-
-def _cycle_untouched(
-    skyhook: Skyhook, node: str, entry: PackageState, world: World, made: Mapping[str, str]
-) -> bool:
-    """The entry opens its cycle and no Job of it exists: draining the node can wait."""
-    if entry.state != stages.IN_PROGRESS or entry.stage not in _CYCLE_OPENING_STAGES:
-        return False
-    target = _job_name_of(skyhook, node, entry)
-    return target not in world.jobs and target not in made
-
-
 def step_node(
     skyhook: Skyhook,
     node: str,
@@ -983,12 +968,6 @@ def step_node(
         if (uninstall_interrupt or _interrupts(by_name.get(name), new)) and (
             new.state != stages.COMPLETE
         ):
-            if not may_start and _cycle_untouched(skyhook, node, new, world, made):
-                # Outside the batch (or paused) with nothing of its cycle run on the host
-                # yet (an edit sent an erroring node back to apply, say): its drain goes
-                # and comes back with its batch, so the nodes drained never outnumber the
-                # budget.
-                continue
             # The node is cordoned and drained from before apply until post-interrupt is
             # done; a failed stage keeps it out of service (fail closed) until the stage is
             # retried or the package changes.
