@@ -152,25 +152,18 @@ def commands_for(
                 now,
             ),
         ]
-    if isinstance(action, SetRuntimeTaint) and action.cordon:
+    if isinstance(action, SetRuntimeTaint) and action.cordon and not action.node.unschedulable:
+        # The taint goes only once the view shows the node cordoned (a later round): were the
+        # cordon refused or lost, the taint would otherwise go without it.
         node = action.node
-        cordon = _command(
-            f"runtime-cordon:{node.uid}:{node.resource_version}",
-            ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
-            k8s.CordonNode(),
-            "runtimeRequiredCordonAfter: cordoned before its runtime-required taint goes",
-            now,
-        )
         return [
-            cordon,
-            command_for(
-                action,
+            _command(
+                f"runtime-cordon:{node.uid}:{node.resource_version}",
+                ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+                k8s.CordonNode(),
+                "runtimeRequiredCordonAfter: cordoned before its runtime-required taint goes",
                 now,
-                namespace=namespace,
-                default_stage_timeout_seconds=default_stage_timeout_seconds,
-                drain_timeout_seconds=drain_timeout_seconds,
-                options=options,
-            ),
+            )
         ]
     return [
         command_for(
@@ -383,9 +376,8 @@ def command_for(
                 "annotations": {action.names.auto_taint_annotation(str(key)): "true"}
             }
         elif action.cordon:
-            # The mark comes with the taint's removal, after the cordon (commands_for): the
-            # taint goes only with the cordon in place (S57). The cordon moves the node's
-            # resourceVersion, so this patch is refused once and sent again next round.
+            # The mark comes with the taint's removal, sent only once the view shows the node
+            # cordoned (commands_for), at the resourceVersion that shows it (S57).
             taint_patch["metadata"] = {
                 "annotations": {action.names.runtime_required_cordon_annotation: "true"}
             }

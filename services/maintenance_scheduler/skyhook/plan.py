@@ -269,8 +269,9 @@ class SetRuntimeTaint:
     present: bool
     # Whose taint it is (its autoTaint_<key> annotation is of these names).
     names: SkyhookNames = SKYHOOK
-    # With the removal (runtimeRequiredCordonAfter, S57): cordon the node and mark it
-    # runtimeRequiredCordon in the same patch, so no pod schedules in between.
+    # With the removal (runtimeRequiredCordonAfter, S57): the node is cordoned first, and the
+    # taint goes with the runtimeRequiredCordon mark only once the view shows the cordon, so
+    # no pod schedules in between (commands.commands_for).
     cordon: bool = False
 
 

@@ -163,10 +163,14 @@ def _removals(spec: dict[str, Any]) -> list[SetRuntimeTaint]:
 
 def test_rule_cordon_after_cordons_and_marks_the_node_when_the_taint_goes() -> None:
     (removal,) = _removals({"runtimeRequired": True, "runtimeRequiredCordonAfter": True})
-    assert removal.cordon
-    cordon, untaint = commands(removal)
-    # The cordon goes first: the taint is removed only with the node cordoned.
+    assert removal.cordon and not removal.node.unschedulable
+    # The cordon goes first, alone: the taint is removed only once the view shows the node
+    # cordoned (were the cordon refused or lost, the taint would stay).
+    (cordon,) = commands(removal)
     assert isinstance(cordon.operation, k8s.CordonNode)
+    cordoned = replace(removal, node=replace(removal.node, unschedulable=True))
+    (untaint,) = commands(cordoned)
+    assert untaint.target.resource_version == removal.node.resource_version
     patch = msgspec_to_builtins(untaint.operation)["patch"]
     assert patch["spec"]["taints"] is None
     assert patch["metadata"]["annotations"] == {MARK: "true"}
