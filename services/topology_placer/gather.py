@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -370,15 +371,29 @@ def _fill_order(domain: Domain, sums: DomainSlots, out: list[str]) -> None:
             _fill_order(child, sums, out)
 
 
-# How many steps the packing search of one domain may take (a step: one member tried on the
-# nodes it may go to). Gangs of real jobs (a launcher or a master, a few parameter servers,
-# any number of workers) take a few dozen at most; a domain whose search reaches the bound
-# is treated as not fitting, and the gather's message says so.
+# How many steps the packing search may take for one gang in one gather (a step: one member
+# tried on the nodes it may go to), all its candidate domains together, so one pass's worst
+# case is bounded whatever the number of domains. Gangs of real jobs (a launcher or a master,
+# a few parameter servers, any number of workers) take a few dozen at most; a domain whose
+# search reaches the bound, or that is reached once it is spent (first fit only), is treated
+# as not fitting, and the gather's message says so.
 PACK_SEARCH_STEPS = 5_000
 
 
 class _SearchBound(Exception):
-    """The packing search of one domain took PACK_SEARCH_STEPS steps without an answer."""
+    """The packing search took every step of its budget without an answer."""
+
+
+class _SearchBudget:
+    """The steps the packing search has left, shared by every domain of one gather."""
+
+    def __init__(self, steps: int) -> None:
+        self.left = steps
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise _SearchBound
 
 
 def _pack(
@@ -388,7 +403,7 @@ def _pack(
     free: Mapping[str, Mapping[str, int]],
     sums: DomainSlots,
     scarcest_first: Sequence[int],
-    steps: int = PACK_SEARCH_STEPS,
+    budget: _SearchBudget,
     gave_up: list[str] | None = None,
 ) -> dict[str, str] | None:
     """Every member on a node of `domain` with its own request and filters, or None. The
@@ -398,15 +413,16 @@ def _pack(
 
     First fit can miss a packing (the workers take the only nodes the launcher may use while
     nodes only workers may use stay empty); then the exact search (`_search_pack`) decides,
-    within `steps`. A domain whose search reaches the bound is None, and its name is
-    appended to `gave_up`: never a partial gang, and the caller can say why."""
+    within what is left of `budget`. A domain whose search reaches the bound (or that is
+    reached with the budget spent) is None, and its name is appended to `gave_up`: never a
+    partial gang, and the caller can say why."""
     order: list[str] = []
     _fill_order(domain, sums, order)
     placed = _first_fit(order, members, shapes, free, scarcest_first)
     if placed is not None:
         return placed
     try:
-        return _search_pack(order, members, shapes, free, scarcest_first, steps)
+        return _search_pack(order, members, shapes, free, scarcest_first, budget)
     except _SearchBound:
         if gave_up is not None:
             gave_up.append(domain.display)
@@ -492,16 +508,28 @@ def _node_classes(
     return list(classes.values())
 
 
+@dataclass
+class _Frame:
+    """`_search_pack`'s stack entry: a searched member tried on its candidates in turn."""
+
+    position: int
+    # (position, hash of the loads): the state a failure is remembered by.
+    state: tuple[int, int]
+    candidates: Iterator[tuple[int, tuple[int, ...]]]
+    # The (class, load, grown load) the member is on now, taken back before the next try.
+    tried: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
+
+
 def _search_pack(
     order: Sequence[str],
     members: Sequence[tuple[str, int]],
     shapes: Sequence[PodShape],
     free: Mapping[str, Mapping[str, int]],
     scarcest_first: Sequence[int],
-    steps: int,
+    budget: _SearchBudget,
 ) -> dict[str, str] | None:
     """Every member on a node of `order` (the domain's nodes in fill order), or None when no
-    packing exists; raises _SearchBound after `steps` steps without an answer.
+    packing exists; raises _SearchBound once `budget` is spent without an answer.
 
     Exact: the members of every shape but the most numerous (the launcher, a master) are
     put one by one, depth first, backtracking; the most numerous shape is then counted, not
@@ -512,6 +540,12 @@ def _search_pack(
     searched again. Each step first checks that shape by shape enough slots remain and
     resource by resource enough is free (what `_MixedSums.may_take` checks of a domain,
     here kept up to date as members are put), so a hopeless branch ends at once.
+
+    A step costs little whatever the number of classes: the search keeps its own stack (a
+    gang of thousands of members goes as deep as it has members, never into Python's
+    recursion limit), a state is known by a hash updated as loads change (128 random bits
+    per (class, load, count): two states share one with odds below 2**-100), and the
+    loads a member may join are kept per shape as they change, never sorted per step.
 
     The packing found is laid out as first fit lays one out: each class's loaded nodes are
     its first in fill order, and each shape's members go in rank order onto the nodes in
@@ -524,6 +558,10 @@ def _search_pack(
         remaining[index] += 1
     bulk = max(range(width), key=lambda i: (remaining[i], -i))
     searched = [i for i in scarcest_first if i != bulk for _ in range(remaining[i])]
+    # Each searched member takes a step: a search that cannot reach its last member within
+    # the budget is refused at once rather than run to the bound.
+    if len(searched) >= budget.left:
+        raise _SearchBound
     requests = [shape.request for shape in shapes]
     resources = sorted({r for request in requests for r, amount in request.items() if amount > 0})
     empty = (0,) * width
@@ -544,6 +582,8 @@ def _search_pack(
     groups: dict[tuple[int, tuple[int, ...]], int] = {
         (j, empty): len(node_class.nodes) for j, node_class in enumerate(classes)
     }
+    # Empty nodes per class, read lazily while a member's candidates are walked.
+    empties = [len(node_class.nodes) for node_class in classes]
     slots_cache: dict[tuple[int, tuple[int, ...]], list[int]] = {}
 
     def slots(j: int, load: tuple[int, ...]) -> list[int]:
@@ -563,6 +603,11 @@ def _search_pack(
             ]
         return found
 
+    # Per shape: the classes whose empty nodes take one of its members, in fill order, and
+    # the loaded (class, load) groups that still take one, in the order they were loaded.
+    empty_fits = [[j for j in range(len(classes)) if slots(j, empty)[i] > 0] for i in range(width)]
+    loaded_fits: list[dict[tuple[int, tuple[int, ...]], None]] = [{} for _ in range(width)]
+
     # What every node still takes of each shape (and group of shapes), and has free of each
     # resource, summed.
     have_slots = [0] * len(groups_of_shapes)
@@ -570,6 +615,22 @@ def _search_pack(
         for position, count in enumerate(slots(j, empty)):
             have_slots[position] += len(node_class.nodes) * count
     have_free = {r: sum(len(c.nodes) * c.room.get(r, 0) for c in classes) for r in resources}
+
+    # The state's hash: the XOR of a random word per (class, load, count) group held.
+    words: dict[tuple[int, tuple[int, ...], int], int] = {}
+    draw = random.Random(0)
+
+    def word(j: int, load: tuple[int, ...], count: int) -> int:
+        if count == 0:
+            return 0
+        found = words.get((j, load, count))
+        if found is None:
+            found = words[(j, load, count)] = draw.getrandbits(128)
+        return found
+
+    state_hash = 0
+    for (j, load), count in groups.items():
+        state_hash ^= word(j, load, count)
 
     def taking() -> bool:
         for have, (together, _) in zip(have_slots, groups_of_shapes, strict=True):
@@ -581,17 +642,34 @@ def _search_pack(
                 return False
         return True
 
+    def regroup(j: int, load: tuple[int, ...], change: int) -> None:
+        """One node of class j more (1) or fewer (-1) holding `load`."""
+        nonlocal state_hash
+        before = groups.get((j, load), 0)
+        after = before + change
+        state_hash ^= word(j, load, before) ^ word(j, load, after)
+        if after:
+            groups[(j, load)] = after
+        else:
+            del groups[(j, load)]
+        if load == empty:
+            empties[j] = after
+        elif before == 0 or after == 0:
+            takes = slots(j, load)
+            for index in range(width):
+                if takes[index] > 0:
+                    if after:
+                        loaded_fits[index][(j, load)] = None
+                    else:
+                        del loaded_fits[index][(j, load)]
+
     def shift(
         j: int, before: tuple[int, ...], after: tuple[int, ...], index: int, sign: int
     ) -> None:
         """One node of class j goes from `before` to `after`, a member of `index` put on it
         (sign 1) or taken back (sign -1)."""
-        left = groups[(j, before)] - 1
-        if left:
-            groups[(j, before)] = left
-        else:
-            del groups[(j, before)]
-        groups[(j, after)] = groups.get((j, after), 0) + 1
+        regroup(j, before, -1)
+        regroup(j, after, 1)
         for position, (old, new) in enumerate(zip(slots(j, before), slots(j, after), strict=True)):
             have_slots[position] += new - old
         for resource, amount in requests[index].items():
@@ -599,46 +677,62 @@ def _search_pack(
                 have_free[resource] -= sign * amount
         remaining[index] -= sign
 
-    failed: set[tuple[int, tuple[tuple[tuple[int, tuple[int, ...]], int], ...]]] = set()
-    budget = [steps]
+    failed: set[tuple[int, int]] = set()
 
-    def put(position: int) -> bool:
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise _SearchBound
+    stack: list[_Frame] = []
+
+    def enter(position: int) -> bool | None:
+        """One step: True when every searched member is put, False when this state cannot
+        take the rest, None when a frame for the member at `position` was pushed."""
+        budget.spend()
         if not taking():
             return False
         if position == len(searched):
             # Only the most numerous shape is left, and the nodes' slots cover it (taking).
             return True
-        state = (position, tuple(sorted(groups.items())))
+        state = (position, state_hash)
         if state in failed:
             return False
         index = searched[position]
         # Beside members already put first (packed as first fit packs), then empty nodes,
         # classes in fill order.
-        for j, load in sorted(groups, key=lambda group: (group[1] == empty, group[0], group[1])):
-            if slots(j, load)[index] <= 0:
-                continue
-            grown = tuple(count + (i == index) for i, count in enumerate(load))
-            shift(j, load, grown, index, 1)
-            if put(position + 1):
-                return True
-            shift(j, grown, load, index, -1)
-        failed.add(state)
-        return False
+        fits = empty_fits[index]
+        candidates = itertools.chain(
+            list(loaded_fits[index]),
+            ((j, empty) for j in itertools.compress(fits, map(empties.__getitem__, fits))),
+        )
+        stack.append(_Frame(position, state, candidates))
+        return None
 
-    if not put(0):
+    outcome = enter(0)
+    while outcome is not True and stack:
+        frame = stack[-1]
+        index = searched[frame.position]
+        if frame.tried is not None:
+            j, load, grown = frame.tried
+            shift(j, grown, load, index, -1)
+            frame.tried = None
+        for j, load in frame.candidates:
+            if groups.get((j, load), 0) > 0:
+                grown = tuple(count + (i == index) for i, count in enumerate(load))
+                shift(j, load, grown, index, 1)
+                frame.tried = (j, load, grown)
+                outcome = enter(frame.position + 1)
+                break
+        else:
+            failed.add(frame.state)
+            stack.pop()
+            outcome = False
+    if outcome is not True:
         return None
     # Each class's loaded nodes first, in fill order; what each node takes of each shape.
+    loads_of: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+    for (j, load), count in groups.items():
+        loads_of.setdefault(j, []).append((load, count))
     takes: dict[str, list[int]] = {}
-    for j, node_class in enumerate(classes):
-        nodes = iter(node_class.nodes)
-        loads = sorted(
-            ((load, count) for (k, load), count in groups.items() if k == j),
-            key=lambda item: (item[0] == empty, item[0]),
-        )
-        for load, count in loads:
+    for j, loads in loads_of.items():
+        nodes = iter(classes[j].nodes)
+        for load, count in sorted(loads, key=lambda item: (item[0] == empty, item[0])):
             for node in itertools.islice(nodes, count):
                 takes[node] = [
                     slots(j, load)[bulk] if index == bulk else load[index] for index in range(width)
@@ -761,12 +855,13 @@ def _place_mixed(
     scope: Sequence[Domain],
     lowest: int,
     highest: int,
-    steps: int = PACK_SEARCH_STEPS,
+    budget: _SearchBudget,
     gave_up: list[str] | None = None,
 ) -> Placement | None:
     """Rules 3-6 for a gang of several shapes inside `scope`, layers from `lowest` up to
-    `highest` depth. A candidate whose packing search reaches `steps` is passed over (and
-    appended to `gave_up`), as one that does not take the gang."""
+    `highest` depth. A candidate whose packing search reaches the end of `budget` (shared
+    by every candidate) is passed over (and appended to `gave_up`), as one that does not
+    take the gang."""
     counts, largest, per_shape = sums.counts, sums.largest, sums.per_shape
     for depth in range(lowest, highest - 1, -1):
         candidates = [
@@ -792,7 +887,7 @@ def _place_mixed(
                 free,
                 sums.together,
                 scarcest_first,
-                steps,
+                budget,
                 gave_up,
             )
             if placed is not None:
@@ -821,8 +916,9 @@ def gather_mixed(
     `free` is what each node has left. A domain is a candidate when, shape by shape, it
     offers as many slots as the gang has pods of that shape (necessary, not sufficient: the
     shapes share the nodes), and is taken when its nodes really take every member (`_pack`:
-    first fit, then an exact search of at most `pack_steps` steps; a domain whose search
-    reaches the bound is passed over, and named in the message when nothing fits).
+    first fit, then an exact search of at most `pack_steps` steps for all the domains
+    together; a domain whose search reaches the bound, or that is reached once it is spent,
+    is passed over, and named in the message when nothing fits).
     Candidates are tried deepest layer first, tightest first (rule 4, on the slots of all
     shapes together). podCountMultiple floors the slots of the shape with most pods (the
     workers a multiple is written for); a lone launcher is not counted in it.
@@ -845,7 +941,7 @@ def gather_mixed(
         scope,
         lowest,
         highest,
-        pack_steps,
+        _SearchBudget(pack_steps),
         gave_up,
     )
     if placed is not None:
@@ -891,6 +987,8 @@ def gather_mixed_within_each(
     sums = _mixed_sums(tree, members_in_rank_order, shapes, free, read, {})
     node_depth = len(tree.spec.layers) + 1
     must_depth = 0 if read.must_depth is None else read.must_depth
+    # One budget for every domain: the worst case of a preemption class's costing is bounded.
+    budget = _SearchBudget(PACK_SEARCH_STEPS)
     for domain in domains:
         if not sums.may_take(domain):
             continue
@@ -899,7 +997,7 @@ def gather_mixed_within_each(
         else:
             scope, highest = _scope(tree, read, domain.path)
         placed = _place_mixed(
-            tree, members_in_rank_order, shapes, free, sums, scope, node_depth, highest
+            tree, members_in_rank_order, shapes, free, sums, scope, node_depth, highest, budget
         )
         if placed is not None:
             yield domain, placed

@@ -111,6 +111,88 @@ def test_rule_a_packing_search_that_reaches_its_bound_places_nothing_and_says_so
     )
 
 
+def test_rule_a_packing_search_deeper_than_pythons_recursion_limit_ends_at_its_bound() -> None:
+    """1,200 members of the searched shape (3 GPUs, one a node) beside 2,401 of the most
+    numerous (2 GPUs): 2,400 nodes of 4 GPUs, each with its own CPU figure (a class of its
+    own), hold 1,200 + 2,400 at most. The search goes 1,200 members deep before it can tell,
+    beyond Python's recursion limit of 1,000 and within the bound of 5,000 steps: it keeps its
+    own stack and ends at its bound, never with a RecursionError that fails the whole pass."""
+    names = [f"n{i}" for i in range(2400)]
+    tree = _tree([(name, "b1") for name in names])
+    free: dict[str, Mapping[str, int]] = {
+        name: {"cpu": 100 + i, "gpu": 4} for i, name in enumerate(names)
+    }
+    usable = frozenset(names)
+    shapes = [PodShape({"cpu": 1, "gpu": 3}, usable), PodShape({"cpu": 1, "gpu": 2}, usable)]
+    members = [(f"a-{k}", 0) for k in range(1200)] + [(f"b-{k}", 1) for k in range(2401)]
+    stopped = gather_mixed(tree, members, shapes, free, ())
+    assert isinstance(stopped, NoFit)
+    assert stopped.message.endswith(
+        "; the packing search stopped at its bound of 5000 steps in cluster, treated as not fitting"
+    )
+
+
+def test_rule_a_packing_first_fit_misses_is_found_1100_members_deep() -> None:
+    """The trap of `_trap_for_gather` at scale: 1,200 nodes x (12 CPU, 8 GPUs) that 1,100
+    launchers (6 CPU) may use, 1,200 nodes y (8 CPU, 8 GPUs), 1,850 workers (8 CPU, 8 GPUs)
+    anywhere. First fit puts workers on every x node first; the packing puts the launchers two
+    a node on 550 x nodes, found 1,100 members deep, beyond Python's recursion limit."""
+    xs = [f"x{i}" for i in range(1200)]
+    ys = [f"y{i}" for i in range(1200)]
+    tree = _tree([(name, "b1") for name in xs + ys])
+    x_free, y_free = {"cpu": 12000, "gpu": 8}, {"cpu": 8000, "gpu": 8}
+    free: dict[str, Mapping[str, int]] = {**dict.fromkeys(xs, x_free), **dict.fromkeys(ys, y_free)}
+    shapes = [
+        PodShape({"cpu": 8000, "gpu": 8}, frozenset(xs + ys)),
+        PodShape({"cpu": 6000}, frozenset(xs)),
+    ]
+    members = [(f"worker-{k}", 0) for k in range(1850)] + [
+        (f"launcher-{k}", 1) for k in range(1100)
+    ]
+    found = gather_mixed(tree, members, shapes, free, ())
+    assert isinstance(found, Placement), found.message
+    on: dict[str, list[str]] = {}
+    for name, where in found.assignments:
+        on.setdefault(where, []).append(name)
+    assert len(found.assignments) == len(members)
+    for where, names in on.items():
+        launchers = sum(name.startswith("launcher") for name in names)
+        workers = len(names) - launchers
+        assert (workers, launchers) in {(1, 0), (0, 1), (0, 2)}, (where, names)
+        assert not launchers or where.startswith("x")
+
+
+def test_rule_the_packing_search_bound_is_shared_by_every_domain_of_a_gather() -> None:
+    """Block b2 is the trap of `_trap_for_gather` (first fit misses, the search packs it in 2
+    steps). Block b1, tighter and so tried first, takes no packing (the launcher may use only
+    m1, and both workers need m1 and m2) and its search spends 2 steps to prove it. With a
+    bound of 2 steps for the whole gather, b2 gets first fit only: the gang is not placed,
+    and the message names b2 as given up; with the default bound b2 is taken."""
+    tree = _tree([("m1", "b1"), ("m2", "b1"), ("n1", "b2"), ("n2", "b2"), ("n3", "b2")])
+    members = [("worker-0", 0), ("worker-1", 0), ("launcher", 1)]
+    shapes = [
+        PodShape({"cpu": 8000, "gpu": 8}, frozenset({"m1", "m2", "n1", "n2", "n3"})),
+        PodShape({"cpu": 6000}, frozenset({"m1", "n1", "n2"})),
+    ]
+    big = {"cpu": 12000, "gpu": 8}
+    free: dict[str, Mapping[str, int]] = {
+        "m1": big,
+        "m2": {"cpu": 10000, "gpu": 8},
+        "n1": big,
+        "n2": big,
+        "n3": {"cpu": 8000, "gpu": 8},
+    }
+    rules = (GatherRule("BlockLayer", "MustGather"),)
+    found = gather_mixed(tree, members, shapes, free, rules)
+    assert isinstance(found, Placement)
+    assert found.domain == ("s1", "b2")
+    stopped = gather_mixed(tree, members, shapes, free, rules, pack_steps=2)
+    assert isinstance(stopped, NoFit)
+    assert stopped.message.endswith(
+        "; the packing search stopped at its bound of 2 steps in s1/b2, treated as not fitting"
+    )
+
+
 def test_rule_a_mixed_gang_preempts_no_more_than_a_packing_first_fit_misses_needs() -> None:
     """The trap of the first test, n3 taken by a priority-10 pod, and a fourth node n4 the
     launcher may use (12 CPU, no GPU) of which a priority-20 pod takes 8 CPU. Evicting the
