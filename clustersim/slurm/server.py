@@ -78,6 +78,25 @@ class Faults:
 
 
 @dataclass
+class Intercepted:
+    """A fault on one endpoint (SlurmEmulator.intercept): its requests are counted, held
+    until `release()` when `held`, then answered `status` (None: served as usual)."""
+
+    path: str
+    held: bool = False
+    status: int | None = None
+    requests: int = 0
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def matches(self, request_path: str) -> bool:
+        return request_path.rstrip("/").endswith(self.path)
+
+
+@dataclass
 class _Reply:
     """What a handler produced: the data keys of the body, plus warnings."""
 
@@ -121,6 +140,7 @@ class SlurmEmulator:
         self.proxy_users = frozenset({"root", slurm_user})
         self.faults = Faults()
         self.requests_served = 0
+        self.intercepted: list[Intercepted] = []
 
     # ---- Python API used by the simulated kubelet / CLI ----
 
@@ -182,7 +202,18 @@ class SlurmEmulator:
                 self.faults._rng.seed(value)
         log.info("slurm_faults_set", cluster=self.name, **self.faults.as_dict())
 
+    def intercept(self, path: str, *, held: bool = False, status: int | None = None) -> Intercepted:
+        """Count the requests of the endpoint whose path (under `/slurm/<version>`) ends with
+        `path`, hold each until released when `held` (a slow slurmctld answering one query),
+        then answer `status` if given (a failing one); until clear_faults."""
+        fault = Intercepted(path, held=held, status=status)
+        self.intercepted.append(fault)
+        return fault
+
     def clear_faults(self) -> None:
+        for fault in self.intercepted:
+            fault.release()
+        self.intercepted = []
         self.faults = Faults()
 
     async def drive(self, interval: float = 0.5) -> None:
@@ -221,6 +252,13 @@ class SlurmEmulator:
         self.requests_served += 1
         if self.faults.latency > 0:
             await asyncio.sleep(self.faults.latency)
+        for fault in [f for f in self.intercepted if f.matches(request.path)]:
+            fault.requests += 1
+            fault.arrived.set()
+            if fault.held:
+                await fault.released.wait()
+            if fault.status is not None:
+                return web.Response(status=fault.status, text="Simulated failure")
         if self.faults.down == "503":
             return web.Response(status=503, text="Service Unavailable")
         response = await handler(request)

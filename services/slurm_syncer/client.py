@@ -367,9 +367,12 @@ class SlurmClient:
             raise ValueError(f"slurmrestd {version.name} cannot delete reservations")
         await self.request("DELETE", f"/reservation/{name}", what=f"delete reservation {name}")
 
-    async def list_jobs(self) -> list[Json]:
-        """Every job slurmctld still holds (`GET /jobs`), whatever its state (jobs.py)."""
-        body = await self.request("GET", "/jobs", what="list jobs", retry_errors_in_body=True)
+    async def list_jobs(self, *, attempts: int | None = None) -> list[Json]:
+        """Every job slurmctld still holds (`GET /jobs`), whatever its state (jobs.py);
+        `attempts` (None: the client's) bounds the tries."""
+        body = await self.request(
+            "GET", "/jobs", what="list jobs", retry_errors_in_body=True, attempts=attempts
+        )
         return _list_of_objects(self.cluster, body, "jobs")
 
     # --- one request, checked and retried ----------------------------------------------------
@@ -383,8 +386,10 @@ class SlurmClient:
         what: str,
         retry_errors_in_body: bool = False,
         node_listing: bool = False,
+        attempts: int | None = None,
     ) -> Json:
-        """One call of the `/slurm/` API, `path` under the chosen version's prefix."""
+        """One call of the `/slurm/` API, `path` under the chosen version's prefix, tried up
+        to `attempts` times (None: the client's `attempts`)."""
         version = await self.negotiate()
         return await self._call(
             method,
@@ -393,6 +398,7 @@ class SlurmClient:
             what=what,
             retry_errors_in_body=retry_errors_in_body,
             node_listing=node_listing,
+            attempts=attempts,
         )
 
     async def _call(
@@ -404,8 +410,9 @@ class SlurmClient:
         what: str,
         retry_errors_in_body: bool = False,
         node_listing: bool = False,
+        attempts: int | None = None,
     ) -> Json:
-        attempts = self.options.attempts
+        attempts = self.options.attempts if attempts is None else attempts
         refreshed_token = False
         attempt = 0
         while True:

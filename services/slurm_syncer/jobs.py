@@ -108,9 +108,10 @@ def with_jobs(state: SlurmNodeState, job_ids: Sequence[str], read_at: float) -> 
 
 
 def carry_jobs(state: SlurmNodeState, previous: SlurmNodeState | None) -> SlurmNodeState:
-    """`state` (read without the job listing: a one-node read-back, or a poll whose job
-    listing failed) with the jobs last read on the node, still saying when they were read."""
-    if previous is None or not previous.known or not state.known:
+    """`state` (read without the job listing: a poll's node listing, a one-node read-back)
+    with the jobs last read on the node, still saying when they were read. A node that is not
+    busy by its own state names none: no job holds it, whatever an older listing showed."""
+    if previous is None or not previous.known or not state.known or not state.busy:
         return state
     return msgspec.structs.replace(
         state,

@@ -307,3 +307,31 @@ def apply_poll(
         if not same_state(previous.get(name), state):
             outcome.changed.append(state)
     return outcome
+
+
+@dataclass
+class JobsOutcome:
+    """The states of a cluster once a job listing is read into them, and the nodes whose
+    state became worth publishing (same_state)."""
+
+    states: dict[str, SlurmNodeState]
+    changed: list[str] = field(default_factory=list)
+
+
+def apply_jobs(
+    states: Mapping[str, SlurmNodeState],
+    node_jobs: Mapping[str, Sequence[str]],
+    read_at: float,
+) -> JobsOutcome:
+    """`states` naming the jobs of `node_jobs` (jobs.jobs_by_node, a listing sent at
+    `read_at`): every node gets them, so a later publish carries the newest jobs, but only
+    the nodes whose state changed by same_state's measure (a busy node whose jobs became
+    known or all went) are named in `changed`. Nothing else of a state moves: the jobs never
+    change `busy` or any derived state."""
+    outcome = JobsOutcome(states={})
+    for name, state in states.items():
+        named = with_jobs(state, node_jobs.get(name, ()), read_at)
+        outcome.states[name] = named
+        if not same_state(state, named):
+            outcome.changed.append(name)
+    return outcome

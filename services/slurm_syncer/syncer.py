@@ -60,6 +60,7 @@ from slurm_syncer.jobs import carry_jobs, jobs_by_node
 from slurm_syncer.nodestate import (
     DEFAULT_NOT_RESPONDING_CONFIRM_SECONDS,
     MalformedNode,
+    apply_jobs,
     apply_poll,
     parse_node,
     same_state,
@@ -109,6 +110,9 @@ class SyncerOptions:
     # How long a started pod's slurmd may take to register before NodeNotRegistered is
     # written (reconcile.registration_pending); None: the poll interval.
     registration_wait: float | None = None
+    # How long a poll's job listing (`GET /jobs`, for `why pod` only, read once the node
+    # states are published) may take, in one try; None: half the poll interval.
+    jobs_timeout: float | None = None
 
 
 @dataclass
@@ -229,6 +233,11 @@ class Syncer:
                 if self.options.registration_wait is None
                 else self.options.registration_wait
             ),
+        )
+        self._jobs_timeout = (
+            self.options.poll_interval / 2
+            if self.options.jobs_timeout is None
+            else self.options.jobs_timeout
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._wakeups: dict[str, asyncio.Event] = {}
@@ -393,7 +402,6 @@ class Syncer:
         except SlurmError as exc:
             raw_nodes, error = None, str(exc)
             log.warning("syncer.poll_unreachable", cluster=cluster, error=error)
-        node_jobs = await self._read_jobs(view) if raw_nodes is not None else None
         view.read_at = {name: at for name, at in view.read_at.items() if at > listing_sent}
         outcome = apply_poll(
             cluster,
@@ -404,7 +412,6 @@ class Syncer:
             self.options.not_responding_confirm,
             self.options.drain_reasons,
             read_since_listing=view.read_at.keys(),
-            node_jobs=node_jobs,
         )
         view.states = outcome.states
         if raw_nodes is not None:
@@ -461,22 +468,44 @@ class Syncer:
             await self.prune(cluster)
             await self.sync_reservations(cluster)
         metrics.POLL_SECONDS.labels(cluster).observe(time.perf_counter() - started)
+        if view.reachable:
+            # Last, once the poll's node states are out and acted on: the jobs are for
+            # `why pod` only, so a slow or failing job listing never holds a node state back.
+            await self._read_jobs(view)
         return result
 
-    async def _read_jobs(self, view: ClusterView) -> dict[str, list[str]] | None:
-        """The jobs on each node of `view` (jobs.jobs_by_node), read in the poll that read its
-        nodes; None when Slurm does not answer: each node keeps the jobs it was last read
-        with. Only `why pod` shows them: neither a failure nor a malformed entry changes what
-        the poll makes of the nodes."""
+    async def _read_jobs(self, view: ClusterView) -> None:
+        """Name on each node of `view` the jobs holding it (jobs.jobs_by_node) and publish the
+        states that this changes (nodestate.apply_jobs). One try, bounded by `jobs_timeout`:
+        the next poll is the retry. When Slurm does not answer in time each node keeps the
+        jobs it was last read with (and when). Only `why pod` shows them: neither a failure
+        nor a malformed entry changes what the poll made of the nodes."""
+        read_at = self._clock()
         try:
-            raw_jobs = await view.client.list_jobs()
-        except SlurmError as exc:
-            log.warning("syncer.jobs_unreadable", cluster=view.name, error=str(exc))
-            return None
+            async with asyncio.timeout(self._jobs_timeout):
+                raw_jobs = await view.client.list_jobs(attempts=1)
+        except (SlurmError, TimeoutError) as exc:
+            log.warning(
+                "syncer.jobs_unreadable",
+                cluster=view.name,
+                error=str(exc) or f"no answer within {self._jobs_timeout}s",
+            )
+            return
         read = jobs_by_node(raw_jobs)
         if read.malformed:
             log.error("syncer.malformed_jobs", cluster=view.name, problems=read.malformed[:5])
-        return read.by_node
+        # Read into the states without awaiting: no read-back lands between the two.
+        outcome = apply_jobs(view.states, read.by_node, read_at)
+        view.states = outcome.states
+        if not outcome.changed:
+            return
+        # States still owed (the poll's batch failed, or a read-back's waits for the lock)
+        # go with the publish already due: the next poll's, beside its cluster status.
+        owed = bool(view.unpublished)
+        view.unpublished.update(outcome.changed)
+        metrics.NODE_CHANGES.labels(view.name).inc(len(outcome.changed))
+        if not owed:
+            await self._publish_states(view)
 
     async def _publish_states(
         self,

@@ -675,7 +675,7 @@ async def test_rule_a_failed_job_listing_keeps_the_node_busy_and_its_jobs_as_las
     named = await stored_state(topology, "gpu-001")
     assert named.busy and named.jobs == (str(job),)
 
-    async def refused() -> list[dict[str, object]]:
+    async def refused(**_: object) -> list[dict[str, object]]:
         raise SlurmUnreachable(CLUSTER, "list jobs: connection refused")
 
     monkeypatch.setattr(syncer.clusters[CLUSTER].client, "list_jobs", refused)

@@ -17,7 +17,7 @@ from clustersim.slurm.model import JobRequest, SlurmCluster
 from nodeflow_contracts.slurm import JOBS_KEPT, SlurmNodeState
 from nodeflow_contracts.slurm_api import API_VERSIONS
 from slurm_syncer.jobs import HOLDING_STATES, carry_jobs, jobs_by_node, with_jobs
-from slurm_syncer.nodestate import apply_poll, parse_node, same_state
+from slurm_syncer.nodestate import apply_jobs, apply_poll, parse_node, same_state
 from tests.conformance.slurm.openapi_facts import Captured, _Spec, captured_documents
 
 
@@ -173,6 +173,42 @@ def test_rule_a_failed_job_listing_keeps_the_jobs_last_read_and_when() -> None:
     # A node that cannot be read names no job (nothing is known of it).
     unreadable = apply_poll("a", failed.states, None, 4.0)
     assert unreadable.states["gpu-001"].jobs == ()
+
+
+def test_rule_a_job_listing_read_after_the_poll_names_every_node_but_publishes_only_changes() -> (
+    None
+):
+    """The syncer reads the jobs once the poll's node states are out (apply_jobs): every node
+    then holds the newest jobs, but only a busy node whose jobs became known or all went is
+    published again; nothing but the jobs moves."""
+    polled = apply_poll("a", {}, [node(), {**node("IDLE"), "name": "gpu-002"}], 1.0).states
+    read = apply_jobs(polled, {"gpu-001": ["4211"], "gpu-002": ["9"]}, 2.0)
+    assert read.changed == ["gpu-001"]
+    busy, idle = read.states["gpu-001"], read.states["gpu-002"]
+    assert (busy.jobs, busy.jobs_read_at, busy.observed_at) == (("4211",), 2.0, 1.0)
+    assert idle.jobs == ("9",) and same_state(idle, polled["gpu-002"])
+    churn = apply_jobs(read.states, {"gpu-001": ["4212"]}, 3.0)
+    assert churn.changed == [] and churn.states["gpu-001"].jobs == ("4212",)
+    gone = apply_jobs(churn.states, {}, 4.0)
+    assert gone.changed == ["gpu-001"] and gone.states["gpu-001"].jobs == ()
+    for name, state in gone.states.items():
+        assert (state.busy, state.draining, state.drained) == (
+            polled[name].busy,
+            polled[name].draining,
+            polled[name].drained,
+        )
+
+
+def test_rule_a_node_that_is_no_longer_busy_names_no_job_before_the_jobs_are_read() -> None:
+    """A poll's node states are published before its job listing is read: a node whose jobs
+    ended (drained) is not stored naming the jobs an older listing showed on it."""
+    first = apply_poll("a", {}, [node()], 1.0, node_jobs={"gpu-001": ["4211"]})
+    drained = apply_poll("a", first.states, [{**node(), "state": ["IDLE", "DRAIN"]}], 2.0)
+    state = drained.states["gpu-001"]
+    assert drained.changed == [state] and state.drained
+    assert (state.jobs, state.jobs_total, state.jobs_read_at) == ((), 0, 0.0)
+    read_back = parse_node("a", {**node(), "state": ["IDLE", "DRAIN"]}, 3.0)
+    assert carry_jobs(read_back, first.states["gpu-001"]).jobs == ()
 
 
 NODE_STATES = st.lists(
