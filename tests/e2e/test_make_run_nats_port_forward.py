@@ -20,18 +20,19 @@ from nodeflow_bus import Bus, BusOptions, Credentials
 from nodeflow_contracts import subjects
 from nodeflow_contracts.permissions import ADMIN_USER
 from nodeflow_runtime.envfile import read_env_file
-from tests.e2e.test_kubectl_nodeflow import STEP_TIMEOUT, Operator, made_run, nodemaintenance
+from tests.e2e.test_kubectl_nodeflow import Operator, made_run, nodemaintenance
 
 pytestmark = pytest.mark.slow
 
 NAMESPACE = "nodeflow-system"
 
 
-class KubeconfigOnly:
+class KubeconfigOnly(Operator):
     """A shell with only `export KUBECONFIG=.run/kubeconfig` (none of the NATS_* variables
     `.run/env` also names, nor the test's own) and the plugin on the PATH."""
 
     def __init__(self, run_dir: Path) -> None:
+        super().__init__(run_dir)
         self.kubeconfig = read_env_file(run_dir / "env")["KUBECONFIG"]
 
     async def sh(self, script: str, stdin: str = "") -> str:
@@ -54,16 +55,6 @@ class KubeconfigOnly:
         # Nothing on stderr but what the command says (no asyncio traceback at its exit).
         assert "Traceback" not in text, f"{script}\n---\n{text}"
         return text
-
-    async def until_output(self, script: str, wanted: str) -> str:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + STEP_TIMEOUT
-        while True:
-            text = await self.sh(script)
-            if wanted in text:
-                return text
-            assert loop.time() < deadline, f"{script!r} never said {wanted!r}:\n{text}"
-            await asyncio.sleep(0.5)
 
 
 @pytest.fixture

@@ -7,28 +7,19 @@ emulator's `pods/portforward` for several times that, with an idle stretch longe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import nats
-import pytest
 
-from clustersim.kube.server import RunningServer, serve
-from clustersim.kube.store import Store
+from clustersim.kube.server import RunningServer
 from nodeflow_cli import portforward
 from nodeflow_runtime.natsd import NatsServerProcess
-from tests.integration.cli.test_port_forward import NAMESPACE, create, nats_pod
+from tests.integration.cli.test_port_forward import NAMESPACE, create, emulator, nats_pod
 
 SESSION_TOTAL_TIMEOUT = 1.0
 
 
-@pytest.fixture
-async def emulator(tmp_path: Path) -> AsyncIterator[RunningServer]:
-    store = Store(bookmark_interval=0.2)
-    store.create("namespaces", {"metadata": {"name": NAMESPACE}})
-    async with serve(store, kubeconfig_path=tmp_path / "kubeconfig") as server:
-        yield server
+__all__ = ["emulator"]
 
 
 async def test_rule_a_forward_outlives_the_http_sessions_total_timeout(
