@@ -415,3 +415,64 @@ async def test_kubectl_nodeflow_why_names_the_domain_a_gang_lacks_and_a_paused_s
     assert "paused" in paused
     stopped = await operator.until_output("kubectl nodeflow why skyhook gpu-init", "(paused)")
     assert stopped.splitlines()[0].startswith("Skyhook gpu-init: ")
+
+
+SLINKY_CHART_NODESET = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "slinky" / "chart-default.yaml"
+)
+
+
+async def test_kubectl_nodeflow_migrates_a_slinky_nodeset_and_releases_a_deleted_nodesets_claims(
+    operator: Operator, tmp_path: Path
+) -> None:
+    """`migrate slinky` turns Slinky's chart NodeSet into ours, which the API server admits
+    (a server-side dry run against our CRD); `release-claim` refuses a node its NodeSet pod
+    runs on; a NodeSet deleted leaves its claims on its nodes, and `release-claim` removes one
+    once its pods are gone, then finds nothing left."""
+    ours = tmp_path / "ours.yaml"
+    notes = await operator.sh(
+        f"kubectl nodeflow migrate slinky --slurm-cluster sim --accept-changes "
+        f"< {SLINKY_CHART_NODESET} > {ours}"
+    )
+    assert "note: NodeSet slurm/slurm-worker-slinky:" in notes
+    await operator.sh(
+        "kubectl create namespace slurm --dry-run=client -o yaml | kubectl apply -f -"
+    )
+    admitted = await operator.sh(f"kubectl apply --dry-run=server -f {ours}")
+    assert "nodeset.nodeflow.dev/slurm-worker-slinky created (server dry run)" in admitted
+
+    await operator.sh(f"kubectl apply -f {EXAMPLES / 'nodeset.yaml'}")  # 4 replicas
+    claimed = (
+        await operator.until_output(
+            "kubectl get nodes -o json | jq -r '.items[] | "
+            'select(.metadata.annotations["nodeflow.dev/nodeset"] == "default.gpu") | '
+            ".metadata.name' | wc -l | tr -d ' '",
+            "4",
+        )
+    ).strip()
+    assert claimed == "4"
+    node = (
+        await operator.sh(
+            "kubectl get nodes -o json | jq -r '[.items[] | "
+            'select(.metadata.annotations["nodeflow.dev/nodeset"] == "default.gpu") | '
+            ".metadata.name] | first'"
+        )
+    ).strip()
+    refused = await operator.sh(f"kubectl nodeflow release-claim {node} || true")
+    # Its NodeSet pod still runs there: never released, whatever --force says.
+    assert f"error: node/{node} not released: NodeSet pods still on it (default/gpu-" in refused
+    await operator.sh("kubectl delete nodeset gpu --wait=false")
+    await operator.until_output(
+        "kubectl get pods -l nodeflow.dev/nodeset=gpu -o name | wc -l | tr -d ' '", "0"
+    )
+    released = await operator.sh(f"kubectl nodeflow release-claim {node}")
+    assert released.strip() == (
+        f"node/{node} claim released (was NodeSet default/gpu; NodeSet default/gpu no longer "
+        "exists; no NodeSet pod on the node)"
+    )
+    annotation = await operator.sh(
+        f"kubectl get node {node} -o jsonpath='{{.metadata.annotations.nodeflow\\.dev/nodeset}}'"
+    )
+    assert annotation.strip() == ""
+    again = await operator.sh(f"kubectl nodeflow release-claim {node}")
+    assert again.strip() == f"node/{node} has no NodeSet claim: nothing to release"
