@@ -41,6 +41,7 @@ from maintenance_scheduler.skyhook.plan import (
     FailJob,
     ForgetNode,
     KeepFailedJob,
+    NodeView,
     PatchNode,
     SetNodeConditions,
     SetPolicyFinalizer,
@@ -384,13 +385,7 @@ def command_for(
         return _command(
             f"runtime-taint:{key}:{node.uid}:{node.resource_version}:{action.present}"
             f"{':cordon' if action.cordon else ''}",
-            ObjectRef(
-                api_version="v1",
-                kind="Node",
-                name=node.name,
-                uid=node.uid or None,
-                resource_version=node.resource_version or None,
-            ),
+            _node_as_seen(node),
             k8s.PatchObject(patch_type="merge", patch=taint_patch),
             "runtime-required: a new node waits for its Skyhooks"
             if action.present
@@ -404,13 +399,7 @@ def command_for(
         return _command(
             f"runtime-cordon-mark:{mark}:{node.uid}:{node.resource_version}",
             # At the version seen uncordoned: a cordon since then keeps its mark.
-            ObjectRef(
-                api_version="v1",
-                kind="Node",
-                name=node.name,
-                uid=node.uid or None,
-                resource_version=node.resource_version or None,
-            ),
+            _node_as_seen(node),
             k8s.PatchObject(patch_type="merge", patch={"metadata": {"annotations": {mark: None}}}),
             "runtimeRequiredCordon: the node was uncordoned, its stale mark goes",
             now,
@@ -471,4 +460,15 @@ def decision_for(note: SkyhookDecisionNote, now: float, basis: str) -> SkyhookDe
         package=note.package,
         stage=note.stage,
         compartment=note.compartment,
+    )
+
+
+def _node_as_seen(node: NodeView) -> ObjectRef:
+    """The node at the resourceVersion the plan read: a write that lands only on that node."""
+    return ObjectRef(
+        api_version="v1",
+        kind="Node",
+        name=node.name,
+        uid=node.uid or None,
+        resource_version=node.resource_version or None,
     )
