@@ -15,25 +15,16 @@ from hypothesis import strategies as st
 from tests.unit.plan_checks import expect_actions
 from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group
 from tests.unit.topology_placer.simulate import run
+from tests.unit.topology_placer.test_preemption_mixed_gangs import (
+    BLOCK_MUST,
+    GANG_PRIORITY,
+    _of,
+    _where,
+)
 from topology_placer.gang import GatherRule
 from topology_placer.gather import NoFit, Placement, PodShape, gather_mixed
 from topology_placer.network import TopologyTree, build_tree, parse_topology
-from topology_placer.planner import Disrupt, MarkUnschedulable, Nominate, Plan
-
-BLOCK_MUST = [{"layer": "BlockLayer", "strategy": "MustGather"}]
-GANG_PRIORITY = 100
-
-
-def _of(result: Plan, kind: type[Any]) -> list[Any]:
-    return [a for a in result.actions if isinstance(a, kind)]
-
-
-def _where(pods: list[dict[str, Any]]) -> dict[str, str]:
-    return {
-        p["metadata"]["name"]: p["spec"].get("nodeName") or p["status"].get("nominatedNodeName")
-        for p in pods
-        if p["spec"].get("nodeName") or p["status"].get("nominatedNodeName")
-    }
+from topology_placer.planner import Disrupt, MarkUnschedulable, Nominate
 
 
 def _first_fit_trap(priority: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
