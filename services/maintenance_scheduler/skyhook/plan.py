@@ -392,6 +392,18 @@ class World:
         return {slot: frozenset(names) for slot, names in found.items()}
 
     @functools.cached_property
+    def used_runs(self) -> Mapping[tuple[str, str, str], frozenset[str]]:
+        """The runs by (owner_key, package, node) that a Job shows went past their first
+        stage (a Job of any stage but stages.START_STAGES), whatever its outcome:
+        `run_marker` never starts such a run again."""
+        found: dict[tuple[str, str, str], set[str]] = {}
+        for job in self.jobs.values():
+            run = (job.identity or {}).get("run")
+            if job.slot and run and job.stage and job.stage not in stages.START_STAGES:
+                found.setdefault(job.slot, set()).add(run)
+        return {slot: frozenset(runs) for slot, runs in found.items()}
+
+    @functools.cached_property
     def running_on_node(self) -> Mapping[tuple[str, str], Mapping[str, str]]:
         """Running Jobs (name -> stage) by (owner_key, node), from their labels, whatever
         package or run they belong to now."""
@@ -531,18 +543,39 @@ def merge_interrupts(due: Sequence[Package]) -> tuple[str, Interrupt]:
     return merge_interrupt_list(owned)
 
 
-def run_marker(skyhook: Skyhook, node: NodeView | None, package: Package | None = None) -> str:
+def run_marker(
+    skyhook: Skyhook,
+    node: NodeView | None,
+    package: Package | None = None,
+    used_runs: Mapping[tuple[str, str, str], frozenset[str]] | None = None,
+) -> str:
     """The run a package starting on the node now belongs to. Made of what is durable and
     the same for a controller deciding again on the same state: the Skyhook's uid and
-    generation, the node's uid, and the run the Skyhook's own status last recorded for the
-    package on the node (status.nodeState). Never the node's resourceVersion: a restarted
-    controller whose node patch was lost, on a node something else changed since, finds the
-    Jobs it made. A start the status records as under way (its node patch lost) keeps that
-    run; after a recorded run, a reset node starts a new one; a re-added package or a
-    rolled-back version comes with a new generation, hence a new run whose stages run
-    again."""
+    generation, the node's uid, the run the Skyhook's own status last recorded for the
+    package on the node (status.nodeState), and the runs its Jobs show were used
+    (`World.used_runs`). Never the node's resourceVersion: a restarted controller whose
+    node patch was lost, on a node something else changed since, finds the Jobs it made. A
+    start the status records as under way (its node patch lost) keeps that run; after a
+    recorded run, a reset node starts a new one; a re-added package or a rolled-back
+    version comes with a new generation, hence a new run whose stages run again.
+
+    A reset node whose status was rewritten before its package started again (paused,
+    disabled, or waiting for a later batch) has no recorded run left, so the run made of
+    the rest is its first one again; a Job of that run past its first stage shows the run
+    went on and so was reset since (a start whose node patch was lost leaves only its apply
+    or upgrade Job): the next run in a chain no Job has used is taken instead, so the
+    Complete Jobs of the earlier run (kept a day by their TTL) prove nothing."""
     if node is None:
         return ""
+    run = _derived_run(skyhook, node, package)
+    used = (used_runs or {}).get((skyhook.owner_key, package.name, node.name)) if package else None
+    while used and run in used:
+        run = hashlib.sha256(f"{run}\x1freset".encode()).hexdigest()[:12]
+    return run
+
+
+def _derived_run(skyhook: Skyhook, node: NodeView, package: Package | None) -> str:
+    """`run_marker`'s run before the used runs are passed over."""
     previous = ""
     recorded = _recorded_entry(skyhook, node.name, package.name) if package is not None else None
     if recorded is not None and package is not None:
@@ -898,7 +931,7 @@ def step_node(
                 job,
                 now=now,
                 pull_grace_seconds=pull_grace_seconds,
-                run=run_marker(skyhook, node_view, package) if starts else "",
+                run=run_marker(skyhook, node_view, package, world.used_runs) if starts else "",
                 config=config,
             )
         new = outcome.entry

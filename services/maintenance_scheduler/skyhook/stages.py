@@ -41,6 +41,9 @@ STAGES: Final[tuple[str, ...]] = (
     "uninstall",
     "uninstall-interrupt",
 )
+# The stages a package starts with (`stages_of`'s first): the only Job a start whose node
+# patch was lost leaves behind.
+START_STAGES: Final = frozenset({"apply", "upgrade"})
 # Stages whose Job is an interrupt pod (one at a time, alone on its drained node).
 INTERRUPT_STAGES: Final = frozenset({"interrupt", "uninstall-interrupt"})
 # The explicit uninstall's cycle (nodewright's IsUninstallCycleInProgress).
@@ -61,7 +64,7 @@ def stages_of(
     package: Package, *, upgrading: bool = False, interrupts: bool | None = None
 ) -> tuple[str, ...]:
     """`interrupts` None: whether the package has an interrupt decides."""
-    first = "upgrade" if upgrading else "apply"
+    first = "upgrade" if upgrading else "apply"  # START_STAGES
     if not (package.interrupt is not None if interrupts is None else interrupts):
         return (first, "config")
     return (first, "config", "interrupt", "post-interrupt")

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from maintenance_scheduler.skyhook.api import (
     NODE_STATE_VERSION,
     SKYHOOK_FINALIZER,
+    DeploymentPolicy,
     Skyhook,
     node_state_annotation,
     parse_skyhook,
@@ -84,6 +85,8 @@ class Cluster:
     phase_at_create: dict[str, str | None] = field(default_factory=dict)
     version: int = 1
     now: float = T0
+    # The DeploymentPolicies the Skyhook may name, by name.
+    policies: dict[str, DeploymentPolicy] = field(default_factory=dict)
 
     @classmethod
     def of(cls, skyhook: Skyhook, count: int = 1) -> Cluster:
@@ -96,7 +99,7 @@ class Cluster:
     def world(self) -> World:
         return World(
             skyhooks=[self.skyhook],
-            policies={},
+            policies=dict(self.policies),
             nodes=list(self.nodes.values()),
             jobs={name: job_facts(obj, []) for name, obj in self.jobs.items()},
             maintenances=dict(self.maintenances),

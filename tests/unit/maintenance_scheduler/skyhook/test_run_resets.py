@@ -12,12 +12,13 @@ so the Complete Jobs of the earlier run (kept a day by their TTL) prove nothing:
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maintenance_scheduler.skyhook.api import node_state_annotation
+from maintenance_scheduler.skyhook.api import node_state_annotation, parse_deployment_policy
 from maintenance_scheduler.skyhook.plan import CreateJob, plan_round
 from tests.unit.maintenance_scheduler.skyhook.skyhook_cluster import Cluster, make_skyhook
 
@@ -127,6 +128,7 @@ EVENTS = st.lists(
         st.tuples(st.just("round"), st.just(0)),
         st.tuples(st.just("lost"), st.just(0)),
         st.tuples(st.just("reset"), st.just(0)),
+        st.tuples(st.just("paused-reset"), st.just(0)),
         st.tuples(st.just("rerun"), st.sampled_from(["apply", "config"])),
     ),
     max_size=12,
@@ -148,10 +150,14 @@ def test_property_restarts_never_rerun_a_complete_stage_and_a_reset_reruns_every
             cluster.round()
         elif kind == "lost":
             lost_round(cluster)
-        elif kind == "reset":
+        elif kind in ("reset", "paused-reset"):
             complete(cluster)
             mark = len(cluster.created)
             cluster.reset_node("node-0")
+            if kind == "paused-reset":  # the status rewritten before the packages start again
+                cluster.skyhook = replace(cluster.skyhook, paused=True)
+                cluster.settle()
+                cluster.skyhook = replace(cluster.skyhook, paused=False)
             complete(cluster)
             assert stage_runs(cluster, mark) == EVERY_STAGE
         elif ANNOTATION in cluster.nodes["node-0"].annotations:
@@ -187,3 +193,46 @@ def test_rule_an_entry_an_older_controller_wrote_gets_its_mark_so_a_later_rerun_
     cli_rerun(cluster, "node-0", "tuning|2.0.0", "config")
     complete(cluster)
     assert cluster.stages_created(mark) == [("tuning", "2.0.0", "config")]
+
+
+def test_rule_a_node_reset_while_paused_runs_every_package_again_on_resume() -> None:
+    """Paused, the controller still rewrites its status from the nodes, so the reset node's
+    earlier runs are no longer recorded there when it resumes: the Jobs that ran past their
+    first stage show the run was used, and a new one starts (found on `make run`: `skyhook
+    reset` while paused, then `resume`, ran nothing and showed every node complete)."""
+    cluster = Cluster.of(make_skyhook(DRIVER_AND_TUNING))
+    complete(cluster)
+    cluster.skyhook = replace(cluster.skyhook, paused=True)
+    cluster.reset_node("node-0")
+    cluster.settle()
+    assert "node-0" not in (cluster.skyhook.status.get("nodeState") or {})
+    mark = len(cluster.created)
+    cluster.skyhook = replace(cluster.skyhook, paused=False)
+    complete(cluster)
+    assert cluster.stages_created(mark) == EVERY_STAGE
+
+
+def test_rule_a_reset_node_waiting_for_its_batch_runs_every_package_again() -> None:
+    """Every node reset at once under a one-node batch: the nodes that wait for a later batch
+    have their status rewritten empty before they start, and still run every stage again."""
+    policy = parse_deployment_policy(
+        {
+            "metadata": {"name": "one-at-a-time"},
+            "spec": {
+                "default": {
+                    "budget": {"percent": 100},
+                    "strategy": {"fixed": {"initialBatch": 1}},
+                }
+            },
+        }
+    )
+    skyhook = replace(make_skyhook(DRIVER_AND_TUNING), deployment_policy="one-at-a-time")
+    cluster = Cluster.of(skyhook, count=3)
+    cluster.policies = {"one-at-a-time": policy}
+    complete(cluster)
+    mark = len(cluster.created)
+    for node in cluster.nodes:
+        cluster.reset_node(node)
+    complete(cluster)
+    again = sorted(cluster.stages_created(mark))
+    assert again == sorted(EVERY_STAGE * 3)
