@@ -47,12 +47,10 @@ async def run(*args: str, stdin: str | None = None) -> str:
 
 async def test_interrupts_drain_first_merge_into_one_and_uncordon_on_kwok(tmp_path: Path) -> None:
     async with real_stack(tmp_path) as stack:
-        kwok_nodes = [
-            n["metadata"]["name"]
-            for n in await stack.kube.items("/api/v1/nodes")
-            if (n["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") == "fake"
-        ]
-        node = sorted(kwok_nodes)[-1]
+        # A plain KWOK node (no taint, no GPU) that real_kube.sh's named-nodes makes and no
+        # other real-cluster test selects (they take the first of the sorted nodes).
+        node = "node-b"
+        assert node in {n["metadata"]["name"] for n in await stack.kube.items("/api/v1/nodes")}
         try:
             await ensure_namespace(stack)
             story, created = await run_interrupts(run, admin_kubeconfig(), node, STEP_TIMEOUT * 2)
