@@ -262,12 +262,13 @@ def why_nodeset(obj: Obj, decisions: Sequence[Decision]) -> str:
     """A NodeSet: its replicas against what is ready, its conditions and latest decisions."""
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
+    # Pods, not replicas: a scale-in keeps the pods it waits for, so there may be more.
     lines = [
-        f"NodeSet {_key(obj)}: {status.get('numberReady', 0)} of {spec.get('replicas', '?')} "
-        f"replicas ready ({status.get('currentNumberScheduled', 0)} pods, "
+        f"NodeSet {_key(obj)}: {spec.get('replicas', '?')} replicas wanted; "
+        f"{status.get('currentNumberScheduled', 0)} pods, {status.get('numberReady', 0)} ready, "
         f"{status.get('updatedNumberScheduled', 0)} updated, "
         f"{status.get('numberDrain', 0)} draining, "
-        f"{status.get('numberUnavailable', 0)} unavailable)"
+        f"{status.get('numberUnavailable', 0)} unavailable"
     ]
     lines.extend(_condition_line(c) for c in conditions(obj))
     return _with_decisions(lines, decisions)

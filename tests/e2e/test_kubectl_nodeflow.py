@@ -313,6 +313,13 @@ async def why_pod_names_the_busy_node_that_holds_a_scale_in(operator: Operator) 
             f"{name} (node busy with jobs, draining)",
         )
         assert waiting.startswith("PodsBusy 2 pods wait: ")
+    # `why nodeset` joins the replicas with that condition and the controller's decisions.
+    nodeset = await operator.sh("kubectl nodeflow why nodeset gpu")
+    assert nodeset.splitlines()[0].startswith("NodeSet default/gpu: ")
+    assert "2 replicas wanted; 4 pods, " in nodeset.splitlines()[0]
+    held = next(line for line in nodeset.splitlines() if line.startswith("ScaleDownWaiting="))
+    assert held.startswith("ScaleDownWaiting=True PodsBusy: 2 pods wait: ")
+    assert all(f"{name} (node busy with jobs, draining)" in held for name in marked)
 
 
 async def test_kubectl_nodeflow_rollout_undo_rolls_the_nodeset_pods_back(
@@ -398,6 +405,10 @@ async def rollout_settled(operator: Operator, *, revisions: int, newest: int = 0
 async def test_kubectl_nodeflow_why_names_the_domain_a_gang_lacks_and_a_paused_skyhook(
     operator: Operator,
 ) -> None:
+    await why_names_the_domain_a_gang_lacks_and_a_paused_skyhook(operator)
+
+
+async def why_names_the_domain_a_gang_lacks_and_a_paused_skyhook(operator: Operator) -> None:
     """An impossible gang (MustGather in one block, every member larger than any node):
     `why gang` names the domain it could not find; a Skyhook paused with the plugin's own
     `skyhook pause`: `why skyhook` says it is paused."""
@@ -476,3 +487,147 @@ async def test_kubectl_nodeflow_migrates_a_slinky_nodeset_and_releases_a_deleted
     assert annotation.strip() == ""
     again = await operator.sh(f"kubectl nodeflow release-claim {node}")
     assert again.strip() == f"node/{node} has no NodeSet claim: nothing to release"
+
+
+VERBS_NODES = ("node-014", "node-015")
+VERBS_MANIFESTS = """
+apiVersion: skyhook.nvidia.com/v1alpha1
+kind: DeploymentPolicy
+metadata:
+  name: all-at-once
+spec:
+  default:
+    budget:
+      percent: 100
+    strategy:
+      fixed:
+        initialBatch: 2
+---
+apiVersion: skyhook.nvidia.com/v1alpha1
+kind: Skyhook
+metadata:
+  name: verbs
+spec:
+  nodeSelectors:
+    matchLabels:
+      nodeflow.dev/e2e-skyhook: verbs
+  deploymentPolicy: all-at-once
+  packages:
+    tuning:
+      version: 1.0.0
+      image: registry.local/tuning
+---
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata:
+  name: stuck
+spec:
+  nodeSelectors:
+    matchLabels:
+      nodeflow.dev/e2e-skyhook: stuck
+  deploymentPolicy: no-such-policy
+  packages:
+    hello:
+      version: 1.1.1
+      image: ghcr.io/nvidia/skyhook-packages/shellscript
+"""
+
+
+@pytest.mark.timeout(480)  # nine waits on the controller, each bounded on its own
+async def test_kubectl_nodeflow_skyhook_verbs_steer_the_controller_and_why_names_what_holds_it(
+    operator: Operator,
+) -> None:
+    """The Skyhook verbs against the running controller, each where it is needed: a node
+    ignored runs nothing (`why skyhook` names it) until unignored; `package logs` shows the
+    stages the agent ran; `package rerun` runs the package again on one node; `disable` and
+    `enable` are read back by `why`; `reset` while paused runs nothing until `resume`, then
+    every stage again on every node (the earlier Complete Jobs prove nothing). A NodeWright
+    naming a DeploymentPolicy that does not exist: `why nodewright` names it."""
+    await operator.sh(f"kubectl label node {' '.join(VERBS_NODES)} nodeflow.dev/e2e-skyhook=verbs")
+    # Apart: a blocked object of the same priority ahead of `verbs` by name would hold it.
+    await operator.sh("kubectl label node node-013 nodeflow.dev/e2e-skyhook=stuck")
+    first, ignored = VERBS_NODES
+    assert (await operator.sh(f"kubectl nodeflow skyhook node ignore {ignored}")).strip() == (
+        f"node/{ignored} ignored"
+    )
+    await operator.sh("kubectl apply -f -", stdin=VERBS_MANIFESTS)
+
+    stuck = await operator.until_output(
+        "kubectl nodeflow why nodewright stuck", "DeploymentPolicyNotFound=True"
+    )
+    assert stuck.splitlines()[0].startswith("NodeWright stuck: blocked; ")
+    assert "DeploymentPolicy no-such-policy does not exist" in stuck
+
+    held = await operator.until_output(
+        "kubectl nodeflow skyhook node status --skyhook verbs | "
+        f'awk \'$1 == "{first}" && $3 == "complete" {{ print "done" }}; {{ print }}\'',
+        "done",
+    )
+    assert ignored not in held  # it ran nothing
+    why = await operator.sh("kubectl nodeflow why skyhook verbs")
+    assert f"NodesIgnored=True NodesIgnored: Node [{ignored}] has ignore label set." in why
+    assert await jobs_on(operator, ignored) == 0
+
+    await operator.sh(f"kubectl nodeflow skyhook node unignore {ignored}")
+    await until_jobs(operator, {first: 2, ignored: 2})
+    await operator.until_output("kubectl nodeflow why skyhook verbs", "Skyhook verbs: complete;")
+    status = await operator.sh("kubectl nodeflow skyhook package status tuning --skyhook verbs")
+    assert [line.split() for line in status.splitlines()[1:]] == [
+        [node, "tuning", "1.0.0", "config", "complete", "0"] for node in VERBS_NODES
+    ]
+    logs = await operator.sh(
+        f"kubectl nodeflow skyhook package logs tuning --skyhook verbs --node {first} "
+        "--stage config"
+    )
+    assert "container tuning-config (exit 0)" in logs
+    assert "container tuning-configcheck (exit 0)" in logs
+    assert ": config /root /var/lib/skyhook/verbs/tuning-1.0.0-" in logs
+
+    rerun = await operator.sh(
+        f"kubectl nodeflow skyhook package rerun tuning --skyhook verbs --node {first} -y"
+    )
+    assert "package tuning|1.0.0 reset on 1 node(s)" in rerun
+    await until_jobs(operator, {first: 4, ignored: 2})  # apply and config again, there only
+    await operator.until_output("kubectl nodeflow why skyhook verbs", "Skyhook verbs: complete;")
+
+    await operator.sh("kubectl nodeflow skyhook disable verbs -y")
+    await operator.until_output("kubectl nodeflow why skyhook verbs", "complete (disabled);")
+    await operator.sh("kubectl nodeflow skyhook enable verbs -y")
+    enabled = await operator.sh("kubectl nodeflow why skyhook verbs")
+    assert "(disabled)" not in enabled.splitlines()[0]
+
+    # Reset while paused (the controller has read the pause first): the controller reads
+    # the reset (no node complete) and starts nothing until resumed.
+    await operator.sh("kubectl nodeflow skyhook pause verbs -y")
+    await operator.until_output(
+        "kubectl nodeflow why skyhook verbs", "Ready=False Paused: paused: no new stage starts"
+    )
+    reset = await operator.sh("kubectl nodeflow skyhook reset verbs -y")
+    assert "2 node(s) reset" in reset and "batch state reset" in reset
+    paused = await operator.until_output("kubectl nodeflow why skyhook verbs", " 0/2 complete")
+    assert "(paused)" in paused.splitlines()[0]
+    assert await jobs_on(operator, first) == 4 and await jobs_on(operator, ignored) == 2
+    await operator.sh("kubectl nodeflow skyhook resume verbs -y")
+    await until_jobs(operator, {first: 6, ignored: 4})
+    await operator.until_output("kubectl nodeflow why skyhook verbs", "Skyhook verbs: complete;")
+
+
+async def jobs_on(operator: Operator, node: str) -> int:
+    """The Skyhook `verbs`' stage Jobs on the node (their TTL keeps them a day)."""
+    listed = await operator.sh(
+        "kubectl get jobs -n skyhook -o name "
+        f"-l skyhook.nvidia.com/name=verbs,skyhook.nvidia.com/node={node}"
+    )
+    return len(listed.split())
+
+
+async def until_jobs(operator: Operator, wanted: dict[str, int]) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 2 * STEP_TIMEOUT
+    while True:
+        seen = {node: await jobs_on(operator, node) for node in wanted}
+        if seen == wanted:
+            return
+        assert all(seen[n] <= wanted[n] for n in wanted), (seen, wanted)
+        assert loop.time() < deadline, (seen, wanted)
+        await asyncio.sleep(0.5)

@@ -13,6 +13,7 @@ from nodeflow_cli.verdicts import (
     format_decision,
     why_gang,
     why_nodemaintenance,
+    why_nodeset,
     why_pod,
     why_skyhook,
 )
@@ -154,6 +155,48 @@ def test_why_gang_names_the_domain_it_could_not_find() -> None:
     text = why_gang(group, [decision])
     assert "PodGroup default/train: Pending; 0 scheduled, 0 running of minMember 16" in text
     assert "no BlockLayer domain offers 16 slots" in text
+
+
+def test_rule_why_nodeset_says_pods_against_replicas_and_what_a_scale_in_waits_for() -> None:
+    """A scale-in keeps the pods it waits for: more pods than replicas is said as such, not
+    as more replicas ready than wanted; ScaleDownWaiting names each pod and why."""
+    waiting = "2 pods wait: gpu-2 (node busy with jobs, draining), gpu-3 (node busy with jobs)"
+    nodeset = {
+        "metadata": {"name": "gpu", "namespace": "default"},
+        "spec": {"replicas": 2},
+        "status": {
+            "currentNumberScheduled": 4,
+            "numberReady": 3,
+            "updatedNumberScheduled": 4,
+            "numberDrain": 1,
+            "numberUnavailable": 1,
+            "conditions": [
+                {
+                    "type": "ScaleDownWaiting",
+                    "status": "True",
+                    "reason": "PodsBusy",
+                    "message": waiting,
+                }
+            ],
+        },
+    }
+    payload = {
+        "namespace": "default",
+        "nodeset": "gpu",
+        "pod": "gpu-2",
+        "reason": "ScalingDeleteScheduled",
+        "message": "scale down to 2: rank 3: running jobs, not drained",
+        "decided_at": T0,
+    }
+    decision = decision_of(subjects.nodeset_decision("default", "gpu"), payload)
+    assert decision is not None and decision.service == "nodeset-controller"
+    lines = why_nodeset(nodeset, [decision]).splitlines()
+    assert lines[0] == (
+        "NodeSet default/gpu: 2 replicas wanted; 4 pods, 3 ready, 4 updated, 1 draining, "
+        "1 unavailable"
+    )
+    assert lines[1] == "ScaleDownWaiting=True PodsBusy: " + waiting
+    assert "ScalingDeleteScheduled: scale down to 2: rank 3" in lines[-1]
 
 
 def test_why_skyhook_says_it_is_paused_and_the_node_it_waits_on() -> None:
