@@ -221,87 +221,139 @@ def reconcile_request(
     whole grace, the only absence taken as the node being gone (False by default: an absence
     alone then undoes nothing). `waiting_for`: what holds a Pending request this round (the
     scheduler's `pending_messages`: the budget, or another request on its node), shown as
-    its Ready condition's message."""
+    its Ready condition's message.
+
+    Phases, in order, each of which may end the round: which node this is (the request's,
+    gone, or not known yet); a request held while its node is unsure; deletion (cleanup); a
+    gone node under a request in progress; an invalid spec; the node's ownership and the
+    finalizer; then one step of the phase machine."""
     step = Step()
-    gone = None
-    unsure = None
-    if node is None:
-        if absent_past_grace:
-            gone = f"node {request.node_name} does not exist"
-        else:
-            # Absent from the view, but one view is no evidence that the node is gone (a
-            # label-filtered view drops live nodes): nothing is undone until the absence
-            # has lasted the grace. A Pending request says what it would say after it (it
-            # cannot be scheduled either way).
-            unsure = f"node {request.node_name} does not exist"
-    elif (verdict := request.meant_for(node.uid)) is None:
-        unsure = f"node {request.node_name} has no uid in the view"
-        node = None
-    elif not verdict:
-        # A node that took the name of the one this request was made for: not ours to cordon,
-        # drain or uncordon (upstream's garbage collector deletes the request with its node).
-        gone = (
-            f"node {request.node_name} this request was made for (uid "
-            f"{request.node_owner_uid}) is gone; the node now named so (uid {node.uid}) is "
-            "another"
-        )
-        node = None
-    if unsure is not None and request.has_finalizer:
-        # Cordon, slot and finalizer are kept; the request goes on once the node is seen
-        # again, or loses its finalizer once the absence has lasted the grace.
-        message = (
-            f"node {request.node_name} is not in the view (or has no uid there): cordon, "
-            "slot and finalizer kept until it has been absent for the grace"
-        )
-        step.decisions.append(
-            Decision(request, "node-not-found", "NodeNotInView", message, node=request.node_name)
-        )
+    presence = _node_presence(request, node, absent_past_grace)
+    node = presence.node
+    if presence.unsure is not None and request.has_finalizer:
+        _held_while_unsure(step, request)
         return step
     if request.deleting:
         _cleanup(step, request, node, others_on_node)
         return step
-    if gone is not None and request.in_progress:
+    if presence.gone is not None and request.in_progress:
         # Before the spec check: an invalid request on a gone node still loses its finalizer.
-        _gone_in_progress(step, request, gone, now)
+        _gone_in_progress(step, request, presence.gone, now)
         return step
     if request.problems:
-        message = "invalid spec: " + "; ".join(request.problems)
-        if request.ready_message != message:
-            step.actions.append(Event(request, "InvalidSpec", message, "Warning"))
-            step.decisions.append(Decision(request, "invalid-spec", "InvalidSpec", message))
-        # A request not yet started stays Pending; one in progress keeps its phase (going
-        # back to Pending would forget the cordon) and waits until it is fixed or deleted.
-        set_phase(step, request, request.phase if request.in_progress else PENDING, now, message)
+        _invalid_spec(step, request, now)
         return step
-    if unsure is not None and request.in_progress:
+    if presence.unsure is not None and request.in_progress:
         # In progress without a finalizer (a release that set none): nothing to do without
         # the node, and nothing to undo until it is known to be gone.
         return step
-    phase = request.phase
-    if node is not None and (
-        not request.owned_by_node(node.uid) or (request.in_progress and not request.has_finalizer)
-    ):
-        # The Node as owner from the first round, as upstream sets it before anything else:
-        # it binds the request to this node (a node that later takes its name is another),
-        # and has the garbage collector delete the request with its node. The finalizer from
-        # Scheduled on (or for a request in progress from a release that set neither) holds
-        # the request until its cleanup is done.
-        add_finalizer = request.in_progress and not request.has_finalizer
-        owned = request.owned_by_node(node.uid)
-        step.actions.append(
-            PatchRequest(
-                request,
-                finalizers=(*request.finalizers, FINALIZER) if add_finalizer else None,
-                owner_references=None if owned else request.with_node_owner(node.name, node.uid),
-            )
+    if node is not None and _bind_to_node(step, request, node):
+        return step
+    _advance_phase(
+        step, request, node, pods_on_node, now, presence.gone or presence.unsure, waiting_for
+    )
+    return step
+
+
+@dataclass(frozen=True)
+class _NodePresence:
+    """The request's node as this round sees it: `node` None unless it is the request's own;
+    `gone` says why it is known gone; `unsure` why it is not known yet (not for long enough
+    absent from the view, or without a uid there)."""
+
+    node: NodeFacts | None
+    gone: str | None = None
+    unsure: str | None = None
+
+
+def _node_presence(
+    request: NodeMaintenance, node: NodeFacts | None, absent_past_grace: bool
+) -> _NodePresence:
+    if node is None:
+        if absent_past_grace:
+            return _NodePresence(None, gone=f"node {request.node_name} does not exist")
+        # Absent from the view, but one view is no evidence that the node is gone (a
+        # label-filtered view drops live nodes): nothing is undone until the absence has
+        # lasted the grace. A Pending request says what it would say after it (it cannot be
+        # scheduled either way).
+        return _NodePresence(None, unsure=f"node {request.node_name} does not exist")
+    verdict = request.meant_for(node.uid)
+    if verdict is None:
+        return _NodePresence(None, unsure=f"node {request.node_name} has no uid in the view")
+    if not verdict:
+        # A node that took the name of the one this request was made for: not ours to cordon,
+        # drain or uncordon (upstream's garbage collector deletes the request with its node).
+        return _NodePresence(
+            None,
+            gone=(
+                f"node {request.node_name} this request was made for (uid "
+                f"{request.node_owner_uid}) is gone; the node now named so (uid {node.uid}) "
+                "is another"
+            ),
         )
-    elif phase == UNINITIALIZED:
+    return _NodePresence(node)
+
+
+def _held_while_unsure(step: Step, request: NodeMaintenance) -> None:
+    """Cordon, slot and finalizer are kept; the request goes on once the node is seen again,
+    or loses its finalizer once the absence has lasted the grace."""
+    message = (
+        f"node {request.node_name} is not in the view (or has no uid there): cordon, "
+        "slot and finalizer kept until it has been absent for the grace"
+    )
+    step.decisions.append(
+        Decision(request, "node-not-found", "NodeNotInView", message, node=request.node_name)
+    )
+
+
+def _invalid_spec(step: Step, request: NodeMaintenance, now: float) -> None:
+    message = "invalid spec: " + "; ".join(request.problems)
+    if request.ready_message != message:
+        step.actions.append(Event(request, "InvalidSpec", message, "Warning"))
+        step.decisions.append(Decision(request, "invalid-spec", "InvalidSpec", message))
+    # A request not yet started stays Pending; one in progress keeps its phase (going back
+    # to Pending would forget the cordon) and waits until it is fixed or deleted.
+    set_phase(step, request, request.phase if request.in_progress else PENDING, now, message)
+
+
+def _bind_to_node(step: Step, request: NodeMaintenance, node: NodeFacts) -> bool:
+    """The Node as owner from the first round, as upstream sets it before anything else: it
+    binds the request to this node (a node that later takes its name is another), and has
+    the garbage collector delete the request with its node. The finalizer from Scheduled on
+    (or for a request in progress from a release that set neither) holds the request until
+    its cleanup is done. True when a patch was needed: the round ends with it."""
+    owned = request.owned_by_node(node.uid)
+    add_finalizer = request.in_progress and not request.has_finalizer
+    if owned and not add_finalizer:
+        return False
+    step.actions.append(
+        PatchRequest(
+            request,
+            finalizers=(*request.finalizers, FINALIZER) if add_finalizer else None,
+            owner_references=None if owned else request.with_node_owner(node.name, node.uid),
+        )
+    )
+    return True
+
+
+def _advance_phase(
+    step: Step,
+    request: NodeMaintenance,
+    node: NodeFacts | None,
+    pods_on_node: Sequence[PodFacts],
+    now: float,
+    node_missing: str | None,
+    waiting_for: str,
+) -> None:
+    """One step of the phase machine: Pending -> Scheduled -> Cordon ->
+    WaitForPodCompletion -> Draining -> Ready (or RequestorFailed)."""
+    phase = request.phase
+    if phase == UNINITIALIZED:
         set_phase(step, request, PENDING, now)
     elif phase == PENDING:
-        _pending(step, request, gone or unsure, now, waiting_for)
+        _pending(step, request, node_missing, now, waiting_for)
     elif node is None:
-        # In progress without the node: handled above (gone or not yet known to be).
-        return step
+        return  # in progress without the node: handled before (gone or not yet known to be)
     elif phase == SCHEDULED:
         set_phase(step, request, CORDON, now)
     elif phase == CORDON:
@@ -318,7 +370,6 @@ def reconcile_request(
             step.actions.append(
                 PatchRequest(request, annotations={READY_TIME_ANNOTATION: rfc3339(now)})
             )
-    return step
 
 
 def _gone_in_progress(step: Step, request: NodeMaintenance, gone: str, now: float) -> None:
