@@ -55,6 +55,7 @@ from maintenance_scheduler.api import (
     UNINITIALIZED,
     WAIT_FOR_POD_COMPLETION,
     WAIT_START_ANNOTATION,
+    DrainSpec,
     NodeMaintenance,
     OperatorConfig,
     drain_spec_fingerprint,
@@ -505,6 +506,10 @@ def _count(value: object) -> int:
 
 
 def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: float) -> None:
+    """One round of the drain, in phases: no drainSpec (Ready at once); the drain's record
+    and totals (started, restarted for a changed spec, or carried over from an earlier
+    release), each ending the round; an invalid selector; done (Ready); else the evictions
+    due, the progress message (blocked, waiting for Slurm, timed out) and the next wake."""
     spec = request.drain_spec
     if spec is None:
         set_phase(step, request, READY, now, drain=None)
@@ -512,41 +517,7 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
     plan = plan_drain(spec, pods)
     step.drain = plan
     current = mapping(request.status.get("drain"))
-    fingerprint = drain_spec_fingerprint(spec)
-    if current and request.drain_spec_hash is None:
-        # A drain an earlier release started: this drainSpec is the one it runs with. It goes
-        # on meanwhile (evictions do not touch the request), should the record be refused.
-        since = rfc3339(request.phase_since or now)
-        step.actions.append(_drain_annotations(request, fingerprint, since))
-    if current and request.drain_spec_hash not in (None, fingerprint):
-        # The reference operator cancels a drain whose spec changed and starts a new one:
-        # new totals, a new timeout. The totals go first; the start is recorded next round.
-        message = "drainSpec changed: the drain starts again"
-        step.actions.append(Event(request, "DrainRestarted", message))
-        step.decisions.append(Decision(request, "drain-restarted", "DrainRestarted", message))
-        set_phase(step, request, DRAINING, now, message, drain=None)
-        return
-    if not current:
-        if request.drain_spec_hash != fingerprint:
-            # Recorded before the totals: a drain whose status says it started always has
-            # its spec and start time on the object (two writes, never one half lost). A first
-            # drain starts with its phase (a stable time: a resent record is the same command);
-            # a restarted one now.
-            started = now if request.drain_spec_hash is not None else request.phase_since
-            since = rfc3339(started or now)
-            step.actions.append(_drain_annotations(request, fingerprint, since))
-            return
-        # The drain starts: the counts are fixed now and kept on the object, so a restarted
-        # service reports progress against the same totals.
-        eviction_pods = len(plan.to_go) + len(plan.blocking)
-        set_phase(
-            step,
-            request,
-            DRAINING,
-            now,
-            request.ready_message,
-            drain=drain_status(plan, eviction_pods, plan.total_pods),
-        )
+    if _drain_recorded(step, request, spec, plan, current, now):
         return
     eviction_pods = _count(current.get("evictionPods"))
     total_pods = _count(current.get("totalPods"))
@@ -562,6 +533,69 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
     deadline = started + spec.timeout_seconds if spec.timeout_seconds > 0 else None
     timed_out = deadline is not None and now >= deadline
     step.drain_timed_out = timed_out
+    _evict(step, request, plan)
+    message = _drain_progress(request, plan, spec.timeout_seconds, timed_out)
+    if message != request.ready_message:
+        _record_drain_progress(step, request, plan, message, timed_out)
+    set_phase(
+        step, request, DRAINING, now, message, drain=drain_status(plan, eviction_pods, total_pods)
+    )
+    if deadline is not None and not timed_out:
+        step.wake_at = deadline
+    elif plan.blocking or plan.waiting_for_slurm or timed_out:
+        step.wake_at = now + DRAIN_RETRY_SECONDS
+
+
+def _drain_recorded(
+    step: Step,
+    request: NodeMaintenance,
+    spec: DrainSpec,
+    plan: DrainPlan,
+    current: Mapping[str, Any],
+    now: float,
+) -> bool:
+    """The drain's spec, start and totals on the object before it evicts: True when this
+    round wrote them (or restarted the drain) and so ends here."""
+    fingerprint = drain_spec_fingerprint(spec)
+    if current and request.drain_spec_hash is None:
+        # A drain an earlier release started: this drainSpec is the one it runs with. It goes
+        # on meanwhile (evictions do not touch the request), should the record be refused.
+        since = rfc3339(request.phase_since or now)
+        step.actions.append(_drain_annotations(request, fingerprint, since))
+    if current and request.drain_spec_hash not in (None, fingerprint):
+        # The reference operator cancels a drain whose spec changed and starts a new one:
+        # new totals, a new timeout. The totals go first; the start is recorded next round.
+        message = "drainSpec changed: the drain starts again"
+        step.actions.append(Event(request, "DrainRestarted", message))
+        step.decisions.append(Decision(request, "drain-restarted", "DrainRestarted", message))
+        set_phase(step, request, DRAINING, now, message, drain=None)
+        return True
+    if current:
+        return False
+    if request.drain_spec_hash != fingerprint:
+        # Recorded before the totals: a drain whose status says it started always has its
+        # spec and start time on the object (two writes, never one half lost). A first drain
+        # starts with its phase (a stable time: a resent record is the same command); a
+        # restarted one now.
+        started = now if request.drain_spec_hash is not None else request.phase_since
+        since = rfc3339(started or now)
+        step.actions.append(_drain_annotations(request, fingerprint, since))
+        return True
+    # The drain starts: the counts are fixed now and kept on the object, so a restarted
+    # service reports progress against the same totals.
+    eviction_pods = len(plan.to_go) + len(plan.blocking)
+    set_phase(
+        step,
+        request,
+        DRAINING,
+        now,
+        request.ready_message,
+        drain=drain_status(plan, eviction_pods, plan.total_pods),
+    )
+    return True
+
+
+def _evict(step: Step, request: NodeMaintenance, plan: DrainPlan) -> None:
     for pod in plan.evict_now:
         step.actions.append(EvictAction(request, pod))
         step.decisions.append(
@@ -574,6 +608,12 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
                 node=request.node_name,
             )
         )
+
+
+def _drain_progress(
+    request: NodeMaintenance, plan: DrainPlan, timeout_seconds: int, timed_out: bool
+) -> str:
+    """What holds the drain, as the Ready condition's message ("" when nothing does)."""
     parts: list[str] = []
     if plan.blocking:
         held = "; ".join(f"{h.pod.key} {h.why}" for h in plan.blocking[:5])
@@ -585,35 +625,33 @@ def _drain(step: Step, request: NodeMaintenance, pods: Sequence[PodFacts], now: 
         parts.append(f"waiting for Slurm to drain before evicting: {held}")
     if timed_out:
         jobs = [h.pod.name for h in plan.waiting_for_slurm]
-        text = f"drain timed out after {spec.timeout_seconds}s with {len(plan.to_go)} pods left"
+        text = f"drain timed out after {timeout_seconds}s with {len(plan.to_go)} pods left"
         if jobs:
             text += f"; jobs still run on Slurm nodes {', '.join(jobs[:10])}"
         parts.insert(0, text + "; still retrying")
-    message = ". ".join(parts)
-    if message != request.ready_message:
-        if plan.blocking:
-            step.decisions.append(Decision(request, "drain-blocked", "DrainBlocked", message))
-        for held_pod in plan.waiting_for_slurm:
-            step.decisions.append(
-                Decision(
-                    request,
-                    "waiting-for-slurm",
-                    "WaitingForSlurm",
-                    held_pod.why,
-                    pod=held_pod.pod.key,
-                    node=request.node_name,
-                )
+    return ". ".join(parts)
+
+
+def _record_drain_progress(
+    step: Step, request: NodeMaintenance, plan: DrainPlan, message: str, timed_out: bool
+) -> None:
+    """The decisions (and the timeout's Warning Event, once) of a changed drain message."""
+    if plan.blocking:
+        step.decisions.append(Decision(request, "drain-blocked", "DrainBlocked", message))
+    for held_pod in plan.waiting_for_slurm:
+        step.decisions.append(
+            Decision(
+                request,
+                "waiting-for-slurm",
+                "WaitingForSlurm",
+                held_pod.why,
+                pod=held_pod.pod.key,
+                node=request.node_name,
             )
-        if timed_out and not request.ready_message.startswith("drain timed out"):
-            step.actions.append(Event(request, "DrainTimeout", message, "Warning"))
-            step.decisions.append(Decision(request, "drain-timeout", "DrainTimeout", message))
-    set_phase(
-        step, request, DRAINING, now, message, drain=drain_status(plan, eviction_pods, total_pods)
-    )
-    if deadline is not None and not timed_out:
-        step.wake_at = deadline
-    elif plan.blocking or plan.waiting_for_slurm or timed_out:
-        step.wake_at = now + DRAIN_RETRY_SECONDS
+        )
+    if timed_out and not request.ready_message.startswith("drain timed out"):
+        step.actions.append(Event(request, "DrainTimeout", message, "Warning"))
+        step.decisions.append(Decision(request, "drain-timeout", "DrainTimeout", message))
 
 
 # --- deletion and garbage collection ----------------------------------------------------------
