@@ -28,7 +28,7 @@ a node read without a uid is no verdict (the request keeps its slot).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Literal
@@ -134,7 +134,9 @@ def schedule(
     absent_past_grace: AbstractSet[str] = frozenset(),
 ) -> ScheduleResult:
     """`absent_past_grace`: the node names absent from the view long enough to count as gone
-    (none by default: an absence alone then frees no slot)."""
+    (none by default: an absence alone then frees no slot). The reference operator's steps:
+    the slots maxParallelOperations leaves (1), what maxUnavailable lets become unavailable
+    (2), the candidates (3, 4), ranked (5), admitted in rank order under both budgets (6)."""
     all_requests = list(requests)
     under_maintenance = {
         r.node_name
@@ -145,24 +147,14 @@ def schedule(
         r for r in all_requests if r.phase == PENDING and not r.deleting and not r.problems
     ]
     total = len(nodes)
-
-    # Step 1.
     parallel_limit = config.parallel_limit(total)
-    if parallel_limit is None:
-        # No limit: every node in view not under maintenance. A request in progress on a node
-        # absent from the view holds that node, not one of these.
-        slots = len(nodes.keys() - under_maintenance)
-    else:
-        slots = min(max(0, parallel_limit - len(under_maintenance)), total)
-
-    # Step 2.
+    slots = _free_slots(nodes, under_maintenance, parallel_limit)
     unavailable = {name for name, node in nodes.items() if node.unavailable} | under_maintenance
     unavailable_limit = config.unavailable_limit(total)
     if unavailable_limit is None:
         can_become_unavailable = slots
     else:
         can_become_unavailable = max(0, unavailable_limit - len(unavailable))
-
     result = ScheduleResult(
         slots=slots,
         can_become_unavailable=can_become_unavailable,
@@ -171,10 +163,35 @@ def schedule(
         under_maintenance=len(under_maintenance),
         unavailable_nodes=len(unavailable),
     )
+    candidates = _candidates(pending_requests, nodes, under_maintenance, result)
+    requestors_in_progress = {r.requestor_id for r in all_requests if r.in_progress}
+    pending_count = Counter(r.requestor_id for r in pending_requests)
+    ordered = rank_order(candidates, requestors_in_progress, pending_count)
+    _admit(ordered, nodes, result, total=total)
+    return result
 
-    # Steps 3 and 4.
+
+def _free_slots(
+    nodes: Mapping[str, NodeInfo], under_maintenance: AbstractSet[str], parallel_limit: int | None
+) -> int:
+    """Step 1: the requests maxParallelOperations lets start now."""
+    if parallel_limit is None:
+        # No limit: every node in view not under maintenance. A request in progress on a node
+        # absent from the view holds that node, not one of these.
+        return len(nodes.keys() - under_maintenance)
+    return min(max(0, parallel_limit - len(under_maintenance)), len(nodes))
+
+
+def _candidates(
+    pending: Sequence[NodeMaintenance],
+    nodes: Mapping[str, NodeInfo],
+    under_maintenance: AbstractSet[str],
+    result: ScheduleResult,
+) -> list[NodeMaintenance]:
+    """Steps 3 and 4: the Pending requests whose node exists and is under no other
+    maintenance; the others are skipped, saying why."""
     candidates: list[NodeMaintenance] = []
-    for request in pending_requests:
+    for request in pending:
         if node_of(request, nodes) is None:
             result.skipped.append(
                 Skipped(request, "node-not-found", f"node {request.node_name} does not exist")
@@ -189,14 +206,19 @@ def schedule(
             )
         else:
             candidates.append(request)
+    return candidates
 
-    # Step 5.
-    requestors_in_progress = {r.requestor_id for r in all_requests if r.in_progress}
-    pending_count = Counter(r.requestor_id for r in pending_requests)
-    ordered = rank_order(candidates, requestors_in_progress, pending_count)
 
-    # Step 6.
-    budget = can_become_unavailable
+def _admit(
+    ordered: Sequence[NodeMaintenance],
+    nodes: Mapping[str, NodeInfo],
+    result: ScheduleResult,
+    *,
+    total: int,
+) -> None:
+    """Step 6: in rank order, one request per node, while a slot is free and, for a node
+    still available, while the unavailability budget lasts."""
+    budget = result.can_become_unavailable
     seen_nodes: set[str] = set()
     for request in ordered:
         if request.node_name in seen_nodes:
@@ -209,19 +231,17 @@ def schedule(
             )
             continue
         seen_nodes.add(request.node_name)
-        if len(result.scheduled) >= slots:
+        if len(result.scheduled) >= result.slots:
+            in_progress = result.under_maintenance + len(result.scheduled)
             result.skipped.append(
                 Skipped(
                     request,
                     "no-slot",
-                    no_slot_message(
-                        result.under_maintenance + len(result.scheduled), parallel_limit, total
-                    ),
+                    no_slot_message(in_progress, result.parallel_limit, total),
                 )
             )
             continue
-        node_unavailable = nodes[request.node_name].unavailable
-        if not node_unavailable:
+        if not nodes[request.node_name].unavailable:
             if budget <= 0:
                 result.skipped.append(
                     Skipped(
@@ -229,15 +249,14 @@ def schedule(
                         "unavailability-budget",
                         unavailability_budget_message(
                             request.node_name,
-                            len(unavailable) + can_become_unavailable - budget,
-                            unavailable_limit,
+                            result.unavailable_nodes + result.can_become_unavailable - budget,
+                            result.unavailable_limit,
                         ),
                     )
                 )
                 continue
             budget -= 1
         result.scheduled.append(request)
-    return result
 
 
 def no_slot_message(in_progress: int, parallel_limit: int | None, total_nodes: int) -> str:
