@@ -27,7 +27,8 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -176,6 +177,23 @@ def node_fields(node: dict[str, Any]) -> dict[str, Any]:
         "spec": {"unschedulable": mapping(node.get("spec")).get("unschedulable")},
         "status": {"conditions": [] if ready is None else [dict(ready)]},
     }
+
+
+def _scheduled_steps(result: ScheduleResult, now: float) -> list[Step]:
+    """Each request the schedule admitted: Scheduled, with the budgets it was admitted under."""
+    steps: list[Step] = []
+    message = (
+        f"scheduled: {result.slots} slots, {result.can_become_unavailable} nodes may "
+        "become unavailable"
+    )
+    for request in result.scheduled:
+        step = Step()
+        set_phase(step, request, SCHEDULED, now)
+        step.decisions.append(
+            Decision(request, "scheduled", "Scheduled", message, node=request.node_name)
+        )
+        steps.append(step)
+    return steps
 
 
 class MaintenanceScheduler:
@@ -412,6 +430,9 @@ class MaintenanceScheduler:
         )
 
     async def round(self, now: float) -> None:
+        """One round, in phases: the requests and nodes read; the budgets' schedule; the
+        Scheduled writes; every other request reconciled one step; garbage collection; the
+        round's gauges; then every step sent."""
         self.stats.rounds += 1
         config = self.operator_config()
         requests = self._parsed_requests()
@@ -441,31 +462,48 @@ class MaintenanceScheduler:
         if self._config_events:
             steps.append(Step(actions=list(self._config_events)))
             self._config_events = []
-        scheduled_now: set[str] = set()
-        for request in result.scheduled:
-            step = Step()
-            message = (
-                f"scheduled: {result.slots} slots, {result.can_become_unavailable} nodes may "
-                "become unavailable"
-            )
-            set_phase(step, request, SCHEDULED, now)
-            step.decisions.append(
-                Decision(request, "scheduled", "Scheduled", message, node=request.node_name)
-            )
-            steps.append(step)
-            scheduled_now.add(request.uid)
+        steps.extend(_scheduled_steps(result, now))
+        skip = {r.uid for r in result.scheduled} | scheduling
+        reconciled = self._reconcile_each(
+            [r for r in requests if r.uid not in skip],
+            requests,
+            facts,
+            gone_nodes,
+            pending_messages(result),
+            now,
+        )
+        steps.extend(reconciled)
+        wake_at = min((s.wake_at for s in reconciled if s.wake_at is not None), default=None)
+        gc_due = self._garbage_collect(requests, config, now, steps)
+        if gc_due is not None:
+            wake_at = gc_due if wake_at is None else min(wake_at, gc_due)
+        self._wake_at = wake_at
+        drains = [s for s in reconciled if s.drain is not None]
+        metrics.DRAIN_PODS_REMAINING.set(sum(len(s.drain.to_go) for s in drains if s.drain))
+        metrics.DRAIN_PODS_WAITING_FOR_SLURM.set(
+            sum(len(s.drain.waiting_for_slurm) for s in drains if s.drain)
+        )
+        metrics.DRAINS_TIMED_OUT.set(sum(int(s.drain_timed_out) for s in drains))
+        self._forget_gone(by_uid, now)
+        await self._send(steps, now)
+
+    def _reconcile_each(
+        self,
+        due: Sequence[NodeMaintenance],
+        requests: Sequence[NodeMaintenance],
+        facts: Mapping[str, NodeFacts],
+        gone_nodes: AbstractSet[str],
+        waiting_for: Mapping[str, str],
+        now: float,
+    ) -> list[Step]:
+        """One step of each request in `due` (every request but those scheduled this round
+        or whose Scheduled write may still land); `waiting_for`: what holds each Pending
+        request the scheduler skipped (its Ready message)."""
         on_node: dict[str, list[NodeMaintenance]] = {}
         for request in requests:
             on_node.setdefault(request.node_name, []).append(request)
-        # What holds each Pending request the scheduler skipped: its Ready message.
-        waiting_for = pending_messages(result)
-        wake_at: float | None = None
-        drains_timed_out = 0
-        remaining = 0
-        waiting_for_slurm = 0
-        for request in requests:
-            if request.uid in scheduled_now or request.uid in scheduling:
-                continue
+        steps: list[Step] = []
+        for request in due:
             node = facts.get(request.node_name)
             pods = (
                 self._pods_of(request.node_name, now)
@@ -487,12 +525,17 @@ class MaintenanceScheduler:
                 log.exception("request.reconcile_failed", request=request.key)
                 continue
             steps.append(step)
-            if step.wake_at is not None:
-                wake_at = step.wake_at if wake_at is None else min(wake_at, step.wake_at)
-            if step.drain is not None:
-                remaining += len(step.drain.to_go)
-                waiting_for_slurm += len(step.drain.waiting_for_slurm)
-                drains_timed_out += int(step.drain_timed_out)
+        return steps
+
+    def _garbage_collect(
+        self,
+        requests: Sequence[NodeMaintenance],
+        config: OperatorConfig,
+        now: float,
+        steps: list[Step],
+    ) -> float | None:
+        """The Ready requests past maxNodeMaintenanceTimeSeconds deleted (each resent no
+        sooner than GC_RESEND_SECONDS), appended to `steps`; when the next one falls due."""
         collected, gc_due = garbage_collect(requests, config, now)
         collected = [
             d for d in collected if now - self._gc_sent.get(d.request.uid, 0.0) >= GC_RESEND_SECONDS
@@ -512,14 +555,7 @@ class MaintenanceScheduler:
                     )
                 )
             steps.append(gc_step)
-        if gc_due is not None:
-            wake_at = gc_due if wake_at is None else min(wake_at, gc_due)
-        self._wake_at = wake_at
-        metrics.DRAIN_PODS_REMAINING.set(remaining)
-        metrics.DRAIN_PODS_WAITING_FOR_SLURM.set(waiting_for_slurm)
-        metrics.DRAINS_TIMED_OUT.set(drains_timed_out)
-        self._forget_gone(by_uid, now)
-        await self._send(steps, now)
+        return gc_due
 
     def _scheduling(self, by_uid: Mapping[str, NodeMaintenance], now: float) -> set[str]:
         """The Pending requests whose Scheduled write (this leader's or an earlier one's)
