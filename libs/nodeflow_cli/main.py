@@ -507,8 +507,9 @@ async def why(args: argparse.Namespace) -> str:
         about = verdicts.decisions_about(decisions, f"PodGroup {args.namespace}/{args.name}")
         return verdicts.why_gang(obj, about) + note
     if args.kind in CLUSTER_SCOPED_KINDS:
-        # Both kinds' decisions go to maintenance.v1.skyhook.<name>.decision.
-        about = verdicts.decisions_about(decisions, f"Skyhook {args.name}")
+        # Both kinds' decisions go to maintenance.v1.skyhook.<name>.decision; each says
+        # which kind it is about.
+        about = verdicts.decisions_about(decisions, f"{kind_name} {args.name}")
         return verdicts.why_skyhook(obj, about) + note
     labels = (obj.get("metadata") or {}).get("labels") or {}
     about = verdicts.decisions_about(

@@ -44,7 +44,8 @@ class Decision:
 
     decided_at: float
     service: str
-    # "NodeMaintenance default/m1", "NodeSet slurm/gpu", "PodGroup default/train", "Skyhook s".
+    # "NodeMaintenance default/m1", "NodeSet slurm/gpu", "PodGroup default/train", "Skyhook s",
+    # "NodeWright s".
     about: str
     reason: str
     message: str
@@ -62,7 +63,7 @@ def decision_of(subject: str, payload: Obj) -> Decision | None:
     elif parts[0] == "placement":
         about = f"PodGroup {payload.get('namespace')}/{payload.get('group')}"
     elif parts[2] == "skyhook":
-        about = f"Skyhook {payload.get('skyhook')}"
+        about = f"{payload.get('object_kind') or SKYHOOK.kind} {payload.get('skyhook')}"
     else:
         about = f"NodeMaintenance {payload.get('namespace')}/{payload.get('name')}"
     return Decision(

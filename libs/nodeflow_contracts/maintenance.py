@@ -65,7 +65,9 @@ SkyhookDecisionKind = Literal[
 
 class SkyhookDecision(msgspec.Struct, frozen=True, kw_only=True):
     """A decision of maintenance-scheduler's Skyhook controller, on
-    `maintenance.v1.skyhook.<skyhook>.decision`."""
+    `maintenance.v1.skyhook.<skyhook>.decision`, about the Skyhook (skyhook.nvidia.com) or
+    the NodeWright (nodewright.nvidia.com) named `skyhook`: both kinds share the subject,
+    `object_kind` tells them apart (absent in a message of an earlier release: a Skyhook)."""
 
     decision_id: str
     skyhook: str
@@ -78,6 +80,7 @@ class SkyhookDecision(msgspec.Struct, frozen=True, kw_only=True):
     package: str = ""
     stage: str = ""
     compartment: str = ""
+    object_kind: str = "Skyhook"
 
     @property
     def subject(self) -> str:

@@ -547,6 +547,11 @@ def owner_name(key: str) -> str:
     return key.rpartition("/")[2]
 
 
+def owner_kind(key: str) -> str:
+    """The kind an owner_key is for: a NodeWright's key carries its group."""
+    return NODEWRIGHT.kind if key.startswith(f"{NODEWRIGHT.group}/") else SKYHOOK.kind
+
+
 def _pairs(raw: object) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in mapping(raw).items()))
 

@@ -447,7 +447,14 @@ def command_for(
 def decision_for(note: SkyhookDecisionNote, now: float, basis: str) -> SkyhookDecision:
     """`basis` is the state the note was decided on (so the same state yields the same id)."""
     decision_id = KEY_PREFIX + digest(
-        note.skyhook, note.kind, note.node, note.package, note.stage, note.message, basis
+        note.object_kind,
+        note.skyhook,
+        note.kind,
+        note.node,
+        note.package,
+        note.stage,
+        note.message,
+        basis,
     )
     return SkyhookDecision(
         decision_id=decision_id,
@@ -460,6 +467,7 @@ def decision_for(note: SkyhookDecisionNote, now: float, basis: str) -> SkyhookDe
         package=note.package,
         stage=note.stage,
         compartment=note.compartment,
+        object_kind=note.object_kind,
     )
 
 

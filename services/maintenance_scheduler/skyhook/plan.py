@@ -48,6 +48,7 @@ from maintenance_scheduler.skyhook.api import (
     Interrupt,
     Package,
     Skyhook,
+    owner_kind,
     owner_name,
     policy_for,
     resets_batch_state,
@@ -296,6 +297,8 @@ class SkyhookDecisionNote:
     package: str = ""
     stage: str = ""
     compartment: str = ""
+    # The object's kind, Skyhook or NodeWright: both kinds' decisions share the subject.
+    object_kind: str = SKYHOOK.kind
 
 
 SkyhookAction = (
@@ -876,6 +879,7 @@ def step_node(
                     node=node,
                     package=name,
                     stage=entry.stage,
+                    object_kind=skyhook.names.kind,
                 )
             )
             entry = result.entries[name] = rerun
@@ -969,6 +973,7 @@ def step_node(
                     node=node,
                     package=name,
                     stage=new.stage,
+                    object_kind=skyhook.names.kind,
                 )
             )
         if new is not None and package is not None and skyhook.names == NODEWRIGHT:
@@ -990,6 +995,7 @@ def step_node(
                     node=node,
                     package=name,
                     stage=shown.stage if shown is not None else "",
+                    object_kind=skyhook.names.kind,
                 )
             )
     _decide_interrupts(skyhook, node, result, due, skipped, drained and may_start, create)
@@ -1021,6 +1027,7 @@ def step_node(
                 f"{', '.join(sorted(interrupts))} on {node}",
                 reason="requested",
                 node=node,
+                object_kind=skyhook.names.kind,
             )
         )
     result.maintenance_needed = keeps_maintenance
@@ -1051,6 +1058,7 @@ def _apply_routes(
                 node=node,
                 package=name,
                 stage="apply",
+                object_kind=skyhook.names.kind,
             )
         )
     for name in routes.retained:
@@ -1067,6 +1075,7 @@ def _apply_routes(
                 node=node,
                 package=name,
                 stage=entry.stage,
+                object_kind=skyhook.names.kind,
             )
         )
 
@@ -1131,6 +1140,7 @@ def _decide_interrupts(
                         node=node,
                         package=package.name,
                         stage="interrupt",
+                        object_kind=skyhook.names.kind,
                     )
                 )
     for package in skipped:
@@ -1427,6 +1437,7 @@ def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -
                 f"NodeMaintenance {name} released: no interrupt left on {node}",
                 reason="released",
                 node=node,
+                object_kind=owner_kind(owner),
             )
         )
     return plan
@@ -1890,6 +1901,7 @@ def _plan_skyhook(
                         + (", rollout stopped" if decided.state.should_stop else ""),
                         reason="stopped" if decided.state.should_stop else verdict,
                         compartment=name,
+                        object_kind=skyhook.names.kind,
                     )
                 )
             if decided.state.should_stop and decided.strategy is not None:

@@ -262,3 +262,29 @@ def test_decisions_are_filtered_by_service_and_object_and_read_in_order() -> Non
     assert decision_matches(early, about="default/m1")
     assert format_decision(early).startswith("2027-01-15T08:00:00Z  maintenance-scheduler")
     assert decision_of("k8s.v1.Pod.default.p", {}) is None
+
+
+def test_rule_why_nodewright_shows_only_its_own_decisions_not_a_skyhooks_of_its_name() -> None:
+    """A Skyhook and a NodeWright of one name publish on one subject: each decision names its
+    object's kind (a decision without it, of an earlier release, is a Skyhook's)."""
+    subject = subjects.skyhook_decision("tuning")
+    base = {"skyhook": "tuning", "reason": "apply-complete", "decided_at": T0, "node": "n1"}
+    ours = decision_of(subject, {**base, "message": "ours", "object_kind": "NodeWright"})
+    theirs = decision_of(subject, {**base, "message": "theirs", "object_kind": "Skyhook"})
+    older = decision_of(subject, {**base, "message": "older"})
+    assert ours is not None and theirs is not None and older is not None
+    assert (ours.about, theirs.about, older.about) == (
+        "NodeWright tuning",
+        "Skyhook tuning",
+        "Skyhook tuning",
+    )
+    nodewright = {
+        "apiVersion": "nodewright.nvidia.com/v1alpha1",
+        "kind": "NodeWright",
+        "metadata": {"name": "tuning"},
+        "status": {"status": "in_progress"},
+    }
+    about = decisions_about([ours, theirs, older], "NodeWright tuning")
+    text = why_skyhook(nodewright, about)
+    assert "NodeWright tuning (node n1)  apply-complete: ours" in text
+    assert "theirs" not in text and "older" not in text

@@ -21,7 +21,7 @@ from maintenance_scheduler.skyhook.api import (
     parse_skyhook,
     reconciled,
 )
-from maintenance_scheduler.skyhook.commands import commands_for
+from maintenance_scheduler.skyhook.commands import commands_for, decision_for
 from maintenance_scheduler.skyhook.jobs import DRAIN_POD_SELECTOR, build_job, maintenance_name
 from maintenance_scheduler.skyhook.observe import job_facts, skyhook_conditions
 from maintenance_scheduler.skyhook.plan import (
@@ -490,3 +490,25 @@ def test_rule_each_groups_deployment_policy_is_mirrored_into_its_own_bucket() ->
         assert info is not None and info.bucket == bucket
         assert info.collection_path(None) == f"/apis/{names.group}/v1alpha1/deploymentpolicies"
     assert "k8s_nodewrightdeploymentpolicies" in BUS_GRANTS["maintenance-scheduler"].reads_buckets
+
+
+@BOTH
+def test_rule_each_decision_names_the_kind_of_its_object(names: SkyhookNames) -> None:
+    """Both kinds' decisions share `maintenance.v1.skyhook.<name>.decision`: each says which
+    kind it is about, the NodeMaintenance released included, and a Skyhook's and a
+    NodeWright's of one name and message never share a decision id (JetStream would keep
+    only the first)."""
+    cluster = FakeCluster(skyhooks=[flavored(names)], nodes=cluster_nodes(1))
+    notes = []
+    for _ in range(80):
+        plan = cluster.round()
+        notes.extend(plan.decisions)
+        if not plan.actions:
+            break
+    assert cluster.status()["status"] == "complete"
+    assert {note.kind for note in notes} >= {"stage", "batch", "maintenance"}
+    assert {note.object_kind for note in notes} == {names.kind}
+    decisions = [decision_for(note, T0, "basis") for note in notes]
+    assert {d.object_kind for d in decisions} == {names.kind}
+    other = decision_for(replace(notes[0], object_kind=OTHER[names].kind), T0, "basis")
+    assert other.decision_id != decisions[0].decision_id
