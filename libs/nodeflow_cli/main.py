@@ -1147,12 +1147,65 @@ def add_system_namespace(command: argparse.ArgumentParser) -> None:
     )
 
 
+# Each command with what it prints (`kubectl nodeflow --help`; docs/cli.md has them whole).
+HELP_EXAMPLES = """\
+examples (each command, then the start of what it prints):
+  $ kubectl nodeflow why nodemaintenance second
+  NodeMaintenance default/second (node sim-002, requestor ops.example.com): Pending: waiting \
+for a slot: 1 of 1 maxParallelOperations in progress
+  $ kubectl nodeflow why pod gpu-012-002
+  Pod default/gpu-012-002 (Running, on node-000)
+  marked for deletion: SlurmDelete=True ScalingDeleteScheduled: scale down to 2: rank 7: ...
+  Slurm node sim/gpu-012-002: Mixed+Drain; busy: 1 of 60 CPUs allocated to jobs 4211 as of \
+2026-11-28T03:33:09Z (not deleted while it runs a job); ...
+  $ kubectl nodeflow why nodeset gpu
+  NodeSet default/gpu: 2 replicas wanted; 4 pods, 4 ready, 4 updated, 2 draining, 0 unavailable
+  ScaleDownWaiting=True PodsBusy: 2 pods wait: gpu-012-002 (node busy with jobs, draining), ...
+  $ kubectl nodeflow why gang big
+  PodGroup default/big: Pending; 0 scheduled, 0 running of minMember 4
+  ... MustGather BlockLayer: no BlockLayer domain offers 4 slots ...
+  $ kubectl nodeflow why skyhook gpu-init      (or: why nodewright NAME)
+  Skyhook gpu-init: in_progress (paused); 0 nodes in progress, 3/16 complete
+  $ kubectl nodeflow decisions --object default/second
+  2026-11-28T03:21:07Z  maintenance-scheduler  NodeMaintenance default/second (node sim-002)  \
+no-slot: waiting for a slot: 1 of 1 maxParallelOperations in progress
+  $ kubectl nodeflow dlq list
+  SEQ  TIME                  SUBJECT   KIND    ERROR  PAYLOAD
+  2    2026-11-28T06:41:07Z  work.bad  decode  ContractDecodeError: cannot decode message ...
+  $ kubectl nodeflow dead-letters --limit 1    (dlq list's first name)
+  SEQ  TIME                  SUBJECT   KIND    ERROR  PAYLOAD
+  $ kubectl nodeflow dlq show 2
+  dead letter 2 of DEAD_LETTERS, stored 2026-11-28T06:41:07Z
+  $ kubectl nodeflow dlq replay 2
+  2 dlq.work.bad -> work.bad: replayed as TEST_WORK 3; dead letter removed
+  $ kubectl nodeflow doctor
+  OK    secret nodeflow-system/nodeflow-admin-nats  present (password, user)
+  OK    slurm sim  slurmrestd API v0.0.45; last poll 4s ago, 0 nodes
+  OK    leader k8s-watcher  vm-18188-ed09784a, renewed 2s ago
+  $ kubectl nodeflow rollout undo nodeset gpu  (also: rollout history nodeset gpu)
+  nodeset.nodeflow.dev/gpu rolled back to revision 1
+  $ kubectl nodeflow release-claim gpu-1
+  node/gpu-1 claim released (was NodeSet slurm/gpu; NodeSet slurm/gpu no longer exists; no \
+NodeSet pod on the node)
+  $ kubectl nodeflow migrate slinky < theirs.yaml > ours.yaml
+  note: NodeSet slurm/slurm-worker-slinky: spec.controllerRef: slurmCluster 'slurm': ...
+  $ kubectl nodeflow skyhook pause gpu-init -y (and: resume, disable, enable, reset, package \
+rerun|logs|status, node ignore|unignore|reset|list|status, version)
+  skyhook.skyhook.nvidia.com/gpu-init paused
+  $ kubectl nodeflow nodewright node status --skyhook nodewright-sample   (the same verbs)
+  NODE       SKYHOOK             STATUS     PACKAGES
+  node-014   nodewright-sample   complete   1/1
+"""
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl nodeflow",
         description="Why Nodeflow holds an object where it is, its decisions, its dead letters "
         "(list, show, replay after a fix), a NodeSet's rollout history and rollback, and a "
         "doctor that checks what Nodeflow needs.",
+        epilog=HELP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     top.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""))
     top.add_argument("--context", default="")
