@@ -558,16 +558,19 @@ def run_marker(
     package on the node (status.nodeState), and the runs its Jobs show were used
     (`World.used_runs`). Never the node's resourceVersion: a restarted controller whose
     node patch was lost, on a node something else changed since, finds the Jobs it made. A
-    start the status records as under way (its node patch lost) keeps that run; after a
-    recorded run, a reset node starts a new one; a re-added package or a rolled-back
-    version comes with a new generation, hence a new run whose stages run again.
+    start the status records as under way (at apply or upgrade, in progress: its node
+    patch may have been lost) keeps that run; after any other recorded run (one past its
+    start, failed or complete), a reset node starts a new one; a re-added package or a
+    rolled-back version comes with a new generation, hence a new run whose stages run
+    again. The status keeps a reset node's record until it starts again (`_plan_skyhook`),
+    whatever holds it back meanwhile (paused, disabled, a later batch, a drain not Ready).
 
-    A reset node whose status was rewritten before its package started again (paused,
-    disabled, or waiting for a later batch) has no recorded run left, so the run made of
-    the rest is its first one again; a Job of that run past its first stage shows the run
-    went on and so was reset since (a start whose node patch was lost leaves only its apply
-    or upgrade Job): the next run in a chain no Job has used is taken instead, so the
-    Complete Jobs of the earlier run (kept a day by their TTL) prove nothing."""
+    A reset node whose status no longer records it (the status written anew) has no
+    recorded run left, so the run made of the rest is its first one again; a Job of that
+    run past its first stage shows the run went on and so was reset since (a start whose
+    node patch was lost leaves only its apply or upgrade Job): the next run in a chain no
+    Job has used is taken instead, so the Complete Jobs of the earlier run (kept a day by
+    their TTL) prove nothing."""
     if node is None:
         return ""
     run = _derived_run(skyhook, node, package)
@@ -582,8 +585,12 @@ def _derived_run(skyhook: Skyhook, node: NodeView, package: Package | None) -> s
     previous = ""
     recorded = _recorded_entry(skyhook, node.name, package.name) if package is not None else None
     if recorded is not None and package is not None:
-        version, state, run = recorded
-        if run and version == package.version and state != stages.COMPLETE:
+        version, stage, state, run = recorded
+        # Only a start under way may be one whose node patch was lost: the controller moves
+        # an entry on (a stage ended, a failure) only from what the node's annotation says,
+        # so a node without the entry the status records past that is a reset node.
+        under_way = stage in stages.START_STAGES and state == stages.IN_PROGRESS
+        if run and version == package.version and under_way:
             return run
         previous = run
     elif package is not None:
@@ -596,12 +603,16 @@ def _derived_run(skyhook: Skyhook, node: NodeView, package: Package | None) -> s
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _recorded_runs(skyhook: Skyhook, node: str) -> list[str]:
-    """Every run the Skyhook's status last recorded for the node's packages, sorted."""
+def _recorded_state(skyhook: Skyhook, node: str) -> Mapping[str, Any]:
+    """The node's entries as the Skyhook's status last recorded them (status.nodeState)."""
     states = skyhook.status.get("nodeState")
     recorded = states.get(node) if isinstance(states, Mapping) else None
-    if not isinstance(recorded, Mapping):
-        return []
+    return recorded if isinstance(recorded, Mapping) else {}
+
+
+def _recorded_runs(skyhook: Skyhook, node: str) -> list[str]:
+    """Every run the Skyhook's status last recorded for the node's packages, sorted."""
+    recorded = _recorded_state(skyhook, node)
     return sorted(
         {
             str(value.get("run") or "")
@@ -611,17 +622,14 @@ def _recorded_runs(skyhook: Skyhook, node: str) -> list[str]:
     )
 
 
-def _recorded_entry(skyhook: Skyhook, node: str, package: str) -> tuple[str, str, str] | None:
-    """(version, state, run) of the package on the node as the Skyhook's status last
+def _recorded_entry(skyhook: Skyhook, node: str, package: str) -> tuple[str, str, str, str] | None:
+    """(version, stage, state, run) of the package on the node as the Skyhook's status last
     recorded it (status.nodeState), or None."""
-    states = skyhook.status.get("nodeState")
-    recorded = states.get(node) if isinstance(states, Mapping) else None
-    if not isinstance(recorded, Mapping):
-        return None
-    for value in recorded.values():
+    for value in _recorded_state(skyhook, node).values():
         if isinstance(value, Mapping) and value.get("name") == package:
             return (
                 str(value.get("version") or ""),
+                str(value.get("stage") or ""),
                 str(value.get("state") or ""),
                 str(value.get("run") or ""),
             )
@@ -1917,6 +1925,8 @@ def _plan_skyhook(
     summary = SkyhookRound(skyhook.name, UNKNOWN)
     after: dict[str, str] = {}
     final_entries: dict[str, Mapping[str, PackageState]] = {}
+    # status.nodeState of the reset nodes not started again, kept as last recorded.
+    kept_records: dict[str, Mapping[str, Any]] = {}
     node_by_name = {n.name: n for n in targets}
     order = _package_order(skyhook)
     key = skyhook.names.status_key(skyhook.name)
@@ -2009,6 +2019,13 @@ def _plan_skyhook(
                 shared[id(entries)] = (entries, 1)
             else:
                 shared[id(entries)] = (entries, seen[1] + 1)
+        elif readable_of[name] and after[name] != COMPLETE:
+            # A reset node (its state removed) that has not started again: the status keeps
+            # what it last recorded there, so its packages start a new run (run_marker)
+            # whatever holds them back meanwhile (paused, disabled, a later batch, a drain).
+            recorded = _recorded_state(skyhook, name)
+            if recorded:
+                kept_records[name] = recorded
     # What each node shows (status.nodeStatus, its status_ label): a node held back by an
     # earlier Skyhook waits (upstream's IsNodeReadyForSkyhook); every node of a paused or
     # disabled Skyhook shows that.
@@ -2127,7 +2144,7 @@ def _plan_skyhook(
         "observedGeneration": skyhook.generation,
         "status": overall,
         "nodeStatus": dict(sorted(shown.items())),
-        "nodeState": _rendered_node_states(final_entries),
+        "nodeState": dict(sorted({**_rendered_node_states(final_entries), **kept_records}.items())),
         "completeNodes": f"{complete_nodes}/{len(statuses)}",
         # Nodes with a run under way, erroring ones included (upstream's printer column).
         "nodesInProgress": sum(1 for s in statuses if s in (IN_PROGRESS, ERRORING)),
