@@ -103,16 +103,38 @@ class KubeKV:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        # One write at a time, as the API server orders them: a patch read before a delete
+        # must not land after it (each write awaits a bucket lookup before it publishes).
+        self._writes = asyncio.Lock()
 
     async def put(self, bucket: str, key: str, obj: dict[str, Any]) -> None:
+        async with self._writes:
+            await self._put(bucket, key, obj)
+
+    async def _put(self, bucket: str, key: str, obj: dict[str, Any]) -> None:
         self.objects[(bucket, key)] = obj
+        self.written(bucket, obj)
         kv = await self.bus.js.key_value(bucket)
         await kv.put(key, json.dumps(obj).encode())
 
+    def written(self, bucket: str, obj: dict[str, Any]) -> None:
+        """Each object as it is written (a put or a patch), in order: for recording."""
+
     async def delete(self, bucket: str, key: str) -> None:
-        self.objects.pop((bucket, key), None)
-        kv = await self.bus.js.key_value(bucket)
-        await kv.delete(key)
+        async with self._writes:
+            self.objects.pop((bucket, key), None)
+            kv = await self.bus.js.key_value(bucket)
+            await kv.delete(key)
+
+    async def patch(
+        self, bucket: str, key: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> None:
+        """As the API server patches: the object as it is now, changed; nothing once it is
+        deleted (a patch of a deleted pod is a 404, never the pod again)."""
+        async with self._writes:
+            current = self.objects.get((bucket, key))
+            if current is not None:
+                await self._put(bucket, key, change(current))
 
     async def put_pod(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -200,18 +222,20 @@ class FakeWatcher:
             # business, not these tests': only pod patches are applied here.
             return
         assert isinstance(operation, PatchObject), operation
-        key = ("k8s_pods", subjects.object_key(target.namespace, target.name))
-        if key not in self.kube.objects:
-            return
-        pod = self.kube.objects[key]
-        patched = (
-            strategic_merge_patch(pod, operation.patch)
-            if operation.patch_type == "strategic"
-            else merge_patch(pod, operation.patch)
+
+        def patched(pod: dict[str, Any]) -> dict[str, Any]:
+            changed: dict[str, Any] = (
+                strategic_merge_patch(pod, operation.patch)
+                if operation.patch_type == "strategic"
+                else merge_patch(pod, operation.patch)
+            )
+            meta = changed["metadata"]
+            meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+            return changed
+
+        await self.kube.patch(
+            "k8s_pods", subjects.object_key(target.namespace, target.name), patched
         )
-        meta = patched["metadata"]
-        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
-        await self.kube.put_pod(patched)
 
     def of_kind(self, kind: str) -> list[K8sCommand]:
         """`conditions` (status patches), `pod-cordon` or `pod-uncordon` (annotation patches)."""

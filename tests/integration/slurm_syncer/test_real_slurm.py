@@ -83,12 +83,13 @@ class RecordingKube(KubeKV):
         super().__init__(bus)
         self.history: dict[str, list[Conditions]] = {}
 
-    async def put_pod(self, pod: dict[str, Any]) -> None:
-        seen = self.history.setdefault(pod["metadata"]["name"], [])
-        current = slurm_conditions(pod)
+    def written(self, bucket: str, obj: dict[str, Any]) -> None:
+        if bucket != "k8s_pods":
+            return
+        seen = self.history.setdefault(obj["metadata"]["name"], [])
+        current = slurm_conditions(obj)
         if not seen or seen[-1] != current:
             seen.append(current)
-        await super().put_pod(pod)
 
 
 def went_through(history: Sequence[Conditions], steps: Sequence[Conditions]) -> bool:
