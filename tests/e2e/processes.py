@@ -6,12 +6,14 @@ it with SIGTERM (SIGKILL if it does not exit within the grace).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any, Self
 
 import aiohttp
 
@@ -119,3 +121,59 @@ async def kubectl(
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed: {err.decode()}{out.decode()}")
     return out.decode() + ("" if check else err.decode())
+
+
+class KubectlWatch:
+    """`kubectl get ARGS --watch --output=json` in the background: every JSON document kubectl
+    prints, in the API server's order, the existing objects first, so states an object only
+    passes through (a condition set just before an eviction) are seen too."""
+
+    def __init__(self, kubeconfig: Path, *args: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.args = args
+        self.documents: list[dict[str, Any]] = []
+        self._buffer = ""
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Self:
+        assert KUBECTL is not None
+        self._process = await asyncio.create_subprocess_exec(
+            KUBECTL,
+            f"--kubeconfig={self.kubeconfig}",
+            "get",
+            *self.args,
+            "--watch",
+            "--output=json",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={**os.environ, "KUBECACHEDIR": str(self.kubeconfig.parent / "kubectl-cache")},
+        )
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        decoder = json.JSONDecoder()
+        while chunk := await self._process.stdout.read(65536):
+            self._buffer += chunk.decode()
+            while self._buffer.strip():
+                try:
+                    document, end = decoder.raw_decode(self._buffer.lstrip())
+                except json.JSONDecodeError:
+                    break  # a document still arriving
+                self._buffer = self._buffer.lstrip()[end:]
+                self.documents.append(document)
+
+    def assert_unbroken(self) -> None:
+        """kubectl still watching: no event can have been missed."""
+        assert self._process is not None
+        assert self._process.returncode is None, f"kubectl get {self.args} --watch ended early"
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+            await self._process.wait()
+        if self._reader is not None:
+            await asyncio.wait_for(self._reader, 10)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -188,58 +187,16 @@ async def test_gang_group_applied_with_kubectl_is_bound_whole(stack: Stack, tmp_
         await processes.stop_processes(process, grace=20)
 
 
-class KubectlWatch:
-    """`kubectl get pods --watch -o json` in the background: every version of the selected
-    pods the API server sends, so states a pod passes through (a condition set just before
-    its eviction, a nomination just before its binding) are seen even when short-lived."""
+class KubectlWatch(processes.KubectlWatch):
+    """The selected pods of `default`, every version the API server sends."""
 
     def __init__(self, running: Stack, selector: str) -> None:
-        self.running = running
-        self.selector = selector
-        self.versions: list[dict[str, Any]] = []
-        self._buffer = ""
-        self._process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
+        kubeconfig = Path(running.sim.kubeconfig_path)
+        super().__init__(kubeconfig, "pods", "--namespace=default", f"--selector={selector}")
 
-    async def __aenter__(self) -> KubectlWatch:
-        assert processes.KUBECTL is not None
-        kubeconfig = Path(self.running.sim.kubeconfig_path)
-        self._process = await asyncio.create_subprocess_exec(
-            processes.KUBECTL,
-            f"--kubeconfig={kubeconfig}",
-            "--namespace=default",
-            "get",
-            "pods",
-            f"--selector={self.selector}",
-            "--watch",
-            "--output=json",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env={**os.environ, "KUBECACHEDIR": str(kubeconfig.parent / "kubectl-cache")},
-        )
-        self._reader = asyncio.create_task(self._read())
-        return self
-
-    async def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        decoder = json.JSONDecoder()
-        while chunk := await self._process.stdout.read(65536):
-            self._buffer += chunk.decode()
-            while self._buffer.strip():
-                try:
-                    obj, end = decoder.raw_decode(self._buffer.lstrip())
-                except json.JSONDecodeError:
-                    break  # an object still arriving
-                self._buffer = self._buffer.lstrip()[end:]
-                self.versions.append(obj)
-
-    async def __aexit__(self, *_: object) -> None:
-        if self._process is not None and self._process.returncode is None:
-            self._process.kill()
-            await self._process.wait()
-        if self._reader is not None:
-            await asyncio.wait_for(self._reader, 10)
+    @property
+    def versions(self) -> list[dict[str, Any]]:
+        return self.documents
 
     def history(self, name: str) -> list[dict[str, Any]]:
         return [v for v in self.versions if v["metadata"]["name"] == name]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -104,60 +103,16 @@ def resource_version(obj: dict[str, Any]) -> int:
     return int(obj["metadata"]["resourceVersion"])
 
 
-class KubectlWatch:
-    """`kubectl get <args> --watch --output=json --output-watch-events` in the background:
-    every event the API server sends, in its order, the existing objects first (as ADDED)."""
+class KubectlWatch(processes.KubectlWatch):
+    """`kubectl get <args> --watch --output=json --output-watch-events`: every event the API
+    server sends, in its order, the existing objects first (as ADDED)."""
 
     def __init__(self, kubeconfig: Path, *args: str) -> None:
-        self.kubeconfig = kubeconfig
-        self.args = args
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        self._buffer = ""
-        self._process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
+        super().__init__(kubeconfig, *args, "--output-watch-events")
 
-    async def __aenter__(self) -> KubectlWatch:
-        assert processes.KUBECTL is not None
-        self._process = await asyncio.create_subprocess_exec(
-            processes.KUBECTL,
-            f"--kubeconfig={self.kubeconfig}",
-            "get",
-            *self.args,
-            "--watch",
-            "--output=json",
-            "--output-watch-events",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env={**os.environ, "KUBECACHEDIR": str(self.kubeconfig.parent / "kubectl-cache")},
-        )
-        self._reader = asyncio.create_task(self._read())
-        return self
-
-    async def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        decoder = json.JSONDecoder()
-        while chunk := await self._process.stdout.read(65536):
-            self._buffer += chunk.decode()
-            while self._buffer.strip():
-                try:
-                    event, end = decoder.raw_decode(self._buffer.lstrip())
-                except json.JSONDecodeError:
-                    break  # an event still arriving
-                self._buffer = self._buffer.lstrip()[end:]
-                self.events.append((str(event["type"]), event["object"]))
-
-    def assert_unbroken(self) -> None:
-        """kubectl still watching: no event can have been missed."""
-        assert self._process is not None
-        assert self._process.returncode is None, f"kubectl get {self.args} --watch ended early"
-
-    async def __aexit__(self, *_: object) -> None:
-        if self._process is not None and self._process.returncode is None:
-            self._process.kill()
-            await self._process.wait()
-        if self._reader is not None:
-            await asyncio.wait_for(self._reader, 10)
+    @property
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(str(event["type"]), event["object"]) for event in self.documents]
 
 
 @dataclass
