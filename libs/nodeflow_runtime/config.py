@@ -51,6 +51,11 @@ class ServiceConfig(msgspec.Struct, kw_only=True):
     nats_tls_server_name: str = ""
     http_host: str = "0.0.0.0"
     http_port: Annotated[int, Meta(ge=0, le=65535)] = 8080
+    # A listening socket inherited from the process that started this one (-1: none; bind
+    # HTTP_HOST:HTTP_PORT). `make run` binds each service's port itself and passes it down,
+    # so no other process can take the port between the pick and the bind, nor across a
+    # restart.
+    http_listen_fd: Annotated[int, Meta(ge=-1)] = -1
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # How long SIGTERM waits for in-flight messages before exiting.
     shutdown_deadline_seconds: Annotated[float, Meta(ge=0)] = 20.0

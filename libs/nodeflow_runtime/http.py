@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -59,8 +60,17 @@ def build_app(
     return app
 
 
-async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
+async def start_http(
+    app: web.Application, host: str, port: int, listen_fd: int = -1
+) -> web.AppRunner:
+    """Serve `app` on host:port, or on the listening socket `listen_fd` when one was
+    inherited (then host and port only name it in logs)."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    site: web.BaseSite
+    if listen_fd >= 0:
+        site = web.SockSite(runner, socket.socket(fileno=listen_fd))
+    else:
+        site = web.TCPSite(runner, host, port)
+    await site.start()
     return runner

@@ -127,6 +127,9 @@ class Child:
     # What it was started with, to start it again the same way.
     argv: tuple[str, ...] = ()
     env: dict[str, str] | None = None
+    # The HTTP socket the launcher bound for it and passes down at each start
+    # (HTTP_LISTEN_FD): the port stays the service's while it restarts.
+    listener: socket.socket | None = None
     started_at: float = 0.0
     crashes: int = 0
 
@@ -138,6 +141,26 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def listening_socket(preferred: int) -> socket.socket:
+    """A socket listening on 127.0.0.1: on `preferred` when free (stable URLs for people),
+    else on any free port. Bound here and inherited by the service, so that no process can
+    take the port between its pick and the service's bind (a test's client connection took
+    one from the ephemeral range once)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # As aiohttp binds: connections of an earlier run in TIME_WAIT do not keep the port.
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        try:
+            listener.bind(("127.0.0.1", preferred))
+        except OSError:
+            listener.bind(("127.0.0.1", 0))
+        listener.listen(socket.SOMAXCONN)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 def pick_port(preferred: int) -> int:
@@ -216,20 +239,22 @@ class Stack:
         self.password_files: dict[str, Path] = {}
         self.real_kubeconfig: Path | None = None
 
-    async def start_child(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
+    async def start_child(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        listener: socket.socket | None = None,
+    ) -> Child:
         log_file = self.logs / f"{name}.log"
-        handle = log_file.open("ab")
-        # A session of its own: Ctrl-C reaches only the launcher, which stops children in order.
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdout=handle, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True
-        )
-        handle.close()
+        process = await spawn(argv, env, log_file, listener)
         child = Child(
             name=name,
             process=process,
             log_file=log_file,
             argv=tuple(argv),
             env=env,
+            listener=listener,
             started_at=time.monotonic(),
         )
         self.children.append(child)
@@ -314,17 +339,18 @@ class Stack:
             **read_env_file(self.env_file),
             "LOG_LEVEL": self.args.log_level,
         }
-        port = FIRST_SERVICE_PORT
-        for service, module in SERVICES:
-            port = pick_port(port)
+        for index, (service, module) in enumerate(SERVICES):
+            listener = listening_socket(FIRST_SERVICE_PORT + index)
+            port = listener.getsockname()[1]
             env = {
                 **service_environment(shared_env, service, self.password_files),
                 "HTTP_HOST": "127.0.0.1",
                 "HTTP_PORT": str(port),
+                "HTTP_LISTEN_FD": str(listener.fileno()),
             }
-            child = await self.start_child(service, [sys.executable, "-m", module], env)
+            argv = [sys.executable, "-m", module]
+            child = await self.start_child(service, argv, env, listener)
             child.url = f"http://127.0.0.1:{port}"
-            port += 1
         services = [c for c in self.children if c.name in dict(SERVICES)]
         await asyncio.gather(*(self.wait_ready(child, "/readyz") for child in services))
         update_env_file(self.env_file, {env_key(c.name): str(c.url) for c in services})
@@ -412,17 +438,9 @@ class Stack:
             )
             if await self.pause(delay):
                 return
-            handle = child.log_file.open("ab")
-            try:
-                child.process = await asyncio.create_subprocess_exec(
-                    *child.argv,
-                    stdout=handle,
-                    stderr=asyncio.subprocess.STDOUT,
-                    env=child.env,
-                    start_new_session=True,
-                )
-            finally:
-                handle.close()
+            child.process = await spawn(
+                list(child.argv), child.env or {}, child.log_file, child.listener
+            )
             child.started_at = time.monotonic()
             if self.stopping.is_set():
                 # The stop began while it was starting and may have missed it.
@@ -472,12 +490,31 @@ class Stack:
         simulator = [c for c in self.children if c.name == "clustersim"]
         for group in (services, simulator):
             await asyncio.gather(*(stop_process(child) for child in group))
+        for child in self.children:
+            if child.listener is not None:
+                child.listener.close()
         if self.nats is not None:
             await self.nats.stop()
         if self.args.kube == "real":
             await stop_real_kube(self.run_dir)
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "children.json").unlink()
+
+
+async def spawn(
+    argv: list[str], env: dict[str, str], log_file: Path, listener: socket.socket | None
+) -> asyncio.subprocess.Process:
+    """Start a child with its output appended to `log_file`, in a session of its own (Ctrl-C
+    reaches only the launcher, which stops children in order), inheriting `listener`."""
+    with log_file.open("ab") as handle:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            stdout=handle,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            pass_fds=(listener.fileno(),) if listener is not None else (),
+        )
 
 
 async def stop_process(child: Child) -> None:

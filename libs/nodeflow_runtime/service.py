@@ -108,7 +108,9 @@ async def run_service(
     setup_done = asyncio.Event()
     health.add_check("nats", lambda: None if bus_ready.is_set() else "connecting to NATS")
     health.add_check("setup", lambda: None if setup_done.is_set() else "starting")
-    runner = await start_http(build_app(name, health), config.http_host, config.http_port)
+    runner = await start_http(
+        build_app(name, health), config.http_host, config.http_port, config.http_listen_fd
+    )
     log.info("service.http", host=config.http_host, port=config.http_port)
 
     bus: Bus | None = None

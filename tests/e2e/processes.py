@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -38,36 +39,47 @@ async def start_service(
     module: str, running: InProcessStack, port: int, instance_id: str, **settings: str
 ) -> asyncio.subprocess.Process:
     """`python -m module` on the stack's NATS, its HTTP server on 127.0.0.1:`port`;
-    `settings` are further environment variables."""
-    env = {
-        **os.environ,
-        "NATS_URL": running.nats_url,
-        "HTTP_HOST": "127.0.0.1",
-        "HTTP_PORT": str(port),
-        "INSTANCE_ID": instance_id,
-        **TEST_TIMINGS,
-        **({"LOG_LEVEL": "info"} if LOG_DIR else {}),
-        **settings,
-    }
-    if not LOG_DIR:
-        return await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            module,
-            env=env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-    Path(LOG_DIR).mkdir(parents=True, exist_ok=True)
-    with (Path(LOG_DIR) / f"{instance_id}.log").open("ab") as log:
-        return await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            module,
-            env=env,
-            stdout=log,
-            stderr=asyncio.subprocess.STDOUT,
-        )
+    `settings` are further environment variables. The port is bound here and inherited
+    (HTTP_LISTEN_FD), as `make run` does: no other process can take it while the service
+    starts."""
+    with socket.socket() as listener:
+        # As aiohttp's own bind: a restart on the port of a process just killed is not refused
+        # for its connections in TIME_WAIT.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        env = {
+            **os.environ,
+            "NATS_URL": running.nats_url,
+            "HTTP_HOST": "127.0.0.1",
+            "HTTP_PORT": str(port),
+            "HTTP_LISTEN_FD": str(listener.fileno()),
+            "INSTANCE_ID": instance_id,
+            **TEST_TIMINGS,
+            **({"LOG_LEVEL": "info"} if LOG_DIR else {}),
+            **settings,
+        }
+        if not LOG_DIR:
+            return await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                module,
+                env=env,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                pass_fds=(listener.fileno(),),
+            )
+        Path(LOG_DIR).mkdir(parents=True, exist_ok=True)
+        with (Path(LOG_DIR) / f"{instance_id}.log").open("ab") as log:
+            return await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                module,
+                env=env,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                pass_fds=(listener.fileno(),),
+            )
 
 
 async def wait_ready(port: int, what: str, timeout: float = 20.0) -> None:

@@ -7,12 +7,14 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from nodeflow_runtime.envfile import read_env_file
 from nodeflow_runtime.launcher import SERVICES, env_key, pid_alive
@@ -196,6 +198,11 @@ async def test_make_run_restarts_a_killed_service_and_nats_and_keeps_the_simulat
             # kill -9 a service: it comes back on the same URL and answers ready again.
             os.kill(before["k8s-watcher"], signal.SIGKILL)
             seen = await output.wait_for("k8s-watcher exited with code -9", seen, timeout=30)
+            # While it is down its port stays the launcher's (HTTP_LISTEN_FD): no other
+            # process can take it before the restart binds it.
+            port = int(env[env_key("k8s-watcher")].rsplit(":", 1)[1])
+            with socket.socket() as squatter, pytest.raises(OSError, match="in use"):
+                squatter.bind(("127.0.0.1", port))
             seen = await output.wait_for("k8s-watcher ready again", seen, timeout=120)
             assert await ready(session, env[env_key("k8s-watcher")])
             assert children_pids(run_dir)["k8s-watcher"] != before["k8s-watcher"]

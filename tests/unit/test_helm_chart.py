@@ -803,6 +803,7 @@ CHART_SET = {
     "NATS_TLS_CERT_FILE": "nats.tls.clientSecretName",
     "NATS_TLS_KEY_FILE": "nats.tls.clientSecretName",
     "HTTP_PORT": "the metrics port 8080",
+    "HTTP_LISTEN_FD": "none: a pod binds its metrics port itself (no inherited socket)",
     "LOG_LEVEL": "logLevel",
     "INSTANCE_ID": "per process",
     "KUBE_LEASE_NAMESPACE": "the release namespace",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -25,13 +26,19 @@ MODULES = dict(SERVICES)
 
 
 async def start_service(
-    module: str, env_overrides: dict[str, str], log_file: Path
+    module: str, env_overrides: dict[str, str], log_file: Path, pass_fds: tuple[int, ...] = ()
 ) -> asyncio.subprocess.Process:
     env = {**os.environ, "HTTP_HOST": "127.0.0.1", "SHUTDOWN_DEADLINE_SECONDS": "5"}
     env.update(env_overrides)
     with log_file.open("wb") as handle:
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", module, stdout=handle, stderr=asyncio.subprocess.STDOUT, env=env
+            sys.executable,
+            "-m",
+            module,
+            stdout=handle,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+            pass_fds=pass_fds,
         )
 
 
@@ -156,3 +163,35 @@ async def test_sigterm_before_nats_is_reachable_exits_cleanly(tmp_path: Path) ->
     await wait_for_status(f"http://127.0.0.1:{http_port}/readyz", 503)
     process.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(process.wait(), 15) == 0
+
+
+async def test_a_service_serves_on_the_listening_socket_it_inherits(tmp_path: Path) -> None:
+    """HTTP_LISTEN_FD (how `make run` hands each service its port): the service answers on the
+    socket its parent bound, whatever HTTP_PORT says, so the port was never free for another
+    process to take between the pick and the service's start."""
+    with socket.socket() as listener, socket.socket() as occupied:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        occupied.bind(("127.0.0.1", 0))
+        occupied.listen()
+        process = await start_service(
+            "metrics_exporter",
+            {
+                "NATS_URL": f"nats://127.0.0.1:{free_port()}",
+                # A port in use: a service that bound HTTP_PORT would exit at once.
+                "HTTP_PORT": str(occupied.getsockname()[1]),
+                "HTTP_LISTEN_FD": str(listener.fileno()),
+            },
+            tmp_path / "service.log",
+            pass_fds=(listener.fileno(),),
+        )
+    try:
+        body = await wait_for_status(f"http://127.0.0.1:{port}/healthz", 200)
+        assert "metrics-exporter" in body
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 15) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
