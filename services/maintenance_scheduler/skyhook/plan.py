@@ -1371,7 +1371,11 @@ _READY_REASONS = {
 
 def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -> RoundPlan:
     plan = RoundPlan()
-    ordered = sorted(world.skyhooks, key=lambda s: (s.priority, s.name))
+    # One order over both kinds (a NodeWright is a renamed Skyhook, and a node serves one
+    # rollout at a time whichever kind asks): priority, then name, then the key that tells a
+    # Skyhook from a NodeWright of the same name (a Skyhook being deleted beside one), so the
+    # order never depends on how the objects were listed.
+    ordered = sorted(world.skyhooks, key=lambda s: (s.priority, s.name, s.owner_key))
     earlier: list[tuple[Skyhook, Mapping[str, str], bool]] = []
     for names in FLAVORS:
         # A policy is in use by the objects of its own group's kind only.

@@ -512,3 +512,47 @@ def test_rule_each_decision_names_the_kind_of_its_object(names: SkyhookNames) ->
     assert {d.object_kind for d in decisions} == {names.kind}
     other = decision_for(replace(notes[0], object_kind=OTHER[names].kind), T0, "basis")
     assert other.decision_id != decisions[0].decision_id
+
+
+def test_rule_skyhooks_and_nodewrights_share_one_priority_order_then_name() -> None:
+    """Either kind waits on a node for an earlier object of the other kind (lower priority
+    first, then name), as upstream orders the objects of one kind: the node runs one rollout
+    at a time."""
+    for listed in (0, 1):
+        renamed = flavored(NODEWRIGHT, "aa-later", {"priority": 20})
+        legacy = flavored(SKYHOOK, "zz-first", {"priority": 10})
+        objects = [renamed, legacy] if listed else [legacy, renamed]
+        cluster = FakeCluster(skyhooks=objects, nodes=cluster_nodes(1))
+        plan = cluster.round()
+        assert {a.skyhook.owner_key for a in plan.actions if isinstance(a, CreateJob)} == {
+            legacy.owner_key
+        }
+        assert cluster.status("aa-later")["nodeStatus"] == {"node-00": "waiting"}
+    # Of one priority the name decides, whichever the kind.
+    renamed = flavored(NODEWRIGHT, "aa-first", {"priority": 10})
+    legacy = flavored(SKYHOOK, "bb-later", {"priority": 10})
+    cluster = FakeCluster(skyhooks=[legacy, renamed], nodes=cluster_nodes(1))
+    plan = cluster.round()
+    assert {a.skyhook.owner_key for a in plan.actions if isinstance(a, CreateJob)} == {
+        renamed.owner_key
+    }
+    run_until_settled(cluster)
+    assert cluster.status("aa-first")["status"] == "complete"
+    assert cluster.status("bb-later")["status"] == "complete"
+
+
+def test_rule_the_order_of_a_skyhook_and_a_nodewright_of_one_name_never_depends_on_listing() -> (
+    None
+):
+    """A Skyhook being deleted beside a NodeWright of its name and priority: the Skyhook's
+    key sorts first, however the two were listed, so two rounds over one cluster never order
+    them differently."""
+    renamed = flavored(NODEWRIGHT)
+    going = replace(flavored(SKYHOOK), deleting=True)
+    plans = [
+        plan_round(World(objects, {}, list(cluster_nodes(1).values()), {}, {}), now=T0)
+        for objects in ([renamed, going], [going, renamed])
+    ]
+    assert [type(a).__name__ for a in plans[0].actions] == [
+        type(a).__name__ for a in plans[1].actions
+    ]
