@@ -450,14 +450,15 @@ class RoundPlan:
 
 
 # name -> (version, config hash) of every package, and the names.
-Wanted = tuple[dict[str, tuple[str, str]], frozenset[str]]
+# Each kept package by name with its config hash, and the names kept.
+Wanted = tuple[dict[str, tuple[Package, str]], frozenset[str]]
 
 
 def wanted_versions(skyhook: Skyhook) -> Wanted:
     """What a complete node has: every package but those being uninstalled
     (`uninstall.apply`), which a complete node no longer has (upstream's IsComplete)."""
     kept = [p for p in skyhook.packages if not removing(skyhook, p)]
-    return {p.name: (p.version, config_hash(p)) for p in kept}, frozenset(p.name for p in kept)
+    return {p.name: (p, config_hash(p)) for p in kept}, frozenset(p.name for p in kept)
 
 
 def node_status(
@@ -479,7 +480,7 @@ def node_status(
     in_progress = False
     for present in entries.values():
         if present.state == stages.ERRORING and (
-            present.name not in wanted or wanted[present.name][0] == present.version
+            present.name not in wanted or wanted[present.name][0].version == present.version
         ):
             # A stage failed at the version the spec still wants (or of a removed package);
             # one that failed at another version is work again, so a fixed version resumes.
@@ -488,13 +489,14 @@ def node_status(
             in_progress = True
     if not in_progress and entries.keys() <= names:
         done = True
-        for name, (version, config) in wanted.items():
+        for name, (package, config) in wanted.items():
             entry = entries.get(name)
             if (
                 entry is None
-                or entry.version != version
+                or entry.version != package.version
                 or entry.state != stages.COMPLETE
                 or (entry.config and entry.config != config)
+                or stages.interrupt_added(package, entry)
             ):
                 done = False
                 break

@@ -426,6 +426,23 @@ def next_stage(package: Package, entry: PackageState) -> str | None:
     return order[index + 1] if index + 1 < len(order) else None
 
 
+def interrupt_added(package: Package, entry: PackageState) -> bool:
+    """An interrupt the package gained after it completed without one: its interrupt and
+    post-interrupt are still to run (upstream's NodeState.NextStage: a package with an
+    interrupt is complete only at post-interrupt, so one complete at config goes on to its
+    interrupt; the caller drains the node first, as for any interrupt). Not a config re-run
+    that completed at config because no changed key had a configInterrupt, nor an entry
+    written before the controller marked re-runs (`writtenAs` absent): what it ran is not
+    known, and a reboot is never started on a guess."""
+    return (
+        entry.stage == "config"
+        and entry.state == COMPLETE
+        and entry.rerun != "config"
+        and bool(entry.written)
+        and package.interrupt is not None
+    )
+
+
 def step_package(
     package: Package | None,
     entry: PackageState | None,
@@ -476,6 +493,12 @@ def step_package(
             _config_changed(package, entry, config), run_job=True, event="config changed"
         )
     if entry.state == COMPLETE:
+        if interrupt_added(package, entry):
+            return StepOutcome(
+                replace(entry, stage="interrupt", state=IN_PROGRESS, message=""),
+                run_job=True,
+                event="interrupt added to the complete package",
+            )
         return StepOutcome(entry)
     if job is not None and job.outcome == "complete":
         following = next_stage(package, entry)
