@@ -449,7 +449,6 @@ class RoundPlan:
 # --- node status -----------------------------------------------------------------------------
 
 
-# name -> (version, config hash) of every package, and the names.
 # Each kept package by name with its config hash, and the names kept.
 Wanted = tuple[dict[str, tuple[Package, str]], frozenset[str]]
 
@@ -1786,17 +1785,28 @@ def _plan_deletion(skyhook: Skyhook, world: World, plan: RoundPlan) -> None:
     plan.actions.append(SetSkyhookFinalizer(skyhook, False))
 
 
-def _plan_skyhook(
+@dataclass
+class _Targets:
+    """Phase 1 of a Skyhook's round: the nodes it selects, each as it stands before the round."""
+
+    nodes: list[NodeView]
+    # Nodes that run nothing and show blocked: the ignore label, a taint not tolerated.
+    ignored: list[str]
+    untolerated: list[str]
+    held: set[str]
+    entries_of: dict[str, dict[str, PackageState]]
+    readable_of: dict[str, bool]
+    # The status each node had before the round, and the earlier Skyhook holding a node.
+    before: dict[str, str]
+    blocked_by: dict[str, str]
+
+
+def _judge_targets(
     skyhook: Skyhook,
     world: World,
     earlier: Sequence[tuple[Skyhook, Mapping[str, str], bool]],
-    plan: RoundPlan,
-    now: float,
-    pull_grace_seconds: float,
-    extra_conditions: Sequence[dict[str, Any]] = (),
-) -> SkyhookRound:
-    conditions: list[dict[str, Any]] = []
-    first_action = len(plan.actions)
+    wanted: Wanted,
+) -> _Targets:
     selector = skyhook.node_selector
     # No selector selects every node: skip thousands of calls that could only say yes.
     select_all = not selector.match_labels and not selector.expressions
@@ -1811,17 +1821,13 @@ def _plan_skyhook(
     untolerated = sorted(n.name for n in targets if n.taints and not _tolerates_all(tolerations, n))
     held = {*ignored, *untolerated}
     annotation = skyhook.names.node_state_annotation(skyhook.name)
-    wanted = wanted_versions(skyhook)
-    entries_of: dict[str, dict[str, PackageState]] = {}
-    readable_of: dict[str, bool] = {}
-    before: dict[str, str] = {}
-    blocked_by: dict[str, str] = {}
+    judged = _Targets(targets, ignored, untolerated, held, {}, {}, {}, {})
     # Nodes in the same state share one parsed dict (kept alive in entries_of for the round,
     # so its id is not reused): judge each state once.
     status_of_state: dict[tuple[int, bool], str] = {}
     for node in targets:
         parsed, readable = parse_node_state(node.annotations.get(annotation))
-        entries_of[node.name], readable_of[node.name] = parsed, readable
+        judged.entries_of[node.name], judged.readable_of[node.name] = parsed, readable
         state_id = (id(parsed), readable)
         status = status_of_state.get(state_id) or status_of_state.setdefault(
             state_id, node_status(skyhook, parsed, readable, wanted)
@@ -1829,13 +1835,35 @@ def _plan_skyhook(
         if status in (WAITING, UNKNOWN) and readable:
             blocker = _blocked_by_priority(skyhook, node.name, earlier, world)
             if blocker:
-                blocked_by[node.name] = blocker
+                judged.blocked_by[node.name] = blocker
                 status = BLOCKED
         if held and node.name in held and readable and status not in (COMPLETE, ERRORING):
             # Picked last and never judged a failed node, as a node that waits its turn.
             status = BLOCKED
-        before[node.name] = status
-    policy = policy_for(skyhook, world.policies_of(skyhook.names), len(targets))
+        judged.before[node.name] = status
+    return judged
+
+
+@dataclass
+class _Rollout:
+    """Phase 2: the DeploymentPolicy's batches, and whether the Skyhook may start anything."""
+
+    policy: DeploymentPolicy | None
+    # Whether the policy resets the batch state on completion.
+    resets: bool
+    problems: list[str]
+    may_start: bool
+    compartments: list[CompartmentPlan]
+    # The nodes the batches picked this round.
+    selected: set[str]
+    # status.nodePriority (node -> when it was picked), updated by the steps.
+    priorities: dict[str, Any]
+    # The conditions the rollout raises (DeploymentPolicyNotFound, RolloutStopped).
+    conditions: list[dict[str, Any]]
+
+
+def _plan_rollout(skyhook: Skyhook, world: World, targets: _Targets, plan: RoundPlan) -> _Rollout:
+    policy = policy_for(skyhook, world.policies_of(skyhook.names), len(targets.nodes))
     resets = resets_batch_state(skyhook, policy)
     # A version change resets the batch state (upstream's auto-reset): fixing a package's
     # version resumes a rollout that failureThreshold stopped.
@@ -1844,8 +1872,18 @@ def _plan_skyhook(
     if policy is not None and policy.problems:
         problems.append(f"DeploymentPolicy {policy.name}: " + "; ".join(policy.problems))
     may_start = not (skyhook.paused or skyhook.disabled or problems)
+    rollout = _Rollout(
+        policy,
+        resets,
+        problems,
+        may_start,
+        [],
+        set(),
+        dict(skyhook.status.get("nodePriority") or {}),
+        [],
+    )
     if policy is None:
-        conditions.append(
+        rollout.conditions.append(
             _condition(
                 "DeploymentPolicyNotFound",
                 True,
@@ -1853,110 +1891,130 @@ def _plan_skyhook(
                 f"DeploymentPolicy {skyhook.deployment_policy} does not exist",
             )
         )
-        may_start = False
-    priorities = dict(skyhook.status.get("nodePriority") or {})
-    removed_picks = 0
+        rollout.may_start = False
+        return rollout
     previous_compartments = skyhook.status.get("compartmentStatuses") or {}
-    compartments: list[CompartmentPlan] = []
-    selected: set[str] = set()
-    if policy is not None:
-        ranks = node_orders(priorities, 0)
-        drained = {
-            n for owner, n in world.maintenance_owners.values() if owner == skyhook.owner_key
-        }
-        # A drained node that is not a target counts against every compartment (fail closed).
-        drained_outside = len(drained - {n.name for n in targets})
-        rollout_nodes = [
-            RolloutNode(
-                n.name,
-                n.labels,
-                n.created,
-                before[n.name],
-                sticky=n.name in priorities,
-                picked=ranks.get(n.name, -1),
-                drained=n.name in drained,
-            )
-            for n in targets
-        ]
-        for name, members in assign_compartments(policy, rollout_nodes).items():
-            if not members and name != DEFAULT_COMPARTMENT:
-                continue
-            raw = (
-                previous_compartments.get(name) if isinstance(previous_compartments, dict) else None
-            )
-            recorded = None if restart_batches else (raw or {}).get("batchState")
-            state = BatchState.from_status(recorded)
-            compartment = compartment_of(policy, name)
-            decided = plan_compartment(
-                compartment,
-                members,
-                state,
-                may_start=may_start,
-                fresh=not isinstance(recorded, Mapping),
-                drained_elsewhere=drained_outside
-                + sum(
-                    1
-                    for m in members
-                    if m.drained and m.status not in (IN_PROGRESS, ERRORING, COMPLETE)
-                ),
-            )
-            compartments.append(decided)
-            selected.update(decided.batch)
-            if decided.evaluated:
-                verdict = "failed" if decided.batch_failed else "succeeded"
-                if decided.strategy is None:
-                    verdict = "done"  # no strategy judges it (interruptionBudget)
-                plan.decisions.append(
-                    SkyhookDecisionNote(
-                        skyhook.name,
-                        "batch",
-                        f"compartment {name}: batch {decided.state.current_batch - 1} {verdict}"
-                        f" ({decided.state.consecutive_failures} consecutive failures)"
-                        + (", rollout stopped" if decided.state.should_stop else ""),
-                        reason="stopped" if decided.state.should_stop else verdict,
-                        compartment=name,
-                        object_kind=skyhook.names.kind,
-                    )
+    ranks = node_orders(rollout.priorities, 0)
+    drained = {n for owner, n in world.maintenance_owners.values() if owner == skyhook.owner_key}
+    # A drained node that is not a target counts against every compartment (fail closed).
+    drained_outside = len(drained - {n.name for n in targets.nodes})
+    rollout_nodes = [
+        RolloutNode(
+            n.name,
+            n.labels,
+            n.created,
+            targets.before[n.name],
+            sticky=n.name in rollout.priorities,
+            picked=ranks.get(n.name, -1),
+            drained=n.name in drained,
+        )
+        for n in targets.nodes
+    ]
+    for name, members in assign_compartments(policy, rollout_nodes).items():
+        if not members and name != DEFAULT_COMPARTMENT:
+            continue
+        raw = previous_compartments.get(name) if isinstance(previous_compartments, dict) else None
+        recorded = None if restart_batches else (raw or {}).get("batchState")
+        state = BatchState.from_status(recorded)
+        compartment = compartment_of(policy, name)
+        decided = plan_compartment(
+            compartment,
+            members,
+            state,
+            may_start=may_start,
+            fresh=not isinstance(recorded, Mapping),
+            drained_elsewhere=drained_outside
+            + sum(
+                1
+                for m in members
+                if m.drained and m.status not in (IN_PROGRESS, ERRORING, COMPLETE)
+            ),
+        )
+        rollout.compartments.append(decided)
+        rollout.selected.update(decided.batch)
+        if decided.evaluated:
+            verdict = "failed" if decided.batch_failed else "succeeded"
+            if decided.strategy is None:
+                verdict = "done"  # no strategy judges it (interruptionBudget)
+            plan.decisions.append(
+                SkyhookDecisionNote(
+                    skyhook.name,
+                    "batch",
+                    f"compartment {name}: batch {decided.state.current_batch - 1} {verdict}"
+                    f" ({decided.state.consecutive_failures} consecutive failures)"
+                    + (", rollout stopped" if decided.state.should_stop else ""),
+                    reason="stopped" if decided.state.should_stop else verdict,
+                    compartment=name,
+                    object_kind=skyhook.names.kind,
                 )
-            if decided.state.should_stop and decided.strategy is not None:
-                conditions.append(
-                    _condition(
-                        "RolloutStopped",
-                        True,
-                        "FailureThresholdReached",
-                        f"compartment {name} stopped after "
-                        f"{decided.state.consecutive_failures} failed batches",
-                    )
+            )
+        if decided.state.should_stop and decided.strategy is not None:
+            rollout.conditions.append(
+                _condition(
+                    "RolloutStopped",
+                    True,
+                    "FailureThresholdReached",
+                    f"compartment {name} stopped after "
+                    f"{decided.state.consecutive_failures} failed batches",
                 )
-    summary = SkyhookRound(skyhook.name, UNKNOWN)
-    after: dict[str, str] = {}
-    final_entries: dict[str, Mapping[str, PackageState]] = {}
+            )
+    return rollout
+
+
+@dataclass
+class _Stepped:
+    """Phase 3: each node after its packages were stepped."""
+
+    # The status each node has now (before paused/disabled/waiting are shown).
+    after: dict[str, str] = field(default_factory=dict)
+    final_entries: dict[str, Mapping[str, PackageState]] = field(default_factory=dict)
     # status.nodeState of the reset nodes not started again, kept as last recorded.
-    kept_records: dict[str, Mapping[str, Any]] = {}
-    node_by_name = {n.name: n for n in targets}
+    kept_records: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Nodes whose entries changed, and usable nodes with a state or a status mark (their
+    # marks may need a patch).
+    changed: set[str] = field(default_factory=set)
+    marked: list[NodeView] = field(default_factory=list)
+    held_downgrades: set[str] = field(default_factory=set)
+    # Nodes that left status.nodePriority (complete, or no longer a target).
+    removed_picks: int = 0
+    # Each distinct entries dict with the number of nodes sharing it.
+    shared: dict[int, tuple[Mapping[str, PackageState], int]] = field(default_factory=dict)
+
+
+def _step_nodes(
+    skyhook: Skyhook,
+    world: World,
+    targets: _Targets,
+    rollout: _Rollout,
+    plan: RoundPlan,
+    wanted: Wanted,
+    now: float,
+    pull_grace_seconds: float,
+) -> _Stepped:
+    stepped = _Stepped()
+    priorities = rollout.priorities
     order = _package_order(skyhook)
     key = skyhook.names.status_key(skyhook.name)
-    version_key = skyhook.names.version_annotation(skyhook.name)
     cordon_key = skyhook.names.cordon_annotation(skyhook.name)
-    shared: dict[int, tuple[Mapping[str, PackageState], int]] = {}
-    changed: set[str] = set()
-    # Usable nodes with a state or a status mark: their marks may need a patch.
-    marked: list[NodeView] = []
-    held_downgrades: set[str] = set()
     synced: dict[int, Mapping[str, PackageState]] = {}
-    for node in targets:
+    for node in targets.nodes:
         name = node.name
-        entries: Mapping[str, PackageState] = entries_of[name]
-        status = before[name]
-        usable = readable_of[name] and name not in world.settling
+        entries: Mapping[str, PackageState] = targets.entries_of[name]
+        status = targets.before[name]
+        usable = targets.readable_of[name] and name not in world.settling
         if usable and entries and skyhook.names == NODEWRIGHT:
             flagged = synced.get(id(entries))
             if flagged is None:
                 flagged = synced[id(entries)] = _synced_uninstall_flags(skyhook, entries)
             if flagged is not entries:
                 entries = flagged
-                changed.add(name)
-        working = usable and name in selected and name not in blocked_by and name not in held
+                stepped.changed.add(name)
+        working = (
+            usable
+            and name in rollout.selected
+            and name not in targets.blocked_by
+            and name not in targets.held
+        )
         # A node outside the batch with a stage under way still records its Job's end (the
         # rollout paused or stopped); a node with nothing started, or done, has nothing to do.
         unfinished = usable and bool(entries) and status != COMPLETE
@@ -1966,7 +2024,7 @@ def _plan_skyhook(
                 name,
                 entries,
                 world,
-                may_start=may_start and working,
+                may_start=rollout.may_start and working,
                 now=now,
                 pull_grace_seconds=pull_grace_seconds,
                 order=order,
@@ -1979,10 +2037,10 @@ def _plan_skyhook(
                     a for a in step.actions if isinstance(a, FailJob | KeepFailedJob)
                 )
             plan.decisions.extend(step.decisions)
-            held_downgrades.update(step.held)
+            stepped.held_downgrades.update(step.held)
             # An ignored node's request is not kept for its unfinished run: the label tells
             # the Skyhook to leave the node alone, so it goes once no Job runs there.
-            if step.maintenance_needed and name not in ignored:
+            if step.maintenance_needed and name not in targets.ignored:
                 plan.kept_maintenances.add(world.request_of(skyhook, name))
             status = node_status(skyhook, step.entries, True, wanted)
             # A node with a run under way is in progress; one outside the batch whose
@@ -1992,75 +2050,102 @@ def _plan_skyhook(
                 or any(e.state != stages.COMPLETE for e in step.entries.values())
             ):
                 status = IN_PROGRESS
-            if status in (WAITING, UNKNOWN) and name in blocked_by:
+            if status in (WAITING, UNKNOWN) and name in targets.blocked_by:
                 status = BLOCKED
-            if name in held and status not in (COMPLETE, ERRORING):
+            if name in targets.held and status not in (COMPLETE, ERRORING):
                 status = BLOCKED
             if working and status != COMPLETE:
                 priorities.setdefault(name, now)
             if step.entries != entries:
-                changed.add(name)
+                stepped.changed.add(name)
             entries = step.entries
-        else:
-            # Not looked at this round (a usable node here has nothing started or is
-            # complete): a request it may still be using stays.
-            if not usable:
-                plan.kept_maintenances.add(world.request_of(skyhook, name))
+        elif not usable:
+            # Not looked at this round: a request it may still be using stays. (A usable
+            # node not looked at has nothing started or is complete.)
+            plan.kept_maintenances.add(world.request_of(skyhook, name))
         if status == COMPLETE and priorities.pop(name, None) is not None:
-            removed_picks += 1
-        after[name] = status
+            stepped.removed_picks += 1
+        stepped.after[name] = status
         if usable and (
             entries
-            or name in changed
+            or name in stepped.changed
             or key in node.annotations
             or key in node.labels
             or cordon_key in node.annotations
         ):
-            marked.append(node)
+            stepped.marked.append(node)
         if entries:
-            final_entries[name] = entries
+            stepped.final_entries[name] = entries
             # Nodes in the same state share one parsed dict: count dicts, expand once below.
-            seen = shared.get(id(entries))
-            if seen is None:
-                shared[id(entries)] = (entries, 1)
-            else:
-                shared[id(entries)] = (entries, seen[1] + 1)
-        elif readable_of[name] and after[name] != COMPLETE:
+            seen = stepped.shared.get(id(entries))
+            stepped.shared[id(entries)] = (entries, 1 if seen is None else seen[1] + 1)
+        elif targets.readable_of[name] and status != COMPLETE:
             # A reset node (its state removed) that has not started again: the status keeps
             # what it last recorded there, so its packages start a new run (run_marker)
             # whatever holds them back meanwhile (paused, disabled, a later batch, a drain).
             recorded = _recorded_state(skyhook, name)
             if recorded:
-                kept_records[name] = recorded
-    # What each node shows (status.nodeStatus, its status_ label): a node held back by an
-    # earlier Skyhook waits (upstream's IsNodeReadyForSkyhook); every node of a paused or
-    # disabled Skyhook shows that.
-    shown = after
-    if blocked_by:
+                stepped.kept_records[name] = recorded
+    node_names = {n.name for n in targets.nodes}
+    for name in list(priorities):
+        if name not in node_names:
+            priorities.pop(name)
+            stepped.removed_picks += 1
+    return stepped
+
+
+def _shown_statuses(
+    skyhook: Skyhook,
+    targets: _Targets,
+    stepped: _Stepped,
+    rollout: _Rollout,
+    earlier: Sequence[tuple[Skyhook, Mapping[str, str], bool]],
+) -> tuple[dict[str, str], str]:
+    """Phase 4: what each node shows (status.nodeStatus, its status_ label) and the Skyhook's
+    overall status. A node held back by an earlier Skyhook waits (upstream's
+    IsNodeReadyForSkyhook); every node of a paused or disabled Skyhook shows that."""
+    shown = stepped.after
+    if targets.blocked_by:
         shown = {
             name: WAITING
-            if status == BLOCKED and name in blocked_by and name not in held
+            if status == BLOCKED and name in targets.blocked_by and name not in targets.held
             else status
-            for name, status in after.items()
+            for name, status in stepped.after.items()
         }
     overall = overall_status(
         skyhook,
         list(shown.values()),
-        policy_missing=policy is None,
+        policy_missing=rollout.policy is None,
         waits_for_earlier=_waits_for_earlier(earlier),
     )
-    if problems:
+    if rollout.problems:
         overall = ERRORING
     if overall in (PAUSED, DISABLED):
         shown = dict.fromkeys(shown, overall)
-    for node in marked:
+    return shown, overall
+
+
+def _mark_nodes(
+    skyhook: Skyhook,
+    world: World,
+    stepped: _Stepped,
+    shown: Mapping[str, str],
+    plan: RoundPlan,
+    now: float,
+) -> None:
+    """Phase 5: each node's marks (node state, status annotation and label, cordon mark,
+    node conditions) patched where they differ from the round's."""
+    key = skyhook.names.status_key(skyhook.name)
+    version_key = skyhook.names.version_annotation(skyhook.name)
+    cordon_key = skyhook.names.cordon_annotation(skyhook.name)
+    for node in stepped.marked:
         name = node.name
-        entries = final_entries.get(name, {})
+        entries = stepped.final_entries.get(name, {})
         status = shown[name]
         marks = (node.annotations.get(key, ""), node.labels.get(key, ""))
         cordon = world.request_of(skyhook, name) in world.maintenance_owners
         if (
-            name in changed
+            name in stepped.changed
             or marks != (status, status)
             or (cordon_key in node.annotations) != cordon
             or (entries and node.annotations.get(version_key) != NODE_STATE_VERSION)
@@ -2073,13 +2158,17 @@ def _plan_skyhook(
                 PatchNode(skyhook.name, node, rendered, status, cordon, skyhook.names)
             )
         node_changes = node_conditions(
-            skyhook.name, node, entries, after[name] == COMPLETE, now, skyhook.names
+            skyhook.name, node, entries, stepped.after[name] == COMPLETE, now, skyhook.names
         )
         if node_changes:
             plan.actions.append(
                 SetNodeConditions(skyhook.name, node, node_changes, names=skyhook.names)
             )
-    for entries, count in shared.values():
+
+
+def _count_packages(summary: SkyhookRound, stepped: _Stepped) -> None:
+    """Phase 6: the nodes in each package state and stage, and the retries, for metrics."""
+    for entries, count in stepped.shared.values():
         for entry in entries.values():
             if entry.retained:
                 continue
@@ -2091,47 +2180,57 @@ def _plan_skyhook(
             summary.package_restarts[restarts_key] = (
                 summary.package_restarts.get(restarts_key, 0) + entry.restarts * count
             )
-    for name in list(priorities):
-        if name not in node_by_name:
-            priorities.pop(name)
-            removed_picks += 1
-    # upstream's RemoveNodePriority: each node leaving nodePriority (complete, or no longer a
-    # target) bumps nodeOrderOffset, so SKYHOOK_NODE_ORDER keeps counting across batches.
-    order_offset = _node_order_offset(skyhook.status) + removed_picks
-    _set_node_orders(plan.actions, first_action, priorities, order_offset)
+
+
+def _skyhook_status(
+    skyhook: Skyhook,
+    targets: _Targets,
+    rollout: _Rollout,
+    stepped: _Stepped,
+    shown: Mapping[str, str],
+    overall: str,
+    order_offset: int,
+    extra_conditions: Sequence[dict[str, Any]],
+    now: float,
+) -> dict[str, Any]:
+    """Phase 7: the Skyhook's status: node statuses and states, batches, conditions."""
     statuses = list(shown.values())
-    summary.status = overall
-    summary.node_status = shown
-    summary.complete_nodes = {n for n, s in after.items() if s == COMPLETE}
-    summary.compartments = compartments
-    summary.policy = policy.name if policy is not None else skyhook.deployment_policy
-    complete_nodes = len(summary.complete_nodes)
-    reset = overall == COMPLETE and resets
+    complete_nodes = sum(1 for s in stepped.after.values() if s == COMPLETE)
+    reset = overall == COMPLETE and rollout.resets
     ready_message = {
         COMPLETE: "all nodes converged",
         IN_PROGRESS: f"{complete_nodes}/{len(statuses)} nodes complete",
-        ERRORING: "; ".join(problems)
+        ERRORING: "; ".join(rollout.problems)
         or f"{sum(1 for s in statuses if s == ERRORING)} nodes erroring",
         PAUSED: "paused: no new stage starts",
         DISABLED: "disabled",
-        BLOCKED: "waiting for its DeploymentPolicy" if policy is None else "blocked",
+        BLOCKED: "waiting for its DeploymentPolicy" if rollout.policy is None else "blocked",
         WAITING: "waiting for a batch",
         UNKNOWN: "node states differ or are unreadable",
     }[overall]
-    conditions.insert(
-        0, _condition("Ready", overall == COMPLETE, _READY_REASONS[overall], ready_message)
+    conditions = [
+        _condition("Ready", overall == COMPLETE, _READY_REASONS[overall], ready_message),
+        *rollout.conditions,
+    ]
+    malformed = node_state_malformed(
+        [n.name for n in targets.nodes if not targets.readable_of[n.name]]
     )
-    malformed = node_state_malformed([n.name for n in targets if not readable_of[n.name]])
     if malformed is not None:
         conditions.append(malformed)
     conditions.extend(
-        _uninstall_conditions(skyhook, final_entries, targets, readable_of, held_downgrades)
+        _uninstall_conditions(
+            skyhook,
+            stepped.final_entries,
+            targets.nodes,
+            targets.readable_of,
+            stepped.held_downgrades,
+        )
     )
     conditions.extend(extra_conditions)
     conditions.append(
         _nodes_condition(
             "TaintNotTolerable",
-            untolerated,
+            targets.untolerated,
             "has taints that are not tolerable. Skipping.",
             "nodes have taints that are not tolerable. Skipping.",
             "All nodes have tolerable taints.",
@@ -2140,22 +2239,23 @@ def _plan_skyhook(
     conditions.append(
         _nodes_condition(
             "NodesIgnored",
-            ignored,
+            targets.ignored,
             "has ignore label set. Skipping.",
             "nodes have ignore label set. Skipping.",
             "No nodes have ignore label set.",
         )
     )
-    new_status: dict[str, Any] = {
+    node_states = {**_rendered_node_states(stepped.final_entries), **stepped.kept_records}
+    return {
         "observedGeneration": skyhook.generation,
         "status": overall,
         "nodeStatus": dict(sorted(shown.items())),
-        "nodeState": dict(sorted({**_rendered_node_states(final_entries), **kept_records}.items())),
+        "nodeState": dict(sorted(node_states.items())),
         "completeNodes": f"{complete_nodes}/{len(statuses)}",
         # Nodes with a run under way, erroring ones included (upstream's printer column).
         "nodesInProgress": sum(1 for s in statuses if s in (IN_PROGRESS, ERRORING)),
         "packageList": ",".join(f"{p.name}:{p.version}" for p in skyhook.packages),
-        "nodePriority": {k: _rfc3339(v) for k, v in sorted(priorities.items())}
+        "nodePriority": {k: _rfc3339(v) for k, v in sorted(rollout.priorities.items())}
         if not reset
         else {},
         # Omitted while 0, as upstream's omitempty.
@@ -2171,12 +2271,48 @@ def _plan_skyhook(
                 "progressPercent": c.progress_percent,
                 **({} if reset else {"batchState": c.state.to_status()}),
             }
-            for c in compartments
+            for c in rollout.compartments
         },
         "conditions": stamp_conditions(
             conditions, skyhook.status.get("conditions"), skyhook.generation, now
         ),
     }
+
+
+def _plan_skyhook(
+    skyhook: Skyhook,
+    world: World,
+    earlier: Sequence[tuple[Skyhook, Mapping[str, str], bool]],
+    plan: RoundPlan,
+    now: float,
+    pull_grace_seconds: float,
+    extra_conditions: Sequence[dict[str, Any]] = (),
+) -> SkyhookRound:
+    """One Skyhook's round, in phases: judge its target nodes, plan the rollout's batches,
+    step each node's packages, decide what each node shows, patch the nodes' marks, count
+    the packages, and write the status."""
+    first_action = len(plan.actions)
+    wanted = wanted_versions(skyhook)
+    targets = _judge_targets(skyhook, world, earlier, wanted)
+    rollout = _plan_rollout(skyhook, world, targets, plan)
+    stepped = _step_nodes(skyhook, world, targets, rollout, plan, wanted, now, pull_grace_seconds)
+    shown, overall = _shown_statuses(skyhook, targets, stepped, rollout, earlier)
+    _mark_nodes(skyhook, world, stepped, shown, plan, now)
+    summary = SkyhookRound(skyhook.name, overall)
+    _count_packages(summary, stepped)
+    # upstream's RemoveNodePriority: each node leaving nodePriority (complete, or no longer a
+    # target) bumps nodeOrderOffset, so SKYHOOK_NODE_ORDER keeps counting across batches.
+    order_offset = _node_order_offset(skyhook.status) + stepped.removed_picks
+    _set_node_orders(plan.actions, first_action, rollout.priorities, order_offset)
+    summary.node_status = dict(shown)
+    summary.complete_nodes = {n for n, s in stepped.after.items() if s == COMPLETE}
+    summary.compartments = rollout.compartments
+    summary.policy = (
+        rollout.policy.name if rollout.policy is not None else skyhook.deployment_policy
+    )
+    new_status = _skyhook_status(
+        skyhook, targets, rollout, stepped, shown, overall, order_offset, extra_conditions, now
+    )
     if _status_differs(skyhook.status, new_status):
         plan.actions.append(SetSkyhookStatus(skyhook, new_status))
     return summary
