@@ -24,6 +24,8 @@ sending the same action again is deduplicated, never applied twice:
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any, Final
 
 from maintenance_scheduler.commands import COMMAND_LIFETIME_SECONDS, SENDER, canonical, digest
@@ -178,6 +180,16 @@ def commands_for(
     ]
 
 
+@dataclass(frozen=True)
+class _Where:
+    """The settings every command is built with."""
+
+    namespace: str
+    default_stage_timeout_seconds: int
+    drain_timeout_seconds: int
+    options: PodOptions
+
+
 def command_for(
     action: SkyhookAction,
     now: float,
@@ -187,244 +199,293 @@ def command_for(
     drain_timeout_seconds: int,
     options: PodOptions = DEFAULT_POD_OPTIONS,
 ) -> K8sCommand:
+    """The one command of an action (one builder per action type below)."""
     assert not isinstance(action, WriteNodeMetadata | WritePackageConfig), "commands_for"
-    if isinstance(action, CreateJob):
-        body = build_job(
-            action.skyhook,
-            action.package,
-            action.stage,
-            action.node,
-            namespace=namespace,
-            default_stage_timeout_seconds=default_stage_timeout_seconds,
-            run=action.run,
-            config=action.config,
-            node_uid=action.node_uid,
-            options=options,
-            node_order=action.node_order,
-        )
-        target = ObjectRef(
-            api_version="batch/v1", kind="Job", name=action.name, namespace=namespace
-        )
-        return _command(
-            f"job:{action.skyhook.uid}:{action.name}:{action.attempt}",
-            target,
-            k8s.CreateObject(object=body),
-            f"{action.package.name} {action.package.version} {action.stage} on {action.node}",
-            now,
-        )
-    if isinstance(action, FailJob):
-        target = ObjectRef(
-            api_version="batch/v1", kind="Job", name=action.name, namespace=namespace
-        )
-        return _command(
-            f"fail:{action.name}:{digest(action.message)}",
-            target,
-            k8s.PatchObject(
-                patch_type="merge",
-                patch={"spec": {"activeDeadlineSeconds": FAIL_DEADLINE_SECONDS}},
-            ),
-            action.message,
-            now,
-        )
-    if isinstance(action, KeepFailedJob):
-        target = ObjectRef(
-            api_version="batch/v1", kind="Job", name=action.name, namespace=namespace
-        )
-        return _command(
-            f"keep:{action.name}:{action.attempt}",
-            target,
-            k8s.PatchObject(patch_type="merge", patch={"spec": {"ttlSecondsAfterFinished": None}}),
-            "a failed stage Job stays for its logs until deleted",
-            now,
-        )
-    if isinstance(action, PatchNode):
-        node, names = action.node, action.names
-        annotations: dict[str, Any] = {
-            names.node_state_annotation(action.skyhook): action.node_state or None,
-            names.status_key(action.skyhook): action.status,
-            # The schema of the state beside it; gone with the state.
-            names.version_annotation(action.skyhook): (
-                NODE_STATE_VERSION if action.node_state else None
-            ),
-            names.cordon_annotation(action.skyhook): "true" if action.cordon else None,
+    where = _Where(namespace, default_stage_timeout_seconds, drain_timeout_seconds, options)
+    return _command_of(action, now, where)
+
+
+@functools.singledispatch
+def _command_of(action: SkyhookAction, now: float, where: _Where) -> K8sCommand:
+    raise TypeError(f"no command for {type(action).__name__}")
+
+
+@_command_of.register
+def _create_job(action: CreateJob, now: float, where: _Where) -> K8sCommand:
+    body = build_job(
+        action.skyhook,
+        action.package,
+        action.stage,
+        action.node,
+        namespace=where.namespace,
+        default_stage_timeout_seconds=where.default_stage_timeout_seconds,
+        run=action.run,
+        config=action.config,
+        node_uid=action.node_uid,
+        options=where.options,
+        node_order=action.node_order,
+    )
+    target = ObjectRef(
+        api_version="batch/v1", kind="Job", name=action.name, namespace=where.namespace
+    )
+    return _command(
+        f"job:{action.skyhook.uid}:{action.name}:{action.attempt}",
+        target,
+        k8s.CreateObject(object=body),
+        f"{action.package.name} {action.package.version} {action.stage} on {action.node}",
+        now,
+    )
+
+
+@_command_of.register
+def _fail_job(action: FailJob, now: float, where: _Where) -> K8sCommand:
+    target = ObjectRef(
+        api_version="batch/v1", kind="Job", name=action.name, namespace=where.namespace
+    )
+    return _command(
+        f"fail:{action.name}:{digest(action.message)}",
+        target,
+        k8s.PatchObject(
+            patch_type="merge",
+            patch={"spec": {"activeDeadlineSeconds": FAIL_DEADLINE_SECONDS}},
+        ),
+        action.message,
+        now,
+    )
+
+
+@_command_of.register
+def _keep_failed_job(action: KeepFailedJob, now: float, where: _Where) -> K8sCommand:
+    target = ObjectRef(
+        api_version="batch/v1", kind="Job", name=action.name, namespace=where.namespace
+    )
+    return _command(
+        f"keep:{action.name}:{action.attempt}",
+        target,
+        k8s.PatchObject(patch_type="merge", patch={"spec": {"ttlSecondsAfterFinished": None}}),
+        "a failed stage Job stays for its logs until deleted",
+        now,
+    )
+
+
+@_command_of.register
+def _patch_node(action: PatchNode, now: float, where: _Where) -> K8sCommand:
+    node, names = action.node, action.names
+    annotations: dict[str, Any] = {
+        names.node_state_annotation(action.skyhook): action.node_state or None,
+        names.status_key(action.skyhook): action.status,
+        # The schema of the state beside it; gone with the state.
+        names.version_annotation(action.skyhook): (
+            NODE_STATE_VERSION if action.node_state else None
+        ),
+        names.cordon_annotation(action.skyhook): "true" if action.cordon else None,
+    }
+    patch = {
+        "metadata": {
+            "annotations": annotations,
+            "labels": {names.status_key(action.skyhook): action.status},
         }
-        patch = {
-            "metadata": {
-                "annotations": annotations,
-                "labels": {names.status_key(action.skyhook): action.status},
-            }
+    }
+    return _command(
+        f"node:{names.group}:{action.skyhook}:{node.uid}:{node.resource_version}:{digest(canonical(patch))}",
+        ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+        k8s.PatchObject(patch_type="merge", patch=patch),
+        f"{names.kind} {action.skyhook}: node {action.status}",
+        now,
+    )
+
+
+@_command_of.register
+def _set_node_conditions(action: SetNodeConditions, now: float, where: _Where) -> K8sCommand:
+    node = action.node
+    # Strategic merge: conditions merge by type, so only these entries change.
+    entries = [dict(c) for c in action.conditions] + [
+        {"type": kind, "$patch": "delete"} for kind in action.removed
+    ]
+    status_patch: dict[str, Any] = {"status": {"conditions": entries}}
+    return _command(
+        f"node-conditions:{action.names.group}:{action.skyhook}:{node.uid}:{node.resource_version}:"
+        f"{digest(canonical(status_patch))}",
+        ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+        k8s.PatchObject(patch_type="strategic", patch=status_patch, subresource="status"),
+        (
+            f"{action.names.kind} {action.skyhook}: node conditions "
+            + ", ".join(f"{c['type']}={c['status']}" for c in action.conditions)
+        )
+        if action.conditions
+        else f"{action.names.kind} {action.skyhook} deleted: its conditions leave the node",
+        now,
+    )
+
+
+@_command_of.register
+def _create_maintenance(action: CreateMaintenance, now: float, where: _Where) -> K8sCommand:
+    body = build_maintenance(
+        action.skyhook,
+        action.node,
+        namespace=where.namespace,
+        drain_timeout_seconds=where.drain_timeout_seconds,
+    )
+    return _command(
+        f"nm:{action.skyhook.uid}:{action.name}:{digest(action.purpose)}",
+        ObjectRef(
+            api_version="maintenance.nvidia.com/v1alpha1",
+            kind="NodeMaintenance",
+            name=action.name,
+            namespace=where.namespace,
+        ),
+        k8s.CreateObject(object=body),
+        f"Skyhook {action.skyhook.name}: interrupt of {action.purpose} on {action.node}",
+        now,
+    )
+
+
+@_command_of.register
+def _delete_config_map(action: DeleteConfigMap, now: float, where: _Where) -> K8sCommand:
+    return _command(
+        f"cm-delete:{action.name}:{action.uid}",
+        ObjectRef(
+            api_version="v1",
+            kind="ConfigMap",
+            name=action.name,
+            namespace=where.namespace,
+            uid=action.uid or None,
+        ),
+        k8s.DeleteObject(),
+        f"{action.names.kind} {action.skyhook}: its {action.purpose} ConfigMap is no longer wanted",
+        now,
+    )
+
+
+@_command_of.register
+def _delete_maintenance(action: DeleteMaintenance, now: float, where: _Where) -> K8sCommand:
+    return _command(
+        f"nm-delete:{action.name}:{action.uid}",
+        ObjectRef(
+            api_version="maintenance.nvidia.com/v1alpha1",
+            kind="NodeMaintenance",
+            name=action.name,
+            namespace=where.namespace,
+            uid=action.uid or None,
+        ),
+        k8s.DeleteObject(),
+        f"Skyhook {action.skyhook}: interrupts on {action.node} done",
+        now,
+    )
+
+
+@_command_of.register
+def _set_skyhook_status(action: SetSkyhookStatus, now: float, where: _Where) -> K8sCommand:
+    skyhook = action.skyhook
+    return _command(
+        f"status:{skyhook.uid}:{skyhook.resource_version}:{digest(canonical(action.status))}",
+        ObjectRef(
+            api_version=skyhook.names.api_version,
+            kind=skyhook.names.kind,
+            name=skyhook.name,
+            uid=skyhook.uid or None,
+            resource_version=skyhook.resource_version or None,
+        ),
+        k8s.UpdateStatus(status=dict(action.status)),
+        f"status {action.status.get('status')}",
+        now,
+    )
+
+
+@_command_of.register
+def _forget_node(action: ForgetNode, now: float, where: _Where) -> K8sCommand:
+    node, names = action.node, action.names
+    patch = {
+        "metadata": {
+            "annotations": {
+                names.node_state_annotation(action.skyhook): None,
+                names.status_key(action.skyhook): None,
+                names.version_annotation(action.skyhook): None,
+                names.cordon_annotation(action.skyhook): None,
+            },
+            "labels": {names.status_key(action.skyhook): None},
         }
-        return _command(
-            f"node:{names.group}:{action.skyhook}:{node.uid}:{node.resource_version}:{digest(canonical(patch))}",
-            ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
-            k8s.PatchObject(patch_type="merge", patch=patch),
-            f"{names.kind} {action.skyhook}: node {action.status}",
-            now,
-        )
-    if isinstance(action, SetNodeConditions):
-        node = action.node
-        # Strategic merge: conditions merge by type, so only these entries change.
-        entries = [dict(c) for c in action.conditions] + [
-            {"type": kind, "$patch": "delete"} for kind in action.removed
-        ]
-        status_patch: dict[str, Any] = {"status": {"conditions": entries}}
-        return _command(
-            f"node-conditions:{action.names.group}:{action.skyhook}:{node.uid}:{node.resource_version}:"
-            f"{digest(canonical(status_patch))}",
-            ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
-            k8s.PatchObject(patch_type="strategic", patch=status_patch, subresource="status"),
-            (
-                f"{action.names.kind} {action.skyhook}: node conditions "
-                + ", ".join(f"{c['type']}={c['status']}" for c in action.conditions)
-            )
-            if action.conditions
-            else f"{action.names.kind} {action.skyhook} deleted: its conditions leave the node",
-            now,
-        )
-    if isinstance(action, CreateMaintenance):
-        body = build_maintenance(
-            action.skyhook,
-            action.node,
-            namespace=namespace,
-            drain_timeout_seconds=drain_timeout_seconds,
-        )
-        return _command(
-            f"nm:{action.skyhook.uid}:{action.name}:{digest(action.purpose)}",
-            ObjectRef(
-                api_version="maintenance.nvidia.com/v1alpha1",
-                kind="NodeMaintenance",
-                name=action.name,
-                namespace=namespace,
-            ),
-            k8s.CreateObject(object=body),
-            f"Skyhook {action.skyhook.name}: interrupt of {action.purpose} on {action.node}",
-            now,
-        )
-    if isinstance(action, DeleteConfigMap):
-        return _command(
-            f"cm-delete:{action.name}:{action.uid}",
-            ObjectRef(
-                api_version="v1",
-                kind="ConfigMap",
-                name=action.name,
-                namespace=namespace,
-                uid=action.uid or None,
-            ),
-            k8s.DeleteObject(),
-            f"{action.names.kind} {action.skyhook}: its {action.purpose} ConfigMap is no "
-            "longer wanted",
-            now,
-        )
-    if isinstance(action, DeleteMaintenance):
-        return _command(
-            f"nm-delete:{action.name}:{action.uid}",
-            ObjectRef(
-                api_version="maintenance.nvidia.com/v1alpha1",
-                kind="NodeMaintenance",
-                name=action.name,
-                namespace=namespace,
-                uid=action.uid or None,
-            ),
-            k8s.DeleteObject(),
-            f"Skyhook {action.skyhook}: interrupts on {action.node} done",
-            now,
-        )
-    if isinstance(action, SetSkyhookStatus):
-        skyhook = action.skyhook
-        return _command(
-            f"status:{skyhook.uid}:{skyhook.resource_version}:{digest(canonical(action.status))}",
-            ObjectRef(
-                api_version=skyhook.names.api_version,
-                kind=skyhook.names.kind,
-                name=skyhook.name,
-                uid=skyhook.uid or None,
-                resource_version=skyhook.resource_version or None,
-            ),
-            k8s.UpdateStatus(status=dict(action.status)),
-            f"status {action.status.get('status')}",
-            now,
-        )
-    if isinstance(action, ForgetNode):
-        node, names = action.node, action.names
-        patch = {
-            "metadata": {
-                "annotations": {
-                    names.node_state_annotation(action.skyhook): None,
-                    names.status_key(action.skyhook): None,
-                    names.version_annotation(action.skyhook): None,
-                    names.cordon_annotation(action.skyhook): None,
-                },
-                "labels": {names.status_key(action.skyhook): None},
-            }
+    }
+    return _command(
+        f"forget:{names.group}:{action.skyhook}:{node.uid}:{node.resource_version}",
+        ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+        k8s.PatchObject(patch_type="merge", patch=patch),
+        f"{names.kind} {action.skyhook} deleted: its marks leave the node",
+        now,
+    )
+
+
+@_command_of.register
+def _set_runtime_taint(action: SetRuntimeTaint, now: float, where: _Where) -> K8sCommand:
+    node = action.node
+    key, effect = action.taint.get("key"), action.taint.get("effect")
+    untouched = [dict(t) for t in node.taints if (t.get("key"), t.get("effect")) != (key, effect)]
+    taints = [*untouched, dict(action.taint)] if action.present else untouched
+    taint_patch: dict[str, Any] = {"spec": {"taints": taints or None}}
+    if action.present:
+        taint_patch["metadata"] = {
+            "annotations": {action.names.auto_taint_annotation(str(key)): "true"}
         }
-        return _command(
-            f"forget:{names.group}:{action.skyhook}:{node.uid}:{node.resource_version}",
-            ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
-            k8s.PatchObject(patch_type="merge", patch=patch),
-            f"{names.kind} {action.skyhook} deleted: its marks leave the node",
-            now,
-        )
-    if isinstance(action, SetRuntimeTaint):
-        node = action.node
-        key, effect = action.taint.get("key"), action.taint.get("effect")
-        untouched = [
-            dict(t) for t in node.taints if (t.get("key"), t.get("effect")) != (key, effect)
-        ]
-        taints = [*untouched, dict(action.taint)] if action.present else untouched
-        taint_patch: dict[str, Any] = {"spec": {"taints": taints or None}}
-        if action.present:
-            taint_patch["metadata"] = {
-                "annotations": {action.names.auto_taint_annotation(str(key)): "true"}
-            }
-        elif action.cordon:
-            # The mark comes with the taint's removal, sent only once the view shows the node
-            # cordoned (commands_for), at the resourceVersion that shows it (S57).
-            taint_patch["metadata"] = {
-                "annotations": {action.names.runtime_required_cordon_annotation: "true"}
-            }
-        return _command(
-            f"runtime-taint:{key}:{node.uid}:{node.resource_version}:{action.present}"
-            f"{':cordon' if action.cordon else ''}",
-            _node_as_seen(node),
-            k8s.PatchObject(patch_type="merge", patch=taint_patch),
-            "runtime-required: a new node waits for its Skyhooks"
-            if action.present
-            else "runtime-required: every Skyhook is complete on the node"
-            + (", cordoned until released (runtimeRequiredCordonAfter)" if action.cordon else ""),
-            now,
-        )
-    if isinstance(action, DropRuntimeCordonMark):
-        node = action.node
-        mark = action.names.runtime_required_cordon_annotation
-        return _command(
-            f"runtime-cordon-mark:{mark}:{node.uid}:{node.resource_version}",
-            # At the version seen uncordoned: a cordon since then keeps its mark.
-            _node_as_seen(node),
-            k8s.PatchObject(patch_type="merge", patch={"metadata": {"annotations": {mark: None}}}),
-            "runtimeRequiredCordon: the node was uncordoned, its stale mark goes",
-            now,
-        )
-    if isinstance(action, SetSkyhookFinalizer):
-        skyhook = action.skyhook
-        finalizer = skyhook.names.finalizer
-        kept = [f for f in skyhook.finalizers if f != finalizer]
-        wanted = [*kept, finalizer] if action.present else kept
-        return _command(
-            f"finalizer:{skyhook.uid}:{skyhook.resource_version}:{action.present}",
-            ObjectRef(
-                api_version=skyhook.names.api_version,
-                kind=skyhook.names.kind,
-                name=skyhook.name,
-                uid=skyhook.uid or None,
-                resource_version=skyhook.resource_version or None,
-            ),
-            k8s.PatchObject(patch_type="merge", patch={"metadata": {"finalizers": wanted or None}}),
-            "its node marks are cleaned up before it goes"
-            if action.present
-            else "deleted: nothing of it is left on any node",
-            now,
-        )
-    assert isinstance(action, SetPolicyFinalizer)
+    elif action.cordon:
+        # The mark comes with the taint's removal, sent only once the view shows the node
+        # cordoned (commands_for), at the resourceVersion that shows it (S57).
+        taint_patch["metadata"] = {
+            "annotations": {action.names.runtime_required_cordon_annotation: "true"}
+        }
+    return _command(
+        f"runtime-taint:{key}:{node.uid}:{node.resource_version}:{action.present}"
+        f"{':cordon' if action.cordon else ''}",
+        _node_as_seen(node),
+        k8s.PatchObject(patch_type="merge", patch=taint_patch),
+        "runtime-required: a new node waits for its Skyhooks"
+        if action.present
+        else "runtime-required: every Skyhook is complete on the node"
+        + (", cordoned until released (runtimeRequiredCordonAfter)" if action.cordon else ""),
+        now,
+    )
+
+
+@_command_of.register
+def _drop_runtime_cordon_mark(
+    action: DropRuntimeCordonMark, now: float, where: _Where
+) -> K8sCommand:
+    node = action.node
+    mark = action.names.runtime_required_cordon_annotation
+    return _command(
+        f"runtime-cordon-mark:{mark}:{node.uid}:{node.resource_version}",
+        # At the version seen uncordoned: a cordon since then keeps its mark.
+        _node_as_seen(node),
+        k8s.PatchObject(patch_type="merge", patch={"metadata": {"annotations": {mark: None}}}),
+        "runtimeRequiredCordon: the node was uncordoned, its stale mark goes",
+        now,
+    )
+
+
+@_command_of.register
+def _set_skyhook_finalizer(action: SetSkyhookFinalizer, now: float, where: _Where) -> K8sCommand:
+    skyhook = action.skyhook
+    finalizer = skyhook.names.finalizer
+    kept = [f for f in skyhook.finalizers if f != finalizer]
+    wanted = [*kept, finalizer] if action.present else kept
+    return _command(
+        f"finalizer:{skyhook.uid}:{skyhook.resource_version}:{action.present}",
+        ObjectRef(
+            api_version=skyhook.names.api_version,
+            kind=skyhook.names.kind,
+            name=skyhook.name,
+            uid=skyhook.uid or None,
+            resource_version=skyhook.resource_version or None,
+        ),
+        k8s.PatchObject(patch_type="merge", patch={"metadata": {"finalizers": wanted or None}}),
+        "its node marks are cleaned up before it goes"
+        if action.present
+        else "deleted: nothing of it is left on any node",
+        now,
+    )
+
+
+@_command_of.register
+def _set_policy_finalizer(action: SetPolicyFinalizer, now: float, where: _Where) -> K8sCommand:
     policy = action.policy
     finalizer = policy.names.policy_finalizer
     others = [f for f in policy.finalizers if f != finalizer]
