@@ -1,0 +1,220 @@
+"""Rules of the placement pass (`planner.plan`) that mutation testing found no test held
+(`make mutate MODULES=services/topology_placer/planner.py`, docs/testing.md): one test per
+rule, named after it, each failing on the slip it was written against."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.plan_checks import expect_actions, expect_no_actions
+from tests.unit.topology_placer.builders import TOPOLOGY, node, pod, pod_group, reference_nodes
+from tests.unit.topology_placer.simulate import state
+from topology_placer.gang import GROUPS, MODE
+from topology_placer.planner import (
+    Bind,
+    Decision,
+    Disrupt,
+    MarkUnschedulable,
+    Nominate,
+    Plan,
+    plan,
+)
+
+NAME = "gang.scheduling.koordinator.sh/name"
+MIN_AVAILABLE = "gang.scheduling.koordinator.sh/min-available"
+CREATED = 1_767_225_600.0  # 2026-01-01T00:00:00Z, the builders' creation time
+
+
+def _of(result: Plan, kind: type[Any]) -> list[Any]:
+    return [a for a in result.actions if isinstance(a, kind)]
+
+
+def _annotated(name: str, gang: str, min_available: str) -> dict[str, Any]:
+    """A member of a gang its pods declare (no PodGroup label)."""
+    made = pod(name, None, gpus=8)
+    made["metadata"]["annotations"][NAME] = gang
+    made["metadata"]["annotations"][MIN_AVAILABLE] = min_available
+    return made
+
+
+def _created_at_start(*pods: dict[str, Any]) -> None:
+    for made in pods:
+        made["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+
+
+# --- which pods make gangs (plan) -----------------------------------------------------------
+
+
+def test_rule_a_finished_pod_of_ours_makes_no_gang() -> None:
+    # A Succeeded pod of our scheduler is no gang of one: counted, it showed in the
+    # placer's gangs-by-state metric as a gang waiting for ever.
+    done = pod("done", None, node_name="node1", phase="Succeeded")
+    waiting = pod("w-0", None)
+    result = plan(state(reference_nodes(), [done, waiting], topology=TOPOLOGY))
+    expect_actions(result.actions, Nominate, pod__name="w-0")
+    assert result.gang_states == {"default/w-0": "nominated"}
+
+
+def test_rule_a_member_of_a_missing_pod_group_is_invalid_naming_it() -> None:
+    result = plan(state(reference_nodes(), [pod("w-0", "gone")], topology=TOPOLOGY))
+    (mark,) = _of(result, MarkUnschedulable)
+    assert mark.message == "PodGroup default/gone does not exist"
+    assert result.gang_states == {"default/gone": "invalid"}
+
+
+def test_rule_the_first_annotated_member_by_name_speaks_for_its_gang() -> None:
+    # The members disagree: a-0 (first by name) asks for 2, a-1 for 3. Two are there.
+    pods = [_annotated("a-1", "ann", "3"), _annotated("a-0", "ann", "2")]
+    result = plan(state(reference_nodes(), pods, topology=TOPOLOGY))
+    assert {n.pod.name for n in _of(result, Nominate)} == {"a-0", "a-1"}
+    assert result.gang_states == {"default/ann": "nominated"}
+
+
+def test_rule_a_pod_group_object_wins_over_its_members_annotations() -> None:
+    # The pods also carry gang annotations asking for 3; the PodGroup of that name says 2.
+    pods = [_annotated("a-0", "ann", "3"), _annotated("a-1", "ann", "3")]
+    result = plan(state(reference_nodes(), pods, [pod_group("ann", 2)], topology=TOPOLOGY))
+    assert {n.pod.name for n in _of(result, Nominate)} == {"a-0", "a-1"}
+    assert result.gang_states == {"default/ann": "nominated"}
+
+
+def test_rule_a_gang_group_naming_a_missing_pod_group_is_invalid() -> None:
+    annotations = {GROUPS: '["default/master", "default/worker"]'}
+    groups = [pod_group("master", 1, annotations=annotations)]
+    result = plan(state(reference_nodes(), [pod("m-0", "master")], groups, topology=TOPOLOGY))
+    (mark,) = _of(result, MarkUnschedulable)
+    assert mark.message == "GangGroup member PodGroup default/worker does not exist"
+    expect_no_actions(result.actions, Nominate, while_it_has=MarkUnschedulable)
+
+
+def test_rule_a_pod_without_pod_group_is_a_gang_of_one_not_a_satisfied_gang() -> None:
+    # minMember 1: its nomination is bound as a whole gang's, not as a satisfied gang's
+    # recreated member (which a minMember of 0 would make it).
+    lone = pod("solo", None, nominated="node1")
+    result = plan(state(reference_nodes(), [lone], topology=TOPOLOGY))
+    expect_actions(result.actions, Bind, count=1, pod__name="solo", node="node1")
+    (decision,) = _of(result, Decision)
+    assert decision.message == "binding 1 pods to their nominated nodes"
+
+
+# --- the order of gangs (plan) --------------------------------------------------------------
+
+
+def test_rule_among_gangs_of_one_priority_the_one_waiting_longest_is_placed_first() -> None:
+    # Room for one 2-pod gang. "zeta" has waited longest (its oldest pending pod, 10:00:00)
+    # though its newest came last; "alpha", first by name, came at 10:00:05.
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1")]
+    zeta = [pod("z-0", "zeta"), pod("z-1", "zeta")]
+    alpha = [pod("a-0", "alpha"), pod("a-1", "alpha")]
+    zeta[0]["metadata"]["creationTimestamp"] = "2026-01-01T10:00:00Z"
+    zeta[1]["metadata"]["creationTimestamp"] = "2026-01-01T10:00:10Z"
+    for made in alpha:
+        made["metadata"]["creationTimestamp"] = "2026-01-01T10:00:05Z"
+    groups = [pod_group("zeta", 2), pod_group("alpha", 2)]
+    result = plan(state(nodes, alpha + zeta, groups, topology=TOPOLOGY))
+    assert {n.pod.name for n in _of(result, Nominate)} == {"z-0", "z-1"}
+    assert result.gang_states == {"default/zeta": "nominated", "default/alpha": "unschedulable"}
+
+
+def test_rule_a_gang_with_nothing_pending_is_reported_bound_or_waiting() -> None:
+    # A gang whose pods all have nodes is bound; a PodGroup whose pods have not come waits.
+    groups = [pod_group("done", 1), pod_group("early", 2)]
+    running = pod("d-0", "done", node_name="node1", phase="Running")
+    result = plan(state(reference_nodes(), [running], groups, topology=TOPOLOGY))
+    assert result.gang_states == {"default/done": "bound", "default/early": "waiting"}
+
+
+# --- the waiting time (_unschedulable) ------------------------------------------------------
+
+
+def _reasons(result: Plan) -> set[str]:
+    return {m.reason for m in _of(result, MarkUnschedulable)}
+
+
+def test_rule_a_gang_group_waits_as_long_as_its_shortest_timeout() -> None:
+    annotations = {GROUPS: '["default/master", "default/worker"]'}
+    groups = [
+        pod_group("master", 1, annotations=annotations, timeout=30),
+        pod_group("worker", 2, annotations=annotations, timeout=100),
+    ]
+    pods = [pod("m-0", "master"), pod("w-0", "worker")]
+    _created_at_start(*pods)
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY, now=CREATED + 31))
+    assert _reasons(result) == {"GangTimeout"}
+    assert _of(result, MarkUnschedulable)[0].message.startswith(
+        "gang default/master,default/worker waited more than 30s: "
+    )
+
+
+def test_rule_the_wait_runs_from_the_latest_recorded_schedule_start_time() -> None:
+    # The worker PodGroup's cycle started 50 s after the master's: 10 s of its 30 are gone.
+    annotations = {GROUPS: '["default/master", "default/worker"]'}
+    groups = [
+        pod_group(
+            "master",
+            1,
+            annotations=annotations,
+            timeout=30,
+            status={"phase": "Pending", "scheduleStartTime": "2026-01-01T00:00:00Z"},
+        ),
+        pod_group(
+            "worker",
+            2,
+            annotations=annotations,
+            timeout=30,
+            status={"phase": "Pending", "scheduleStartTime": "2026-01-01T00:00:50Z"},
+        ),
+    ]
+    pods = [pod("m-0", "master"), pod("w-0", "worker")]
+    _created_at_start(*pods)
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY, now=CREATED + 60))
+    assert _reasons(result) == {"Unschedulable"}
+    assert result.gang_states == {"default/master,default/worker": "waiting"}
+
+
+def test_rule_without_a_recorded_start_the_wait_runs_from_the_oldest_pod() -> None:
+    groups = [pod_group("gang", 3, timeout=30)]
+    old, young = pod("w-0"), pod("w-1")
+    old["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    young["metadata"]["creationTimestamp"] = "2026-01-01T00:00:25Z"
+    result = plan(state(reference_nodes(), [young, old], groups, now=CREATED + 31))
+    assert _reasons(result) == {"GangTimeout"}
+
+
+def test_rule_a_gang_times_out_only_past_its_waiting_time_not_at_it() -> None:
+    groups = [pod_group("gang", 3, timeout=30)]
+    pods = [pod("w-0"), pod("w-1")]
+    _created_at_start(*pods)
+    at_the_second = plan(state(reference_nodes(), pods, groups, now=CREATED + 30))
+    assert _reasons(at_the_second) == {"Unschedulable"}
+    past_it = plan(state(reference_nodes(), pods, groups, now=CREATED + 30.5))
+    assert _reasons(past_it) == {"GangTimeout"}
+
+
+def test_rule_an_invalid_gang_never_times_out_nor_evicts_its_bound_members() -> None:
+    # w-1's rank does not parse: the gang is invalid, past its waiting time as well. Its
+    # bound member keeps running (an invalid gang is refused, not timed out).
+    groups = [pod_group("gang", 2, timeout=30, status={"phase": "Scheduling"})]
+    bound = pod("w-0", node_name="node1", phase="Running")
+    broken = pod("w-1")
+    broken["metadata"]["annotations"]["gang.scheduling.koordinator.sh/network-topology-index"] = (
+        "first"
+    )
+    _created_at_start(bound, broken)
+    result = plan(state(reference_nodes(), [bound, broken], groups, now=CREATED + 300))
+    assert _reasons(result) == {"Unschedulable"}
+    expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
+    assert [d.kind for d in _of(result, Decision)] == ["invalid"]
+
+
+def test_rule_an_invalid_non_strict_gang_gives_its_nominations_back() -> None:
+    # NonStrict keeps its reservations while it waits, but an invalid gang never times out:
+    # kept, its nominations would hold the node from every other gang for ever.
+    groups = [pod_group("gang", 1, annotations={MODE: "NonStrict"})]
+    broken = pod("w-0", nominated="node1")
+    broken["metadata"]["annotations"]["gang.scheduling.koordinator.sh/network-topology-index"] = (
+        "first"
+    )
+    result = plan(state(reference_nodes(), [broken], groups, topology=TOPOLOGY))
+    expect_actions(result.actions, Nominate, count=1, pod__name="w-0", node="")
+    assert result.gang_states == {"default/gang": "invalid"}
