@@ -30,6 +30,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -1001,47 +1002,81 @@ async def slurm_statuses(bus: Bus) -> list[SlurmClusterStatus]:
     return statuses
 
 
-async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
-    """Fetch what each check reads (the API server, then NATS), then run the checks."""
-    namespace = args.system_namespace
-    ns = quote(namespace, safe="")
-    scheduler = doctor.KOORD_SCHEDULER
+@dataclass
+class _DoctorReads:
+    """What `doctor` reads from the API server: each list None (and its `*_unread` saying
+    why) when the caller may not read it."""
+
+    namespace: str
+    all_deployments: list[Obj] | None = None
+    deployments_unread: str = ""
+    secrets: list[Obj] | None = None
+    secrets_unread: str = ""
+    crds: list[Obj] | None = None
+    crds_unread: str = ""
+    leases: list[Obj] | None = None
+    leases_unread: str = ""
+    # The NodeSets and PodGroups in use, by kind.
+    in_use: dict[str, list[Obj]] = field(default_factory=dict)
+    in_use_unread: str = ""
+    pods: list[Obj] | None = None
+    pods_unread: str = ""
+    # The ConfigMaps k8s-watcher's and the placer's env reads settings from.
+    configmaps: dict[str, Obj] = field(default_factory=dict)
+    configmaps_unread: str = ""
+
+    @property
+    def deployments(self) -> list[Obj]:
+        """The Deployments in the system namespace."""
+        return [
+            d
+            for d in self.all_deployments or []
+            if d.get("metadata", {}).get("namespace") == self.namespace
+        ]
+
+    def deployment(self, name: str) -> Obj | None:
+        return next(
+            (d for d in self.deployments if d.get("metadata", {}).get("name") == name), None
+        )
+
+    @property
+    def system_leases(self) -> list[Obj]:
+        return [
+            lease
+            for lease in self.leases or []
+            if lease.get("metadata", {}).get("namespace") == self.namespace
+        ]
+
+
+async def _read_for_doctor(args: argparse.Namespace) -> _DoctorReads:
+    """Phase 1 of `doctor`: every API-server read its checks need."""
+    reads = _DoctorReads(args.system_namespace)
+    ns = quote(reads.namespace, safe="")
     kube = await Kube.connect(args.kubeconfig, args.context)
     try:
-        all_deployments, deployments_unread = await read_list(
+        reads.all_deployments, reads.deployments_unread = await read_list(
             kube, "/apis/apps/v1/deployments", "Deployments"
         )
-        deployments = [
-            d for d in all_deployments or [] if d.get("metadata", {}).get("namespace") == namespace
-        ]
-        by_name = {d.get("metadata", {}).get("name"): d for d in deployments}
-        secrets, secrets_unread = await read_list(
-            kube, f"/api/v1/namespaces/{ns}/secrets", f"Secrets in {namespace}"
+        reads.secrets, reads.secrets_unread = await read_list(
+            kube, f"/api/v1/namespaces/{ns}/secrets", f"Secrets in {reads.namespace}"
         )
-        crds, crds_unread = await read_list(
+        reads.crds, reads.crds_unread = await read_list(
             kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "CRDs"
         )
-        leases, leases_unread = await read_list(
+        reads.leases, reads.leases_unread = await read_list(
             kube, "/apis/coordination.k8s.io/v1/leases", "Leases"
         )
-        in_use: dict[str, list[Obj]] = {}
-        in_use_unread = ""
         for key, kind in (("nodeset", "NodeSet"), ("gang", "PodGroup")):
             items, unread = await read_list(
                 kube, KINDS[key][0].replace("/namespaces/{ns}", ""), f"{kind}s"
             )
-            in_use[kind] = items or []
-            in_use_unread = in_use_unread or unread
-        pods, pods_unread = await read_list(
-            kube,
-            f"/api/v1/pods?fieldSelector={quote(f'spec.schedulerName={scheduler}')}",
-            "Pods",
+            reads.in_use[kind] = items or []
+            reads.in_use_unread = reads.in_use_unread or unread
+        selector = quote(f"spec.schedulerName={doctor.KOORD_SCHEDULER}")
+        reads.pods, reads.pods_unread = await read_list(
+            kube, f"/api/v1/pods?fieldSelector={selector}", "Pods"
         )
-        watcher = by_name.get("k8s-watcher")
-        placer = by_name.get(doctor.PLACER)
-        configmaps: dict[str, Obj] = {}
-        configmaps_unread = ""
-        for workload in (watcher, placer):
+        for workload in (reads.deployment("k8s-watcher"), reads.deployment(doctor.PLACER)):
             for name in doctor.env_configmaps(workload or {}):
                 path = f"/api/v1/namespaces/{ns}/configmaps/{quote(name, safe='')}"
                 try:
@@ -1049,56 +1084,69 @@ async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
                 except ApiStatusError as exc:
                     if exc.status not in (401, 403):
                         raise
-                    configmaps_unread = (
-                        f"ConfigMap {namespace}/{name} not read: the caller may not get it "
-                        f"(HTTP {exc.status})"
+                    reads.configmaps_unread = (
+                        f"ConfigMap {reads.namespace}/{name} not read: the caller may not get "
+                        f"it (HTTP {exc.status})"
                     )
                     continue
                 if found is not None:
-                    configmaps[name] = found
+                    reads.configmaps[name] = found
     finally:
         await kube.close()
-    now = time.time()
-    ours = [d for d in deployments if d.get("metadata", {}).get("name") in SERVICES]
-    system_leases = [
-        lease for lease in leases or [] if lease.get("metadata", {}).get("namespace") == namespace
-    ]
+    return reads
+
+
+def _cluster_checks(reads: _DoctorReads, now: float) -> list[doctor.Check]:
+    """Phase 2: Secrets, CRDs, COMMAND_NAMESPACES and the scheduler, from the API reads."""
+    scheduler = doctor.KOORD_SCHEDULER
+    watcher, placer = reads.deployment("k8s-watcher"), reads.deployment(doctor.PLACER)
+    ours = [d for d in reads.deployments if d.get("metadata", {}).get("name") in SERVICES]
     placer_leads = any(
         doctor.lease_fresh(lease, now)
-        for lease in system_leases
+        for lease in reads.system_leases
         if lease.get("metadata", {}).get("name") in lease_names(doctor.PLACER)
     )
     checks = doctor.check_secrets(
         doctor.referenced_secrets(ours) if ours else doctor.default_secrets(),
-        secrets,
-        namespace,
-        secrets_unread,
+        reads.secrets,
+        reads.namespace,
+        reads.secrets_unread,
         deployed=bool(ours),
     )
-    checks += doctor.check_crds(crds, crds_unread)
+    checks += doctor.check_crds(reads.crds, reads.crds_unread)
     checks.append(
         doctor.check_command_namespaces(
             None
             if watcher is None
-            else doctor.env_setting(watcher, "COMMAND_NAMESPACES", configmaps) or "",
-            doctor.namespaces_in_use(in_use),
-            namespace,
-            deployments_unread or in_use_unread or configmaps_unread,
+            else doctor.env_setting(watcher, "COMMAND_NAMESPACES", reads.configmaps) or "",
+            doctor.namespaces_in_use(reads.in_use),
+            reads.namespace,
+            reads.deployments_unread or reads.in_use_unread or reads.configmaps_unread,
         )
     )
     placer_setting = (
-        doctor.env_setting(placer, "SCHEDULER_NAMES", configmaps) if placer is not None else None
+        doctor.env_setting(placer, "SCHEDULER_NAMES", reads.configmaps)
+        if placer is not None
+        else None
     )
     checks.append(
         doctor.check_scheduler(
-            doctor.pending_pods(pods or [], scheduler),
+            doctor.pending_pods(reads.pods or [], scheduler),
             doctor.placer_scheduler_names(placer_setting),
             placer_leads,
-            doctor.other_schedulers(all_deployments or [], leases or [], scheduler, now),
+            doctor.other_schedulers(
+                reads.all_deployments or [], reads.leases or [], scheduler, now
+            ),
             scheduler,
-            unread=pods_unread or leases_unread,
+            unread=reads.pods_unread or reads.leases_unread,
         )
     )
+    return checks
+
+
+async def _bus_checks(args: argparse.Namespace) -> list[doctor.Check]:
+    """Phase 3: NATS cluster health and each Slurm cluster's status, read over NATS."""
+    checks: list[doctor.Check] = []
     facts: doctor.NatsFacts | None = None
     statuses: list[SlurmClusterStatus] | None = None
     skip = ""
@@ -1122,11 +1170,26 @@ async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
     if not unreachable:
         checks += doctor.check_nats(facts, skip)
     checks += doctor.check_slurm(statuses, time.time(), skip)
+    return checks
+
+
+async def doctor_checks(args: argparse.Namespace) -> list[doctor.Check]:
+    """Read the API server, then NATS, then run the checks: the cluster's, the bus's, then
+    each service's leader and readiness."""
+    reads = await _read_for_doctor(args)
+    now = time.time()
+    checks = _cluster_checks(reads, now)
+    checks += await _bus_checks(args)
     checks += doctor.check_leaders(
-        None if leases is None else system_leases, namespace, now, leases_unread
+        None if reads.leases is None else reads.system_leases,
+        reads.namespace,
+        now,
+        reads.leases_unread,
     )
     checks += doctor.check_readiness(
-        None if all_deployments is None else deployments, namespace, deployments_unread
+        None if reads.all_deployments is None else reads.deployments,
+        reads.namespace,
+        reads.deployments_unread,
     )
     return checks
 
