@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import aiohttp
@@ -60,7 +60,7 @@ from nodeflow_cli.verdicts import Decision, Obj
 from nodeflow_contracts import subjects
 from nodeflow_contracts.permissions import SERVICES, lease_names
 from nodeflow_contracts.pod_protocol import NODESET_LABEL, SLURM_CLUSTER_LABEL
-from nodeflow_contracts.skyhook import NODEWRIGHT, SKYHOOK, flavor_by_kind
+from nodeflow_contracts.skyhook import NODEWRIGHT, SKYHOOK, SkyhookNames, flavor_by_kind
 from nodeflow_contracts.slurm import SlurmClusterStatus
 from nodeflow_contracts.topology import (
     ADMIN_USER,
@@ -821,7 +821,12 @@ async def skyhook_command(args: argparse.Namespace) -> bool:
         await kube.close()
 
 
-def add_skyhook_verbs(commands: Any) -> None:
+if TYPE_CHECKING:
+    # The subcommands of one parser (generic only to the type checker).
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def add_skyhook_verbs(commands: Subcommands) -> None:
     """`skyhook VERB` and `nodewright VERB`: upstream `kubectl skyhook`'s verbs, each group
     acting on its own objects with its own keys."""
     for names in (SKYHOOK, NODEWRIGHT):
@@ -834,94 +839,105 @@ def add_skyhook_verbs(commands: Any) -> None:
             "node list|status|ignore|unignore|reset",
         )
         verbs = group.add_subparsers(dest="verb", required=True)
-
-        def mutating(parser: argparse.ArgumentParser, *, ask_first: bool = True) -> None:
-            if ask_first:
-                parser.add_argument(
-                    "-y", "--confirm", action="store_true", help="do not ask before changing"
-                )
-            parser.add_argument(
-                "--dry-run", action="store_true", help="say what would change, change nothing"
-            )
-
-        for verb, (attribute, value, done) in skyhook.LIFECYCLE.items():
-            sub = verbs.add_parser(
-                verb,
-                help=f"{'set' if value else 'remove'} the {getattr(names, attribute)} "
-                f"annotation ({kind} {done})",
-            )
-            sub.add_argument("name")
-            mutating(sub)
-        reset_parser = verbs.add_parser(
-            "reset",
-            help=f"remove the {kind}'s state from every node (all its packages run again) "
-            "and reset its batch state",
-        )
-        reset_parser.add_argument("name")
-        reset_parser.add_argument(
-            "--skip-batch-reset", action="store_true", help="keep the rollout's batch state"
-        )
-        mutating(reset_parser)
-        policy = verbs.add_parser(
-            "deployment-policy", aliases=["dp"], help="the rollout's batch state"
-        )
-        policy.set_defaults(verb="deployment-policy")
-        policy_actions = policy.add_subparsers(dest="action", required=True)
-        policy_reset = policy_actions.add_parser(
-            "reset", help="the rollout starts again from batch 1"
-        )
-        policy_reset.add_argument("name")
-        mutating(policy_reset)
-
+        _add_object_verbs(verbs, names)
         skyhook_status.add_version_verb(verbs)
-        package = verbs.add_parser(
-            "package", help=f"one package of the {kind}: status, rerun, logs"
+        _add_package_verbs(verbs, kind, owner_flags)
+        _add_node_verbs(verbs, names, owner_flags)
+
+
+def _mutating(parser: argparse.ArgumentParser, *, ask_first: bool = True) -> None:
+    """The flags of a verb that changes something."""
+    if ask_first:
+        parser.add_argument(
+            "-y", "--confirm", action="store_true", help="do not ask before changing"
         )
-        package_actions = package.add_subparsers(dest="action", required=True)
-        skyhook_status.add_package_status_verb(package_actions, kind, owner_flags)
-        rerun = package_actions.add_parser(
-            "rerun", help="remove the package's state on the nodes named, so it runs again"
+    parser.add_argument(
+        "--dry-run", action="store_true", help="say what would change, change nothing"
+    )
+
+
+def _add_object_verbs(verbs: Subcommands, names: SkyhookNames) -> None:
+    """pause, resume, disable, enable, reset and deployment-policy reset of one object."""
+    kind = names.kind
+    for verb, (attribute, value, done) in skyhook.LIFECYCLE.items():
+        sub = verbs.add_parser(
+            verb,
+            help=f"{'set' if value else 'remove'} the {getattr(names, attribute)} "
+            f"annotation ({kind} {done})",
         )
-        logs = package_actions.add_parser("logs", help="the logs of the package's stage pods")
-        for sub in (rerun, logs):
-            sub.add_argument("package")
+        sub.add_argument("name")
+        _mutating(sub)
+    reset_parser = verbs.add_parser(
+        "reset",
+        help=f"remove the {kind}'s state from every node (all its packages run again) "
+        "and reset its batch state",
+    )
+    reset_parser.add_argument("name")
+    reset_parser.add_argument(
+        "--skip-batch-reset", action="store_true", help="keep the rollout's batch state"
+    )
+    _mutating(reset_parser)
+    policy = verbs.add_parser("deployment-policy", aliases=["dp"], help="the rollout's batch state")
+    policy.set_defaults(verb="deployment-policy")
+    policy_actions = policy.add_subparsers(dest="action", required=True)
+    policy_reset = policy_actions.add_parser("reset", help="the rollout starts again from batch 1")
+    policy_reset.add_argument("name")
+    _mutating(policy_reset)
+
+
+def _add_package_verbs(verbs: Subcommands, kind: str, owner_flags: tuple[str, ...]) -> None:
+    """package status, rerun and logs."""
+    package = verbs.add_parser("package", help=f"one package of the {kind}: status, rerun, logs")
+    package_actions = package.add_subparsers(dest="action", required=True)
+    skyhook_status.add_package_status_verb(package_actions, kind, owner_flags)
+    rerun = package_actions.add_parser(
+        "rerun", help="remove the package's state on the nodes named, so it runs again"
+    )
+    logs = package_actions.add_parser("logs", help="the logs of the package's stage pods")
+    for sub in (rerun, logs):
+        sub.add_argument("package")
+        sub.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
+        sub.add_argument(
+            "--stage",
+            choices=skyhook.STAGES,
+            help="rerun: run again from this stage; logs: only this stage's pods",
+        )
+    rerun.add_argument(
+        "--node",
+        action="append",
+        required=True,
+        help="a node name or a regular expression (repeatable)",
+    )
+    _mutating(rerun)
+    logs.add_argument(
+        "--node", action="append", default=[], help="a node name or a regular expression"
+    )
+    logs.add_argument("-f", "--follow", action="store_true")
+    logs.add_argument("--tail", type=int, default=None, help="the last N lines of each")
+    logs.add_argument(
+        "-n",
+        "--namespace",
+        default="skyhook",
+        help="where the controller runs the stage pods (SKYHOOK_NAMESPACE; default skyhook)",
+    )
+
+
+def _add_node_verbs(verbs: Subcommands, names: SkyhookNames, owner_flags: tuple[str, ...]) -> None:
+    """node list, status, ignore, unignore and reset."""
+    kind = names.kind
+    node = verbs.add_parser("node", help="nodes: list, status, ignore, unignore, reset")
+    node_actions = node.add_subparsers(dest="action", required=True)
+    skyhook_status.add_node_read_verbs(node_actions, kind, owner_flags)
+    for action, about in (
+        ("ignore", f"set the {names.ignore_label} label: nothing runs there"),
+        ("unignore", f"remove the {names.ignore_label} label"),
+        ("reset", f"remove the {kind}'s state from the nodes: all its packages run again"),
+    ):
+        sub = node_actions.add_parser(action, help=about)
+        sub.add_argument("nodes", nargs="+", metavar="NODE", help="a name or a regex")
+        if action == "reset":
             sub.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
-            sub.add_argument(
-                "--stage",
-                choices=skyhook.STAGES,
-                help="rerun: run again from this stage; logs: only this stage's pods",
-            )
-        rerun.add_argument(
-            "--node",
-            action="append",
-            required=True,
-            help="a node name or a regular expression (repeatable)",
-        )
-        mutating(rerun)
-        logs.add_argument(
-            "--node", action="append", default=[], help="a node name or a regular expression"
-        )
-        logs.add_argument("-f", "--follow", action="store_true")
-        logs.add_argument("--tail", type=int, default=None, help="the last N lines of each")
-        logs.add_argument(
-            "-n",
-            "--namespace",
-            default="skyhook",
-            help="where the controller runs the stage pods (SKYHOOK_NAMESPACE; default skyhook)",
-        )
-        node = verbs.add_parser("node", help="nodes: list, status, ignore, unignore, reset")
-        node_actions = node.add_subparsers(dest="action", required=True)
-        skyhook_status.add_node_read_verbs(node_actions, kind, owner_flags)
-        for action, about in (
-            ("ignore", f"set the {names.ignore_label} label: nothing runs there"),
-            ("unignore", f"remove the {names.ignore_label} label"),
-            ("reset", f"remove the {kind}'s state from the nodes: all its packages run again"),
-        ):
-            sub = node_actions.add_parser(action, help=about)
-            sub.add_argument("nodes", nargs="+", metavar="NODE", help="a name or a regex")
-            if action == "reset":
-                sub.add_argument(*owner_flags, dest="owner", required=True, help=f"the {kind}")
-            mutating(sub, ask_first=action == "reset")
+        _mutating(sub, ask_first=action == "reset")
 
 
 # --- doctor ---------------------------------------------------------------------------------
@@ -1261,26 +1277,8 @@ rerun|logs|status, node ignore|unignore|reset|list|status, version)
 """
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
-        prog="kubectl nodeflow",
-        description="Why Nodeflow holds an object where it is, its decisions, its dead letters "
-        "(list, show, replay after a fix), a NodeSet's rollout history and rollback, and a "
-        "doctor that checks what Nodeflow needs.",
-        epilog=HELP_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    top.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""))
-    top.add_argument("--context", default="")
-    top.add_argument(
-        "--nats",
-        default=os.environ.get("NATS_URL", ""),
-        help="NATS URL(s), comma-separated (default: NATS_URL; without either: a port-forward "
-        "of its own to the Service nats of --system-namespace); credentials from NATS_USER "
-        "and NATS_PASSWORD[_FILE] (or NATS_TOKEN[_FILE], NATS_CREDS_FILE), else, through the "
-        "port-forward, nodeflow-admin's from the Secret nodeflow-admin-nats",
-    )
-    commands = top.add_subparsers(dest="command", required=True)
+def add_why(commands: Subcommands) -> None:
+    """`why KIND NAME`."""
     why_parser = commands.add_parser(
         "why",
         help="one verdict joining the object's state, its Slurm node and the latest decisions",
@@ -1289,6 +1287,10 @@ def parser() -> argparse.ArgumentParser:
     why_parser.add_argument("name")
     why_parser.add_argument("-n", "--namespace", default="default")
     add_system_namespace(why_parser)
+
+
+def add_decisions(commands: Subcommands) -> None:
+    """`decisions [-f] [--service S] [--object O]`."""
     decisions_parser = commands.add_parser("decisions", help="the controllers' decisions")
     decisions_parser.add_argument("-f", "--follow", action="store_true")
     add_system_namespace(decisions_parser)
@@ -1298,6 +1300,10 @@ def parser() -> argparse.ArgumentParser:
     decisions_parser.add_argument(
         "--object", default="", help="a name, ns/name or 'Kind ns/name' (or a node or pod)"
     )
+
+
+def add_dlq(commands: Subcommands) -> None:
+    """`dlq list|show|replay` (and `dead-letters`, the first name of `dlq list`)."""
     dlq_parser = commands.add_parser(
         "dlq", help="the dead letters (messages given up on): list, show, replay after a fix"
     )
@@ -1330,12 +1336,20 @@ def parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="say what would be replayed, publish nothing"
     )
     add_system_namespace(replay_parser)
+
+
+def add_doctor(commands: Subcommands) -> None:
+    """`doctor`."""
     doctor_parser = commands.add_parser(
         "doctor",
         help="check what Nodeflow needs: Secrets, CRDs, COMMAND_NAMESPACES, the "
         "koord-scheduler, Slurm, NATS, each service's leader and readiness",
     )
     add_system_namespace(doctor_parser)
+
+
+def add_rollout(commands: Subcommands) -> None:
+    """`rollout history|undo nodeset NAME`."""
     rollout_parser = commands.add_parser(
         "rollout", help="a NodeSet's revision history and rollback, as kubectl rollout"
     )
@@ -1350,6 +1364,10 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("kind", choices=["nodeset", "nodesets"])
         sub.add_argument("name")
         sub.add_argument("-n", "--namespace", default="default")
+
+
+def add_release_claim(commands: Subcommands) -> None:
+    """`release-claim NODE [--force]`."""
     release_parser = commands.add_parser(
         "release-claim",
         help="remove a deleted NodeSet's claim from a node (only with no NodeSet pod on it)",
@@ -1360,6 +1378,10 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="release even though the claiming NodeSet still exists (it may claim it again)",
     )
+
+
+def add_migrate(commands: Subcommands) -> None:
+    """`migrate slinky ...`."""
     # The converter of docs/migration.md (nodeset_controller.migrate), its arguments as they
     # are: `kubectl nodeflow migrate slinky [--slurm-cluster ...] < theirs.yaml > ours.yaml`.
     migrate_parser = commands.add_parser(
@@ -1370,7 +1392,39 @@ def parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     migrate_parser.add_argument("migrate_args", nargs=argparse.REMAINDER)
-    add_skyhook_verbs(commands)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="kubectl nodeflow",
+        description="Why Nodeflow holds an object where it is, its decisions, its dead letters "
+        "(list, show, replay after a fix), a NodeSet's rollout history and rollback, and a "
+        "doctor that checks what Nodeflow needs.",
+        epilog=HELP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""))
+    top.add_argument("--context", default="")
+    top.add_argument(
+        "--nats",
+        default=os.environ.get("NATS_URL", ""),
+        help="NATS URL(s), comma-separated (default: NATS_URL; without either: a port-forward "
+        "of its own to the Service nats of --system-namespace); credentials from NATS_USER "
+        "and NATS_PASSWORD[_FILE] (or NATS_TOKEN[_FILE], NATS_CREDS_FILE), else, through the "
+        "port-forward, nodeflow-admin's from the Secret nodeflow-admin-nats",
+    )
+    commands = top.add_subparsers(dest="command", required=True)
+    for add in (
+        add_why,
+        add_decisions,
+        add_dlq,
+        add_doctor,
+        add_rollout,
+        add_release_claim,
+        add_migrate,
+        add_skyhook_verbs,
+    ):
+        add(commands)
     return top
 
 
