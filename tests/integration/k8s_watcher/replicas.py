@@ -15,7 +15,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from k8s_watcher import SERVICE
-from nodeflow_runtime.natsd import free_port
+from nodeflow_runtime.launcher import listening_socket
 from tests.e2e.processes import TEST_TIMINGS, stop_processes
 
 LEADER_GAUGE = "nodeflow_bus_lease_is_leader"
@@ -72,7 +72,9 @@ async def start_replica(
 ) -> WatcherReplica:
     """`python -m k8s_watcher` as NATS user k8s-watcher, INSTANCE_ID `name`, its log in
     `log_dir`; `settings` are further environment variables."""
-    port = free_port()
+    # Bound here and inherited (HTTP_LISTEN_FD): no other process takes it meanwhile.
+    listener = listening_socket(0)
+    port = listener.getsockname()[1]
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "KUBE"))},
         "NATS_URL": nats_url,
@@ -81,15 +83,22 @@ async def start_replica(
         "KUBECONFIG": str(kubeconfig),
         "HTTP_HOST": "127.0.0.1",
         "HTTP_PORT": str(port),
+        "HTTP_LISTEN_FD": str(listener.fileno()),
         "INSTANCE_ID": name,
         **TEST_TIMINGS,
         "LOG_LEVEL": "info",
         **settings,
     }
     log_file = log_dir / f"{name}.log"
-    with log_file.open("wb") as log:
+    with listener, log_file.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "k8s_watcher", env=env, stdout=log, stderr=log
+            sys.executable,
+            "-m",
+            "k8s_watcher",
+            env=env,
+            stdout=log,
+            stderr=log,
+            pass_fds=(listener.fileno(),),
         )
     return WatcherReplica(name=name, port=port, process=process, log_file=log_file)
 

@@ -20,6 +20,7 @@ from nodeflow_bus import Bus
 from nodeflow_contracts import codec
 from nodeflow_contracts.slurm import SlurmNodeState
 from nodeflow_contracts.topology import SLURM_NODES_BUCKET
+from nodeflow_runtime.launcher import listening_socket
 from nodeflow_runtime.natsd import NatsServerProcess, free_port
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -67,16 +68,19 @@ def ready_of(samples: Samples, namespace: str, name: str) -> float | None:
 async def test_service_serves_nodeset_and_slurm_series_and_stops_cleanly(
     nats_server: NatsServerProcess, bus: Bus, tmp_path: Path
 ) -> None:
-    port = free_port()
+    # Bound here and inherited (HTTP_LISTEN_FD): no other process takes it meanwhile.
+    listener = listening_socket(0)
+    port = listener.getsockname()[1]
     env = {
         **os.environ,
         "NATS_URL": nats_server.url,
         "HTTP_HOST": "127.0.0.1",
         "HTTP_PORT": str(port),
+        "HTTP_LISTEN_FD": str(listener.fileno()),
         "SHUTDOWN_DEADLINE_SECONDS": "5",
     }
     log_file = tmp_path / "exporter.log"
-    with log_file.open("wb") as handle:
+    with listener, log_file.open("wb") as handle:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -84,6 +88,7 @@ async def test_service_serves_nodeset_and_slurm_series_and_stops_cleanly(
             stdout=handle,
             stderr=asyncio.subprocess.STDOUT,
             env=env,
+            pass_fds=(listener.fileno(),),
         )
     base = f"http://127.0.0.1:{port}"
     try:

@@ -15,7 +15,8 @@ import pytest
 
 from clustersim.slurm import RunningSlurm, run_slurm_emulator
 from nodeflow_bus import Bus
-from nodeflow_runtime.natsd import NatsServerProcess, free_port
+from nodeflow_runtime.launcher import listening_socket
+from nodeflow_runtime.natsd import NatsServerProcess
 from tests.integration.slurm_syncer.conftest import (
     CLUSTER,
     FakeWatcher,
@@ -41,11 +42,14 @@ async def start_syncer(
     nats: NatsServerProcess, slurm: RunningSlurm, log: Path
 ) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    # Bound here and inherited (HTTP_LISTEN_FD): no other process takes it meanwhile.
+    listener = listening_socket(0)
     env.update(
         {
             "NATS_URL": nats.url,
             "HTTP_HOST": "127.0.0.1",
-            "HTTP_PORT": str(free_port()),
+            "HTTP_PORT": str(listener.getsockname()[1]),
+            "HTTP_LISTEN_FD": str(listener.fileno()),
             "SHUTDOWN_DEADLINE_SECONDS": "5",
             "SLURM_CLUSTERS": CLUSTER,
             f"SLURM_{CLUSTER.upper()}_URL": slurm.url,
@@ -55,9 +59,15 @@ async def start_syncer(
             "LEADER_LEASE_TTL_SECONDS": "2",
         }
     )
-    with log.open("wb") as handle:
+    with listener, log.open("wb") as handle:
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "slurm_syncer", stdout=handle, stderr=handle, env=env
+            sys.executable,
+            "-m",
+            "slurm_syncer",
+            stdout=handle,
+            stderr=handle,
+            env=env,
+            pass_fds=(listener.fileno(),),
         )
 
 
