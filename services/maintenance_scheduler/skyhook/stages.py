@@ -232,6 +232,14 @@ def _parse_node_state(raw: str) -> tuple[dict[str, PackageState], bool]:
             return {}, False
         restarts = value.get("restarts", 0)
         retained = value.get("retained") is True
+        written = str(value.get("writtenAs") or "")
+        rerun = str(value.get("rerun") or "")
+        if not written and not rerun and stage == "config" and state == COMPLETE:
+            # Written before re-runs were marked (an earlier release, upstream): complete at
+            # config may be a config re-run that needed no interrupt. Read as one, so the
+            # `writtenAs` the controller stamps on it never makes it an interrupt added
+            # (interrupt_added): no reboot is started on a guess.
+            rerun = "config"
         entries[f"{name}|{version}" if retained else str(name)] = PackageState(
             name=str(name),
             version=str(version),
@@ -245,9 +253,9 @@ def _parse_node_state(raw: str) -> tuple[dict[str, PackageState], bool]:
             config_keys=tuple(
                 sorted((str(k), str(v)) for k, v in _mapping(value.get("configKeys")).items())
             ),
-            rerun=str(value.get("rerun") or ""),
+            rerun=rerun,
             interrupt_keys=tuple(str(k) for k in _sequence(value.get("interruptKeys"))),
-            written=str(value.get("writtenAs") or ""),
+            written=written,
             interrupt=_recorded_interrupt(value.get("uninstallInterrupt")),
             uninstall_enabled=value.get("uninstallEnabled") is True,
             retained=retained,

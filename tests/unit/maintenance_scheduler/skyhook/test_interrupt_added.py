@@ -127,3 +127,27 @@ def test_rule_an_entry_written_before_reruns_were_marked_is_never_interrupted_on
     node = replace(node, annotations={SKYHOOK.node_state_annotation("gpu-init"): raw})
     plan = plan_round(World([spec], {}, [node], {}, {}), now=T0)
     assert not [a for a in plan.actions if isinstance(a, (CreateJob, CreateMaintenance))]
+
+
+def test_rule_an_unmarked_entry_stays_uninterrupted_after_the_controller_stamps_it() -> None:
+    """The controller stamps its `writtenAs` on an entry written without one at its first
+    patch of the node: from then on the entry must still not read as an interrupt added
+    (it is read as the config re-run it may have been), or the next round drains and
+    reboots the node on the very guess the rule refuses."""
+    annotation = SKYHOOK.node_state_annotation("gpu-init")
+    legacy = PackageState("driver", "1.0.0", "ghcr.io/x/driver", "config", "complete")
+    raw = render_node_state({"driver": legacy}).replace(',"writtenAs":"config/complete"', "")
+    assert "writtenAs" not in raw
+    nodes = {
+        name: replace(node, annotations={**node.annotations, annotation: raw})
+        for name, node in cluster_nodes(2).items()
+    }
+    cluster = FakeCluster(
+        skyhooks=[skyhook(packages={"driver": {**DRIVER, **REBOOT}})], nodes=nodes
+    )
+    for _ in range(8):
+        plan = cluster.round()
+        assert not [a for a in plan.actions if isinstance(a, (CreateJob, CreateMaintenance))]
+    assert "writtenAs" in cluster.nodes["node-00"].annotations[annotation], "stamped"
+    assert (driver_state(cluster).stage, driver_state(cluster).state) == ("config", "complete")
+    assert cluster.status()["status"] == "complete"

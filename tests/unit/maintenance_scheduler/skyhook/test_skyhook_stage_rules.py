@@ -146,7 +146,7 @@ def test_node_state_fields_of_the_wrong_type_read_as_unset() -> None:
                 "name": "driver",
                 "version": "1.0.0",
                 "stage": "config",
-                "state": COMPLETE,
+                "state": IN_PROGRESS,
                 "restarts": "two",
                 "configKeys": ["a.conf"],
                 "interruptKeys": {"a.conf": 1},
@@ -154,7 +154,7 @@ def test_node_state_fields_of_the_wrong_type_read_as_unset() -> None:
         }
     )
     assert parse_node_state(raw) == (
-        {"driver": PackageState("driver", "1.0.0", "", "config", COMPLETE)},
+        {"driver": PackageState("driver", "1.0.0", "", "config", IN_PROGRESS)},
         True,
     )
 
