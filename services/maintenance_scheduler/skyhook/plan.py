@@ -1373,10 +1373,11 @@ _READY_REASONS = {
 def plan_round(world: World, *, now: float, pull_grace_seconds: float = 120.0) -> RoundPlan:
     plan = RoundPlan()
     # One order over both kinds (a NodeWright is a renamed Skyhook, and a node serves one
-    # rollout at a time whichever kind asks): priority, then name, then the key that tells a
-    # Skyhook from a NodeWright of the same name (a Skyhook being deleted beside one), so the
-    # order never depends on how the objects were listed.
-    ordered = sorted(world.skyhooks, key=lambda s: (s.priority, s.name, s.owner_key))
+    # rollout at a time whichever kind asks): priority, then name, then the kind, a Skyhook
+    # before a NodeWright of its name (one being deleted beside the other; not by owner_key,
+    # whose group prefix sorts a NodeWright first past "n"), so the order never depends on
+    # how the objects were listed.
+    ordered = sorted(world.skyhooks, key=lambda s: (s.priority, s.name, FLAVORS.index(s.names)))
     earlier: list[tuple[Skyhook, Mapping[str, str], bool]] = []
     for names in FLAVORS:
         # A policy is in use by the objects of its own group's kind only.

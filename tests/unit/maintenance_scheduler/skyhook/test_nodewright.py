@@ -556,3 +556,16 @@ def test_rule_the_order_of_a_skyhook_and_a_nodewright_of_one_name_never_depends_
     assert [type(a).__name__ for a in plans[0].actions] == [
         type(a).__name__ for a in plans[1].actions
     ]
+
+
+@pytest.mark.parametrize("name", ["gpu-init", "zz-tuning"])
+def test_rule_a_skyhook_goes_before_a_nodewright_of_its_name_and_priority(name: str) -> None:
+    """Of one name and priority the Skyhook comes first, whatever the name: a name that
+    sorts past the NodeWright's group prefix ("nodewright.nvidia.com/") too."""
+    renamed = flavored(NODEWRIGHT, name)
+    going = replace(flavored(SKYHOOK, name), deleting=True)
+    for objects in ([renamed, going], [going, renamed]):
+        plan = plan_round(World(objects, {}, list(cluster_nodes(1).values()), {}, {}), now=T0)
+        first = plan.actions[0]
+        assert isinstance(first, SetSkyhookFinalizer)
+        assert first.skyhook.names == SKYHOOK and not first.present
