@@ -869,7 +869,9 @@ def plan(state: ClusterState) -> Plan:
                 errors[declared] = f"gang {declared} (pod annotations): {error}"
     gangs: list[Gang] = []
     for keys in _union_groups(specs):
-        gangs.append(Gang(keys=keys, specs={k: specs[k] for k in keys if k in specs}))
+        # A PodGroup of the group that does not parse makes the whole group invalid, naming it.
+        own = {k: specs[k] for k in keys if k in specs}
+        gangs.append(Gang(keys=keys, specs=own, errors=[errors[k] for k in keys if k in errors]))
     for key in sorted(errors, key=str):
         gangs.append(Gang(keys=(key,), errors=[errors[key]]))
     run.group_objects = group_objects

@@ -16,6 +16,7 @@ from topology_placer.planner import (
     Disrupt,
     MarkUnschedulable,
     Nominate,
+    Notice,
     Plan,
     plan,
 )
@@ -218,3 +219,142 @@ def test_rule_an_invalid_non_strict_gang_gives_its_nominations_back() -> None:
     result = plan(state(reference_nodes(), [broken], groups, topology=TOPOLOGY))
     expect_actions(result.actions, Nominate, count=1, pod__name="w-0", node="")
     assert result.gang_states == {"default/gang": "invalid"}
+
+
+def test_rule_a_non_strict_gang_past_its_waiting_time_keeps_its_bound_members() -> None:
+    # Timed out, a NonStrict gang drops its nominations but evicts nothing (only Strict
+    # gangs must not run in part), though its status proves it never reached minMember.
+    groups = [
+        pod_group(
+            "gang", 3, annotations={MODE: "NonStrict"}, timeout=30, status={"phase": "Scheduling"}
+        )
+    ]
+    pods = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("w-1", nominated="node2"),
+        pod("w-2"),
+    ]
+    pods[2]["spec"]["nodeSelector"] = {"pool": "nowhere"}
+    _created_at_start(*pods)
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY, now=CREATED + 31))
+    assert _reasons(result) == {"GangTimeout"}
+    expect_actions(result.actions, Nominate, count=1, pod__name="w-1", node="")
+    expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
+
+
+def test_rule_each_placement_attempt_is_counted_by_its_result() -> None:
+    groups = [pod_group("gang", 2)]
+    pods = [pod("w-0"), pod("w-1")]
+    for made in pods:
+        made["spec"]["nodeSelector"] = {"pool": "nowhere"}
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
+    assert result.attempts == ["unschedulable"]
+    waiting = plan(state(reference_nodes(), pods[:1], groups, topology=TOPOLOGY))
+    assert waiting.attempts == ["waiting"]
+
+
+def test_rule_a_gang_group_with_a_pod_group_that_does_not_parse_is_invalid_whole() -> None:
+    # worker's mode does not parse. Its group is refused whole, naming it, and the pass goes
+    # on for the other gangs (a bug found by the mutants of plan: the group was placed
+    # without worker's spec, and the KeyError failed the pass for every gang).
+    annotations = {GROUPS: '["default/master", "default/worker"]'}
+    groups = [
+        pod_group("master", 1, annotations=annotations),
+        pod_group("worker", 1, annotations={**annotations, MODE: "Sometimes"}),
+        pod_group("other", 1),
+    ]
+    pods = [pod("m-0", "master"), pod("w-0", "worker"), pod("o-0", "other")]
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
+    marks = {m.pod.name: m.message for m in _of(result, MarkUnschedulable)}
+    assert set(marks) == {"m-0", "w-0"}
+    assert all(m.startswith("PodGroup default/worker: ") for m in marks.values())
+    expect_actions(result.actions, Nominate, count=1, pod__name="o-0")
+    assert result.gang_states == {
+        "default/master,default/worker": "invalid",
+        "default/worker": "invalid",
+        "default/other": "nominated",
+    }
+
+
+def test_rule_the_unschedulable_event_goes_to_the_first_pod_group_of_the_group() -> None:
+    annotations = {GROUPS: '["default/master", "default/worker"]'}
+    groups = [
+        pod_group("master", 1, annotations=annotations),
+        pod_group("worker", 1, annotations=annotations),
+    ]
+    pods = [pod("m-0", "master", gpus=16), pod("w-0", "worker")]
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
+    (notice,) = expect_actions(result.actions, Notice, reason="FailedScheduling")
+    assert (notice.name, notice.uid) == ("master", "uid-pg-default-master")
+
+
+def test_rule_an_unschedulable_gang_is_warned_of_the_prefer_gather_layer_it_ignores() -> None:
+    # The warning goes with a change of verdict too, not only with a nomination.
+    groups = [
+        pod_group("gang", 1, gather=[{"layer": "AcceleratorLayer", "strategy": "PreferGather"}])
+    ]
+    result = plan(state(reference_nodes(), [pod("w-0", gpus=16)], groups, topology=TOPOLOGY))
+    expect_actions(result.actions, MarkUnschedulable, count=1, pod__name="w-0")
+    (warning,) = expect_actions(result.actions, Notice, reason="GatherLayerIgnored")
+    assert "AcceleratorLayer" in warning.message
+
+
+def test_rule_a_timed_out_annotation_gang_evicts_only_members_not_yet_running() -> None:
+    # Declared by its pods, the gang has no PodGroup status to prove it never reached
+    # minMember: past its waiting time a bound member that runs is kept (fail closed), one
+    # bound but not running yet goes.
+    pods = [_annotated(f"a-{i}", "ann", "4") for i in range(3)]
+    for made in pods:
+        made["metadata"]["annotations"]["gang.scheduling.koordinator.sh/waiting-time"] = "30s"
+    pods[0]["spec"]["nodeName"], pods[0]["status"]["phase"] = "node1", "Running"
+    pods[1]["spec"]["nodeName"] = "node2"
+    _created_at_start(*pods)
+    result = plan(state(reference_nodes(), pods, topology=TOPOLOGY, now=CREATED + 31))
+    assert _reasons(result) == {"GangTimeout"}
+    (evicted,) = expect_actions(result.actions, Disrupt, reason="GangIncomplete")
+    assert evicted.pod.name == "a-1"
+
+
+def test_rule_a_pod_group_with_min_member_bound_has_reached_it_whatever_its_status_says() -> None:
+    # only-waiting counts the pending pod alone, so the gang waits and times out; but its
+    # minMember are bound now, which its status (written last pass) does not say yet: that
+    # status proves nothing and the running members stay.
+    groups = [
+        pod_group(
+            "gang",
+            2,
+            annotations={"gang.scheduling.koordinator.sh/match-policy": "only-waiting"},
+            timeout=30,
+            status={"phase": "Scheduling"},
+        )
+    ]
+    pods = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("w-1", node_name="node2", phase="Running"),
+        pod("w-2"),
+    ]
+    _created_at_start(*pods)
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY, now=CREATED + 31))
+    assert _reasons(result) == {"GangTimeout"}
+    expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
+
+
+def test_rule_a_pod_group_that_has_min_member_bound_proves_no_gang_incomplete() -> None:
+    # master has its one member bound (its status, a pass old, still says Scheduling);
+    # worker's status was never written. Past the waiting time nothing proves the group
+    # never reached minMember, so its running members stay.
+    annotations = {GROUPS: '["default/master", "default/worker"]'}
+    groups = [
+        pod_group("master", 1, annotations=annotations, timeout=30, status={"phase": "Scheduling"}),
+        pod_group("worker", 2, annotations=annotations, timeout=30),
+    ]
+    pods = [
+        pod("m-0", "master", node_name="node1", phase="Running"),
+        pod("w-0", "worker", node_name="node2", phase="Running"),
+        pod("w-1", "worker"),
+    ]
+    pods[2]["spec"]["nodeSelector"] = {"pool": "nowhere"}
+    _created_at_start(*pods)
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY, now=CREATED + 31))
+    assert _reasons(result) == {"GangTimeout"}
+    expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
