@@ -358,3 +358,19 @@ def test_rule_a_pod_group_that_has_min_member_bound_proves_no_gang_incomplete() 
     result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY, now=CREATED + 31))
     assert _reasons(result) == {"GangTimeout"}
     expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
+
+
+def test_rule_a_gang_incomplete_eviction_skips_members_already_being_deleted() -> None:
+    groups = [pod_group("gang", 3, timeout=30, status={"phase": "Scheduling"})]
+    pods = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("w-1", node_name="node2", phase="Running", deleting=True),
+        pod("w-2"),
+    ]
+    pods[2]["spec"]["nodeSelector"] = {"pool": "nowhere"}
+    _created_at_start(*pods)
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY, now=CREATED + 31))
+    (evicted,) = expect_actions(result.actions, Disrupt, reason="GangIncomplete")
+    assert evicted.pod.name == "w-0"
+    (decision,) = [d for d in _of(result, Decision) if d.kind == "gang-evicted"]
+    assert decision.victims == ("default/w-0",)
