@@ -792,41 +792,56 @@ def _records_stage_end(entry: PackageState | None, job: JobFacts | None, new: Pa
     )
 
 
-def step_node(
-    skyhook: Skyhook,
-    node: str,
-    entries: Mapping[str, PackageState],
-    world: World,
-    *,
-    may_start: bool,
-    now: float,
-    pull_grace_seconds: float,
-    order: Sequence[Package] | None = None,
-    node_view: NodeView | None = None,
-) -> NodeStep:
-    """Advance every package of one node; with `may_start` False, Job endings are recorded
-    but no new Job or maintenance request is made."""
-    result = NodeStep(dict(entries), [], [])
-    maintenance = world.request_of(skyhook, node)
-    maintenance_phase = world.maintenances.get(maintenance)
-    drained = maintenance_phase == MAINTENANCE_READY
-    needs_maintenance = False
-    keeps_maintenance = False
-    interrupts: list[str] = []
-    busy = False  # a package of a serial Skyhook is under way
-    node_uid = node_view.uid if node_view is not None else ""
-    routes = _uninstall_routes(
-        skyhook, entries, order if order is not None else _package_order(skyhook)
-    )
-    _apply_routes(skyhook, node, routes, result, world)
-    packages = [p for p, _, mode in routes.work if p is not None and mode == "install"]
-    held_back = _blocked_dependencies(skyhook, result.entries)
-    # Interrupt stages due this round, decided together once every package is looked at.
-    due: list[tuple[Package, PackageState]] = []
-    skipped: list[Package] = []
-    made: dict[str, str] = {}  # Jobs made on the node this round: name -> stage
+@dataclass
+class _NodeRound:
+    """One node's packages stepped in one round: what every package's step reads and adds to."""
 
-    def create(package: Package | None, new: PackageState) -> None:
+    skyhook: Skyhook
+    node: str
+    world: World
+    node_view: NodeView | None
+    result: NodeStep
+    may_start: bool
+    # The node's maintenance request is Ready: it is cordoned and drained.
+    drained: bool
+    # Packages whose dependency is being uninstalled: they start nothing.
+    held_back: frozenset[str]
+    now: float
+    pull_grace_seconds: float
+    # A package of a serial Skyhook is under way.
+    busy: bool = False
+    # Interrupt stages due this round, decided together once every package is looked at.
+    due: list[tuple[Package, PackageState]] = field(default_factory=list)
+    skipped: list[Package] = field(default_factory=list)
+    # Jobs made on the node this round: name -> stage.
+    made: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def node_uid(self) -> str:
+        return self.node_view.uid if self.node_view is not None else ""
+
+    def note(
+        self,
+        kind: Literal["stage", "fail-job", "maintenance"],
+        message: str,
+        reason: str,
+        **about: str,
+    ) -> None:
+        self.result.decisions.append(
+            SkyhookDecisionNote(
+                self.skyhook.name,
+                kind,
+                message,
+                reason=reason,
+                node=self.node,
+                object_kind=self.skyhook.names.kind,
+                **about,
+            )
+        )
+
+    def create(self, package: Package | None, new: PackageState) -> None:
+        """The Job of `new`'s stage, unless it exists or must wait for another Job."""
+        skyhook, node, world = self.skyhook, self.node, self.world
         target = _job_name_of(skyhook, node, new)
         if target in world.jobs:
             return
@@ -845,7 +860,7 @@ def step_node(
             for other, stage in world.running_on_node.get((skyhook.owner_key, node), {}).items()
             if other != target
         }
-        beside.update(made)
+        beside.update(self.made)
         if beside and (
             new.stage in stages.INTERRUPT_STAGES
             or not stages.INTERRUPT_STAGES.isdisjoint(beside.values())
@@ -856,11 +871,11 @@ def step_node(
         elif new.stage == "post-interrupt":
             package = replace(package, interrupt=effective_interrupt(package, new))
         # The ConfigMaps its pod mounts first: a pod whose ConfigMap is missing does not start.
-        if node_view is not None:
-            result.actions.append(WriteNodeMetadata(skyhook, node_view))
+        if self.node_view is not None:
+            self.result.actions.append(WriteNodeMetadata(skyhook, self.node_view))
         if package.config_map:
-            result.actions.append(WritePackageConfig(skyhook, package))
-        result.actions.append(
+            self.result.actions.append(WritePackageConfig(skyhook, package))
+        self.result.actions.append(
             CreateJob(
                 skyhook,
                 package,
@@ -870,146 +885,250 @@ def step_node(
                 new.restarts,
                 run=new.run,
                 config=new.config,
-                node_uid=node_uid,
+                node_uid=self.node_uid,
             )
         )
-        made[target] = new.stage
+        self.made[target] = new.stage
 
+
+def step_node(
+    skyhook: Skyhook,
+    node: str,
+    entries: Mapping[str, PackageState],
+    world: World,
+    *,
+    may_start: bool,
+    now: float,
+    pull_grace_seconds: float,
+    order: Sequence[Package] | None = None,
+    node_view: NodeView | None = None,
+) -> NodeStep:
+    """Advance every package of one node; with `may_start` False, Job endings are recorded
+    but no new Job or maintenance request is made. In phases: the uninstall routes' edits,
+    each package's step, the node's one interrupt, then its drain request."""
+    result = NodeStep(dict(entries), [], [])
+    maintenance = world.request_of(skyhook, node)
+    maintenance_phase = world.maintenances.get(maintenance)
+    routes = _uninstall_routes(
+        skyhook, entries, order if order is not None else _package_order(skyhook)
+    )
+    _apply_routes(skyhook, node, routes, result, world)
+    node_round = _NodeRound(
+        skyhook,
+        node,
+        world,
+        node_view,
+        result,
+        may_start=may_start,
+        drained=maintenance_phase == MAINTENANCE_READY,
+        held_back=_blocked_dependencies(skyhook, result.entries),
+        now=now,
+        pull_grace_seconds=pull_grace_seconds,
+    )
     for package, name, mode in routes.work:
-        entry = result.entries.get(name)
-        if entry is not None and (rerun := stages.rerun_by_hand(entry)) is not entry:
-            # Set back to a stage by someone else (package rerun --stage): a new run there.
-            result.decisions.append(
-                SkyhookDecisionNote(
-                    skyhook.name,
-                    "stage",
-                    f"{name} on {node}: set back to {entry.stage} ({entry.state}): run again",
-                    reason="rerun",
-                    node=node,
-                    package=name,
-                    stage=entry.stage,
-                    object_kind=skyhook.names.kind,
-                )
-            )
-            entry = result.entries[name] = rerun
-        # A package depending on one being uninstalled starts nothing (its Job's end is
-        # still recorded); one not started yet waits below.
-        blocked = (
-            mode == "install"
-            and package is not None
-            and any(dep in held_back for dep, _ in package.depends_on)
+        _step_on_node(node_round, package, name, mode)
+    _decide_interrupts(
+        skyhook,
+        node,
+        result,
+        node_round.due,
+        node_round.skipped,
+        node_round.drained and may_start,
+        node_round.create,
+    )
+    _request_drain(node_round, routes, maintenance, maintenance_phase)
+    result.held = tuple(routes.held)
+    return result
+
+
+def _step_on_node(node_round: _NodeRound, package: Package | None, name: str, mode: str) -> None:
+    """One package on the node: its Job read, its stage stepped, the next stage's Job made
+    (or left for the node's interrupt), and the outcome recorded."""
+    skyhook, node, result = node_round.skyhook, node_round.node, node_round.result
+    entry = result.entries.get(name)
+    if entry is not None and (rerun := stages.rerun_by_hand(entry)) is not entry:
+        # Set back to a stage by someone else (package rerun --stage): a new run there.
+        node_round.note(
+            "stage",
+            f"{name} on {node}: set back to {entry.stage} ({entry.state}): run again",
+            "rerun",
+            package=name,
+            stage=entry.stage,
         )
-        starts_here = may_start and not blocked
-        if package is not None and (entry is None or entry.state != stages.COMPLETE):
-            pending = [
-                dep
-                for dep, version in package.depends_on
-                if not (
-                    (d := result.entries.get(dep)) is not None
-                    and d.version == version
-                    and d.state == stages.COMPLETE
-                )
-            ]
-            not_started = entry is None or entry.version != package.version
-            if not_started and (pending or blocked or (skyhook.serial and busy)):
-                continue  # waits for its dependencies (or, serial, the package before it)
-        config = config_hash(package) if package is not None else ""
-        job: JobFacts | None = None
-        if entry is not None:
-            found = world.jobs.get(_job_name_of(skyhook, node, entry))
-            expected = job_identity(skyhook.uid, node_uid, entry.version, entry.run, entry.config)
-            # A Job proves only what it ran: one recording another identity counts for nothing.
-            if found is not None and (found.identity is None or dict(found.identity) == expected):
-                job = found
-        waiting_skipped = (
-            entry is not None
-            and entry.state == stages.SKIPPED
-            and package is not None
-            and entry.version == package.version
-            and (not entry.config or entry.config == config)
+        entry = result.entries[name] = rerun
+    # A package depending on one being uninstalled starts nothing (its Job's end is
+    # still recorded); one not started yet waits below.
+    blocked = (
+        mode == "install"
+        and package is not None
+        and any(dep in node_round.held_back for dep, _ in package.depends_on)
+    )
+    if package is not None and (entry is None or entry.state != stages.COMPLETE):
+        pending = [
+            dep
+            for dep, version in package.depends_on
+            if not (
+                (d := result.entries.get(dep)) is not None
+                and d.version == version
+                and d.state == stages.COMPLETE
+            )
+        ]
+        not_started = entry is None or entry.version != package.version
+        if not_started and (pending or blocked or (skyhook.serial and node_round.busy)):
+            return  # waits for its dependencies (or, serial, the package before it)
+    job = _job_proving(node_round, entry)
+    outcome = _outcome_of(node_round, package, entry, job, mode)
+    new = outcome.entry
+    if outcome.run_job and new is not None:
+        new = _start_stage(node_round, package, entry, job, new, mode, blocked)
+    _record_step(node_round, package, name, entry, job, new, outcome)
+
+
+def _job_proving(node_round: _NodeRound, entry: PackageState | None) -> JobFacts | None:
+    """The Job of `entry`'s stage, if it ran what the entry says (a Job recording another
+    identity counts for nothing)."""
+    if entry is None:
+        return None
+    skyhook = node_round.skyhook
+    found = node_round.world.jobs.get(_job_name_of(skyhook, node_round.node, entry))
+    expected = job_identity(
+        skyhook.uid, node_round.node_uid, entry.version, entry.run, entry.config
+    )
+    if found is not None and (found.identity is None or dict(found.identity) == expected):
+        return found
+    return None
+
+
+def _outcome_of(
+    node_round: _NodeRound,
+    package: Package | None,
+    entry: PackageState | None,
+    job: JobFacts | None,
+    mode: str,
+) -> StepOutcome:
+    """What the package's stage on the node comes to: skipped at a merged interrupt, an
+    uninstall step, or an install step (stages.step_package)."""
+    config = config_hash(package) if package is not None else ""
+    if (
+        entry is not None
+        and entry.state == stages.SKIPPED
+        and package is not None
+        and entry.version == package.version
+        and (not entry.config or entry.config == config)
+    ):
+        node_round.skipped.append(package)
+        return StepOutcome(entry)
+    if mode == "uninstall" and entry is not None:
+        return stages.step_uninstall(
+            package,
+            entry,
+            job,
+            now=node_round.now,
+            pull_grace_seconds=node_round.pull_grace_seconds,
         )
-        if waiting_skipped:
-            assert package is not None and entry is not None
-            outcome = StepOutcome(entry)
-            skipped.append(package)
-        elif mode == "uninstall" and entry is not None:
-            outcome = stages.step_uninstall(
-                package, entry, job, now=now, pull_grace_seconds=pull_grace_seconds
-            )
-        else:
-            starts = package is not None and (entry is None or entry.version != package.version)
-            outcome = step_package(
-                package,
-                entry,
-                job,
-                now=now,
-                pull_grace_seconds=pull_grace_seconds,
-                run=run_marker(skyhook, node_view, package, world.used_runs) if starts else "",
-                config=config,
-            )
-        new = outcome.entry
-        if outcome.run_job and new is not None:
-            if not starts_here:
-                # Nothing new starts: only a stage that just ended is recorded (its next
-                # stage's Job is made on resume); a start, a retry, a version or config
-                # change waits entirely, so the node does not enter a run outside its batch.
-                if not _records_stage_end(entry, job, new):
-                    new = entry
-            elif new.stage == "interrupt" and package is not None and _interrupts(package, new):
-                # One interrupt per node: decided below, with what this run needs.
-                due.append((replace(package, interrupt=effective_interrupt(package, new)), new))
-            elif _interrupts(package, new) and not drained:
-                pass  # drain before apply: its node's maintenance request is not Ready yet
-            elif new.stage == "uninstall-interrupt":
-                if drained:
-                    create(_uninstall_job_package(package, new), new)
-            elif mode == "uninstall":
-                if drained or not _drains_to_uninstall(package, new):
-                    create(_uninstall_job_package(package, new), new)
-            else:
-                create(package, new)
-        if job is not None and job.outcome == "failed" and job.ttl_seconds is not None:
-            attempt = entry.restarts if entry is not None else 0
-            result.actions.append(KeepFailedJob(skyhook.name, job.name, attempt, skyhook.names))
-        if outcome.fail_job and job is not None and new is not None:
-            result.actions.append(FailJob(skyhook.name, job.name, new.message, skyhook.names))
-            result.decisions.append(
-                SkyhookDecisionNote(
-                    skyhook.name,
-                    "fail-job",
-                    new.message,
-                    reason="image-not-pullable",
-                    node=node,
-                    package=name,
-                    stage=new.stage,
-                    object_kind=skyhook.names.kind,
-                )
-            )
-        if new is not None and package is not None and skyhook.names == NODEWRIGHT:
-            new = _with_uninstall_flag(new, package)
-        if new is None:
-            result.entries.pop(name, None)
-        else:
-            result.entries[name] = new
-            if new.state != stages.COMPLETE:
-                busy = True
-        if outcome.event and new is not entry:
-            shown = new or entry
-            result.decisions.append(
-                SkyhookDecisionNote(
-                    skyhook.name,
-                    "stage",
-                    f"{name} on {node}: {outcome.event}",
-                    reason=outcome.event.split(":")[0].replace(" ", "-"),
-                    node=node,
-                    package=name,
-                    stage=shown.stage if shown is not None else "",
-                    object_kind=skyhook.names.kind,
-                )
-            )
-    _decide_interrupts(skyhook, node, result, due, skipped, drained and may_start, create)
-    by_name = {p.name: p for p in packages}
+    starts = package is not None and (entry is None or entry.version != package.version)
+    return step_package(
+        package,
+        entry,
+        job,
+        now=node_round.now,
+        pull_grace_seconds=node_round.pull_grace_seconds,
+        run=run_marker(
+            node_round.skyhook, node_round.node_view, package, node_round.world.used_runs
+        )
+        if starts
+        else "",
+        config=config,
+    )
+
+
+def _start_stage(
+    node_round: _NodeRound,
+    package: Package | None,
+    entry: PackageState | None,
+    job: JobFacts | None,
+    new: PackageState,
+    mode: str,
+    blocked: bool,
+) -> PackageState | None:
+    """Make the Job of the stage `new` moves to, where the node may start it; the entry to
+    record (the old one when nothing may start and `new` records more than a stage's end)."""
+    if not (node_round.may_start and not blocked):
+        # Nothing new starts: only a stage that just ended is recorded (its next stage's Job
+        # is made on resume); a start, a retry, a version or config change waits entirely,
+        # so the node does not enter a run outside its batch.
+        return new if _records_stage_end(entry, job, new) else entry
+    drained = node_round.drained
+    if new.stage == "interrupt" and package is not None and _interrupts(package, new):
+        # One interrupt per node: decided after every package, with what this run needs.
+        node_round.due.append((replace(package, interrupt=effective_interrupt(package, new)), new))
+    elif _interrupts(package, new) and not drained:
+        pass  # drain before apply: its node's maintenance request is not Ready yet
+    elif new.stage == "uninstall-interrupt":
+        if drained:
+            node_round.create(_uninstall_job_package(package, new), new)
+    elif mode == "uninstall":
+        if drained or not _drains_to_uninstall(package, new):
+            node_round.create(_uninstall_job_package(package, new), new)
+    else:
+        node_round.create(package, new)
+    return new
+
+
+def _record_step(
+    node_round: _NodeRound,
+    package: Package | None,
+    name: str,
+    entry: PackageState | None,
+    job: JobFacts | None,
+    new: PackageState | None,
+    outcome: StepOutcome,
+) -> None:
+    """Keep a failed Job for its logs, fail one whose image never pulls, and record the
+    package's new entry and what happened."""
+    skyhook, node, result = node_round.skyhook, node_round.node, node_round.result
+    if job is not None and job.outcome == "failed" and job.ttl_seconds is not None:
+        attempt = entry.restarts if entry is not None else 0
+        result.actions.append(KeepFailedJob(skyhook.name, job.name, attempt, skyhook.names))
+    if outcome.fail_job and job is not None and new is not None:
+        result.actions.append(FailJob(skyhook.name, job.name, new.message, skyhook.names))
+        node_round.note(
+            "fail-job", new.message, "image-not-pullable", package=name, stage=new.stage
+        )
+    if new is not None and package is not None and skyhook.names == NODEWRIGHT:
+        new = _with_uninstall_flag(new, package)
+    if new is None:
+        result.entries.pop(name, None)
+    else:
+        result.entries[name] = new
+        if new.state != stages.COMPLETE:
+            node_round.busy = True
+    if outcome.event and new is not entry:
+        shown = new or entry
+        node_round.note(
+            "stage",
+            f"{name} on {node}: {outcome.event}",
+            outcome.event.split(":")[0].replace(" ", "-"),
+            package=name,
+            stage=shown.stage if shown is not None else "",
+        )
+
+
+def _request_drain(
+    node_round: _NodeRound,
+    routes: UninstallRoutes,
+    maintenance: str,
+    maintenance_phase: str | None,
+) -> None:
+    """The node is cordoned and drained from before apply until post-interrupt is done: its
+    NodeMaintenance is requested while an interrupting package is under way, and kept while
+    one is not complete (a failed stage keeps the node out of service, fail closed, until
+    the stage is retried or the package changes)."""
+    skyhook, node, result = node_round.skyhook, node_round.node, node_round.result
+    by_name = {p.name: p for p, _, mode in routes.work if p is not None and mode == "install"}
     uninstalling = {name: p for p, name, mode in routes.work if mode == "uninstall"}
+    needs_maintenance = False
+    interrupts: list[str] = []
     for name, new in result.entries.items():
         uninstall_interrupt = not new.retained and (
             new.stage == "uninstall-interrupt" or _drains_to_uninstall(uninstalling.get(name), new)
@@ -1017,31 +1136,20 @@ def step_node(
         if (uninstall_interrupt or _interrupts(by_name.get(name), new)) and (
             new.state != stages.COMPLETE
         ):
-            # The node is cordoned and drained from before apply until post-interrupt is
-            # done; a failed stage keeps it out of service (fail closed) until the stage is
-            # retried or the package changes.
-            keeps_maintenance = True
+            result.maintenance_needed = True
             if new.state in (stages.IN_PROGRESS, stages.SKIPPED):
                 needs_maintenance = True
                 interrupts.append(new.key)
-    if needs_maintenance and may_start and maintenance_phase is None:
+    if needs_maintenance and node_round.may_start and maintenance_phase is None:
         result.actions.append(
             CreateMaintenance(skyhook, node, maintenance, ",".join(sorted(interrupts)))
         )
-        result.decisions.append(
-            SkyhookDecisionNote(
-                skyhook.name,
-                "maintenance",
-                f"NodeMaintenance {maintenance} requested for the interrupt of "
-                f"{', '.join(sorted(interrupts))} on {node}",
-                reason="requested",
-                node=node,
-                object_kind=skyhook.names.kind,
-            )
+        node_round.note(
+            "maintenance",
+            f"NodeMaintenance {maintenance} requested for the interrupt of "
+            f"{', '.join(sorted(interrupts))} on {node}",
+            "requested",
         )
-    result.maintenance_needed = keeps_maintenance
-    result.held = tuple(routes.held)
-    return result
 
 
 def _apply_routes(
