@@ -405,7 +405,11 @@ def test_rule_nominations_the_inter_pod_filters_refuse_are_not_bound() -> None:
     ]
     result = plan(state(reference_nodes(), pods, [pod_group("gang", 2)], topology=TOPOLOGY))
     expect_no_actions(result.actions, Bind, while_it_has=MarkUnschedulable)
-    assert "hostPort conflict" in _of(result, MarkUnschedulable)[0].message
+    # Checked in rank order: the later member is the one refused.
+    assert _of(result, MarkUnschedulable)[0].message == (
+        "inter-pod filters refuse the placement found: pod w-1 on node node1: hostPort "
+        "conflict with member w-0 (0.0.0.0:8080/TCP)"
+    )
 
 
 def test_rule_a_mixed_gang_is_not_bound_to_a_node_that_no_longer_takes_a_member() -> None:
@@ -432,3 +436,12 @@ def test_rule_a_mixed_gang_is_not_bound_to_a_node_its_member_selects_out() -> No
     expect_no_actions(result.actions, Bind, while_it_has=Nominate)
     placed = {n.pod.name: n.node for n in _of(result, Nominate)}
     assert placed["worker"] not in {"node1", "node2"}
+
+
+def test_rule_a_mixed_gang_is_bound_only_where_its_members_fit_together() -> None:
+    # Each fits node1's 8 GPUs alone (4 and 6), not both: placed again, not bound there.
+    pods = [pod("launcher", gpus=4, nominated="node1"), pod("worker", gpus=6, nominated="node1")]
+    result = plan(state(reference_nodes(), pods, [pod_group("gang", 2)], topology=TOPOLOGY))
+    expect_no_actions(result.actions, Bind, while_it_has=Nominate)
+    placed = {n.pod.name: n.node for n in _of(result, Nominate)}
+    assert placed.get("launcher", "node1") != placed.get("worker", "node1")
