@@ -445,3 +445,37 @@ def test_rule_a_mixed_gang_is_bound_only_where_its_members_fit_together() -> Non
     expect_no_actions(result.actions, Bind, while_it_has=Nominate)
     placed = {n.pod.name: n.node for n in _of(result, Nominate)}
     assert placed.get("launcher", "node1") != placed.get("worker", "node1")
+
+
+# --- a satisfied gang regrows (_regrow_phase, _GangFit.consume) ----------------------------
+
+
+def _satisfied(**kwargs: Any) -> list[dict[str, Any]]:
+    """A PodGroup of minMember 1 that ran (its member is bound), for members to regrow."""
+    return [pod_group("gang", 1, status={"phase": "Running"}, **kwargs)]
+
+
+def test_rule_regrown_members_nominated_to_one_node_are_bound_while_it_has_room() -> None:
+    # node2 offers two 4-GPU slots: both recreated members nominated there are bound.
+    pods = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("w-1", gpus=4, nominated="node2"),
+        pod("w-2", gpus=4, nominated="node2"),
+    ]
+    result = plan(state(reference_nodes(), pods, _satisfied(), topology=TOPOLOGY))
+    bound = expect_actions(result.actions, Bind, count=2)
+    assert {(b.pod.name, b.node) for b in bound} == {("w-1", "node2"), ("w-2", "node2")}
+
+
+def test_rule_a_regrown_member_is_not_bound_beside_one_bound_this_pass_holding_its_port() -> None:
+    # Two recreated members of two sizes, both with hostPort 8080, nominated to node2: the
+    # first is bound, the second would clash with it there and goes elsewhere.
+    pods = [
+        pod("w-0", node_name="node1", phase="Running"),
+        _with_host_port(pod("w-1", gpus=1, nominated="node2")),
+        _with_host_port(pod("w-2", gpus=2, nominated="node2")),
+    ]
+    result = plan(state(reference_nodes(), pods, _satisfied(), topology=TOPOLOGY))
+    (bound,) = expect_actions(result.actions, Bind)
+    assert (bound.pod.name, bound.node) == ("w-1", "node2")
+    assert {n.node for n in _of(result, Nominate) if n.pod.name == "w-2"} - {""} != {"node2"}
