@@ -479,3 +479,16 @@ def test_rule_a_regrown_member_is_not_bound_beside_one_bound_this_pass_holding_i
     (bound,) = expect_actions(result.actions, Bind)
     assert (bound.pod.name, bound.node) == ("w-1", "node2")
     assert {n.node for n in _of(result, Nominate) if n.pod.name == "w-2"} - {""} != {"node2"}
+
+
+def test_rule_regrown_members_of_two_sizes_never_overcommit_the_node_they_share() -> None:
+    # Nominated to node2 (8 GPUs), 4 and 6 GPUs: the first is bound, the second has no room.
+    pods = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("w-1", gpus=4, nominated="node2"),
+        pod("w-2", gpus=6, nominated="node2"),
+    ]
+    result = plan(state(reference_nodes(), pods, _satisfied(), topology=TOPOLOGY))
+    (bound,) = expect_actions(result.actions, Bind)
+    assert (bound.pod.name, bound.node) == ("w-1", "node2")
+    assert {n.node for n in _of(result, Nominate) if n.pod.name == "w-2"} - {""} != {"node2"}
