@@ -492,3 +492,15 @@ def test_rule_regrown_members_of_two_sizes_never_overcommit_the_node_they_share(
     (bound,) = expect_actions(result.actions, Bind)
     assert (bound.pod.name, bound.node) == ("w-1", "node2")
     assert {n.node for n in _of(result, Nominate) if n.pod.name == "w-2"} - {""} != {"node2"}
+
+
+def test_rule_regrown_members_of_two_sizes_share_a_node_while_it_has_room() -> None:
+    # 4 and 3 GPUs nominated to node2 (8 GPUs): both fit, both are bound.
+    pods = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("w-1", gpus=4, nominated="node2"),
+        pod("w-2", gpus=3, nominated="node2"),
+    ]
+    result = plan(state(reference_nodes(), pods, _satisfied(), topology=TOPOLOGY))
+    bound = expect_actions(result.actions, Bind, count=2)
+    assert {(b.pod.name, b.node) for b in bound} == {("w-1", "node2"), ("w-2", "node2")}
