@@ -504,3 +504,21 @@ def test_rule_regrown_members_of_two_sizes_share_a_node_while_it_has_room() -> N
     result = plan(state(reference_nodes(), pods, _satisfied(), topology=TOPOLOGY))
     bound = expect_actions(result.actions, Bind, count=2)
     assert {(b.pod.name, b.node) for b in bound} == {("w-1", "node2"), ("w-2", "node2")}
+
+
+# --- when preemption does not help (_place_gang) -------------------------------------------
+
+
+def test_rule_a_strict_gang_preemption_cannot_help_gives_its_nominations_back() -> None:
+    # Evicting the one lower-priority pod (4 GPUs on n1) frees one 8-GPU slot; the gang needs
+    # two. It keeps no reservation (only a gang waiting for its victims to go keeps them).
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1")]
+    pods = [
+        pod("low", None, gpus=4, node_name="n1", phase="Running", priority=0, scheduler="x"),
+        pod("high", None, gpus=8, node_name="n2", phase="Running", priority=1000, scheduler="x"),
+        pod("w-0", priority=100, nominated="n1"),
+        pod("w-1", priority=100),
+    ]
+    result = plan(state(nodes, pods, [pod_group("gang", 2)], topology=TOPOLOGY))
+    expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
+    expect_actions(result.actions, Nominate, count=1, pod__name="w-0", node="")
