@@ -27,6 +27,7 @@ from maintenance_scheduler.reconcile import (
     NodeFacts,
     Step,
     garbage_collect,
+    other_needs_cordon,
     reconcile_request,
 )
 from nodeflow_kube.fields import condition, rfc3339
@@ -220,12 +221,21 @@ def test_rule_a_deleted_request_is_no_other_request_keeping_its_own_cordon() -> 
     assert uncordons(reconcile_request(request, CORDONED, [], [request], T0))
 
 
+def test_rule_a_request_is_never_the_other_request_needing_its_cordon() -> None:
+    """Listed among the requests on its node, a request in progress that needs the cordon is
+    no other one; a second such request is."""
+    request = nm("r", "n1", phase="Draining", finalizer=True)
+    assert not other_needs_cordon(request, [request], "uid-n1")
+    assert other_needs_cordon(request, [request, nm("o", "n1", phase="Draining")], "uid-n1")
+
+
 @pytest.mark.parametrize(
     ("other", "keeps"),
     [
         (nm("o", "n1", phase="Cordon"), True),
         (nm("o", "n1", phase="RequestorFailed"), True),
-        (nm("o", "n2", phase="Draining"), False),
+        # Made for another node (before its first round: no node owner yet).
+        (nm("o", "n2", phase="Draining", owners=()), False),
         (nm("o", "n1", phase="Draining", deleting=True, finalizer=True), False),
         (nm("o", "n1", phase="Draining", cordon=False), False),
         (nm("o", "n1", phase="Pending"), False),
