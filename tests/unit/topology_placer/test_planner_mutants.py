@@ -522,3 +522,40 @@ def test_rule_a_strict_gang_preemption_cannot_help_gives_its_nominations_back() 
     result = plan(state(nodes, pods, [pod_group("gang", 2)], topology=TOPOLOGY))
     expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
     expect_actions(result.actions, Nominate, count=1, pod__name="w-0", node="")
+
+
+# --- how many members a gang needs (_members_phase) ----------------------------------------
+
+
+def test_rule_a_strict_gang_waiting_for_members_keeps_its_reservations() -> None:
+    # Its other member is not there (yet, or again): within the waiting time the nomination
+    # stays, so the gang is not placed afresh each pass.
+    result = plan(state(reference_nodes(), [pod("w-0", nominated="node1")], [pod_group("gang", 2)]))
+    expect_no_actions(result.actions, Nominate, while_it_has=MarkUnschedulable)
+    assert result.gang_states == {"default/gang": "waiting"}
+
+
+def _three_nodes_one_bound(policy: str | None) -> tuple[list[Any], list[Any]]:
+    annotations = {} if policy is None else {"gang.scheduling.koordinator.sh/match-policy": policy}
+    groups = [pod_group("gang", 2, annotations=annotations)]
+    nodes = [node("n1", "s1", "b1"), node("n2", "s1", "b1"), node("n3", "s1", "b1")]
+    return nodes, groups
+
+
+def test_rule_under_only_waiting_bound_members_do_not_lower_what_must_be_placed_at_once() -> None:
+    # minMember 2 counts waiting pods alone: 2 of the 3 pending members are placed together
+    # (room for 2), though one member is bound already.
+    nodes, groups = _three_nodes_one_bound("only-waiting")
+    pods = [pod("w-0", node_name="n1", phase="Running"), *(pod(f"w-{i}") for i in (1, 2, 3))]
+    result = plan(state(nodes, pods, groups, topology=TOPOLOGY))
+    assert {n.pod.name for n in _of(result, Nominate)} == {"w-1", "w-2"}
+
+
+def test_rule_bound_members_lower_what_must_be_placed_at_once() -> None:
+    # once-satisfied (not reached yet): one bound member counts, so one more is enough when
+    # both pending members do not fit.
+    nodes, groups = _three_nodes_one_bound(None)
+    nodes = nodes[:2]
+    pods = [pod("w-0", node_name="n1", phase="Running"), pod("w-1"), pod("w-2")]
+    result = plan(state(nodes, pods, groups, topology=TOPOLOGY))
+    assert {(n.pod.name, n.node) for n in _of(result, Nominate)} == {("w-1", "n2")}
