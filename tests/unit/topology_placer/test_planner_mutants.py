@@ -559,3 +559,26 @@ def test_rule_bound_members_lower_what_must_be_placed_at_once() -> None:
     pods = [pod("w-0", node_name="n1", phase="Running"), pod("w-1"), pod("w-2")]
     result = plan(state(nodes, pods, groups, topology=TOPOLOGY))
     assert {(n.pod.name, n.node) for n in _of(result, Nominate)} == {("w-1", "n2")}
+
+
+def test_rule_a_gang_with_more_than_min_member_bound_regrows_and_never_times_out() -> None:
+    # waiting-and-running, minMember 1, two bound: satisfied. The recreated member that does
+    # not fit waits for room, past the waiting time too, and nothing is evicted.
+    groups = [
+        pod_group(
+            "gang",
+            1,
+            annotations={"gang.scheduling.koordinator.sh/match-policy": "waiting-and-running"},
+            timeout=30,
+        )
+    ]
+    pods = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("w-1", node_name="node2", phase="Running"),
+        pod("w-2"),
+    ]
+    pods[2]["spec"]["nodeSelector"] = {"pool": "nowhere"}
+    _created_at_start(*pods)
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY, now=CREATED + 300))
+    assert _reasons(result) == {"Unschedulable"}
+    expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
