@@ -32,6 +32,7 @@ from maintenance_scheduler.commands import COMMAND_LIFETIME_SECONDS, SENDER, can
 from maintenance_scheduler.skyhook.api import (
     NODE_STATE_VERSION,
     POLICY_KIND,
+    Skyhook,
 )
 from maintenance_scheduler.skyhook.configmaps import DeleteConfigMap
 from maintenance_scheduler.skyhook.jobs import DEFAULT_POD_OPTIONS, build_job, build_maintenance
@@ -162,7 +163,7 @@ def commands_for(
         return [
             _command(
                 f"runtime-cordon:{node.uid}:{node.resource_version}",
-                ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+                _node_ref(node),
                 k8s.CordonNode(),
                 "runtimeRequiredCordonAfter: cordoned before its runtime-required taint goes",
                 now,
@@ -225,9 +226,7 @@ def _create_job(action: CreateJob, now: float, where: _Where) -> K8sCommand:
         options=where.options,
         node_order=action.node_order,
     )
-    target = ObjectRef(
-        api_version="batch/v1", kind="Job", name=action.name, namespace=where.namespace
-    )
+    target = _job_ref(action.name, where)
     return _command(
         f"job:{action.skyhook.uid}:{action.name}:{action.attempt}",
         target,
@@ -239,9 +238,7 @@ def _create_job(action: CreateJob, now: float, where: _Where) -> K8sCommand:
 
 @_command_of.register
 def _fail_job(action: FailJob, now: float, where: _Where) -> K8sCommand:
-    target = ObjectRef(
-        api_version="batch/v1", kind="Job", name=action.name, namespace=where.namespace
-    )
+    target = _job_ref(action.name, where)
     return _command(
         f"fail:{action.name}:{digest(action.message)}",
         target,
@@ -256,9 +253,7 @@ def _fail_job(action: FailJob, now: float, where: _Where) -> K8sCommand:
 
 @_command_of.register
 def _keep_failed_job(action: KeepFailedJob, now: float, where: _Where) -> K8sCommand:
-    target = ObjectRef(
-        api_version="batch/v1", kind="Job", name=action.name, namespace=where.namespace
-    )
+    target = _job_ref(action.name, where)
     return _command(
         f"keep:{action.name}:{action.attempt}",
         target,
@@ -288,7 +283,7 @@ def _patch_node(action: PatchNode, now: float, where: _Where) -> K8sCommand:
     }
     return _command(
         f"node:{names.group}:{action.skyhook}:{node.uid}:{node.resource_version}:{digest(canonical(patch))}",
-        ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+        _node_ref(node),
         k8s.PatchObject(patch_type="merge", patch=patch),
         f"{names.kind} {action.skyhook}: node {action.status}",
         now,
@@ -306,7 +301,7 @@ def _set_node_conditions(action: SetNodeConditions, now: float, where: _Where) -
     return _command(
         f"node-conditions:{action.names.group}:{action.skyhook}:{node.uid}:{node.resource_version}:"
         f"{digest(canonical(status_patch))}",
-        ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+        _node_ref(node),
         k8s.PatchObject(patch_type="strategic", patch=status_patch, subresource="status"),
         (
             f"{action.names.kind} {action.skyhook}: node conditions "
@@ -328,12 +323,7 @@ def _create_maintenance(action: CreateMaintenance, now: float, where: _Where) ->
     )
     return _command(
         f"nm:{action.skyhook.uid}:{action.name}:{digest(action.purpose)}",
-        ObjectRef(
-            api_version="maintenance.nvidia.com/v1alpha1",
-            kind="NodeMaintenance",
-            name=action.name,
-            namespace=where.namespace,
-        ),
+        _maintenance_ref(action.name, where),
         k8s.CreateObject(object=body),
         f"Skyhook {action.skyhook.name}: interrupt of {action.purpose} on {action.node}",
         now,
@@ -361,13 +351,7 @@ def _delete_config_map(action: DeleteConfigMap, now: float, where: _Where) -> K8
 def _delete_maintenance(action: DeleteMaintenance, now: float, where: _Where) -> K8sCommand:
     return _command(
         f"nm-delete:{action.name}:{action.uid}",
-        ObjectRef(
-            api_version="maintenance.nvidia.com/v1alpha1",
-            kind="NodeMaintenance",
-            name=action.name,
-            namespace=where.namespace,
-            uid=action.uid or None,
-        ),
+        _maintenance_ref(action.name, where, action.uid),
         k8s.DeleteObject(),
         f"Skyhook {action.skyhook}: interrupts on {action.node} done",
         now,
@@ -379,13 +363,7 @@ def _set_skyhook_status(action: SetSkyhookStatus, now: float, where: _Where) -> 
     skyhook = action.skyhook
     return _command(
         f"status:{skyhook.uid}:{skyhook.resource_version}:{digest(canonical(action.status))}",
-        ObjectRef(
-            api_version=skyhook.names.api_version,
-            kind=skyhook.names.kind,
-            name=skyhook.name,
-            uid=skyhook.uid or None,
-            resource_version=skyhook.resource_version or None,
-        ),
+        _skyhook_as_seen(skyhook),
         k8s.UpdateStatus(status=dict(action.status)),
         f"status {action.status.get('status')}",
         now,
@@ -408,7 +386,7 @@ def _forget_node(action: ForgetNode, now: float, where: _Where) -> K8sCommand:
     }
     return _command(
         f"forget:{names.group}:{action.skyhook}:{node.uid}:{node.resource_version}",
-        ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None),
+        _node_ref(node),
         k8s.PatchObject(patch_type="merge", patch=patch),
         f"{names.kind} {action.skyhook} deleted: its marks leave the node",
         now,
@@ -469,13 +447,7 @@ def _set_skyhook_finalizer(action: SetSkyhookFinalizer, now: float, where: _Wher
     wanted = [*kept, finalizer] if action.present else kept
     return _command(
         f"finalizer:{skyhook.uid}:{skyhook.resource_version}:{action.present}",
-        ObjectRef(
-            api_version=skyhook.names.api_version,
-            kind=skyhook.names.kind,
-            name=skyhook.name,
-            uid=skyhook.uid or None,
-            resource_version=skyhook.resource_version or None,
-        ),
+        _skyhook_as_seen(skyhook),
         k8s.PatchObject(patch_type="merge", patch={"metadata": {"finalizers": wanted or None}}),
         "its node marks are cleaned up before it goes"
         if action.present
@@ -530,6 +502,35 @@ def decision_for(note: SkyhookDecisionNote, now: float, basis: str) -> SkyhookDe
         compartment=note.compartment,
         object_kind=note.object_kind,
     )
+
+
+def _job_ref(name: str, where: _Where) -> ObjectRef:
+    return ObjectRef(api_version="batch/v1", kind="Job", name=name, namespace=where.namespace)
+
+
+def _maintenance_ref(name: str, where: _Where, uid: str = "") -> ObjectRef:
+    return ObjectRef(
+        api_version="maintenance.nvidia.com/v1alpha1",
+        kind="NodeMaintenance",
+        name=name,
+        namespace=where.namespace,
+        uid=uid or None,
+    )
+
+
+def _skyhook_as_seen(skyhook: Skyhook) -> ObjectRef:
+    """The Skyhook (or NodeWright) at the resourceVersion the plan read."""
+    return ObjectRef(
+        api_version=skyhook.names.api_version,
+        kind=skyhook.names.kind,
+        name=skyhook.name,
+        uid=skyhook.uid or None,
+        resource_version=skyhook.resource_version or None,
+    )
+
+
+def _node_ref(node: NodeView) -> ObjectRef:
+    return ObjectRef(api_version="v1", kind="Node", name=node.name, uid=node.uid or None)
 
 
 def _node_as_seen(node: NodeView) -> ObjectRef:
