@@ -219,11 +219,17 @@ def test_rule_the_fast_preemption_search_makes_the_least_cost_plan_of_the_class_
     _same_plan(plan_preemption(**arguments), slow)
 
 
-def _arguments(
-    victims: list[Victim], gang_size: int, gang_gpus: int, budgets: list[dict[str, Any]]
+def _arguments_for(
+    nodes: list[dict[str, Any]],
+    placed: list[tuple[dict[str, Any], str, bool]],
+    *,
+    members: int,
+    request: dict[str, int] | None = None,
+    budgets: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One block of two nodes, these victims, a MustGather-block gang of priority 5."""
-    nodes, _pods, placed = _cluster([2], victims)
+    """plan_preemption's arguments: these nodes and pods (each charged to its node, by a
+    nomination only or not), a gang of `members` members of priority 5 asking `request` (8
+    GPUs by default) that must gather in a block."""
     tree = build_tree(
         parse_topology(TOPOLOGY), [(n["metadata"]["name"], n["metadata"]["labels"]) for n in nodes]
     )
@@ -236,15 +242,29 @@ def _arguments(
     }
     return {
         "tree": tree,
-        "pods_in_rank_order": [f"member-{rank}" for rank in range(gang_size)],
+        "pods_in_rank_order": [f"member-{rank}" for rank in range(members)],
         "rules": (GatherRule("BlockLayer", "MustGather"),),
         "capacities": capacities,
         "usable_nodes": set(capacities),
-        "request": pod_request_milli(pod("probe", gpus=gang_gpus)),
+        "request": request if request is not None else pod_request_milli(pod("probe", gpus=8)),
         "charged": charged,
         "gang_priority": 5,
-        "budgets": budgets,
+        "budgets": budgets or [],
     }
+
+
+def _arguments(
+    victims: list[Victim], gang_size: int, gang_gpus: int, budgets: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """One block of two nodes, these victims, a MustGather-block gang of priority 5."""
+    nodes, _pods, placed = _cluster([2], victims)
+    return _arguments_for(
+        nodes,
+        placed,
+        members=gang_size,
+        request=pod_request_milli(pod("probe", gpus=gang_gpus)),
+        budgets=budgets,
+    )
 
 
 def test_rule_victims_are_given_back_highest_priority_first() -> None:

@@ -8,57 +8,21 @@ from __future__ import annotations
 from typing import Any
 
 from tests.unit.topology_placer import preemption_reference as reference
-from tests.unit.topology_placer.builders import TOPOLOGY, node, pod
+from tests.unit.topology_placer.builders import node, pod
 from tests.unit.topology_placer.test_preemption_search import (
     Victim,
+    _arguments_for,
     _budget,
     _cluster,
     _same_plan,
 )
 from topology_placer.fit import capacity_of, largest_request, pod_request_milli
-from topology_placer.gang import GatherRule
 from topology_placer.gather import PodShape
-from topology_placer.network import build_tree, parse_topology
 from topology_placer.preemption import (
-    ChargedPod,
     NotHelpful,
     PreemptionPlan,
     plan_preemption,
 )
-
-
-def _arguments_for(
-    nodes: list[dict[str, Any]],
-    placed: list[tuple[dict[str, Any], str, bool]],
-    *,
-    members: int,
-    request: dict[str, int] | None = None,
-    budgets: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """plan_preemption's arguments: these nodes and pods (each charged to its node, by a
-    nomination only or not), a gang of `members` members of priority 5 asking `request` (8
-    GPUs by default) that must gather in a block."""
-    tree = build_tree(
-        parse_topology(TOPOLOGY), [(n["metadata"]["name"], n["metadata"]["labels"]) for n in nodes]
-    )
-    charged = [ChargedPod(m, w, pod_request_milli(m), o) for m, w, o in placed]
-    capacities = {
-        n["metadata"]["name"]: capacity_of(
-            n, [c.request for c in charged if c.node == n["metadata"]["name"]]
-        )
-        for n in nodes
-    }
-    return {
-        "tree": tree,
-        "pods_in_rank_order": [f"member-{rank}" for rank in range(members)],
-        "rules": (GatherRule("BlockLayer", "MustGather"),),
-        "capacities": capacities,
-        "usable_nodes": set(capacities),
-        "request": request or pod_request_milli(pod("probe", gpus=8)),
-        "charged": charged,
-        "gang_priority": 5,
-        "budgets": budgets or [],
-    }
 
 
 def _arguments(
