@@ -582,3 +582,46 @@ def test_rule_a_gang_with_more_than_min_member_bound_regrows_and_never_times_out
     result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY, now=CREATED + 300))
     assert _reasons(result) == {"Unschedulable"}
     expect_no_actions(result.actions, Disrupt, while_it_has=MarkUnschedulable)
+
+
+# --- where a satisfied gang's recreated members may go (_confinement) ----------------------
+
+
+def _recreated_beside_a_full_block(gather: list[dict[str, Any]]) -> Plan:
+    """A satisfied gang bound on node1 (block b1); node2, b1's other node, is full; its
+    recreated member w-1 asks for a whole node."""
+    pods = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("busy", None, node_name="node2", phase="Running", scheduler="x"),
+        pod("w-1"),
+    ]
+    return plan(state(reference_nodes(), pods, _satisfied(gather=gather), topology=TOPOLOGY))
+
+
+def test_rule_prefer_gather_does_not_confine_a_satisfied_gangs_recreated_member() -> None:
+    result = _recreated_beside_a_full_block([{"layer": "BlockLayer", "strategy": "PreferGather"}])
+    (nominated,) = expect_actions(result.actions, Nominate, pod__name="w-1")
+    assert nominated.node not in {"node1", "node2", ""}
+
+
+def test_rule_a_satisfied_gang_stays_in_the_domain_of_its_deepest_must_gather_layer() -> None:
+    # MustGather on the spine and on the block: the block, the deeper one, confines w-1.
+    result = _recreated_beside_a_full_block(
+        [
+            {"layer": "SpineLayer", "strategy": "MustGather"},
+            {"layer": "BlockLayer", "strategy": "MustGather"},
+        ]
+    )
+    expect_no_actions(result.actions, Nominate, while_it_has=MarkUnschedulable)
+
+
+def test_rule_a_must_gather_layer_the_topology_lacks_does_not_break_the_confinement() -> None:
+    # Satisfied before the topology lost AcceleratorLayer: the block still confines w-1, and
+    # the missing layer is reported, not a failed pass.
+    result = _recreated_beside_a_full_block(
+        [
+            {"layer": "BlockLayer", "strategy": "MustGather"},
+            {"layer": "AcceleratorLayer", "strategy": "MustGather"},
+        ]
+    )
+    expect_no_actions(result.actions, Nominate, while_it_has=MarkUnschedulable)
