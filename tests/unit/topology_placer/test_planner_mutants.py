@@ -625,3 +625,45 @@ def test_rule_a_must_gather_layer_the_topology_lacks_does_not_break_the_confinem
         ]
     )
     expect_no_actions(result.actions, Nominate, while_it_has=MarkUnschedulable)
+
+
+# --- which nominations are bound (_keeps_gather_rules) --------------------------------------
+
+
+def test_rule_a_partly_bound_gangs_nomination_inside_its_domain_is_bound() -> None:
+    groups = [pod_group("gang", 2, gather=[{"layer": "BlockLayer", "strategy": "PreferGather"}])]
+    pods = [pod("w-0", node_name="node1", phase="Running"), pod("w-1", nominated="node2")]
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
+    expect_actions(result.actions, Bind, count=1, pod__name="w-1", node="node2")
+
+
+def test_rule_prefer_gather_nominations_across_blocks_are_bound() -> None:
+    # Only MustGather asks the members into one domain: a preference does not refuse them.
+    groups = [pod_group("gang", 2, gather=[{"layer": "BlockLayer", "strategy": "PreferGather"}])]
+    pods = [pod("w-0", nominated="node1"), pod("w-1", nominated="node3")]
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
+    bound = expect_actions(result.actions, Bind, count=2)
+    assert {(b.pod.name, b.node) for b in bound} == {("w-0", "node1"), ("w-1", "node3")}
+
+
+def test_rule_nominations_are_bound_only_inside_one_domain_of_the_deepest_must_gather() -> None:
+    # MustGather on spine and block: node1 (b1) and node3 (b2) share a spine, not a block.
+    gather = [
+        {"layer": "SpineLayer", "strategy": "MustGather"},
+        {"layer": "BlockLayer", "strategy": "MustGather"},
+    ]
+    pods = [pod("w-0", nominated="node1"), pod("w-1", nominated="node3")]
+    groups = [pod_group("gang", 2, gather=gather)]
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
+    expect_no_actions(result.actions, Bind, while_it_has=Nominate)
+
+
+def test_rule_a_must_gather_layer_the_topology_lacks_does_not_fail_the_pass_at_bind() -> None:
+    gather = [
+        {"layer": "BlockLayer", "strategy": "MustGather"},
+        {"layer": "AcceleratorLayer", "strategy": "MustGather"},
+    ]
+    pods = [pod("w-0", nominated="node1"), pod("w-1", nominated="node2"), pod("o-0", "other")]
+    groups = [pod_group("gang", 2, gather=gather), pod_group("other", 1)]
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
+    expect_actions(result.actions, Nominate, count=1, pod__name="o-0")
