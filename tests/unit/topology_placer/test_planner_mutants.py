@@ -667,3 +667,45 @@ def test_rule_a_must_gather_layer_the_topology_lacks_does_not_fail_the_pass_at_b
     groups = [pod_group("gang", 2, gather=gather), pod_group("other", 1)]
     result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
     expect_actions(result.actions, Nominate, count=1, pod__name="o-0")
+
+
+def test_rule_a_satisfied_gang_split_over_blocks_binds_its_recreated_member_in_its_domain() -> None:
+    # Bound in b1 and b2 (spine s1) before its MustGather on the block: the recreated member,
+    # nominated in s1, is bound on its own (no gang check once satisfied).
+    pods = [
+        pod("w-0", node_name="node1", phase="Running"),
+        pod("w-1", node_name="node3", phase="Running"),
+        pod("w-2", nominated="node2"),
+    ]
+    groups = _satisfied(gather=[{"layer": "BlockLayer", "strategy": "MustGather"}])
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
+    expect_actions(result.actions, Bind, count=1, pod__name="w-2", node="node2")
+
+
+def test_rule_a_member_bound_to_a_deleted_node_does_not_fail_the_pass() -> None:
+    # w-0's node was deleted (the pod is not gone yet): the gang's nomination is weighed
+    # without it, and the pass goes on for every gang.
+    gather = [{"layer": "BlockLayer", "strategy": "MustGather"}]
+    pods = [
+        pod("w-0", node_name="gone", phase="Running"),
+        pod("w-1", nominated="node1"),
+        pod("o-0", "other"),
+    ]
+    groups = [pod_group("gang", 2, gather=gather), pod_group("other", 1)]
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
+    expect_actions(result.actions, Nominate, count=1, pod__name="o-0")
+
+
+def test_rule_nominations_are_not_bound_when_the_bound_members_already_split_the_layer() -> None:
+    # Not satisfied (2 of minMember 4 bound, in b1 and b2): binding the nominations in b1
+    # would leave the gang across two blocks of its MustGather layer.
+    gather = [{"layer": "BlockLayer", "strategy": "MustGather"}]
+    pods = [
+        pod("w-0", gpus=4, node_name="node1", phase="Running"),
+        pod("w-1", gpus=4, node_name="node3", phase="Running"),
+        pod("w-2", gpus=4, nominated="node2"),
+        pod("w-3", gpus=4, nominated="node2"),
+    ]
+    groups = [pod_group("gang", 4, gather=gather)]
+    result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
+    expect_no_actions(result.actions, Bind, while_it_has=Decision)
