@@ -18,6 +18,7 @@ from topology_placer.planner import (
     Nominate,
     Notice,
     Plan,
+    SelectNode,
     plan,
 )
 
@@ -96,6 +97,7 @@ def test_rule_a_pod_without_pod_group_is_a_gang_of_one_not_a_satisfied_gang() ->
     expect_actions(result.actions, Bind, count=1, pod__name="solo", node="node1")
     (decision,) = _of(result, Decision)
     assert decision.message == "binding 1 pods to their nominated nodes"
+    assert result.attempts == ["bound"]
 
 
 # --- the order of gangs (plan) --------------------------------------------------------------
@@ -709,3 +711,41 @@ def test_rule_nominations_are_not_bound_when_the_bound_members_already_split_the
     groups = [pod_group("gang", 4, gather=gather)]
     result = plan(state(reference_nodes(), pods, groups, topology=TOPOLOGY))
     expect_no_actions(result.actions, Bind, while_it_has=Decision)
+
+
+def test_rule_a_gang_whose_claims_are_being_annotated_is_binding_not_placed_again() -> None:
+    # Nominated, its WaitForFirstConsumer claim not yet naming the node: the claim is
+    # annotated and the gang waits for it, binding; it is not placed a second time.
+    member = pod("w-0", nominated="node1")
+    member["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "c", "namespace": "default", "uid": "uid-pvc-c"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "local",
+            "resources": {"requests": {"storage": "10Gi"}},
+        },
+        "status": {"phase": "Pending"},
+    }
+    local = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "local", "uid": "uid-sc-local"},
+        "provisioner": "csi.example.com",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    result = plan(
+        state(
+            reference_nodes(),
+            [member],
+            [pod_group("gang", 1)],
+            topology=TOPOLOGY,
+            claims=[claim],
+            storage_classes=[local],
+        )
+    )
+    expect_actions(result.actions, SelectNode, count=1, claim="c", node="node1")
+    expect_no_actions(result.actions, Decision, while_it_has=SelectNode)
+    assert result.gang_states == {"default/gang": "binding"}
