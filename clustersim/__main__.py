@@ -85,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--admin-port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--crd-dir", type=Path, default=DEFAULT_CRD_DIR)
     parser.add_argument(
+        "--runtime-config",
+        default="",
+        help="alpha APIs to serve, as kube-apiserver's: e.g. scheduling.k8s.io/v1alpha2=true "
+        "(the Workload API's PodGroup); none by default",
+    )
+    parser.add_argument(
         "--follow-kubeconfig",
         type=Path,
         help="emulate Slurm only, registering the NodeSet pods of this real API server",
@@ -144,6 +150,7 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
         kube_port=args.kube_port,
         admin_port=args.admin_port,
         local_nats=local_nats_from_args(args),
+        runtime_config=tuple(e for e in args.runtime_config.split(",") if e),
     )
 
 

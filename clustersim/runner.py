@@ -39,6 +39,7 @@ from clustersim.cluster.slurmwire import SlurmNodeSink, SlurmNodeWiring
 from clustersim.cluster.spec import ClusterSpec, NodeSpec, merge_cli_overrides
 from clustersim.kube.errors import AlreadyExists
 from clustersim.kube.objects import Obj
+from clustersim.kube.resources import alpha_resource_infos
 from clustersim.kube.server import RunningServer, serve
 from clustersim.kube.store import Store
 from clustersim.localnats import LocalNats, install_local_nats
@@ -81,6 +82,8 @@ class SimulatorConfig:
     # `make run`'s nats-server on the host: shown in INSTALL_NAMESPACE as an install's Service
     # `nats`, its pod and the operators' Secret (clustersim.localnats); None: no NATS objects.
     local_nats: LocalNats | None = None
+    # Alpha APIs served (`group/version=true`, as kube-apiserver's --runtime-config).
+    runtime_config: Sequence[str] = ()
 
     def cluster_spec(self) -> ClusterSpec:
         return merge_cli_overrides(self.cluster, nodes=self.nodes, topology=self.topology)
@@ -385,6 +388,8 @@ async def run_simulator(config: SimulatorConfig | None = None) -> AsyncIterator[
             run_dir = Path(config.run_dir).resolve()
             run_dir.mkdir(parents=True, exist_ok=True)
         store = Store()
+        for info in alpha_resource_infos(config.runtime_config):
+            store.register(info)
         crds = apply_crds(store, config.crd_dir) if config.crd_dir is not None else []
         # Our install's namespaces, as `kubectl apply -k k8s/` would have made them: the
         # services' own objects (maintenance-scheduler's MaintenanceOperatorConfig `default`)

@@ -4,6 +4,7 @@ printer columns, CRD schemas).  Built-in kinds are declared here; CRDs add entri
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,3 +306,41 @@ def crd_resource_infos(crd: dict[str, Any]) -> ResourceInfo:
         return_deleted_object=True,
         is_crd=True,
     )
+
+
+# Built-in APIs still in alpha, served only when enabled as kube-apiserver's `--runtime-config`
+# enables them (`group/version=true`): off by default, as on a real cluster.
+ALPHA_BUILTINS: dict[str, tuple[ResourceInfo, ...]] = {
+    # The Workload API's PodGroup (KEP-4671; Kubernetes 1.36, gate GenericWorkload).
+    "scheduling.k8s.io/v1alpha2": (
+        ResourceInfo(
+            group="scheduling.k8s.io",
+            versions=("v1alpha2",),
+            plural="podgroups",
+            kind="PodGroup",
+            singular="podgroup",
+            namespaced=True,
+            subresources=frozenset({"status"}),
+            reset_status_on_create=True,
+        ),
+    ),
+}
+
+
+def alpha_resource_infos(runtime_config: Iterable[str]) -> list[ResourceInfo]:
+    """The alpha resources `runtime_config` enables (entries `group/version=true`, or
+    `group/version` alone; `=false` leaves one off). An API it does not know is an error, as
+    kube-apiserver refuses one at start."""
+    infos: list[ResourceInfo] = []
+    for entry in runtime_config:
+        group_version, _, value = entry.partition("=")
+        if group_version not in ALPHA_BUILTINS:
+            raise ValueError(
+                f"--runtime-config {entry}: no such alpha API here "
+                f"(known: {', '.join(sorted(ALPHA_BUILTINS))})"
+            )
+        if value.lower() in ("", "true"):
+            infos.extend(ALPHA_BUILTINS[group_version])
+        elif value.lower() != "false":
+            raise ValueError(f"--runtime-config {entry}: the value is true or false")
+    return infos

@@ -50,6 +50,7 @@ from nodeflow_contracts.topology import (
     SLURM_NODES_BUCKET,
     STREAMS,
     WATCHED_KINDS,
+    WORKLOAD_POD_GROUP_MIRROR,
 )
 
 # The label every Skyhook stage Job carries (its Skyhook's name); a NodeWright's carry theirs.
@@ -186,6 +187,7 @@ BUS_GRANTS: dict[str, BusGrant] = {
                 "Node",
                 "Pod",
                 "PodGroup",
+                WORKLOAD_POD_GROUP_MIRROR,
                 "ClusterNetworkTopology",
                 "PodDisruptionBudget",
                 # Volume topology of pods naming a claim (topology_placer.volumes).

@@ -79,7 +79,12 @@ class ConsumerSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 # The API groups Kubernetes itself serves among those of the watched kinds; every other
 # group's kind is served only once its CustomResourceDefinition is installed.
-KUBERNETES_GROUPS = frozenset({"", "apps", "batch", "policy", "storage.k8s.io"})
+KUBERNETES_GROUPS = frozenset(
+    {"", "apps", "batch", "policy", "storage.k8s.io", "scheduling.k8s.io"}
+)
+# The name the bus knows scheduling.k8s.io's PodGroup by (the Workload API's, KEP-4671), beside
+# scheduler-plugins' PodGroup the gangs use.
+WORKLOAD_POD_GROUP_MIRROR = "WorkloadPodGroup"
 # Our own CRDs' group: installed with Nodeflow, never optional.
 NODEFLOW_GROUP = "nodeflow.dev"
 
@@ -100,6 +105,9 @@ class WatchedKind(msgspec.Struct, frozen=True, kw_only=True):
     # setting maintenance-scheduler writes there by), so k8s-watcher's RBAC on the kind is a
     # Role in that namespace, never cluster-wide.
     skyhook_namespace_only: bool = False
+    # Only read: k8s-watcher mirrors it and refuses any command on it, and its RBAC on the
+    # kind is list and watch (a kind name another group also serves, writable there).
+    read_only: bool = False
 
     @property
     def api_version(self) -> str:
@@ -117,8 +125,11 @@ class WatchedKind(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def optional(self) -> bool:
         """Another project's custom resource (NVIDIA's, Koordinator's, scheduler-plugins'):
-        a cluster may not have its CRD, and then has none of its objects."""
-        return self.served_by_crd and self.group != NODEFLOW_GROUP
+        a cluster may not have its CRD, and then has none of its objects. So is a Kubernetes
+        API still in alpha: served only where the cluster enables it (`--runtime-config`)."""
+        if not self.served_by_crd:
+            return "alpha" in self.version
+        return self.group != NODEFLOW_GROUP
 
 
 WATCHED_KINDS: tuple[WatchedKind, ...] = (
@@ -241,6 +252,18 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
         version="v1alpha1",
         plural="podgroups",
         namespaced=True,
+    ),
+    # The Workload API's PodGroup (scheduling.k8s.io/v1alpha2, Kubernetes 1.36 behind the
+    # GenericWorkload gate): topology-placer reads its disruptionMode, which says whether a
+    # preemption evicts the pods of such a group one by one or all together.
+    WatchedKind(
+        kind="PodGroup",
+        group="scheduling.k8s.io",
+        version="v1alpha2",
+        plural="podgroups",
+        namespaced=True,
+        mirror_as=WORKLOAD_POD_GROUP_MIRROR,
+        read_only=True,
     ),
     WatchedKind(
         kind="ClusterNetworkTopology",

@@ -76,6 +76,10 @@ def plan_command(cmd: K8sCommand, *, now: str, reporting_instance: str) -> ApiCa
         return Rejected(
             "invalid", f"k8s-watcher does not handle {target.api_version} {target.kind}"
         )
+    if kind.read_only:
+        return Rejected(
+            "forbidden", f"k8s-watcher only reads {target.api_version} {target.kind} objects"
+        )
     if kind.namespaced and not target.namespace:
         return Rejected("invalid", f"{target.kind} {target.name}: a namespace is required")
     path = kind.object_path(target.namespace, target.name)
@@ -165,7 +169,7 @@ def _plan_create(cmd: K8sCommand, operation: CreateObject) -> ApiCall | Rejected
     api_version = str(obj.get("apiVersion") or cmd.target.api_version)
     kind_name = str(obj.get("kind") or cmd.target.kind)
     kind = resolve_kind(api_version, kind_name)
-    if kind is None or kind_name not in CREATABLE_KINDS:
+    if kind is None or kind.read_only or kind_name not in CREATABLE_KINDS:
         return Rejected(
             "forbidden", f"k8s-watcher does not create {api_version} {kind_name} objects"
         )

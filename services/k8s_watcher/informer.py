@@ -49,7 +49,8 @@ NOT_SERVED_RECHECK_SECONDS = 30.0
 
 
 class KindNotServed(Exception):
-    """The API server does not serve the kind: its CRD is not installed (404 on the list)."""
+    """The API server does not serve the kind (404 on the list): its CRD is not installed, or
+    it is an alpha API the cluster does not enable."""
 
 
 class Informer:
@@ -179,11 +180,15 @@ class Informer:
             if response.status == 410:
                 raise WatchExpired(f"list continue token expired: {response.message}")
             if response.status == 404 and self.kind.optional and not continue_token:
-                raise KindNotServed(
-                    f"{self.kind.api_version} {self.kind.plural} is not served: the "
-                    f"CustomResourceDefinition {self.kind.plural}.{self.kind.group} is not "
+                why = (
+                    f"the CustomResourceDefinition {self.kind.plural}.{self.kind.group} is not "
                     "installed"
+                    if self.kind.served_by_crd
+                    else f"an alpha API the cluster does not enable (kube-apiserver "
+                    f"--runtime-config={self.kind.api_version}=true)"
                 )
+                what = f"{self.kind.api_version} {self.kind.plural}"
+                raise KindNotServed(f"{what} is not served: {why}")
             if not response.ok:
                 raise ApiStatusError(response)
             body = response.body

@@ -267,6 +267,8 @@ class ClusterState:
     claims: Sequence[Obj] = ()
     volumes: Sequence[Obj] = ()
     storage_classes: Sequence[Obj] = ()
+    # The Workload API's PodGroups (scheduling.k8s.io): their disruptionMode (preemption.py).
+    workload_pod_groups: Sequence[Obj] = ()
 
 
 @dataclass
@@ -1722,6 +1724,7 @@ def _preempt(
         budgets=run.state.budgets,
         shapes=shapes,
         shape_of=fit.shape_of,
+        workload_pod_groups=run.state.workload_pod_groups,
     )
     if isinstance(outcome, NotHelpful):
         return outcome.message

@@ -140,6 +140,8 @@ _BOUND_SPEC_FIELDS = frozenset(
         "initContainers",
         "overhead",
         "resources",
+        # The Workload API's PodGroup it belongs to: its disruption mode (preemption.py).
+        "schedulingGroup",
     }
 )
 

@@ -7,10 +7,11 @@ Phases, as Koordinator's PostFilter, with two of its gaps closed:
    effect; preempting again would evict more than needed).
 2. Victim units: bound lower-priority pods on nodes the gang may use. As kube-scheduler's
    DefaultPreemption and Koordinator choose victims pod by pod, a pod of a PodGroup (a victim
-   gang's disruption mode is KEP-4671's default `single`: the mode `all` is carried only by
-   the scheduling.k8s.io PodGroup, which is not mirrored), of a batch Job, ReplicaSet,
+   gang's disruption mode is KEP-4671's default, Pod), of a batch Job, ReplicaSet,
    DaemonSet or StatefulSet is a unit of its own: the plan takes only the pods on the nodes
-   it chooses, never every pod of the job cluster-wide. Pods of other owners (custom
+   it chooses, never every pod of the job cluster-wide. The pods of a scheduling.k8s.io
+   PodGroup (the Workload API's, `spec.schedulingGroup`) whose `disruptionMode` is PodGroup
+   are one unit: all of them, wherever they run, or none. Pods of other owners (custom
    controllers, whose pods may depend on each other in ways not read here) group by owner.
    A plan is costed per job (a gang, a controller) all the same.
    Lower-priority nominations are reservations only: the dry run ignores them and the
@@ -45,7 +46,7 @@ tests/unit/topology_placer/test_preemption_search.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -81,6 +82,34 @@ PodKey = tuple[str, str]
 # replicas of a ReplicaSet, DaemonSet or StatefulSet, and the pods of a batch Job (not part of
 # a gang: a gang's pods are read first), which the Job recreates as it does for a failed pod.
 PER_POD_CONTROLLERS = frozenset({"ReplicaSet", "DaemonSet", "StatefulSet", "Job"})
+# KEP-4671's disruption modes (scheduling.k8s.io/v1alpha2 PodGroup spec.disruptionMode): its
+# pods are disrupted one by one (Pod, the default) or only all together (PodGroup).
+DISRUPTION_MODE_POD_GROUP = "PodGroup"
+
+
+def workload_group_of(pod: Obj) -> str | None:
+    """`namespace/name` of the scheduling.k8s.io PodGroup a pod belongs to
+    (`spec.schedulingGroup.podGroupName`, Kubernetes 1.36), or None."""
+    group = fields.mapping(fields.mapping(pod.get("spec")).get("schedulingGroup"))
+    name = group.get("podGroupName")
+    if not isinstance(name, str) or not name:
+        return None
+    return f"{fields.namespace_of(pod)}/{name}"
+
+
+def _workload_group_job(group: str) -> str:
+    return f"podgroup.scheduling.k8s.io {group}"
+
+
+def evicted_whole(workload_pod_groups: Iterable[Obj]) -> frozenset[str]:
+    """The jobs of the scheduling.k8s.io PodGroups whose `spec.disruptionMode` is PodGroup:
+    a preemption takes all of their pods or none. A group not read (the alpha API not served,
+    or not mirrored yet) is read in the default mode, Pod."""
+    return frozenset(
+        _workload_group_job(f"{fields.namespace_of(group)}/{fields.name_of(group)}")
+        for group in workload_pod_groups
+        if fields.mapping(group.get("spec")).get("disruptionMode") == DISRUPTION_MODE_POD_GROUP
+    )
 
 
 class ChargedPod(NamedTuple):
@@ -309,6 +338,13 @@ class UnitOf(NamedTuple):
 
 def _unit_of(pod: Obj) -> UnitOf:
     own = f"pod {fields.namespace_of(pod)}/{fields.name_of(pod)}"
+    workload_group = workload_group_of(pod)
+    if workload_group is not None:
+        # KEP-4671's PodGroup, in its default disruption mode (Pod): pod by pod. Its mode
+        # PodGroup makes the group one unit (victim_units): it is a property of the group,
+        # not of the pod read here.
+        job = _workload_group_job(workload_group)
+        return UnitOf(own, job, job)
     group = pod_group_of(pod)
     if group is not None:
         # Disruption mode `single` (KEP-4671's default, and Koordinator's only behaviour).
@@ -326,9 +362,13 @@ def is_slurm_node_pod(pod: Obj) -> bool:
 
 
 def victim_units(
-    charged: Sequence[ChargedPod], gang_priority: int, usable_nodes: AbstractSet[str]
+    charged: Sequence[ChargedPod],
+    gang_priority: int,
+    usable_nodes: AbstractSet[str],
+    whole_jobs: AbstractSet[str] = frozenset(),
 ) -> list[VictimUnit]:
-    """Phase 2: the victim units (pods, or owners' pods whole) with a pod on a usable node."""
+    """Phase 2: the victim units (pods, or owners' pods whole) with a pod on a usable node.
+    The pods of a job in `whole_jobs` (evicted_whole) are one unit, wherever they run."""
     by_key: dict[str, VictimUnit] = {}
     guards: dict[str, str] = {}
     blocked: set[str] = set()
@@ -338,7 +378,7 @@ def victim_units(
     for item, facts in zip(charged, _POD_FACTS.of_each(c.pod for c in charged), strict=True):
         if item.nominated_only or facts.deleting:
             continue
-        key = facts.key
+        key = facts.job if facts.job in whole_jobs else facts.key
         if facts.priority >= gang_priority or facts.never_a_victim:
             # A unit (or gang) with any pod at or above the gang's priority, or protected, is
             # not a victim: evicting the rest of it would leave the protected pod idle.
@@ -424,6 +464,7 @@ def plan_preemption(
     budgets: Sequence[Obj],
     shapes: Sequence[PodShape] = (),
     shape_of: Mapping[str, int] | None = None,
+    workload_pod_groups: Sequence[Obj] = (),
 ) -> PreemptionPlan | NotHelpful:
     """Phases 2-5: the least-cost plan that places the whole gang, or why there is none.
 
@@ -446,11 +487,14 @@ def plan_preemption(
     gang's dry run packs with a search bounded in steps, and more room can make a search
     reach its bound where less did not, so its classes are tried one by one, cheapest first,
     without bisection.
+
+    `workload_pod_groups` are the scheduling.k8s.io PodGroups: those whose disruptionMode is
+    PodGroup lose all their pods or none.
     """
     mixed = _MixedGang.of(pods_in_rank_order, shapes, shape_of, usable_nodes)
     if mixed is not None:
         request = largest_request(shape.request for shape in mixed.shapes)
-    units = victim_units(charged, gang_priority, usable_nodes)
+    units = victim_units(charged, gang_priority, usable_nodes, evicted_whole(workload_pod_groups))
     if not units:
         return NotHelpful(
             "preemption not helpful: even without lower-priority pods, "

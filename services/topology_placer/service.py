@@ -31,6 +31,7 @@ from nodeflow_bus.ledger import LedgerSender, Sending, log_refused
 from nodeflow_contracts import subjects
 from nodeflow_contracts.k8s import CommandOutcome
 from nodeflow_contracts.ledger import LedgerEntry
+from nodeflow_contracts.topology import WORKLOAD_POD_GROUP_MIRROR
 from nodeflow_kube.fields import resource_version_of, resource_version_reached
 from nodeflow_runtime.service import ServiceContext
 from topology_placer import SERVICE, metrics
@@ -46,10 +47,13 @@ log = structlog.get_logger("topology_placer")
 
 Obj = dict[str, Any]
 
+# The Workload API's PodGroups (scheduling.k8s.io), beside scheduler-plugins' k8s_podgroups.
+WORKLOAD_POD_GROUPS = subjects.k8s_bucket(WORKLOAD_POD_GROUP_MIRROR)
 BUCKETS = (
     "k8s_pods",
     "k8s_nodes",
     "k8s_podgroups",
+    WORKLOAD_POD_GROUPS,
     "k8s_clusternetworktopologies",
     "k8s_poddisruptionbudgets",
     "k8s_persistentvolumeclaims",
@@ -228,6 +232,7 @@ class TopologyPlacer:
             claims=values("k8s_persistentvolumeclaims"),
             volumes=values("k8s_persistentvolumes"),
             storage_classes=values("k8s_storageclasses"),
+            workload_pod_groups=values(WORKLOAD_POD_GROUPS),
             now=now,
             scheduler_names=frozenset(self.config.scheduler_names),
             in_flight=in_flight_of(self.ledger.ledger.held(now)),

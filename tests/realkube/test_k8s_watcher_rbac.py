@@ -292,6 +292,8 @@ def granted_verbs() -> set[tuple[str, str, str]]:
         # Events and Leases are written, never mirrored: no list or watch.
         if (info.group, info.kind) in mirrored:
             wanted |= {("list", info.group, info.plural), ("watch", info.group, info.plural)}
+        if info.read_only:  # never written (a kind name another group serves writable)
+            continue
         if info.kind in CREATABLE_KINDS:
             wanted.add(("create", info.group, info.plural))
         if info.kind in DELETABLE_KINDS:

@@ -302,11 +302,7 @@ def test_crd_names_are_consistent(name: str) -> None:
 
 def test_crds_match_the_kinds_k8s_watcher_mirrors() -> None:
     """k8s-watcher watches exactly these resources: group, version, plural and scope agree."""
-    custom = {
-        f"{kind.plural}.{kind.group}": kind
-        for kind in WATCHED_KINDS
-        if "." in kind.group and kind.group != "storage.k8s.io"  # built in, not a CRD
-    }
+    custom = {f"{kind.plural}.{kind.group}": kind for kind in WATCHED_KINDS if kind.served_by_crd}
     assert set(custom) == CRD_NAMES
     for name, crd in crds().items():
         watched = custom[name]
@@ -677,6 +673,8 @@ EXPECTED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     },
     ("maintenance.nvidia.com", "maintenanceoperatorconfigs"): {"list", "watch", "patch"},
     ("scheduling.sigs.k8s.io", "podgroups"): {"list", "watch", "patch"},
+    # The Workload API's PodGroups: read only (their disruptionMode).
+    ("scheduling.k8s.io", "podgroups"): {"list", "watch"},
     ("scheduling.koordinator.sh", "clusternetworktopologies"): {"list", "watch", "patch"},
     ("skyhook.nvidia.com", "skyhooks"): {"list", "watch", "patch"},
     ("skyhook.nvidia.com", "deploymentpolicies"): {"list", "watch", "patch"},

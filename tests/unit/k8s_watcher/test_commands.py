@@ -244,3 +244,25 @@ def test_lease_mirror_renewals_need_no_applied_key_but_a_takeover_does() -> None
     assert isinstance(renew.operation, PatchObject)
     on_a_pod = msgspec.structs.replace(renew, target=POD)
     assert not proves_itself(on_a_pod)
+
+
+def test_rule_a_read_only_kind_takes_no_command() -> None:
+    """The Workload API's PodGroup is only read (RBAC list, watch): every write to it is
+    refused here, while scheduler-plugins' PodGroup of the same kind name stays writable."""
+    workload = ObjectRef(
+        api_version="scheduling.k8s.io/v1alpha2", kind="PodGroup", name="g", namespace="ns"
+    )
+    manifest = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup"}
+    for operation in (
+        CreateObject(object={**manifest, "metadata": {"name": "g"}}),
+        DeleteObject(),
+        PatchObject(patch_type="merge", patch={"spec": {}}),
+        PatchObject(patch_type="merge", patch={"status": {}}, subresource="status"),
+        UpdateStatus(status={}),
+    ):
+        refused = plan(workload, operation)
+        assert isinstance(refused, Rejected) and refused.outcome == "forbidden", operation
+    gang = ObjectRef(
+        api_version="scheduling.sigs.k8s.io/v1alpha1", kind="PodGroup", name="g", namespace="ns"
+    )
+    assert isinstance(plan(gang, UpdateStatus(status={"phase": "Running"})), ApiCall)

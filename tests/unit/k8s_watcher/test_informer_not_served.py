@@ -45,3 +45,6 @@ def test_rule_only_other_projects_custom_resources_are_optional() -> None:
     optional = {k.kind for k in WATCHED_KINDS if k.optional}
     assert {"NodeMaintenance", "Skyhook", "NodeWright", "PodGroup"} <= optional
     assert not optional & {"Pod", "Node", "Job", "NodeSet", "NodeSlice", "StorageClass"}
+    # An alpha Kubernetes API is optional too, and no CRD serves it.
+    (workload,) = (k for k in WATCHED_KINDS if k.group == "scheduling.k8s.io")
+    assert workload.optional and not workload.served_by_crd and workload.read_only

@@ -41,7 +41,8 @@ def used_by_the_code() -> dict[tuple[str, str], set[str]]:
     # A kind name may be served by two groups (DeploymentPolicy: skyhook's and nodewright's).
     by_kind: dict[str, list[Any]] = {}
     for info in KNOWN_KINDS:
-        by_kind.setdefault(info.kind, []).append(info)
+        if not info.read_only:  # list and watch only
+            by_kind.setdefault(info.kind, []).append(info)
     for kind in CREATABLE_KINDS:
         for info in by_kind[kind]:
             # get: is an AlreadyExists object the one an earlier delivery created?

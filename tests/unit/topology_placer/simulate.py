@@ -21,6 +21,7 @@ def state(
     claims: list[dict[str, Any]] | None = None,
     volumes: list[dict[str, Any]] | None = None,
     storage_classes: list[dict[str, Any]] | None = None,
+    workload_groups: list[dict[str, Any]] | None = None,
     now: float = 1_767_225_600.0 + 60,
 ) -> ClusterState:
     return ClusterState(
@@ -32,6 +33,7 @@ def state(
         claims=claims or [],
         volumes=volumes or [],
         storage_classes=storage_classes or [],
+        workload_pod_groups=workload_groups or [],
         now=now,
         scheduler_names=SCHEDULERS,
     )
