@@ -320,3 +320,95 @@ async def test_rule_a_gang_preempting_a_deployment_evicts_only_the_replicas_on_i
                     await kubectl("label", "node", node, f"{POOL}-", f"{GANG_POOL}-")
             for item in classes:
                 await delete(f"priorityclass/{item['metadata']['name']}")
+
+
+def workload_member(group: str, rank: int, priority_class: str) -> dict[str, Any]:
+    """A pod of the Workload API's PodGroup `group` (spec.schedulingGroup), placed by
+    kube-scheduler on a whole node of the pool. (Named apart from every gang of the suite: the
+    Events of its scheduling outlive it, and other tests read who scheduled their pods.)"""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{group}-{rank}", "namespace": "default", "labels": {"app": group}},
+        "spec": {
+            "schedulingGroup": {"podGroupName": group},
+            "priorityClassName": priority_class,
+            "nodeSelector": {POOL: group},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "trainer:0.1",
+                    "resources": {
+                        "requests": {"cpu": "1", "nvidia.com/gpu": "8"},
+                        "limits": {"nvidia.com/gpu": "8"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def test_rule_a_gang_preempting_a_workload_pod_group_in_mode_pod_group_evicts_all_of_it(
+    tmp_path: Path,
+) -> None:
+    """KEP-4671 on Kubernetes 1.36's alpha Workload API (served by `make test-real-kube`'s
+    control plane): a PodGroup of scheduling.k8s.io/v1alpha2 in disruptionMode PodGroup loses
+    all four of its pods, though the gang needs one node, and none of them is left running."""
+    classes: list[dict[str, Any]] = [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        for name, value in (("batch-low", 1), ("training-high", 1000))
+    ]
+    workload_group = {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "offline-eval", "namespace": "default"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}, "disruptionMode": "PodGroup"},
+    }
+    async with real_stack(tmp_path) as stack, recording(stack) as recorder:
+        pool = sorted(n for n in recorder.nodes if n.startswith("node-") and n[5:].isdigit())
+        pool = pool[:4]
+        try:
+            for node in pool:
+                await kubectl("label", "node", node, f"{POOL}=offline-eval", f"{GANG_POOL}=yes")
+            await apply([*classes, workload_group])
+            await apply([workload_member("offline-eval", rank, "batch-low") for rank in range(4)])
+            trainers: dict[str, dict[str, Any]] = await until(
+                lambda: running(recorder, "offline-eval", 4), "its four pods Running", WAIT
+            )
+            assert {node_of(p) for p in trainers.values()} == set(pool)
+            gang: dict[str, Any] = {
+                "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": "hello-job", "namespace": "default"},
+                "spec": {"minMember": 1},
+            }
+            preemptor = member("hello-job", 0)
+            preemptor["spec"]["priorityClassName"] = "training-high"
+            preemptor["spec"]["nodeSelector"] = {GANG_POOL: "yes"}
+            await apply([gang, preemptor])
+            placed: dict[str, str] = await until(
+                lambda: running_whole(recorder, "hello-job", 1), "the gang bound and Running", WAIT
+            )
+            assert set(placed.values()) <= set(pool)
+
+            async def all_of_it_gone() -> bool:
+                return not live(recorder, "offline-eval")
+
+            # Every pod of the group goes, not only the one on the node the gang took.
+            await until(all_of_it_gone, "every pod of the PodGroup evicted", WAIT)
+            recorder.assert_quiescent()
+        finally:
+            await delete("pods", "-l", "app=offline-eval")
+            await delete("podgroups.scheduling.k8s.io/offline-eval")
+            await remove_gangs(recorder, "hello-job")
+            for node in pool:
+                with contextlib.suppress(AssertionError):
+                    await kubectl("label", "node", node, f"{POOL}-", f"{GANG_POOL}-")
+            for item in classes:
+                await delete(f"priorityclass/{item['metadata']['name']}")

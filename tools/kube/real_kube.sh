@@ -52,6 +52,11 @@ KUBE_BIN="$KUBE_CACHE/kubernetes-$KUBE_VERSION/bin"
 ETCD_BIN="$KUBE_CACHE/etcd-$ETCD_VERSION/bin"
 KWOK_BIN="$KUBE_CACHE/kwok-$KWOK_VERSION/bin"
 KUBE_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler)
+# The Workload API (scheduling.k8s.io/v1alpha2: PodGroup with its disruptionMode, KEP-4671), an
+# alpha API Kubernetes 1.36 serves only when enabled: topology-placer reads its PodGroups'
+# disruption mode. The controller manager removes a PodGroup's protection finalizer with the
+# same gates; kube-scheduler keeps its defaults (it schedules such pods one by one).
+WORKLOAD_API_GATES=GenericWorkload=true,GangScheduling=true,WorkloadAwarePreemption=true
 # The fake nodes are rendered by the simulator's own code (clustersim.cluster.spec).
 PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
@@ -414,7 +419,8 @@ EOF
         --service-account-key-file="$KUBE_STATE/pki/sa.pub" \
         --service-account-signing-key-file="$KUBE_STATE/pki/sa.key" \
         --service-cluster-ip-range=10.96.0.0/16 \
-        --allow-privileged=true --profiling=false $(audit_flags)
+        --allow-privileged=true --profiling=false $(audit_flags) \
+        --runtime-config=scheduling.k8s.io/v1alpha2=true --feature-gates="$WORKLOAD_API_GATES"
     wait_for kube-apiserver kube-apiserver 240 curl -sfk \
         -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$API_PORT/readyz"
     # --cert-dir holds the self-signed serving certificate followed by the CA that signed it.
@@ -440,7 +446,7 @@ EOF
         --node-monitor-grace-period="$((KUBE_NODE_LEASE_SECONDS > 40 ? KUBE_NODE_LEASE_SECONDS + 30 : 50))s" \
         --service-account-private-key-file="$KUBE_STATE/pki/sa.key" \
         --root-ca-file="$KUBE_STATE/pki/ca.crt" \
-        --service-cluster-ip-range=10.96.0.0/16
+        --service-cluster-ip-range=10.96.0.0/16 --feature-gates="$WORKLOAD_API_GATES"
     if [[ "$KUBE_SCHEDULER" == 1 ]]; then
         start_scheduler
     fi
