@@ -476,3 +476,15 @@ def test_a_failed_job_s_message_replaces_a_message_the_entry_carried_while_not_e
     outcome = step(None, entry, failed)
     assert outcome.entry is not None
     assert outcome.entry.message == "uninstall Job j1 failed: DeadlineExceeded"
+
+
+def test_rule_a_marker_of_the_live_entrys_version_yields_to_the_live_entry() -> None:
+    """A retained marker (`name|version`) of the version the package is live at again: the
+    rendered node state holds the live entry under that key, never the marker."""
+    live = stages.PackageState("driver", "1.0.0", "ghcr.io/x/driver", "config", "in_progress")
+    marker = replace(live, stage="config", state="complete", retained=True)
+    for entries in ({"driver": live, marker.key: marker}, {marker.key: marker, "driver": live}):
+        rendered = json.loads(stages.render_node_state(entries))
+        assert list(rendered) == ["driver|1.0.0"]
+        assert rendered["driver|1.0.0"]["state"] == "in_progress"
+        assert "retained" not in rendered["driver|1.0.0"]
