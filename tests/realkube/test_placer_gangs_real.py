@@ -207,6 +207,19 @@ POOL = "nodeflow.dev/test-pool"
 GANG_POOL = "nodeflow.dev/test-gang-pool"
 
 
+def priority_classes() -> list[dict[str, Any]]:
+    """The victims' (batch-low) and the preempting gang's (training-high) PriorityClasses."""
+    return [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        for name, value in (("batch-low", 1), ("training-high", 1000))
+    ]
+
+
 def deployment(name: str, replicas: int, priority_class: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
@@ -240,15 +253,7 @@ def deployment(name: str, replicas: int, priority_class: str) -> dict[str, Any]:
 async def test_rule_a_gang_preempting_a_deployment_evicts_only_the_replicas_on_its_chosen_nodes(
     tmp_path: Path,
 ) -> None:
-    classes: list[dict[str, Any]] = [
-        {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": value,
-        }
-        for name, value in (("batch-low", 1), ("training-high", 1000))
-    ]
+    classes = priority_classes()
     async with real_stack(tmp_path) as stack, recording(stack) as recorder:
         pool = sorted(n for n in recorder.nodes if n.startswith("node-") and n[5:].isdigit())
         pool = pool[:4]
@@ -355,15 +360,7 @@ async def test_rule_a_gang_preempting_a_workload_pod_group_in_mode_pod_group_evi
     """KEP-4671 on Kubernetes 1.36's alpha Workload API (served by `make test-real-kube`'s
     control plane): a PodGroup of scheduling.k8s.io/v1alpha2 in disruptionMode PodGroup loses
     all four of its pods, though the gang needs one node, and none of them is left running."""
-    classes: list[dict[str, Any]] = [
-        {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": value,
-        }
-        for name, value in (("batch-low", 1), ("training-high", 1000))
-    ]
+    classes = priority_classes()
     workload_group = {
         "apiVersion": "scheduling.k8s.io/v1alpha2",
         "kind": "PodGroup",
