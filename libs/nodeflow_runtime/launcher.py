@@ -143,11 +143,11 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def listening_socket(preferred: int) -> socket.socket:
+def listening_socket(preferred: int, *, fallback: bool = True) -> socket.socket:
     """A socket listening on 127.0.0.1: on `preferred` when free (stable URLs for people),
-    else on any free port. Bound here and inherited by the service, so that no process can
-    take the port between its pick and the service's bind (a test's client connection took
-    one from the ephemeral range once)."""
+    else on any free port (without `fallback`: OSError). Bound here and inherited by the
+    service, so that no process can take the port between its pick and the service's bind (a
+    test's client connection took one from the ephemeral range once)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     # As aiohttp binds: connections of an earlier run in TIME_WAIT do not keep the port.
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -155,6 +155,8 @@ def listening_socket(preferred: int) -> socket.socket:
         try:
             listener.bind(("127.0.0.1", preferred))
         except OSError:
+            if not fallback:
+                raise
             listener.bind(("127.0.0.1", 0))
         listener.listen(socket.SOMAXCONN)
     except BaseException:

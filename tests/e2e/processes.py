@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Self
 import aiohttp
 
 from bench._stack import InProcessStack
+from nodeflow_runtime.launcher import listening_socket
 
 KUBECTL = shutil.which("kubectl")
 
@@ -42,12 +42,7 @@ async def start_service(
     `settings` are further environment variables. The port is bound here and inherited
     (HTTP_LISTEN_FD), as `make run` does: no other process can take it while the service
     starts."""
-    with socket.socket() as listener:
-        # As aiohttp's own bind: a restart on the port of a process just killed is not refused
-        # for its connections in TIME_WAIT.
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", port))
-        listener.listen()
+    with listening_socket(port, fallback=False) as listener:
         env = {
             **os.environ,
             "NATS_URL": running.nats_url,
