@@ -2103,9 +2103,12 @@ def _step_nodes(
     stepped = _Stepped()
     priorities = rollout.priorities
     order = _package_order(skyhook)
-    key = skyhook.names.status_key(skyhook.name)
-    cordon_key = skyhook.names.cordon_annotation(skyhook.name)
     synced: dict[int, Mapping[str, PackageState]] = {}
+    # The node marks that make a node worth a patch (once per Skyhook: read for every node).
+    mark_keys = (
+        skyhook.names.status_key(skyhook.name),
+        skyhook.names.cordon_annotation(skyhook.name),
+    )
     for node in targets.nodes:
         name = node.name
         entries: Mapping[str, PackageState] = targets.entries_of[name]
@@ -2174,33 +2177,52 @@ def _step_nodes(
             plan.kept_maintenances.add(world.request_of(skyhook, name))
         if status == COMPLETE and priorities.pop(name, None) is not None:
             stepped.removed_picks += 1
-        stepped.after[name] = status
-        if usable and (
-            entries
-            or name in stepped.changed
-            or key in node.annotations
-            or key in node.labels
-            or cordon_key in node.annotations
-        ):
-            stepped.marked.append(node)
-        if entries:
-            stepped.final_entries[name] = entries
-            # Nodes in the same state share one parsed dict: count dicts, expand once below.
-            seen = stepped.shared.get(id(entries))
-            stepped.shared[id(entries)] = (entries, 1 if seen is None else seen[1] + 1)
-        elif targets.readable_of[name] and status != COMPLETE:
-            # A reset node (its state removed) that has not started again: the status keeps
-            # what it last recorded there, so its packages start a new run (run_marker)
-            # whatever holds them back meanwhile (paused, disabled, a later batch, a drain).
-            recorded = _recorded_state(skyhook, name)
-            if recorded:
-                stepped.kept_records[name] = recorded
+        _record_node(
+            skyhook, stepped, node, entries, status, usable, targets.readable_of[name], mark_keys
+        )
     node_names = {n.name for n in targets.nodes}
     for name in list(priorities):
         if name not in node_names:
             priorities.pop(name)
             stepped.removed_picks += 1
     return stepped
+
+
+def _record_node(
+    skyhook: Skyhook,
+    stepped: _Stepped,
+    node: NodeView,
+    entries: Mapping[str, PackageState],
+    status: str,
+    usable: bool,
+    readable: bool,
+    mark_keys: tuple[str, str],
+) -> None:
+    """What a node's step leaves for the later phases: its status, whether its marks may need
+    a patch, its entries (counted per shared dict), or a reset node's last record."""
+    name = node.name
+    key, cordon_key = mark_keys
+    stepped.after[name] = status
+    if usable and (
+        entries
+        or name in stepped.changed
+        or key in node.annotations
+        or key in node.labels
+        or cordon_key in node.annotations
+    ):
+        stepped.marked.append(node)
+    if entries:
+        stepped.final_entries[name] = entries
+        # Nodes in the same state share one parsed dict: count dicts, expand once below.
+        seen = stepped.shared.get(id(entries))
+        stepped.shared[id(entries)] = (entries, 1 if seen is None else seen[1] + 1)
+    elif readable and status != COMPLETE:
+        # A reset node (its state removed) that has not started again: the status keeps
+        # what it last recorded there, so its packages start a new run (run_marker)
+        # whatever holds them back meanwhile (paused, disabled, a later batch, a drain).
+        recorded = _recorded_state(skyhook, name)
+        if recorded:
+            stepped.kept_records[name] = recorded
 
 
 def _shown_statuses(
